@@ -1,0 +1,101 @@
+// The job configuration: one YAML file read by psctl and every binary, with
+// command-line flags overriding individual keys (see README "Configuration").
+#ifndef PSTRAIN_COMMON_JOB_CONFIG_H_
+#define PSTRAIN_COMMON_JOB_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/pstrain.pb.h"
+
+namespace pstrain {
+
+// What the workers train. Tensor names and shapes derive from it
+// (common/model_spec.h), so servers and workers agree without talking.
+struct ModelConfig {
+  // "scalar": one weight w, per-example loss (w - y)^2 (the worked example).
+  // "linear": linear regression, mean squared error.
+  // "softmax": softmax regression (multinomial logistic).
+  // "mlp": multi-layer perceptron with `hidden` widths.
+  std::string type = "mlp";
+  int64_t input_dim = 32;
+  int64_t num_classes = 4;  // output width; 1 for regressors
+  std::vector<int64_t> hidden = {64};
+  std::string activation = "relu";  // relu | tanh | gelu
+  bool classifier = true;           // softmax cross-entropy head vs MSE head
+  uint64_t seed = 1;                // weight initialisation seed
+  float init_value = 0.0f;          // "scalar": initial w
+};
+
+// Where examples come from. Examples are addressed by a global id, so the
+// global batch of step t is the same whatever the number of workers.
+struct DataConfig {
+  std::string source = "synthetic";  // synthetic (more sources later)
+  uint64_t seed = 7;                 // task and example seed
+  int64_t num_features = 32;         // must equal model.input_dim
+  int64_t num_classes = 4;  // must equal model.num_classes (1 = regression)
+  double noise = 0.1;       // label noise / target noise
+  int64_t test_examples = 2000;  // held-out examples for evaluation
+  // "scalar" model only: the targets cycled through, e.g. [1, 3, 5, 7].
+  std::vector<float> targets;
+};
+
+struct JobConfig {
+  // job:
+  std::string name = "pstrain";
+  int workers = 2;
+  int servers = 2;
+  // training:
+  pstrain::v1::ConsistencyMode mode = pstrain::v1::MODE_SYNC;
+  int64_t staleness = 0;  // SSP bound in clocks; -1 = unbounded ("inf")
+  pstrain::v1::OptimizerConfig optimizer;  // kind, base_lr, schedule, ...
+  int64_t local_batch = 32;
+  int64_t grad_accum_steps = 1;
+  int64_t steps = 200;
+  // model:, data:
+  ModelConfig model;
+  DataConfig data;
+  // evaluation:
+  int64_t eval_every = 0;  // steps between evaluations; 0 = only at the end
+  // server:
+  int64_t chunk_bytes = 0;  // bytes per chunk; 0 = automatic; max 4 MiB
+  // network:
+  double rpc_timeout_s = 30;       // deadline of every unary call / stream
+  double barrier_timeout_s = 300;  // longest a pull may block on a barrier
+  double startup_timeout_s = 60;   // waiting for peers at start-up
+};
+
+// Returns the defaults listed above with an SGD optimizer (lr 0.1, constant
+// schedule, reference batch 256), already finalized.
+JobConfig DefaultJobConfig();
+
+// Derives optimizer.total_steps (= steps) and optimizer.global_batch
+// (= local_batch * workers * grad_accum_steps). ParseJobConfig calls it;
+// callers that change fields afterwards (flag overrides) call it again.
+void FinalizeJobConfig(JobConfig* config);
+
+// Parses YAML text (see configs/*.yaml); absent keys keep their defaults.
+// Unknown sections or keys, wrong types, negative counts, bad names and YAML
+// syntax errors are INVALID_ARGUMENT errors naming the source, line and key
+// path, e.g. "job.yaml:7: training.base_lr: expected a number, got 'fast'".
+// `source_name` (a file name) prefixes messages. Cross-field checks are left
+// to ValidateJobConfig.
+absl::StatusOr<JobConfig> ParseJobConfig(const std::string& yaml_text,
+                                         const std::string& source_name);
+
+// Reads and parses a file; errors name the file (NOT_FOUND if missing).
+absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path);
+
+// Checks ranges and cross-field consistency (workers >= 1, dims match,
+// lr > 0, ...). INVALID_ARGUMENT errors name the key, e.g. "job.workers: ...".
+absl::Status ValidateJobConfig(const JobConfig& config);
+
+// Serialises back to YAML (round-trips through ParseJobConfig). Used to hand
+// the effective config (after flag overrides) to every process.
+std::string JobConfigToYaml(const JobConfig& config);
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_COMMON_JOB_CONFIG_H_

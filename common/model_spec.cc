@@ -1,0 +1,161 @@
+#include "common/model_spec.h"
+
+#include <cmath>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace pstrain {
+namespace {
+
+using pstrain::v1::InitRule;
+using pstrain::v1::TensorSpec;
+
+constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
+
+// splitmix64 finaliser: a bijective, well-mixed 64-bit hash.
+uint64_t Mix(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// FNV-1a, so the name hash does not depend on std::hash's implementation.
+uint64_t HashName(const std::string& name) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ULL;
+  return h;
+}
+
+// Uniform in (0, 1]: the top 53 bits, shifted off zero so log() is finite.
+double Unit(uint64_t h) { return ((h >> 11) + 1) * 0x1.0p-53; }
+
+// `stream` is the per-tensor key Mix(seed ^ Mix(name hash)).
+float Sample(const InitRule& rule, uint64_t stream, uint64_t index) {
+  switch (rule.kind()) {
+    case InitRule::CONSTANT:
+      return rule.value();
+    case InitRule::UNIFORM: {
+      const double u = Unit(Mix(stream + index * kGolden));
+      return static_cast<float>(rule.scale() * (2.0 * u - 1.0));
+    }
+    case InitRule::NORMAL: {
+      const uint64_t h1 = Mix(stream + index * kGolden);
+      const double u1 = Unit(h1);
+      const double u2 = Unit(Mix(h1 ^ kGolden));
+      const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * M_PI * u2);
+      return static_cast<float>(rule.scale() * z);
+    }
+    default:
+      return 0.0f;
+  }
+}
+
+uint64_t Stream(const TensorSpec& spec) {
+  return Mix(spec.init().seed() ^ Mix(HashName(spec.name())));
+}
+
+TensorSpec MakeSpec(std::string name, std::vector<int64_t> shape,
+                    InitRule::Kind kind, float scale, uint64_t seed) {
+  TensorSpec spec;
+  spec.set_name(std::move(name));
+  for (int64_t d : shape) spec.add_shape(d);
+  spec.set_dtype(pstrain::v1::DTYPE_F32);
+  spec.mutable_init()->set_kind(kind);
+  spec.mutable_init()->set_scale(scale);
+  spec.mutable_init()->set_seed(seed);
+  return spec;
+}
+
+absl::Status Invalid(const std::string& field, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<TensorSpec>> ModelParamSpecs(
+    const ModelConfig& config) {
+  std::vector<TensorSpec> specs;
+  const uint64_t seed = config.seed;
+  if (config.type == "scalar") {
+    specs.push_back(MakeSpec("w", {1}, InitRule::CONSTANT, 0, seed));
+    specs.back().mutable_init()->set_value(config.init_value);
+    return specs;
+  }
+  if (config.type != "linear" && config.type != "softmax" &&
+      config.type != "mlp") {
+    return Invalid("model.type",
+                   absl::StrCat("unknown model type '", config.type,
+                                "' (expected scalar, linear, softmax or mlp)"));
+  }
+  const int64_t in = config.input_dim, out = config.num_classes;
+  if (in <= 0) {
+    return Invalid("model.input_dim", absl::StrCat("must be > 0, got ", in));
+  }
+  if (out <= 0) {
+    return Invalid("model.num_classes", absl::StrCat("must be > 0, got ", out));
+  }
+  const bool classifier =
+      config.type == "softmax" || (config.type == "mlp" && config.classifier);
+  if (classifier && out < 2) {
+    return Invalid("model.num_classes",
+                   absl::StrCat("a classifier needs >= 2 classes, got ", out));
+  }
+  if (config.type != "mlp") {
+    const std::string prefix = config.type;
+    specs.push_back(MakeSpec(prefix + "/weight", {in, out}, InitRule::UNIFORM,
+                             1.0 / std::sqrt(static_cast<double>(in)), seed));
+    specs.push_back(
+        MakeSpec(prefix + "/bias", {out}, InitRule::ZEROS, 0, seed));
+    return specs;
+  }
+  const std::string& act = config.activation;
+  if (act != "relu" && act != "tanh" && act != "gelu") {
+    return Invalid("model.activation",
+                   absl::StrCat("unknown activation '", act,
+                                "' (expected relu, tanh or gelu)"));
+  }
+  std::vector<int64_t> widths = {in};
+  for (size_t i = 0; i < config.hidden.size(); ++i) {
+    if (config.hidden[i] <= 0) {
+      return Invalid(absl::StrCat("model.hidden[", i, "]"),
+                     absl::StrCat("must be > 0, got ", config.hidden[i]));
+    }
+    widths.push_back(config.hidden[i]);
+  }
+  widths.push_back(out);
+  for (size_t i = 0; i + 1 < widths.size(); ++i) {
+    const double fan_in = widths[i], fan_out = widths[i + 1];
+    const bool hidden = i + 2 < widths.size();
+    const double scale = (hidden && act == "relu")
+                             ? std::sqrt(6.0 / fan_in)
+                             : std::sqrt(6.0 / (fan_in + fan_out));
+    const std::string prefix = absl::StrCat("layer", i);
+    specs.push_back(MakeSpec(prefix + "/weight", {widths[i], widths[i + 1]},
+                             InitRule::UNIFORM, scale, seed));
+    specs.push_back(
+        MakeSpec(prefix + "/bias", {widths[i + 1]}, InitRule::ZEROS, 0, seed));
+  }
+  return specs;
+}
+
+int64_t NumElements(const TensorSpec& spec) {
+  int64_t n = 1;
+  for (int64_t d : spec.shape()) n *= d;
+  return n;
+}
+
+float InitialValue(const TensorSpec& spec, uint64_t index) {
+  return Sample(spec.init(), Stream(spec), index);
+}
+
+void InitialValues(const TensorSpec& spec, uint64_t offset, uint64_t length,
+                   float* out) {
+  const uint64_t stream = Stream(spec);
+  for (uint64_t i = 0; i < length; ++i) {
+    out[i] = Sample(spec.init(), stream, offset + i);
+  }
+}
+
+}  // namespace pstrain

@@ -1,0 +1,172 @@
+#include "common/model_spec.h"
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pstrain {
+namespace {
+
+using pstrain::v1::InitRule;
+using pstrain::v1::TensorSpec;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::vector<std::string> Names(const std::vector<TensorSpec>& specs) {
+  std::vector<std::string> names;
+  for (const auto& s : specs) names.push_back(s.name());
+  return names;
+}
+
+std::vector<int64_t> Shape(const TensorSpec& spec) {
+  return {spec.shape().begin(), spec.shape().end()};
+}
+
+TEST(ModelParamSpecsTest, Scalar) {
+  ModelConfig config;
+  config.type = "scalar";
+  config.init_value = 2.5f;
+  auto specs = ModelParamSpecs(config);
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  ASSERT_EQ(specs->size(), 1u);
+  EXPECT_EQ((*specs)[0].name(), "w");
+  EXPECT_THAT(Shape((*specs)[0]), ElementsAre(1));
+  EXPECT_EQ((*specs)[0].dtype(), pstrain::v1::DTYPE_F32);
+  EXPECT_EQ(InitialValue((*specs)[0], 0), 2.5f);
+}
+
+TEST(ModelParamSpecsTest, LinearAndSoftmax) {
+  for (std::string type : {"linear", "softmax"}) {
+    ModelConfig config;
+    config.type = type;
+    config.input_dim = 16;
+    config.num_classes = type == "linear" ? 1 : 3;
+    auto specs = ModelParamSpecs(config);
+    ASSERT_TRUE(specs.ok()) << specs.status();
+    EXPECT_THAT(Names(*specs), ElementsAre(type + "/weight", type + "/bias"));
+    EXPECT_THAT(Shape((*specs)[0]), ElementsAre(16, config.num_classes));
+    EXPECT_EQ((*specs)[0].init().kind(), InitRule::UNIFORM);
+    EXPECT_FLOAT_EQ((*specs)[0].init().scale(), 0.25f);
+    EXPECT_EQ((*specs)[1].init().kind(), InitRule::ZEROS);
+  }
+}
+
+TEST(ModelParamSpecsTest, Mlp) {
+  ModelConfig config;
+  config.type = "mlp";
+  config.input_dim = 10;
+  config.hidden = {20, 30};
+  config.num_classes = 4;
+  config.activation = "relu";
+  auto specs = ModelParamSpecs(config);
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  EXPECT_THAT(Names(*specs),
+              ElementsAre("layer0/weight", "layer0/bias", "layer1/weight",
+                          "layer1/bias", "layer2/weight", "layer2/bias"));
+  EXPECT_THAT(Shape((*specs)[0]), ElementsAre(10, 20));
+  EXPECT_THAT(Shape((*specs)[3]), ElementsAre(30));
+  EXPECT_THAT(Shape((*specs)[4]), ElementsAre(30, 4));
+  EXPECT_EQ(NumElements((*specs)[4]), 120);
+  EXPECT_FLOAT_EQ((*specs)[0].init().scale(), std::sqrt(6.0f / 10));
+  EXPECT_FLOAT_EQ((*specs)[2].init().scale(), std::sqrt(6.0f / 20));
+  EXPECT_FLOAT_EQ((*specs)[4].init().scale(), std::sqrt(6.0f / 34));  // Glorot
+  config.activation = "tanh";
+  specs = ModelParamSpecs(config);
+  ASSERT_TRUE(specs.ok());
+  EXPECT_FLOAT_EQ((*specs)[0].init().scale(), std::sqrt(6.0f / 30));
+  for (const auto& s : *specs) EXPECT_EQ(s.init().seed(), config.seed);
+}
+
+TEST(ModelParamSpecsTest, InvalidConfigsNameTheField) {
+  struct Case {
+    std::function<void(ModelConfig*)> edit;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {[](ModelConfig* c) { c->type = "cnn"; }, "model.type"},
+      {[](ModelConfig* c) { c->input_dim = 0; }, "model.input_dim"},
+      {[](ModelConfig* c) { c->num_classes = -1; }, "model.num_classes"},
+      {[](ModelConfig* c) { c->num_classes = 1; }, "model.num_classes"},
+      {[](ModelConfig* c) {
+         c->hidden = {8, 0};
+       },
+       "model.hidden[1]"},
+      {[](ModelConfig* c) { c->activation = "swish"; }, "model.activation"},
+  };
+  for (const Case& c : cases) {
+    ModelConfig config;  // mlp classifier
+    c.edit(&config);
+    auto specs = ModelParamSpecs(config);
+    EXPECT_EQ(specs.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(specs.status().message(), HasSubstr(c.field));
+  }
+  ModelConfig regressor;
+  regressor.classifier = false;
+  regressor.num_classes = 1;
+  EXPECT_TRUE(ModelParamSpecs(regressor).ok());
+}
+
+TensorSpec Spec(InitRule::Kind kind, float scale, uint64_t seed,
+                std::string name = "t") {
+  TensorSpec spec;
+  spec.set_name(name);
+  spec.add_shape(1 << 16);
+  spec.mutable_init()->set_kind(kind);
+  spec.mutable_init()->set_scale(scale);
+  spec.mutable_init()->set_seed(seed);
+  return spec;
+}
+
+TEST(InitialValueTest, SlicesMatchElementsAndAreDeterministic) {
+  const TensorSpec spec = Spec(InitRule::NORMAL, 1, 5);
+  std::vector<float> slice(100);
+  InitialValues(spec, 1000, slice.size(), slice.data());
+  for (size_t i = 0; i < slice.size(); ++i) {
+    EXPECT_EQ(slice[i], InitialValue(spec, 1000 + i));
+  }
+  // Pinned values: changing the generator changes every job's initial model.
+  EXPECT_FLOAT_EQ(InitialValue(spec, 0), -1.19423068f);
+  EXPECT_FLOAT_EQ(InitialValue(Spec(InitRule::UNIFORM, 1, 5), 7),
+                  0.0125444271f);
+  EXPECT_NE(InitialValue(spec, 0),
+            InitialValue(Spec(InitRule::NORMAL, 1, 6), 0));
+  EXPECT_NE(InitialValue(spec, 0),
+            InitialValue(Spec(InitRule::NORMAL, 1, 5, "u"), 0));
+}
+
+TEST(InitialValueTest, Distributions) {
+  const int n = 1 << 16;
+  std::vector<float> v(n);
+  InitialValues(Spec(InitRule::UNIFORM, 0.5f, 1), 0, n, v.data());
+  double sum = 0, sq = 0;
+  for (float x : v) {
+    EXPECT_LE(std::abs(x), 0.5f);
+    sum += x;
+    sq += x * x;
+  }
+  EXPECT_NEAR(sum / n, 0, 0.01);
+  EXPECT_NEAR(sq / n, 0.25 / 3, 0.005);
+
+  InitialValues(Spec(InitRule::NORMAL, 2, 1), 0, n, v.data());
+  sum = sq = 0;
+  for (float x : v) {
+    ASSERT_TRUE(std::isfinite(x));
+    sum += x;
+    sq += x * x;
+  }
+  EXPECT_NEAR(sum / n, 0, 0.05);
+  EXPECT_NEAR(sq / n, 4, 0.1);
+
+  InitialValues(Spec(InitRule::ZEROS, 2, 1), 0, 10, v.data());
+  EXPECT_EQ(v[3], 0.0f);
+  TensorSpec constant = Spec(InitRule::CONSTANT, 0, 1);
+  constant.mutable_init()->set_value(-1.5f);
+  EXPECT_EQ(InitialValue(constant, 12345), -1.5f);
+}
+
+}  // namespace
+}  // namespace pstrain

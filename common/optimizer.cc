@@ -1,0 +1,250 @@
+#include "common/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/status_macros.h"
+
+namespace pstrain {
+namespace {
+
+using ::pstrain::v1::OptimizerConfig;
+
+constexpr double kPi = 3.14159265358979323846;
+constexpr double kDefaultBeta1 = 0.9;
+constexpr double kDefaultBeta2 = 0.999;
+constexpr double kDefaultEpsilon = 1e-8;
+constexpr double kDefaultAdagradEpsilon = 1e-10;  // PyTorch's Adagrad default
+constexpr double kDefaultGamma = 0.1;
+
+double Gamma(const OptimizerConfig& c) {
+  return c.gamma() == 0 ? kDefaultGamma : c.gamma();
+}
+
+absl::Status Invalid(absl::string_view field, absl::string_view requirement,
+                     double value) {
+  return absl::InvalidArgumentError(absl::StrCat("OptimizerConfig.", field, " ",
+                                                 requirement, ", got ", value));
+}
+
+// Comparisons are written so that NaN fails them.
+absl::Status Validate(const OptimizerConfig& c) {
+  if (c.kind() == OptimizerConfig::KIND_UNSPECIFIED ||
+      !OptimizerConfig::Kind_IsValid(c.kind())) {
+    return Invalid("kind", "must be SGD, MOMENTUM, ADAM, ADAMW or ADAGRAD",
+                   c.kind());
+  }
+  if (!(c.base_lr() > 0)) return Invalid("base_lr", "must be > 0", c.base_lr());
+  if (!(c.momentum() >= 0 && c.momentum() < 1)) {
+    return Invalid("momentum", "must be in [0, 1)", c.momentum());
+  }
+  if (!(c.beta1() >= 0 && c.beta1() < 1)) {
+    return Invalid("beta1", "must be in [0, 1)", c.beta1());
+  }
+  if (!(c.beta2() >= 0 && c.beta2() < 1)) {
+    return Invalid("beta2", "must be in [0, 1)", c.beta2());
+  }
+  if (!(c.epsilon() > 0)) return Invalid("epsilon", "must be > 0", c.epsilon());
+  if (!(c.weight_decay() >= 0)) {
+    return Invalid("weight_decay", "must be >= 0", c.weight_decay());
+  }
+  if (!(c.adagrad_init() >= 0)) {
+    return Invalid("adagrad_init", "must be >= 0", c.adagrad_init());
+  }
+  switch (c.schedule()) {
+    case OptimizerConfig::SCHEDULE_UNSPECIFIED:
+    case OptimizerConfig::CONSTANT:
+      break;
+    case OptimizerConfig::STEP:
+      if (c.step_size() == 0) return Invalid("step_size", "must be > 0", 0);
+      if (!(c.gamma() > 0)) return Invalid("gamma", "must be > 0", c.gamma());
+      break;
+    case OptimizerConfig::COSINE:
+      if (c.total_steps() <= c.warmup_steps()) {
+        return Invalid("total_steps", "must exceed warmup_steps",
+                       c.total_steps());
+      }
+      if (!(c.min_lr_ratio() >= 0 && c.min_lr_ratio() <= 1)) {
+        return Invalid("min_lr_ratio", "must be in [0, 1]", c.min_lr_ratio());
+      }
+      break;
+    default:
+      return Invalid("schedule", "must be CONSTANT, STEP or COSINE",
+                     c.schedule());
+  }
+  if (c.linear_scaling()) {
+    if (c.reference_batch() == 0) {
+      return Invalid("reference_batch", "must be > 0 with linear_scaling", 0);
+    }
+    if (c.global_batch() == 0) {
+      return Invalid("global_batch", "must be > 0 with linear_scaling", 0);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Element loops use float arithmetic with scalars precomputed in double and
+// rounded once. Each element is updated independently, so results do not
+// depend on how a vector is split into chunks (BUILD disables FMA contraction,
+// which could otherwise differ between vectorised and scalar loop tails).
+
+class Sgd : public Optimizer {
+ public:
+  using Optimizer::Optimizer;
+  int num_slots() const override { return 0; }
+  void Apply(uint64_t step, uint64_t, float* w, const float* g, float*,
+             size_t n) const override {
+    const float lr = static_cast<float>(LearningRate(config(), step));
+    const float wd = static_cast<float>(config().weight_decay());
+    for (size_t i = 0; i < n; ++i) w[i] -= lr * (g[i] + wd * w[i]);
+  }
+};
+
+class Momentum : public Optimizer {
+ public:
+  using Optimizer::Optimizer;
+  int num_slots() const override { return 1; }
+  void Apply(uint64_t step, uint64_t, float* w, const float* g, float* buf,
+             size_t n) const override {
+    const float lr = static_cast<float>(LearningRate(config(), step));
+    const float wd = static_cast<float>(config().weight_decay());
+    const float mu = static_cast<float>(config().momentum());
+    const bool nesterov = config().nesterov();
+    for (size_t i = 0; i < n; ++i) {
+      const float gi = g[i] + wd * w[i];
+      buf[i] = mu * buf[i] + gi;
+      w[i] -= lr * (nesterov ? gi + mu * buf[i] : buf[i]);
+    }
+  }
+};
+
+// Adam with L2 weight decay folded into the gradient, or AdamW (decoupled):
+// w *= 1 - lr * wd before the Adam step. Follows PyTorch's formulation
+// w -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps), which equals
+// lr * mhat / (sqrt(vhat) + eps).
+class Adam : public Optimizer {
+ public:
+  Adam(const OptimizerConfig& config, bool decoupled)
+      : Optimizer(config), decoupled_(decoupled) {}
+  int num_slots() const override { return 2; }
+  void Apply(uint64_t step, uint64_t update_count, float* w, const float* g,
+             float* slots, size_t n) const override {
+    const OptimizerConfig& c = config();
+    const double lr = LearningRate(c, step);
+    const double t = static_cast<double>(update_count) + 1.0;
+    const double bc1 = 1.0 - std::pow(c.beta1(), t);
+    const double bc2 = 1.0 - std::pow(c.beta2(), t);
+    const float step_size = static_cast<float>(lr / bc1);
+    const float sqrt_bc2 = static_cast<float>(std::sqrt(bc2));
+    const float b1 = static_cast<float>(c.beta1());
+    const float b2 = static_cast<float>(c.beta2());
+    const float one_minus_b1 = static_cast<float>(1.0 - c.beta1());
+    const float one_minus_b2 = static_cast<float>(1.0 - c.beta2());
+    const float eps = static_cast<float>(c.epsilon());
+    const float l2 = decoupled_ ? 0.0f : static_cast<float>(c.weight_decay());
+    const float decay =
+        decoupled_ ? static_cast<float>(1.0 - lr * c.weight_decay()) : 1.0f;
+    float* m = slots;
+    float* v = slots + n;
+    for (size_t i = 0; i < n; ++i) {
+      const float gi = g[i] + l2 * w[i];
+      m[i] = b1 * m[i] + one_minus_b1 * gi;
+      v[i] = b2 * v[i] + one_minus_b2 * gi * gi;
+      w[i] =
+          decay * w[i] - step_size * m[i] / (std::sqrt(v[i]) / sqrt_bc2 + eps);
+    }
+  }
+
+ private:
+  const bool decoupled_;
+};
+
+class Adagrad : public Optimizer {
+ public:
+  using Optimizer::Optimizer;
+  int num_slots() const override { return 1; }
+  void Apply(uint64_t step, uint64_t, float* w, const float* g, float* acc,
+             size_t n) const override {
+    const float lr = static_cast<float>(LearningRate(config(), step));
+    const float wd = static_cast<float>(config().weight_decay());
+    const float eps = static_cast<float>(config().epsilon());
+    for (size_t i = 0; i < n; ++i) {
+      const float gi = g[i] + wd * w[i];
+      acc[i] += gi * gi;
+      w[i] -= lr * gi / (std::sqrt(acc[i]) + eps);
+    }
+  }
+
+ private:
+  float initial_slot_value() const override {
+    return static_cast<float>(config().adagrad_init());
+  }
+};
+
+}  // namespace
+
+double LearningRate(const OptimizerConfig& config, uint64_t step) {
+  double lr = config.base_lr();
+  if (config.linear_scaling() && config.reference_batch() > 0) {
+    lr *= static_cast<double>(config.global_batch()) /
+          static_cast<double>(config.reference_batch());
+  }
+  const uint64_t warmup = config.warmup_steps();
+  if (step < warmup) {
+    return lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
+  }
+  const uint64_t s = step - warmup;
+  switch (config.schedule()) {
+    case OptimizerConfig::STEP: {
+      const uint64_t size = std::max<uint64_t>(config.step_size(), 1);
+      return lr * std::pow(Gamma(config), static_cast<double>(s / size));
+    }
+    case OptimizerConfig::COSINE: {
+      const double r = config.min_lr_ratio();
+      if (config.total_steps() <= warmup) return r * lr;
+      const uint64_t span = config.total_steps() - warmup;
+      const double p = static_cast<double>(std::min(s, span)) / span;
+      return lr * (r + (1.0 - r) * 0.5 * (1.0 + std::cos(kPi * p)));
+    }
+    default:
+      return lr;
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
+    const OptimizerConfig& config) {
+  OptimizerConfig c = config;
+  if (c.beta1() == 0) c.set_beta1(kDefaultBeta1);
+  if (c.beta2() == 0) c.set_beta2(kDefaultBeta2);
+  if (c.epsilon() == 0) {
+    c.set_epsilon(c.kind() == OptimizerConfig::ADAGRAD ? kDefaultAdagradEpsilon
+                                                       : kDefaultEpsilon);
+  }
+  if (c.gamma() == 0) c.set_gamma(kDefaultGamma);
+  PS_RETURN_IF_ERROR(Validate(c));
+  switch (c.kind()) {
+    case OptimizerConfig::SGD:
+      return std::unique_ptr<Optimizer>(new Sgd(c));
+    case OptimizerConfig::MOMENTUM:
+      return std::unique_ptr<Optimizer>(new Momentum(c));
+    case OptimizerConfig::ADAM:
+      return std::unique_ptr<Optimizer>(new Adam(c, /*decoupled=*/false));
+    case OptimizerConfig::ADAMW:
+      return std::unique_ptr<Optimizer>(new Adam(c, /*decoupled=*/true));
+    case OptimizerConfig::ADAGRAD:
+      return std::unique_ptr<Optimizer>(new Adagrad(c));
+    default:  // unreachable: Validate checked the kind
+      return absl::InternalError("unhandled optimizer kind");
+  }
+}
+
+std::vector<float> Optimizer::InitSlots(size_t n) const {
+  return std::vector<float>(static_cast<size_t>(num_slots()) * n,
+                            initial_slot_value());
+}
+
+}  // namespace pstrain

@@ -1,0 +1,34 @@
+#include "common/retry.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+
+namespace pstrain {
+
+absl::Status RetryUntil(absl::Time deadline, const std::string& what,
+                        const std::function<absl::Status()>& call) {
+  absl::Duration backoff = absl::Milliseconds(50);
+  bool logged = false;
+  while (true) {
+    absl::Status s = call();
+    if (s.ok() || (s.code() != absl::StatusCode::kUnavailable &&
+                   s.code() != absl::StatusCode::kDeadlineExceeded)) {
+      return s;
+    }
+    if (absl::Now() + backoff > deadline) {
+      return absl::Status(s.code(), absl::StrCat("gave up waiting for ", what,
+                                                 ": ", s.message()));
+    }
+    if (!logged) {
+      PS_LOG_INFO("waiting for %s (%s)", what, s.message());
+      logged = true;
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(1));
+  }
+}
+
+}  // namespace pstrain

@@ -1,0 +1,40 @@
+// Cutting tensors into chunks and spreading the chunks over server shards.
+#ifndef PSTRAIN_COMMON_SHARDING_H_
+#define PSTRAIN_COMMON_SHARDING_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/pstrain.pb.h"
+
+namespace pstrain {
+
+// Largest chunk payload on the wire. gRPC messages stay far below the 32 MiB
+// size at which unary transfers collapse on this machine.
+inline constexpr uint64_t kMaxChunkBytes = 4u << 20;
+// Budget of chunk payload per streamed message.
+inline constexpr uint64_t kMaxMessagePayloadBytes = 4u << 20;
+
+// Picks elements per chunk when the config says "automatic" (chunk_bytes 0):
+// about eight chunks per shard so that small models still use every shard,
+// between 1 KiB and kMaxChunkBytes.
+uint64_t AutoChunkElems(const std::vector<pstrain::v1::TensorSpec>& tensors,
+                        int num_shards);
+
+// Cuts every tensor into chunks of `chunk_elems` elements (the last chunk of a
+// tensor may be shorter) and assigns each chunk to the shard holding the
+// fewest bytes so far, largest chunks first. Bytes per shard then differ by at
+// most one chunk, even for a single huge tensor. Deterministic.
+absl::StatusOr<pstrain::v1::ShardMap> BuildShardMap(
+    const std::vector<pstrain::v1::TensorSpec>& tensors, int num_shards,
+    uint64_t chunk_elems);
+
+// Bytes of payload held by each shard under `map`.
+std::vector<uint64_t> BytesPerShard(const pstrain::v1::ShardMap& map,
+                                    int num_shards);
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_COMMON_SHARDING_H_

@@ -1,0 +1,66 @@
+#include "common/sharding.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace pstrain {
+namespace {
+
+v1::TensorSpec Tensor(const std::string& name, std::vector<int64_t> shape) {
+  v1::TensorSpec t;
+  t.set_name(name);
+  for (int64_t d : shape) t.add_shape(d);
+  t.set_dtype(v1::DTYPE_F32);
+  return t;
+}
+
+TEST(ShardingTest, OneHugeTensorIsSpreadEvenly) {
+  // 10 chunks of 1000 elements plus a 7-element tail over 3 shards.
+  auto map = BuildShardMap({Tensor("big", {10007})}, 3, 1000);
+  ASSERT_TRUE(map.ok()) << map.status();
+  EXPECT_EQ(map->chunks_size(), 11);
+  auto bytes = BytesPerShard(*map, 3);
+  auto [lo, hi] = std::minmax_element(bytes.begin(), bytes.end());
+  EXPECT_LE(*hi - *lo, 1000 * sizeof(float));
+  EXPECT_GT(*lo, 0u);
+  // Chunks tile the tensor without gaps or overlap.
+  uint64_t next = 0;
+  for (const auto& c : map->chunks()) {
+    EXPECT_EQ(c.offset(), next);
+    next += c.length();
+  }
+  EXPECT_EQ(next, 10007u);
+}
+
+TEST(ShardingTest, ManyUnevenTensorsStayWithinOneChunk) {
+  std::vector<v1::TensorSpec> ts;
+  for (int i = 0; i < 17; ++i) ts.push_back(Tensor("t" + std::to_string(i), {37 * i + 5, 3}));
+  for (int shards : {1, 2, 3, 5, 8}) {
+    auto map = BuildShardMap(ts, shards, 64);
+    ASSERT_TRUE(map.ok());
+    auto bytes = BytesPerShard(*map, shards);
+    auto [lo, hi] = std::minmax_element(bytes.begin(), bytes.end());
+    EXPECT_LE(*hi - *lo, 64 * sizeof(float)) << shards << " shards";
+  }
+}
+
+TEST(ShardingTest, RejectsBadInput) {
+  EXPECT_EQ(BuildShardMap({Tensor("a", {4})}, 0, 4).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BuildShardMap({Tensor("a", {4}), Tensor("a", {4})}, 1, 4).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BuildShardMap({Tensor("a", {4})}, 1, (4u << 20)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ShardingTest, AutoChunkUsesEveryShardForSmallModels) {
+  std::vector<v1::TensorSpec> ts = {Tensor("w", {64, 128}), Tensor("b", {128})};
+  uint64_t elems = AutoChunkElems(ts, 4);
+  auto map = BuildShardMap(ts, 4, elems);
+  ASSERT_TRUE(map.ok());
+  for (uint64_t b : BytesPerShard(*map, 4)) EXPECT_GT(b, 0u);
+}
+
+}  // namespace
+}  // namespace pstrain

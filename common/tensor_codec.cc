@@ -1,0 +1,64 @@
+#include "common/tensor_codec.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/base/config.h"
+#include "absl/strings/str_cat.h"
+
+namespace pstrain {
+
+#if !defined(ABSL_IS_LITTLE_ENDIAN)
+#error "pstrain's wire format is little-endian; big-endian hosts need byte swaps"
+#endif
+
+void EncodeChunk(const std::string& tensor, uint32_t index, const float* values,
+                 uint64_t n, pstrain::v1::ChunkData* out) {
+  out->set_tensor(tensor);
+  out->set_index(index);
+  out->set_dtype(pstrain::v1::DTYPE_F32);
+  out->clear_shape();
+  out->add_shape(static_cast<int64_t>(n));
+  out->mutable_data()->assign(reinterpret_cast<const char*>(values),
+                              n * sizeof(float));
+}
+
+absl::Status DecodeChunk(const pstrain::v1::ChunkData& chunk,
+                         uint64_t expected_len, bool require_finite,
+                         float* out) {
+  auto where = [&] {
+    return absl::StrCat("tensor '", chunk.tensor(), "' chunk ", chunk.index());
+  };
+  if (chunk.dtype() != pstrain::v1::DTYPE_F32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where(), ": dtype ", pstrain::v1::DType_Name(chunk.dtype()),
+                     " is not supported (servers hold DTYPE_F32)"));
+  }
+  if (chunk.shape_size() != 1 ||
+      static_cast<uint64_t>(chunk.shape(0)) != expected_len) {
+    std::string got;
+    for (int64_t d : chunk.shape()) absl::StrAppend(&got, got.empty() ? "" : ",", d);
+    return absl::InvalidArgumentError(absl::StrCat(
+        where(), ": shape [", got, "] does not match [", expected_len, "]"));
+  }
+  if (chunk.data().size() != expected_len * sizeof(float)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where(), ": ", chunk.data().size(), " bytes for ",
+                     expected_len, " fp32 elements"));
+  }
+  if (require_finite) {
+    const char* p = chunk.data().data();
+    for (uint64_t i = 0; i < expected_len; ++i) {
+      float v;
+      std::memcpy(&v, p + i * sizeof(float), sizeof(float));
+      if (!std::isfinite(v)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where(), ": element ", i, " is not finite (", v, ")"));
+      }
+    }
+  }
+  std::memcpy(out, chunk.data().data(), expected_len * sizeof(float));
+  return absl::OkStatus();
+}
+
+}  // namespace pstrain

@@ -1,0 +1,402 @@
+#include "server/coordinator.h"
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/grpc_util.h"
+#include "common/logging.h"
+#include "common/model_spec.h"
+#include "common/sharding.h"
+#include "common/status_macros.h"
+
+namespace pstrain {
+
+using grpc::ServerContext;
+using grpc::Status;
+using grpc::StatusCode;
+
+absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
+    CoordinatorOptions options) {
+  const JobConfig& c = options.config;
+  PS_RETURN_IF_ERROR(ValidateJobConfig(c));
+  PS_ASSIGN_OR_RETURN(std::vector<pstrain::v1::TensorSpec> tensors,
+                      ModelParamSpecs(c.model));
+  const uint64_t chunk_elems = c.chunk_bytes > 0
+                                   ? c.chunk_bytes / sizeof(float)
+                                   : AutoChunkElems(tensors, c.servers);
+  pstrain::v1::JobSpec job;
+  job.set_job_name(c.name);
+  job.set_mode(c.mode);
+  job.set_staleness(c.staleness);
+  job.set_num_workers(c.workers);
+  job.set_num_servers(c.servers);
+  job.set_steps(c.steps);
+  *job.mutable_optimizer() = c.optimizer;
+  PS_ASSIGN_OR_RETURN(*job.mutable_shard_map(),
+                      BuildShardMap(tensors, c.servers, chunk_elems));
+  job.set_worker_config(JobConfigToYaml(c));
+  std::unique_ptr<CoordinatorService> svc(
+      new CoordinatorService(std::move(options), std::move(job)));
+  absl::MutexLock lock(&svc->mu_);
+  if (!svc->options_.metrics_csv.empty()) {
+    svc->csv_ = std::fopen(svc->options_.metrics_csv.c_str(), "w");
+    if (svc->csv_ == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot write metrics file ", svc->options_.metrics_csv));
+    }
+    std::fprintf(svc->csv_,
+                 "step,wall_s,loss,samples,samples_per_s,compute_s,pull_s,"
+                 "push_s,eval_accuracy,eval_loss\n");
+  }
+  return svc;
+}
+
+CoordinatorService::CoordinatorService(CoordinatorOptions options,
+                                       pstrain::v1::JobSpec job)
+    : options_(std::move(options)),
+      num_workers_(options_.config.workers),
+      job_(std::move(job)) {
+  server_addresses_.resize(options_.config.servers);
+  server_ready_.assign(options_.config.servers, false);
+  rank_taken_.assign(num_workers_, false);
+  worker_done_.assign(num_workers_, false);
+  bytes_pushed_.assign(num_workers_, 0);
+  bytes_pulled_.assign(num_workers_, 0);
+}
+
+CoordinatorService::~CoordinatorService() {
+  absl::MutexLock lock(&mu_);
+  if (csv_ != nullptr) std::fclose(csv_);
+}
+
+bool CoordinatorService::AllServersRegisteredLocked() const {
+  for (const auto& a : server_addresses_) {
+    if (a.empty()) return false;
+  }
+  return true;
+}
+
+bool CoordinatorService::AllServersReadyLocked() const {
+  for (bool r : server_ready_) {
+    if (!r) return false;
+  }
+  return true;
+}
+
+Status CoordinatorService::RegisterServer(
+    ServerContext* context, const pstrain::v1::RegisterServerRequest* request,
+    pstrain::v1::RegisterServerResponse* response) {
+  if (request->address().empty()) {
+    return Status(StatusCode::INVALID_ARGUMENT, "server address is empty");
+  }
+  absl::MutexLock lock(&mu_);
+  const int k = static_cast<int>(server_addresses_.size());
+  // A retry from the same address gets the same shard back.
+  for (int s = 0; s < k; ++s) {
+    if (server_addresses_[s] == request->address()) {
+      response->set_shard(s);
+      return Status::OK;
+    }
+  }
+  int shard = request->requested_shard();
+  if (shard >= k) {
+    return Status(StatusCode::INVALID_ARGUMENT,
+                  absl::StrCat("requested shard ", shard, " but the job has ",
+                               k, " servers"));
+  }
+  if (shard < 0) {
+    for (shard = 0; shard < k && !server_addresses_[shard].empty(); ++shard) {
+    }
+    if (shard == k) {
+      return Status(StatusCode::RESOURCE_EXHAUSTED,
+                    absl::StrCat("all ", k, " server shards are taken"));
+    }
+  } else if (!server_addresses_[shard].empty()) {
+    return Status(StatusCode::ALREADY_EXISTS,
+                  absl::StrCat("shard ", shard, " is already held by ",
+                               server_addresses_[shard]));
+  }
+  server_addresses_[shard] = request->address();
+  job_.mutable_shard_map()->clear_server_addresses();
+  for (const auto& a : server_addresses_) job_.mutable_shard_map()->add_server_addresses(a);
+  PS_LOG_INFO("server shard %d registered at %s", shard, request->address());
+  response->set_shard(shard);
+  return Status::OK;
+}
+
+Status CoordinatorService::GetJob(ServerContext* context,
+                                  const pstrain::v1::GetJobRequest* request,
+                                  pstrain::v1::JobSpec* response) {
+  absl::MutexLock lock(&mu_);
+  if (request->wait_for_servers() &&
+      !mu_.AwaitWithDeadline(
+          absl::Condition(this, &CoordinatorService::AllServersRegisteredLocked),
+          ServerDeadline(*context, options_.wait_cap))) {
+    return Status(StatusCode::DEADLINE_EXCEEDED,
+                  "not every server shard has registered yet");
+  }
+  *response = job_;
+  return Status::OK;
+}
+
+Status CoordinatorService::ServerReady(
+    ServerContext* context, const pstrain::v1::ServerReadyRequest* request,
+    pstrain::v1::ServerReadyResponse* response) {
+  absl::MutexLock lock(&mu_);
+  if (request->shard() >= server_ready_.size()) {
+    return Status(StatusCode::INVALID_ARGUMENT,
+                  absl::StrCat("unknown shard ", request->shard()));
+  }
+  server_ready_[request->shard()] = true;
+  if (AllServersReadyLocked()) PS_LOG_INFO("all %d server shards ready", server_ready_.size());
+  return Status::OK;
+}
+
+Status CoordinatorService::RegisterWorker(
+    ServerContext* context, const pstrain::v1::RegisterWorkerRequest* request,
+    pstrain::v1::RegisterWorkerResponse* response) {
+  absl::MutexLock lock(&mu_);
+  if (!mu_.AwaitWithDeadline(
+          absl::Condition(this, &CoordinatorService::AllServersReadyLocked),
+          ServerDeadline(*context, options_.wait_cap))) {
+    return Status(StatusCode::DEADLINE_EXCEEDED,
+                  "server shards are not ready yet");
+  }
+  int rank = request->requested_rank();
+  if (rank >= static_cast<int>(num_workers_)) {
+    return Status(StatusCode::INVALID_ARGUMENT,
+                  absl::StrCat("requested rank ", rank, " but the job has ",
+                               num_workers_, " workers"));
+  }
+  if (rank < 0) {
+    for (rank = 0; rank < static_cast<int>(num_workers_) && rank_taken_[rank]; ++rank) {
+    }
+    if (rank == static_cast<int>(num_workers_)) {
+      return Status(StatusCode::RESOURCE_EXHAUSTED,
+                    absl::StrCat("all ", num_workers_, " worker ranks are taken"));
+    }
+  } else if (rank_taken_[rank]) {
+    return Status(StatusCode::ALREADY_EXISTS,
+                  absl::StrCat("worker rank ", rank, " is already registered"));
+  }
+  rank_taken_[rank] = true;
+  if (std::count(rank_taken_.begin(), rank_taken_.end(), true) ==
+      static_cast<long>(num_workers_)) {
+    train_start_ = absl::Now();
+    PS_LOG_INFO("all %d workers registered; training starts", num_workers_);
+  }
+  response->set_rank(rank);
+  *response->mutable_job() = job_;
+  return Status::OK;
+}
+
+void CoordinatorService::EmitCompleteStepsLocked() {
+  const double start = absl::ToUnixNanos(train_start_) * 1e-9;
+  for (auto it = steps_.find(next_row_);
+       it != steps_.end() && it->second.reports == num_workers_;
+       it = steps_.find(++next_row_)) {
+    const StepAgg& a = it->second;
+    const double wall = std::max(0.0, a.end_unix_s - start);
+    const double loss = a.samples ? a.loss_sum / a.samples : 0.0;
+    outcome_.steps = it->first + 1;
+    outcome_.samples += a.samples;
+    outcome_.final_loss = loss;
+    outcome_.wall_s = wall;
+    std::string acc, eval_loss;
+    if (a.eval_total > 0) {
+      eval_loss = absl::StrFormat("%.6g", a.eval_loss_sum / a.eval_total);
+      if (options_.config.model.classifier || options_.config.model.type == "softmax") {
+        acc = absl::StrFormat("%.6f", static_cast<double>(a.eval_correct) / a.eval_total);
+      }
+    }
+    if (csv_ != nullptr) {
+      std::fprintf(csv_, "%llu,%.6f,%.8g,%llu,%.2f,%.6f,%.6f,%.6f,%s,%s\n",
+                   static_cast<unsigned long long>(it->first), wall, loss,
+                   static_cast<unsigned long long>(a.samples),
+                   wall > 0 ? outcome_.samples / wall : 0.0,
+                   a.compute_s / num_workers_, a.pull_s / num_workers_,
+                   a.push_s / num_workers_, acc, eval_loss);
+    }
+    const absl::Time now = absl::Now();
+    if (options_.progress &&
+        (now - last_progress_ > absl::Seconds(1) ||
+         it->first + 1 == static_cast<uint64_t>(options_.config.steps))) {
+      last_progress_ = now;
+      PS_LOG_INFO("step %d/%d  loss %.5f  %.0f samples/s  %.1fs%s", it->first + 1,
+                  options_.config.steps, loss,
+                  wall > 0 ? outcome_.samples / wall : 0.0, wall,
+                  acc.empty() ? "" : absl::StrCat("  eval acc ", acc));
+    }
+    steps_.erase(it);
+  }
+  if (csv_ != nullptr) std::fflush(csv_);
+}
+
+Status CoordinatorService::Report(ServerContext* context,
+                                  const pstrain::v1::ReportRequest* request,
+                                  pstrain::v1::ReportResponse* response) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& m : request->steps()) {
+    if (m.worker() >= num_workers_ || !rank_taken_[m.worker()]) {
+      return Status(StatusCode::NOT_FOUND,
+                    absl::StrCat("unknown worker ", m.worker()));
+    }
+  }
+  for (const auto& m : request->steps()) {
+    StepAgg& a = steps_[m.step()];
+    ++a.reports;
+    a.loss_sum += m.loss() * m.samples();
+    a.samples += m.samples();
+    a.compute_s += m.compute_s();
+    a.pull_s += m.pull_s();
+    a.push_s += m.push_s();
+    a.end_unix_s = std::max(a.end_unix_s, m.end_unix_s());
+    a.eval_correct += m.eval_correct();
+    a.eval_total += m.eval_total();
+    a.eval_loss_sum += m.eval_loss_sum();
+    // The final evaluation comes as a step == steps record.
+    if (m.step() == static_cast<uint64_t>(options_.config.steps) && m.eval_total() > 0) {
+      outcome_.has_accuracy = options_.config.model.classifier ||
+                              options_.config.model.type == "softmax";
+    }
+    bytes_pushed_[m.worker()] = request->bytes_pushed();
+    bytes_pulled_[m.worker()] = request->bytes_pulled();
+  }
+  // The final evaluation record (step == steps) is not a training row.
+  auto fin = steps_.find(options_.config.steps);
+  if (fin != steps_.end() && fin->second.reports == num_workers_) {
+    const StepAgg& a = fin->second;
+    outcome_.final_accuracy =
+        a.eval_total ? static_cast<double>(a.eval_correct) / a.eval_total : 0;
+    outcome_.final_eval_loss = a.eval_total ? a.eval_loss_sum / a.eval_total : 0;
+  }
+  EmitCompleteStepsLocked();
+  if (!request->error().empty()) {
+    outcome_.failed = true;
+    outcome_.message = request->error();
+    ended_ = true;
+    PS_LOG_ERROR("a worker failed: %s", request->error());
+  }
+  if (request->done() && !request->steps().empty()) {
+    worker_done_[request->steps(0).worker()] = true;
+    if (std::count(worker_done_.begin(), worker_done_.end(), true) ==
+        static_cast<long>(num_workers_)) {
+      ended_ = true;
+      PS_LOG_INFO("all %d workers finished", num_workers_);
+    }
+  }
+  response->set_stop(ended_);
+  return Status::OK;
+}
+
+Status CoordinatorService::JobStatus(ServerContext* context,
+                                     const pstrain::v1::JobStatusRequest* request,
+                                     pstrain::v1::JobStatusResponse* response) {
+  absl::MutexLock lock(&mu_);
+  response->set_finished(ended_);
+  response->set_failed(outcome_.failed);
+  response->set_message(outcome_.message);
+  return Status::OK;
+}
+
+bool CoordinatorService::WaitForEnd(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithDeadline(absl::Condition(&ended_), deadline);
+}
+
+void CoordinatorService::Fail(const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  if (!outcome_.failed) {
+    outcome_.failed = true;
+    outcome_.message = reason;
+  }
+  ended_ = true;
+}
+
+JobOutcome CoordinatorService::Outcome() const {
+  absl::MutexLock lock(&mu_);
+  JobOutcome o = outcome_;
+  for (uint64_t b : bytes_pushed_) o.bytes_pushed += b;
+  for (uint64_t b : bytes_pulled_) o.bytes_pulled += b;
+  return o;
+}
+
+std::vector<std::string> CoordinatorService::ServerAddresses() const {
+  absl::MutexLock lock(&mu_);
+  return server_addresses_;
+}
+
+namespace {
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += absl::StrFormat("\\u%04x", c);
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+}  // namespace
+
+absl::Status WriteSummaryJson(const std::string& path, const JobConfig& config,
+                              const JobOutcome& o,
+                              const std::vector<pstrain::v1::ShardStats>& stats) {
+  uint64_t st_max = 0, pushes = 0;
+  double st_sum = 0, barrier = 0;
+  std::vector<uint64_t> hist;
+  for (const auto& s : stats) {
+    st_max = std::max(st_max, s.staleness_max());
+    st_sum += s.staleness_mean() * s.pushes();
+    pushes += s.pushes();
+    barrier += s.barrier_wait_s();
+    if (hist.size() < static_cast<size_t>(s.staleness_histogram_size())) {
+      hist.resize(s.staleness_histogram_size());
+    }
+    for (int i = 0; i < s.staleness_histogram_size(); ++i) hist[i] += s.staleness_histogram(i);
+  }
+  const bool sync = config.mode == pstrain::v1::MODE_SYNC;
+  std::string json = absl::StrCat(
+      "{\n",
+      "  \"job\": ", JsonString(config.name), ",\n",
+      absl::StrFormat("  \"mode\": \"%s\",\n", sync ? "sync" : "async"),
+      "  \"staleness\": ",
+      sync ? "0" : (config.staleness < 0 ? "\"inf\"" : absl::StrCat(config.staleness)),
+      ",\n", absl::StrFormat("  \"workers\": %d,\n", config.workers),
+      absl::StrFormat("  \"servers\": %d,\n", config.servers),
+      absl::StrFormat("  \"steps\": %d,\n", o.steps),
+      absl::StrFormat("  \"local_batch\": %d,\n", config.local_batch),
+      absl::StrFormat("  \"global_batch\": %d,\n",
+                      config.local_batch * config.workers * config.grad_accum_steps),
+      absl::StrFormat("  \"wall_s\": %.4f,\n", o.wall_s),
+      absl::StrFormat("  \"samples\": %d,\n", o.samples),
+      absl::StrFormat("  \"samples_per_s\": %.2f,\n", o.wall_s > 0 ? o.samples / o.wall_s : 0.0),
+      absl::StrFormat("  \"final_loss\": %.8g,\n", o.final_loss),
+      absl::StrFormat("  \"final_eval_loss\": %.8g,\n", o.final_eval_loss),
+      "  \"final_accuracy\": ",
+      o.has_accuracy ? absl::StrFormat("%.6f", o.final_accuracy) : "null", ",\n",
+      absl::StrFormat("  \"bytes_pushed\": %d,\n", o.bytes_pushed),
+      absl::StrFormat("  \"bytes_pulled\": %d,\n", o.bytes_pulled),
+      absl::StrFormat("  \"staleness_max\": %d,\n", st_max),
+      absl::StrFormat("  \"staleness_mean\": %.4f,\n", pushes ? st_sum / pushes : 0.0),
+      "  \"staleness_histogram\": [", absl::StrJoin(hist, ", "), "],\n",
+      absl::StrFormat("  \"barrier_wait_s\": %.4f,\n", barrier),
+      absl::StrFormat("  \"failed\": %s,\n", o.failed ? "true" : "false"),
+      "  \"message\": ", JsonString(o.message), "\n}\n");
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot write ", path));
+  }
+  std::fputs(json.c_str(), f);
+  std::fclose(f);
+  return absl::OkStatus();
+}
+
+}  // namespace pstrain

@@ -1,0 +1,203 @@
+// ps_coordinator: registers servers and workers, publishes the shard map,
+// aggregates metrics and ends the job. See README "Running as services".
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_util.h"
+#include "common/job_config.h"
+#include "common/logging.h"
+#include "common/signals.h"
+#include "server/coordinator.h"
+
+ABSL_FLAG(std::string, config, "", "job YAML file (defaults when empty)");
+ABSL_FLAG(std::string, bind, "127.0.0.1", "address to listen on");
+ABSL_FLAG(int, port, 0, "port to listen on; 0 picks a free one");
+ABSL_FLAG(std::string, port_file, "", "write the bound port to this file");
+ABSL_FLAG(std::string, out, "", "directory for metrics.csv and summary.json");
+ABSL_FLAG(std::string, mode, "", "override training.mode: sync | async");
+ABSL_FLAG(std::string, staleness, "", "override training.staleness: N | inf");
+ABSL_FLAG(int, workers, 0, "override job.workers");
+ABSL_FLAG(int, servers, 0, "override job.servers");
+ABSL_FLAG(int64_t, steps, 0, "override training.steps");
+ABSL_FLAG(bool, quiet, false, "no per-second progress lines");
+
+namespace pstrain {
+namespace {
+
+absl::StatusOr<JobConfig> ConfigFromFlags() {
+  JobConfig config = DefaultJobConfig();
+  if (!absl::GetFlag(FLAGS_config).empty()) {
+    auto loaded = LoadJobConfig(absl::GetFlag(FLAGS_config));
+    if (!loaded.ok()) {
+      return absl::Status(loaded.status().code(),
+                          absl::StrCat("--config: ", loaded.status().message()));
+    }
+    config = *loaded;
+  }
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (mode == "sync") {
+    config.mode = pstrain::v1::MODE_SYNC;
+  } else if (mode == "async") {
+    config.mode = pstrain::v1::MODE_ASYNC;
+  } else if (!mode.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mode: expected sync or async, got '", mode, "'"));
+  }
+  const std::string st = absl::GetFlag(FLAGS_staleness);
+  if (st == "inf") {
+    config.staleness = -1;
+  } else if (!st.empty()) {
+    int64_t s;
+    if (!absl::SimpleAtoi(st, &s) || s < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--staleness: expected a non-negative integer or inf, got '", st, "'"));
+    }
+    config.staleness = s;
+  }
+  if (absl::GetFlag(FLAGS_workers) < 0 || absl::GetFlag(FLAGS_servers) < 0 ||
+      absl::GetFlag(FLAGS_steps) < 0) {
+    return absl::InvalidArgumentError("--workers, --servers and --steps must be >= 1");
+  }
+  if (absl::GetFlag(FLAGS_workers) > 0) config.workers = absl::GetFlag(FLAGS_workers);
+  if (absl::GetFlag(FLAGS_servers) > 0) config.servers = absl::GetFlag(FLAGS_servers);
+  if (absl::GetFlag(FLAGS_steps) > 0) config.steps = absl::GetFlag(FLAGS_steps);
+  FinalizeJobConfig(&config);
+  absl::Status valid = ValidateJobConfig(config);
+  if (!valid.ok()) return valid;
+  return config;
+}
+
+std::vector<pstrain::v1::ShardStats> CollectStatsAndShutdown(
+    const std::vector<std::string>& addresses, absl::Duration timeout,
+    const std::string& reason) {
+  std::vector<pstrain::v1::ShardStats> stats;
+  for (const std::string& address : addresses) {
+    if (address.empty()) continue;
+    auto stub = pstrain::v1::ParameterServer::NewStub(MakeChannel(address));
+    {
+      grpc::ClientContext ctx;
+      SetTimeout(&ctx, timeout);
+      pstrain::v1::ShardStats s;
+      grpc::Status st = stub->GetStats(&ctx, {}, &s);
+      if (st.ok()) {
+        stats.push_back(s);
+      } else {
+        PS_LOG_WARN("no statistics from %s: %s", address, st.error_message());
+      }
+    }
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, timeout);
+    pstrain::v1::ShutdownRequest req;
+    req.set_reason(reason);
+    pstrain::v1::ShutdownResponse resp;
+    grpc::Status st = stub->Shutdown(&ctx, req, &resp);
+    if (!st.ok()) PS_LOG_WARN("shutdown of %s: %s", address, st.error_message());
+  }
+  return stats;
+}
+
+int Main() {
+  SetLogRole("coordinator");
+  absl::StatusOr<JobConfig> config = ConfigFromFlags();
+  if (!config.ok()) {
+    std::fprintf(stderr, "ps_coordinator: %s\n",
+                 std::string(config.status().message()).c_str());
+    return 2;
+  }
+  const std::string out = absl::GetFlag(FLAGS_out);
+  CoordinatorOptions options;
+  options.config = *config;
+  options.progress = !absl::GetFlag(FLAGS_quiet);
+  if (!out.empty()) options.metrics_csv = out + "/metrics.csv";
+  auto service = CoordinatorService::Create(options);
+  if (!service.ok()) {
+    std::fprintf(stderr, "ps_coordinator: %s\n",
+                 std::string(service.status().message()).c_str());
+    return 2;
+  }
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(
+      absl::StrCat(absl::GetFlag(FLAGS_bind), ":", absl::GetFlag(FLAGS_port)),
+      grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
+  builder.RegisterService(service->get());
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    PS_LOG_ERROR("cannot listen on %s:%d", absl::GetFlag(FLAGS_bind),
+                 absl::GetFlag(FLAGS_port));
+    return 1;
+  }
+  if (!absl::GetFlag(FLAGS_port_file).empty()) {
+    std::string tmp = absl::GetFlag(FLAGS_port_file) + ".tmp";
+    std::ofstream(tmp) << port << "\n";
+    std::rename(tmp.c_str(), absl::GetFlag(FLAGS_port_file).c_str());
+  }
+  PS_LOG_INFO("job '%s': %s, %d workers, %d servers, %d steps; listening on %s:%d",
+              config->name,
+              config->mode == pstrain::v1::MODE_SYNC
+                  ? "sync"
+                  : (config->staleness < 0 ? std::string("async staleness inf")
+                                           : absl::StrCat("async staleness ",
+                                                          config->staleness)),
+              config->workers, config->servers, config->steps,
+              absl::GetFlag(FLAGS_bind), port);
+  PS_LOG_INFO("global batch %d = local batch %d x %d workers x %d accumulation steps",
+              config->local_batch * config->workers * config->grad_accum_steps,
+              config->local_batch, config->workers, config->grad_accum_steps);
+
+  InstallStopSignalHandlers();
+  while (!(*service)->WaitForEnd(absl::Now() + absl::Milliseconds(200))) {
+    if (StopRequested()) {
+      (*service)->Fail("coordinator stopped by signal");
+      break;
+    }
+  }
+  JobOutcome outcome = (*service)->Outcome();
+  const absl::Duration timeout = absl::Seconds(config->rpc_timeout_s);
+  std::vector<pstrain::v1::ShardStats> stats = CollectStatsAndShutdown(
+      (*service)->ServerAddresses(), timeout,
+      outcome.failed ? "job failed" : "job finished");
+  // Let workers' final reports get their answers before the port closes.
+  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  if (!out.empty()) {
+    absl::Status st = WriteSummaryJson(out + "/summary.json", *config, outcome, stats);
+    if (!st.ok()) PS_LOG_ERROR("%s", st.message());
+  }
+  if (outcome.failed) {
+    PS_LOG_ERROR("job failed: %s", outcome.message);
+    return 1;
+  }
+  PS_LOG_INFO("job finished: %d steps in %.2fs, final loss %.5f%s", outcome.steps,
+              outcome.wall_s, outcome.final_loss,
+              outcome.has_accuracy
+                  ? absl::StrFormat(", test accuracy %.4f", outcome.final_accuracy)
+                  : "");
+  return 0;
+}
+
+}  // namespace
+}  // namespace pstrain
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "pstrain coordinator: registers servers and workers, publishes the shard "
+      "map, aggregates metrics.\nUsage: ps_coordinator [--config job.yaml] "
+      "[--port N] [--out DIR] [overrides]");
+  absl::ParseCommandLine(argc, argv);
+  return pstrain::Main();
+}

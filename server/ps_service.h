@@ -1,0 +1,64 @@
+// gRPC face of a parameter-server shard: stream framing, byte accounting and
+// the absl -> gRPC status mapping. The logic lives in Shard.
+#ifndef PSTRAIN_SERVER_PS_SERVICE_H_
+#define PSTRAIN_SERVER_PS_SERVICE_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/pstrain.grpc.pb.h"
+#include "server/shard.h"
+
+namespace pstrain {
+
+struct PsServiceOptions {
+  absl::Duration barrier_timeout = absl::Minutes(5);  // longest blocked pull
+};
+
+// Thread-safe. Until SetShard() is called every RPC fails with UNAVAILABLE
+// ("shard not initialised"), so the server can listen (and report health)
+// before the job's shard map is known.
+class ParameterServerService final
+    : public pstrain::v1::ParameterServer::Service {
+ public:
+  explicit ParameterServerService(PsServiceOptions options)
+      : options_(options) {}
+
+  void SetShard(std::shared_ptr<Shard> shard);
+  // Runs once, on the first Shutdown RPC (from the coordinator at job end).
+  void SetShutdownCallback(std::function<void(const std::string&)> callback);
+
+  uint64_t bytes_in() const { return bytes_in_.load(); }
+  uint64_t bytes_out() const { return bytes_out_.load(); }
+
+  grpc::Status Push(grpc::ServerContext* context,
+                    grpc::ServerReader<pstrain::v1::PushRequest>* reader,
+                    pstrain::v1::PushResponse* response) override;
+  grpc::Status Pull(grpc::ServerContext* context,
+                    const pstrain::v1::PullRequest* request,
+                    grpc::ServerWriter<pstrain::v1::PullResponse>* writer) override;
+  grpc::Status GetStats(grpc::ServerContext* context,
+                        const pstrain::v1::ShardStatsRequest* request,
+                        pstrain::v1::ShardStats* response) override;
+  grpc::Status Shutdown(grpc::ServerContext* context,
+                        const pstrain::v1::ShutdownRequest* request,
+                        pstrain::v1::ShutdownResponse* response) override;
+
+ private:
+  std::shared_ptr<Shard> shard() const;
+
+  const PsServiceOptions options_;
+  mutable absl::Mutex mu_;
+  std::shared_ptr<Shard> shard_ ABSL_GUARDED_BY(mu_);
+  std::function<void(const std::string&)> on_shutdown_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t> bytes_in_{0};
+  std::atomic<uint64_t> bytes_out_{0};
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_SERVER_PS_SERVICE_H_

@@ -1,0 +1,111 @@
+// Worker-side client of the parameter-server shards: pulls and pushes a
+// whole model, every shard in parallel, as small asynchronous operations
+// (start, then Wait), in the spirit of ps-lite's KVWorker.
+//
+// Tensors are addressed in ShardMap.tensors() order: `TensorList[i]` holds
+// the flat fp32 values of tensor i.
+#ifndef PSTRAIN_WORKER_PS_CLIENT_H_
+#define PSTRAIN_WORKER_PS_CLIENT_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/pstrain.grpc.pb.h"
+
+namespace pstrain {
+
+using TensorList = std::vector<std::vector<float>>;
+
+struct PsClientOptions {
+  absl::Duration rpc_timeout = absl::Seconds(30);
+  // A pull may wait this long on a barrier (on top of rpc_timeout).
+  absl::Duration barrier_timeout = absl::Minutes(5);
+};
+
+// What a pull read from one shard; stamps the next push to that shard.
+struct ShardRead {
+  uint64_t version = 0;
+  uint64_t min_clock = 0;
+};
+
+// One in-flight pull or push over all shards. Wait() joins it and returns the
+// first error (prefixed with the shard); it must be called before the
+// operation is destroyed or its buffers are touched. Not thread-safe.
+class PsOp {
+ public:
+  ~PsOp();
+  absl::Status Wait();
+  // Valid after a successful Wait() of a pull.
+  const std::vector<ShardRead>& reads() const { return reads_; }
+
+ private:
+  friend class PsClient;
+  PsOp() = default;
+  std::vector<std::thread> threads_;
+  std::vector<absl::Status> statuses_;
+  std::vector<ShardRead> reads_;
+  bool joined_ = false;
+};
+
+// Thread-safe for concurrent operations as long as their buffers differ.
+// Channels are shared and must outlive nothing beyond this object.
+class PsClient {
+ public:
+  // `channels[i]` reaches shard i. Validates the map (every chunk inside its
+  // tensor, shard ids below channels.size()).
+  static absl::StatusOr<std::unique_ptr<PsClient>> Create(
+      const pstrain::v1::ShardMap& map,
+      std::vector<std::shared_ptr<grpc::Channel>> channels,
+      PsClientOptions options);
+
+  const pstrain::v1::ShardMap& shard_map() const { return map_; }
+  int num_shards() const { return static_cast<int>(stubs_.size()); }
+
+  // Resizes *params to the model and fills it from every shard. `params`
+  // must stay alive and untouched until Wait() returns.
+  std::unique_ptr<PsOp> StartPull(uint32_t worker, uint64_t clock,
+                                  TensorList* params);
+
+  // Sends `grads` (shaped like the model) for `clock`, stamped with the reads
+  // of the pull it was computed from. `grads` must outlive Wait().
+  std::unique_ptr<PsOp> StartPush(uint32_t worker, uint64_t clock,
+                                  uint64_t num_samples, const TensorList& grads,
+                                  const std::vector<ShardRead>& reads);
+
+  uint64_t bytes_pushed() const { return bytes_pushed_.load(); }
+  uint64_t bytes_pulled() const { return bytes_pulled_.load(); }
+
+ private:
+  PsClient(pstrain::v1::ShardMap map, PsClientOptions options)
+      : map_(std::move(map)), options_(options) {}
+
+  absl::Status PullShard(int shard, uint32_t worker, uint64_t clock,
+                         TensorList* params, ShardRead* read);
+  absl::Status PushShard(int shard, uint32_t worker, uint64_t clock,
+                         uint64_t num_samples, const TensorList& grads,
+                         const ShardRead& read);
+
+  const pstrain::v1::ShardMap map_;
+  const PsClientOptions options_;
+  std::vector<std::unique_ptr<pstrain::v1::ParameterServer::Stub>> stubs_;
+  std::vector<std::vector<int>> shard_chunks_;  // shard -> indices into chunks
+  std::vector<uint64_t> tensor_sizes_;
+  absl::flat_hash_map<std::string, int> tensor_index_;
+  absl::flat_hash_map<std::pair<std::string, uint32_t>, int> chunk_index_;
+  std::atomic<uint64_t> bytes_pushed_{0};
+  std::atomic<uint64_t> bytes_pulled_{0};
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_WORKER_PS_CLIENT_H_

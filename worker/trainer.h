@@ -1,0 +1,56 @@
+// The worker's training loop, independent of how it was started: pull the
+// weights for clock t, compute the gradient of the local slice (with
+// gradient accumulation), push it, report; at the end pull the final weights
+// and evaluate this rank's slice of the test set.
+#ifndef PSTRAIN_WORKER_TRAINER_H_
+#define PSTRAIN_WORKER_TRAINER_H_
+
+#include <functional>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "common/job_config.h"
+#include "proto/pstrain.pb.h"
+#include "worker/data.h"
+#include "worker/model.h"
+#include "worker/ps_client.h"
+
+namespace pstrain {
+
+struct TrainerOptions {
+  uint32_t rank = 0;
+  JobConfig config;  // workers, steps, local_batch, grad_accum_steps, eval
+};
+
+// Receives one record per step (step = 0..steps-1) and a final evaluation
+// record with step == steps. Returning an error stops training.
+using StepCallback = std::function<absl::Status(const pstrain::v1::StepMetrics&)>;
+
+class Trainer {
+ public:
+  // Borrows `client`, `model` and `data`; they must outlive the trainer.
+  Trainer(TrainerOptions options, PsClient* client, Model* model,
+          DataSource* data)
+      : options_(std::move(options)), client_(client), model_(model), data_(data) {}
+
+  // Runs the whole job for this rank. `should_stop` (may be null) is polled
+  // between steps: when it returns true the loop ends early with CANCELLED.
+  absl::Status Run(const StepCallback& on_step,
+                   const std::function<bool()>& should_stop);
+
+  // Weights after the final pull (valid after Run succeeds).
+  const TensorList& final_params() const { return params_; }
+
+ private:
+  absl::Status Evaluate(pstrain::v1::StepMetrics* m);
+
+  const TrainerOptions options_;
+  PsClient* const client_;
+  Model* const model_;
+  DataSource* const data_;
+  TensorList params_;
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_WORKER_TRAINER_H_
