@@ -158,4 +158,8 @@ void InitialValues(const TensorSpec& spec, uint64_t offset, uint64_t length,
   }
 }
 
+bool IsClassifier(const ModelConfig& config) {
+  return config.type != "scalar" && config.num_classes >= 2;
+}
+
 }  // namespace pstrain

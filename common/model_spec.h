@@ -27,6 +27,10 @@ namespace pstrain {
 absl::StatusOr<std::vector<pstrain::v1::TensorSpec>> ModelParamSpecs(
     const ModelConfig& config);
 
+// True when the model's outputs are class scores (accuracy is meaningful):
+// every type but "scalar" with num_classes >= 2 (Model::is_classifier()).
+bool IsClassifier(const ModelConfig& config);
+
 // Number of elements of a tensor (product of its shape; 1 for shape []).
 int64_t NumElements(const pstrain::v1::TensorSpec& spec);
 

@@ -18,9 +18,7 @@ using grpc::ServerContext;
 using grpc::Status;
 using grpc::StatusCode;
 
-absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
-    CoordinatorOptions options) {
-  const JobConfig& c = options.config;
+absl::StatusOr<pstrain::v1::JobSpec> MakeJobSpec(const JobConfig& c) {
   PS_RETURN_IF_ERROR(ValidateJobConfig(c));
   PS_ASSIGN_OR_RETURN(std::vector<pstrain::v1::TensorSpec> tensors,
                       ModelParamSpecs(c.model));
@@ -38,6 +36,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
   PS_ASSIGN_OR_RETURN(*job.mutable_shard_map(),
                       BuildShardMap(tensors, c.servers, chunk_elems));
   job.set_worker_config(JobConfigToYaml(c));
+  return job;
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
+    CoordinatorOptions options) {
+  PS_ASSIGN_OR_RETURN(pstrain::v1::JobSpec job, MakeJobSpec(options.config));
   std::unique_ptr<CoordinatorService> svc(
       new CoordinatorService(std::move(options), std::move(job)));
   absl::MutexLock lock(&svc->mu_);
@@ -195,35 +199,38 @@ Status CoordinatorService::RegisterWorker(
 
 void CoordinatorService::EmitCompleteStepsLocked() {
   const double start = absl::ToUnixNanos(train_start_) * 1e-9;
+  const uint64_t total_steps = options_.config.steps;
   for (auto it = steps_.find(next_row_);
        it != steps_.end() && it->second.reports == num_workers_;
        it = steps_.find(++next_row_)) {
     const StepAgg& a = it->second;
+    // Record `total_steps` is the final evaluation, not a training step.
+    const bool final_eval = it->first == total_steps;
     const double wall = std::max(0.0, a.end_unix_s - start);
     const double loss = a.samples ? a.loss_sum / a.samples : 0.0;
-    outcome_.steps = it->first + 1;
-    outcome_.samples += a.samples;
-    outcome_.final_loss = loss;
-    outcome_.wall_s = wall;
+    if (!final_eval) {
+      outcome_.steps = it->first + 1;
+      outcome_.samples += a.samples;
+      outcome_.final_loss = loss;
+      outcome_.wall_s = wall;
+    }
     std::string acc, eval_loss;
     if (a.eval_total > 0) {
       eval_loss = absl::StrFormat("%.6g", a.eval_loss_sum / a.eval_total);
-      if (options_.config.model.classifier || options_.config.model.type == "softmax") {
+      if (IsClassifier(options_.config.model)) {
         acc = absl::StrFormat("%.6f", static_cast<double>(a.eval_correct) / a.eval_total);
       }
     }
     if (csv_ != nullptr) {
-      std::fprintf(csv_, "%llu,%.6f,%.8g,%llu,%.2f,%.6f,%.6f,%.6f,%s,%s\n",
-                   static_cast<unsigned long long>(it->first), wall, loss,
-                   static_cast<unsigned long long>(a.samples),
-                   wall > 0 ? outcome_.samples / wall : 0.0,
-                   a.compute_s / num_workers_, a.pull_s / num_workers_,
-                   a.push_s / num_workers_, acc, eval_loss);
+      absl::FPrintF(csv_, "%d,%.6f,%s,%d,%.2f,%.6f,%.6f,%.6f,%s,%s\n", it->first,
+                    wall, final_eval ? "" : absl::StrFormat("%.8g", loss), a.samples,
+                    wall > 0 ? outcome_.samples / wall : 0.0,
+                    a.compute_s / num_workers_, a.pull_s / num_workers_,
+                    a.push_s / num_workers_, acc, eval_loss);
     }
     const absl::Time now = absl::Now();
-    if (options_.progress &&
-        (now - last_progress_ > absl::Seconds(1) ||
-         it->first + 1 == static_cast<uint64_t>(options_.config.steps))) {
+    if (options_.progress && !final_eval &&
+        (now - last_progress_ > absl::Seconds(1) || it->first + 1 == total_steps)) {
       last_progress_ = now;
       PS_LOG_INFO("step %d/%d  loss %.5f  %.0f samples/s  %.1fs%s", it->first + 1,
                   options_.config.steps, loss,
@@ -259,8 +266,7 @@ Status CoordinatorService::Report(ServerContext* context,
     a.eval_loss_sum += m.eval_loss_sum();
     // The final evaluation comes as a step == steps record.
     if (m.step() == static_cast<uint64_t>(options_.config.steps) && m.eval_total() > 0) {
-      outcome_.has_accuracy = options_.config.model.classifier ||
-                              options_.config.model.type == "softmax";
+      outcome_.has_accuracy = IsClassifier(options_.config.model);
     }
     bytes_pushed_[m.worker()] = request->bytes_pushed();
     bytes_pulled_[m.worker()] = request->bytes_pulled();

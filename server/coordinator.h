@@ -116,6 +116,10 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   FILE* csv_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
+// The JobSpec the coordinator publishes for `config` (tensors from the model,
+// shard map over config.servers with no addresses yet, worker config YAML).
+absl::StatusOr<pstrain::v1::JobSpec> MakeJobSpec(const JobConfig& config);
+
 // Writes summary.json for `outcome` and the servers' statistics.
 absl::Status WriteSummaryJson(const std::string& path, const JobConfig& config,
                               const JobOutcome& outcome,

@@ -31,6 +31,9 @@ ABSL_FLAG(int, workers, 0, "override job.workers");
 ABSL_FLAG(int, servers, 0, "override job.servers");
 ABSL_FLAG(int64_t, steps, 0, "override training.steps");
 ABSL_FLAG(bool, quiet, false, "no per-second progress lines");
+ABSL_FLAG(bool, dry_run, false,
+          "validate the config, print the effective job (first line: "
+          "'workers=N servers=K') and exit");
 
 namespace pstrain {
 namespace {
@@ -114,6 +117,11 @@ int Main() {
     std::fprintf(stderr, "ps_coordinator: %s\n",
                  std::string(config.status().message()).c_str());
     return 2;
+  }
+  if (absl::GetFlag(FLAGS_dry_run)) {
+    std::printf("workers=%d servers=%d\n%s", config->workers, config->servers,
+                JobConfigToYaml(*config).c_str());
+    return 0;
   }
   const std::string out = absl::GetFlag(FLAGS_out);
   CoordinatorOptions options;

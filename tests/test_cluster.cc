@@ -1,0 +1,70 @@
+#include "tests/test_cluster.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_util.h"
+#include "common/status_macros.h"
+#include "server/coordinator.h"
+
+namespace pstrain {
+
+absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(const JobConfig& config) {
+  PS_ASSIGN_OR_RETURN(pstrain::v1::JobSpec job, MakeJobSpec(config));
+  return Start(std::move(job));
+}
+
+absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(pstrain::v1::JobSpec job) {
+  std::unique_ptr<TestCluster> c(new TestCluster);
+  job.mutable_shard_map()->clear_server_addresses();
+  const int k = std::max<int>(job.num_servers(), 1);
+  std::vector<std::string> addresses;
+  for (int i = 0; i < k; ++i) {
+    auto service = std::make_unique<ParameterServerService>(PsServiceOptions{});
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+    builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
+    builder.RegisterService(service.get());
+    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+    if (server == nullptr || port == 0) {
+      return absl::UnavailableError("cannot listen on 127.0.0.1");
+    }
+    addresses.push_back(absl::StrCat("127.0.0.1:", port));
+    c->services_.push_back(std::move(service));
+    c->servers_.push_back(std::move(server));
+  }
+  for (const auto& a : addresses) job.mutable_shard_map()->add_server_addresses(a);
+  for (int i = 0; i < k; ++i) {
+    ShardOptions options;
+    options.shard_id = i;
+    options.job = job;
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<Shard> shard, Shard::Create(options));
+    c->shards_.push_back(std::shared_ptr<Shard>(std::move(shard)));
+    c->services_[i]->SetShard(c->shards_[i]);
+  }
+  c->job_ = std::move(job);
+  return c;
+}
+
+TestCluster::~TestCluster() {
+  for (auto& s : shards_) s->Close();
+  for (auto& s : servers_) s->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+}
+
+std::shared_ptr<grpc::Channel> TestCluster::Channel(int i) const {
+  return MakeChannel(address(i));
+}
+
+std::unique_ptr<pstrain::v1::ParameterServer::Stub> TestCluster::Stub(int i) const {
+  return pstrain::v1::ParameterServer::NewStub(Channel(i));
+}
+
+absl::StatusOr<std::unique_ptr<PsClient>> TestCluster::NewClient(
+    PsClientOptions options) const {
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (int i = 0; i < num_shards(); ++i) channels.push_back(Channel(i));
+  return PsClient::Create(job_.shard_map(), std::move(channels), options);
+}
+
+}  // namespace pstrain
