@@ -1,0 +1,258 @@
+// Bad pushes and pulls over real gRPC get a precise status and change
+// nothing: weights, version and push count stay exactly as they were.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "common/tensor_codec.h"
+#include "tests/test_cluster.h"
+
+namespace pstrain {
+namespace {
+
+using grpc::StatusCode;
+
+// Tensor "w" of 10 elements in chunks of 4 (4, 4, 2) and tensor "b" of 4, over
+// two shards; async SGD so a valid push applies at once.
+v1::JobSpec Job() {
+  v1::JobSpec job;
+  job.set_mode(v1::MODE_ASYNC);
+  job.set_staleness(-1);
+  job.set_num_workers(2);
+  job.set_num_servers(2);
+  job.mutable_optimizer()->set_kind(v1::OptimizerConfig::SGD);
+  job.mutable_optimizer()->set_base_lr(1.0);
+  auto* map = job.mutable_shard_map();
+  map->set_chunk_elems(4);
+  for (auto [name, n] : {std::pair<const char*, int>{"w", 10}, {"b", 4}}) {
+    auto* t = map->add_tensors();
+    t->set_name(name);
+    t->add_shape(n);
+    t->set_dtype(v1::DTYPE_F32);
+    t->mutable_init()->set_kind(v1::InitRule::UNIFORM);
+    t->mutable_init()->set_scale(1.0f);
+    t->mutable_init()->set_seed(3);
+  }
+  // w/0, w/1 on shard 0; w/2 and b/0 on shard 1.
+  auto chunk = [&](const char* t, int i, int off, int len, int shard) {
+    auto* c = map->add_chunks();
+    c->set_tensor(t);
+    c->set_index(i);
+    c->set_offset(off);
+    c->set_length(len);
+    c->set_shard(shard);
+  };
+  chunk("w", 0, 0, 4, 0);
+  chunk("w", 1, 4, 4, 0);
+  chunk("w", 2, 8, 2, 1);
+  chunk("b", 0, 0, 4, 1);
+  return job;
+}
+
+class BadInputTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto c = TestCluster::Start(Job());
+    ASSERT_TRUE(c.ok()) << c.status();
+    cluster_ = std::move(*c);
+    stub_ = cluster_->Stub(0);
+    before_ = Snapshot();
+  }
+
+  struct State {
+    std::vector<float> values;
+    uint64_t version = 0;
+    uint64_t pushes = 0;
+  };
+
+  // Pull (worker 0, clock 0) of shard 0 through gRPC, plus its statistics.
+  State Snapshot() {
+    State s;
+    grpc::ClientContext ctx;
+    v1::PullRequest req;
+    req.set_worker(0);
+    req.set_clock(0);
+    auto reader = stub_->Pull(&ctx, req);
+    v1::PullResponse msg;
+    while (reader->Read(&msg)) {
+      for (const auto& c : msg.chunks()) {
+        const size_t n = c.data().size() / sizeof(float);
+        const size_t at = s.values.size();
+        s.values.resize(at + n);
+        std::memcpy(s.values.data() + at, c.data().data(), c.data().size());
+      }
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+    auto stats = cluster_->shard(0)->Stats();
+    s.version = stats.version();
+    s.pushes = stats.pushes();
+    return s;
+  }
+
+  static v1::ChunkData Chunk(const std::string& tensor, uint32_t index, int n,
+                             float value = 0.5f) {
+    std::vector<float> v(n, value);
+    v1::ChunkData c;
+    EncodeChunk(tensor, index, v.data(), n, &c);
+    return c;
+  }
+
+  static v1::PushHeader Header(uint32_t worker = 0, uint64_t clock = 0) {
+    v1::PushHeader h;
+    h.set_worker(worker);
+    h.set_clock(clock);
+    h.set_num_samples(8);
+    return h;
+  }
+
+  // A valid push to shard 0 for worker 0 at clock 0.
+  static std::vector<v1::ChunkData> ValidChunks() {
+    return {Chunk("w", 0, 4), Chunk("w", 1, 4)};
+  }
+
+  grpc::Status Push(const v1::PushHeader* header,
+                    const std::vector<v1::ChunkData>& chunks) {
+    grpc::ClientContext ctx;
+    v1::PushResponse resp;
+    auto writer = stub_->Push(&ctx, &resp);
+    v1::PushRequest msg;
+    if (header != nullptr) *msg.mutable_header() = *header;
+    for (const auto& c : chunks) *msg.add_chunks() = c;
+    writer->Write(msg);
+    writer->WritesDone();
+    return writer->Finish();
+  }
+
+  void ExpectRejected(const grpc::Status& s, StatusCode code, const std::string& words) {
+    EXPECT_EQ(s.error_code(), code) << s.error_message();
+    EXPECT_NE(s.error_message().find(words), std::string::npos)
+        << "message '" << s.error_message() << "' lacks '" << words << "'";
+    State after = Snapshot();
+    EXPECT_EQ(after.version, before_.version);
+    EXPECT_EQ(after.pushes, before_.pushes);
+    ASSERT_EQ(after.values.size(), before_.values.size());
+    EXPECT_EQ(0, std::memcmp(after.values.data(), before_.values.data(),
+                             after.values.size() * sizeof(float)))
+        << "weights changed";
+  }
+
+  std::unique_ptr<TestCluster> cluster_;
+  std::unique_ptr<v1::ParameterServer::Stub> stub_;
+  State before_;
+};
+
+TEST_F(BadInputTest, WrongShape) {
+  auto chunks = ValidChunks();
+  chunks[1] = Chunk("w", 1, 3);
+  auto h = Header();
+  ExpectRejected(Push(&h, chunks), StatusCode::INVALID_ARGUMENT, "shape [3]");
+}
+
+TEST_F(BadInputTest, ShapeAndBytesDisagree) {
+  auto chunks = ValidChunks();
+  chunks[0].mutable_data()->resize(3 * sizeof(float));
+  auto h = Header();
+  ExpectRejected(Push(&h, chunks), StatusCode::INVALID_ARGUMENT, "12 bytes");
+}
+
+TEST_F(BadInputTest, WrongDtype) {
+  auto chunks = ValidChunks();
+  chunks[0].set_dtype(v1::DTYPE_BF16);
+  auto h = Header();
+  ExpectRejected(Push(&h, chunks), StatusCode::INVALID_ARGUMENT, "DTYPE_BF16");
+}
+
+TEST_F(BadInputTest, UnknownTensor) {
+  auto chunks = ValidChunks();
+  chunks.push_back(Chunk("nope", 0, 4));
+  auto h = Header();
+  ExpectRejected(Push(&h, chunks), StatusCode::NOT_FOUND, "unknown tensor 'nope'");
+}
+
+TEST_F(BadInputTest, NaNAndInf) {
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(),
+                    std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()}) {
+    auto chunks = ValidChunks();
+    std::vector<float> v = {0.1f, 0.2f, bad, 0.3f};
+    EncodeChunk("w", 1, v.data(), 4, &chunks[1]);
+    auto h = Header();
+    ExpectRejected(Push(&h, chunks), StatusCode::INVALID_ARGUMENT, "element 2 is not finite");
+  }
+}
+
+TEST_F(BadInputTest, UnknownWorker) {
+  auto h = Header(/*worker=*/7);
+  ExpectRejected(Push(&h, ValidChunks()), StatusCode::NOT_FOUND, "unknown worker 7");
+}
+
+TEST_F(BadInputTest, ChunkOutOfRange) {
+  auto chunks = ValidChunks();
+  chunks.push_back(Chunk("w", 9, 4));
+  auto h = Header();
+  ExpectRejected(Push(&h, chunks), StatusCode::OUT_OF_RANGE, "chunk 9 out of range [0, 3)");
+}
+
+TEST_F(BadInputTest, ChunkOfAnotherShard) {
+  auto chunks = ValidChunks();
+  chunks.push_back(Chunk("w", 2, 2));
+  auto h = Header();
+  ExpectRejected(Push(&h, chunks), StatusCode::FAILED_PRECONDITION, "held by shard 1");
+}
+
+TEST_F(BadInputTest, MissingAndDuplicateChunks) {
+  auto h = Header();
+  ExpectRejected(Push(&h, {Chunk("w", 0, 4)}), StatusCode::INVALID_ARGUMENT,
+                 "missing 1 of 2 chunks");
+  ExpectRejected(Push(&h, {Chunk("w", 0, 4), Chunk("w", 0, 4)}),
+                 StatusCode::INVALID_ARGUMENT, "sent twice");
+}
+
+TEST_F(BadInputTest, MissingHeaderAndZeroSamples) {
+  ExpectRejected(Push(nullptr, ValidChunks()), StatusCode::INVALID_ARGUMENT, "header");
+  auto h = Header();
+  h.set_num_samples(0);
+  ExpectRejected(Push(&h, ValidChunks()), StatusCode::INVALID_ARGUMENT, "num_samples 0");
+}
+
+TEST_F(BadInputTest, WrongClock) {
+  auto h = Header(0, /*clock=*/5);
+  ExpectRejected(Push(&h, ValidChunks()), StatusCode::FAILED_PRECONDITION,
+                 "next clock is 0");
+}
+
+TEST_F(BadInputTest, BadPulls) {
+  for (auto [worker, clock, code, words] :
+       {std::tuple<uint32_t, uint64_t, StatusCode, std::string>{
+            9, 0, StatusCode::NOT_FOUND, "unknown worker 9"},
+        {1, 3, StatusCode::FAILED_PRECONDITION, "cannot read clock 3"}}) {
+    grpc::ClientContext ctx;
+    v1::PullRequest req;
+    req.set_worker(worker);
+    req.set_clock(clock);
+    auto reader = stub_->Pull(&ctx, req);
+    v1::PullResponse msg;
+    while (reader->Read(&msg)) {
+    }
+    grpc::Status s = reader->Finish();
+    EXPECT_EQ(s.error_code(), code) << s.error_message();
+    EXPECT_NE(s.error_message().find(words), std::string::npos) << s.error_message();
+  }
+}
+
+// The harness can see a change: a valid push moves the weights by -0.5.
+TEST_F(BadInputTest, ValidPushIsApplied) {
+  auto h = Header();
+  grpc::Status s = Push(&h, ValidChunks());
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  State after = Snapshot();
+  EXPECT_EQ(after.version, before_.version + 1);
+  for (size_t i = 0; i < after.values.size(); ++i) {
+    EXPECT_EQ(after.values[i], before_.values[i] - 0.5f);
+  }
+}
+
+}  // namespace
+}  // namespace pstrain
