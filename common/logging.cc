@@ -17,7 +17,8 @@ std::string& Role() {
 void SetLogRole(std::string role) { Role() = std::move(role); }
 
 void LogLine(char level, const std::string& message) {
-  std::string ts = absl::FormatTime("%H:%M:%E3S", absl::Now(), absl::UTCTimeZone());
+  std::string ts =
+      absl::FormatTime("%H:%M:%E3S", absl::Now(), absl::UTCTimeZone());
   std::fprintf(stderr, "%s %c %s %s\n", ts.c_str(), level, Role().c_str(),
                message.c_str());
 }

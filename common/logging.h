@@ -22,6 +22,7 @@ void LogLine(char level, const std::string& message);
 
 #define PS_LOG_INFO(...) ::pstrain::LogLine('I', ::absl::StrFormat(__VA_ARGS__))
 #define PS_LOG_WARN(...) ::pstrain::LogLine('W', ::absl::StrFormat(__VA_ARGS__))
-#define PS_LOG_ERROR(...) ::pstrain::LogLine('E', ::absl::StrFormat(__VA_ARGS__))
+#define PS_LOG_ERROR(...) \
+  ::pstrain::LogLine('E', ::absl::StrFormat(__VA_ARGS__))
 
 #endif  // PSTRAIN_COMMON_LOGGING_H_

@@ -20,7 +20,8 @@ uint64_t AutoChunkElems(const std::vector<TensorSpec>& tensors,
   for (const TensorSpec& t : tensors) total += NumElements(t);
   const uint64_t min_elems = 1024 / sizeof(float);
   const uint64_t max_elems = kMaxChunkBytes / sizeof(float);
-  uint64_t target = total / (8 * static_cast<uint64_t>(std::max(num_shards, 1)));
+  uint64_t target =
+      total / (8 * static_cast<uint64_t>(std::max(num_shards, 1)));
   return std::clamp(target, min_elems, max_elems);
 }
 
@@ -31,17 +32,17 @@ absl::StatusOr<ShardMap> BuildShardMap(const std::vector<TensorSpec>& tensors,
         absl::StrCat("num_shards must be >= 1, got ", num_shards));
   }
   if (chunk_elems == 0 || chunk_elems * sizeof(float) > kMaxChunkBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunk size must be in [1, ", kMaxChunkBytes / sizeof(float),
-                     "] elements, got ", chunk_elems));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk size must be in [1, ", kMaxChunkBytes / sizeof(float),
+        "] elements, got ", chunk_elems));
   }
   ShardMap map;
   map.set_chunk_elems(chunk_elems);
   absl::flat_hash_set<std::string> names;
   for (const TensorSpec& t : tensors) {
     if (t.name().empty() || !names.insert(t.name()).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor names must be unique and non-empty: '", t.name(), "'"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor names must be unique and non-empty: '", t.name(), "'"));
     }
     if (NumElements(t) <= 0) {
       return absl::InvalidArgumentError(
@@ -80,7 +81,8 @@ absl::StatusOr<ShardMap> BuildShardMap(const std::vector<TensorSpec>& tensors,
 std::vector<uint64_t> BytesPerShard(const ShardMap& map, int num_shards) {
   std::vector<uint64_t> bytes(num_shards, 0);
   for (const ChunkInfo& c : map.chunks()) {
-    if (c.shard() < bytes.size()) bytes[c.shard()] += c.length() * sizeof(float);
+    if (c.shard() < bytes.size())
+      bytes[c.shard()] += c.length() * sizeof(float);
   }
   return bytes;
 }

@@ -35,7 +35,8 @@ TEST(ShardingTest, OneHugeTensorIsSpreadEvenly) {
 
 TEST(ShardingTest, ManyUnevenTensorsStayWithinOneChunk) {
   std::vector<v1::TensorSpec> ts;
-  for (int i = 0; i < 17; ++i) ts.push_back(Tensor("t" + std::to_string(i), {37 * i + 5, 3}));
+  for (int i = 0; i < 17; ++i)
+    ts.push_back(Tensor("t" + std::to_string(i), {37 * i + 5, 3}));
   for (int shards : {1, 2, 3, 5, 8}) {
     auto map = BuildShardMap(ts, shards, 64);
     ASSERT_TRUE(map.ok());
@@ -48,8 +49,9 @@ TEST(ShardingTest, ManyUnevenTensorsStayWithinOneChunk) {
 TEST(ShardingTest, RejectsBadInput) {
   EXPECT_EQ(BuildShardMap({Tensor("a", {4})}, 0, 4).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(BuildShardMap({Tensor("a", {4}), Tensor("a", {4})}, 1, 4).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      BuildShardMap({Tensor("a", {4}), Tensor("a", {4})}, 1, 4).status().code(),
+      absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(BuildShardMap({Tensor("a", {4})}, 1, (4u << 20)).status().code(),
             absl::StatusCode::kInvalidArgument);
 }

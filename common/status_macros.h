@@ -9,10 +9,10 @@
 #define PS_CONCAT_(a, b) PS_CONCAT_INNER_(a, b)
 
 // Returns from the enclosing function if `expr` yields a non-OK status.
-#define PS_RETURN_IF_ERROR(expr)                \
-  do {                                          \
-    ::absl::Status ps_status_ = (expr);         \
-    if (!ps_status_.ok()) return ps_status_;    \
+#define PS_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::absl::Status ps_status_ = (expr);      \
+    if (!ps_status_.ok()) return ps_status_; \
   } while (0)
 
 // `PS_ASSIGN_OR_RETURN(auto x, MakeX());` assigns the value or returns the

@@ -9,7 +9,8 @@
 namespace pstrain {
 
 #if !defined(ABSL_IS_LITTLE_ENDIAN)
-#error "pstrain's wire format is little-endian; big-endian hosts need byte swaps"
+#error \
+    "pstrain's wire format is little-endian; big-endian hosts need byte swaps"
 #endif
 
 void EncodeChunk(const std::string& tensor, uint32_t index, const float* values,
@@ -30,14 +31,15 @@ absl::Status DecodeChunk(const pstrain::v1::ChunkData& chunk,
     return absl::StrCat("tensor '", chunk.tensor(), "' chunk ", chunk.index());
   };
   if (chunk.dtype() != pstrain::v1::DTYPE_F32) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where(), ": dtype ", pstrain::v1::DType_Name(chunk.dtype()),
-                     " is not supported (servers hold DTYPE_F32)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        where(), ": dtype ", pstrain::v1::DType_Name(chunk.dtype()),
+        " is not supported (servers hold DTYPE_F32)"));
   }
   if (chunk.shape_size() != 1 ||
       static_cast<uint64_t>(chunk.shape(0)) != expected_len) {
     std::string got;
-    for (int64_t d : chunk.shape()) absl::StrAppend(&got, got.empty() ? "" : ",", d);
+    for (int64_t d : chunk.shape())
+      absl::StrAppend(&got, got.empty() ? "" : ",", d);
     return absl::InvalidArgumentError(absl::StrCat(
         where(), ": shape [", got, "] does not match [", expected_len, "]"));
   }
@@ -52,8 +54,8 @@ absl::Status DecodeChunk(const pstrain::v1::ChunkData& chunk,
       float v;
       std::memcpy(&v, p + i * sizeof(float), sizeof(float));
       if (!std::isfinite(v)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where(), ": element ", i, " is not finite (", v, ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where(), ": element ", i, " is not finite (", v, ")"));
       }
     }
   }

@@ -125,7 +125,8 @@ Status CoordinatorService::RegisterServer(
   }
   server_addresses_[shard] = request->address();
   job_.mutable_shard_map()->clear_server_addresses();
-  for (const auto& a : server_addresses_) job_.mutable_shard_map()->add_server_addresses(a);
+  for (const auto& a : server_addresses_)
+    job_.mutable_shard_map()->add_server_addresses(a);
   PS_LOG_INFO("server shard %d registered at %s", shard, request->address());
   response->set_shard(shard);
   return Status::OK;
@@ -137,7 +138,8 @@ Status CoordinatorService::GetJob(ServerContext* context,
   absl::MutexLock lock(&mu_);
   if (request->wait_for_servers() &&
       !mu_.AwaitWithDeadline(
-          absl::Condition(this, &CoordinatorService::AllServersRegisteredLocked),
+          absl::Condition(this,
+                          &CoordinatorService::AllServersRegisteredLocked),
           ServerDeadline(*context, options_.wait_cap))) {
     return Status(StatusCode::DEADLINE_EXCEEDED,
                   "not every server shard has registered yet");
@@ -155,7 +157,8 @@ Status CoordinatorService::ServerReady(
                   absl::StrCat("unknown shard ", request->shard()));
   }
   server_ready_[request->shard()] = true;
-  if (AllServersReadyLocked()) PS_LOG_INFO("all %d server shards ready", server_ready_.size());
+  if (AllServersReadyLocked())
+    PS_LOG_INFO("all %d server shards ready", server_ready_.size());
   return Status::OK;
 }
 
@@ -176,11 +179,13 @@ Status CoordinatorService::RegisterWorker(
                                num_workers_, " workers"));
   }
   if (rank < 0) {
-    for (rank = 0; rank < static_cast<int>(num_workers_) && rank_taken_[rank]; ++rank) {
+    for (rank = 0; rank < static_cast<int>(num_workers_) && rank_taken_[rank];
+         ++rank) {
     }
     if (rank == static_cast<int>(num_workers_)) {
-      return Status(StatusCode::RESOURCE_EXHAUSTED,
-                    absl::StrCat("all ", num_workers_, " worker ranks are taken"));
+      return Status(
+          StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("all ", num_workers_, " worker ranks are taken"));
     }
   } else if (rank_taken_[rank]) {
     return Status(StatusCode::ALREADY_EXISTS,
@@ -218,22 +223,24 @@ void CoordinatorService::EmitCompleteStepsLocked() {
     if (a.eval_total > 0) {
       eval_loss = absl::StrFormat("%.6g", a.eval_loss_sum / a.eval_total);
       if (IsClassifier(options_.config.model)) {
-        acc = absl::StrFormat("%.6f", static_cast<double>(a.eval_correct) / a.eval_total);
+        acc = absl::StrFormat(
+            "%.6f", static_cast<double>(a.eval_correct) / a.eval_total);
       }
     }
     if (csv_ != nullptr) {
-      absl::FPrintF(csv_, "%d,%.6f,%s,%d,%.2f,%.6f,%.6f,%.6f,%s,%s\n", it->first,
-                    wall, final_eval ? "" : absl::StrFormat("%.8g", loss), a.samples,
-                    wall > 0 ? outcome_.samples / wall : 0.0,
-                    a.compute_s / num_workers_, a.pull_s / num_workers_,
-                    a.push_s / num_workers_, acc, eval_loss);
+      absl::FPrintF(
+          csv_, "%d,%.6f,%s,%d,%.2f,%.6f,%.6f,%.6f,%s,%s\n", it->first, wall,
+          final_eval ? "" : absl::StrFormat("%.8g", loss), a.samples,
+          wall > 0 ? outcome_.samples / wall : 0.0, a.compute_s / num_workers_,
+          a.pull_s / num_workers_, a.push_s / num_workers_, acc, eval_loss);
     }
     const absl::Time now = absl::Now();
     if (options_.progress && !final_eval &&
-        (now - last_progress_ > absl::Seconds(1) || it->first + 1 == total_steps)) {
+        (now - last_progress_ > absl::Seconds(1) ||
+         it->first + 1 == total_steps)) {
       last_progress_ = now;
-      PS_LOG_INFO("step %d/%d  loss %.5f  %.0f samples/s  %.1fs%s", it->first + 1,
-                  options_.config.steps, loss,
+      PS_LOG_INFO("step %d/%d  loss %.5f  %.0f samples/s  %.1fs%s",
+                  it->first + 1, options_.config.steps, loss,
                   wall > 0 ? outcome_.samples / wall : 0.0, wall,
                   acc.empty() ? "" : absl::StrCat("  eval acc ", acc));
     }
@@ -265,7 +272,8 @@ Status CoordinatorService::Report(ServerContext* context,
     a.eval_total += m.eval_total();
     a.eval_loss_sum += m.eval_loss_sum();
     // The final evaluation comes as a step == steps record.
-    if (m.step() == static_cast<uint64_t>(options_.config.steps) && m.eval_total() > 0) {
+    if (m.step() == static_cast<uint64_t>(options_.config.steps) &&
+        m.eval_total() > 0) {
       outcome_.has_accuracy = IsClassifier(options_.config.model);
     }
     bytes_pushed_[m.worker()] = request->bytes_pushed();
@@ -277,7 +285,8 @@ Status CoordinatorService::Report(ServerContext* context,
     const StepAgg& a = fin->second;
     outcome_.final_accuracy =
         a.eval_total ? static_cast<double>(a.eval_correct) / a.eval_total : 0;
-    outcome_.final_eval_loss = a.eval_total ? a.eval_loss_sum / a.eval_total : 0;
+    outcome_.final_eval_loss =
+        a.eval_total ? a.eval_loss_sum / a.eval_total : 0;
   }
   EmitCompleteStepsLocked();
   if (!request->error().empty()) {
@@ -298,9 +307,9 @@ Status CoordinatorService::Report(ServerContext* context,
   return Status::OK;
 }
 
-Status CoordinatorService::JobStatus(ServerContext* context,
-                                     const pstrain::v1::JobStatusRequest* request,
-                                     pstrain::v1::JobStatusResponse* response) {
+Status CoordinatorService::JobStatus(
+    ServerContext* context, const pstrain::v1::JobStatusRequest* request,
+    pstrain::v1::JobStatusResponse* response) {
   absl::MutexLock lock(&mu_);
   response->set_finished(ended_);
   response->set_failed(outcome_.failed);
@@ -320,6 +329,11 @@ void CoordinatorService::Fail(const std::string& reason) {
     outcome_.message = reason;
   }
   ended_ = true;
+}
+
+bool CoordinatorService::TrainingStarted() const {
+  absl::MutexLock lock(&mu_);
+  return train_start_ != absl::InfinitePast();
 }
 
 JobOutcome CoordinatorService::Outcome() const {
@@ -352,9 +366,9 @@ std::string JsonString(const std::string& s) {
 }
 }  // namespace
 
-absl::Status WriteSummaryJson(const std::string& path, const JobConfig& config,
-                              const JobOutcome& o,
-                              const std::vector<pstrain::v1::ShardStats>& stats) {
+absl::Status WriteSummaryJson(
+    const std::string& path, const JobConfig& config, const JobOutcome& o,
+    const std::vector<pstrain::v1::ShardStats>& stats) {
   uint64_t st_max = 0, pushes = 0;
   double st_sum = 0, barrier = 0;
   std::vector<uint64_t> hist;
@@ -366,32 +380,37 @@ absl::Status WriteSummaryJson(const std::string& path, const JobConfig& config,
     if (hist.size() < static_cast<size_t>(s.staleness_histogram_size())) {
       hist.resize(s.staleness_histogram_size());
     }
-    for (int i = 0; i < s.staleness_histogram_size(); ++i) hist[i] += s.staleness_histogram(i);
+    for (int i = 0; i < s.staleness_histogram_size(); ++i)
+      hist[i] += s.staleness_histogram(i);
   }
   const bool sync = config.mode == pstrain::v1::MODE_SYNC;
   std::string json = absl::StrCat(
-      "{\n",
-      "  \"job\": ", JsonString(config.name), ",\n",
+      "{\n", "  \"job\": ", JsonString(config.name), ",\n",
       absl::StrFormat("  \"mode\": \"%s\",\n", sync ? "sync" : "async"),
       "  \"staleness\": ",
-      sync ? "0" : (config.staleness < 0 ? "\"inf\"" : absl::StrCat(config.staleness)),
+      sync
+          ? "0"
+          : (config.staleness < 0 ? "\"inf\"" : absl::StrCat(config.staleness)),
       ",\n", absl::StrFormat("  \"workers\": %d,\n", config.workers),
       absl::StrFormat("  \"servers\": %d,\n", config.servers),
       absl::StrFormat("  \"steps\": %d,\n", o.steps),
       absl::StrFormat("  \"local_batch\": %d,\n", config.local_batch),
-      absl::StrFormat("  \"global_batch\": %d,\n",
-                      config.local_batch * config.workers * config.grad_accum_steps),
+      absl::StrFormat(
+          "  \"global_batch\": %d,\n",
+          config.local_batch * config.workers * config.grad_accum_steps),
       absl::StrFormat("  \"wall_s\": %.4f,\n", o.wall_s),
       absl::StrFormat("  \"samples\": %d,\n", o.samples),
-      absl::StrFormat("  \"samples_per_s\": %.2f,\n", o.wall_s > 0 ? o.samples / o.wall_s : 0.0),
+      absl::StrFormat("  \"samples_per_s\": %.2f,\n",
+                      o.wall_s > 0 ? o.samples / o.wall_s : 0.0),
       absl::StrFormat("  \"final_loss\": %.8g,\n", o.final_loss),
       absl::StrFormat("  \"final_eval_loss\": %.8g,\n", o.final_eval_loss),
       "  \"final_accuracy\": ",
-      o.has_accuracy ? absl::StrFormat("%.6f", o.final_accuracy) : "null", ",\n",
-      absl::StrFormat("  \"bytes_pushed\": %d,\n", o.bytes_pushed),
+      o.has_accuracy ? absl::StrFormat("%.6f", o.final_accuracy) : "null",
+      ",\n", absl::StrFormat("  \"bytes_pushed\": %d,\n", o.bytes_pushed),
       absl::StrFormat("  \"bytes_pulled\": %d,\n", o.bytes_pulled),
       absl::StrFormat("  \"staleness_max\": %d,\n", st_max),
-      absl::StrFormat("  \"staleness_mean\": %.4f,\n", pushes ? st_sum / pushes : 0.0),
+      absl::StrFormat("  \"staleness_mean\": %.4f,\n",
+                      pushes ? st_sum / pushes : 0.0),
       "  \"staleness_histogram\": [", absl::StrJoin(hist, ", "), "],\n",
       absl::StrFormat("  \"barrier_wait_s\": %.4f,\n", barrier),
       absl::StrFormat("  \"failed\": %s,\n", o.failed ? "true" : "false"),

@@ -27,10 +27,10 @@
 namespace pstrain {
 
 struct CoordinatorOptions {
-  JobConfig config;             // effective config (after flag overrides)
-  std::string metrics_csv;      // path, or empty for none
+  JobConfig config;         // effective config (after flag overrides)
+  std::string metrics_csv;  // path, or empty for none
   absl::Duration wait_cap = absl::Seconds(30);  // longest a waiting RPC blocks
-  bool progress = true;         // log a progress line about every second
+  bool progress = true;  // log a progress line about every second
 };
 
 // What the job produced, for summary.json.
@@ -38,13 +38,13 @@ struct JobOutcome {
   bool failed = false;
   std::string message;
   double wall_s = 0;
-  uint64_t steps = 0;           // steps completed by every worker
+  uint64_t steps = 0;  // steps completed by every worker
   uint64_t samples = 0;
-  double final_loss = 0;        // training loss of the last complete step
+  double final_loss = 0;  // training loss of the last complete step
   bool has_accuracy = false;
-  double final_accuracy = 0;    // final evaluation (summed counts / total)
+  double final_accuracy = 0;  // final evaluation (summed counts / total)
   double final_eval_loss = 0;
-  uint64_t bytes_pushed = 0;    // all workers, payload messages
+  uint64_t bytes_pushed = 0;  // all workers, payload messages
   uint64_t bytes_pulled = 0;
 };
 
@@ -55,18 +55,20 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
       CoordinatorOptions options);
   ~CoordinatorService() override;
 
-  grpc::Status RegisterServer(grpc::ServerContext* context,
-                              const pstrain::v1::RegisterServerRequest* request,
-                              pstrain::v1::RegisterServerResponse* response) override;
+  grpc::Status RegisterServer(
+      grpc::ServerContext* context,
+      const pstrain::v1::RegisterServerRequest* request,
+      pstrain::v1::RegisterServerResponse* response) override;
   grpc::Status GetJob(grpc::ServerContext* context,
                       const pstrain::v1::GetJobRequest* request,
                       pstrain::v1::JobSpec* response) override;
   grpc::Status ServerReady(grpc::ServerContext* context,
                            const pstrain::v1::ServerReadyRequest* request,
                            pstrain::v1::ServerReadyResponse* response) override;
-  grpc::Status RegisterWorker(grpc::ServerContext* context,
-                              const pstrain::v1::RegisterWorkerRequest* request,
-                              pstrain::v1::RegisterWorkerResponse* response) override;
+  grpc::Status RegisterWorker(
+      grpc::ServerContext* context,
+      const pstrain::v1::RegisterWorkerRequest* request,
+      pstrain::v1::RegisterWorkerResponse* response) override;
   grpc::Status Report(grpc::ServerContext* context,
                       const pstrain::v1::ReportRequest* request,
                       pstrain::v1::ReportResponse* response) override;
@@ -79,6 +81,8 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   // Marks the job failed (e.g. start-up timeout, signal). Idempotent.
   void Fail(const std::string& reason);
   JobOutcome Outcome() const;
+  // True once every worker has registered.
+  bool TrainingStarted() const;
   // Server addresses by shard (complete once all servers registered).
   std::vector<std::string> ServerAddresses() const;
 
@@ -92,7 +96,8 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
     uint64_t eval_correct = 0, eval_total = 0;
     double eval_loss_sum = 0;
   };
-  explicit CoordinatorService(CoordinatorOptions options, pstrain::v1::JobSpec job);
+  explicit CoordinatorService(CoordinatorOptions options,
+                              pstrain::v1::JobSpec job);
   void EmitCompleteStepsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AllServersRegisteredLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AllServersReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -121,9 +126,9 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
 absl::StatusOr<pstrain::v1::JobSpec> MakeJobSpec(const JobConfig& config);
 
 // Writes summary.json for `outcome` and the servers' statistics.
-absl::Status WriteSummaryJson(const std::string& path, const JobConfig& config,
-                              const JobOutcome& outcome,
-                              const std::vector<pstrain::v1::ShardStats>& stats);
+absl::Status WriteSummaryJson(
+    const std::string& path, const JobConfig& config, const JobOutcome& outcome,
+    const std::vector<pstrain::v1::ShardStats>& stats);
 
 }  // namespace pstrain
 

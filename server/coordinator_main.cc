@@ -43,8 +43,9 @@ absl::StatusOr<JobConfig> ConfigFromFlags() {
   if (!absl::GetFlag(FLAGS_config).empty()) {
     auto loaded = LoadJobConfig(absl::GetFlag(FLAGS_config));
     if (!loaded.ok()) {
-      return absl::Status(loaded.status().code(),
-                          absl::StrCat("--config: ", loaded.status().message()));
+      return absl::Status(
+          loaded.status().code(),
+          absl::StrCat("--config: ", loaded.status().message()));
     }
     config = *loaded;
   }
@@ -64,16 +65,20 @@ absl::StatusOr<JobConfig> ConfigFromFlags() {
     int64_t s;
     if (!absl::SimpleAtoi(st, &s) || s < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--staleness: expected a non-negative integer or inf, got '", st, "'"));
+          "--staleness: expected a non-negative integer or inf, got '", st,
+          "'"));
     }
     config.staleness = s;
   }
   if (absl::GetFlag(FLAGS_workers) < 0 || absl::GetFlag(FLAGS_servers) < 0 ||
       absl::GetFlag(FLAGS_steps) < 0) {
-    return absl::InvalidArgumentError("--workers, --servers and --steps must be >= 1");
+    return absl::InvalidArgumentError(
+        "--workers, --servers and --steps must be >= 1");
   }
-  if (absl::GetFlag(FLAGS_workers) > 0) config.workers = absl::GetFlag(FLAGS_workers);
-  if (absl::GetFlag(FLAGS_servers) > 0) config.servers = absl::GetFlag(FLAGS_servers);
+  if (absl::GetFlag(FLAGS_workers) > 0)
+    config.workers = absl::GetFlag(FLAGS_workers);
+  if (absl::GetFlag(FLAGS_servers) > 0)
+    config.servers = absl::GetFlag(FLAGS_servers);
   if (absl::GetFlag(FLAGS_steps) > 0) config.steps = absl::GetFlag(FLAGS_steps);
   FinalizeJobConfig(&config);
   absl::Status valid = ValidateJobConfig(config);
@@ -105,7 +110,8 @@ std::vector<pstrain::v1::ShardStats> CollectStatsAndShutdown(
     req.set_reason(reason);
     pstrain::v1::ShutdownResponse resp;
     grpc::Status st = stub->Shutdown(&ctx, req, &resp);
-    if (!st.ok()) PS_LOG_WARN("shutdown of %s: %s", address, st.error_message());
+    if (!st.ok())
+      PS_LOG_WARN("shutdown of %s: %s", address, st.error_message());
   }
   return stats;
 }
@@ -155,46 +161,57 @@ int Main() {
     std::ofstream(tmp) << port << "\n";
     std::rename(tmp.c_str(), absl::GetFlag(FLAGS_port_file).c_str());
   }
-  PS_LOG_INFO("job '%s': %s, %d workers, %d servers, %d steps; listening on %s:%d",
-              config->name,
-              config->mode == pstrain::v1::MODE_SYNC
-                  ? "sync"
-                  : (config->staleness < 0 ? std::string("async staleness inf")
-                                           : absl::StrCat("async staleness ",
-                                                          config->staleness)),
-              config->workers, config->servers, config->steps,
-              absl::GetFlag(FLAGS_bind), port);
-  PS_LOG_INFO("global batch %d = local batch %d x %d workers x %d accumulation steps",
-              config->local_batch * config->workers * config->grad_accum_steps,
-              config->local_batch, config->workers, config->grad_accum_steps);
+  PS_LOG_INFO(
+      "job '%s': %s, %d workers, %d servers, %d steps; listening on %s:%d",
+      config->name,
+      config->mode == pstrain::v1::MODE_SYNC
+          ? "sync"
+          : (config->staleness < 0
+                 ? std::string("async staleness inf")
+                 : absl::StrCat("async staleness ", config->staleness)),
+      config->workers, config->servers, config->steps,
+      absl::GetFlag(FLAGS_bind), port);
+  PS_LOG_INFO(
+      "global batch %d = local batch %d x %d workers x %d accumulation steps",
+      config->local_batch * config->workers * config->grad_accum_steps,
+      config->local_batch, config->workers, config->grad_accum_steps);
 
   InstallStopSignalHandlers();
+  const absl::Time startup_deadline =
+      absl::Now() + absl::Seconds(config->startup_timeout_s);
   while (!(*service)->WaitForEnd(absl::Now() + absl::Milliseconds(200))) {
     if (StopRequested()) {
       (*service)->Fail("coordinator stopped by signal");
       break;
     }
+    if (absl::Now() > startup_deadline && !(*service)->TrainingStarted()) {
+      (*service)->Fail(
+          absl::StrCat("not every server and worker registered within ",
+                       config->startup_timeout_s, "s"));
+      break;
+    }
   }
   JobOutcome outcome = (*service)->Outcome();
   const absl::Duration timeout = absl::Seconds(config->rpc_timeout_s);
-  std::vector<pstrain::v1::ShardStats> stats = CollectStatsAndShutdown(
-      (*service)->ServerAddresses(), timeout,
-      outcome.failed ? "job failed" : "job finished");
+  std::vector<pstrain::v1::ShardStats> stats =
+      CollectStatsAndShutdown((*service)->ServerAddresses(), timeout,
+                              outcome.failed ? "job failed" : "job finished");
   // Let workers' final reports get their answers before the port closes.
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   if (!out.empty()) {
-    absl::Status st = WriteSummaryJson(out + "/summary.json", *config, outcome, stats);
+    absl::Status st =
+        WriteSummaryJson(out + "/summary.json", *config, outcome, stats);
     if (!st.ok()) PS_LOG_ERROR("%s", st.message());
   }
   if (outcome.failed) {
     PS_LOG_ERROR("job failed: %s", outcome.message);
     return 1;
   }
-  PS_LOG_INFO("job finished: %d steps in %.2fs, final loss %.5f%s", outcome.steps,
-              outcome.wall_s, outcome.final_loss,
-              outcome.has_accuracy
-                  ? absl::StrFormat(", test accuracy %.4f", outcome.final_accuracy)
-                  : "");
+  PS_LOG_INFO("job finished: %d steps in %.2fs, final loss %.5f%s",
+              outcome.steps, outcome.wall_s, outcome.final_loss,
+              outcome.has_accuracy ? absl::StrFormat(", test accuracy %.4f",
+                                                     outcome.final_accuracy)
+                                   : "");
   return 0;
 }
 

@@ -21,16 +21,19 @@
 #include "server/ps_service.h"
 #include "server/shard.h"
 
-ABSL_FLAG(std::string, coordinator, "", "coordinator address host:port (required)");
+ABSL_FLAG(std::string, coordinator, "",
+          "coordinator address host:port (required)");
 ABSL_FLAG(std::string, bind, "127.0.0.1", "address to listen on");
 ABSL_FLAG(int, port, 0, "port to listen on; 0 picks a free one");
 ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
           "host name workers use to reach this server");
 ABSL_FLAG(int, shard, -1, "shard id to claim; -1 lets the coordinator assign");
-ABSL_FLAG(double, rpc_timeout_s, 30, "deadline of each call to the coordinator");
+ABSL_FLAG(double, rpc_timeout_s, 30,
+          "deadline of each call to the coordinator");
 ABSL_FLAG(double, startup_timeout_s, 120,
           "how long to wait for the coordinator and the other servers");
-ABSL_FLAG(double, barrier_timeout_s, 300, "longest a pull may block on a barrier");
+ABSL_FLAG(double, barrier_timeout_s, 300,
+          "longest a pull may block on a barrier");
 
 namespace pstrain {
 namespace {
@@ -44,18 +47,21 @@ int Main() {
   if (absl::GetFlag(FLAGS_rpc_timeout_s) <= 0 ||
       absl::GetFlag(FLAGS_startup_timeout_s) <= 0 ||
       absl::GetFlag(FLAGS_barrier_timeout_s) <= 0) {
-    std::fprintf(stderr, "ps_server: --rpc_timeout_s, --startup_timeout_s and "
-                         "--barrier_timeout_s must be > 0\n");
+    std::fprintf(stderr,
+                 "ps_server: --rpc_timeout_s, --startup_timeout_s and "
+                 "--barrier_timeout_s must be > 0\n");
     return 2;
   }
   SetLogRole("server");
   InstallStopSignalHandlers();
-  const absl::Duration rpc_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
+  const absl::Duration rpc_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
   const absl::Time startup_deadline =
       absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
 
   PsServiceOptions service_options;
-  service_options.barrier_timeout = absl::Seconds(absl::GetFlag(FLAGS_barrier_timeout_s));
+  service_options.barrier_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_barrier_timeout_s));
   ParameterServerService service(service_options);
   absl::Notification shutdown;
   service.SetShutdownCallback([&](const std::string& reason) {
@@ -86,14 +92,15 @@ int Main() {
 
   auto coord = pstrain::v1::Coordinator::NewStub(MakeChannel(coordinator));
   pstrain::v1::RegisterServerResponse reg;
-  absl::Status st = RetryUntil(startup_deadline, "coordinator at " + coordinator, [&] {
-    grpc::ClientContext ctx;
-    SetTimeout(&ctx, rpc_timeout);
-    pstrain::v1::RegisterServerRequest req;
-    req.set_address(address);
-    req.set_requested_shard(absl::GetFlag(FLAGS_shard));
-    return FromGrpcStatus(coord->RegisterServer(&ctx, req, &reg));
-  });
+  absl::Status st =
+      RetryUntil(startup_deadline, "coordinator at " + coordinator, [&] {
+        grpc::ClientContext ctx;
+        SetTimeout(&ctx, rpc_timeout);
+        pstrain::v1::RegisterServerRequest req;
+        req.set_address(address);
+        req.set_requested_shard(absl::GetFlag(FLAGS_shard));
+        return FromGrpcStatus(coord->RegisterServer(&ctx, req, &reg));
+      });
   if (!st.ok()) {
     PS_LOG_ERROR("registration failed: %s", st.message());
     return 1;
@@ -119,8 +126,8 @@ int Main() {
     PS_LOG_ERROR("cannot build shard: %s", shard.status().message());
     return 1;
   }
-  PS_LOG_INFO("serving %d chunks (%d elements) at %s", (*shard)->chunks().size(),
-              (*shard)->num_elements(), address);
+  PS_LOG_INFO("serving %d chunks (%d elements) at %s",
+              (*shard)->chunks().size(), (*shard)->num_elements(), address);
   service.SetShard(std::shared_ptr<Shard>(std::move(*shard)));
   server->GetHealthCheckService()->SetServingStatus(true);
   st = RetryUntil(startup_deadline, "coordinator", [&] {

@@ -53,7 +53,8 @@ grpc::Status ParameterServerService::Push(
   for (const PushRequest& m : messages) {
     for (const auto& c : m.chunks()) chunks.push_back(&c);
   }
-  absl::StatusOr<PushResult> result = s->Push(messages.front().header(), chunks);
+  absl::StatusOr<PushResult> result =
+      s->Push(messages.front().header(), chunks);
   if (!result.ok()) return ToGrpcStatus(result.status());
   response->set_version(result->version);
   response->set_staleness(result->staleness);
@@ -83,7 +84,8 @@ grpc::Status ParameterServerService::Pull(
   PullResponse msg;
   uint64_t payload = 0;
   for (const LocalChunk& c : s->chunks()) {
-    if (payload > 0 && payload + c.length * sizeof(float) > kMaxMessagePayloadBytes) {
+    if (payload > 0 &&
+        payload + c.length * sizeof(float) > kMaxMessagePayloadBytes) {
       bytes += msg.ByteSizeLong();
       if (!writer->Write(msg)) {
         return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");

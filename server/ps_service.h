@@ -38,9 +38,9 @@ class ParameterServerService final
   grpc::Status Push(grpc::ServerContext* context,
                     grpc::ServerReader<pstrain::v1::PushRequest>* reader,
                     pstrain::v1::PushResponse* response) override;
-  grpc::Status Pull(grpc::ServerContext* context,
-                    const pstrain::v1::PullRequest* request,
-                    grpc::ServerWriter<pstrain::v1::PullResponse>* writer) override;
+  grpc::Status Pull(
+      grpc::ServerContext* context, const pstrain::v1::PullRequest* request,
+      grpc::ServerWriter<pstrain::v1::PullResponse>* writer) override;
   grpc::Status GetStats(grpc::ServerContext* context,
                         const pstrain::v1::ShardStatsRequest* request,
                         pstrain::v1::ShardStats* response) override;

@@ -27,7 +27,8 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(ShardOptions options) {
   }
   if (job.mode() != pstrain::v1::MODE_SYNC &&
       job.mode() != pstrain::v1::MODE_ASYNC) {
-    return absl::InvalidArgumentError("job mode must be MODE_SYNC or MODE_ASYNC");
+    return absl::InvalidArgumentError(
+        "job mode must be MODE_SYNC or MODE_ASYNC");
   }
   if (options.shard_id >= std::max<uint32_t>(job.num_servers(), 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -46,8 +47,8 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(ShardOptions options) {
     owners[c.index()] = c.shard();
     if (c.shard() != shard->shard_id()) continue;
     if (!specs.contains(c.tensor())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("shard map chunk names unknown tensor '", c.tensor(), "'"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shard map chunk names unknown tensor '", c.tensor(), "'"));
     }
     shard->local_index_[{c.tensor(), c.index()}] = shard->chunks_.size();
     shard->chunks_.push_back(LocalChunk{c.tensor(), c.index(), c.offset(),
@@ -91,9 +92,9 @@ absl::Status Shard::DecodePush(const PushHeader& header,
           absl::StrCat("unknown tensor '", c->tensor(), "'"));
     }
     if (c->index() >= owners->second.size()) {
-      return absl::OutOfRangeError(absl::StrCat(
-          "tensor '", c->tensor(), "' chunk ", c->index(),
-          " out of range [0, ", owners->second.size(), ")"));
+      return absl::OutOfRangeError(
+          absl::StrCat("tensor '", c->tensor(), "' chunk ", c->index(),
+                       " out of range [0, ", owners->second.size(), ")"));
     }
     auto it = local_index_.find({c->tensor(), c->index()});
     if (it == local_index_.end()) {
@@ -143,9 +144,8 @@ absl::StatusOr<PushResult> Shard::Push(
     if (header.clock() != version_) {
       // Unreachable with well-behaved clients: clocks_[w] == version_ always
       // holds in sync mode between steps.
-      return absl::FailedPreconditionError(
-          absl::StrCat("sync step is ", version_, ", push is for clock ",
-                       header.clock()));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sync step is ", version_, ", push is for clock ", header.clock()));
     }
     pending_[w] = std::move(grad);
     pending_samples_[w] = header.num_samples();
@@ -243,10 +243,9 @@ absl::StatusOr<PullResult> Shard::Pull(uint32_t worker, uint64_t clock,
         deadline);
     barrier_wait_ += absl::Now() - start;
     if (!ready) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("worker ", worker, " waited for clock ", clock,
-                       " on shard ", shard_id(),
-                       "; behind (worker@clock): ", LaggardsLocked(clock)));
+      return absl::DeadlineExceededError(absl::StrCat(
+          "worker ", worker, " waited for clock ", clock, " on shard ",
+          shard_id(), "; behind (worker@clock): ", LaggardsLocked(clock)));
     }
   }
   if (closed_) return absl::UnavailableError("shard is shutting down");
@@ -264,10 +263,12 @@ pstrain::v1::ShardStats Shard::Stats() const {
   s.set_version(version_);
   s.set_pushes(pushes_);
   s.set_staleness_max(staleness_max_);
-  s.set_staleness_mean(pushes_ ? static_cast<double>(staleness_sum_) / pushes_ : 0.0);
+  s.set_staleness_mean(pushes_ ? static_cast<double>(staleness_sum_) / pushes_
+                               : 0.0);
   size_t last = staleness_hist_.size();
   while (last > 0 && staleness_hist_[last - 1] == 0) --last;
-  for (size_t i = 0; i < last; ++i) s.add_staleness_histogram(staleness_hist_[i]);
+  for (size_t i = 0; i < last; ++i)
+    s.add_staleness_histogram(staleness_hist_[i]);
   s.set_num_elements(num_elements_);
   s.set_barrier_wait_s(absl::ToDoubleSeconds(barrier_wait_));
   return s;

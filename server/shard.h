@@ -117,8 +117,10 @@ class Shard {
   uint64_t MinClockLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyLocked(uint64_t schedule_step, const float* grad)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RecordStalenessLocked(uint64_t staleness) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::string LaggardsLocked(uint64_t clock) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecordStalenessLocked(uint64_t staleness)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string LaggardsLocked(uint64_t clock) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ShardOptions options_;
   std::unique_ptr<Optimizer> optimizer_;

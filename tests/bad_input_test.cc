@@ -125,7 +125,8 @@ class BadInputTest : public ::testing::Test {
     return writer->Finish();
   }
 
-  void ExpectRejected(const grpc::Status& s, StatusCode code, const std::string& words) {
+  void ExpectRejected(const grpc::Status& s, StatusCode code,
+                      const std::string& words) {
     EXPECT_EQ(s.error_code(), code) << s.error_message();
     EXPECT_NE(s.error_message().find(words), std::string::npos)
         << "message '" << s.error_message() << "' lacks '" << words << "'";
@@ -168,7 +169,8 @@ TEST_F(BadInputTest, UnknownTensor) {
   auto chunks = ValidChunks();
   chunks.push_back(Chunk("nope", 0, 4));
   auto h = Header();
-  ExpectRejected(Push(&h, chunks), StatusCode::NOT_FOUND, "unknown tensor 'nope'");
+  ExpectRejected(Push(&h, chunks), StatusCode::NOT_FOUND,
+                 "unknown tensor 'nope'");
 }
 
 TEST_F(BadInputTest, NaNAndInf) {
@@ -179,27 +181,31 @@ TEST_F(BadInputTest, NaNAndInf) {
     std::vector<float> v = {0.1f, 0.2f, bad, 0.3f};
     EncodeChunk("w", 1, v.data(), 4, &chunks[1]);
     auto h = Header();
-    ExpectRejected(Push(&h, chunks), StatusCode::INVALID_ARGUMENT, "element 2 is not finite");
+    ExpectRejected(Push(&h, chunks), StatusCode::INVALID_ARGUMENT,
+                   "element 2 is not finite");
   }
 }
 
 TEST_F(BadInputTest, UnknownWorker) {
   auto h = Header(/*worker=*/7);
-  ExpectRejected(Push(&h, ValidChunks()), StatusCode::NOT_FOUND, "unknown worker 7");
+  ExpectRejected(Push(&h, ValidChunks()), StatusCode::NOT_FOUND,
+                 "unknown worker 7");
 }
 
 TEST_F(BadInputTest, ChunkOutOfRange) {
   auto chunks = ValidChunks();
   chunks.push_back(Chunk("w", 9, 4));
   auto h = Header();
-  ExpectRejected(Push(&h, chunks), StatusCode::OUT_OF_RANGE, "chunk 9 out of range [0, 3)");
+  ExpectRejected(Push(&h, chunks), StatusCode::OUT_OF_RANGE,
+                 "chunk 9 out of range [0, 3)");
 }
 
 TEST_F(BadInputTest, ChunkOfAnotherShard) {
   auto chunks = ValidChunks();
   chunks.push_back(Chunk("w", 2, 2));
   auto h = Header();
-  ExpectRejected(Push(&h, chunks), StatusCode::FAILED_PRECONDITION, "held by shard 1");
+  ExpectRejected(Push(&h, chunks), StatusCode::FAILED_PRECONDITION,
+                 "held by shard 1");
 }
 
 TEST_F(BadInputTest, MissingAndDuplicateChunks) {
@@ -211,10 +217,12 @@ TEST_F(BadInputTest, MissingAndDuplicateChunks) {
 }
 
 TEST_F(BadInputTest, MissingHeaderAndZeroSamples) {
-  ExpectRejected(Push(nullptr, ValidChunks()), StatusCode::INVALID_ARGUMENT, "header");
+  ExpectRejected(Push(nullptr, ValidChunks()), StatusCode::INVALID_ARGUMENT,
+                 "header");
   auto h = Header();
   h.set_num_samples(0);
-  ExpectRejected(Push(&h, ValidChunks()), StatusCode::INVALID_ARGUMENT, "num_samples 0");
+  ExpectRejected(Push(&h, ValidChunks()), StatusCode::INVALID_ARGUMENT,
+                 "num_samples 0");
 }
 
 TEST_F(BadInputTest, WrongClock) {
@@ -238,7 +246,8 @@ TEST_F(BadInputTest, BadPulls) {
     }
     grpc::Status s = reader->Finish();
     EXPECT_EQ(s.error_code(), code) << s.error_message();
-    EXPECT_NE(s.error_message().find(words), std::string::npos) << s.error_message();
+    EXPECT_NE(s.error_message().find(words), std::string::npos)
+        << s.error_message();
   }
 }
 

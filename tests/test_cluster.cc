@@ -8,12 +8,14 @@
 
 namespace pstrain {
 
-absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(const JobConfig& config) {
+absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(
+    const JobConfig& config) {
   PS_ASSIGN_OR_RETURN(pstrain::v1::JobSpec job, MakeJobSpec(config));
   return Start(std::move(job));
 }
 
-absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(pstrain::v1::JobSpec job) {
+absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(
+    pstrain::v1::JobSpec job) {
   std::unique_ptr<TestCluster> c(new TestCluster);
   job.mutable_shard_map()->clear_server_addresses();
   const int k = std::max<int>(job.num_servers(), 1);
@@ -22,7 +24,8 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(pstrain::v1::Job
     auto service = std::make_unique<ParameterServerService>(PsServiceOptions{});
     grpc::ServerBuilder builder;
     int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
     builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
     builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
     builder.RegisterService(service.get());
@@ -34,7 +37,8 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(pstrain::v1::Job
     c->services_.push_back(std::move(service));
     c->servers_.push_back(std::move(server));
   }
-  for (const auto& a : addresses) job.mutable_shard_map()->add_server_addresses(a);
+  for (const auto& a : addresses)
+    job.mutable_shard_map()->add_server_addresses(a);
   for (int i = 0; i < k; ++i) {
     ShardOptions options;
     options.shard_id = i;
@@ -49,14 +53,16 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(pstrain::v1::Job
 
 TestCluster::~TestCluster() {
   for (auto& s : shards_) s->Close();
-  for (auto& s : servers_) s->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+  for (auto& s : servers_)
+    s->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
 }
 
 std::shared_ptr<grpc::Channel> TestCluster::Channel(int i) const {
   return MakeChannel(address(i));
 }
 
-std::unique_ptr<pstrain::v1::ParameterServer::Stub> TestCluster::Stub(int i) const {
+std::unique_ptr<pstrain::v1::ParameterServer::Stub> TestCluster::Stub(
+    int i) const {
   return pstrain::v1::ParameterServer::NewStub(Channel(i));
 }
 

@@ -22,19 +22,24 @@ namespace pstrain {
 class TestCluster {
  public:
   // Starts job.num_servers() shards; fills job.shard_map.server_addresses.
-  static absl::StatusOr<std::unique_ptr<TestCluster>> Start(pstrain::v1::JobSpec job);
+  static absl::StatusOr<std::unique_ptr<TestCluster>> Start(
+      pstrain::v1::JobSpec job);
   // MakeJobSpec(config) then Start.
-  static absl::StatusOr<std::unique_ptr<TestCluster>> Start(const JobConfig& config);
+  static absl::StatusOr<std::unique_ptr<TestCluster>> Start(
+      const JobConfig& config);
   ~TestCluster();
 
   const pstrain::v1::JobSpec& job() const { return job_; }
   int num_shards() const { return static_cast<int>(shards_.size()); }
   Shard* shard(int i) { return shards_[i].get(); }
-  const std::string& address(int i) const { return job_.shard_map().server_addresses(i); }
+  const std::string& address(int i) const {
+    return job_.shard_map().server_addresses(i);
+  }
   std::shared_ptr<grpc::Channel> Channel(int i) const;
   std::unique_ptr<pstrain::v1::ParameterServer::Stub> Stub(int i) const;
   // A new client over fresh channels to every shard.
-  absl::StatusOr<std::unique_ptr<PsClient>> NewClient(PsClientOptions options = {}) const;
+  absl::StatusOr<std::unique_ptr<PsClient>> NewClient(
+      PsClientOptions options = {}) const;
 
  private:
   TestCluster() = default;

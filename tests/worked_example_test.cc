@@ -55,7 +55,8 @@ TEST(WorkedExampleTest, TwoWorkersAverageToMinusFourAndPull2Point4) {
       TensorList params, grads;
       auto pull = (*client)->StartPull(rank, 0, &params);
       if (absl::Status s = pull->Wait(); !s.ok()) return s;
-      if (params[0][0] != 2.0f) return absl::InternalError("initial w is not 2");
+      if (params[0][0] != 2.0f)
+        return absl::InternalError("initial w is not 2");
       auto batch = (*data)->TrainBatch(FirstExampleId(0, rank, 2, 2), 2);
       if (!batch.ok()) return batch.status();
       targets_seen[rank][0] = batch->y[0];

@@ -20,8 +20,9 @@ absl::Status PsOp::Wait() {
   }
   for (size_t i = 0; i < statuses_.size(); ++i) {
     if (!statuses_[i].ok()) {
-      return absl::Status(statuses_[i].code(),
-                          absl::StrCat("shard ", i, ": ", statuses_[i].message()));
+      return absl::Status(
+          statuses_[i].code(),
+          absl::StrCat("shard ", i, ": ", statuses_[i].message()));
     }
   }
   return absl::OkStatus();
@@ -97,10 +98,10 @@ std::unique_ptr<PsOp> PsClient::StartPush(uint32_t worker, uint64_t clock,
     return op;
   }
   for (int s = 0; s < n; ++s) {
-    op->threads_.emplace_back(
-        [this, s, worker, clock, num_samples, &grads, read = reads[s], op = op.get()] {
-          op->statuses_[s] = PushShard(s, worker, clock, num_samples, grads, read);
-        });
+    op->threads_.emplace_back([this, s, worker, clock, num_samples, &grads,
+                               read = reads[s], op = op.get()] {
+      op->statuses_[s] = PushShard(s, worker, clock, num_samples, grads, read);
+    });
   }
   return op;
 }
@@ -128,13 +129,15 @@ absl::Status PsClient::PullShard(int shard, uint32_t worker, uint64_t clock,
     for (const auto& c : msg.chunks()) {
       if (!status.ok()) break;
       auto it = chunk_index_.find({c.tensor(), c.index()});
-      if (it == chunk_index_.end() || map_.chunks(it->second).shard() != shard) {
+      if (it == chunk_index_.end() ||
+          map_.chunks(it->second).shard() != shard) {
         status = absl::InternalError(absl::StrCat(
             "unexpected chunk ", c.index(), " of '", c.tensor(), "'"));
         break;
       }
       const ChunkInfo& info = map_.chunks(it->second);
-      float* dst = (*params)[tensor_index_[info.tensor()]].data() + info.offset();
+      float* dst =
+          (*params)[tensor_index_[info.tensor()]].data() + info.offset();
       status = DecodeChunk(c, info.length(), /*require_finite=*/false, dst);
       ++received;
     }
@@ -144,7 +147,8 @@ absl::Status PsClient::PullShard(int shard, uint32_t worker, uint64_t clock,
   PS_RETURN_IF_ERROR(status);
   if (received != shard_chunks_[shard].size()) {
     return absl::InternalError(absl::StrCat("pull returned ", received, " of ",
-                                            shard_chunks_[shard].size(), " chunks"));
+                                            shard_chunks_[shard].size(),
+                                            " chunks"));
   }
   return absl::OkStatus();
 }
@@ -167,7 +171,8 @@ absl::Status PsClient::PushShard(int shard, uint32_t worker, uint64_t clock,
   bool stream_ok = true;
   for (int idx : shard_chunks_[shard]) {
     const ChunkInfo& c = map_.chunks(idx);
-    if (payload > 0 && payload + c.length() * sizeof(float) > kMaxMessagePayloadBytes) {
+    if (payload > 0 &&
+        payload + c.length() * sizeof(float) > kMaxMessagePayloadBytes) {
       bytes += msg.ByteSizeLong();
       if (!(stream_ok = writer->Write(msg))) break;
       msg.Clear();

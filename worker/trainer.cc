@@ -54,15 +54,18 @@ absl::Status Trainer::Run(const StepCallback& on_step,
     const uint64_t first = FirstExampleId(step, rank, c.workers, slice);
     double loss_sum = 0;
     for (int64_t a = 0; a < c.grad_accum_steps; ++a) {
-      PS_ASSIGN_OR_RETURN(Batch batch,
-                          data_->TrainBatch(first + a * c.local_batch, c.local_batch));
-      PS_ASSIGN_OR_RETURN(double loss, model_->LossAndGradient(params_, batch, &micro));
+      PS_ASSIGN_OR_RETURN(
+          Batch batch,
+          data_->TrainBatch(first + a * c.local_batch, c.local_batch));
+      PS_ASSIGN_OR_RETURN(double loss,
+                          model_->LossAndGradient(params_, batch, &micro));
       loss_sum += loss * batch.n;
       if (a == 0) {
         grads = micro;
       } else {
         for (size_t i = 0; i < grads.size(); ++i) {
-          for (size_t j = 0; j < grads[i].size(); ++j) grads[i][j] += micro[i][j];
+          for (size_t j = 0; j < grads[i].size(); ++j)
+            grads[i][j] += micro[i][j];
         }
       }
     }

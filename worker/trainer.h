@@ -24,14 +24,18 @@ struct TrainerOptions {
 
 // Receives one record per step (step = 0..steps-1) and a final evaluation
 // record with step == steps. Returning an error stops training.
-using StepCallback = std::function<absl::Status(const pstrain::v1::StepMetrics&)>;
+using StepCallback =
+    std::function<absl::Status(const pstrain::v1::StepMetrics&)>;
 
 class Trainer {
  public:
   // Borrows `client`, `model` and `data`; they must outlive the trainer.
   Trainer(TrainerOptions options, PsClient* client, Model* model,
           DataSource* data)
-      : options_(std::move(options)), client_(client), model_(model), data_(data) {}
+      : options_(std::move(options)),
+        client_(client),
+        model_(model),
+        data_(data) {}
 
   // Runs the whole job for this rank. `should_stop` (may be null) is polled
   // between steps: when it returns true the loop ends early with CANCELLED.

@@ -23,7 +23,8 @@
 #include "worker/ps_client.h"
 #include "worker/trainer.h"
 
-ABSL_FLAG(std::string, coordinator, "", "coordinator address host:port (required)");
+ABSL_FLAG(std::string, coordinator, "",
+          "coordinator address host:port (required)");
 ABSL_FLAG(int, rank, -1, "rank to claim; -1 lets the coordinator assign one");
 ABSL_FLAG(double, rpc_timeout_s, 30, "deadline of each unary call and push");
 ABSL_FLAG(double, startup_timeout_s, 120,
@@ -83,13 +84,15 @@ int Main() {
   }
   if (absl::GetFlag(FLAGS_rpc_timeout_s) <= 0 ||
       absl::GetFlag(FLAGS_startup_timeout_s) <= 0) {
-    std::fprintf(stderr,
-                 "ps_worker: --rpc_timeout_s and --startup_timeout_s must be > 0\n");
+    std::fprintf(
+        stderr,
+        "ps_worker: --rpc_timeout_s and --startup_timeout_s must be > 0\n");
     return 2;
   }
   SetLogRole("worker");
   InstallStopSignalHandlers();
-  const absl::Duration rpc_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
+  const absl::Duration rpc_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
   auto coord = pstrain::v1::Coordinator::NewStub(MakeChannel(coordinator));
 
   pstrain::v1::RegisterWorkerResponse reg;
@@ -109,11 +112,14 @@ int Main() {
   const uint32_t rank = reg.rank();
   SetLogRole(absl::StrCat("worker/", rank));
 
-  auto run = [&](Reporter* reporter, std::unique_ptr<PsClient>* client) -> absl::Status {
+  auto run = [&](Reporter* reporter,
+                 std::unique_ptr<PsClient>* client) -> absl::Status {
     PS_ASSIGN_OR_RETURN(JobConfig config,
                         ParseJobConfig(reg.job().worker_config(), "job spec"));
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Create(config.model));
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data, DataSource::Create(config.data));
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                        Model::Create(config.model));
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data,
+                        DataSource::Create(config.data));
     std::vector<std::shared_ptr<grpc::Channel>> channels;
     for (const std::string& a : reg.job().shard_map().server_addresses()) {
       channels.push_back(MakeChannel(a));
@@ -121,11 +127,13 @@ int Main() {
     PsClientOptions client_options;
     client_options.rpc_timeout = absl::Seconds(config.rpc_timeout_s);
     client_options.barrier_timeout = absl::Seconds(config.barrier_timeout_s);
-    PS_ASSIGN_OR_RETURN(*client, PsClient::Create(reg.job().shard_map(),
-                                                  std::move(channels), client_options));
+    PS_ASSIGN_OR_RETURN(
+        *client, PsClient::Create(reg.job().shard_map(), std::move(channels),
+                                  client_options));
     reporter->set_client(client->get());
     PS_LOG_INFO("rank %d of %d: %s model, %d steps, local batch %d", rank,
-                config.workers, config.model.type, config.steps, config.local_batch);
+                config.workers, config.model.type, config.steps,
+                config.local_batch);
     TrainerOptions options;
     options.rank = rank;
     options.config = config;
@@ -140,7 +148,8 @@ int Main() {
   st = run(&reporter, &client);
   if (!st.ok()) {
     PS_LOG_ERROR("training failed: %s", st.ToString());
-    reporter.Flush(true, absl::StrCat("worker ", rank, ": ", st.ToString())).IgnoreError();
+    reporter.Flush(true, absl::StrCat("worker ", rank, ": ", st.ToString()))
+        .IgnoreError();
     return 1;
   }
   st = reporter.Flush(true, "");
