@@ -36,8 +36,10 @@ void SetTimeout(grpc::ClientContext* context, absl::Duration timeout) {
 
 absl::Time ServerDeadline(const grpc::ServerContext& context,
                           absl::Duration cap) {
-  absl::Time deadline = absl::FromChrono(context.deadline());
-  return std::min(deadline, absl::Now() + cap);
+  const absl::Time now = absl::Now();
+  const absl::Time client = absl::FromChrono(context.deadline());
+  const absl::Duration margin = std::min(absl::Seconds(1), (client - now) / 10);
+  return std::min(client - margin, now + cap);
 }
 
 }  // namespace pstrain

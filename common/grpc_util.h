@@ -28,7 +28,9 @@ grpc::ChannelArguments DefaultChannelArgs();
 // Sets `context`'s deadline to now + timeout.
 void SetTimeout(grpc::ClientContext* context, absl::Duration timeout);
 
-// Deadline of a server-side call, capped at now + cap.
+// How long a server-side call may block: a little before the client's own
+// deadline (so the client receives the server's explanatory status rather
+// than its bare timeout), and at most now + cap.
 absl::Time ServerDeadline(const grpc::ServerContext& context,
                           absl::Duration cap);
 

@@ -250,7 +250,9 @@ TEST_P(LargeTensorTest, RoundTripsThroughSeveralMessages) {
     const uint64_t min_messages =
         (shard_bytes + kMaxMessagePayloadBytes - 1) / kMaxMessagePayloadBytes;
     EXPECT_GE(data_messages, static_cast<int>(min_messages)) << "shard " << s;
-    if (param.servers == 1) EXPECT_GE(data_messages, 3);
+    if (param.servers == 1) {
+      EXPECT_GE(data_messages, 3);
+    }
     total_elems += cluster.shard(s)->num_elements();
   }
   EXPECT_EQ(total_elems, param.elems);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <random>
 #include <string>
@@ -198,12 +199,16 @@ TEST_P(SspTrainingTest, StalenessStaysWithinBound) {
   for (int i = 0; i < (*cluster)->num_shards(); ++i) {
     const pstrain::v1::ShardStats stats = (*cluster)->shard(i)->Stats();
     SCOPED_TRACE(absl::StrCat("shard ", i, ": ", stats.ShortDebugString()));
+    std::printf("s=%lld shard %d: %s\n", static_cast<long long>(s), i,
+                stats.ShortDebugString().c_str());
     EXPECT_EQ(stats.pushes(), kWorkers * kSteps);
     EXPECT_EQ(stats.version(), kWorkers * kSteps);  // async: one per push
     EXPECT_LE(stats.staleness_max(), static_cast<uint64_t>(s));
     EXPECT_LE(static_cast<uint64_t>(stats.staleness_histogram_size()),
               static_cast<uint64_t>(s) + 1);
-    if (s >= 1) EXPECT_GE(stats.staleness_max(), 1u);
+    if (s >= 1) {
+      EXPECT_GE(stats.staleness_max(), 1u);
+    }
   }
 }
 
@@ -268,6 +273,9 @@ TEST(SspBlockingTest, WorkerMoreThanSAheadBlocksUntilSlowestCatchesUp) {
     const absl::Duration took = absl::Now() - start;
     ASSERT_FALSE(status.ok());
     EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+    // The shard answers just before the client's deadline, naming who is
+    // behind (worker 1 at clock 0).
+    EXPECT_NE(status.message().find("1@0"), std::string::npos) << status;
     EXPECT_GE(took, absl::Milliseconds(150));
     EXPECT_LT(took, absl::Seconds(5));
   }
