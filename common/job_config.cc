@@ -75,7 +75,18 @@ const Names<std::string>& ActivationNames() {
 }
 
 const Names<std::string>& SourceNames() {
-  static const auto* names = new Names<std::string>{{"synthetic", "synthetic"}};
+  static const auto* names =
+      new Names<std::string>{{"synthetic", "synthetic"},
+                             {"digits", "digits"},
+                             {"breast_cancer", "breast_cancer"},
+                             {"csv", "csv"},
+                             {"libsvm", "libsvm"}};
+  return *names;
+}
+
+const Names<std::string>& DeviceNames() {
+  static const auto* names = new Names<std::string>{
+      {"auto", "auto"}, {"cpu", "cpu"}, {"cuda", "cuda"}};
   return *names;
 }
 
@@ -376,6 +387,21 @@ absl::Status ParseInto(const Field& root, JobConfig& c) {
            d.targets.assign(v.begin(), v.end());
          });
        }},
+      {"num_categorical",
+       [&](F f) { return Store(Int<int64_t>(f), &d.num_categorical); }},
+      {"categories",
+       [&](F f) { return Store(Int<int64_t>(f), &d.categories); }},
+      {"missing_rate", [&](F f) { return Store(Number(f), &d.missing_rate); }},
+      {"path", [&](F f) { return Store(String(f), &d.path); }},
+      {"dir", [&](F f) { return Store(String(f), &d.dir); }},
+      {"label_column", [&](F f) { return Store(String(f), &d.label_column); }},
+      {"test_fraction",
+       [&](F f) { return Store(Number(f), &d.test_fraction); }},
+      {"standardize", [&](F f) { return Store(Bool(f), &d.standardize); }},
+  };
+  const Section worker = {
+      {"device",
+       [&](F f) { return Store(Enum(f, DeviceNames()), &c.worker.device); }},
   };
   const Section evaluation = {
       {"every_steps",
@@ -397,13 +423,10 @@ absl::Status ParseInto(const Field& root, JobConfig& c) {
     return [&keys](F f) { return ReadSection(f, keys); };
   };
   const Section sections = {
-      {"job", section(job)},
-      {"training", section(training)},
-      {"model", section(model)},
-      {"data", section(data)},
-      {"evaluation", section(evaluation)},
-      {"server", section(server)},
-      {"network", section(network)},
+      {"job", section(job)},       {"training", section(training)},
+      {"model", section(model)},   {"data", section(data)},
+      {"worker", section(worker)}, {"evaluation", section(evaluation)},
+      {"server", section(server)}, {"network", section(network)},
   };
   if (!root.node.IsNull() && !root.node.IsMap()) {
     return Field::LocatedError(
@@ -597,14 +620,31 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
     }
   } else {
     PS_RETURN_IF_ERROR(AtLeast("model.input_dim", m.input_dim, 1));
-    if (m.input_dim != d.num_features) {
+    // File data knows its width only once loaded; the worker checks then.
+    if (d.source == "synthetic" && m.input_dim != d.num_features) {
       return KeyError(
           "model.input_dim",
           absl::StrCat("is ", m.input_dim, " but data.num_features is ",
                        d.num_features, "; they must match"));
     }
   }
-  if (m.num_classes != d.num_classes) {
+  PS_RETURN_IF_ERROR(AtLeast("data.num_categorical", d.num_categorical, 0));
+  if (d.num_categorical > d.num_features) {
+    return KeyError(
+        "data.num_categorical",
+        absl::StrCat("is ", d.num_categorical,
+                     " but data.num_features is only ", d.num_features));
+  }
+  PS_RETURN_IF_ERROR(AtLeast("data.categories", d.categories, 2));
+  PS_RETURN_IF_ERROR(InRange("data.missing_rate", d.missing_rate, 0, 1, false));
+  PS_RETURN_IF_ERROR(
+      InRange("data.test_fraction", d.test_fraction, 0, 1, false));
+  if ((d.source == "csv" || d.source == "libsvm") && d.path.empty()) {
+    return KeyError("data.path",
+                    absl::StrCat("is required with data.source ", d.source));
+  }
+  PS_RETURN_IF_ERROR(Known("worker.device", DeviceNames(), c.worker.device));
+  if (d.source == "synthetic" && m.num_classes != d.num_classes) {
     return KeyError(
         "model.num_classes",
         absl::StrCat("is ", m.num_classes, " but data.num_classes is ",
@@ -695,6 +735,18 @@ std::string JobConfigToYaml(const JobConfig& c) {
   key("targets") << YAML::Flow << YAML::BeginSeq;
   for (float target : d.targets) out << FormatFloat(target);
   out << YAML::EndSeq;
+  key("num_categorical") << d.num_categorical;
+  key("categories") << d.categories;
+  key("missing_rate") << FormatDouble(d.missing_rate);
+  key("path") << d.path;
+  key("dir") << d.dir;
+  key("label_column") << d.label_column;
+  key("test_fraction") << FormatDouble(d.test_fraction);
+  key("standardize") << d.standardize;
+  out << YAML::EndMap;
+
+  section("worker");
+  key("device") << c.worker.device;
   out << YAML::EndMap;
 
   section("evaluation");

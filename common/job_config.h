@@ -32,14 +32,36 @@ struct ModelConfig {
 // Where examples come from. Examples are addressed by a global id, so the
 // global batch of step t is the same whatever the number of workers.
 struct DataConfig {
-  std::string source = "synthetic";  // synthetic (more sources later)
-  uint64_t seed = 7;                 // task and example seed
-  int64_t num_features = 32;         // must equal model.input_dim
-  int64_t num_classes = 4;  // must equal model.num_classes (1 = regression)
-  double noise = 0.1;       // label noise / target noise
-  int64_t test_examples = 2000;  // held-out examples for evaluation
+  // synthetic: generated on the fly from `seed` (any worker, any example).
+  // digits, breast_cancer: the data sets shipped in Debian's python3-sklearn,
+  //   extracted by `psctl setup` into `dir`.
+  // csv: `path`, a header row, label in column `label_column`.
+  // libsvm: `path`, "label idx:value ..." rows (1-based indices).
+  std::string source = "synthetic";
+  uint64_t seed = 7;          // task, example, split and shuffle seed
+  int64_t num_features = 32;  // must equal model.input_dim
+  int64_t num_classes = 4;    // must equal model.num_classes (1 = regression)
+  double noise = 0.1;         // label noise / target noise
+  int64_t test_examples = 2000;  // synthetic: held-out examples
   // "scalar" model only: the targets cycled through, e.g. [1, 3, 5, 7].
   std::vector<float> targets;
+  // Synthetic tables: how many of num_features are categorical (one-hot
+  // encoded into the features), categories per such column, and the share of
+  // values missing (encoded as 0 plus a missing-indicator feature).
+  int64_t num_categorical = 0;
+  int64_t categories = 4;
+  double missing_rate = 0.0;
+  // File data.
+  std::string path;                             // csv / libsvm file
+  std::string dir = ".cache/pstrain/datasets";  // built-in data sets
+  std::string label_column = "label";           // csv
+  double test_fraction = 0.2;  // seeded train/test split of file data
+  bool standardize = true;     // z-score features with train statistics
+};
+
+// Per-worker process settings carried in the job file.
+struct WorkerConfig {
+  std::string device = "auto";  // auto | cpu | cuda (ps_worker --device wins)
 };
 
 struct JobConfig {
@@ -54,9 +76,11 @@ struct JobConfig {
   int64_t local_batch = 32;
   int64_t grad_accum_steps = 1;
   int64_t steps = 200;
-  // model:, data:
+  // model:, data:, worker:
   ModelConfig model;
   DataConfig data;
+  // worker:
+  WorkerConfig worker;
   // evaluation:
   int64_t eval_every = 0;  // steps between evaluations; 0 = only at the end
   // server:
