@@ -1,8 +1,12 @@
 #include "common/grpc_util.h"
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 
 namespace pstrain {
 
@@ -25,9 +29,67 @@ grpc::ChannelArguments DefaultChannelArgs() {
   return args;
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
-                                   DefaultChannelArgs());
+std::shared_ptr<grpc::Channel> MakeChannel(
+    const std::string& address,
+    std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  if (credentials == nullptr) credentials = grpc::InsecureChannelCredentials();
+  return grpc::CreateCustomChannel(address, credentials, DefaultChannelArgs());
+}
+
+namespace {
+absl::StatusOr<std::string> ReadPem(const std::string& what,
+                                    const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read ", what, " file '", path, "'"));
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  if (buffer.str().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " file '", path, "' is empty"));
+  }
+  return buffer.str();
+}
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const TlsFiles& tls) {
+  if (tls.cert.empty() && tls.key.empty()) {
+    return grpc::InsecureServerCredentials();
+  }
+  if (tls.cert.empty() || tls.key.empty()) {
+    return absl::InvalidArgumentError("TLS needs both a certificate and a key");
+  }
+  grpc::SslServerCredentialsOptions options(
+      tls.ca.empty()
+          ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+          : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  PS_ASSIGN_OR_RETURN(pair.private_key, ReadPem("TLS key", tls.key));
+  PS_ASSIGN_OR_RETURN(pair.cert_chain, ReadPem("TLS certificate", tls.cert));
+  options.pem_key_cert_pairs.push_back(pair);
+  if (!tls.ca.empty()) {
+    PS_ASSIGN_OR_RETURN(options.pem_root_certs, ReadPem("TLS CA", tls.ca));
+  }
+  return grpc::SslServerCredentials(options);
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
+MakeChannelCredentials(const TlsFiles& tls) {
+  if (tls.ca.empty() && tls.cert.empty())
+    return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions options;
+  if (!tls.ca.empty()) {
+    PS_ASSIGN_OR_RETURN(options.pem_root_certs, ReadPem("TLS CA", tls.ca));
+  }
+  if (!tls.cert.empty()) {
+    PS_ASSIGN_OR_RETURN(options.pem_cert_chain,
+                        ReadPem("TLS certificate", tls.cert));
+    PS_ASSIGN_OR_RETURN(options.pem_private_key, ReadPem("TLS key", tls.key));
+  }
+  return grpc::SslCredentials(options);
 }
 
 void SetTimeout(grpc::ClientContext* context, absl::Duration timeout) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
 namespace pstrain {
@@ -20,9 +21,26 @@ inline constexpr int kMaxGrpcMessageBytes = 8 << 20;
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
-// Channel to `address` (host:port) with pstrain's message limits; insecure
-// credentials (TLS is configured by deploy/, not yet here).
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+// PEM files for TLS. A server needs cert+key (and with ca, requires and
+// verifies client certificates); a client needs ca (and with cert+key,
+// presents a client certificate). All empty: plaintext.
+struct TlsFiles {
+  std::string cert;
+  std::string key;
+  std::string ca;
+};
+
+// Credentials from `tls`; errors name the unreadable file.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const TlsFiles& tls);
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
+MakeChannelCredentials(const TlsFiles& tls);
+
+// Channel to `address` (host:port or a DNS name such as ps-0.ps:50061) with
+// pstrain's message limits; plaintext when `credentials` is null.
+std::shared_ptr<grpc::Channel> MakeChannel(
+    const std::string& address,
+    std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 grpc::ChannelArguments DefaultChannelArgs();
 
 // Sets `context`'s deadline to now + timeout.

@@ -418,6 +418,9 @@ absl::Status ParseInto(const Field& root, JobConfig& c) {
        [&](F f) { return Store(Positive(f), &c.barrier_timeout_s); }},
       {"startup_timeout_s",
        [&](F f) { return Store(Positive(f), &c.startup_timeout_s); }},
+      {"tls_cert", [&](F f) { return Store(String(f), &c.tls_cert); }},
+      {"tls_key", [&](F f) { return Store(String(f), &c.tls_key); }},
+      {"tls_ca", [&](F f) { return Store(String(f), &c.tls_ca); }},
   };
   auto section = [](const Section& keys) {
     return [&keys](F f) { return ReadSection(f, keys); };
@@ -665,6 +668,10 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
       Positive("network.barrier_timeout_s", c.barrier_timeout_s));
   PS_RETURN_IF_ERROR(
       Positive("network.startup_timeout_s", c.startup_timeout_s));
+  if (c.tls_cert.empty() != c.tls_key.empty()) {
+    return KeyError(c.tls_cert.empty() ? "network.tls_cert" : "network.tls_key",
+                    "network.tls_cert and network.tls_key go together");
+  }
   return absl::OkStatus();
 }
 
@@ -761,6 +768,9 @@ std::string JobConfigToYaml(const JobConfig& c) {
   key("rpc_timeout_s") << FormatDouble(c.rpc_timeout_s);
   key("barrier_timeout_s") << FormatDouble(c.barrier_timeout_s);
   key("startup_timeout_s") << FormatDouble(c.startup_timeout_s);
+  key("tls_cert") << c.tls_cert;
+  key("tls_key") << c.tls_key;
+  key("tls_ca") << c.tls_ca;
   out << YAML::EndMap;
 
   out << YAML::EndMap;

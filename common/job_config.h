@@ -89,6 +89,11 @@ struct JobConfig {
   double rpc_timeout_s = 30;       // deadline of every unary call / stream
   double barrier_timeout_s = 300;  // longest a pull may block on a barrier
   double startup_timeout_s = 60;   // waiting for peers at start-up
+  // TLS for every gRPC connection when tls_cert/tls_key (servers) or tls_ca
+  // (clients) are set; PEM file paths. Flags of the same name override.
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_ca;
 };
 
 // Returns the defaults listed above with an SGD optimizer (lr 0.1, constant
