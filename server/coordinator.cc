@@ -69,6 +69,33 @@ CoordinatorService::CoordinatorService(CoordinatorOptions options,
   worker_done_.assign(num_workers_, false);
   bytes_pushed_.assign(num_workers_, 0);
   bytes_pulled_.assign(num_workers_, 0);
+  if (MetricsRegistry* r = options_.metrics) {
+    metrics_ = std::make_unique<Metrics>(Metrics{
+        r->AddGauge("pstrain_coordinator_steps",
+                    "Training steps completed by every worker."),
+        r->AddGauge("pstrain_coordinator_loss",
+                    "Training loss of the last complete step."),
+        r->AddGauge("pstrain_coordinator_samples_per_second",
+                    "Training throughput since the start."),
+        r->AddGauge("pstrain_coordinator_eval_accuracy",
+                    "Last evaluation accuracy (summed counts / total)."),
+        r->AddGauge("pstrain_coordinator_live_workers",
+                    "Workers registered and not yet finished."),
+        r->AddGauge("pstrain_coordinator_registered_servers",
+                    "Server shards registered."),
+        r->AddCounter("pstrain_coordinator_samples_total",
+                      "Training examples processed by all workers."),
+    });
+  }
+}
+
+void CoordinatorService::UpdateLiveWorkersLocked() {
+  if (metrics_ == nullptr) return;
+  int live = 0;
+  for (uint32_t r = 0; r < num_workers_; ++r) {
+    live += rank_taken_[r] && !worker_done_[r];
+  }
+  metrics_->live_workers->Set(live);
 }
 
 CoordinatorService::~CoordinatorService() {
@@ -97,6 +124,11 @@ Status CoordinatorService::RegisterServer(
     return Status(StatusCode::INVALID_ARGUMENT, "server address is empty");
   }
   absl::MutexLock lock(&mu_);
+  if (ended_) {
+    return Status(
+        StatusCode::FAILED_PRECONDITION,
+        absl::StrCat("job '", options_.config.name, "' has already finished"));
+  }
   const int k = static_cast<int>(server_addresses_.size());
   // A retry from the same address gets the same shard back.
   for (int s = 0; s < k; ++s) {
@@ -124,6 +156,11 @@ Status CoordinatorService::RegisterServer(
                                server_addresses_[shard]));
   }
   server_addresses_[shard] = request->address();
+  if (metrics_ != nullptr) {
+    metrics_->registered_servers->Set(
+        static_cast<double>(k - std::count(server_addresses_.begin(),
+                                           server_addresses_.end(), "")));
+  }
   job_.mutable_shard_map()->clear_server_addresses();
   for (const auto& a : server_addresses_)
     job_.mutable_shard_map()->add_server_addresses(a);
@@ -172,6 +209,11 @@ Status CoordinatorService::RegisterWorker(
     return Status(StatusCode::DEADLINE_EXCEEDED,
                   "server shards are not ready yet");
   }
+  if (ended_) {
+    return Status(
+        StatusCode::FAILED_PRECONDITION,
+        absl::StrCat("job '", options_.config.name, "' has already finished"));
+  }
   int rank = request->requested_rank();
   if (rank >= static_cast<int>(num_workers_)) {
     return Status(StatusCode::INVALID_ARGUMENT,
@@ -192,6 +234,7 @@ Status CoordinatorService::RegisterWorker(
                   absl::StrCat("worker rank ", rank, " is already registered"));
   }
   rank_taken_[rank] = true;
+  UpdateLiveWorkersLocked();
   if (std::count(rank_taken_.begin(), rank_taken_.end(), true) ==
       static_cast<long>(num_workers_)) {
     train_start_ = absl::Now();
@@ -218,6 +261,17 @@ void CoordinatorService::EmitCompleteStepsLocked() {
       outcome_.samples += a.samples;
       outcome_.final_loss = loss;
       outcome_.wall_s = wall;
+      if (metrics_ != nullptr) {
+        metrics_->steps->Set(static_cast<double>(outcome_.steps));
+        metrics_->loss->Set(loss);
+        metrics_->samples->Inc(static_cast<double>(a.samples));
+        metrics_->samples_per_second->Set(wall > 0 ? outcome_.samples / wall
+                                                   : 0);
+      }
+    }
+    if (metrics_ != nullptr && a.eval_total > 0) {
+      metrics_->eval_accuracy->Set(static_cast<double>(a.eval_correct) /
+                                   a.eval_total);
     }
     std::string acc, eval_loss;
     if (a.eval_total > 0) {
@@ -297,6 +351,7 @@ Status CoordinatorService::Report(ServerContext* context,
   }
   if (request->done() && !request->steps().empty()) {
     worker_done_[request->steps(0).worker()] = true;
+    UpdateLiveWorkersLocked();
     if (std::count(worker_done_.begin(), worker_done_.end(), true) ==
         static_cast<long>(num_workers_)) {
       ended_ = true;

@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/job_config.h"
+#include "common/metrics.h"
 #include "proto/pstrain.grpc.pb.h"
 
 namespace pstrain {
@@ -31,6 +32,9 @@ struct CoordinatorOptions {
   std::string metrics_csv;  // path, or empty for none
   absl::Duration wait_cap = absl::Seconds(30);  // longest a waiting RPC blocks
   bool progress = true;  // log a progress line about every second
+  // Where to publish pstrain_coordinator_* metrics; may be null. Must
+  // outlive the service.
+  MetricsRegistry* metrics = nullptr;
 };
 
 // What the job produced, for summary.json.
@@ -102,8 +106,20 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   bool AllServersRegisteredLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AllServersReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  struct Metrics {
+    Gauge* steps;
+    Gauge* loss;
+    Gauge* samples_per_second;
+    Gauge* eval_accuracy;
+    Gauge* live_workers;
+    Gauge* registered_servers;
+    Counter* samples;
+  };
+  void UpdateLiveWorkersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const CoordinatorOptions options_;
   const uint32_t num_workers_;
+  std::unique_ptr<Metrics> metrics_;
   mutable absl::Mutex mu_;
   pstrain::v1::JobSpec job_ ABSL_GUARDED_BY(mu_);  // shard map filled at start
   std::vector<std::string> server_addresses_ ABSL_GUARDED_BY(mu_);

@@ -17,6 +17,8 @@
 #include "common/grpc_util.h"
 #include "common/job_config.h"
 #include "common/logging.h"
+#include "common/metrics.h"
+#include "common/process.h"
 #include "common/signals.h"
 #include "server/coordinator.h"
 
@@ -31,6 +33,19 @@ ABSL_FLAG(int, workers, 0, "override job.workers");
 ABSL_FLAG(int, servers, 0, "override job.servers");
 ABSL_FLAG(int64_t, steps, 0, "override training.steps");
 ABSL_FLAG(bool, quiet, false, "no per-second progress lines");
+ABSL_FLAG(int, metrics_port, -1,
+          "serve Prometheus metrics at http://BIND:PORT/metrics; 0 picks a "
+          "free port, -1 disables");
+ABSL_FLAG(bool, keep_serving_after_job, false,
+          "after the job, keep answering status and metrics until SIGTERM "
+          "(for a Kubernetes Deployment, which would restart an exited pod)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate (overrides network.tls_cert)");
+ABSL_FLAG(std::string, tls_key, "",
+          "PEM private key (overrides network.tls_key)");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA: requires client certificates and verifies servers "
+          "(overrides network.tls_ca)");
 ABSL_FLAG(bool, dry_run, false,
           "validate the config, print the effective job (first line: "
           "'workers=N servers=K') and exit");
@@ -87,12 +102,14 @@ absl::StatusOr<JobConfig> ConfigFromFlags() {
 }
 
 std::vector<pstrain::v1::ShardStats> CollectStatsAndShutdown(
-    const std::vector<std::string>& addresses, absl::Duration timeout,
-    const std::string& reason) {
+    const std::vector<std::string>& addresses,
+    std::shared_ptr<grpc::ChannelCredentials> credentials,
+    absl::Duration timeout, const std::string& reason) {
   std::vector<pstrain::v1::ShardStats> stats;
   for (const std::string& address : addresses) {
     if (address.empty()) continue;
-    auto stub = pstrain::v1::ParameterServer::NewStub(MakeChannel(address));
+    auto stub = pstrain::v1::ParameterServer::NewStub(
+        MakeChannel(address, credentials));
     {
       grpc::ClientContext ctx;
       SetTimeout(&ctx, timeout);
@@ -129,10 +146,31 @@ int Main() {
                 JobConfigToYaml(*config).c_str());
     return 0;
   }
+  const TlsFiles tls =
+      ResolveTls(*config, absl::GetFlag(FLAGS_tls_cert),
+                 absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_ca));
+  auto server_creds = MakeServerCredentials(tls);
+  auto client_creds = MakeChannelCredentials(tls);
+  if (!server_creds.ok() || !client_creds.ok()) {
+    std::fprintf(stderr, "ps_coordinator: %s\n",
+                 std::string((server_creds.ok() ? client_creds.status()
+                                                : server_creds.status())
+                                 .message())
+                     .c_str());
+    return 2;
+  }
+  MetricsRegistry metrics;
+  auto metrics_server = MaybeServeMetrics(&metrics, absl::GetFlag(FLAGS_bind),
+                                          absl::GetFlag(FLAGS_metrics_port));
+  if (!metrics_server.ok()) {
+    PS_LOG_ERROR("%s", metrics_server.status().message());
+    return 1;
+  }
   const std::string out = absl::GetFlag(FLAGS_out);
   CoordinatorOptions options;
   options.config = *config;
   options.progress = !absl::GetFlag(FLAGS_quiet);
+  options.metrics = &metrics;
   if (!out.empty()) options.metrics_csv = out + "/metrics.csv";
   auto service = CoordinatorService::Create(options);
   if (!service.ok()) {
@@ -146,7 +184,7 @@ int Main() {
   int port = 0;
   builder.AddListeningPort(
       absl::StrCat(absl::GetFlag(FLAGS_bind), ":", absl::GetFlag(FLAGS_port)),
-      grpc::InsecureServerCredentials(), &port);
+      *server_creds, &port);
   builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
   builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
   builder.RegisterService(service->get());
@@ -193,16 +231,20 @@ int Main() {
   }
   JobOutcome outcome = (*service)->Outcome();
   const absl::Duration timeout = absl::Seconds(config->rpc_timeout_s);
-  std::vector<pstrain::v1::ShardStats> stats =
-      CollectStatsAndShutdown((*service)->ServerAddresses(), timeout,
-                              outcome.failed ? "job failed" : "job finished");
-  // Let workers' final reports get their answers before the port closes.
-  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  std::vector<pstrain::v1::ShardStats> stats = CollectStatsAndShutdown(
+      (*service)->ServerAddresses(), *client_creds, timeout,
+      outcome.failed ? "job failed" : "job finished");
   if (!out.empty()) {
     absl::Status st =
         WriteSummaryJson(out + "/summary.json", *config, outcome, stats);
     if (!st.ok()) PS_LOG_ERROR("%s", st.message());
   }
+  if (absl::GetFlag(FLAGS_keep_serving_after_job) && !StopRequested()) {
+    PS_LOG_INFO("job over; serving status and metrics until terminated");
+    while (!StopRequested()) absl::SleepFor(absl::Milliseconds(200));
+  }
+  // Let workers' final reports get their answers before the port closes.
+  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   if (outcome.failed) {
     PS_LOG_ERROR("job failed: %s", outcome.message);
     return 1;

@@ -4,6 +4,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <string>
@@ -16,18 +17,35 @@
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
+#include "common/metrics.h"
+#include "common/process.h"
 #include "common/retry.h"
 #include "common/signals.h"
 #include "server/ps_service.h"
 #include "server/shard.h"
 
+ABSL_FLAG(std::string, config, "",
+          "job YAML file; its network section gives TLS files (optional)");
 ABSL_FLAG(std::string, coordinator, "",
-          "coordinator address host:port (required)");
+          "coordinator address, host:port or DNS-name:port (required)");
 ABSL_FLAG(std::string, bind, "127.0.0.1", "address to listen on");
 ABSL_FLAG(int, port, 0, "port to listen on; 0 picks a free one");
 ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
-          "host name workers use to reach this server");
+          "host name workers use to reach this server (e.g. ps-0.ps)");
 ABSL_FLAG(int, shard, -1, "shard id to claim; -1 lets the coordinator assign");
+ABSL_FLAG(bool, shard_from_hostname, false,
+          "claim the shard named by the host name's -<ordinal> suffix "
+          "(StatefulSet pod ps-3 -> shard 3)");
+ABSL_FLAG(int, metrics_port, -1,
+          "serve Prometheus metrics at http://BIND:PORT/metrics; 0 picks a "
+          "free port, -1 disables");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate (overrides network.tls_cert)");
+ABSL_FLAG(std::string, tls_key, "",
+          "PEM private key (overrides network.tls_key)");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA: verifies the coordinator and requires client certificates "
+          "(overrides network.tls_ca)");
 ABSL_FLAG(double, rpc_timeout_s, 30,
           "deadline of each call to the coordinator");
 ABSL_FLAG(double, startup_timeout_s, 120,
@@ -38,22 +56,52 @@ ABSL_FLAG(double, barrier_timeout_s, 300,
 namespace pstrain {
 namespace {
 
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "ps_server: %s\n", message.c_str());
+  return 2;
+}
+
 int Main() {
   const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
-  if (coordinator.empty()) {
-    std::fprintf(stderr, "ps_server: --coordinator is required (host:port)\n");
-    return 2;
-  }
+  if (coordinator.empty()) return Fail("--coordinator is required (host:port)");
   if (absl::GetFlag(FLAGS_rpc_timeout_s) <= 0 ||
       absl::GetFlag(FLAGS_startup_timeout_s) <= 0 ||
       absl::GetFlag(FLAGS_barrier_timeout_s) <= 0) {
-    std::fprintf(stderr,
-                 "ps_server: --rpc_timeout_s, --startup_timeout_s and "
-                 "--barrier_timeout_s must be > 0\n");
-    return 2;
+    return Fail(
+        "--rpc_timeout_s, --startup_timeout_s and --barrier_timeout_s must be "
+        "> 0");
   }
+  absl::StatusOr<JobConfig> file_config =
+      LoadConfigFlag(absl::GetFlag(FLAGS_config));
+  if (!file_config.ok())
+    return Fail(std::string(file_config.status().message()));
+  const TlsFiles tls =
+      ResolveTls(*file_config, absl::GetFlag(FLAGS_tls_cert),
+                 absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_ca));
+  auto server_creds = MakeServerCredentials(tls);
+  if (!server_creds.ok())
+    return Fail(std::string(server_creds.status().message()));
+  auto client_creds = MakeChannelCredentials(tls);
+  if (!client_creds.ok())
+    return Fail(std::string(client_creds.status().message()));
+  int requested_shard = absl::GetFlag(FLAGS_shard);
+  if (absl::GetFlag(FLAGS_shard_from_hostname)) {
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    absl::StatusOr<int> ordinal = OrdinalFromHostname(host);
+    if (!ordinal.ok()) return Fail(std::string(ordinal.status().message()));
+    requested_shard = *ordinal;
+  }
+
   SetLogRole("server");
   InstallStopSignalHandlers();
+  MetricsRegistry metrics;
+  auto metrics_server = MaybeServeMetrics(&metrics, absl::GetFlag(FLAGS_bind),
+                                          absl::GetFlag(FLAGS_metrics_port));
+  if (!metrics_server.ok()) {
+    PS_LOG_ERROR("%s", metrics_server.status().message());
+    return 1;
+  }
   const absl::Duration rpc_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
   const absl::Time startup_deadline =
@@ -62,6 +110,7 @@ int Main() {
   PsServiceOptions service_options;
   service_options.barrier_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_barrier_timeout_s));
+  service_options.metrics = &metrics;
   ParameterServerService service(service_options);
   absl::Notification shutdown;
   service.SetShutdownCallback([&](const std::string& reason) {
@@ -75,7 +124,7 @@ int Main() {
   int port = 0;
   builder.AddListeningPort(
       absl::StrCat(absl::GetFlag(FLAGS_bind), ":", absl::GetFlag(FLAGS_port)),
-      grpc::InsecureServerCredentials(), &port);
+      *server_creds, &port);
   builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
   builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
   builder.RegisterService(&service);
@@ -90,7 +139,8 @@ int Main() {
   const std::string address =
       absl::StrCat(absl::GetFlag(FLAGS_advertise_host), ":", port);
 
-  auto coord = pstrain::v1::Coordinator::NewStub(MakeChannel(coordinator));
+  auto coord = pstrain::v1::Coordinator::NewStub(
+      MakeChannel(coordinator, *client_creds));
   pstrain::v1::RegisterServerResponse reg;
   absl::Status st =
       RetryUntil(startup_deadline, "coordinator at " + coordinator, [&] {
@@ -98,9 +148,16 @@ int Main() {
         SetTimeout(&ctx, rpc_timeout);
         pstrain::v1::RegisterServerRequest req;
         req.set_address(address);
-        req.set_requested_shard(absl::GetFlag(FLAGS_shard));
+        req.set_requested_shard(requested_shard);
         return FromGrpcStatus(coord->RegisterServer(&ctx, req, &reg));
       });
+  if (st.code() == absl::StatusCode::kFailedPrecondition) {
+    // The job is over (e.g. a StatefulSet restarted this pod after the end):
+    // idle instead of crash-looping, until terminated.
+    PS_LOG_INFO("%s; idling until terminated", st.message());
+    while (!StopRequested()) absl::SleepFor(absl::Milliseconds(200));
+    return 0;
+  }
   if (!st.ok()) {
     PS_LOG_ERROR("registration failed: %s", st.message());
     return 1;
@@ -179,7 +236,9 @@ int Main() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "pstrain parameter-server shard.\nUsage: ps_server --coordinator "
-      "HOST:PORT [--port N] [--bind ADDR] [--advertise_host HOST] [--shard K]");
+      "HOST:PORT [--config job.yaml] [--port N] [--bind ADDR] "
+      "[--advertise_host HOST] [--shard K | --shard_from_hostname] "
+      "[--metrics_port P] [--tls_cert F --tls_key F] [--tls_ca F]");
   absl::ParseCommandLine(argc, argv);
   return pstrain::Main();
 }

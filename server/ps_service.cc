@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "common/grpc_util.h"
 #include "common/sharding.h"
 #include "common/tensor_codec.h"
@@ -12,9 +13,58 @@ namespace pstrain {
 using pstrain::v1::PullResponse;
 using pstrain::v1::PushRequest;
 
+ParameterServerService::ParameterServerService(PsServiceOptions options)
+    : options_(options) {
+  MetricsRegistry* r = options_.metrics;
+  if (r == nullptr) return;
+  const auto latency = ExponentialBuckets(1e-4, 2, 18);  // 0.1 ms .. 13 s
+  metrics_ = std::make_unique<Metrics>(Metrics{
+      r->AddHistogram("pstrain_server_push_seconds",
+                      "Push RPC handling time, receive to reply.", latency),
+      r->AddHistogram("pstrain_server_pull_seconds",
+                      "Pull RPC time including any barrier wait.", latency),
+      r->AddHistogram("pstrain_server_barrier_wait_seconds",
+                      "Time a pull blocked on the consistency rule.", latency),
+      r->AddHistogram("pstrain_server_optimizer_apply_seconds",
+                      "Time of one optimizer step over the shard.", latency),
+      r->AddHistogram("pstrain_server_staleness",
+                      "Observed staleness of pushes, in clocks.",
+                      {0, 1, 2, 3, 4, 6, 8, 12, 16, 32, 64}),
+      r->AddCounter("pstrain_server_pushes_total", "Accepted pushes."),
+      r->AddCounter("pstrain_server_rejected_pushes_total",
+                    "Pushes rejected with an error status."),
+      r->AddGauge("pstrain_server_version", "Optimizer steps applied."),
+      r->AddGauge("pstrain_server_live_workers",
+                  "Workers the shard waits for."),
+  });
+  r->AddCallback("pstrain_server_received_bytes_total",
+                 "Bytes of push messages received.", true,
+                 [this] { return static_cast<double>(bytes_in_.load()); });
+  r->AddCallback("pstrain_server_sent_bytes_total",
+                 "Bytes of pull messages sent.", true,
+                 [this] { return static_cast<double>(bytes_out_.load()); });
+}
+
 void ParameterServerService::SetShard(std::shared_ptr<Shard> shard) {
+  if (metrics_ != nullptr && shard != nullptr) {
+    metrics_->live_workers->Set(shard->job().num_workers());
+  }
   absl::MutexLock lock(&mu_);
   shard_ = std::move(shard);
+}
+
+void ParameterServerService::RecordPush(absl::Duration took,
+                                        const absl::StatusOr<PushResult>& r) {
+  if (metrics_ == nullptr) return;
+  metrics_->push_seconds->Observe(absl::ToDoubleSeconds(took));
+  if (!r.ok()) {
+    metrics_->rejected->Inc();
+    return;
+  }
+  metrics_->pushes->Inc();
+  metrics_->staleness->Observe(static_cast<double>(r->staleness));
+  metrics_->version->Set(static_cast<double>(r->version));
+  if (r->applied) metrics_->apply_seconds->Observe(r->apply_seconds);
 }
 
 void ParameterServerService::SetShutdownCallback(
@@ -35,6 +85,7 @@ grpc::Status ParameterServerService::Push(
   if (s == nullptr) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "shard not initialised");
   }
+  const absl::Time start = absl::Now();
   // Keep every message: the chunk pointers below point into them.
   std::vector<PushRequest> messages;
   PushRequest msg;
@@ -55,6 +106,7 @@ grpc::Status ParameterServerService::Push(
   }
   absl::StatusOr<PushResult> result =
       s->Push(messages.front().header(), chunks);
+  RecordPush(absl::Now() - start, result);
   if (!result.ok()) return ToGrpcStatus(result.status());
   response->set_version(result->version);
   response->set_staleness(result->staleness);
@@ -69,6 +121,7 @@ grpc::Status ParameterServerService::Pull(
   if (s == nullptr) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "shard not initialised");
   }
+  const absl::Time start = absl::Now();
   absl::StatusOr<PullResult> result =
       s->Pull(request->worker(), request->clock(),
               ServerDeadline(*context, options_.barrier_timeout));
@@ -104,6 +157,10 @@ grpc::Status ParameterServerService::Pull(
     }
   }
   bytes_out_ += bytes;
+  if (metrics_ != nullptr) {
+    metrics_->pull_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - start));
+    metrics_->barrier_wait_seconds->Observe(result->wait_seconds);
+  }
   return grpc::Status::OK;
 }
 

@@ -10,6 +10,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/metrics.h"
 #include "proto/pstrain.grpc.pb.h"
 #include "server/shard.h"
 
@@ -17,6 +18,9 @@ namespace pstrain {
 
 struct PsServiceOptions {
   absl::Duration barrier_timeout = absl::Minutes(5);  // longest blocked pull
+  // Where to publish pstrain_server_* metrics; may be null. Must outlive the
+  // service.
+  MetricsRegistry* metrics = nullptr;
 };
 
 // Thread-safe. Until SetShard() is called every RPC fails with UNAVAILABLE
@@ -25,8 +29,7 @@ struct PsServiceOptions {
 class ParameterServerService final
     : public pstrain::v1::ParameterServer::Service {
  public:
-  explicit ParameterServerService(PsServiceOptions options)
-      : options_(options) {}
+  explicit ParameterServerService(PsServiceOptions options);
 
   void SetShard(std::shared_ptr<Shard> shard);
   // Runs once, on the first Shutdown RPC (from the coordinator at job end).
@@ -51,7 +54,22 @@ class ParameterServerService final
  private:
   std::shared_ptr<Shard> shard() const;
 
+  // Null when options.metrics is null.
+  struct Metrics {
+    Histogram* push_seconds;
+    Histogram* pull_seconds;
+    Histogram* barrier_wait_seconds;
+    Histogram* apply_seconds;
+    Histogram* staleness;
+    Counter* pushes;
+    Counter* rejected;
+    Gauge* version;
+    Gauge* live_workers;
+  };
+  void RecordPush(absl::Duration took, const absl::StatusOr<PushResult>& r);
+
   const PsServiceOptions options_;
+  std::unique_ptr<Metrics> metrics_;
   mutable absl::Mutex mu_;
   std::shared_ptr<Shard> shard_ ABSL_GUARDED_BY(mu_);
   std::function<void(const std::string&)> on_shutdown_ ABSL_GUARDED_BY(mu_);

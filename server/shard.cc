@@ -162,13 +162,17 @@ absl::StatusOr<PushResult> Shard::Push(
         for (uint64_t i = 0; i < num_elements_; ++i) acc[i] += weight * g[i];
       }
       std::vector<float> avg(acc.begin(), acc.end());
+      const absl::Time start = absl::Now();
       ApplyLocked(version_, avg.data());
+      result.apply_seconds = absl::ToDoubleSeconds(absl::Now() - start);
       for (auto& p : pending_) std::vector<float>().swap(p);
       pending_count_ = 0;
       result.applied = true;
     }
   } else {
+    const absl::Time start = absl::Now();
     ApplyLocked(header.clock(), grad.data());
+    result.apply_seconds = absl::ToDoubleSeconds(absl::Now() - start);
     ++clocks_[w];
     result.applied = true;
   }
@@ -230,6 +234,7 @@ absl::StatusOr<PullResult> Shard::Pull(uint32_t worker, uint64_t clock,
         absl::StrCat("worker ", worker, " has pushed ", clocks_[worker],
                      " clocks and cannot read clock ", clock));
   }
+  PullResult result;
   if (!ReadableLocked(clock)) {
     const absl::Time start = absl::Now();
     std::pair<const Shard*, uint64_t> arg(this, clock);
@@ -241,7 +246,9 @@ absl::StatusOr<PullResult> Shard::Pull(uint32_t worker, uint64_t clock,
                  },
             &arg),
         deadline);
-    barrier_wait_ += absl::Now() - start;
+    const absl::Duration waited = absl::Now() - start;
+    barrier_wait_ += waited;
+    result.wait_seconds = absl::ToDoubleSeconds(waited);
     if (!ready) {
       return absl::DeadlineExceededError(absl::StrCat(
           "worker ", worker, " waited for clock ", clock, " on shard ",
@@ -249,7 +256,6 @@ absl::StatusOr<PullResult> Shard::Pull(uint32_t worker, uint64_t clock,
     }
   }
   if (closed_) return absl::UnavailableError("shard is shutting down");
-  PullResult result;
   result.version = version_;
   result.min_clock = MinClockLocked();
   result.values = weights_;

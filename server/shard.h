@@ -51,14 +51,16 @@ struct ShardOptions {
 };
 
 struct PushResult {
-  uint64_t version = 0;    // version after the push
-  uint64_t staleness = 0;  // clocks
-  bool applied = false;    // an optimizer step ran
+  uint64_t version = 0;      // version after the push
+  uint64_t staleness = 0;    // clocks
+  bool applied = false;      // an optimizer step ran
+  double apply_seconds = 0;  // time spent in the optimizer (0 if not applied)
 };
 
 struct PullResult {
   uint64_t version = 0;
   uint64_t min_clock = 0;
+  double wait_seconds = 0;  // time blocked on the consistency rule
   // Values of this shard's chunks, concatenated in chunks() order.
   std::vector<float> values;
 };

@@ -1,0 +1,68 @@
+#include "common/process.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+
+namespace pstrain {
+
+absl::StatusOr<JobConfig> LoadConfigFlag(const std::string& path) {
+  if (path.empty()) return DefaultJobConfig();
+  absl::StatusOr<JobConfig> config = LoadJobConfig(path);
+  if (!config.ok()) {
+    return absl::Status(config.status().code(),
+                        absl::StrCat("--config: ", config.status().message()));
+  }
+  return config;
+}
+
+TlsFiles ResolveTls(const JobConfig& config, const std::string& cert_flag,
+                    const std::string& key_flag, const std::string& ca_flag) {
+  TlsFiles tls{config.tls_cert, config.tls_key, config.tls_ca};
+  if (!cert_flag.empty()) tls.cert = cert_flag;
+  if (!key_flag.empty()) tls.key = key_flag;
+  if (!ca_flag.empty()) tls.ca = ca_flag;
+  return tls;
+}
+
+absl::StatusOr<int> OrdinalFromHostname(const std::string& hostname) {
+  const size_t dash = hostname.rfind('-');
+  int ordinal;
+  if (dash == std::string::npos ||
+      !absl::SimpleAtoi(hostname.substr(dash + 1), &ordinal) || ordinal < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shard_from_hostname: host name '", hostname,
+                     "' does not end in -<ordinal> (as StatefulSet pods do)"));
+  }
+  return ordinal;
+}
+
+absl::StatusOr<int> IndexFromEnv(const std::string& name, const char* value) {
+  int index;
+  if (value == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("environment variable ", name, " is not set"));
+  }
+  if (!absl::SimpleAtoi(value, &index) || index < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("environment variable ", name, "='", value,
+                     "' is not a non-negative integer"));
+  }
+  return index;
+}
+
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MaybeServeMetrics(
+    const MetricsRegistry* registry, const std::string& bind, int port) {
+  if (port < 0) return std::unique_ptr<MetricsHttpServer>();
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
+      MetricsHttpServer::Start(registry, bind, port);
+  if (!server.ok()) {
+    return absl::Status(
+        server.status().code(),
+        absl::StrCat("--metrics_port: ", server.status().message()));
+  }
+  PS_LOG_INFO("metrics at http://%s:%d/metrics", bind, (*server)->port());
+  return server;
+}
+
+}  // namespace pstrain
