@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace pstrain {
 
@@ -28,6 +29,15 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   }
   httplib::Server* server = s->server_.get();
   s->thread_ = std::thread([server] { server->listen_after_bind(); });
+  // stop() before the loop starts would be lost (and the destructor would
+  // then wait forever): return only once the server is accepting.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!server->is_running() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  if (!server->is_running()) {
+    return absl::InternalError("metrics HTTP server did not start");
+  }
   return s;
 }
 
