@@ -42,6 +42,15 @@ void ExpectSameConfig(const JobConfig& a, const JobConfig& b) {
   EXPECT_EQ(a.data.noise, b.data.noise);
   EXPECT_EQ(a.data.test_examples, b.data.test_examples);
   EXPECT_EQ(a.data.targets, b.data.targets);
+  EXPECT_EQ(a.data.num_categorical, b.data.num_categorical);
+  EXPECT_EQ(a.data.categories, b.data.categories);
+  EXPECT_EQ(a.data.missing_rate, b.data.missing_rate);
+  EXPECT_EQ(a.data.path, b.data.path);
+  EXPECT_EQ(a.data.dir, b.data.dir);
+  EXPECT_EQ(a.data.label_column, b.data.label_column);
+  EXPECT_EQ(a.data.test_fraction, b.data.test_fraction);
+  EXPECT_EQ(a.data.standardize, b.data.standardize);
+  EXPECT_EQ(a.worker.device, b.worker.device);
   EXPECT_EQ(a.eval_every, b.eval_every);
   EXPECT_EQ(a.chunk_bytes, b.chunk_bytes);
   EXPECT_EQ(a.rpc_timeout_s, b.rpc_timeout_s);
@@ -94,7 +103,10 @@ training:
   grad_accum_steps: 3
   steps: 90
 model: {type: softmax, input_dim: 10, num_classes: 3, hidden: [], activation: gelu, classifier: false, seed: 9, init_value: -1.5}
-data: {source: synthetic, seed: 11, num_features: 10, num_classes: 3, noise: 0.25, test_examples: 100, targets: [1, 2.5]}
+data: {source: synthetic, seed: 11, num_features: 10, num_classes: 3, noise: 0.25, test_examples: 100, targets: [1, 2.5],
+       num_categorical: 2, categories: 3, missing_rate: 0.05, path: x.csv, dir: /d, label_column: y, test_fraction: 0.3,
+       standardize: false}
+worker: {device: cpu}
 evaluation: {every_steps: 10}
 server: {chunk_bytes: 4096}
 network: {rpc_timeout_s: 5, barrier_timeout_s: 7.5, startup_timeout_s: 9}
@@ -143,6 +155,15 @@ network: {rpc_timeout_s: 5, barrier_timeout_s: 7.5, startup_timeout_s: 9}
   EXPECT_EQ(c.data.noise, 0.25);
   EXPECT_EQ(c.data.test_examples, 100);
   EXPECT_EQ(c.data.targets, (std::vector<float>{1.0f, 2.5f}));
+  EXPECT_EQ(c.data.num_categorical, 2);
+  EXPECT_EQ(c.data.categories, 3);
+  EXPECT_EQ(c.data.missing_rate, 0.05);
+  EXPECT_EQ(c.data.path, "x.csv");
+  EXPECT_EQ(c.data.dir, "/d");
+  EXPECT_EQ(c.data.label_column, "y");
+  EXPECT_EQ(c.data.test_fraction, 0.3);
+  EXPECT_FALSE(c.data.standardize);
+  EXPECT_EQ(c.worker.device, "cpu");
   EXPECT_EQ(c.eval_every, 10);
   EXPECT_EQ(c.chunk_bytes, 4096);
   EXPECT_EQ(c.rpc_timeout_s, 5);
@@ -190,6 +211,15 @@ TEST(JobConfigTest, YamlRoundTrips) {
   c.data.noise = 0.7;
   c.data.test_examples = 0;
   c.data.targets = {0.1f, -2.0f, 1e-3f};
+  c.data.num_categorical = 3;
+  c.data.categories = 7;
+  c.data.missing_rate = 0.125;
+  c.data.path = "/data/my table: v2.csv";
+  c.data.dir = "";
+  c.data.label_column = "# class";
+  c.data.test_fraction = 1.0 / 3.0;
+  c.data.standardize = false;
+  c.worker.device = "cuda";
   c.eval_every = 25;
   c.chunk_bytes = 1 << 20;
   c.rpc_timeout_s = 2.5;
@@ -418,8 +448,9 @@ TEST(JobConfigTest, ExampleConfigsParseAndValidate) {
       names.push_back(entry.path().filename().string());
     }
   }
-  EXPECT_THAT(names, testing::IsSupersetOf({"default.yaml", "async.yaml",
-                                            "worked_example.yaml"}));
+  EXPECT_THAT(names, testing::IsSupersetOf(
+                         {"default.yaml", "async.yaml", "worked_example.yaml",
+                          "digits.yaml", "breast_cancer.yaml"}));
   for (const std::string& name : names) {
     SCOPED_TRACE(name);
     absl::StatusOr<JobConfig> c = LoadJobConfig("configs/" + name);
@@ -445,6 +476,29 @@ TEST(JobConfigTest, WorkedExampleConfig) {
   EXPECT_EQ(c->optimizer.kind(), OptimizerConfig::SGD);
   EXPECT_EQ(c->optimizer.base_lr(), 0.1);
   EXPECT_EQ(c->optimizer.global_batch(), 4u);
+}
+
+TEST(JobConfigTest, RealDataConfigs) {
+  absl::StatusOr<JobConfig> c = LoadJobConfig("configs/digits.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->data.source, "digits");
+  EXPECT_EQ(c->data.dir, ".cache/pstrain/datasets");
+  EXPECT_EQ(c->mode, v1::MODE_SYNC);
+  EXPECT_EQ(c->workers, 4);
+  EXPECT_EQ(c->servers, 2);
+  EXPECT_EQ(c->model.input_dim, 64);
+  EXPECT_EQ(c->model.hidden, (std::vector<int64_t>{128}));
+  EXPECT_EQ(c->model.num_classes, 10);
+  EXPECT_EQ(c->optimizer.kind(), OptimizerConfig::MOMENTUM);
+  EXPECT_EQ(c->optimizer.schedule(), OptimizerConfig::COSINE);
+  EXPECT_GT(c->optimizer.warmup_steps(), 0u);
+  EXPECT_EQ(c->optimizer.global_batch(), 128u);
+
+  c = LoadJobConfig("configs/breast_cancer.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->data.source, "breast_cancer");
+  EXPECT_EQ(c->model.input_dim, 30);
+  EXPECT_EQ(c->model.num_classes, 2);
 }
 
 TEST(JobConfigTest, AsyncConfigHasBoundedStaleness) {

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/model_spec.h"
+#include "worker/file_data.h"
 
 namespace pstrain {
 namespace {
@@ -49,14 +50,8 @@ absl::Status CheckCount(int64_t n, int64_t dim) {
   return absl::OkStatus();
 }
 
-// [begin, end) of the test ids that `rank` of `world` evaluates.
-absl::StatusOr<std::pair<int64_t, int64_t>> TestRange(int64_t examples,
-                                                      int rank, int world) {
-  if (world < 1 || rank < 0 || rank >= world) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bad test slice: rank ", rank, " of ", world));
-  }
-  return std::make_pair(examples * rank / world, examples * (rank + 1) / world);
+absl::Status Invalid(const std::string& field, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
 }
 
 // The "scalar" model's data: featureless examples cycling through targets.
@@ -66,6 +61,12 @@ class TargetsSource : public DataSource {
 
   int64_t num_features() const override { return 0; }
   int64_t num_classes() const override { return 1; }
+  int64_t train_size() const override { return config_.targets.size(); }
+  std::string Describe() const override {
+    return absl::StrCat("targets: ", config_.targets.size(),
+                        " featureless examples cycled by id; ",
+                        config_.test_examples, " test examples");
+  }
 
   absl::StatusOr<Batch> TrainBatch(uint64_t first_id, int64_t n) override {
     if (absl::Status s = CheckCount(n, 0); !s.ok()) return s;
@@ -79,7 +80,7 @@ class TargetsSource : public DataSource {
   }
 
   absl::StatusOr<Batch> TestSlice(int rank, int world) override {
-    auto range = TestRange(config_.test_examples, rank, world);
+    auto range = TestSliceRange(config_.test_examples, rank, world);
     if (!range.ok()) return range.status();
     return TrainBatch(range->first, range->second - range->first);
   }
@@ -88,10 +89,68 @@ class TargetsSource : public DataSource {
   const DataConfig config_;
 };
 
+// Where the raw columns of a synthetic table sit among the encoded slots
+// (see data.h): [numeric | one-hot blocks | numeric indicators |
+// categorical indicators].
+struct Layout {
+  int64_t width = 0;     // D, all slots
+  int64_t numeric = 0;   // R numeric columns, slots [0, R)
+  int64_t missable = 0;  // the first `missable` numeric columns may be missing
+  int64_t categorical = 0, levels = 0;  // C columns of L one-hot slots
+  bool indicators = false;              // missing_rate > 0
+
+  int64_t onehot(int64_t c) const { return numeric + c * levels; }
+  int64_t numeric_indicator(int64_t j) const {
+    return numeric + categorical * levels + j;
+  }
+  int64_t categorical_indicator(int64_t c) const {
+    return numeric + categorical * levels + missable + c;
+  }
+  // Raw columns that can be missing: missable numeric, then categorical.
+  int64_t missing_columns() const {
+    return indicators ? missable + categorical : 0;
+  }
+};
+
+absl::StatusOr<Layout> MakeLayout(const DataConfig& config) {
+  Layout l;
+  l.width = config.num_features;
+  l.categorical = config.num_categorical;
+  l.levels = config.categories;
+  l.indicators = config.missing_rate > 0;
+  if (l.categorical < 0) {
+    return Invalid("data.num_categorical",
+                   absl::StrCat("must be >= 0, got ", l.categorical));
+  }
+  if (l.categorical > 0 && l.levels < 2) {
+    return Invalid("data.categories",
+                   absl::StrCat("must be >= 2, got ", l.levels));
+  }
+  if (!(config.missing_rate >= 0 && config.missing_rate < 1)) {
+    return Invalid("data.missing_rate", absl::StrCat("must be in [0, 1), got ",
+                                                     config.missing_rate));
+  }
+  const int64_t categorical_slots =
+      l.categorical * (l.levels + (l.indicators ? 1 : 0));
+  const int64_t rest = l.width - categorical_slots;
+  if (rest < 0) {
+    return Invalid(
+        "data.num_features",
+        absl::StrCat(l.width, " encoded features cannot hold ", l.categorical,
+                     " categorical columns x ", l.levels, " levels",
+                     l.indicators ? " + their missing indicators" : "",
+                     " (needs >= ", categorical_slots, ")"));
+  }
+  l.missable = l.indicators ? rest / 2 : 0;
+  l.numeric = rest - l.missable;
+  return l;
+}
+
 class SyntheticSource : public DataSource {
  public:
-  explicit SyntheticSource(const DataConfig& config)
+  SyntheticSource(const DataConfig& config, const Layout& layout)
       : config_(config),
+        layout_(layout),
         dim_(config.num_features),
         outputs_(config.num_classes),
         train_(MakeStreams("train", config.seed)),
@@ -117,31 +176,84 @@ class SyntheticSource : public DataSource {
 
   int64_t num_features() const override { return dim_; }
   int64_t num_classes() const override { return outputs_; }
+  int64_t train_size() const override { return 0; }
+
+  std::string Describe() const override {
+    const Layout& l = layout_;
+    std::string encoding = absl::StrCat(l.numeric, " numeric");
+    if (l.categorical > 0) {
+      absl::StrAppend(&encoding, " + ", l.categorical, " categorical x ",
+                      l.levels, " levels one-hot");
+    }
+    if (l.indicators) {
+      absl::StrAppend(&encoding, " + ", l.missing_columns(),
+                      " missing indicators (missing_rate ",
+                      config_.missing_rate, ")");
+    }
+    return absl::StrCat("synthetic: seed ", config_.seed, ", ", dim_,
+                        " encoded features (", encoding, "), ",
+                        outputs_ == 1 ? std::string("regression")
+                                      : absl::StrCat(outputs_, " classes"),
+                        " from a random teacher (linear + tanh), noise ",
+                        config_.noise, "; unlimited training examples by id, ",
+                        config_.test_examples,
+                        " test examples from a separate stream");
+  }
 
   absl::StatusOr<Batch> TrainBatch(uint64_t first_id, int64_t n) override {
     return Generate(train_, first_id, n);
   }
 
   absl::StatusOr<Batch> TestSlice(int rank, int world) override {
-    auto range = TestRange(config_.test_examples, rank, world);
+    auto range = TestSliceRange(config_.test_examples, rank, world);
     if (!range.ok()) return range.status();
     return Generate(test_, range->first, range->second - range->first);
   }
 
  private:
   struct Streams {
-    TensorSpec x;      // NORMAL, element id * dim + k
-    TensorSpec flip;   // UNIFORM, element id: label replaced when < noise
-    TensorSpec label;  // UNIFORM, element id: the replacement label
-    TensorSpec noise;  // NORMAL, element id: regression noise
+    TensorSpec x;        // NORMAL, element id * dim + k: numeric column k
+    TensorSpec level;    // UNIFORM, element id * C + c: category of column c
+    TensorSpec missing;  // UNIFORM, element id * M + j: column j missing
+    TensorSpec flip;     // UNIFORM, element id: label replaced when < noise
+    TensorSpec label;    // UNIFORM, element id: the replacement label
+    TensorSpec noise;    // NORMAL, element id: regression noise
   };
 
   static Streams MakeStreams(const std::string& split, uint64_t seed) {
     const std::string p = "data/" + split + "/";
     return {Stream(p + "x", InitRule::NORMAL, seed),
+            Stream(p + "level", InitRule::UNIFORM, seed),
+            Stream(p + "missing", InitRule::UNIFORM, seed),
             Stream(p + "flip", InitRule::UNIFORM, seed),
             Stream(p + "label", InitRule::UNIFORM, seed),
             Stream(p + "noise", InitRule::NORMAL, seed)};
+  }
+
+  // Encoded features of example `id` into x[0, dim_).
+  void Encode(const Streams& s, uint64_t id, float* x) const {
+    const Layout& l = layout_;
+    std::fill(x, x + dim_, 0.0f);
+    InitialValues(s.x, id * dim_, l.numeric, x);
+    const int64_t m = l.missing_columns();
+    auto missing = [&](int64_t j) {
+      return Unit(s.missing, id * m + j) < config_.missing_rate;
+    };
+    for (int64_t j = 0; j < l.missable; ++j) {
+      if (missing(j)) {
+        x[j] = 0.0f;
+        x[l.numeric_indicator(j)] = 1.0f;
+      }
+    }
+    for (int64_t c = 0; c < l.categorical; ++c) {
+      if (l.indicators && missing(l.missable + c)) {
+        x[l.categorical_indicator(c)] = 1.0f;
+        continue;
+      }
+      const int64_t level = std::min<int64_t>(
+          Unit(s.level, id * l.categorical + c) * l.levels, l.levels - 1);
+      x[l.onehot(c) + level] = 1.0f;
+    }
   }
 
   absl::StatusOr<Batch> Generate(const Streams& s, uint64_t first_id,
@@ -156,7 +268,7 @@ class SyntheticSource : public DataSource {
     for (int64_t i = 0; i < n; ++i) {
       const uint64_t id = first_id + i;
       float* x = &batch.x[i * dim_];
-      InitialValues(s.x, id * dim_, dim_, x);
+      Encode(s, id, x);
       // logits = x linear + tanh(x hidden) head
       std::fill(logits.begin(), logits.end(), 0.0f);
       std::fill(h.begin(), h.end(), 0.0f);
@@ -194,6 +306,7 @@ class SyntheticSource : public DataSource {
   }
 
   const DataConfig config_;
+  const Layout layout_;
   const int64_t dim_, outputs_;
   const Streams train_, test_;
   // Teacher: linear_ [dim, outputs] + tanh(x hidden_ [dim, H]) head_ [H,
@@ -201,18 +314,19 @@ class SyntheticSource : public DataSource {
   std::vector<float> linear_, hidden_, head_;
 };
 
-absl::Status Invalid(const std::string& field, const std::string& why) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DataSource>> DataSource::Create(
     const DataConfig& config) {
+  if (config.source == "digits" || config.source == "breast_cancer" ||
+      config.source == "csv" || config.source == "libsvm") {
+    return CreateFileSource(config);
+  }
   if (config.source != "synthetic") {
     return Invalid("data.source",
                    absl::StrCat("unknown source '", config.source,
-                                "' (expected synthetic)"));
+                                "' (expected synthetic, digits, breast_cancer, "
+                                "csv or libsvm)"));
   }
   if (config.test_examples < 0) {
     return Invalid("data.test_examples",
@@ -237,13 +351,25 @@ absl::StatusOr<std::unique_ptr<DataSource>> DataSource::Create(
                    absl::StrCat("must be >= 0 (and <= 1 for classes), got ",
                                 config.noise));
   }
-  return std::unique_ptr<DataSource>(new SyntheticSource(config));
+  absl::StatusOr<Layout> layout = MakeLayout(config);
+  if (!layout.ok()) return layout.status();
+  return std::unique_ptr<DataSource>(new SyntheticSource(config, *layout));
 }
 
 uint64_t FirstExampleId(uint64_t step, int rank, int world,
                         int64_t local_batch) {
   const uint64_t b = local_batch;
   return step * world * b + rank * b;
+}
+
+absl::StatusOr<std::pair<int64_t, int64_t>> TestSliceRange(int64_t size,
+                                                           int rank,
+                                                           int world) {
+  if (world < 1 || rank < 0 || rank >= world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad test slice: rank ", rank, " of ", world));
+  }
+  return std::make_pair(size * rank / world, size * (rank + 1) / world);
 }
 
 }  // namespace pstrain

@@ -1,15 +1,15 @@
 #include "worker/model.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/model_spec.h"
 #include "common/status_macros.h"
+#include "worker/cpu_backend.h"
 
 namespace pstrain {
 namespace {
@@ -107,59 +107,25 @@ class ScalarModel : public Model {
 
 // ---------------------------------------------------------------------------
 // "linear", "softmax" and "mlp": a stack of dense layers (weight [in, out] and
-// bias [out]); every layer but the last is followed by the activation.
-
-enum class Activation { kIdentity, kRelu, kTanh, kGelu };
-
-constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kGeluA = 0.044715f;
-
-float Activate(Activation act, float z) {
-  switch (act) {
-    case Activation::kRelu:
-      return z > 0 ? z : 0;
-    case Activation::kTanh:
-      return std::tanh(z);
-    case Activation::kGelu:
-      return 0.5f * z * (1 + std::tanh(kGeluC * (z + kGeluA * z * z * z)));
-    default:
-      return z;
-  }
-}
-
-// d act(z) / dz, given z and a = act(z).
-float Derivative(Activation act, float z, float a) {
-  switch (act) {
-    case Activation::kRelu:
-      return z > 0 ? 1 : 0;
-    case Activation::kTanh:
-      return 1 - a * a;
-    case Activation::kGelu: {
-      const float t = std::tanh(kGeluC * (z + kGeluA * z * z * z));
-      return 0.5f * (1 + t) +
-             0.5f * z * (1 - t * t) * kGeluC * (1 + 3 * kGeluA * z * z);
-    }
-    default:
-      return 1;
-  }
-}
-
-// C[m x n] = op(A) * op(B) (+ C when accumulate), row-major.
-void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-          const float* a, const float* b, float* c) {
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a,
-              trans_a ? m : k, b, trans_b ? k : n, 0.0f, c, n);
-}
+// bias [out]); every layer but the last is followed by the activation. All
+// arithmetic runs on the backend; the host only moves parameters, the batch
+// and gradients, and counts correct predictions.
 
 class DenseModel : public Model {
  public:
-  DenseModel(std::vector<TensorSpec> specs, Activation act, bool softmax_head)
-      : specs_(std::move(specs)), act_(act), softmax_head_(softmax_head) {
+  DenseModel(std::vector<TensorSpec> specs, Activation act, bool softmax_head,
+             ComputeBackend* backend, std::unique_ptr<ComputeBackend> owned)
+      : owned_backend_(std::move(owned)),
+        backend_(backend),
+        specs_(std::move(specs)),
+        act_(act),
+        softmax_head_(softmax_head) {
     widths_.push_back(specs_[0].shape(0));
     for (size_t l = 0; l < specs_.size(); l += 2) {
       widths_.push_back(specs_[l].shape(1));
     }
+    params_.resize(specs_.size());
+    grads_.resize(specs_.size());
     z_.resize(num_layers());
     a_.resize(num_layers());
   }
@@ -173,41 +139,36 @@ class DenseModel : public Model {
     PS_RETURN_IF_ERROR(Check(params, batch));
     if (batch.n == 0) return absl::InvalidArgumentError("empty batch");
     const int64_t n = batch.n;
-    Forward(params, batch);
+    PS_RETURN_IF_ERROR(Forward(params, batch));
     // delta = d(mean loss) / d(pre-activation) of the current layer.
-    const int64_t out = num_outputs();
-    delta_.resize(n * out);
-    double loss = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      loss += HeadLoss(&z_.back()[i * out], batch.y[i], &delta_[i * out]);
-    }
-    for (float& d : delta_) d /= n;
-
-    grads->resize(specs_.size());
+    PS_RETURN_IF_ERROR(Reserve(&delta_, n * num_outputs()));
+    PS_RETURN_IF_ERROR(Head(n, 1.0f / n, &delta_));
     for (int l = num_layers() - 1; l >= 0; --l) {
       const int64_t in = widths_[l], width = widths_[l + 1];
-      const float* input = Input(batch, l);
-      std::vector<float>& dw = (*grads)[2 * l];
-      std::vector<float>& db = (*grads)[2 * l + 1];
-      dw.resize(in * width);
-      db.assign(width, 0.0f);
-      Gemm(true, false, in, width, n, input, delta_.data(), dw.data());
-      for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < width; ++j) db[j] += delta_[i * width + j];
-      }
+      DeviceBuffer& dw = grads_[2 * l];
+      DeviceBuffer& db = grads_[2 * l + 1];
+      PS_RETURN_IF_ERROR(Reserve(&dw, in * width));
+      PS_RETURN_IF_ERROR(Reserve(&db, width));
+      PS_RETURN_IF_ERROR(backend_->Gemm(true, false, in, width, n, 1.0f,
+                                        Input(l), delta_, 0.0f, &dw));
+      PS_RETURN_IF_ERROR(backend_->ColumnSum(n, width, delta_, &db));
       if (l == 0) break;
       // Back through the weights, then through the previous activation.
-      prev_delta_.resize(n * in);
-      Gemm(false, true, n, in, width, delta_.data(), params[2 * l].data(),
-           prev_delta_.data());
-      const std::vector<float>& z = z_[l - 1];
-      const std::vector<float>& a = a_[l - 1];
-      for (int64_t k = 0; k < n * in; ++k) {
-        prev_delta_[k] *= Derivative(act_, z[k], a[k]);
-      }
-      delta_.swap(prev_delta_);
+      PS_RETURN_IF_ERROR(Reserve(&prev_delta_, n * in));
+      PS_RETURN_IF_ERROR(backend_->Gemm(false, true, n, in, width, 1.0f, delta_,
+                                        params_[2 * l], 0.0f, &prev_delta_));
+      PS_RETURN_IF_ERROR(backend_->ActivationBackward(act_, n * in, z_[l - 1],
+                                                      a_[l - 1], &prev_delta_));
+      std::swap(delta_, prev_delta_);
     }
-    return loss / n;
+    grads->resize(specs_.size());
+    for (size_t t = 0; t < specs_.size(); ++t) {
+      (*grads)[t].resize(NumElements(specs_[t]));
+      PS_RETURN_IF_ERROR(backend_->CopyToHost(grads_[t], (*grads)[t].size(),
+                                              (*grads)[t].data()));
+    }
+    PS_ASSIGN_OR_RETURN(const double loss_sum, backend_->Sum(n, losses_));
+    return loss_sum / n;
   }
 
   absl::StatusOr<EvalResult> Evaluate(const Params& params,
@@ -216,14 +177,17 @@ class DenseModel : public Model {
     EvalResult r;
     r.total = batch.n;
     if (batch.n == 0) return r;
-    Forward(params, batch);
-    const int64_t out = num_outputs();
-    for (int64_t i = 0; i < batch.n; ++i) {
-      const float* logits = &z_.back()[i * out];
-      r.loss_sum += HeadLoss(logits, batch.y[i], nullptr);
-      if (is_classifier() &&
-          std::max_element(logits, logits + out) - logits == batch.y[i]) {
-        ++r.correct;
+    PS_RETURN_IF_ERROR(Forward(params, batch));
+    PS_RETURN_IF_ERROR(Head(batch.n, 0.0f, nullptr));
+    PS_ASSIGN_OR_RETURN(r.loss_sum, backend_->Sum(batch.n, losses_));
+    if (is_classifier()) {
+      const int64_t out = num_outputs();
+      logits_.resize(batch.n * out);
+      PS_RETURN_IF_ERROR(
+          backend_->CopyToHost(z_.back(), logits_.size(), logits_.data()));
+      for (int64_t i = 0; i < batch.n; ++i) {
+        const float* z = &logits_[i * out];
+        if (std::max_element(z, z + out) - z == batch.y[i]) ++r.correct;
       }
     }
     return r;
@@ -232,77 +196,85 @@ class DenseModel : public Model {
  private:
   int num_layers() const { return static_cast<int>(specs_.size() / 2); }
   int64_t num_outputs() const { return widths_.back(); }
-  const float* Input(const Batch& batch, int l) const {
-    return l == 0 ? batch.x.data() : a_[l - 1].data();
-  }
+  const DeviceBuffer& Input(int l) const { return l == 0 ? x_ : a_[l - 1]; }
 
   absl::Status Check(const Params& params, const Batch& batch) const {
     PS_RETURN_IF_ERROR(CheckParams(specs_, params));
     return CheckBatch(batch, widths_[0], num_outputs());
   }
 
-  // Fills z_[l] (pre-activations; z_.back() = outputs) and a_[l] (hidden
-  // activations) for every layer.
-  void Forward(const Params& params, const Batch& batch) {
+  // Scratch grows to the largest batch seen and is then reused.
+  absl::Status Reserve(DeviceBuffer* buffer, int64_t n) {
+    if (buffer->size() >= n) return absl::OkStatus();
+    *buffer = DeviceBuffer();  // free first: lower peak memory
+    PS_ASSIGN_OR_RETURN(*buffer, backend_->Allocate(n));
+    return absl::OkStatus();
+  }
+
+  absl::Status Upload(const std::vector<float>& host, DeviceBuffer* buffer) {
+    PS_RETURN_IF_ERROR(Reserve(buffer, host.size()));
+    return backend_->CopyToDevice(host.data(), host.size(), buffer);
+  }
+
+  // Uploads parameters and batch, then fills z_[l] (pre-activations; z_.back()
+  // = outputs) and a_[l] (hidden activations) for every layer.
+  absl::Status Forward(const Params& params, const Batch& batch) {
+    for (size_t t = 0; t < params.size(); ++t) {
+      PS_RETURN_IF_ERROR(Upload(params[t], &params_[t]));
+    }
+    PS_RETURN_IF_ERROR(Upload(batch.x, &x_));
+    PS_RETURN_IF_ERROR(Upload(batch.y, &labels_));
     const int64_t n = batch.n;
     for (int l = 0; l < num_layers(); ++l) {
       const int64_t in = widths_[l], width = widths_[l + 1];
-      std::vector<float>& z = z_[l];
-      z.resize(n * width);
-      Gemm(false, false, n, width, in, Input(batch, l), params[2 * l].data(),
-           z.data());
-      const std::vector<float>& bias = params[2 * l + 1];
-      for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < width; ++j) z[i * width + j] += bias[j];
-      }
+      PS_RETURN_IF_ERROR(Reserve(&z_[l], n * width));
+      PS_RETURN_IF_ERROR(backend_->Gemm(false, false, n, width, in, 1.0f,
+                                        Input(l), params_[2 * l], 0.0f,
+                                        &z_[l]));
+      PS_RETURN_IF_ERROR(
+          backend_->BiasAdd(n, width, params_[2 * l + 1], &z_[l]));
       if (l + 1 < num_layers()) {
-        a_[l].resize(z.size());
-        for (size_t k = 0; k < z.size(); ++k) a_[l][k] = Activate(act_, z[k]);
+        PS_RETURN_IF_ERROR(Reserve(&a_[l], n * width));
+        PS_RETURN_IF_ERROR(
+            backend_->ActivationForward(act_, n * width, z_[l], &a_[l]));
       }
     }
+    return absl::OkStatus();
   }
 
-  // Loss of one example from its outputs; writes d loss / d outputs to `grad`
-  // unless null. Softmax cross-entropy subtracts the max logit for stability.
-  double HeadLoss(const float* z, float label, float* grad) const {
-    const int64_t out = num_outputs();
+  // Per-example losses of the outputs into losses_; unless `grad` is null,
+  // grad_scale * d loss / d outputs into it.
+  absl::Status Head(int64_t n, float grad_scale, DeviceBuffer* grad) {
+    PS_RETURN_IF_ERROR(Reserve(&losses_, n));
     if (softmax_head_) {
-      const int64_t y = static_cast<int64_t>(label);
-      const float max = *std::max_element(z, z + out);
-      double sum = 0;
-      for (int64_t j = 0; j < out; ++j) sum += std::exp(double{z[j]} - max);
-      if (grad != nullptr) {
-        for (int64_t j = 0; j < out; ++j) {
-          grad[j] = static_cast<float>(std::exp(double{z[j]} - max) / sum) -
-                    (j == y ? 1.0f : 0.0f);
-        }
-      }
-      return std::log(sum) + max - z[y];
+      return backend_->SoftmaxCrossEntropy(n, num_outputs(), z_.back(), labels_,
+                                           grad_scale, &losses_, grad);
     }
-    double loss = 0;
-    for (int64_t j = 0; j < out; ++j) {
-      const float target =
-          out == 1 ? label : (j == static_cast<int64_t>(label) ? 1.0f : 0.0f);
-      const float d = z[j] - target;
-      loss += 0.5 * double{d} * d;
-      if (grad != nullptr) grad[j] = d;
-    }
-    return loss;
+    return backend_->SquaredError(n, num_outputs(), z_.back(), labels_,
+                                  grad_scale, &losses_, grad);
   }
 
+  // Declared first so that it is destroyed after the buffers below.
+  const std::unique_ptr<ComputeBackend> owned_backend_;  // may be null
+  ComputeBackend* const backend_;
   const std::vector<TensorSpec> specs_;  // weight, bias per layer
   const Activation act_;
   const bool softmax_head_;
   std::vector<int64_t> widths_;  // input, hidden..., outputs
-  // Scratch, reused across calls.
-  std::vector<std::vector<float>> z_, a_;
-  std::vector<float> delta_, prev_delta_;
+  // On the backend, reused across calls: parameters, batch, gradients,
+  // per-layer pre-activations and activations, deltas, per-example losses.
+  std::vector<DeviceBuffer> params_, grads_, z_, a_;
+  DeviceBuffer x_, labels_, delta_, prev_delta_, losses_;
+  std::vector<float> logits_;  // host copy for Evaluate's argmax
 };
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Model>> Model::Create(
-    const ModelConfig& config) {
+// Model::Create; `owned`, if not null, is `backend` and the model keeps it.
+absl::StatusOr<std::unique_ptr<Model>> CreateModel(
+    const ModelConfig& config, ComputeBackend* backend,
+    std::unique_ptr<ComputeBackend> owned) {
+  if (backend == nullptr) {
+    return absl::InvalidArgumentError("Model::Create: null compute backend");
+  }
   PS_ASSIGN_OR_RETURN(std::vector<TensorSpec> specs, ModelParamSpecs(config));
   if (config.type == "scalar") {
     return std::unique_ptr<Model>(new ScalarModel(std::move(specs)));
@@ -315,8 +287,22 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
   }
   const bool softmax_head =
       config.type == "softmax" || (config.type == "mlp" && config.classifier);
-  return std::unique_ptr<Model>(
-      new DenseModel(std::move(specs), act, softmax_head));
+  return std::unique_ptr<Model>(new DenseModel(
+      std::move(specs), act, softmax_head, backend, std::move(owned)));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Create(
+    const ModelConfig& config) {
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<ComputeBackend> cpu, CreateCpuBackend());
+  ComputeBackend* backend = cpu.get();
+  return CreateModel(config, backend, std::move(cpu));
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
+                                                     ComputeBackend* backend) {
+  return CreateModel(config, backend, nullptr);
 }
 
 }  // namespace pstrain

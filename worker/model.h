@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "common/job_config.h"
 #include "proto/pstrain.pb.h"
+#include "worker/compute_backend.h"
 
 namespace pstrain {
 
@@ -29,9 +30,11 @@ struct EvalResult {
   int64_t total = 0;    // examples evaluated
 };
 
-// Thread-compatible: one instance per thread (instances keep scratch buffers).
-// Parameters and gradients are flat fp32 vectors in the order of params().
-// Every matrix product goes through OpenBLAS (cblas_sgemm).
+// Thread-compatible: one instance per thread (instances keep scratch buffers
+// on their backend); models sharing a backend must not run concurrently.
+// Parameters and gradients are flat fp32 host vectors in the order of
+// params(); dense models copy them to the backend, compute there (every
+// matrix product, activation and loss head) and copy the gradients back.
 class Model {
  public:
   // Models and per-example losses:
@@ -44,6 +47,12 @@ class Model {
   // A squared-error head with num_classes >= 2 regresses onto the one-hot
   // encoding of the class id (and counts argmax accuracy). Invalid configs
   // are INVALID_ARGUMENT (see ModelParamSpecs).
+  //
+  // The model computes through `backend`, which it does not own and which
+  // must outlive it (the scalar model computes on the host and ignores it).
+  static absl::StatusOr<std::unique_ptr<Model>> Create(
+      const ModelConfig& config, ComputeBackend* backend);
+  // Same, on a CPU backend that the model owns.
   static absl::StatusOr<std::unique_ptr<Model>> Create(
       const ModelConfig& config);
   virtual ~Model() = default;

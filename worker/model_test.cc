@@ -8,6 +8,7 @@
 #include "common/model_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/cpu_backend.h"
 
 namespace pstrain {
 namespace {
@@ -252,6 +253,25 @@ TEST(EvaluateTest, StableForHugeLogits) {
   ASSERT_TRUE(loss.ok());
   EXPECT_NEAR(*loss, 2000, 1e-3);
   EXPECT_NEAR(grads[0][0], 1000, 1e-3);
+}
+
+TEST(ModelTest, ComputesThroughTheGivenBackend) {
+  auto cpu = CreateCpuBackend();
+  ASSERT_TRUE(cpu.ok());
+  auto shared = Model::Create(Config("mlp", 3, true, "gelu"), cpu->get());
+  auto owning = Model::Create(Config("mlp", 3, true, "gelu"));
+  ASSERT_TRUE(shared.ok() && owning.ok());
+  std::mt19937 rng(4);
+  const Params params = RandomParams(**shared, &rng);
+  const Batch batch = RandomBatch(6, 5, 3, &rng);
+  Params g1, g2;
+  auto l1 = (*shared)->LossAndGradient(params, batch, &g1);
+  auto l2 = (*owning)->LossAndGradient(params, batch, &g2);
+  ASSERT_TRUE(l1.ok() && l2.ok());
+  EXPECT_EQ(*l1, *l2);
+  EXPECT_EQ(g1, g2);
+  EXPECT_EQ(Model::Create(Config("mlp", 3), nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ModelTest, BadInputsAreInvalidArgument) {

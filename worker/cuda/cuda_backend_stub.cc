@@ -1,0 +1,21 @@
+// CPU-only builds: the CUDA backend's entry points without CUDA.
+#include "worker/cuda/cuda_backend.h"
+
+namespace pstrain {
+namespace {
+
+absl::Status BuiltWithoutCuda() {
+  return absl::FailedPreconditionError(
+      "built without CUDA (--config=nocuda, or no CUDA toolkit at "
+      "/usr/local/cuda when it was built)");
+}
+
+}  // namespace
+
+absl::Status CudaAvailable() { return BuiltWithoutCuda(); }
+
+absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend() {
+  return BuiltWithoutCuda();
+}
+
+}  // namespace pstrain

@@ -1,0 +1,46 @@
+// The CUDA kernels of the CUDA backend (kernels.cu, built by nvcc). Each
+// function enqueues its kernel on `stream` and returns the launch error
+// (cudaGetLastError); failures while the kernel runs surface at a later
+// synchronising call. Pointers are device pointers; sizes are unchecked here
+// (CudaBackend checks them). Semantics are those of ComputeBackend's methods
+// of the same names.
+#ifndef PSTRAIN_WORKER_CUDA_KERNELS_H_
+#define PSTRAIN_WORKER_CUDA_KERNELS_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace pstrain {
+namespace cuda {
+
+// Mirrors pstrain::Activation (kept apart so nvcc needs no Abseil headers).
+enum class KernelActivation : int { kIdentity, kRelu, kTanh, kGelu };
+
+cudaError_t LaunchBiasAdd(int64_t rows, int64_t cols, const float* bias,
+                          float* z, cudaStream_t stream);
+cudaError_t LaunchActivationForward(KernelActivation act, int64_t n,
+                                    const float* z, float* a,
+                                    cudaStream_t stream);
+cudaError_t LaunchActivationBackward(KernelActivation act, int64_t n,
+                                     const float* z, const float* a,
+                                     float* delta, cudaStream_t stream);
+// `dlogits` / `doutputs` may be null.
+cudaError_t LaunchSoftmaxCrossEntropy(int64_t rows, int64_t cols,
+                                      const float* logits, const float* labels,
+                                      float grad_scale, float* losses,
+                                      float* dlogits, cudaStream_t stream);
+cudaError_t LaunchSquaredError(int64_t rows, int64_t cols, const float* outputs,
+                               const float* labels, float grad_scale,
+                               float* losses, float* doutputs,
+                               cudaStream_t stream);
+cudaError_t LaunchColumnSum(int64_t rows, int64_t cols, const float* x,
+                            float* out, cudaStream_t stream);
+// *out = sum of x[0, n) in double.
+cudaError_t LaunchSum(int64_t n, const float* x, double* out,
+                      cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace pstrain
+
+#endif  // PSTRAIN_WORKER_CUDA_KERNELS_H_
