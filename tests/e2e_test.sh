@@ -88,5 +88,73 @@ else
   cat "$TMP/int.log"; fail "after interrupt: rc $rc, $left processes left"
 fi
 
+# 5. /metrics during a job: the documented series exist and move.
+http_get() {  # port path
+  exec 3<>"/dev/tcp/127.0.0.1/$1" || return 1
+  printf 'GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n' "$2" >&3
+  cat <&3
+  exec 3>&-
+}
+metric() { grep "^$2 " <<<"$1" | head -1 | awk '{print $2}'; }
+port_of() { sed -n 's|.*metrics at http://[0-9.]*:\([0-9]*\)/metrics.*|\1|p' "$1" | head -1; }
+out="$TMP/metrics"
+"$PSCTL" run --bin "$BIN" --config "$ROOT/configs/default.yaml" --steps 4000 \
+  --out "$out" > "$TMP/metrics.log" 2>&1 &
+run_pid=$!
+for _ in $(seq 1 100); do
+  grep -q "step " "$out/logs/coordinator.log" 2>/dev/null && break
+  sleep 0.1
+done
+sport=$(port_of "$out/logs/server-0.log")
+wport=$(port_of "$out/logs/worker-0.log")
+cport=$(port_of "$out/logs/coordinator.log")
+s1=$(http_get "$sport" /metrics); w1=$(http_get "$wport" /metrics); c1=$(http_get "$cport" /metrics)
+sleep 0.5
+s2=$(http_get "$sport" /metrics); w2=$(http_get "$wport" /metrics)
+missing=""
+for name in pstrain_server_push_seconds_bucket pstrain_server_pull_seconds_count \
+    pstrain_server_received_bytes_total pstrain_server_sent_bytes_total \
+    pstrain_server_staleness_bucket pstrain_server_barrier_wait_seconds_count \
+    pstrain_server_optimizer_apply_seconds_count pstrain_server_live_workers; do
+  grep -q "^$name" <<<"$s1" || missing="$missing $name"
+done
+for name in pstrain_worker_pull_seconds_count pstrain_worker_push_seconds_count \
+    pstrain_worker_steps_total pstrain_worker_samples_per_second pstrain_worker_loss \
+    pstrain_worker_pushed_bytes_total pstrain_worker_pulled_bytes_total; do
+  grep -q "^$name" <<<"$w1" || missing="$missing $name"
+done
+for name in pstrain_coordinator_steps pstrain_coordinator_live_workers pstrain_coordinator_loss; do
+  grep -q "^$name" <<<"$c1" || missing="$missing $name"
+done
+p1=$(metric "$s1" pstrain_server_pushes_total); p2=$(metric "$s2" pstrain_server_pushes_total)
+t1=$(metric "$w1" pstrain_worker_steps_total); t2=$(metric "$w2" pstrain_worker_steps_total)
+kill -TERM "$run_pid" 2>/dev/null; wait "$run_pid" 2>/dev/null
+if [[ -z "$missing" && -n "$p1" && -n "$t1" ]] && ge "$p2" "$((${p1%.*} + 1))" && ge "$t2" "$((${t1%.*} + 1))"; then
+  ok "metrics move: server pushes $p1 -> $p2, worker steps $t1 -> $t2"
+else
+  fail "metrics: missing [$missing], pushes $p1 -> $p2, steps $t1 -> $t2"
+fi
+
+# 6. Acceptance on real data (digits from Debian's python3-sklearn, extracted
+#    by ./psctl setup into the checkout): sync and async:2 reach >= 0.95.
+src="$(dirname "$(readlink -f "$ROOT/psctl")")"
+if [[ -s "$src/.cache/pstrain/datasets/digits.csv" ]]; then
+  for mode in "sync" "async --staleness 2"; do
+    out="$TMP/digits-${mode// /}"
+    sed "s|dir: .cache/pstrain/datasets|dir: $src/.cache/pstrain/datasets|" \
+      "$ROOT/configs/digits.yaml" > "$TMP/digits.yaml"
+    # shellcheck disable=SC2086
+    if "$PSCTL" run --bin "$BIN" --config "$TMP/digits.yaml" --mode $mode \
+        --workers 4 --servers 2 --out "$out" > "$TMP/digits.log" 2>&1; then
+      acc="$(json "$out/summary.json" final_accuracy)"
+      if ge "$acc" 0.95; then ok "digits $mode: accuracy $acc"; else fail "digits $mode: accuracy $acc < 0.95"; fi
+    else
+      cat "$TMP/digits.log"; fail "digits $mode run failed"
+    fi
+  done
+else
+  echo "SKIP digits acceptance: $src/.cache/pstrain/datasets/digits.csv is missing (./psctl setup extracts it)"
+fi
+
 echo "$passed passed, $failures failed"
 ((failures == 0))
