@@ -32,8 +32,10 @@ template <typename T>
 using Names = std::vector<std::pair<std::string, T>>;
 
 const Names<ConsistencyMode>& ModeNames() {
-  static const auto* names = new Names<ConsistencyMode>{
-      {"sync", v1::MODE_SYNC}, {"async", v1::MODE_ASYNC}};
+  static const auto* names =
+      new Names<ConsistencyMode>{{"sync", v1::MODE_SYNC},
+                                 {"async", v1::MODE_ASYNC},
+                                 {"allreduce", v1::MODE_ALLREDUCE}};
   return *names;
 }
 
@@ -81,6 +83,12 @@ const Names<std::string>& SourceNames() {
                              {"breast_cancer", "breast_cancer"},
                              {"csv", "csv"},
                              {"libsvm", "libsvm"}};
+  return *names;
+}
+
+const Names<std::string>& AllReduceBackendNames() {
+  static const auto* names =
+      new Names<std::string>{{"grpc", "grpc"}, {"nccl", "nccl"}};
   return *names;
 }
 
@@ -318,6 +326,11 @@ absl::Status ParseInto(const Field& root, JobConfig& c) {
   const Section training = {
       {"mode", [&](F f) { return Store(Enum(f, ModeNames()), &c.mode); }},
       {"staleness", [&](F f) { return Store(Staleness(f), &c.staleness); }},
+      {"backup_workers",
+       [&](F f) { return Store(Int<int64_t>(f), &c.backup_workers); }},
+      {"staleness_aware_lr",
+       [&](F f) { return Store(Bool(f), &c.staleness_aware_lr); }},
+      {"dc_lambda", [&](F f) { return Store(Number(f), &c.dc_lambda); }},
       {"optimizer",
        [&](F f) { return Store(Enum(f, OptimizerNames()), &o, &O::set_kind); }},
       {"base_lr", [&](F f) { return Store(Positive(f), &o, &O::set_base_lr); }},
@@ -402,6 +415,22 @@ absl::Status ParseInto(const Field& root, JobConfig& c) {
   const Section worker = {
       {"device",
        [&](F f) { return Store(Enum(f, DeviceNames()), &c.worker.device); }},
+      {"compute_ms",
+       [&](F f) { return Store(Number(f), &c.worker.compute_ms); }},
+      {"straggler_rank",
+       [&](F f) { return Store(Int<int64_t>(f, -1), &c.worker.straggler_rank); }},
+      {"straggler_factor",
+       [&](F f) { return Store(Number(f), &c.worker.straggler_factor); }},
+  };
+  const Section allreduce = {
+      {"segment_bytes",
+       [&](F f) { return Store(Int<int64_t>(f), &c.allreduce.segment_bytes); }},
+      {"backend",
+       [&](F f) {
+         return Store(Enum(f, AllReduceBackendNames()), &c.allreduce.backend);
+       }},
+      {"timeout_s",
+       [&](F f) { return Store(Positive(f), &c.allreduce.timeout_s); }},
   };
   const Section evaluation = {
       {"every_steps",
@@ -426,10 +455,15 @@ absl::Status ParseInto(const Field& root, JobConfig& c) {
     return [&keys](F f) { return ReadSection(f, keys); };
   };
   const Section sections = {
-      {"job", section(job)},       {"training", section(training)},
-      {"model", section(model)},   {"data", section(data)},
-      {"worker", section(worker)}, {"evaluation", section(evaluation)},
-      {"server", section(server)}, {"network", section(network)},
+      {"job", section(job)},
+      {"training", section(training)},
+      {"model", section(model)},
+      {"data", section(data)},
+      {"worker", section(worker)},
+      {"allreduce", section(allreduce)},
+      {"evaluation", section(evaluation)},
+      {"server", section(server)},
+      {"network", section(network)},
   };
   if (!root.node.IsNull() && !root.node.IsMap()) {
     return Field::LocatedError(
@@ -647,6 +681,40 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
                     absl::StrCat("is required with data.source ", d.source));
   }
   PS_RETURN_IF_ERROR(Known("worker.device", DeviceNames(), c.worker.device));
+  PS_RETURN_IF_ERROR(NonNegative("worker.compute_ms", c.worker.compute_ms));
+  if (c.worker.straggler_rank < -1 || c.worker.straggler_rank >= c.workers) {
+    return KeyError(
+        "worker.straggler_rank",
+        absl::StrCat("must be -1 (none) or a rank below job.workers (",
+                     c.workers, "), got ", c.worker.straggler_rank));
+  }
+  if (!(c.worker.straggler_factor >= 1)) {
+    return KeyError(
+        "worker.straggler_factor",
+        absl::StrCat("must be >= 1, got ", c.worker.straggler_factor));
+  }
+  PS_RETURN_IF_ERROR(AtLeast("training.backup_workers", c.backup_workers, 0));
+  if (c.backup_workers > 0 &&
+      (c.mode != v1::MODE_SYNC || c.backup_workers >= c.workers)) {
+    return KeyError("training.backup_workers",
+                    absl::StrCat("needs mode sync and fewer than job.workers (",
+                                 c.workers, "), got ", c.backup_workers));
+  }
+  if ((c.staleness_aware_lr || c.dc_lambda != 0) && c.mode != v1::MODE_ASYNC) {
+    return KeyError(c.staleness_aware_lr ? "training.staleness_aware_lr"
+                                         : "training.dc_lambda",
+                    "applies to mode async only");
+  }
+  PS_RETURN_IF_ERROR(NonNegative("training.dc_lambda", c.dc_lambda));
+  if (c.allreduce.segment_bytes < 4096 ||
+      c.allreduce.segment_bytes > (4 << 20) || c.allreduce.segment_bytes % 4) {
+    return KeyError(
+        "allreduce.segment_bytes",
+        absl::StrCat("must be a multiple of 4 in [4096, 4 MiB], got ",
+                     c.allreduce.segment_bytes));
+  }
+  PS_RETURN_IF_ERROR(
+      Known("allreduce.backend", AllReduceBackendNames(), c.allreduce.backend));
   if (d.source == "synthetic" && m.num_classes != d.num_classes) {
     return KeyError(
         "model.num_classes",
@@ -698,6 +766,9 @@ std::string JobConfigToYaml(const JobConfig& c) {
   } else {
     key("staleness") << c.staleness;
   }
+  key("backup_workers") << c.backup_workers;
+  key("staleness_aware_lr") << c.staleness_aware_lr;
+  key("dc_lambda") << FormatDouble(c.dc_lambda);
   EmitEnum(out, "optimizer", OptimizerNames(), o.kind());
   key("base_lr") << FormatDouble(o.base_lr());
   key("momentum") << FormatDouble(o.momentum());
@@ -754,6 +825,15 @@ std::string JobConfigToYaml(const JobConfig& c) {
 
   section("worker");
   key("device") << c.worker.device;
+  key("compute_ms") << FormatDouble(c.worker.compute_ms);
+  key("straggler_rank") << c.worker.straggler_rank;
+  key("straggler_factor") << FormatDouble(c.worker.straggler_factor);
+  out << YAML::EndMap;
+
+  section("allreduce");
+  key("segment_bytes") << c.allreduce.segment_bytes;
+  key("backend") << c.allreduce.backend;
+  key("timeout_s") << FormatDouble(c.allreduce.timeout_s);
   out << YAML::EndMap;
 
   section("evaluation");

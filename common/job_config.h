@@ -62,6 +62,20 @@ struct DataConfig {
 // Per-worker process settings carried in the job file.
 struct WorkerConfig {
   std::string device = "auto";  // auto | cpu | cuda (ps_worker --device wins)
+  // Emulated compute: each step's gradient computation is stretched to at
+  // least compute_ms (the math still runs). 0 = off.
+  double compute_ms = 0;
+  // One straggler: rank straggler_rank's compute takes straggler_factor times
+  // as long (-1 = none).
+  int64_t straggler_rank = -1;
+  double straggler_factor = 1;
+};
+
+// Ring all-reduce (training.mode allreduce): workers only.
+struct AllReduceConfig {
+  int64_t segment_bytes = 1 << 20;  // pipelined ring segment, 64 KiB..4 MiB
+  std::string backend = "grpc";     // grpc | nccl (every worker on a GPU)
+  double timeout_s = 60;            // any single ring step
 };
 
 struct JobConfig {
@@ -71,7 +85,10 @@ struct JobConfig {
   int servers = 2;
   // training:
   pstrain::v1::ConsistencyMode mode = pstrain::v1::MODE_SYNC;
-  int64_t staleness = 0;  // SSP bound in clocks; -1 = unbounded ("inf")
+  int64_t staleness = 0;       // SSP bound in clocks; -1 = unbounded ("inf")
+  int64_t backup_workers = 0;  // sync: steps use the first N - b pushes
+  bool staleness_aware_lr = false;         // async: lr / max(staleness, 1)
+  double dc_lambda = 0;                    // async: DC-ASGD delay compensation
   pstrain::v1::OptimizerConfig optimizer;  // kind, base_lr, schedule, ...
   int64_t local_batch = 32;
   int64_t grad_accum_steps = 1;
@@ -81,6 +98,8 @@ struct JobConfig {
   DataConfig data;
   // worker:
   WorkerConfig worker;
+  // allreduce:
+  AllReduceConfig allreduce;
   // evaluation:
   int64_t eval_every = 0;  // steps between evaluations; 0 = only at the end
   // server:

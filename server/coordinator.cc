@@ -32,6 +32,9 @@ absl::StatusOr<pstrain::v1::JobSpec> MakeJobSpec(const JobConfig& c) {
   job.set_num_workers(c.workers);
   job.set_num_servers(c.servers);
   job.set_steps(c.steps);
+  job.set_backup_workers(c.backup_workers);
+  job.set_staleness_aware_lr(c.staleness_aware_lr);
+  job.set_dc_lambda(c.dc_lambda);
   *job.mutable_optimizer() = c.optimizer;
   PS_ASSIGN_OR_RETURN(*job.mutable_shard_map(),
                       BuildShardMap(tensors, c.servers, chunk_elems));
@@ -438,10 +441,13 @@ absl::Status WriteSummaryJson(
     for (int i = 0; i < s.staleness_histogram_size(); ++i)
       hist[i] += s.staleness_histogram(i);
   }
-  const bool sync = config.mode == pstrain::v1::MODE_SYNC;
+  const bool sync = config.mode != pstrain::v1::MODE_ASYNC;
   std::string json = absl::StrCat(
       "{\n", "  \"job\": ", JsonString(config.name), ",\n",
-      absl::StrFormat("  \"mode\": \"%s\",\n", sync ? "sync" : "async"),
+      absl::StrFormat("  \"mode\": \"%s\",\n",
+                      config.mode == pstrain::v1::MODE_SYNC    ? "sync"
+                      : config.mode == pstrain::v1::MODE_ASYNC ? "async"
+                                                               : "allreduce"),
       "  \"staleness\": ",
       sync
           ? "0"
