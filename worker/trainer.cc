@@ -10,6 +10,18 @@ namespace {
 double UnixSeconds() { return absl::ToUnixNanos(absl::Now()) * 1e-9; }
 }  // namespace
 
+void Trainer::StretchCompute(absl::Time start) const {
+  const WorkerConfig& w = options_.config.worker;
+  const bool straggler =
+      w.straggler_rank == static_cast<int64_t>(options_.rank);
+  if (w.compute_ms <= 0 && !straggler) return;
+  absl::Duration target =
+      w.compute_ms > 0 ? absl::Milliseconds(w.compute_ms) : absl::Now() - start;
+  if (straggler) target *= w.straggler_factor;
+  const absl::Duration left = start + target - absl::Now();
+  if (left > absl::ZeroDuration()) absl::SleepFor(left);
+}
+
 absl::Status Trainer::Evaluate(pstrain::v1::StepMetrics* m) {
   PS_ASSIGN_OR_RETURN(Batch test,
                       data_->TestSlice(options_.rank, options_.config.workers));
@@ -75,6 +87,7 @@ absl::Status Trainer::Run(const StepCallback& on_step,
         for (float& v : g) v *= inv;
       }
     }
+    StretchCompute(t0);
     m.set_compute_s(absl::ToDoubleSeconds(absl::Now() - t0));
     m.set_loss(loss_sum / slice);
     m.set_samples(slice);

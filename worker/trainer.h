@@ -47,6 +47,10 @@ class Trainer {
 
  private:
   absl::Status Evaluate(pstrain::v1::StepMetrics* m);
+  // Emulated compute and stragglers (config.worker): waits until the step's
+  // computation, begun at `start`, has taken compute_ms (when set) times the
+  // straggler factor (on the straggler's rank). The math always runs.
+  void StretchCompute(absl::Time start) const;
 
   const TrainerOptions options_;
   PsClient* const client_;
