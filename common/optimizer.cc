@@ -96,9 +96,9 @@ class Sgd : public Optimizer {
  public:
   using Optimizer::Optimizer;
   int num_slots() const override { return 0; }
-  void Apply(uint64_t step, uint64_t, float* w, const float* g, float*,
-             size_t n) const override {
-    const float lr = static_cast<float>(LearningRate(config(), step));
+  void ApplyWithLr(double lr_d, uint64_t, float* w, const float* g, float*,
+                   size_t n) const override {
+    const float lr = static_cast<float>(lr_d);
     const float wd = static_cast<float>(config().weight_decay());
     for (size_t i = 0; i < n; ++i) w[i] -= lr * (g[i] + wd * w[i]);
   }
@@ -108,9 +108,9 @@ class Momentum : public Optimizer {
  public:
   using Optimizer::Optimizer;
   int num_slots() const override { return 1; }
-  void Apply(uint64_t step, uint64_t, float* w, const float* g, float* buf,
-             size_t n) const override {
-    const float lr = static_cast<float>(LearningRate(config(), step));
+  void ApplyWithLr(double lr_d, uint64_t, float* w, const float* g, float* buf,
+                   size_t n) const override {
+    const float lr = static_cast<float>(lr_d);
     const float wd = static_cast<float>(config().weight_decay());
     const float mu = static_cast<float>(config().momentum());
     const bool nesterov = config().nesterov();
@@ -131,10 +131,9 @@ class Adam : public Optimizer {
   Adam(const OptimizerConfig& config, bool decoupled)
       : Optimizer(config), decoupled_(decoupled) {}
   int num_slots() const override { return 2; }
-  void Apply(uint64_t step, uint64_t update_count, float* w, const float* g,
-             float* slots, size_t n) const override {
+  void ApplyWithLr(double lr, uint64_t update_count, float* w, const float* g,
+                   float* slots, size_t n) const override {
     const OptimizerConfig& c = config();
-    const double lr = LearningRate(c, step);
     const double t = static_cast<double>(update_count) + 1.0;
     const double bc1 = 1.0 - std::pow(c.beta1(), t);
     const double bc2 = 1.0 - std::pow(c.beta2(), t);
@@ -167,9 +166,9 @@ class Adagrad : public Optimizer {
  public:
   using Optimizer::Optimizer;
   int num_slots() const override { return 1; }
-  void Apply(uint64_t step, uint64_t, float* w, const float* g, float* acc,
-             size_t n) const override {
-    const float lr = static_cast<float>(LearningRate(config(), step));
+  void ApplyWithLr(double lr_d, uint64_t, float* w, const float* g, float* acc,
+                   size_t n) const override {
+    const float lr = static_cast<float>(lr_d);
     const float wd = static_cast<float>(config().weight_decay());
     const float eps = static_cast<float>(config().epsilon());
     for (size_t i = 0; i < n; ++i) {

@@ -56,13 +56,20 @@ class Optimizer {
   // Updates w[0..n) in place from gradient g[0..n). `step` is the 0-based
   // schedule step (selects the learning rate); `update_count` is how many
   // updates this chunk had before (Adam's bias correction uses
-  // t = update_count + 1). `slots` holds num_slots() * n floats laid out as
-  // InitSlots(n) and is updated in place; it may be null when num_slots() is 0.
+  // t = update_count + 1). `lr_scale` multiplies the scheduled learning rate
+  // of this update only (e.g. 1 / staleness for staleness-aware async SGD);
+  // everything the rule does with the learning rate, AdamW's decoupled decay
+  // included, uses the scaled value, and 1 gives bit-identical results to no
+  // scaling. `slots` holds num_slots() * n floats laid out as InitSlots(n) and
+  // is updated in place; it may be null when num_slots() is 0.
   // The buffers must not overlap. Thread-compatible: concurrent calls on
   // disjoint chunks are safe. Deterministic: element i's result depends only
-  // on element i's inputs, step and update_count.
-  virtual void Apply(uint64_t step, uint64_t update_count, float* w,
-                     const float* g, float* slots, size_t n) const = 0;
+  // on element i's inputs, step, update_count and lr_scale.
+  void Apply(uint64_t step, uint64_t update_count, float* w, const float* g,
+             float* slots, size_t n, double lr_scale = 1.0) const {
+    ApplyWithLr(LearningRate(config_, step) * lr_scale, update_count, w, g,
+                slots, n);
+  }
 
   // The validated config, with defaults filled in.
   const pstrain::v1::OptimizerConfig& config() const { return config_; }
@@ -72,6 +79,11 @@ class Optimizer {
       : config_(config) {}
 
  private:
+  // The update rule proper, at learning rate `lr` (already scheduled and
+  // scaled); the other arguments are Apply's.
+  virtual void ApplyWithLr(double lr, uint64_t update_count, float* w,
+                           const float* g, float* slots, size_t n) const = 0;
+
   // Initial value of every slot (only AdaGrad's accumulator is not 0).
   virtual float initial_slot_value() const { return 0.0f; }
 

@@ -344,6 +344,78 @@ TEST(OptimizerTest, CreateRejectsBadConfigNamingTheField) {
   }
 }
 
+TEST(OptimizerTest, LrScaleMultipliesScheduledLearningRate) {
+  OptimizerConfig c = MakeConfig(OptimizerConfig::SGD, 1.0);
+  c.set_warmup_steps(4);
+  std::unique_ptr<Optimizer> opt = MustCreate(c);
+  float w = 1.0f, g = 1.0f;
+  opt->Apply(/*step=*/1, 0, &w, &g, nullptr, 1, /*lr_scale=*/0.5);
+  EXPECT_EQ(w, 0.75f);  // lr 0.5 at step 1 of the warm-up, halved
+  opt->Apply(/*step=*/3, 0, &w, &g, nullptr, 1, /*lr_scale=*/0.25);
+  EXPECT_EQ(w, 0.5f);
+}
+
+// Scaling the learning rate is not scaling the gradient: Adam is invariant to
+// the gradient's scale, so only a scaled learning rate shortens its step.
+TEST(OptimizerTest, LrScaleShortensAdamStepWhereGradientScaleWouldNot) {
+  std::unique_ptr<Optimizer> opt =
+      MustCreate(MakeConfig(OptimizerConfig::ADAM, 0.01));
+  auto first_step = [&](float g, double lr_scale) {
+    float w = 0.0f;
+    std::vector<float> slots = opt->InitSlots(1);
+    opt->Apply(0, 0, &w, &g, slots.data(), 1, lr_scale);
+    return w;
+  };
+  EXPECT_NEAR(first_step(2.0f, 1.0), -0.01, 1e-7);
+  EXPECT_NEAR(first_step(1.0f, 1.0), -0.01, 1e-7);  // g / 2: same step
+  EXPECT_NEAR(first_step(2.0f, 0.5), -0.005, 1e-7);
+}
+
+// For every rule, lr_scale s (a power of two, so the product is exact) is
+// bit-identical to running with base_lr * s; lr_scale 1 to no scale at all.
+class LrScaleTest : public ::testing::TestWithParam<OptimizerConfig::Kind> {};
+
+TEST_P(LrScaleTest, EqualsScaledBaseLearningRate) {
+  OptimizerConfig c = MakeConfig(GetParam(), 0.08);
+  c.set_momentum(0.9);
+  c.set_weight_decay(0.01);
+  c.set_adagrad_init(0.1);
+  OptimizerConfig quarter = c;
+  quarter.set_base_lr(0.02);
+  ASSERT_EQ(0.08 * 0.25, 0.02);
+  std::unique_ptr<Optimizer> opt = MustCreate(c);
+  std::unique_ptr<Optimizer> opt_quarter = MustCreate(quarter);
+  const size_t n = 9;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist;
+  std::vector<float> scaled(n), reference, unit, plain;
+  for (float& x : scaled) x = dist(rng);
+  reference = unit = plain = scaled;
+  std::vector<float> s_scaled = opt->InitSlots(n);
+  std::vector<float> s_reference = s_scaled, s_unit = s_scaled,
+                     s_plain = s_scaled;
+  for (uint64_t t = 0; t < 4; ++t) {
+    std::vector<float> g(n);
+    for (float& x : g) x = dist(rng);
+    opt->Apply(t, t, scaled.data(), g.data(), s_scaled.data(), n, 0.25);
+    opt_quarter->Apply(t, t, reference.data(), g.data(), s_reference.data(), n);
+    opt->Apply(t, t, unit.data(), g.data(), s_unit.data(), n, 1.0);
+    opt->Apply(t, t, plain.data(), g.data(), s_plain.data(), n);
+  }
+  EXPECT_EQ(std::memcmp(scaled.data(), reference.data(), n * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(unit.data(), plain.data(), n * sizeof(float)), 0);
+  EXPECT_NE(scaled, plain);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllKinds, LrScaleTest,
+    ::testing::Values(OptimizerConfig::SGD, OptimizerConfig::MOMENTUM,
+                      OptimizerConfig::ADAM, OptimizerConfig::ADAMW,
+                      OptimizerConfig::ADAGRAD),
+    [](const ::testing::TestParamInfo<OptimizerConfig::Kind>& info) {
+      return OptimizerConfig::Kind_Name(info.param);
+    });
+
 // Updating [0, split) and [split, n) separately, each with its own slots,
 // must be bit-identical to updating [0, n) at once.
 class ChunkingTest : public ::testing::TestWithParam<OptimizerConfig::Kind> {};

@@ -111,6 +111,7 @@ grpc::Status ParameterServerService::Push(
   response->set_version(result->version);
   response->set_staleness(result->staleness);
   response->set_applied(result->applied);
+  response->set_dropped(result->dropped);
   return grpc::Status::OK;
 }
 

@@ -1,6 +1,7 @@
 #include "server/shard.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -29,6 +30,21 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(ShardOptions options) {
       job.mode() != pstrain::v1::MODE_ASYNC) {
     return absl::InvalidArgumentError(
         "job mode must be MODE_SYNC or MODE_ASYNC");
+  }
+  const bool sync = job.mode() == pstrain::v1::MODE_SYNC;
+  if (job.backup_workers() > 0 &&
+      (!sync || job.backup_workers() >= job.num_workers())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "backup_workers needs MODE_SYNC and must be below num_workers (",
+        job.num_workers(), "), got ", job.backup_workers()));
+  }
+  if ((job.staleness_aware_lr() || job.dc_lambda() != 0) && sync) {
+    return absl::InvalidArgumentError(
+        "staleness_aware_lr and dc_lambda need MODE_ASYNC");
+  }
+  if (!(job.dc_lambda() >= 0) || !std::isfinite(job.dc_lambda())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dc_lambda must be finite and >= 0, got ", job.dc_lambda()));
   }
   if (options.shard_id >= std::max<uint32_t>(job.num_servers(), 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -68,6 +84,7 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(ShardOptions options) {
   shard->clocks_.assign(n, 0);
   shard->pending_.resize(n);
   shard->pending_samples_.assign(n, 0);
+  shard->read_weights_.resize(n);
   shard->staleness_hist_.assign(kHistogramBuckets, 0);
   return shard;
 }
@@ -141,51 +158,89 @@ absl::StatusOr<PushResult> Shard::Push(
   PushResult result;
   result.staleness = header.clock() - header.read_min_clock();
   if (options_.job.mode() == pstrain::v1::MODE_SYNC) {
-    if (header.clock() != version_) {
-      // Unreachable with well-behaved clients: clocks_[w] == version_ always
-      // holds in sync mode between steps.
+    if (header.clock() > version_) {
+      // Unreachable with well-behaved clients: a worker pulls clock c only
+      // once version >= c, and a step cannot complete twice.
       return absl::FailedPreconditionError(absl::StrCat(
           "sync step is ", version_, ", push is for clock ", header.clock()));
     }
-    pending_[w] = std::move(grad);
-    pending_samples_[w] = header.num_samples();
-    ++pending_count_;
     ++clocks_[w];
-    if (pending_count_ == options_.job.num_workers()) {
-      // Weighted average in rank order: deterministic whatever the arrival.
-      double total = 0;
-      for (uint64_t s : pending_samples_) total += static_cast<double>(s);
-      std::vector<double> acc(num_elements_, 0.0);
-      for (uint32_t r = 0; r < pending_.size(); ++r) {
-        const double weight = static_cast<double>(pending_samples_[r]) / total;
-        const float* g = pending_[r].data();
-        for (uint64_t i = 0; i < num_elements_; ++i) acc[i] += weight * g[i];
-      }
-      std::vector<float> avg(acc.begin(), acc.end());
-      const absl::Time start = absl::Now();
-      ApplyLocked(version_, avg.data());
-      result.apply_seconds = absl::ToDoubleSeconds(absl::Now() - start);
-      for (auto& p : pending_) std::vector<float>().swap(p);
-      pending_count_ = 0;
-      result.applied = true;
+    if (header.clock() < version_) {
+      // Step header.clock() completed with the first N - b pushes (only
+      // possible with backup workers): too late, drop it.
+      ++dropped_;
+      result.dropped = true;
+    } else {
+      AccumulateSyncLocked(w, header.num_samples(), std::move(grad), &result);
     }
   } else {
-    const absl::Time start = absl::Now();
-    ApplyLocked(header.clock(), grad.data());
-    result.apply_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    ApplyAsyncLocked(w, header.clock(), result.staleness, std::move(grad),
+                     &result);
     ++clocks_[w];
-    result.applied = true;
   }
   RecordStalenessLocked(result.staleness);
   result.version = version_;
   return result;
 }
 
-void Shard::ApplyLocked(uint64_t schedule_step, const float* grad) {
+void Shard::AccumulateSyncLocked(uint32_t w, uint64_t num_samples,
+                                 std::vector<float> grad, PushResult* result) {
+  pending_[w] = std::move(grad);
+  pending_samples_[w] = num_samples;
+  ++pending_count_;
+  if (pending_count_ <
+      options_.job.num_workers() - options_.job.backup_workers()) {
+    return;
+  }
+  // Weighted average in rank order over the workers that made it:
+  // deterministic whatever the arrival order.
+  double total = 0;
+  for (uint64_t s : pending_samples_) total += static_cast<double>(s);
+  std::vector<double> acc(num_elements_, 0.0);
+  for (uint32_t r = 0; r < pending_.size(); ++r) {
+    if (pending_samples_[r] == 0) continue;
+    const double weight = static_cast<double>(pending_samples_[r]) / total;
+    const float* g = pending_[r].data();
+    for (uint64_t i = 0; i < num_elements_; ++i) acc[i] += weight * g[i];
+  }
+  std::vector<float> avg(acc.begin(), acc.end());
+  const absl::Time start = absl::Now();
+  ApplyLocked(version_, avg.data());
+  result->apply_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  result->applied = true;
+  for (auto& p : pending_) std::vector<float>().swap(p);
+  std::fill(pending_samples_.begin(), pending_samples_.end(), 0);
+  pending_count_ = 0;
+}
+
+void Shard::ApplyAsyncLocked(uint32_t w, uint64_t clock, uint64_t staleness,
+                             std::vector<float> grad, PushResult* result) {
+  const absl::Time start = absl::Now();
+  const std::vector<float>& read = read_weights_[w];
+  if (options_.job.dc_lambda() > 0 && !read.empty()) {
+    // DC-ASGD: a first-order Taylor correction of g towards the gradient at
+    // the current weights, with lambda * g * g standing in for the Hessian.
+    const float lambda = static_cast<float>(options_.job.dc_lambda());
+    for (uint64_t i = 0; i < num_elements_; ++i) {
+      grad[i] += lambda * grad[i] * grad[i] * (weights_[i] - read[i]);
+    }
+  }
+  double lr_scale = 1.0;
+  if (options_.job.staleness_aware_lr() && staleness > 1) {
+    lr_scale = 1.0 / static_cast<double>(staleness);
+  }
+  ApplyLocked(clock, grad.data(), lr_scale);
+  result->apply_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  result->applied = true;
+}
+
+void Shard::ApplyLocked(uint64_t schedule_step, const float* grad,
+                        double lr_scale) {
   for (size_t i = 0; i < chunks_.size(); ++i) {
     const LocalChunk& c = chunks_[i];
     optimizer_->Apply(schedule_step, version_, weights_.data() + c.local_offset,
-                      grad + c.local_offset, slots_[i].data(), c.length);
+                      grad + c.local_offset, slots_[i].data(), c.length,
+                      lr_scale);
   }
   ++version_;
 }
@@ -257,8 +312,11 @@ absl::StatusOr<PullResult> Shard::Pull(uint32_t worker, uint64_t clock,
   }
   if (closed_) return absl::UnavailableError("shard is shutting down");
   result.version = version_;
-  result.min_clock = MinClockLocked();
+  result.min_clock = options_.job.mode() == pstrain::v1::MODE_SYNC
+                         ? std::min(version_, clock)
+                         : MinClockLocked();
   result.values = weights_;
+  if (options_.job.dc_lambda() > 0) read_weights_[worker] = weights_;
   return result;
 }
 
@@ -268,6 +326,7 @@ pstrain::v1::ShardStats Shard::Stats() const {
   s.set_shard(shard_id());
   s.set_version(version_);
   s.set_pushes(pushes_);
+  s.set_dropped_pushes(dropped_);
   s.set_staleness_max(staleness_max_);
   s.set_staleness_mean(pushes_ ? static_cast<double>(staleness_sum_) / pushes_
                                : 0.0);

@@ -1,9 +1,13 @@
 // Unit tests of Shard, called directly (no gRPC): the BSP step, the weighted
-// average, blocking pulls, SSP gating, rejected pushes, Close() and Stats().
+// average, blocking pulls, SSP gating, rejected pushes, Close() and Stats();
+// and the optional rules: backup workers (sync), the staleness-aware
+// learning rate and DC-ASGD delay compensation (async).
 #include "server/shard.h"
 
 #include <atomic>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -464,6 +468,441 @@ TEST(ShardTest, StatsHistogramMeanAndMax) {
   uint64_t total = 0;
   for (uint64_t h : stats.staleness_histogram()) total += h;
   EXPECT_EQ(total, 101u);
+}
+
+// Bit-for-bit equality (EXPECT_EQ on vectors of floats compares with ==).
+bool BitIdentical(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() &&
+         std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// A pull that must not block; copies the weights.
+PullResult MustPull(Shard& shard, uint32_t worker, uint64_t clock) {
+  absl::StatusOr<PullResult> r =
+      shard.Pull(worker, clock, absl::Now() + kShortWait);
+  EXPECT_TRUE(r.ok()) << "worker " << worker << " clock " << clock << ": "
+                      << r.status();
+  return r.ok() ? *std::move(r) : PullResult();
+}
+
+// ---------------------------------------------------------------------------
+// Sync with backup workers.
+
+JobConfig BackupConfig(int workers, int64_t backup) {
+  JobConfig config = SmallConfig(pstrain::v1::MODE_SYNC, workers, 0);
+  config.backup_workers = backup;
+  return config;
+}
+
+// Dyadic test gradients: every weighted average below is exact.
+std::vector<float> PatternGrad(size_t n, int which) {
+  std::vector<float> g(n);
+  for (size_t i = 0; i < n; ++i) {
+    switch (which % 4) {
+      case 0:
+        g[i] = static_cast<float>(i % 5) - 2.0f;
+        break;
+      case 1:
+        g[i] = 0.25f * static_cast<float>(i % 7);
+        break;
+      case 2:
+        g[i] = -1.5f + static_cast<float>(i % 3);
+        break;
+      default:
+        g[i] = 0.5f * static_cast<float>(i % 4) - 0.75f;
+        break;
+    }
+  }
+  return g;
+}
+
+// w - (sum_r samples_r * g_r) / (sum_r samples_r), computed independently.
+std::vector<float> AfterWeightedStep(
+    const std::vector<float>& w, const std::vector<uint64_t>& samples,
+    const std::vector<std::vector<float>>& grads) {
+  std::vector<float> out(w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    double num = 0, den = 0;
+    for (size_t r = 0; r < grads.size(); ++r) {
+      num += static_cast<double>(samples[r]) * grads[r][i];
+      den += static_cast<double>(samples[r]);
+    }
+    out[i] = w[i] - static_cast<float>(num / den);
+  }
+  return out;
+}
+
+TEST(BackupWorkersTest, StepAppliesWithFirstNMinusBAndDropsTheLatePush) {
+  std::unique_ptr<Shard> shard = MakeShard(BackupConfig(4, 1));
+  ASSERT_NE(shard, nullptr);
+  const size_t n = shard->num_elements();
+  const std::vector<float> w0 = Weights(*shard);
+
+  // Workers 2, 0, 3 arrive first (not in rank order); worker 1 is late.
+  const std::vector<uint32_t> first = {2, 0, 3};
+  const std::vector<uint64_t> samples = {4, 1, 3};
+  std::vector<std::vector<float>> grads;
+  for (uint32_t w : first) grads.push_back(PatternGrad(n, w));
+  const std::vector<float> late_grad(n, 64.0f);
+  const std::vector<float> expected = AfterWeightedStep(w0, samples, grads);
+  std::vector<std::vector<float>> with_late = grads;
+  with_late.push_back(late_grad);
+  ASSERT_NE(expected, AfterWeightedStep(w0, {4, 1, 3, 2}, with_late));
+  ASSERT_NE(expected, AfterWeightedStep(w0, {1, 1, 1}, grads))
+      << "test data cannot tell the weighted average from the plain one";
+
+  for (size_t k = 0; k < first.size(); ++k) {
+    absl::StatusOr<PushResult> r =
+        PushGrad(*shard, first[k], 0, 0, samples[k], grads[k]);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_FALSE(r->dropped);
+    EXPECT_EQ(r->applied, k == 2) << "push " << k;
+    EXPECT_EQ(r->version, k == 2 ? 1u : 0u) << "push " << k;
+  }
+  const std::vector<float> w1 = Weights(*shard);
+  EXPECT_EQ(w1, expected);
+
+  // The fast workers read step 1 at once; the straggler does not make their
+  // reads look stale.
+  const PullResult fast = MustPull(*shard, 0, 1);
+  EXPECT_EQ(fast.version, 1u);
+  EXPECT_EQ(fast.min_clock, 1u);
+
+  // Worker 1's push for step 0 is late: accepted, dropped, changes nothing.
+  absl::StatusOr<PushResult> late = PushGrad(*shard, 1, 0, 0, 2, late_grad);
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_TRUE(late->dropped);
+  EXPECT_FALSE(late->applied);
+  EXPECT_EQ(late->version, 1u);
+  EXPECT_EQ(late->staleness, 0u);
+  EXPECT_EQ(late->apply_seconds, 0.0);
+  EXPECT_TRUE(BitIdentical(Weights(*shard), w1));
+
+  pstrain::v1::ShardStats stats = shard->Stats();
+  EXPECT_EQ(stats.version(), 1u);
+  EXPECT_EQ(stats.pushes(), 4u);
+  EXPECT_EQ(stats.dropped_pushes(), 1u);
+  EXPECT_EQ(stats.staleness_max(), 0u);
+  EXPECT_THAT(stats.staleness_histogram(), ::testing::ElementsAre(4));
+
+  // Its clock advanced: it pulls clock 1 without waiting, and a replay of
+  // clock 0 is now rejected like any wrong clock.
+  const PullResult next = MustPull(*shard, 1, 1);
+  EXPECT_EQ(next.version, 1u);
+  EXPECT_EQ(next.min_clock, 1u);
+  EXPECT_TRUE(BitIdentical(next.values, w1));
+  absl::StatusOr<PushResult> replay = PushGrad(*shard, 1, 0, 0, 2, late_grad);
+  ASSERT_FALSE(replay.ok());
+  EXPECT_EQ(replay.status().code(), absl::StatusCode::kFailedPrecondition);
+
+  // Step 1: the former straggler is among the first three this time, and
+  // worker 3 is the one dropped.
+  const std::vector<uint32_t> second = {1, 0, 2};
+  const std::vector<uint64_t> samples1 = {1, 1, 2};  // dyadic weights
+  std::vector<std::vector<float>> grads1;
+  for (uint32_t w : second) grads1.push_back(PatternGrad(n, w + 1));
+  for (size_t k = 0; k < second.size(); ++k) {
+    absl::StatusOr<PushResult> r =
+        PushGrad(*shard, second[k], 1, 1, samples1[k], grads1[k]);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->applied, k == 2);
+  }
+  const std::vector<float> w2 = Weights(*shard);
+  EXPECT_EQ(w2, AfterWeightedStep(w1, samples1, grads1));
+  absl::StatusOr<PushResult> late3 =
+      PushGrad(*shard, 3, 1, 1, 2, Constant(*shard, 5.0f));
+  ASSERT_TRUE(late3.ok()) << late3.status();
+  EXPECT_TRUE(late3->dropped);
+  EXPECT_TRUE(BitIdentical(Weights(*shard), w2));
+  stats = shard->Stats();
+  EXPECT_EQ(stats.version(), 2u);
+  EXPECT_EQ(stats.pushes(), 8u);
+  EXPECT_EQ(stats.dropped_pushes(), 2u);
+}
+
+// A push for step t that arrives after step t + 1 started accumulating is
+// dropped without disturbing step t + 1; a worker two steps behind keeps
+// being dropped until it catches up, then counts again.
+TEST(BackupWorkersTest, LatePushDuringNextStepLeavesItUntouched) {
+  std::unique_ptr<Shard> shard = MakeShard(BackupConfig(3, 1));
+  ASSERT_NE(shard, nullptr);
+  const size_t n = shard->num_elements();
+  const std::vector<float> w0 = Weights(*shard);
+
+  // Worker 2 read clock 0 and is slow.
+  EXPECT_EQ(MustPull(*shard, 2, 0).version, 0u);
+  ASSERT_TRUE(PushGrad(*shard, 0, 0, 0, 1, PatternGrad(n, 0)).ok());
+  ASSERT_TRUE(PushGrad(*shard, 1, 0, 0, 3, PatternGrad(n, 1)).ok());
+  const std::vector<float> w1 =
+      AfterWeightedStep(w0, {1, 3}, {PatternGrad(n, 0), PatternGrad(n, 1)});
+  EXPECT_EQ(Weights(*shard), w1);
+
+  // Step 1 starts accumulating (worker 0), then worker 2's step-0 push lands.
+  ASSERT_TRUE(PushGrad(*shard, 0, 1, 1, 2, PatternGrad(n, 2)).ok());
+  absl::StatusOr<PushResult> late =
+      PushGrad(*shard, 2, 0, 0, 8, Constant(*shard, 100.0f));
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_TRUE(late->dropped);
+  EXPECT_FALSE(late->applied);
+  EXPECT_EQ(late->version, 1u);
+  EXPECT_TRUE(BitIdentical(Weights(*shard), w1));
+
+  // Worker 1 completes step 1 with worker 0: the late gradient is not in it.
+  absl::StatusOr<PushResult> done =
+      PushGrad(*shard, 1, 1, 1, 6, PatternGrad(n, 3));
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_TRUE(done->applied);
+  const std::vector<float> w2 =
+      AfterWeightedStep(w1, {2, 6}, {PatternGrad(n, 2), PatternGrad(n, 3)});
+  EXPECT_EQ(Weights(*shard), w2);
+
+  // Worker 2 reads clock 1 (the latest weights, after step 1) and its push
+  // for clock 1 is late again.
+  const PullResult r1 = MustPull(*shard, 2, 1);
+  EXPECT_EQ(r1.version, 2u);
+  EXPECT_EQ(r1.min_clock, 1u);  // capped at the reader's clock
+  absl::StatusOr<PushResult> late_again =
+      PushGrad(*shard, 2, 1, r1.min_clock, 8, Constant(*shard, 100.0f));
+  ASSERT_TRUE(late_again.ok()) << late_again.status();
+  EXPECT_TRUE(late_again->dropped);
+  EXPECT_EQ(late_again->staleness, 0u);
+  EXPECT_TRUE(BitIdentical(Weights(*shard), w2));
+
+  // Caught up: worker 2's clock-2 push is among the first two of step 2 and
+  // worker 1's is dropped.
+  const PullResult r2 = MustPull(*shard, 2, 2);
+  EXPECT_EQ(r2.version, 2u);
+  ASSERT_TRUE(PushGrad(*shard, 2, 2, r2.min_clock, 1, PatternGrad(n, 1)).ok());
+  absl::StatusOr<PushResult> step2 =
+      PushGrad(*shard, 0, 2, 2, 1, PatternGrad(n, 0));
+  ASSERT_TRUE(step2.ok()) << step2.status();
+  EXPECT_TRUE(step2->applied);
+  absl::StatusOr<PushResult> dropped1 =
+      PushGrad(*shard, 1, 2, 2, 1, Constant(*shard, 100.0f));
+  ASSERT_TRUE(dropped1.ok()) << dropped1.status();
+  EXPECT_TRUE(dropped1->dropped);
+  // Rank order: worker 0 then worker 2.
+  EXPECT_EQ(
+      Weights(*shard),
+      AfterWeightedStep(w2, {1, 1}, {PatternGrad(n, 0), PatternGrad(n, 1)}));
+
+  const pstrain::v1::ShardStats stats = shard->Stats();
+  EXPECT_EQ(stats.version(), 3u);
+  EXPECT_EQ(stats.pushes(), 9u);
+  EXPECT_EQ(stats.dropped_pushes(), 3u);
+  EXPECT_EQ(stats.staleness_max(), 0u);
+}
+
+TEST(BackupWorkersTest, WithoutBackupWorkersNothingIsDropped) {
+  std::unique_ptr<Shard> shard = MakeShard(BackupConfig(2, 0));
+  ASSERT_NE(shard, nullptr);
+  absl::StatusOr<PushResult> r =
+      PushGrad(*shard, 0, 0, 0, 1, Constant(*shard, 1.0f));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->applied);
+  EXPECT_FALSE(r->dropped);
+  EXPECT_EQ(shard->Stats().version(), 0u);
+  EXPECT_EQ(shard->Stats().dropped_pushes(), 0u);
+}
+
+TEST(ShardRulesTest, CreateRejectsRulesOutsideTheirMode) {
+  struct Case {
+    const char* name;
+    pstrain::v1::ConsistencyMode mode;
+    uint32_t backup_workers;
+    bool staleness_aware_lr;
+    double dc_lambda;
+  };
+  const Case cases[] = {
+      {"backup in async", pstrain::v1::MODE_ASYNC, 1, false, 0},
+      {"backup = workers", pstrain::v1::MODE_SYNC, 3, false, 0},
+      {"staleness-aware lr in sync", pstrain::v1::MODE_SYNC, 0, true, 0},
+      {"dc_lambda in sync", pstrain::v1::MODE_SYNC, 0, false, 0.5},
+      {"negative dc_lambda", pstrain::v1::MODE_ASYNC, 0, false, -0.5},
+      {"NaN dc_lambda", pstrain::v1::MODE_ASYNC, 0, false, std::nan("")},
+      {"infinite dc_lambda", pstrain::v1::MODE_ASYNC, 0, false, INFINITY},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    absl::StatusOr<pstrain::v1::JobSpec> job =
+        MakeJobSpec(SmallConfig(c.mode, 3, 0));
+    ASSERT_TRUE(job.ok()) << job.status();
+    job->set_backup_workers(c.backup_workers);
+    job->set_staleness_aware_lr(c.staleness_aware_lr);
+    job->set_dc_lambda(c.dc_lambda);
+    ShardOptions options;
+    options.job = *job;
+    absl::StatusOr<std::unique_ptr<Shard>> shard = Shard::Create(options);
+    ASSERT_FALSE(shard.ok());
+    EXPECT_EQ(shard.status().code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Async: staleness-aware learning rate.
+
+JobConfig AsyncRulesConfig(bool staleness_aware_lr, double dc_lambda) {
+  JobConfig config = SmallConfig(pstrain::v1::MODE_ASYNC, 2, -1);
+  config.staleness_aware_lr = staleness_aware_lr;
+  config.dc_lambda = dc_lambda;
+  return config;
+}
+
+// Worker 0 runs ahead of worker 1 (which never pushes) under s = inf, so its
+// push of clock c is exactly c clocks stale; with SGD at lr 1 it moves every
+// weight by g / max(c, 1) (g = 0.5: all steps exact in float).
+TEST(StalenessAwareLrTest, SgdStepIsLrOverStaleness) {
+  for (bool aware : {true, false}) {
+    SCOPED_TRACE(aware ? "staleness-aware" : "plain");
+    std::unique_ptr<Shard> shard = MakeShard(AsyncRulesConfig(aware, 0));
+    ASSERT_NE(shard, nullptr);
+    const float g = 0.5f;
+    for (uint64_t c = 0; c < 5; ++c) {
+      const PullResult read = MustPull(*shard, 0, c);
+      ASSERT_EQ(read.min_clock, 0u);
+      absl::StatusOr<PushResult> r =
+          PushGrad(*shard, 0, c, read.min_clock, 1, Constant(*shard, g));
+      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_EQ(r->staleness, c);
+      const float step =
+          aware ? g / static_cast<float>(std::max<uint64_t>(c, 1)) : g;
+      if (c == 3) continue;  // lr / 3 is not exact in float
+      const std::vector<float> after = Weights(*shard);
+      for (size_t i = 0; i < after.size(); ++i) {
+        ASSERT_EQ(after[i], read.values[i] - step)
+            << "clock " << c << " element " << i;
+      }
+    }
+  }
+}
+
+// Adam's step is invariant to the gradient's scale: only scaling the learning
+// rate (not the gradient) halves the step of a push 2 clocks stale.
+TEST(StalenessAwareLrTest, ScalesAdamLearningRateNotGradient) {
+  std::vector<float> delta[2];
+  for (bool aware : {false, true}) {
+    JobConfig config = AsyncRulesConfig(aware, 0);
+    config.optimizer.set_kind(pstrain::v1::OptimizerConfig::ADAM);
+    config.optimizer.set_base_lr(0.01);
+    std::unique_ptr<Shard> shard = MakeShard(config);
+    ASSERT_NE(shard, nullptr);
+    // Two zero gradients (no movement), then g = 2 with staleness 2.
+    for (uint64_t c = 0; c < 2; ++c) {
+      ASSERT_TRUE(PushGrad(*shard, 0, c, 0, 1, Constant(*shard, 0.f)).ok());
+    }
+    const std::vector<float> before = Weights(*shard);
+    absl::StatusOr<PushResult> r =
+        PushGrad(*shard, 0, 2, 0, 1, Constant(*shard, 2.0f));
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->staleness, 2u);
+    const std::vector<float> after = Weights(*shard);
+    for (size_t i = 0; i < after.size(); ++i) {
+      delta[aware].push_back(after[i] - before[i]);
+    }
+  }
+  // m = 0.1 g and v = 0.001 g^2 after one non-zero gradient, bias
+  // corrected at t = 3 (the third update of the chunk).
+  const double mhat = 0.1 * 2.0 / (1 - std::pow(0.9, 3));
+  const double vhat = 0.001 * 4.0 / (1 - std::pow(0.999, 3));
+  const double full = -0.01 * mhat / (std::sqrt(vhat) + 1e-8);
+  ASSERT_FALSE(delta[0].empty());
+  for (size_t i = 0; i < delta[0].size(); ++i) {
+    EXPECT_NEAR(delta[0][i], full, 1e-6) << i;
+    EXPECT_NEAR(delta[1][i], full / 2, 1e-6) << i;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Async: DC-ASGD delay compensation.
+
+// g' = g + lambda * g * g * (w_now - w_read), then SGD at lr 1: w_now - g'.
+std::vector<float> DcExpected(const std::vector<float>& w_now,
+                              const std::vector<float>& w_read,
+                              const std::vector<float>& g, double lambda) {
+  std::vector<float> out(w_now.size());
+  for (size_t i = 0; i < w_now.size(); ++i) {
+    const double d = static_cast<double>(w_now[i]) - w_read[i];
+    const double gc = g[i] + lambda * g[i] * g[i] * d;
+    out[i] = static_cast<float>(w_now[i] - gc);
+  }
+  return out;
+}
+
+TEST(DcAsgdTest, CompensatesForUpdatesSinceTheWorkersRead) {
+  constexpr double kLambda = 0.5;
+  std::unique_ptr<Shard> shard = MakeShard(AsyncRulesConfig(false, kLambda));
+  ASSERT_NE(shard, nullptr);
+  const size_t n = shard->num_elements();
+
+  // Both workers read w0; worker 0's push comes first and is not delayed.
+  const std::vector<float> w0 = MustPull(*shard, 1, 0).values;
+  ASSERT_TRUE(BitIdentical(MustPull(*shard, 0, 0).values, w0));
+  ASSERT_TRUE(PushGrad(*shard, 0, 0, 0, 1, Constant(*shard, 0.5f)).ok());
+  const std::vector<float> w1 = MustPull(*shard, 0, 1).values;
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(w1[i], w0[i] - 0.5f) << i;
+
+  // Worker 1's gradient was computed at w0 and lands on w1 (every element
+  // moved by about -0.5): g' = g + 0.5 * g^2 * (w1 - w0) ~ g - 0.25 g^2.
+  std::vector<float> g(n);
+  for (size_t i = 0; i < n; ++i) g[i] = 0.25f * static_cast<float>(i % 9) - 1;
+  ASSERT_TRUE(PushGrad(*shard, 1, 0, 0, 1, g).ok());
+  const std::vector<float> w2 = MustPull(*shard, 1, 1).values;
+  const std::vector<float> expected = DcExpected(w1, w0, g, kLambda);
+  const std::vector<float> uncompensated = DcExpected(w1, w0, g, 0);
+  int differs = 0;
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_NEAR(w2[i], expected[i], 1e-6) << i;
+    if (std::abs(expected[i] - uncompensated[i]) > 1e-3) ++differs;
+  }
+  EXPECT_GT(differs, static_cast<int>(n / 2))
+      << "test data cannot tell compensation from none";
+  // Hand-computed spot checks: w1 - w0 = -0.5 up to rounding, so
+  // g = 1 -> g' = 0.75, g = -1 -> g' = -1.25, g = 0 -> g' = 0.
+  ASSERT_EQ(g[8], 1.0f);
+  EXPECT_NEAR(w2[8], w1[8] - 0.75f, 1e-6);
+  ASSERT_EQ(g[0], -1.0f);
+  EXPECT_NEAR(w2[0], w1[0] + 1.25f, 1e-6);
+  ASSERT_EQ(g[4], 0.0f);
+  EXPECT_EQ(w2[4], w1[4]);
+
+  // Worker 0 read w1 (its pull at clock 1), but w2 is current now; worker 1
+  // read w2 just now, so its next push needs no compensation.
+  ASSERT_TRUE(PushGrad(*shard, 1, 1, 0, 1, g).ok());
+  const std::vector<float> w3 = MustPull(*shard, 1, 2).values;
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(w3[i], w2[i] - g[i]) << i;
+  ASSERT_TRUE(PushGrad(*shard, 0, 1, 0, 1, g).ok());
+  const std::vector<float> w4 = MustPull(*shard, 1, 2).values;
+  const std::vector<float> expected4 = DcExpected(w3, w1, g, kLambda);
+  for (size_t i = 0; i < n; ++i) EXPECT_NEAR(w4[i], expected4[i], 1e-6) << i;
+}
+
+// lambda = 0 is plain async SGD, bit for bit, on the same pushes.
+TEST(DcAsgdTest, LambdaZeroEqualsPlainAsync) {
+  for (double lambda : {0.0, 0.5}) {
+    JobConfig config = AsyncRulesConfig(false, 0);
+    std::unique_ptr<Shard> plain = MakeShard(config);
+    config.dc_lambda = lambda;
+    std::unique_ptr<Shard> dc = MakeShard(config);
+    ASSERT_NE(plain, nullptr);
+    ASSERT_NE(dc, nullptr);
+    const size_t n = plain->num_elements();
+    // Interleaved: each worker reads, then the other pushes before it does.
+    for (uint64_t c = 0; c < 4; ++c) {
+      for (Shard* s : {plain.get(), dc.get()}) {
+        MustPull(*s, 0, c);
+        MustPull(*s, 1, c);
+        ASSERT_TRUE(PushGrad(*s, 0, c, c, 1, PatternGrad(n, c)).ok());
+        ASSERT_TRUE(PushGrad(*s, 1, c, c, 1, PatternGrad(n, c + 1)).ok());
+      }
+    }
+    const std::vector<float> a = MustPull(*plain, 0, 4).values;
+    const std::vector<float> b = MustPull(*dc, 0, 4).values;
+    if (lambda == 0) {
+      EXPECT_TRUE(BitIdentical(a, b));
+    } else {
+      EXPECT_NE(a, b) << "lambda 0.5 compensated nothing";
+    }
+  }
 }
 
 }  // namespace
