@@ -33,6 +33,8 @@ ParameterServerService::ParameterServerService(PsServiceOptions options)
       r->AddCounter("pstrain_server_pushes_total", "Accepted pushes."),
       r->AddCounter("pstrain_server_rejected_pushes_total",
                     "Pushes rejected with an error status."),
+      r->AddCounter("pstrain_server_dropped_pushes_total",
+                    "Sync with backup workers: late pushes dropped."),
       r->AddGauge("pstrain_server_version", "Optimizer steps applied."),
       r->AddGauge("pstrain_server_live_workers",
                   "Workers the shard waits for."),
@@ -62,6 +64,7 @@ void ParameterServerService::RecordPush(absl::Duration took,
     return;
   }
   metrics_->pushes->Inc();
+  if (r->dropped) metrics_->dropped->Inc();
   metrics_->staleness->Observe(static_cast<double>(r->staleness));
   metrics_->version->Set(static_cast<double>(r->version));
   if (r->applied) metrics_->apply_seconds->Observe(r->apply_seconds);

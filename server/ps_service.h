@@ -63,6 +63,7 @@ class ParameterServerService final
     Histogram* staleness;
     Counter* pushes;
     Counter* rejected;
+    Counter* dropped;
     Gauge* version;
     Gauge* live_workers;
   };
