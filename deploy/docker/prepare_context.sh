@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Prepares the image build context for deploy/docker/Dockerfile.
+#
+#   deploy/docker/prepare_context.sh BIN_DIR CONTEXT_DIR [--cuda CUDA_LIB_DIR] [--config FILE]
+#
+# Writes bin/ (the binaries), job.yaml, runtime-packages (the Debian packages
+# providing the libraries they load, from ldd and dpkg on this host), cuda/.
+#
+# BIN_DIR holds the built binaries (server/ps_server, server/ps_coordinator,
+# worker/ps_worker: bazel-bin or .bazel/bin). CONTEXT_DIR is created (it must
+# not exist or be empty). --cuda copies libcudart, libcublas and libcublasLt
+# (and any other library of that directory ps_worker links) into cuda/lib64
+# for the GPU variant (--build-arg CUDA_LIBS=cuda/lib64). A ps_worker that
+# links the CUDA runtime needs --cuda: it cannot run in the CPU image (build
+# that from a CPU-only build, e.g. bazel build --config=nocuda). The default
+# job file is configs/default.yaml.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+die() { printf 'prepare_context: error: %s\n' "$*" >&2; exit 2; }
+
+(($# >= 2)) || die "usage: prepare_context.sh BIN_DIR CONTEXT_DIR [--cuda DIR] [--config FILE]"
+bin="$1" ctx="$2"
+shift 2
+cuda="" config="$ROOT/configs/default.yaml"
+while (($#)); do
+  case "$1" in
+    --cuda) [[ $# -ge 2 ]] || die "--cuda needs a directory"; cuda="$2"; shift 2 ;;
+    --config) [[ $# -ge 2 ]] || die "--config needs a file"; config="$2"; shift 2 ;;
+    *) die "unknown option '$1'" ;;
+  esac
+done
+
+binaries=(server/ps_coordinator server/ps_server worker/ps_worker)
+for b in "${binaries[@]}"; do
+  [[ -x "$bin/$b" ]] || die "no executable $bin/$b (build first: bazel build //server:ps_server //server:ps_coordinator //worker:ps_worker)"
+done
+[[ -f "$config" ]] || die "no job file $config"
+if [[ -e "$ctx" && -n "$(ls -A "$ctx")" ]]; then die "$ctx exists and is not empty"; fi
+
+# CUDA libraries the worker links (libcudart.so.13 => /usr/local/cuda/...).
+mapfile -t linked_cuda < <(ldd "$bin/worker/ps_worker" | awk '$1 ~ /^lib(cuda|cublas|cudnn|nccl|nvrtc|cufft|curand|cusparse|cusolver)/ {print $1 " " $3}')
+if [[ -z "$cuda" && ${#linked_cuda[@]} -gt 0 ]]; then
+  die "$bin/worker/ps_worker links the CUDA runtime (${linked_cuda[*]%% *}): pass --cuda DIR for the GPU variant, or use a CPU-only build (--config=nocuda) for the CPU image"
+fi
+
+# The Debian packages that provide every other library the binaries load
+# (the Dockerfile installs exactly these, and apt their dependencies).
+packages=()
+while read -r lib path; do
+  case "$lib" in linux-vdso.so.*|ld-linux*) continue ;; esac
+  [[ "$path" == /* ]] || die "ldd cannot resolve $lib on this host"
+  if printf '%s\n' "${linked_cuda[@]}" | grep -q "^$lib "; then continue; fi
+  pkg=""
+  for candidate in "$path" "$(readlink -f "$path")" "/usr$path" "${path#/usr}"; do
+    pkg="$(dpkg-query -S "$candidate" 2>/dev/null | head -n 1 | cut -d: -f1)" && [[ -n "$pkg" ]] && break
+  done
+  [[ -n "$pkg" ]] || die "$path ($lib) comes from no Debian package: the image cannot provide it"
+  packages+=("$pkg")
+done < <(for b in "${binaries[@]}"; do ldd "$bin/$b"; done | awk '{print $1, ($2 == "=>" ? $3 : $1)}' | sort -u)
+
+mkdir -p "$ctx/bin" "$ctx/cuda/none"
+for b in "${binaries[@]}"; do
+  install -m 0755 "$bin/$b" "$ctx/bin/$(basename "$b")"
+done
+install -m 0644 "$config" "$ctx/job.yaml"
+printf '%s\n' "${packages[@]}" | sort -u >"$ctx/runtime-packages"
+
+if [[ -n "$cuda" ]]; then
+  [[ -d "$cuda" ]] || die "--cuda: no directory $cuda"
+  ((${#linked_cuda[@]})) || printf 'prepare_context: note: ps_worker is a CPU build; the GPU variant will not use the GPU\n' >&2
+  mkdir -p "$ctx/cuda/lib64"
+  wanted=(libcudart.so libcublas.so libcublasLt.so)
+  for entry in "${linked_cuda[@]}"; do
+    wanted+=("${entry%%.so*}.so")
+  done
+  for name in $(printf '%s\n' "${wanted[@]}" | sort -u); do
+    # The library and its version links (libX.so.13 -> libX.so.13.0.1); the
+    # unversioned development link is left out.
+    found=0
+    for f in "$cuda/$name".*; do
+      [[ -e "$f" ]] || continue
+      cp -a "$f" "$ctx/cuda/lib64/"
+      found=1
+    done
+    ((found)) || die "--cuda: no $name.* in $cuda"
+  done
+fi
+
+printf 'prepare_context: %s ready; runtime packages: %s\n' "$ctx" "$(tr '\n' ' ' <"$ctx/runtime-packages")"
+(cd "$ctx" && find . \( -type f -o -type l \) | sort | sed 's/^/  /')

@@ -1,0 +1,928 @@
+// Offline validation of the pstrain Kubernetes manifests; run it through
+// deploy/validate.sh, which installs the node packages first.
+//
+//   node validate.mjs --deploy DEPLOY_DIR [--bin BIN_DIR] [--fixtures]
+//
+// For each overlay (deploy/k8s/overlays/dev and prod) the checks are:
+//   render     `kubectl kustomize` succeeds and yields Kubernetes objects
+//   schema     kubernetes-models: new <Kind>(object).validate() (JSON schema)
+//   typecheck  tsc --noEmit of `const o: I<Kind> = <object literal>`: excess
+//              property checks catch misspelled fields validate() lets by
+//   wiring     selectors, Services, DNS names, ports, probes, the job file and
+//              the replica counts agree with each other and with the args
+//   policy     restricted pod security profile, resources, common labels
+//   flags      every --flag in the args is one the binary lists in --helpfull,
+//              and the ports other pods reach do not listen on loopback
+//   jobfile    ps_coordinator --dry_run accepts the mounted job.yaml
+// plus `lint`: yamllint on deploy/k8s (deploy/.yamllint).
+//
+// --fixtures runs the same checks on each planted-error overlay in
+// validate/fixtures/ and passes when every one is caught: the check named by
+// its "# expect: CHECK" line reports a finding the dev overlay does not have.
+//
+// Ends with "deploy validation: N passed, M failed"; exit 1 on any failure.
+import { spawnSync } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import YAML from "yaml";
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const NODE_MODULES = path.join(HERE, "node_modules");
+const CHECKS = ["render", "schema", "typecheck", "wiring", "policy", "flags", "jobfile"];
+
+// Where each binary lives under BIN_DIR (bazel-bin layout).
+const BINARIES = {
+  ps_coordinator: "server/ps_coordinator",
+  ps_server: "server/ps_server",
+  ps_worker: "worker/ps_worker",
+};
+// The uid of the image's user (deploy/docker/Dockerfile).
+const IMAGE_UID = 10001;
+const PART_OF = "app.kubernetes.io/part-of";
+const COMPONENT = "app.kubernetes.io/component";
+
+// ---------------------------------------------------------------------------
+// Small helpers
+
+function run(cmd, args, options = {}) {
+  const r = spawnSync(cmd, args, { encoding: "utf8", maxBuffer: 64 << 20, ...options });
+  return { status: r.status, stdout: r.stdout ?? "", stderr: r.stderr ?? "", error: r.error };
+}
+
+function id(obj) {
+  return `${obj.kind}/${obj.metadata?.name ?? "?"}`;
+}
+
+function nsOf(obj) {
+  return obj.metadata?.namespace ?? "";
+}
+
+// True when a LabelSelector (matchLabels + matchExpressions) selects labels.
+function selects(selector, labels = {}) {
+  if (!selector) return false;
+  for (const [k, v] of Object.entries(selector.matchLabels ?? {})) {
+    if (labels[k] !== v) return false;
+  }
+  for (const e of selector.matchExpressions ?? []) {
+    const has = Object.prototype.hasOwnProperty.call(labels, e.key);
+    const vals = e.values ?? [];
+    if (e.operator === "In" && !(has && vals.includes(labels[e.key]))) return false;
+    if (e.operator === "NotIn" && has && vals.includes(labels[e.key])) return false;
+    if (e.operator === "Exists" && !has) return false;
+    if (e.operator === "DoesNotExist" && has) return false;
+  }
+  return true;
+}
+
+// A Service's selector is a plain map.
+function mapSelects(map, labels = {}) {
+  return Object.entries(map ?? {}).every(([k, v]) => labels[k] === v);
+}
+
+// Splits container args into {name, value, raw} for "--name[=value]" and
+// {positional} otherwise.
+function parseArgs(list = []) {
+  return list.map((raw) => {
+    const m = /^--?([A-Za-z0-9_.-]+)(?:=(.*))?$/s.exec(String(raw));
+    return m ? { name: m[1], value: m[2] ?? null, raw } : { positional: true, raw };
+  });
+}
+
+function flagValue(container, name) {
+  const hit = parseArgs(container.args).find((a) => a.name === name);
+  return hit ? (hit.value ?? "true") : undefined;
+}
+
+function binaryOf(container) {
+  const first = (container.command ?? [])[0] ?? "";
+  const base = path.posix.basename(first);
+  return Object.prototype.hasOwnProperty.call(BINARIES, base) ? base : null;
+}
+
+// Pod-bearing objects: {obj, kind, name, ns, labels, spec, template}.
+function workloads(objects) {
+  const out = [];
+  for (const obj of objects) {
+    let template = null;
+    if (["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"].includes(obj.kind)) {
+      template = obj.spec?.template;
+    } else if (obj.kind === "CronJob") {
+      template = obj.spec?.jobTemplate?.spec?.template;
+    } else if (obj.kind === "Pod") {
+      template = obj;
+    }
+    if (!template) continue;
+    out.push({
+      obj,
+      kind: obj.kind,
+      name: obj.metadata?.name,
+      ns: nsOf(obj),
+      id: id(obj),
+      labels: template.metadata?.labels ?? {},
+      spec: template.spec ?? {},
+    });
+  }
+  return out;
+}
+
+function containersOf(w) {
+  return [...(w.spec.initContainers ?? []), ...(w.spec.containers ?? [])];
+}
+
+// Resolves a port (number or IANA name) against a container's ports.
+function resolvePort(container, port) {
+  if (typeof port === "number") return port;
+  if (typeof port === "string" && /^\d+$/.test(port)) return Number(port);
+  const hit = (container.ports ?? []).find((p) => p.name === port);
+  return hit ? hit.containerPort : null;
+}
+
+function declaredPorts(container) {
+  return (container.ports ?? []).map((p) => p.containerPort);
+}
+
+// ---------------------------------------------------------------------------
+// render
+
+function render(dir) {
+  const r = run("kubectl", ["kustomize", dir]);
+  if (r.error) return { findings: [`kubectl not runnable: ${r.error.message}`] };
+  if (r.status !== 0) {
+    const why = r.stderr
+      .replace(/\s+/g, " ")
+      .trim()
+      .replace(/^E\d{4} \S+ +\d+ \S+\] "command failed" err=< ?/, "")
+      .replace(/ ?>$/, "");
+    return { findings: [`kubectl kustomize failed: ${why.length > 400 ? why.slice(0, 400) + " ..." : why}`] };
+  }
+  const findings = [];
+  const objects = [];
+  for (const doc of YAML.parseAllDocuments(r.stdout)) {
+    if (doc.errors.length) {
+      findings.push(`rendered YAML does not parse: ${doc.errors[0].message}`);
+      continue;
+    }
+    const obj = doc.toJSON();
+    if (obj == null) continue;
+    if (typeof obj !== "object" || !obj.apiVersion || !obj.kind || !obj.metadata?.name) {
+      findings.push(`rendered document without apiVersion, kind or metadata.name: ${JSON.stringify(obj).slice(0, 80)}`);
+      continue;
+    }
+    objects.push(obj);
+  }
+  if (!objects.length && !findings.length) findings.push("the render is empty");
+  return { findings, objects };
+}
+
+// ---------------------------------------------------------------------------
+// schema: kubernetes-models' JSON-schema validation
+
+function modelPath(obj) {
+  const [group, version] = obj.apiVersion.includes("/") ? obj.apiVersion.split("/") : ["", obj.apiVersion];
+  return group ? `kubernetes-models/${group}/${version}/${obj.kind}` : `kubernetes-models/${version}/${obj.kind}`;
+}
+
+async function loadModel(obj) {
+  try {
+    const mod = await import(modelPath(obj));
+    return mod[obj.kind] ?? null;
+  } catch {
+    return null;
+  }
+}
+
+async function checkSchema(objects) {
+  const findings = [];
+  for (const obj of objects) {
+    const Model = await loadModel(obj);
+    if (!Model) {
+      findings.push(`${id(obj)}: no Kubernetes model for ${obj.apiVersion} ${obj.kind}`);
+      continue;
+    }
+    try {
+      new Model(obj).validate();
+    } catch (e) {
+      const errors = Array.isArray(e.errors) && e.errors.length ? e.errors : null;
+      if (errors) {
+        for (const err of errors) {
+          const where = err.instancePath || "/";
+          const extra = err.params?.allowedValues ? ` (${err.params.allowedValues.join(", ")})` : "";
+          findings.push(`${id(obj)}: ${where} ${err.message}${extra}`);
+        }
+      } else {
+        findings.push(`${id(obj)}: ${e.message}`);
+      }
+    }
+  }
+  return { findings };
+}
+
+// ---------------------------------------------------------------------------
+// typecheck: excess property checks of TypeScript object literals
+
+async function checkTypes(objects, workdir) {
+  const findings = [];
+  const files = [];
+  const byFile = new Map();
+  for (const [i, obj] of objects.entries()) {
+    if (!(await loadModel(obj))) {
+      findings.push(`${id(obj)}: no TypeScript type for ${obj.apiVersion} ${obj.kind}`);
+      continue;
+    }
+    const name = `obj${String(i).padStart(2, "0")}_${obj.kind}.ts`;
+    // tsc reports one error per assignment, so each level is a literal of
+    // its own: every container, then the pod template (naming the checked
+    // containers), then the object (naming the checked template).
+    const decls = [];
+    const ref = (n) => `__pstrain_ref_${n}__`;
+    let top = obj;
+    const [w] = workloads([obj]);
+    if (w && obj.kind !== "Pod") {
+      const template = structuredClone(obj.kind === "CronJob" ? obj.spec.jobTemplate.spec.template : obj.spec.template);
+      for (const key of ["initContainers", "containers"]) {
+        if (!Array.isArray(template.spec?.[key])) continue;
+        template.spec[key] = template.spec[key].map((c) => {
+          decls.push(["IContainer", "kubernetes-models/v1/Container", c]);
+          return ref(decls.length - 1);
+        });
+      }
+      decls.push(["IPodTemplateSpec", "kubernetes-models/v1/PodTemplateSpec", template]);
+      top = structuredClone(obj);
+      if (obj.kind === "CronJob") top.spec.jobTemplate.spec.template = ref(decls.length - 1);
+      else top.spec.template = ref(decls.length - 1);
+    }
+    decls.push([`I${obj.kind}`, modelPath(obj), top]);
+    const imports = [...new Map(decls.map(([t, m]) => [t, m]))]
+      .map(([t, m]) => `import type { ${t} } from "${m}";\n`)
+      .join("");
+    const literal = (v) => JSON.stringify(v, null, 2).replace(/"__pstrain_ref_(\d+)__"/g, "o$1");
+    const text =
+      `// ${id(obj)}\n` +
+      imports +
+      decls.map(([t, , value], j) => `export const o${j}: ${t} = ${literal(value)};\n`).join("");
+    fs.writeFileSync(path.join(workdir, name), text);
+    files.push(name);
+    byFile.set(name, { obj, lines: text.split("\n") });
+  }
+  const tsconfig = {
+    compilerOptions: {
+      strict: true,
+      noEmit: true,
+      skipLibCheck: true,
+      target: "es2020",
+      module: "esnext",
+      moduleResolution: "bundler",
+      types: [],
+      baseUrl: ".",
+      paths: { "kubernetes-models/*": [path.join(NODE_MODULES, "kubernetes-models/*")] },
+    },
+    files,
+  };
+  fs.writeFileSync(path.join(workdir, "tsconfig.json"), JSON.stringify(tsconfig, null, 2));
+  const tsc = path.join(NODE_MODULES, "typescript", "bin", "tsc");
+  const r = run(process.execPath, [tsc, "-p", path.join(workdir, "tsconfig.json"), "--pretty", "false"], { cwd: workdir });
+  if (r.status !== 0) {
+    const lines = (r.stdout + r.stderr).split("\n").filter(Boolean);
+    let parsed = 0;
+    for (const line of lines) {
+      const m = /^(?:.*[\\/])?([^\\/()]+\.ts)\((\d+),(\d+)\): error (TS\d+): (.*)$/.exec(line);
+      if (!m) continue;
+      parsed++;
+      const info = byFile.get(m[1]);
+      const src = info ? info.lines[Number(m[2]) - 1]?.trim() : "";
+      const finding = `${info ? id(info.obj) : m[1]}: ${m[5]} (at: ${src})`;
+      if (!findings.includes(finding)) findings.push(finding);
+    }
+    if (!parsed) findings.push(`tsc failed: ${lines.slice(0, 5).join(" | ")}`);
+  }
+  return { findings };
+}
+
+// ---------------------------------------------------------------------------
+// wiring
+
+function checkWiring(objects) {
+  const findings = [];
+  const add = (msg) => findings.push(msg);
+  const ws = workloads(objects);
+  const services = objects.filter((o) => o.kind === "Service");
+  const configMaps = objects.filter((o) => o.kind === "ConfigMap");
+  const policies = objects.filter((o) => o.kind === "NetworkPolicy");
+  const stripHash = (name) => name.replace(/-[a-z0-9]{10}$/, "");
+
+  // 1. Controllers select their own pod template.
+  for (const w of ws) {
+    const sel = w.obj.spec?.selector;
+    if (["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet"].includes(w.kind)) {
+      if (!sel) add(`${w.id}: no spec.selector`);
+      else if (!selects(sel, w.labels)) {
+        add(`${w.id}: spec.selector ${JSON.stringify(sel.matchLabels ?? sel)} does not match its pod template labels`);
+      }
+    }
+    if (w.kind === "Job" && sel) {
+      if (!w.obj.spec.manualSelector) add(`${w.id}: spec.selector is set without manualSelector (the API generates it)`);
+      else if (!selects(sel, w.labels)) add(`${w.id}: spec.selector does not match its pod template labels`);
+    }
+  }
+  const selectedBy = (fn, ns) => ws.filter((w) => w.ns === ns && fn(w.labels));
+
+  // 2. Services select pods, and their target ports exist on those pods.
+  for (const s of services) {
+    if (!s.spec?.selector) continue;
+    const pods = selectedBy((l) => mapSelects(s.spec.selector, l), nsOf(s));
+    if (!pods.length) {
+      add(`${id(s)}: selector ${JSON.stringify(s.spec.selector)} selects no pod template`);
+      continue;
+    }
+    for (const p of s.spec.ports ?? []) {
+      const target = p.targetPort ?? p.port;
+      for (const w of pods) {
+        const ok = (w.spec.containers ?? []).some((c) => {
+          const n = resolvePort(c, target);
+          return n != null && declaredPorts(c).includes(n);
+        });
+        if (!ok) add(`${id(s)}: port ${p.name ?? p.port} targets ${target}, which ${w.id} does not declare`);
+      }
+    }
+  }
+
+  // 3. PodDisruptionBudgets and NetworkPolicies select pods.
+  for (const pdb of objects.filter((o) => o.kind === "PodDisruptionBudget")) {
+    if (!selectedBy((l) => selects(pdb.spec?.selector, l), nsOf(pdb)).length) {
+      add(`${id(pdb)}: selector selects no pod template`);
+    }
+  }
+  for (const np of policies) {
+    if (!selectedBy((l) => selects(np.spec?.podSelector, l), nsOf(np)).length) {
+      add(`${id(np)}: podSelector selects no pod template`);
+    }
+    for (const rule of np.spec?.ingress ?? []) {
+      for (const peer of rule.from ?? []) {
+        if (peer.podSelector && !peer.namespaceSelector && !selectedBy((l) => selects(peer.podSelector, l), nsOf(np)).length) {
+          add(`${id(np)}: ingress peer podSelector ${JSON.stringify(peer.podSelector.matchLabels ?? {})} selects no pod template`);
+        }
+      }
+    }
+  }
+  const ingressPolicies = (w) =>
+    policies.filter(
+      (np) =>
+        nsOf(np) === w.ns &&
+        selects(np.spec?.podSelector, w.labels) &&
+        (np.spec?.policyTypes ?? ["Ingress"]).includes("Ingress"),
+    );
+  for (const w of ws) {
+    if (!ingressPolicies(w).length) add(`${w.id}: no NetworkPolicy limits ingress to its pods`);
+  }
+  // Whether the NetworkPolicies let pods of `from` reach `to` on `port`.
+  const allowed = (from, to, port, container) => {
+    const nps = ingressPolicies(to);
+    if (!nps.length) return true;
+    return nps.some((np) =>
+      (np.spec.ingress ?? []).some((rule) => {
+        const peerOk =
+          !rule.from?.length ||
+          rule.from.some((peer) => peer.podSelector && !peer.namespaceSelector && selects(peer.podSelector, from.labels));
+        const portOk = !rule.ports?.length || rule.ports.some((p) => p.port == null || resolvePort(container, p.port) === port);
+        return peerOk && portOk;
+      }),
+    );
+  };
+
+  // 4. Per container: addresses, probes, mounts, flags that need a setting.
+  const byBinary = (b) => ws.filter((w) => (w.spec.containers ?? []).some((c) => binaryOf(c) === b));
+  const configMapsUsed = new Set();
+  const tlsUse = [];
+  for (const w of ws) {
+    for (const c of w.spec.containers ?? []) {
+      const where = `${w.id} container ${c.name}`;
+      const env = new Map((c.env ?? []).map((e) => [e.name, e]));
+      const mounts = c.volumeMounts ?? [];
+      const volumes = new Map((w.spec.volumes ?? []).map((v) => [v.name, v]));
+      const args = parseArgs(c.args);
+
+      // $(VAR) in args is expanded only from the container's env.
+      for (const a of args) {
+        for (const m of String(a.raw).matchAll(/\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g)) {
+          if (!env.has(m[1])) add(`${where}: ${a.raw} uses $(${m[1]}), which its env does not define`);
+        }
+      }
+      const grpcPort = flagValue(c, "port") !== undefined ? Number(flagValue(c, "port")) : null;
+      const metricsPort = flagValue(c, "metrics_port") !== undefined ? Number(flagValue(c, "metrics_port")) : null;
+      for (const [flag, n] of [["port", grpcPort], ["metrics_port", metricsPort]]) {
+        if (n != null && !declaredPorts(c).includes(n)) add(`${where}: --${flag}=${n} is not a declared containerPort`);
+      }
+      for (const p of c.ports ?? []) {
+        if (p.name === "grpc" && grpcPort != null && p.containerPort !== grpcPort) {
+          add(`${where}: port "grpc" is ${p.containerPort} but --port=${grpcPort}`);
+        }
+        if (p.name === "metrics" && metricsPort != null && p.containerPort !== metricsPort) {
+          add(`${where}: port "metrics" is ${p.containerPort} but --metrics_port=${metricsPort}`);
+        }
+      }
+
+      // Probes hit the port the binary listens on.
+      for (const kind of ["readinessProbe", "livenessProbe", "startupProbe"]) {
+        const probe = c[kind];
+        if (!probe) continue;
+        let port = null;
+        let type = null;
+        if (probe.grpc) [type, port] = ["grpc", probe.grpc.port];
+        else if (probe.tcpSocket) [type, port] = ["tcpSocket", resolvePort(c, probe.tcpSocket.port)];
+        else if (probe.httpGet) [type, port] = ["httpGet", resolvePort(c, probe.httpGet.port)];
+        else continue;
+        const raw = probe.grpc?.port ?? probe.tcpSocket?.port ?? probe.httpGet?.port;
+        if (port == null) {
+          add(`${where}: ${kind} port ${raw} is not a declared port name`);
+          continue;
+        }
+        if (!declaredPorts(c).includes(port)) add(`${where}: ${kind} port ${port} is not a declared containerPort`);
+        if (type === "grpc") {
+          if (grpcPort == null) add(`${where}: ${kind} is a gRPC probe but the container sets no --port`);
+          else if (port !== grpcPort) add(`${where}: ${kind} gRPC probe on port ${port}, but --port=${grpcPort}`);
+        } else if (type === "httpGet") {
+          if (metricsPort == null) add(`${where}: ${kind} is an HTTP probe but the container sets no --metrics_port`);
+          else if (port !== metricsPort) add(`${where}: ${kind} HTTP probe on port ${port}, but --metrics_port=${metricsPort}`);
+        } else if (port !== grpcPort && port !== metricsPort) {
+          add(`${where}: ${kind} TCP probe on port ${port}, which is neither --port nor --metrics_port`);
+        }
+      }
+
+      // A path argument backed by a volume: the mount holding it and its key.
+      const mountFor = (file) => {
+        const exact = mounts.find((m) => m.mountPath === file && m.subPath);
+        if (exact) return { mount: exact, key: exact.subPath };
+        const dir = mounts.find((m) => !m.subPath && m.mountPath.replace(/\/$/, "") === path.posix.dirname(file));
+        return dir ? { mount: dir, key: path.posix.basename(file) } : null;
+      };
+      const sourceKey = (source, key) => {
+        const items = source.items;
+        if (!items) return key;
+        const hit = items.find((i) => i.path === key);
+        return hit ? hit.key : null;
+      };
+
+      // --config: a ConfigMap holding the job file.
+      const config = flagValue(c, "config");
+      if (binaryOf(c) && config === undefined) add(`${where}: no --config`);
+      if (config !== undefined) {
+        const found = mountFor(config);
+        const vol = found && volumes.get(found.mount.name);
+        if (!found) add(`${where}: --config=${config}, but no volume is mounted at ${config} or ${path.posix.dirname(config)}`);
+        else if (!vol?.configMap) add(`${where}: --config=${config} is mounted from volume ${found.mount.name}, not a ConfigMap`);
+        else {
+          const key = sourceKey(vol.configMap, found.key);
+          const cm = configMaps.find((o) => o.metadata.name === vol.configMap.name && nsOf(o) === w.ns);
+          if (!cm) add(`${where}: --config=${config}: ConfigMap ${stripHash(vol.configMap.name)} is not in the render`);
+          else if (key == null || !Object.prototype.hasOwnProperty.call(cm.data ?? {}, key)) {
+            add(`${where}: --config=${config}: ConfigMap ${stripHash(cm.metadata.name)} has no key ${key ?? found.key}`);
+          } else {
+            configMapsUsed.add(JSON.stringify([cm.metadata.name, key]));
+          }
+        }
+      }
+
+      // --coordinator=HOST:PORT: a Service in front of the coordinator.
+      const coord = flagValue(c, "coordinator");
+      if (coord !== undefined) {
+        const m = /^([^:]+):(\d+)$/.exec(coord);
+        if (!m) add(`${where}: --coordinator=${coord} is not HOST:PORT`);
+        else {
+          const [host, port] = [m[1], Number(m[2])];
+          const svcName = host.split(".")[0];
+          const svc = services.find((s) => s.metadata.name === svcName && nsOf(s) === w.ns);
+          if (!svc) {
+            add(`${where}: --coordinator host ${host} is not a Service (Services: ${services.map((s) => s.metadata.name).join(", ")})`);
+          } else {
+            const sp = (svc.spec.ports ?? []).find((p) => p.port === port);
+            const targets = ws.filter((t) => t.ns === w.ns && svc.spec.selector && mapSelects(svc.spec.selector, t.labels));
+            if (!sp) add(`${where}: --coordinator port ${port} is not a port of Service ${svcName}`);
+            const coordinators = targets.filter((t) => (t.spec.containers ?? []).some((x) => binaryOf(x) === "ps_coordinator"));
+            if (!coordinators.length) add(`${where}: Service ${svcName} (--coordinator) does not select the coordinator's pods`);
+            for (const t of coordinators) {
+              const cc = t.spec.containers.find((x) => binaryOf(x) === "ps_coordinator");
+              const target = sp ? resolvePort(cc, sp.targetPort ?? sp.port) : null;
+              const listen = Number(flagValue(cc, "port"));
+              if (sp && target !== listen) {
+                add(`${where}: Service ${svcName} port ${port} reaches ${target ?? sp.targetPort}, but the coordinator listens on --port=${listen}`);
+              }
+              if (!allowed(w, t, listen, cc)) add(`${where}: NetworkPolicy blocks ${w.id} -> ${t.id} port ${listen}`);
+            }
+          }
+        }
+      }
+
+      // --advertise_host=$(POD_NAME).SERVICE: the StatefulSet's stable names.
+      const adv = flagValue(c, "advertise_host");
+      if (adv !== undefined) {
+        const m = /^\$\(([A-Za-z_][A-Za-z0-9_]*)\)\.([a-z0-9-]+)(\..*)?$/.exec(adv);
+        if (!m) add(`${where}: --advertise_host=${adv} is not $(POD_NAME).<headless service>`);
+        else {
+          const [v, svcName] = [m[1], m[2]];
+          const e = env.get(v);
+          if (e && e.valueFrom?.fieldRef?.fieldPath !== "metadata.name") {
+            add(`${where}: env ${v} (in --advertise_host) is not the downward API field metadata.name`);
+          }
+          if (w.kind !== "StatefulSet") add(`${where}: --advertise_host uses pod names, but ${w.id} is not a StatefulSet`);
+          else if (w.obj.spec.serviceName !== svcName) {
+            add(`${where}: --advertise_host suffix .${svcName} differs from serviceName ${w.obj.spec.serviceName}`);
+          }
+          const svc = services.find((s) => s.metadata.name === svcName && nsOf(s) === w.ns);
+          if (!svc) add(`${where}: --advertise_host suffix .${svcName} is not a Service`);
+          else {
+            if (svc.spec.clusterIP !== "None") add(`${id(svc)}: must be headless (clusterIP: None) for per-pod DNS names`);
+            if (svc.spec.publishNotReadyAddresses !== true) {
+              add(`${id(svc)}: publishNotReadyAddresses must be true (shards turn ready only after all have registered)`);
+            }
+            if (!svc.spec.selector || !mapSelects(svc.spec.selector, w.labels)) add(`${id(svc)}: does not select the pods of ${w.id}`);
+          }
+        }
+      }
+      if (flagValue(c, "shard_from_hostname") !== undefined && w.kind !== "StatefulSet") {
+        add(`${where}: --shard_from_hostname needs StatefulSet host names, but ${w.id} is a ${w.kind}`);
+      }
+      const rankEnv = flagValue(c, "rank_from_env");
+      if (rankEnv !== undefined) {
+        const indexed = w.kind === "Job" && w.obj.spec?.completionMode === "Indexed";
+        if (!(env.has(rankEnv) || (indexed && rankEnv === "JOB_COMPLETION_INDEX"))) {
+          add(`${where}: --rank_from_env=${rankEnv} is neither in env nor the index of an Indexed Job`);
+        }
+      }
+
+      // TLS files come from a Secret.
+      const tls = ["tls_cert", "tls_key", "tls_ca"].map((f) => [f, flagValue(c, f)]);
+      const given = tls.filter(([, v]) => v !== undefined);
+      if (binaryOf(c)) tlsUse.push([where, given.length > 0]);
+      if (given.length && given.length !== 3) add(`${where}: TLS needs --tls_cert, --tls_key and --tls_ca together`);
+      for (const [f, v] of given) {
+        const found = mountFor(v);
+        const vol = found && volumes.get(found.mount.name);
+        if (!vol?.secret) add(`${where}: --${f}=${v} is not in a mounted Secret`);
+        else if (sourceKey(vol.secret, found.key) == null) add(`${where}: --${f}=${v}: Secret volume ${vol.name} does not project ${found.key}`);
+      }
+
+      // Outputs go to a writable volume.
+      const out = flagValue(c, "out");
+      if (out !== undefined) {
+        const m = mounts.find((x) => out === x.mountPath || out.startsWith(x.mountPath.replace(/\/$/, "") + "/"));
+        const vol = m && volumes.get(m.name);
+        if (!m || m.readOnly || !(vol?.emptyDir || vol?.persistentVolumeClaim || vol?.ephemeral)) {
+          add(`${where}: --out=${out} is not on a writable volume (emptyDir or PVC)`);
+        }
+      }
+      if (c.securityContext?.readOnlyRootFilesystem && !mounts.some((m) => m.mountPath === "/tmp")) {
+        add(`${where}: read-only root file system without a /tmp volume`);
+      }
+
+      // CUDA workers get a GPU and may run on GPU nodes.
+      if (flagValue(c, "device") === "cuda") {
+        const gpus = Number(c.resources?.limits?.["nvidia.com/gpu"] ?? 0);
+        if (!(gpus >= 1)) add(`${where}: --device=cuda without a nvidia.com/gpu limit`);
+        const tol = (w.spec.tolerations ?? []).some(
+          (t) => t.key === "nvidia.com/gpu" && (!t.effect || t.effect === "NoSchedule") && (t.operator === "Exists" || t.operator === "Equal"),
+        );
+        if (!tol) add(`${where}: --device=cuda without a toleration for nvidia.com/gpu:NoSchedule`);
+      }
+    }
+  }
+
+  // 5. Workers reach every server.
+  for (const wk of byBinary("ps_worker")) {
+    for (const sv of byBinary("ps_server").filter((s) => s.ns === wk.ns)) {
+      const c = sv.spec.containers.find((x) => binaryOf(x) === "ps_server");
+      const port = Number(flagValue(c, "port"));
+      if (!allowed(wk, sv, port, c)) add(`NetworkPolicy blocks ${wk.id} -> ${sv.id} port ${port}`);
+    }
+  }
+
+  // 6. One job file, and the replica counts it implies.
+  if (configMapsUsed.size > 1) add(`the containers read different job files: ${[...configMapsUsed].map((s) => stripHash(JSON.parse(s)[0])).join(", ")}`);
+  if (tlsUse.some(([, t]) => t) && tlsUse.some(([, t]) => !t)) {
+    add(`TLS is configured on ${tlsUse.filter(([, t]) => t).map(([w]) => w).join(", ")} but not on ${tlsUse.filter(([, t]) => !t).map(([w]) => w).join(", ")}`);
+  }
+  for (const entry of configMapsUsed) {
+    const [name, key] = JSON.parse(entry);
+    const cm = configMaps.find((o) => o.metadata.name === name);
+    let job;
+    try {
+      job = YAML.parse(cm.data[key]) ?? {};
+    } catch (e) {
+      add(`ConfigMap ${stripHash(name)} key ${key}: not YAML: ${e.message}`);
+      continue;
+    }
+    // Defaults of common/job_config.h.
+    const workers = job.job?.workers ?? 2;
+    const servers = job.job?.servers ?? 2;
+    for (const w of byBinary("ps_worker")) {
+      if (w.kind !== "Job") continue;
+      const { completions = 1, parallelism = 1 } = w.obj.spec;
+      if (completions !== workers) add(`${w.id}: completions ${completions} != job.workers ${workers} in ${key}`);
+      if (parallelism !== workers) add(`${w.id}: parallelism ${parallelism} != job.workers ${workers} in ${key} (every rank must run at once)`);
+    }
+    for (const w of byBinary("ps_server")) {
+      if (w.kind !== "StatefulSet") continue;
+      const replicas = w.obj.spec.replicas ?? 1;
+      if (replicas !== servers) add(`${w.id}: replicas ${replicas} != job.servers ${servers} in ${key}`);
+    }
+  }
+  for (const b of Object.keys(BINARIES)) {
+    if (!byBinary(b).length) add(`no container runs ${b}`);
+  }
+  return { findings };
+}
+
+// ---------------------------------------------------------------------------
+// policy: the restricted pod security profile, resources and labels
+
+function checkPolicy(objects) {
+  const findings = [];
+  const add = (m) => findings.push(m);
+  for (const w of workloads(objects)) {
+    const psc = w.spec.securityContext ?? {};
+    for (const f of ["hostNetwork", "hostPID", "hostIPC"]) if (w.spec[f]) add(`${w.id}: ${f} is set`);
+    for (const v of w.spec.volumes ?? []) if (v.hostPath) add(`${w.id}: hostPath volume ${v.name}`);
+    if (!w.labels[PART_OF]) add(`${w.id}: pod template has no ${PART_OF} label`);
+    if (!w.labels[COMPONENT]) add(`${w.id}: pod template has no ${COMPONENT} label`);
+    if (w.obj.metadata?.labels?.[PART_OF] !== w.labels[PART_OF]) add(`${w.id}: ${PART_OF} differs between the object and its pods`);
+    for (const c of containersOf(w)) {
+      const where = `${w.id} container ${c.name}`;
+      const sc = c.securityContext ?? {};
+      const nonRoot = sc.runAsNonRoot ?? psc.runAsNonRoot;
+      const uid = sc.runAsUser ?? psc.runAsUser;
+      const seccomp = (sc.seccompProfile ?? psc.seccompProfile)?.type;
+      if (nonRoot !== true) add(`${where}: runAsNonRoot is not true`);
+      if (uid !== IMAGE_UID) add(`${where}: runAsUser is ${uid ?? "unset"}, not the image's user ${IMAGE_UID}`);
+      if (!["RuntimeDefault", "Localhost"].includes(seccomp)) add(`${where}: seccompProfile is ${seccomp ?? "unset"}, not RuntimeDefault`);
+      if (sc.allowPrivilegeEscalation !== false) add(`${where}: allowPrivilegeEscalation is not false`);
+      if (sc.privileged) add(`${where}: privileged`);
+      if (sc.readOnlyRootFilesystem !== true) add(`${where}: readOnlyRootFilesystem is not true`);
+      if (!(sc.capabilities?.drop ?? []).includes("ALL")) add(`${where}: capabilities do not drop ALL`);
+      for (const cap of sc.capabilities?.add ?? []) if (cap !== "NET_BIND_SERVICE") add(`${where}: adds capability ${cap}`);
+      for (const kind of ["requests", "limits"]) {
+        for (const r of ["cpu", "memory"]) {
+          if (c.resources?.[kind]?.[r] == null) add(`${where}: no resources.${kind}.${r}`);
+        }
+      }
+    }
+  }
+  return { findings };
+}
+
+// ---------------------------------------------------------------------------
+// flags and jobfile: ask the binaries
+
+const helpCache = new Map();
+function binaryFlags(binDir, binary) {
+  const file = path.join(binDir, BINARIES[binary]);
+  if (helpCache.has(file)) return helpCache.get(file);
+  let result;
+  if (!fs.existsSync(file)) {
+    result = { error: `${file} does not exist (build the binaries and pass their BIN_DIR)` };
+  } else {
+    // Abseil's --helpfull exits 1; only the listing matters.
+    const r = run(file, ["--helpfull"]);
+    const flags = new Map();
+    let current = null;
+    for (const line of (r.stdout + r.stderr).split("\n")) {
+      const m = /^\s+--([A-Za-z0-9_]+) \(/.exec(line);
+      if (m) {
+        current = m[1];
+        flags.set(current, line);
+      } else if (current && /^\s{6,}/.test(line)) {
+        flags.set(current, flags.get(current) + line);
+      } else {
+        current = null;
+      }
+    }
+    result = flags.size ? { flags } : { error: `${file} --helpfull lists no flags (${r.error?.message ?? `exit ${r.status}`})` };
+  }
+  helpCache.set(file, result);
+  return result;
+}
+
+function checkFlags(objects, binDir) {
+  if (!binDir) return { findings: ["no BIN_DIR given: cannot check container args against the binaries' --helpfull"] };
+  const findings = [];
+  for (const w of workloads(objects)) {
+    for (const c of containersOf(w)) {
+      const where = `${w.id} container ${c.name}`;
+      const binary = binaryOf(c);
+      if (!binary) {
+        findings.push(`${where}: command ${JSON.stringify(c.command ?? [])} is none of ${Object.keys(BINARIES).join(", ")}`);
+        continue;
+      }
+      const help = binaryFlags(binDir, binary);
+      if (help.error) {
+        findings.push(`${where}: ${help.error}`);
+        continue;
+      }
+      for (const a of parseArgs([...(c.command ?? []).slice(1), ...(c.args ?? [])])) {
+        if (a.positional) {
+          findings.push(`${where}: positional argument ${JSON.stringify(a.raw)} (${binary} takes --flag=value)`);
+          continue;
+        }
+        const negated = a.name.startsWith("no") && help.flags.get(a.name.slice(2));
+        const isBool = negated && /default: (true|false);/.test(negated);
+        if (!help.flags.has(a.name) && !isBool) findings.push(`${where}: ${binary} has no flag --${a.name}`);
+      }
+      // Ports other pods, the kubelet or Prometheus reach must not listen on
+      // loopback: the address is the flag's value or the binary's default.
+      const address = (flag) => {
+        const v = flagValue(c, flag);
+        if (v !== undefined) return [v, `--${flag}`];
+        const m = /default: "([^"]*)";/.exec(help.flags.get(flag) ?? "");
+        return [m ? m[1] : "", `the --${flag} default`];
+      };
+      const loopback = (a) => /^(127\.|localhost$|::1$|\[::1\]$)/.test(a);
+      const listens = [];
+      if (flagValue(c, "port") !== undefined) listens.push(["port", "bind"]);
+      const metricsPort = flagValue(c, "metrics_port");
+      if (metricsPort !== undefined && Number(metricsPort) > 0) {
+        listens.push(["metrics_port", help.flags.has("metrics_bind") ? "metrics_bind" : "bind"]);
+      }
+      for (const [portFlag, bindFlag] of listens) {
+        const [addr, from] = address(bindFlag);
+        if (loopback(addr)) {
+          findings.push(`${where}: --${portFlag} listens on ${addr} (${from}), unreachable from outside the pod; pass --${bindFlag}=0.0.0.0`);
+        }
+      }
+    }
+  }
+  return { findings };
+}
+
+function checkJobFile(objects, binDir, workdir) {
+  if (!binDir) return { findings: ["no BIN_DIR given: cannot run ps_coordinator --dry_run on the job file"] };
+  const coordinator = path.join(binDir, BINARIES.ps_coordinator);
+  if (!fs.existsSync(coordinator)) return { findings: [`${coordinator} does not exist`] };
+  const findings = [];
+  const seen = new Set();
+  for (const w of workloads(objects)) {
+    for (const c of w.spec.containers ?? []) {
+      const config = flagValue(c, "config");
+      if (config === undefined) continue;
+      const mount = (c.volumeMounts ?? []).find(
+        (m) => (m.mountPath === config && m.subPath) || (!m.subPath && m.mountPath === path.posix.dirname(config)),
+      );
+      const vol = mount && (w.spec.volumes ?? []).find((v) => v.name === mount.name);
+      const cm = vol?.configMap && objects.find((o) => o.kind === "ConfigMap" && o.metadata.name === vol.configMap.name);
+      const key = mount?.subPath ?? path.posix.basename(config);
+      if (!cm || cm.data?.[key] == null || seen.has(cm.metadata.name)) continue;
+      seen.add(cm.metadata.name);
+      const file = path.join(workdir, key);
+      fs.writeFileSync(file, cm.data[key]);
+      const r = run(coordinator, [`--config=${file}`, "--dry_run"]);
+      if (r.status !== 0) {
+        findings.push(`job file ${key} of ConfigMap ${cm.metadata.name.replace(/-[a-z0-9]{10}$/, "")}: ${(r.stderr || r.stdout).trim().replace(new RegExp(workdir + "/", "g"), "")}`);
+      }
+    }
+  }
+  if (!seen.size) findings.push("no job file found to check (see the wiring check)");
+  return { findings };
+}
+
+// ---------------------------------------------------------------------------
+// lint
+
+function lint(deployDir, paths) {
+  const r = run("yamllint", ["--strict", "-f", "parsable", "-c", path.join(deployDir, ".yamllint"), ...paths]);
+  if (r.error) return { findings: ["yamllint is not installed (apt-get install yamllint)"] };
+  if (r.status === 0) return { findings: [] };
+  const lines = (r.stdout + r.stderr).split("\n").filter(Boolean);
+  return { findings: lines };
+}
+
+// ---------------------------------------------------------------------------
+// Driver
+
+async function validateDir(dir, binDir) {
+  const workdir = fs.mkdtempSync(path.join(os.tmpdir(), "pstrain-validate-"));
+  const results = new Map();
+  try {
+    const r = render(dir);
+    results.set("render", r.findings);
+    if (r.findings.length || !r.objects) {
+      for (const c of CHECKS.slice(1)) results.set(c, null);
+      return { results, count: 0 };
+    }
+    const objects = r.objects;
+    results.set("schema", (await checkSchema(objects)).findings);
+    results.set("typecheck", (await checkTypes(objects, workdir)).findings);
+    results.set("wiring", checkWiring(objects).findings);
+    results.set("policy", checkPolicy(objects).findings);
+    results.set("flags", checkFlags(objects, binDir).findings);
+    results.set("jobfile", checkJobFile(objects, binDir, workdir).findings);
+    return { results, count: objects.length };
+  } finally {
+    fs.rmSync(workdir, { recursive: true, force: true });
+  }
+}
+
+// Findings name files relative to the repository root.
+let REPO_ROOT = "";
+function tidy(text) {
+  return REPO_ROOT ? text.split(REPO_ROOT + "/").join("") : text;
+}
+
+function printResults(results, indent = "  ") {
+  for (const [name, findings] of results) {
+    if (findings === null) {
+      console.log(`${indent}-       ${name} (not run)`);
+      continue;
+    }
+    console.log(`${indent}${findings.length ? "FAILED" : "ok    "}  ${name}`);
+    for (const f of findings) console.log(`${indent}          ${tidy(f)}`);
+  }
+}
+
+async function main() {
+  const argv = process.argv.slice(2);
+  let deployDir = path.dirname(HERE);
+  let binDir = null;
+  let fixtures = false;
+  const dirs = []; // --dir: validate these kustomizations instead of the overlays
+  for (let i = 0; i < argv.length; i++) {
+    if (argv[i] === "--deploy") deployDir = path.resolve(argv[++i]);
+    else if (argv[i] === "--bin") binDir = argv[++i] ? path.resolve(argv[i]) : null;
+    else if (argv[i] === "--fixtures") fixtures = true;
+    else if (argv[i] === "--dir") dirs.push(path.resolve(argv[++i]));
+    else {
+      console.error(`validate.mjs: unknown argument ${argv[i]}`);
+      process.exit(2);
+    }
+  }
+  if (binDir && !fs.existsSync(binDir)) {
+    console.log(`note: BIN_DIR ${binDir} does not exist; the flags and jobfile checks will fail`);
+  }
+  REPO_ROOT = path.dirname(deployDir);
+  let passed = 0;
+  let failed = 0;
+  const rel = (p) => path.relative(path.dirname(deployDir), p) || ".";
+
+  if (!fixtures) {
+    const targets = dirs.length ? dirs : ["dev", "prod"].map((o) => path.join(deployDir, "k8s", "overlays", o));
+    for (const dir of targets) {
+      const { results, count } = await validateDir(dir, binDir);
+      console.log(`== ${rel(dir)}: ${count} objects`);
+      printResults(results);
+      for (const f of results.values()) {
+        if (f === null) continue;
+        if (f.length) failed++;
+        else passed++;
+      }
+    }
+    const lintPaths = dirs.length ? dirs : [path.join(deployDir, "k8s"), path.join(deployDir, ".yamllint")];
+    const lintFindings = lint(deployDir, lintPaths).findings;
+    console.log(`== sources: ${lintPaths.map(rel).join(" ")}`);
+    printResults(new Map([["lint", lintFindings]]));
+    if (lintFindings.length) failed++;
+    else passed++;
+  } else {
+    const baselineDir = path.join(deployDir, "k8s", "overlays", "dev");
+    const baseline = (await validateDir(baselineDir, binDir)).results;
+    const fixturesDir = path.join(HERE, "fixtures");
+    const names = fs.readdirSync(fixturesDir).filter((n) => fs.statSync(path.join(fixturesDir, n)).isDirectory()).sort();
+    const baselineFailing = [...baseline].filter(([, f]) => f?.length).map(([n]) => n);
+    console.log(`== fixtures (${rel(fixturesDir)}), each a planted error on the dev overlay`);
+    console.log(`   baseline dev overlay fails: ${baselineFailing.join(", ") || "nothing"}`);
+    for (const name of names) {
+      const dir = path.join(fixturesDir, name);
+      const kfile = path.join(dir, "kustomization.yaml");
+      const expect = fs.existsSync(kfile) ? /^# expect: *([a-z]+)/m.exec(fs.readFileSync(kfile, "utf8"))?.[1] : null;
+      const { results } = await validateDir(dir, binDir);
+      results.set("lint", lint(deployDir, [dir]).findings);
+      // A finding is new when the baseline's same check did not report it.
+      const fresh = new Map();
+      for (const [check, findings] of results) {
+        if (!findings) continue;
+        const known = new Set(check === "lint" ? [] : (baseline.get(check) ?? []));
+        const news = findings.filter((f) => !known.has(f));
+        if (news.length) fresh.set(check, news);
+      }
+      const caughtBy = [...fresh.keys()];
+      if (!expect || !CHECKS.concat("lint").includes(expect)) {
+        console.log(`  FAILED  ${name}: kustomization.yaml has no valid "# expect: CHECK" line`);
+        failed++;
+      } else if (fresh.has(expect)) {
+        const others = caughtBy.filter((c) => c !== expect);
+        console.log(`  ok      ${name}: caught by ${expect}${others.length ? ` (also ${others.join(", ")})` : ""}`);
+        console.log(`            ${tidy(fresh.get(expect)[0])}`);
+        passed++;
+      } else {
+        console.log(`  FAILED  ${name}: not caught by ${expect}; new findings only in: ${caughtBy.join(", ") || "none"}`);
+        for (const [check, news] of fresh) console.log(`            ${check}: ${tidy(news[0])}`);
+        failed++;
+      }
+    }
+  }
+  console.log(`deploy validation: ${passed} passed, ${failed} failed`);
+  process.exit(failed ? 1 : 0);
+}
+
+main().catch((e) => {
+  console.error(`validate.mjs: ${e.stack ?? e}`);
+  console.log("deploy validation: 0 passed, 1 failed");
+  process.exit(1);
+});
