@@ -22,22 +22,30 @@ absl::StatusOr<pstrain::v1::JobSpec> MakeJobSpec(const JobConfig& c) {
   PS_RETURN_IF_ERROR(ValidateJobConfig(c));
   PS_ASSIGN_OR_RETURN(std::vector<pstrain::v1::TensorSpec> tensors,
                       ModelParamSpecs(c.model));
-  const uint64_t chunk_elems = c.chunk_bytes > 0
-                                   ? c.chunk_bytes / sizeof(float)
-                                   : AutoChunkElems(tensors, c.servers);
+  // All-reduce jobs have no servers (job.servers is ignored): the shard map
+  // only lists the tensors.
+  const bool allreduce = c.mode == pstrain::v1::MODE_ALLREDUCE;
+  const int servers = allreduce ? 0 : c.servers;
   pstrain::v1::JobSpec job;
   job.set_job_name(c.name);
   job.set_mode(c.mode);
   job.set_staleness(c.staleness);
   job.set_num_workers(c.workers);
-  job.set_num_servers(c.servers);
+  job.set_num_servers(servers);
   job.set_steps(c.steps);
   job.set_backup_workers(c.backup_workers);
   job.set_staleness_aware_lr(c.staleness_aware_lr);
   job.set_dc_lambda(c.dc_lambda);
   *job.mutable_optimizer() = c.optimizer;
-  PS_ASSIGN_OR_RETURN(*job.mutable_shard_map(),
-                      BuildShardMap(tensors, c.servers, chunk_elems));
+  if (allreduce) {
+    for (auto& t : tensors) *job.mutable_shard_map()->add_tensors() = t;
+  } else {
+    const uint64_t chunk_elems = c.chunk_bytes > 0
+                                     ? c.chunk_bytes / sizeof(float)
+                                     : AutoChunkElems(tensors, servers);
+    PS_ASSIGN_OR_RETURN(*job.mutable_shard_map(),
+                        BuildShardMap(tensors, servers, chunk_elems));
+  }
   job.set_worker_config(JobConfigToYaml(c));
   return job;
 }
@@ -66,8 +74,9 @@ CoordinatorService::CoordinatorService(CoordinatorOptions options,
     : options_(std::move(options)),
       num_workers_(options_.config.workers),
       job_(std::move(job)) {
-  server_addresses_.resize(options_.config.servers);
-  server_ready_.assign(options_.config.servers, false);
+  server_addresses_.resize(job_.num_servers());
+  server_ready_.assign(job_.num_servers(), false);
+  peer_addresses_.resize(num_workers_);
   rank_taken_.assign(num_workers_, false);
   worker_done_.assign(num_workers_, false);
   bytes_pushed_.assign(num_workers_, 0);
@@ -236,6 +245,15 @@ Status CoordinatorService::RegisterWorker(
     return Status(StatusCode::ALREADY_EXISTS,
                   absl::StrCat("worker rank ", rank, " is already registered"));
   }
+  if (job_.mode() == pstrain::v1::MODE_ALLREDUCE) {
+    if (request->peer_address().empty()) {
+      return Status(StatusCode::INVALID_ARGUMENT,
+                    "mode allreduce: the worker must register its ring peer "
+                    "address (RegisterWorkerRequest.peer_address)");
+    }
+    peer_addresses_[rank] = request->peer_address();
+    PS_LOG_INFO("worker %d's ring peer at %s", rank, request->peer_address());
+  }
   rank_taken_[rank] = true;
   UpdateLiveWorkersLocked();
   if (std::count(rank_taken_.begin(), rank_taken_.end(), true) ==
@@ -310,7 +328,16 @@ Status CoordinatorService::Report(ServerContext* context,
                                   const pstrain::v1::ReportRequest* request,
                                   pstrain::v1::ReportResponse* response) {
   absl::MutexLock lock(&mu_);
+  if (request->worker() >= num_workers_ || !rank_taken_[request->worker()]) {
+    return Status(StatusCode::NOT_FOUND,
+                  absl::StrCat("unknown worker ", request->worker()));
+  }
   for (const auto& m : request->steps()) {
+    if (m.worker() != request->worker()) {
+      return Status(StatusCode::INVALID_ARGUMENT,
+                    absl::StrCat("worker ", request->worker(),
+                                 " reported a step of worker ", m.worker()));
+    }
     if (m.worker() >= num_workers_ || !rank_taken_[m.worker()]) {
       return Status(StatusCode::NOT_FOUND,
                     absl::StrCat("unknown worker ", m.worker()));
@@ -352,8 +379,10 @@ Status CoordinatorService::Report(ServerContext* context,
     ended_ = true;
     PS_LOG_ERROR("a worker failed: %s", request->error());
   }
-  if (request->done() && !request->steps().empty()) {
-    worker_done_[request->steps(0).worker()] = true;
+  // A final report may carry no step records (they went out in the batch
+  // before), so the sender is named by `worker`, not by its records.
+  if (request->done()) {
+    worker_done_[request->worker()] = true;
     UpdateLiveWorkersLocked();
     if (std::count(worker_done_.begin(), worker_done_.end(), true) ==
         static_cast<long>(num_workers_)) {
@@ -362,6 +391,55 @@ Status CoordinatorService::Report(ServerContext* context,
     }
   }
   response->set_stop(ended_);
+  return Status::OK;
+}
+
+bool CoordinatorService::PeersKnownLocked() const {
+  if (ended_) return true;
+  for (const auto& a : peer_addresses_) {
+    if (a.empty()) return false;
+  }
+  return options_.config.allreduce.backend != "nccl" ||
+         !nccl_unique_id_.empty();
+}
+
+Status CoordinatorService::GetPeers(ServerContext* context,
+                                    const pstrain::v1::GetPeersRequest* request,
+                                    pstrain::v1::GetPeersResponse* response) {
+  absl::MutexLock lock(&mu_);
+  if (job_.mode() != pstrain::v1::MODE_ALLREDUCE) {
+    return Status(StatusCode::FAILED_PRECONDITION,
+                  "GetPeers: the job is not in mode allreduce");
+  }
+  if (request->rank() >= num_workers_ || !rank_taken_[request->rank()]) {
+    return Status(StatusCode::NOT_FOUND,
+                  absl::StrCat("GetPeers: worker rank ", request->rank(),
+                               " has not registered"));
+  }
+  if (request->rank() == 0 && !request->nccl_unique_id().empty()) {
+    nccl_unique_id_ = request->nccl_unique_id();
+  }
+  if (!mu_.AwaitWithDeadline(
+          absl::Condition(this, &CoordinatorService::PeersKnownLocked),
+          ServerDeadline(*context, options_.wait_cap))) {
+    std::vector<std::string> missing;
+    for (uint32_t r = 0; r < num_workers_; ++r) {
+      if (peer_addresses_[r].empty()) missing.push_back(absl::StrCat(r));
+    }
+    return Status(
+        StatusCode::DEADLINE_EXCEEDED,
+        missing.empty()
+            ? "rank 0 has not published its NCCL unique id yet"
+            : absl::StrCat("worker ranks ", absl::StrJoin(missing, ", "),
+                           " have not registered yet"));
+  }
+  if (ended_) {
+    return Status(
+        StatusCode::FAILED_PRECONDITION,
+        absl::StrCat("job '", options_.config.name, "' has already ended"));
+  }
+  for (const auto& a : peer_addresses_) response->add_peer_addresses(a);
+  response->set_nccl_unique_id(nccl_unique_id_);
   return Status::OK;
 }
 
@@ -453,7 +531,9 @@ absl::Status WriteSummaryJson(
           ? "0"
           : (config.staleness < 0 ? "\"inf\"" : absl::StrCat(config.staleness)),
       ",\n", absl::StrFormat("  \"workers\": %d,\n", config.workers),
-      absl::StrFormat("  \"servers\": %d,\n", config.servers),
+      absl::StrFormat(
+          "  \"servers\": %d,\n",
+          config.mode == pstrain::v1::MODE_ALLREDUCE ? 0 : config.servers),
       absl::StrFormat("  \"steps\": %d,\n", o.steps),
       absl::StrFormat("  \"local_batch\": %d,\n", config.local_batch),
       absl::StrFormat(

@@ -9,6 +9,12 @@
 // a final report; when all N have finished (or one failed) the job is over:
 // WaitForEnd() returns, and the binary collects shard statistics, writes the
 // summary and shuts the servers down.
+//
+// Mode allreduce has no servers: workers register with the address of their
+// ring peer service, then GetPeers (blocking until every worker has
+// registered) gives each the ring in rank order, plus rank 0's NCCL unique id
+// with allreduce.backend nccl. Workers report their ring byte counters as
+// bytes_pushed (sent) and bytes_pulled (received).
 #ifndef PSTRAIN_SERVER_COORDINATOR_H_
 #define PSTRAIN_SERVER_COORDINATOR_H_
 
@@ -79,6 +85,9 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   grpc::Status JobStatus(grpc::ServerContext* context,
                          const pstrain::v1::JobStatusRequest* request,
                          pstrain::v1::JobStatusResponse* response) override;
+  grpc::Status GetPeers(grpc::ServerContext* context,
+                        const pstrain::v1::GetPeersRequest* request,
+                        pstrain::v1::GetPeersResponse* response) override;
 
   // Blocks until the job ends or `deadline`; true if it ended.
   bool WaitForEnd(absl::Time deadline);
@@ -105,6 +114,9 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   void EmitCompleteStepsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AllServersRegisteredLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AllServersReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every ring peer registered (and the NCCL id published when needed), or
+  // the job ended.
+  bool PeersKnownLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   struct Metrics {
     Gauge* steps;
@@ -125,6 +137,9 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   std::vector<std::string> server_addresses_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> server_ready_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> rank_taken_ ABSL_GUARDED_BY(mu_);
+  // Mode allreduce: ring peer address by rank, rank 0's NCCL unique id.
+  std::vector<std::string> peer_addresses_ ABSL_GUARDED_BY(mu_);
+  std::string nccl_unique_id_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> worker_done_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> bytes_pushed_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> bytes_pulled_ ABSL_GUARDED_BY(mu_);
@@ -139,6 +154,8 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
 
 // The JobSpec the coordinator publishes for `config` (tensors from the model,
 // shard map over config.servers with no addresses yet, worker config YAML).
+// Mode allreduce: no servers (num_servers 0, config.servers ignored) and a
+// shard map that only lists the tensors.
 absl::StatusOr<pstrain::v1::JobSpec> MakeJobSpec(const JobConfig& config);
 
 // Writes summary.json for `outcome` and the servers' statistics.

@@ -27,7 +27,9 @@ ABSL_FLAG(std::string, bind, "127.0.0.1", "address to listen on");
 ABSL_FLAG(int, port, 0, "port to listen on; 0 picks a free one");
 ABSL_FLAG(std::string, port_file, "", "write the bound port to this file");
 ABSL_FLAG(std::string, out, "", "directory for metrics.csv and summary.json");
-ABSL_FLAG(std::string, mode, "", "override training.mode: sync | async");
+ABSL_FLAG(std::string, mode, "",
+          "override training.mode: sync | async | allreduce (workers only, "
+          "no servers)");
 ABSL_FLAG(std::string, staleness, "", "override training.staleness: N | inf");
 ABSL_FLAG(int, workers, 0, "override job.workers");
 ABSL_FLAG(int, servers, 0, "override job.servers");
@@ -69,9 +71,11 @@ absl::StatusOr<JobConfig> ConfigFromFlags() {
     config.mode = pstrain::v1::MODE_SYNC;
   } else if (mode == "async") {
     config.mode = pstrain::v1::MODE_ASYNC;
+  } else if (mode == "allreduce") {
+    config.mode = pstrain::v1::MODE_ALLREDUCE;
   } else if (!mode.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--mode: expected sync or async, got '", mode, "'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--mode: expected sync, async or allreduce, got '", mode, "'"));
   }
   const std::string st = absl::GetFlag(FLAGS_staleness);
   if (st == "inf") {
@@ -141,8 +145,11 @@ int Main() {
                  std::string(config.status().message()).c_str());
     return 2;
   }
+  // Servers the job needs: none in mode allreduce (job.servers ignored).
+  const int servers =
+      config->mode == pstrain::v1::MODE_ALLREDUCE ? 0 : config->servers;
   if (absl::GetFlag(FLAGS_dry_run)) {
-    std::printf("workers=%d servers=%d\n%s", config->workers, config->servers,
+    std::printf("workers=%d servers=%d\n%s", config->workers, servers,
                 JobConfigToYaml(*config).c_str());
     return 0;
   }
@@ -202,13 +209,13 @@ int Main() {
   PS_LOG_INFO(
       "job '%s': %s, %d workers, %d servers, %d steps; listening on %s:%d",
       config->name,
-      config->mode == pstrain::v1::MODE_SYNC
-          ? "sync"
-          : (config->staleness < 0
-                 ? std::string("async staleness inf")
-                 : absl::StrCat("async staleness ", config->staleness)),
-      config->workers, config->servers, config->steps,
-      absl::GetFlag(FLAGS_bind), port);
+      config->mode == pstrain::v1::MODE_SYNC ? "sync"
+      : config->mode == pstrain::v1::MODE_ALLREDUCE
+          ? absl::StrCat("allreduce (", config->allreduce.backend, ")")
+      : config->staleness < 0
+          ? std::string("async staleness inf")
+          : absl::StrCat("async staleness ", config->staleness),
+      config->workers, servers, config->steps, absl::GetFlag(FLAGS_bind), port);
   PS_LOG_INFO(
       "global batch %d = local batch %d x %d workers x %d accumulation steps",
       config->local_batch * config->workers * config->grad_accum_steps,

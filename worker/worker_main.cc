@@ -1,6 +1,8 @@
 // ps_worker: registers with the coordinator, gets its rank and the job, then
-// trains: pull, compute, push, report. Exit 0 when its share of the job is
-// done, 1 on failure (after telling the coordinator why).
+// trains: pull, compute, push, report (or, in mode allreduce: serve its ring
+// peer, get the ring from the coordinator, compute, all-reduce, apply the
+// optimizer locally, report). Exit 0 when its share of the job is done, 1 on
+// failure (after telling the coordinator why).
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -23,6 +25,10 @@
 #include "common/retry.h"
 #include "common/signals.h"
 #include "common/status_macros.h"
+#include "worker/allreduce/allreduce_trainer.h"
+#include "worker/allreduce/grpc_transport.h"
+#include "worker/allreduce/nccl_allreducer.h"
+#include "worker/allreduce/ring_allreduce.h"
 #include "worker/compute_backend.h"
 #include "worker/data.h"
 #include "worker/model.h"
@@ -57,6 +63,14 @@ ABSL_FLAG(double, rpc_timeout_s, 30, "deadline of each unary call and push");
 ABSL_FLAG(double, startup_timeout_s, 120,
           "how long to wait for the coordinator and the servers");
 ABSL_FLAG(double, report_interval_s, 0.5, "seconds between metric reports");
+ABSL_FLAG(std::string, peer_bind, "127.0.0.1",
+          "mode allreduce: address the ring peer service listens on (0.0.0.0 "
+          "in a pod)");
+ABSL_FLAG(int, peer_port, 0,
+          "mode allreduce: port of the ring peer service; 0 picks a free one");
+ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
+          "mode allreduce: host name the left neighbour dials to reach this "
+          "worker's ring peer service (e.g. the pod's DNS name)");
 
 namespace pstrain {
 namespace {
@@ -68,8 +82,12 @@ class Reporter {
            absl::Duration interval)
       : stub_(stub), timeout_(timeout), interval_(interval) {}
 
-  // Byte counters come from `client` once it exists (may stay null).
+  void set_worker(uint32_t rank) { worker_ = rank; }
+
+  // Byte counters come from `client` (PS modes) or `reducer` (mode
+  // allreduce: sent, received) once it exists (may stay null).
   void set_client(const PsClient* client) { client_ = client; }
+  void set_reducer(const AllReducer* reducer) { reducer_ = reducer; }
 
   absl::Status Add(const pstrain::v1::StepMetrics& m) {
     *pending_.add_steps() = m;
@@ -78,10 +96,15 @@ class Reporter {
   }
 
   absl::Status Flush(bool done, const std::string& error) {
+    pending_.set_worker(worker_);
     pending_.set_done(done);
     pending_.set_error(error);
-    pending_.set_bytes_pushed(client_ ? client_->bytes_pushed() : 0);
-    pending_.set_bytes_pulled(client_ ? client_->bytes_pulled() : 0);
+    pending_.set_bytes_pushed(client_    ? client_->bytes_pushed()
+                              : reducer_ ? reducer_->bytes_sent()
+                                         : 0);
+    pending_.set_bytes_pulled(client_    ? client_->bytes_pulled()
+                              : reducer_ ? reducer_->bytes_received()
+                                         : 0);
     grpc::ClientContext ctx;
     SetTimeout(&ctx, timeout_);
     pstrain::v1::ReportResponse resp;
@@ -98,7 +121,9 @@ class Reporter {
   pstrain::v1::Coordinator::Stub* const stub_;
   const absl::Duration timeout_, interval_;
   const PsClient* client_ = nullptr;
+  const AllReducer* reducer_ = nullptr;
   pstrain::v1::ReportRequest pending_;
+  uint32_t worker_ = 0;
   absl::Time last_ = absl::Now();
   bool stop_ = false;
 };
@@ -123,18 +148,28 @@ class WorkerMetrics {
         rate_(r->AddGauge("pstrain_worker_samples_per_second",
                           "Examples per second since the first step.")) {
     r->AddCallback("pstrain_worker_pushed_bytes_total",
-                   "Bytes of push messages sent.", true, [this] {
+                   "Bytes of push messages sent (allreduce: ring bytes sent).",
+                   true, [this] {
                      const PsClient* c = client_.load();
-                     return c ? static_cast<double>(c->bytes_pushed()) : 0.0;
+                     const AllReducer* r = reducer_.load();
+                     return c   ? static_cast<double>(c->bytes_pushed())
+                            : r ? static_cast<double>(r->bytes_sent())
+                                : 0.0;
                    });
     r->AddCallback("pstrain_worker_pulled_bytes_total",
-                   "Bytes of pull messages received.", true, [this] {
+                   "Bytes of pull messages received (allreduce: ring bytes "
+                   "received).",
+                   true, [this] {
                      const PsClient* c = client_.load();
-                     return c ? static_cast<double>(c->bytes_pulled()) : 0.0;
+                     const AllReducer* r = reducer_.load();
+                     return c   ? static_cast<double>(c->bytes_pulled())
+                            : r ? static_cast<double>(r->bytes_received())
+                                : 0.0;
                    });
   }
 
   void set_client(const PsClient* client) { client_.store(client); }
+  void set_reducer(const AllReducer* reducer) { reducer_.store(reducer); }
 
   void Record(const pstrain::v1::StepMetrics& m) {
     pull_->Observe(m.pull_s());
@@ -157,7 +192,55 @@ class WorkerMetrics {
   Gauge* const loss_;
   Gauge* const rate_;
   std::atomic<const PsClient*> client_{nullptr};
+  std::atomic<const AllReducer*> reducer_{nullptr};
   const absl::Time start_ = absl::Now();
+};
+
+// Mode allreduce: this worker's RingPeer service, which its left neighbour
+// streams segments to. Stops (with a grace period) before the service goes.
+struct PeerServer {
+  std::unique_ptr<RingPeerService> service;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;  // advertised host:port
+  ~PeerServer() {
+    if (server)
+      server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  }
+};
+
+absl::Status StartPeerServer(const TlsFiles& tls, PeerServer* peer) {
+  if (!tls.ca.empty() && tls.cert.empty()) {
+    return absl::InvalidArgumentError(
+        "mode allreduce with TLS: workers serve their ring neighbours and "
+        "need a certificate and key (--tls_cert, --tls_key)");
+  }
+  PS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds,
+                      MakeServerCredentials(tls));
+  peer->service = std::make_unique<RingPeerService>();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(absl::StrCat(absl::GetFlag(FLAGS_peer_bind), ":",
+                                        absl::GetFlag(FLAGS_peer_port)),
+                           creds, &port);
+  builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+  builder.RegisterService(peer->service.get());
+  peer->server = builder.BuildAndStart();
+  if (peer->server == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen for ring peers on ", absl::GetFlag(FLAGS_peer_bind), ":",
+        absl::GetFlag(FLAGS_peer_port)));
+  }
+  peer->address = absl::StrCat(absl::GetFlag(FLAGS_advertise_host), ":", port);
+  PS_LOG_INFO("ring peer service at %s (listening on %s:%d)", peer->address,
+              absl::GetFlag(FLAGS_peer_bind), port);
+  return absl::OkStatus();
+}
+
+// Mode allreduce: the collective this worker trains with; outlives the
+// training (the final report reads its byte counters).
+struct AllReduceLink {
+  std::unique_ptr<Transport> transport;  // backend grpc
+  std::unique_ptr<AllReducer> reducer;
 };
 
 int Fail(const std::string& message) {
@@ -190,9 +273,10 @@ int Main() {
       LoadConfigFlag(absl::GetFlag(FLAGS_config));
   if (!file_config.ok())
     return Fail(std::string(file_config.status().message()));
-  auto creds = MakeChannelCredentials(
+  const TlsFiles tls =
       ResolveTls(*file_config, absl::GetFlag(FLAGS_tls_cert),
-                 absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_ca)));
+                 absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_ca));
+  auto creds = MakeChannelCredentials(tls);
   if (!creds.ok()) return Fail(std::string(creds.status().message()));
 
   SetLogRole("worker");
@@ -211,14 +295,43 @@ int Main() {
   auto coord =
       pstrain::v1::Coordinator::NewStub(MakeChannel(coordinator, *creds));
 
+  const absl::Time startup_deadline =
+      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
+
+  // The mode first: in mode allreduce the worker serves its ring peer before
+  // it registers, so that it can register the address.
+  pstrain::v1::JobSpec job;
+  absl::Status st =
+      RetryUntil(startup_deadline, "coordinator at " + coordinator, [&] {
+        grpc::ClientContext ctx;
+        SetTimeout(&ctx, rpc_timeout);
+        return FromGrpcStatus(coord->GetJob(&ctx, {}, &job));
+      });
+  if (!st.ok()) {
+    PS_LOG_ERROR("cannot reach the coordinator: %s", st.message());
+    return 1;
+  }
+  const bool allreduce = job.mode() == pstrain::v1::MODE_ALLREDUCE;
+  PeerServer peer;
+  if (allreduce) {
+    st = StartPeerServer(tls, &peer);
+    if (!st.ok()) {
+      PS_LOG_ERROR("%s", st.message());
+      return 1;
+    }
+  }
+
   pstrain::v1::RegisterWorkerResponse reg;
-  absl::Status st = RetryUntil(
-      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s)),
-      "coordinator and servers at " + coordinator, [&] {
+  st = RetryUntil(
+      startup_deadline,
+      allreduce ? "coordinator at " + coordinator
+                : "coordinator and servers at " + coordinator,
+      [&] {
         grpc::ClientContext ctx;
         SetTimeout(&ctx, rpc_timeout);
         pstrain::v1::RegisterWorkerRequest req;
         req.set_requested_rank(requested_rank);
+        req.set_peer_address(peer.address);
         return FromGrpcStatus(coord->RegisterWorker(&ctx, req, &reg));
       });
   if (st.code() == absl::StatusCode::kFailedPrecondition) {
@@ -233,8 +346,54 @@ int Main() {
   SetLogRole(absl::StrCat("worker/", rank));
   const bool tty = isatty(STDERR_FILENO);
 
-  auto run = [&](Reporter* reporter,
-                 std::unique_ptr<PsClient>* client) -> absl::Status {
+  // Mode allreduce: the ring from the coordinator, then the collective.
+  auto join_ring = [&](const JobConfig& config, ComputeBackend* backend,
+                       AllReduceLink* link) -> absl::Status {
+    const bool nccl = config.allreduce.backend == "nccl";
+    std::string nccl_id;
+    if (nccl) {
+      PS_RETURN_IF_ERROR(NcclUsable(*backend));
+      if (rank == 0) {
+        PS_ASSIGN_OR_RETURN(nccl_id, NewNcclUniqueId());
+      }
+    }
+    pstrain::v1::GetPeersResponse peers;
+    PS_RETURN_IF_ERROR(
+        RetryUntil(absl::Now() + absl::Seconds(config.startup_timeout_s),
+                   "the other workers", [&] {
+                     grpc::ClientContext ctx;
+                     SetTimeout(&ctx, rpc_timeout);
+                     pstrain::v1::GetPeersRequest req;
+                     req.set_rank(rank);
+                     req.set_nccl_unique_id(nccl_id);
+                     return FromGrpcStatus(coord->GetPeers(&ctx, req, &peers));
+                   }));
+    const int n = peers.peer_addresses_size();
+    const absl::Duration timeout = absl::Seconds(config.allreduce.timeout_s);
+    if (nccl) {
+      PS_ASSIGN_OR_RETURN(
+          link->reducer, CreateNcclAllReducer(backend, rank, n,
+                                              peers.nccl_unique_id(), timeout));
+    } else {
+      const std::string& right = peers.peer_addresses((rank + 1) % n);
+      PS_ASSIGN_OR_RETURN(
+          link->transport,
+          GrpcTransport::Create(rank, n, MakeChannel(right, *creds),
+                                peer.service.get()));
+      RingOptions ring;
+      ring.segment_elems = config.allreduce.segment_bytes / sizeof(float);
+      ring.timeout = timeout;
+      link->reducer =
+          std::make_unique<RingAllReducer>(link->transport.get(), ring);
+      PS_LOG_INFO("ring of %d: right neighbour rank %d at %s", n,
+                  (rank + 1) % n, right);
+    }
+    PS_LOG_INFO("all-reduce: %s", link->reducer->name());
+    return absl::OkStatus();
+  };
+
+  auto run = [&](Reporter* reporter, std::unique_ptr<PsClient>* client,
+                 AllReduceLink* link) -> absl::Status {
     PS_ASSIGN_OR_RETURN(JobConfig config,
                         ParseJobConfig(reg.job().worker_config(), "job spec"));
     // The flag wins over the job's worker.device. The backend outlives the
@@ -258,6 +417,39 @@ int Main() {
                        config.model.input_dim, " and model.num_classes is ",
                        config.model.num_classes));
     }
+    absl::Time last_line = absl::InfinitePast();
+    auto on_step = [&](const pstrain::v1::StepMetrics& m) {
+      metrics.Record(m);
+      if (tty && absl::Now() - last_line > absl::Milliseconds(250)) {
+        last_line = absl::Now();
+        std::fprintf(stderr, "\r  worker/%u step %llu/%lld  loss %.4f ", rank,
+                     static_cast<unsigned long long>(m.step() + 1),
+                     static_cast<long long>(config.steps), m.loss());
+      }
+      return reporter->Add(m);
+    };
+    auto should_stop = [&] { return StopRequested() || reporter->stop(); };
+    TrainerOptions options;
+    options.rank = rank;
+    options.config = config;
+    if (allreduce) {
+      PS_RETURN_IF_ERROR(join_ring(config, backend.get(), link));
+      reporter->set_reducer(link->reducer.get());
+      metrics.set_reducer(link->reducer.get());
+      PS_LOG_INFO(
+          "rank %d of %d (allreduce): %s model, %d steps, local batch %d x %d "
+          "accumulation",
+          rank, config.workers, config.model.type, config.steps,
+          config.local_batch, config.grad_accum_steps);
+      PS_ASSIGN_OR_RETURN(std::unique_ptr<AllReduceTrainer> trainer,
+                          AllReduceTrainer::Create(options, link->reducer.get(),
+                                                   model.get(), data.get()));
+      PS_RETURN_IF_ERROR(trainer->Run(on_step, should_stop));
+      PS_LOG_INFO(
+          "final weights fingerprint %016x (FNV-1a; equal on every rank)",
+          ParamsFingerprint(trainer->params()));
+      return absl::OkStatus();
+    }
     std::vector<std::shared_ptr<grpc::Channel>> channels;
     for (const std::string& a : reg.job().shard_map().server_addresses()) {
       channels.push_back(MakeChannel(a, *creds));
@@ -275,28 +467,15 @@ int Main() {
         "accumulation",
         rank, config.workers, config.model.type, config.steps,
         config.local_batch, config.grad_accum_steps);
-    TrainerOptions options;
-    options.rank = rank;
-    options.config = config;
     Trainer trainer(options, client->get(), model.get(), data.get());
-    absl::Time last_line = absl::InfinitePast();
-    return trainer.Run(
-        [&](const pstrain::v1::StepMetrics& m) {
-          metrics.Record(m);
-          if (tty && absl::Now() - last_line > absl::Milliseconds(250)) {
-            last_line = absl::Now();
-            std::fprintf(stderr, "\r  worker/%u step %llu/%lld  loss %.4f ",
-                         rank, static_cast<unsigned long long>(m.step() + 1),
-                         static_cast<long long>(config.steps), m.loss());
-          }
-          return reporter->Add(m);
-        },
-        [&] { return StopRequested() || reporter->stop(); });
+    return trainer.Run(on_step, should_stop);
   };
   Reporter reporter(coord.get(), rpc_timeout,
                     absl::Seconds(absl::GetFlag(FLAGS_report_interval_s)));
+  reporter.set_worker(rank);
   std::unique_ptr<PsClient> client;
-  st = run(&reporter, &client);
+  AllReduceLink link;
+  st = run(&reporter, &client, &link);
   if (tty) std::fprintf(stderr, "\n");
   if (!st.ok()) {
     PS_LOG_ERROR("training failed: %s", st.ToString());
@@ -319,9 +498,11 @@ int Main() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "pstrain worker: trains its share of the job against the parameter "
-      "servers.\nUsage: ps_worker --coordinator HOST:PORT [--config job.yaml] "
+      "servers (or, in mode allreduce, with its ring neighbours).\nUsage: "
+      "ps_worker --coordinator HOST:PORT [--config job.yaml] "
       "[--rank R | --rank_from_env VAR] [--device auto|cpu|cuda] "
-      "[--metrics_port P] [--tls_ca F [--tls_cert F --tls_key F]]");
+      "[--metrics_port P] [--tls_ca F [--tls_cert F --tls_key F]] "
+      "[--peer_bind ADDR] [--peer_port P] [--advertise_host HOST]");
   absl::ParseCommandLine(argc, argv);
   return pstrain::Main();
 }

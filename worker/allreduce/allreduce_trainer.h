@@ -1,0 +1,94 @@
+// The worker's training loop in mode allreduce: every rank holds a full
+// replica of the weights and the optimizer state. Per step: compute the
+// gradient of the local slice (with gradient accumulation), all-reduce the
+// sample-weighted gradients, divide by the total sample count, apply the
+// optimizer locally, report. At the end evaluate this rank's test slice.
+//
+// It reproduces sync (BSP) parameter-server training: the same initial
+// weights (common/model_spec.h), the same gradient average weighted by
+// sample counts, and the same optimizer code with the same conventions as a
+// sync shard (schedule step = update count = step). All-reduced values are
+// bit-identical on every rank and the optimizer is deterministic, so the
+// replicas stay bit-identical.
+#ifndef PSTRAIN_WORKER_ALLREDUCE_ALLREDUCE_TRAINER_H_
+#define PSTRAIN_WORKER_ALLREDUCE_ALLREDUCE_TRAINER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/job_config.h"
+#include "common/optimizer.h"
+#include "proto/pstrain.pb.h"
+#include "worker/allreduce/allreducer.h"
+#include "worker/data.h"
+#include "worker/model.h"
+#include "worker/ps_client.h"
+#include "worker/trainer.h"
+
+namespace pstrain {
+
+class AllReduceTrainer {
+ public:
+  // Borrows `reducer`, `model` and `data`; they must outlive the trainer.
+  // options.config gives workers, steps, batch, accumulation, evaluation,
+  // the optimizer and worker.compute_ms / straggler settings. Starts from
+  // the model's initial weights. INVALID_ARGUMENT for a bad optimizer.
+  static absl::StatusOr<std::unique_ptr<AllReduceTrainer>> Create(
+      TrainerOptions options, AllReducer* reducer, Model* model,
+      DataSource* data);
+
+  // Runs the whole job for this rank, reporting like Trainer::Run: one
+  // record per step (compute_s: gradient; pull_s: all-reduce plus optimizer,
+  // i.e. gradient ready to next weights ready, the PS modes' pull + push;
+  // push_s: 0), then a final evaluation record with step == steps. Closes the
+  // reducer after the last step. `should_stop` (may be null) is polled
+  // between steps: true ends the loop with CANCELLED.
+  absl::Status Run(const StepCallback& on_step,
+                   const std::function<bool()>& should_stop);
+
+  // This replica's weights (the final ones after Run succeeds).
+  const TensorList& params() const { return params_; }
+
+ private:
+  AllReduceTrainer(TrainerOptions options, AllReducer* reducer, Model* model,
+                   DataSource* data, std::unique_ptr<Optimizer> optimizer);
+
+  // Gradient of the mean loss over this rank's slice of step `step` into
+  // grads_, accumulated over micro-batches; returns the loss sum.
+  absl::StatusOr<double> ComputeGradient(int64_t step);
+  // params_ -= optimizer update with grads_, at schedule step `step`.
+  void ApplyOptimizer(int64_t step);
+  absl::Status Evaluate(pstrain::v1::StepMetrics* m);
+  void StretchCompute(absl::Time start) const;  // as Trainer's
+
+  const TrainerOptions options_;
+  AllReducer* const reducer_;
+  Model* const model_;
+  DataSource* const data_;
+  const std::unique_ptr<Optimizer> optimizer_;
+  TensorList params_, grads_, micro_;
+  std::vector<std::vector<float>> slots_;  // per tensor, Optimizer layout
+  std::vector<float> flat_;                // AllReduceWeightedMean scratch
+};
+
+// Replaces `grads` on every rank by the sample-weighted mean over all ranks,
+// sum_r n_r g_r / sum_r n_r (a sync shard's average), where this rank's
+// gradient stands for n_r = `samples` > 0 examples. All-reduces the vector
+// [g * n_r ..., n_r] in `scratch` (resized as needed), so one collective
+// carries both sums. Every rank passes the same shapes; the results are
+// bit-identical on every rank.
+absl::Status AllReduceWeightedMean(AllReducer* reducer, uint64_t step,
+                                   uint64_t samples, TensorList* grads,
+                                   std::vector<float>* scratch);
+
+// FNV-1a of every weight's bytes, in tensor order: replicas that agree bit
+// for bit have equal fingerprints (logged by each worker at the end).
+uint64_t ParamsFingerprint(const TensorList& params);
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_WORKER_ALLREDUCE_ALLREDUCE_TRAINER_H_

@@ -1,0 +1,42 @@
+// What the all-reduce trainer needs from a collective: an element-wise sum
+// over all ranks, in place. Implementations: RingAllReducer (ring over a
+// Transport, ring_allreduce.h) and the NCCL one (nccl_allreducer.h).
+#ifndef PSTRAIN_WORKER_ALLREDUCE_ALLREDUCER_H_
+#define PSTRAIN_WORKER_ALLREDUCE_ALLREDUCER_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
+namespace pstrain {
+
+// Thread-compatible: one thread calls SumInPlace and Close; the byte
+// counters may be read from any thread.
+class AllReducer {
+ public:
+  virtual ~AllReducer() = default;
+
+  // E.g. "ring over gRPC, 1 MiB segments" or "nccl".
+  virtual std::string name() const = 0;
+
+  // Replaces `data` by its element-wise sum over all ranks. Every rank calls
+  // it with the same sequence of steps and sizes; `step` tags the operation
+  // (increasing). On success every rank holds bit-identical values. Errors
+  // (DEADLINE_EXCEEDED when a peer does not take part in time) leave `data`
+  // unspecified and the reducer unusable.
+  virtual absl::Status SumInPlace(uint64_t step, absl::Span<float> data) = 0;
+
+  // Ends the collective gracefully (the last data reaches every peer) after
+  // the last SumInPlace.
+  virtual absl::Status Close() = 0;
+
+  // Payload bytes this rank sent to and received from its peers.
+  virtual uint64_t bytes_sent() const = 0;
+  virtual uint64_t bytes_received() const = 0;
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_WORKER_ALLREDUCE_ALLREDUCER_H_

@@ -1,0 +1,78 @@
+// Transport between worker processes over gRPC. Each worker runs a
+// RingPeerService (registered on its own grpc::Server, whose address the
+// coordinator hands to the left neighbour) and holds one GrpcTransport whose
+// single long-lived SendSegments stream goes to its right neighbour. Both
+// sides use the callback API: no threads of our own.
+#ifndef PSTRAIN_WORKER_ALLREDUCE_GRPC_TRANSPORT_H_
+#define PSTRAIN_WORKER_ALLREDUCE_GRPC_TRANSPORT_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "proto/pstrain.grpc.pb.h"
+#include "worker/allreduce/mailbox.h"
+#include "worker/allreduce/transport.h"
+
+namespace pstrain {
+
+// Receives segments from the left neighbour into a mailbox. Thread-safe. It
+// can serve before the rank is known (the address is registered first).
+// Must outlive the grpc::Server it is registered on and every transport
+// reading from it.
+class RingPeerService final : public pstrain::v1::RingPeer::CallbackService {
+ public:
+  Mailbox* mailbox() { return &mailbox_; }
+  uint64_t segments_received() const { return segments_.load(); }
+
+  grpc::ServerReadReactor<pstrain::v1::RingSegment>* SendSegments(
+      grpc::CallbackServerContext* context,
+      pstrain::v1::SendSegmentsResponse* response) override;
+
+ private:
+  Mailbox mailbox_;
+  std::atomic<uint64_t> segments_{0};
+};
+
+class GrpcTransport final : public Transport {
+ public:
+  // Rank `rank` of `size`: sends over `right` (a channel to the right
+  // neighbour's RingPeerService), receives from `inbox` (this worker's
+  // service), which must outlive the transport. The stream opens on the
+  // first Send and waits for the neighbour to come up (within Send's
+  // deadline). INVALID_ARGUMENT for a bad rank or size.
+  static absl::StatusOr<std::unique_ptr<GrpcTransport>> Create(
+      int rank, int size, std::shared_ptr<grpc::Channel> right,
+      RingPeerService* inbox);
+  // Cancels the stream if it is still open and waits for gRPC to let go.
+  ~GrpcTransport() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  absl::Status Send(const SegmentKey& key, absl::Span<const float> data,
+                    absl::Time deadline) override;
+  absl::Status Recv(const SegmentKey& key, absl::Span<float> out,
+                    absl::Time deadline) override;
+  absl::Status Close(absl::Time deadline) override;
+  uint64_t bytes_sent() const override { return bytes_sent_.load(); }
+  uint64_t bytes_received() const override { return bytes_received_.load(); }
+
+ private:
+  class Writer;  // the SendSegments client reactor
+  GrpcTransport(int rank, int size, std::shared_ptr<grpc::Channel> right,
+                RingPeerService* inbox);
+
+  const int rank_, size_;
+  const std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<pstrain::v1::RingPeer::Stub> stub_;
+  RingPeerService* const inbox_;
+  std::unique_ptr<Writer> writer_;  // null until the first Send
+  std::atomic<uint64_t> bytes_sent_{0};
+  std::atomic<uint64_t> bytes_received_{0};
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_WORKER_ALLREDUCE_GRPC_TRANSPORT_H_

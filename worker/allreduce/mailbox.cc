@@ -1,0 +1,67 @@
+#include "worker/allreduce/mailbox.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace pstrain {
+
+std::string SegmentKey::ToString() const {
+  const char* name = phase == pstrain::v1::REDUCE_SCATTER ? "reduce-scatter"
+                     : phase == pstrain::v1::ALL_GATHER   ? "all-gather"
+                                                          : "phase?";
+  return absl::StrCat("step ", step, " ", name, " chunk ", chunk, " offset ",
+                      offset);
+}
+
+absl::Status Mailbox::Put(const SegmentKey& key, uint32_t from_rank,
+                          std::string bytes) {
+  if (bytes.size() % sizeof(float) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("segment ", key.ToString(), " has ", bytes.size(),
+                     " bytes, not a whole number of floats"));
+  }
+  absl::MutexLock lock(&mu_);
+  auto [it, inserted] =
+      segments_.try_emplace(key, Segment{from_rank, std::move(bytes)});
+  if (!inserted) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("segment ", key.ToString(), " arrived twice"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Mailbox::Take(const SegmentKey& key, uint32_t from_rank,
+                           absl::Span<float> out, absl::Time deadline) {
+  Segment segment;
+  {
+    absl::MutexLock lock(&mu_);
+    auto arrived = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return segments_.contains(key);
+    };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&arrived), deadline)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "segment ", key.ToString(), " did not arrive from rank ", from_rank));
+    }
+    auto it = segments_.find(key);
+    segment = std::move(it->second);
+    segments_.erase(it);
+  }
+  if (segment.from_rank != from_rank ||
+      segment.bytes.size() != out.size() * sizeof(float)) {
+    return absl::DataLossError(absl::StrCat(
+        "segment ", key.ToString(), ": expected ", out.size() * sizeof(float),
+        " bytes from rank ", from_rank, ", got ", segment.bytes.size(),
+        " bytes from rank ", segment.from_rank));
+  }
+  std::memcpy(out.data(), segment.bytes.data(), segment.bytes.size());
+  return absl::OkStatus();
+}
+
+size_t Mailbox::size() const {
+  absl::MutexLock lock(&mu_);
+  return segments_.size();
+}
+
+}  // namespace pstrain

@@ -1,0 +1,39 @@
+// allreduce.backend nccl: the all-reduce runs in GPU memory through NCCL
+// (ncclAllReduce on a buffer of the worker's CUDA ComputeBackend) instead
+// of the gRPC ring. Every worker needs a CUDA device; rank 0 makes the NCCL
+// unique id and the coordinator's GetPeers hands it to the others. Built
+// only with CUDA (worker/allreduce/BUILD); elsewhere, and on machines
+// without a GPU, every function answers FAILED_PRECONDITION saying why.
+#ifndef PSTRAIN_WORKER_ALLREDUCE_NCCL_ALLREDUCER_H_
+#define PSTRAIN_WORKER_ALLREDUCE_NCCL_ALLREDUCER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "worker/allreduce/allreducer.h"
+#include "worker/compute_backend.h"
+
+namespace pstrain {
+
+// OK when NCCL can run on `backend`: built with CUDA and NCCL, a CUDA device
+// visible, and `backend` is the CUDA backend. FAILED_PRECONDITION otherwise.
+absl::Status NcclUsable(const ComputeBackend& backend);
+
+// A fresh ncclUniqueId (opaque bytes) for rank 0 to publish.
+absl::StatusOr<std::string> NewNcclUniqueId();
+
+// Joins the NCCL communicator of `size` ranks named by `unique_id` as
+// `rank`, on `backend`'s device; `backend` (checked with NcclUsable) must
+// outlive the reducer. Communicator set-up and each all-reduce must finish
+// within `timeout`, else the communicator is aborted and the call returns
+// DEADLINE_EXCEEDED (a missing rank cannot hang the worker).
+absl::StatusOr<std::unique_ptr<AllReducer>> CreateNcclAllReducer(
+    ComputeBackend* backend, int rank, int size, const std::string& unique_id,
+    absl::Duration timeout);
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_WORKER_ALLREDUCE_NCCL_ALLREDUCER_H_

@@ -1,0 +1,307 @@
+// The ring all-reduce over both transports, ranks as threads: exact sums for
+// N = 1..5 and sizes not divisible by N, segments smaller than a chunk (so
+// rounds pipeline), many all-reduces over one stream, bit-identical results
+// on every rank, a missing rank ending in DEADLINE_EXCEEDED rather than a
+// hang, and NCCL's FAILED_PRECONDITION without a GPU.
+#include "worker/allreduce/ring_allreduce.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_util.h"
+#include "gtest/gtest.h"
+#include "worker/allreduce/grpc_transport.h"
+#include "worker/allreduce/in_memory_transport.h"
+#include "worker/allreduce/nccl_allreducer.h"
+#include "worker/compute_backend.h"
+
+namespace pstrain {
+namespace {
+
+enum class Kind { kInMemory, kGrpc };
+
+// N transports of one ring; with gRPC, the RingPeer services behind real
+// servers on loopback ephemeral ports. `missing` >= 0 leaves that rank out:
+// no transport, and its address (gRPC) is a port nobody listens on.
+class Ring {
+ public:
+  static absl::StatusOr<std::unique_ptr<Ring>> Start(Kind kind, int n,
+                                                     int missing = -1) {
+    std::unique_ptr<Ring> ring(new Ring);
+    if (kind == Kind::kInMemory) {
+      absl::StatusOr<std::vector<std::unique_ptr<Transport>>> t =
+          CreateInMemoryRing(n);
+      if (!t.ok()) return t.status();
+      ring->transports_ = std::move(*t);
+      if (missing >= 0) ring->transports_[missing].reset();
+      return ring;
+    }
+    std::vector<std::string> addresses(n);
+    for (int r = 0; r < n; ++r) {
+      ring->services_.push_back(std::make_unique<RingPeerService>());
+      grpc::ServerBuilder builder;
+      int port = 0;
+      builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                               &port);
+      builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+      builder.RegisterService(ring->services_[r].get());
+      ring->servers_.push_back(builder.BuildAndStart());
+      if (ring->servers_[r] == nullptr || port == 0) {
+        return absl::UnavailableError("cannot listen on 127.0.0.1");
+      }
+      addresses[r] = absl::StrCat("127.0.0.1:", port);
+    }
+    if (missing >= 0) {  // stop it: its port is then closed
+      ring->servers_[missing]->Shutdown();
+    }
+    for (int r = 0; r < n; ++r) {
+      if (r == missing) {
+        ring->transports_.emplace_back();
+        continue;
+      }
+      absl::StatusOr<std::unique_ptr<GrpcTransport>> t = GrpcTransport::Create(
+          r, n, MakeChannel(addresses[(r + 1) % n]), ring->services_[r].get());
+      if (!t.ok()) return t.status();
+      ring->transports_.push_back(std::move(*t));
+    }
+    return ring;
+  }
+
+  ~Ring() {
+    transports_.clear();  // cancels streams still open
+    for (auto& s : servers_) {
+      s->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+    }
+  }
+
+  int size() const { return static_cast<int>(transports_.size()); }
+  Transport* transport(int r) { return transports_[r].get(); }
+
+ private:
+  Ring() = default;
+  std::vector<std::unique_ptr<RingPeerService>> services_;
+  std::vector<std::unique_ptr<grpc::Server>> servers_;
+  std::vector<std::unique_ptr<Transport>> transports_;
+};
+
+// Runs RingAllReduce on every present rank at once (one thread each) on
+// inputs[r]; returns each rank's status.
+std::vector<absl::Status> AllReduceOnThreads(Ring* ring, uint64_t step,
+                                             std::vector<std::vector<float>>* v,
+                                             const RingOptions& options) {
+  const int n = ring->size();
+  std::vector<absl::Status> st(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    if (ring->transport(r) == nullptr) continue;
+    threads.emplace_back([&, r] {
+      st[r] = RingAllReduce(ring->transport(r), step, absl::MakeSpan((*v)[r]),
+                            options);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return st;
+}
+
+std::string KindName(Kind k) { return k == Kind::kGrpc ? "grpc" : "memory"; }
+
+class RingAllReduceTest
+    : public ::testing::TestWithParam<std::tuple<Kind, int>> {};
+
+// Integer-valued inputs, so every float sum is exact whatever the order.
+TEST_P(RingAllReduceTest, SumsExactlyForAwkwardSizesAndSegments) {
+  const auto [kind, n] = GetParam();
+  absl::StatusOr<std::unique_ptr<Ring>> ring = Ring::Start(kind, n);
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  uint64_t step = 0;
+  // Sizes below N (empty chunks), not divisible by N, and larger; segments
+  // from one float (every chunk pipelined in many pieces) to whole chunks.
+  for (size_t size : {size_t{1}, size_t(n + 1), size_t{13}, size_t{1031}}) {
+    for (size_t seg : {size_t{1}, size_t{4}, size_t{256}}) {
+      SCOPED_TRACE(absl::StrCat(KindName(kind), " N=", n, " size=", size,
+                                " segment=", seg));
+      std::vector<std::vector<float>> v(n, std::vector<float>(size));
+      std::vector<float> want(size, 0);
+      for (int r = 0; r < n; ++r) {
+        for (size_t i = 0; i < size; ++i) {
+          v[r][i] = static_cast<float>((r + 1) * 1000 + i % 97) - 500;
+          want[i] += v[r][i];
+        }
+      }
+      RingOptions options;
+      options.segment_elems = seg;
+      options.timeout = absl::Seconds(10);
+      std::vector<absl::Status> st =
+          AllReduceOnThreads(ring->get(), step++, &v, options);
+      for (int r = 0; r < n; ++r) {
+        ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r];
+        ASSERT_EQ(v[r], want) << "rank " << r;
+      }
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    EXPECT_TRUE(
+        (*ring)->transport(r)->Close(absl::Now() + absl::Seconds(5)).ok());
+  }
+}
+
+// Random floats: every rank ends bit-identical and close to the exact sum,
+// and each rank moves about 2 (N - 1) / N of the vector each way.
+TEST_P(RingAllReduceTest, RanksAgreeBitForBitOnRandomFloats) {
+  const auto [kind, n] = GetParam();
+  absl::StatusOr<std::unique_ptr<Ring>> ring = Ring::Start(kind, n);
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  const size_t size = 10007;
+  std::mt19937 rng(n);
+  std::normal_distribution<float> normal;
+  std::vector<std::vector<float>> v(n, std::vector<float>(size));
+  std::vector<double> exact(size, 0);
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = 0; i < size; ++i) {
+      v[r][i] = normal(rng);
+      exact[i] += v[r][i];
+    }
+  }
+  RingOptions options;
+  options.segment_elems = 300;  // about 10 segments per chunk at N = 3
+  options.timeout = absl::Seconds(10);
+  std::vector<absl::Status> st =
+      AllReduceOnThreads(ring->get(), 0, &v, options);
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r];
+    EXPECT_EQ(v[r], v[0]) << "rank " << r << " differs from rank 0";
+  }
+  for (size_t i = 0; i < size; ++i) {
+    ASSERT_NEAR(v[0][i], exact[i], 1e-5 * n) << "element " << i;
+  }
+  // Reduce-scatter sends every chunk but r + 1 and receives every chunk but
+  // r; all-gather sends every chunk but r + 2 and receives every one but
+  // r + 1.
+  auto chunk_bytes = [&](int c) {
+    return RingChunk(size, n, c % n).size * sizeof(float);
+  };
+  for (int r = 0; r < n; ++r) {
+    Transport* t = (*ring)->transport(r);
+    const uint64_t twice = n > 1 ? 2 * size * sizeof(float) : 0;
+    const uint64_t sent =
+        n > 1 ? twice - chunk_bytes(r + 1) - chunk_bytes(r + 2) : 0;
+    const uint64_t received =
+        n > 1 ? twice - chunk_bytes(r) - chunk_bytes(r + 1) : 0;
+    EXPECT_EQ(t->bytes_sent(), sent) << "rank " << r;
+    EXPECT_EQ(t->bytes_received(), received) << "rank " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ranks, RingAllReduceTest,
+    ::testing::Combine(::testing::Values(Kind::kInMemory, Kind::kGrpc),
+                       ::testing::Values(1, 2, 3, 4, 5)),
+    [](const ::testing::TestParamInfo<std::tuple<Kind, int>>& info) {
+      return absl::StrCat(KindName(std::get<0>(info.param)), "_N",
+                          std::get<1>(info.param));
+    });
+
+TEST(RingChunkTest, CoversTheVectorWithSizesDifferingByAtMostOne) {
+  for (size_t n : {0, 1, 4, 7, 1000}) {
+    for (int parts : {1, 2, 3, 5}) {
+      size_t next = 0;
+      for (int c = 0; c < parts; ++c) {
+        ChunkRange r = RingChunk(n, parts, c);
+        EXPECT_EQ(r.begin, next);
+        EXPECT_LE(r.size, n / parts + 1);
+        EXPECT_GE(r.size, n / parts);
+        next = r.begin + r.size;
+      }
+      EXPECT_EQ(next, n);
+    }
+  }
+}
+
+// Megabyte segments of a 12 MB vector: no message is larger than a segment.
+TEST(RingAllReduceGrpcTest, LargeVectorInMegabyteSegments) {
+  absl::StatusOr<std::unique_ptr<Ring>> ring = Ring::Start(Kind::kGrpc, 3);
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  const size_t size = 3'000'001;
+  std::vector<std::vector<float>> v(3, std::vector<float>(size));
+  for (int r = 0; r < 3; ++r) {
+    for (size_t i = 0; i < size; ++i) v[r][i] = static_cast<float>(r + i % 5);
+  }
+  RingOptions options;
+  options.segment_elems = (1 << 20) / sizeof(float);
+  options.timeout = absl::Seconds(10);
+  std::vector<absl::Status> st =
+      AllReduceOnThreads(ring->get(), 0, &v, options);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(st[r].ok()) << st[r];
+    for (size_t i = 0; i < size; i += 9973) {
+      ASSERT_EQ(v[r][i], static_cast<float>(3 + 3 * (i % 5)));
+    }
+  }
+}
+
+class MissingRankTest : public ::testing::TestWithParam<Kind> {};
+
+// Rank 2 of 3 never shows up: the others fail with DEADLINE_EXCEEDED within
+// a few timeouts instead of hanging.
+TEST_P(MissingRankTest, OthersTimeOut) {
+  absl::StatusOr<std::unique_ptr<Ring>> ring =
+      Ring::Start(GetParam(), 3, /*missing=*/2);
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  std::vector<std::vector<float>> v(3, std::vector<float>(100, 1.0f));
+  RingOptions options;
+  options.segment_elems = 16;
+  options.timeout = absl::Milliseconds(300);
+  const absl::Time start = absl::Now();
+  std::vector<absl::Status> st =
+      AllReduceOnThreads(ring->get(), 0, &v, options);
+  const absl::Duration took = absl::Now() - start;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(st[r].code(), absl::StatusCode::kDeadlineExceeded)
+        << "rank " << r << ": " << st[r];
+    EXPECT_TRUE(absl::StrContains(st[r].message(), "rank")) << st[r];
+  }
+  EXPECT_LT(took, absl::Seconds(5));
+  std::printf("[%s] missing rank: %s | %s (%.2fs)\n",
+              KindName(GetParam()).c_str(), st[0].ToString().c_str(),
+              st[1].ToString().c_str(), absl::ToDoubleSeconds(took));
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, MissingRankTest,
+                         ::testing::Values(Kind::kInMemory, Kind::kGrpc),
+                         [](const ::testing::TestParamInfo<Kind>& info) {
+                           return KindName(info.param);
+                         });
+
+TEST(NcclTest, FailedPreconditionWithoutGpu) {
+  absl::StatusOr<std::unique_ptr<ComputeBackend>> backend =
+      CreateComputeBackend("auto");
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  if (absl::StartsWith((*backend)->name(), "cuda")) {
+    GTEST_SKIP() << "a CUDA device is visible: " << (*backend)->name();
+  }
+  absl::Status usable = NcclUsable(**backend);
+  EXPECT_EQ(usable.code(), absl::StatusCode::kFailedPrecondition) << usable;
+  EXPECT_TRUE(absl::StrContains(usable.message(), "allreduce.backend nccl"))
+      << usable;
+  EXPECT_EQ(NewNcclUniqueId().status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<std::unique_ptr<AllReducer>> nccl = CreateNcclAllReducer(
+      backend->get(), 0, 2, std::string(128, '\0'), absl::Seconds(1));
+  EXPECT_EQ(nccl.status().code(), absl::StatusCode::kFailedPrecondition);
+  std::printf("without a GPU: %s\n", nccl.status().ToString().c_str());
+}
+
+}  // namespace
+}  // namespace pstrain

@@ -1,0 +1,76 @@
+// The ring all-reduce's view of the network, after gloo's transport::Pair:
+// each rank sends segments to its right neighbour ((rank + 1) % size) and
+// receives segments from its left neighbour ((rank + size - 1) % size).
+// Implementations: in memory (ranks as threads of one process, for tests)
+// and gRPC (RingPeer streams between worker processes).
+#ifndef PSTRAIN_WORKER_ALLREDUCE_TRANSPORT_H_
+#define PSTRAIN_WORKER_ALLREDUCE_TRANSPORT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "proto/pstrain.pb.h"
+
+namespace pstrain {
+
+// Names one segment of one all-reduce uniquely within a job.
+struct SegmentKey {
+  uint64_t step = 0;  // which all-reduce (the training step)
+  pstrain::v1::RingPhase phase = pstrain::v1::RING_PHASE_UNSPECIFIED;
+  uint32_t chunk = 0;   // ring chunk index in [0, size)
+  uint64_t offset = 0;  // first element of the segment in the flat vector
+
+  bool operator==(const SegmentKey& o) const {
+    return step == o.step && phase == o.phase && chunk == o.chunk &&
+           offset == o.offset;
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const SegmentKey& k) {
+    return H::combine(std::move(h), k.step, static_cast<int>(k.phase), k.chunk,
+                      k.offset);
+  }
+  // "step 3 reduce-scatter chunk 1 offset 4096"
+  std::string ToString() const;
+};
+
+// One rank's two ring links. Thread-compatible: one thread (the rank's
+// all-reduce) calls Send and Recv; the byte counters may be read from any
+// thread.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  int right() const { return (rank() + 1) % size(); }
+  int left() const { return (rank() + size() - 1) % size(); }
+
+  // Sends `data` as segment `key` to the right neighbour. Returns once the
+  // segment is on its way (`data` may then be reused); DEADLINE_EXCEEDED if
+  // the neighbour has not taken it by `deadline`; the link's error if it
+  // broke (then every later Send fails too).
+  virtual absl::Status Send(const SegmentKey& key, absl::Span<const float> data,
+                            absl::Time deadline) = 0;
+
+  // Waits for segment `key` from the left neighbour and copies it into
+  // `out`, whose size must be the segment's (DATA_LOSS otherwise).
+  // DEADLINE_EXCEEDED, naming the segment and the neighbour, at `deadline`.
+  virtual absl::Status Recv(const SegmentKey& key, absl::Span<float> out,
+                            absl::Time deadline) = 0;
+
+  // Ends the outgoing link gracefully: waits until the right neighbour has
+  // every segment sent so far. Call once, after the last Send; Send fails
+  // afterwards.
+  virtual absl::Status Close(absl::Time deadline) = 0;
+
+  // Payload bytes (fp32 data) sent and received so far.
+  virtual uint64_t bytes_sent() const = 0;
+  virtual uint64_t bytes_received() const = 0;
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_WORKER_ALLREDUCE_TRANSPORT_H_
