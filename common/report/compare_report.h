@@ -1,0 +1,49 @@
+// The outputs of `psctl compare`: report.md (one table, one row per mode,
+// the definitions, failed runs, plot links) and compare.json (the same
+// numbers). Plots are made by common/report/plots.h.
+#ifndef PSTRAIN_COMMON_REPORT_COMPARE_REPORT_H_
+#define PSTRAIN_COMMON_REPORT_COMPARE_REPORT_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/report/report_math.h"
+#include "common/report/run_metrics.h"
+#include "nlohmann/json.hpp"
+
+namespace pstrain {
+
+// The repeats of one mode, in the order they ran.
+struct ModeRuns {
+  std::string label;  // "sync", "async:2", "allreduce"
+  std::vector<RunMetrics> runs;
+};
+
+struct CompareInputs {
+  std::string out_dir;      // report.md links are relative to it
+  std::string base_config;  // the job file every run derives from
+  Target target;
+  std::string shaping;  // one line on link shaping, e.g. "none (loopback)"
+  std::vector<ModeRuns> modes;
+};
+
+struct PlotOutcome {
+  bool made = false;
+  std::string skipped;  // why not, when !made
+  // (title, path relative to out_dir without extension); each has .png and
+  // .svg.
+  std::vector<std::pair<std::string, std::string>> plots;
+};
+
+// The markdown table alone (also what psctl prints).
+std::string ReportTable(const CompareInputs& in);
+std::string ReportMarkdown(const CompareInputs& in, const PlotOutcome& plots);
+nlohmann::json CompareJson(const CompareInputs& in, const PlotOutcome& plots);
+
+// Writes out_dir/report.md and out_dir/compare.json.
+absl::Status WriteReport(const CompareInputs& in, const PlotOutcome& plots);
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_COMMON_REPORT_COMPARE_REPORT_H_

@@ -1,0 +1,35 @@
+// Derived job files: a base YAML job file with `section.key=value` overrides
+// applied, so every run of `psctl compare` trains the same job (data, seeds,
+// model, workers) and differs only in what it was asked to vary.
+#ifndef PSTRAIN_COMMON_REPORT_DERIVE_CONFIG_H_
+#define PSTRAIN_COMMON_REPORT_DERIVE_CONFIG_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace pstrain {
+
+struct ConfigOverride {
+  std::string key;    // dotted path, e.g. "worker.compute_ms"
+  std::string value;  // YAML text: "20", "inf", "[64, 64]"
+};
+
+// "KEY=VALUE" (the value may be empty or contain '='). INVALID_ARGUMENT
+// naming the argument for a missing '=' or an empty path segment.
+absl::StatusOr<ConfigOverride> ParseOverride(const std::string& arg);
+
+// Applies `overrides` in order to the YAML job text `base` (named
+// `source_name` in errors) and returns the derived YAML. The base must parse
+// as a job config (errors name its file and line); each override must name
+// a known key with a valid value (INVALID_ARGUMENT "--set KEY=VALUE: ..."
+// naming the bad key); the result must pass ValidateJobConfig (errors name
+// the key). Comments of the base are not kept.
+absl::StatusOr<std::string> DeriveConfig(
+    const std::string& base, const std::string& source_name,
+    const std::vector<ConfigOverride>& overrides);
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_COMMON_REPORT_DERIVE_CONFIG_H_

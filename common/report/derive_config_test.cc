@@ -1,0 +1,157 @@
+#include "common/report/derive_config.h"
+
+#include "common/job_config.h"
+#include "common/report/run_data.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pstrain {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+std::string DefaultYaml() {
+  absl::StatusOr<std::string> text = ReadFileText("configs/default.yaml");
+  EXPECT_TRUE(text.ok()) << text.status();
+  return text.value_or("");
+}
+
+std::vector<ConfigOverride> Sets(const std::vector<std::string>& args) {
+  std::vector<ConfigOverride> out;
+  for (const auto& a : args) {
+    absl::StatusOr<ConfigOverride> o = ParseOverride(a);
+    EXPECT_TRUE(o.ok()) << o.status();
+    if (o.ok()) out.push_back(*o);
+  }
+  return out;
+}
+
+JobConfig MustParse(const absl::StatusOr<std::string>& text) {
+  EXPECT_TRUE(text.ok()) << text.status();
+  absl::StatusOr<JobConfig> c = ParseJobConfig(text.value_or(""), "derived");
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.value_or(JobConfig());
+}
+
+TEST(ParseOverrideTest, KeyEqualsValue) {
+  auto o = ParseOverride("worker.compute_ms=20");
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->key, "worker.compute_ms");
+  EXPECT_EQ(o->value, "20");
+  o = ParseOverride("job.name=a=b");
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->value, "a=b");
+  o = ParseOverride("job.name=");
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->value, "");
+}
+
+TEST(ParseOverrideTest, MalformedArgumentsAreNamed) {
+  auto o = ParseOverride("worker.compute_ms");
+  ASSERT_FALSE(o.ok());
+  EXPECT_THAT(std::string(o.status().message()),
+              HasSubstr("--set worker.compute_ms: expected KEY=VALUE"));
+  o = ParseOverride("worker..compute_ms=1");
+  ASSERT_FALSE(o.ok());
+  EXPECT_THAT(std::string(o.status().message()),
+              HasSubstr("worker..compute_ms"));
+  EXPECT_FALSE(ParseOverride("=1").ok());
+}
+
+TEST(DeriveConfigTest, OverridesChangeOnlyTheirKeys) {
+  const std::string base = DefaultYaml();
+  const JobConfig before = MustParse(base);
+  const JobConfig c = MustParse(
+      DeriveConfig(base, "default.yaml",
+                   Sets({"training.mode=async", "training.staleness=inf",
+                         "job.workers=4", "worker.compute_ms=20",
+                         "worker.straggler_rank=1", "worker.straggler_factor=3",
+                         "evaluation.every_steps=5", "training.steps=40"})));
+  EXPECT_EQ(c.mode, pstrain::v1::MODE_ASYNC);
+  EXPECT_EQ(c.staleness, -1);
+  EXPECT_EQ(c.workers, 4);
+  EXPECT_EQ(c.worker.compute_ms, 20);  // section absent from the base
+  EXPECT_EQ(c.worker.straggler_rank, 1);
+  EXPECT_EQ(c.worker.straggler_factor, 3);
+  EXPECT_EQ(c.eval_every, 5);
+  EXPECT_EQ(c.steps, 40);
+  // Everything else as in the base: same data, seeds and model.
+  EXPECT_EQ(c.name, before.name);
+  EXPECT_EQ(c.servers, before.servers);
+  EXPECT_EQ(c.local_batch, before.local_batch);
+  EXPECT_EQ(c.model.hidden, before.model.hidden);
+  EXPECT_EQ(c.model.seed, before.model.seed);
+  EXPECT_EQ(c.data.seed, before.data.seed);
+  EXPECT_EQ(c.data.source, before.data.source);
+  EXPECT_EQ(c.optimizer.base_lr(), before.optimizer.base_lr());
+  EXPECT_EQ(c.optimizer.kind(), before.optimizer.kind());
+}
+
+TEST(DeriveConfigTest, ListsLaterOverridesAndAllReduce) {
+  const JobConfig c = MustParse(
+      DeriveConfig(DefaultYaml(), "default.yaml",
+                   Sets({"model.hidden=[16, 8]", "training.mode=async",
+                         "training.mode=allreduce"})));
+  EXPECT_EQ(c.model.hidden, (std::vector<int64_t>{16, 8}));
+  EXPECT_EQ(c.mode, pstrain::v1::MODE_ALLREDUCE);
+}
+
+TEST(DeriveConfigTest, EmptyBaseGetsSections) {
+  const JobConfig c =
+      MustParse(DeriveConfig("", "empty.yaml", Sets({"job.workers=3"})));
+  EXPECT_EQ(c.workers, 3);
+}
+
+std::string DeriveError(const std::vector<std::string>& sets,
+                        const std::string& base = DefaultYaml()) {
+  absl::StatusOr<std::string> r =
+      DeriveConfig(base, "default.yaml", Sets(sets));
+  EXPECT_FALSE(r.ok()) << "derived:\n" << r.value_or("");
+  return r.ok() ? "" : std::string(r.status().message());
+}
+
+TEST(DeriveConfigTest, ErrorsNameTheBadKey) {
+  std::string e = DeriveError({"job.workers=4", "job.wokers=3"});
+  EXPECT_THAT(e, StartsWith("--set job.wokers=3: "));
+  EXPECT_THAT(e, HasSubstr("unknown key 'wokers' in section 'job'"));
+  EXPECT_THAT(e, Not(HasSubstr("derived:")));  // its lines mean nothing
+
+  e = DeriveError({"trainig.mode=async"});
+  EXPECT_THAT(e, StartsWith("--set trainig.mode=async: "));
+  EXPECT_THAT(e, HasSubstr("'trainig'"));
+
+  e = DeriveError({"training.base_lr=fast"});
+  EXPECT_THAT(e, StartsWith("--set training.base_lr=fast: "));
+  EXPECT_THAT(e, HasSubstr("training.base_lr"));
+  EXPECT_THAT(e, HasSubstr("fast"));
+
+  e = DeriveError({"training.mode=sideways"});
+  EXPECT_THAT(e, HasSubstr("training.mode"));
+
+  e = DeriveError({"training.steps.x=1"});
+  EXPECT_THAT(e, HasSubstr("'steps' is not a section"));
+
+  e = DeriveError({"model.hidden=[1, 2"});
+  EXPECT_THAT(e, StartsWith("--set model.hidden=[1, 2: bad YAML value"));
+}
+
+TEST(DeriveConfigTest, CrossFieldErrorsNameTheKey) {
+  // The default job has 2 workers: rank 5 does not exist.
+  std::string e = DeriveError({"worker.straggler_rank=5"});
+  EXPECT_THAT(e, HasSubstr("worker.straggler_rank"));
+  EXPECT_THAT(e, StartsWith("derived config: "));
+  e = DeriveError({"worker.straggler_rank=1", "worker.straggler_factor=0.5"});
+  EXPECT_THAT(e, HasSubstr("worker.straggler_factor"));
+}
+
+TEST(DeriveConfigTest, BaseErrorsNameItsFileAndLine) {
+  const std::string e =
+      DeriveError({"job.workers=2"}, "job:\n  name: x\n  wokers: 3\n");
+  EXPECT_THAT(e, HasSubstr("default.yaml:3"));
+  EXPECT_THAT(e, HasSubstr("wokers"));
+}
+
+}  // namespace
+}  // namespace pstrain

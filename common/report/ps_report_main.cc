@@ -1,0 +1,201 @@
+// ps_report: the report side of `psctl compare`.
+//
+//   ps_report derive-config --base FILE [--set KEY=VALUE]... [--out FILE]
+//       the base job file with overrides applied (stdout unless --out);
+//       errors name the file and line, or the bad key.
+//   ps_report compare --out DIR --run LABEL=RUN_DIR [--run ...]
+//       [--target-accuracy A | --target-loss L] [--base-config NAME]
+//       [--shaping TEXT] [--gnuplot PATH]
+//       reads every run directory (repeats of a mode share its LABEL) and
+//       writes DIR/report.md, DIR/compare.json and DIR/plots/; prints the
+//       table. Exit status 0, or 1 when some run failed (the report is
+//       still written).
+//
+// Subcommands repeat options (--set, --run), so arguments are parsed here
+// rather than with absl flags.
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/report/compare_report.h"
+#include "common/report/derive_config.h"
+#include "common/report/plots.h"
+#include "common/report/run_data.h"
+
+namespace pstrain {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: ps_report derive-config --base FILE [--set KEY=VALUE]... [--out "
+    "FILE]\n"
+    "       ps_report compare --out DIR --run LABEL=RUN_DIR [--run ...]\n"
+    "                 [--target-accuracy A | --target-loss L] [--base-config "
+    "NAME]\n"
+    "                 [--shaping TEXT] [--gnuplot PATH]\n";
+
+int Usage(const std::string& error) {
+  std::fprintf(stderr, "ps_report: %s\n%s", error.c_str(), kUsage);
+  return 2;
+}
+
+int Error(const std::string& message) {
+  std::fprintf(stderr, "ps_report: %s\n", message.c_str());
+  return 2;
+}
+
+// Walks "--name value" pairs; `on` returns false for an unknown name.
+template <typename F>
+bool Options(int argc, char** argv, std::string* error, F on) {
+  for (int i = 0; i < argc; i += 2) {
+    const std::string name = argv[i];
+    if (i + 1 >= argc) {
+      *error = absl::StrCat(name, " needs a value");
+      return false;
+    }
+    if (!on(name, std::string(argv[i + 1]))) {
+      *error = absl::StrCat("unknown option '", name, "'");
+      return false;
+    }
+  }
+  return true;
+}
+
+int DeriveConfigMain(int argc, char** argv) {
+  std::string base, out, error;
+  std::vector<ConfigOverride> overrides;
+  bool bad_set = false;
+  const bool parsed = Options(
+      argc, argv, &error, [&](const std::string& n, const std::string& v) {
+        if (n == "--base") {
+          base = v;
+        } else if (n == "--out") {
+          out = v;
+        } else if (n == "--set") {
+          absl::StatusOr<ConfigOverride> o = ParseOverride(v);
+          if (!o.ok()) {
+            if (!bad_set) error = std::string(o.status().message());
+            bad_set = true;
+          } else {
+            overrides.push_back(*o);
+          }
+        } else {
+          return false;
+        }
+        return true;
+      });
+  if (!parsed) return Usage(error);
+  if (bad_set) return Error(error);
+  if (base.empty()) return Usage("derive-config needs --base FILE");
+  absl::StatusOr<std::string> text = ReadFileText(base);
+  if (!text.ok())
+    return Error(absl::StrCat("--base: ", text.status().message()));
+  absl::StatusOr<std::string> derived = DeriveConfig(*text, base, overrides);
+  if (!derived.ok()) return Error(std::string(derived.status().message()));
+  std::string header =
+      absl::StrCat("# Derived from ", base, " by ps_report derive-config");
+  for (const ConfigOverride& o : overrides)
+    absl::StrAppend(&header, " --set ", o.key, "=", o.value);
+  const std::string result = absl::StrCat(header, "\n", *derived);
+  if (out.empty()) {
+    std::fputs(result.c_str(), stdout);
+    return 0;
+  }
+  std::ofstream file(out);
+  file << result;
+  if (!file.flush()) return Error(absl::StrCat("cannot write ", out));
+  return 0;
+}
+
+int CompareMain(int argc, char** argv) {
+  CompareInputs in;
+  std::string gnuplot, error;
+  std::vector<std::pair<std::string, std::string>> runs;
+  std::string bad_value;
+  const bool parsed = Options(
+      argc, argv, &error, [&](const std::string& n, const std::string& v) {
+        double x = 0;
+        if (n == "--out") {
+          in.out_dir = v;
+        } else if (n == "--run") {
+          const size_t eq = v.find('=');
+          if (eq == std::string::npos || eq == 0 || eq + 1 == v.size()) {
+            bad_value = absl::StrCat("--run ", v, ": expected LABEL=RUN_DIR");
+          } else {
+            runs.emplace_back(v.substr(0, eq), v.substr(eq + 1));
+          }
+        } else if (n == "--target-accuracy" || n == "--target-loss") {
+          const bool acc = n == "--target-accuracy";
+          if (!absl::SimpleAtod(v, &x) || !(x > 0) || (acc && x > 1)) {
+            bad_value =
+                absl::StrCat(n, ": expected a number in ",
+                             acc ? "(0, 1]" : "(0, inf)", ", got '", v, "'");
+          } else if (in.target.kind != Target::kNone) {
+            bad_value = "give one of --target-accuracy and --target-loss";
+          } else {
+            in.target = {acc ? Target::kAccuracy : Target::kLoss, x};
+          }
+        } else if (n == "--base-config") {
+          in.base_config = v;
+        } else if (n == "--shaping") {
+          in.shaping = v;
+        } else if (n == "--gnuplot") {
+          gnuplot = v;
+        } else {
+          return false;
+        }
+        return true;
+      });
+  if (!parsed) return Usage(error);
+  if (!bad_value.empty()) return Error(bad_value);
+  if (in.out_dir.empty()) return Usage("compare needs --out DIR");
+  if (runs.empty())
+    return Usage("compare needs at least one --run LABEL=RUN_DIR");
+  while (in.out_dir.size() > 1 && in.out_dir.back() == '/')
+    in.out_dir.pop_back();
+  int failed = 0;
+  for (const auto& [label, dir] : runs) {
+    ModeRuns* mode = nullptr;
+    for (ModeRuns& m : in.modes) {
+      if (m.label == label) mode = &m;
+    }
+    if (mode == nullptr) {
+      in.modes.push_back({label, {}});
+      mode = &in.modes.back();
+    }
+    mode->runs.push_back(LoadRunMetrics(label, dir, in.target));
+    failed += mode->runs.back().failed;
+  }
+  const PlotOutcome plots = WritePlots(in, gnuplot);
+  if (!plots.made)
+    std::fprintf(stderr, "ps_report: plots skipped: %s\n",
+                 plots.skipped.c_str());
+  absl::Status st = WriteReport(in, plots);
+  if (!st.ok()) return Error(std::string(st.message()));
+  std::fputs(ReportTable(in).c_str(), stdout);
+  for (const ModeRuns& m : in.modes) {
+    for (const RunMetrics& r : m.runs) {
+      if (r.failed)
+        std::printf("%s FAILED: %s\n", m.label.c_str(), r.message.c_str());
+    }
+  }
+  return failed ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace pstrain
+
+int main(int argc, char** argv) {
+  if (argc < 2) return pstrain::Usage("no subcommand");
+  const std::string sub = argv[1];
+  if (sub == "derive-config")
+    return pstrain::DeriveConfigMain(argc - 2, argv + 2);
+  if (sub == "compare") return pstrain::CompareMain(argc - 2, argv + 2);
+  if (sub == "-h" || sub == "--help" || sub == "help") {
+    std::fputs(pstrain::kUsage, stdout);
+    return 0;
+  }
+  return pstrain::Usage(absl::StrCat("unknown subcommand '", sub, "'"));
+}
