@@ -12,6 +12,7 @@
 #include "common/job_config.h"
 #include "proto/pstrain.pb.h"
 #include "worker/data.h"
+#include "worker/local_step.h"
 #include "worker/model.h"
 #include "worker/ps_client.h"
 
@@ -21,6 +22,9 @@ struct TrainerOptions {
   uint32_t rank = 0;
   JobConfig config;  // workers, steps, local_batch, grad_accum_steps, eval
 };
+
+// Wall clock in Unix seconds (StepMetrics.end_unix_s).
+double UnixSeconds();
 
 // Receives one record per step (step = 0..steps-1) and a final evaluation
 // record with step == steps. Returning an error stops training.
@@ -46,12 +50,6 @@ class Trainer {
   const TensorList& final_params() const { return params_; }
 
  private:
-  absl::Status Evaluate(pstrain::v1::StepMetrics* m);
-  // Emulated compute and stragglers (config.worker): waits until the step's
-  // computation, begun at `start`, has taken compute_ms (when set) times the
-  // straggler factor (on the straggler's rank). The math always runs.
-  void StretchCompute(absl::Time start) const;
-
   const TrainerOptions options_;
   PsClient* const client_;
   Model* const model_;

@@ -10,10 +10,6 @@
 
 namespace pstrain {
 
-namespace {
-double UnixSeconds() { return absl::ToUnixNanos(absl::Now()) * 1e-9; }
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<AllReduceTrainer>> AllReduceTrainer::Create(
     TrainerOptions options, AllReducer* reducer, Model* model,
     DataSource* data) {
@@ -39,48 +35,6 @@ AllReduceTrainer::AllReduceTrainer(TrainerOptions options, AllReducer* reducer,
   }
 }
 
-void AllReduceTrainer::StretchCompute(absl::Time start) const {
-  const WorkerConfig& w = options_.config.worker;
-  const bool straggler =
-      w.straggler_rank == static_cast<int64_t>(options_.rank);
-  if (w.compute_ms <= 0 && !straggler) return;
-  absl::Duration target =
-      w.compute_ms > 0 ? absl::Milliseconds(w.compute_ms) : absl::Now() - start;
-  if (straggler) target *= w.straggler_factor;
-  const absl::Duration left = start + target - absl::Now();
-  if (left > absl::ZeroDuration()) absl::SleepFor(left);
-}
-
-absl::StatusOr<double> AllReduceTrainer::ComputeGradient(int64_t step) {
-  const JobConfig& c = options_.config;
-  const uint64_t first = FirstExampleId(step, options_.rank, c.workers,
-                                        c.local_batch * c.grad_accum_steps);
-  double loss_sum = 0;
-  for (int64_t a = 0; a < c.grad_accum_steps; ++a) {
-    PS_ASSIGN_OR_RETURN(
-        Batch batch,
-        data_->TrainBatch(first + a * c.local_batch, c.local_batch));
-    PS_ASSIGN_OR_RETURN(double loss,
-                        model_->LossAndGradient(params_, batch, &micro_));
-    loss_sum += loss * batch.n;
-    if (a == 0) {
-      grads_ = micro_;
-    } else {
-      for (size_t i = 0; i < grads_.size(); ++i) {
-        for (size_t j = 0; j < grads_[i].size(); ++j)
-          grads_[i][j] += micro_[i][j];
-      }
-    }
-  }
-  if (c.grad_accum_steps > 1) {  // as Trainer: the mean over micro-batches
-    const float inv = 1.0f / static_cast<float>(c.grad_accum_steps);
-    for (auto& g : grads_) {
-      for (float& v : g) v *= inv;
-    }
-  }
-  return loss_sum;
-}
-
 void AllReduceTrainer::ApplyOptimizer(int64_t step) {
   // As a sync shard: the schedule step and the update count are both the
   // step (one update per step). The optimizer is chunking-independent, so
@@ -92,21 +46,11 @@ void AllReduceTrainer::ApplyOptimizer(int64_t step) {
   }
 }
 
-absl::Status AllReduceTrainer::Evaluate(pstrain::v1::StepMetrics* m) {
-  PS_ASSIGN_OR_RETURN(Batch test,
-                      data_->TestSlice(options_.rank, options_.config.workers));
-  if (test.n == 0) return absl::OkStatus();
-  PS_ASSIGN_OR_RETURN(EvalResult r, model_->Evaluate(params_, test));
-  m->set_eval_correct(r.correct);
-  m->set_eval_total(r.total);
-  m->set_eval_loss_sum(r.loss_sum);
-  return absl::OkStatus();
-}
-
 absl::Status AllReduceTrainer::Run(const StepCallback& on_step,
                                    const std::function<bool()>& should_stop) {
   const JobConfig& c = options_.config;
-  const int64_t slice = c.local_batch * c.grad_accum_steps;
+  LocalStep local(c, options_.rank, model_, data_);
+  const int64_t slice = local.slice();
   for (int64_t step = 0; step < c.steps; ++step) {
     if (should_stop && should_stop()) {
       return absl::CancelledError(absl::StrCat("stopped before step ", step));
@@ -115,12 +59,12 @@ absl::Status AllReduceTrainer::Run(const StepCallback& on_step,
     m.set_worker(options_.rank);
     m.set_step(step);
     if (c.eval_every > 0 && step > 0 && step % c.eval_every == 0) {
-      PS_RETURN_IF_ERROR(Evaluate(&m));
+      PS_RETURN_IF_ERROR(local.Evaluate(params_, &m));
     }
 
     absl::Time t0 = absl::Now();
-    PS_ASSIGN_OR_RETURN(double loss_sum, ComputeGradient(step));
-    StretchCompute(t0);
+    PS_ASSIGN_OR_RETURN(double loss_sum,
+                        local.Gradient(step, params_, &grads_));
     m.set_compute_s(absl::ToDoubleSeconds(absl::Now() - t0));
     m.set_loss(loss_sum / slice);
     m.set_samples(slice);
@@ -138,7 +82,7 @@ absl::Status AllReduceTrainer::Run(const StepCallback& on_step,
   pstrain::v1::StepMetrics m;  // the final evaluation
   m.set_worker(options_.rank);
   m.set_step(c.steps);
-  PS_RETURN_IF_ERROR(Evaluate(&m));
+  PS_RETURN_IF_ERROR(local.Evaluate(params_, &m));
   m.set_end_unix_s(UnixSeconds());
   return on_step ? on_step(m) : absl::OkStatus();
 }

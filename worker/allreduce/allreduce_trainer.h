@@ -25,6 +25,7 @@
 #include "proto/pstrain.pb.h"
 #include "worker/allreduce/allreducer.h"
 #include "worker/data.h"
+#include "worker/local_step.h"
 #include "worker/model.h"
 #include "worker/ps_client.h"
 #include "worker/trainer.h"
@@ -57,20 +58,15 @@ class AllReduceTrainer {
   AllReduceTrainer(TrainerOptions options, AllReducer* reducer, Model* model,
                    DataSource* data, std::unique_ptr<Optimizer> optimizer);
 
-  // Gradient of the mean loss over this rank's slice of step `step` into
-  // grads_, accumulated over micro-batches; returns the loss sum.
-  absl::StatusOr<double> ComputeGradient(int64_t step);
   // params_ -= optimizer update with grads_, at schedule step `step`.
   void ApplyOptimizer(int64_t step);
-  absl::Status Evaluate(pstrain::v1::StepMetrics* m);
-  void StretchCompute(absl::Time start) const;  // as Trainer's
 
   const TrainerOptions options_;
   AllReducer* const reducer_;
   Model* const model_;
   DataSource* const data_;
   const std::unique_ptr<Optimizer> optimizer_;
-  TensorList params_, grads_, micro_;
+  TensorList params_, grads_;
   std::vector<std::vector<float>> slots_;  // per tensor, Optimizer layout
   std::vector<float> flat_;                // AllReduceWeightedMean scratch
 };
