@@ -1,5 +1,7 @@
 #include "common/grpc_util.h"
 
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+
 #include <algorithm>
 #include <fstream>
 #include <sstream>
@@ -90,6 +92,27 @@ MakeChannelCredentials(const TlsFiles& tls) {
     PS_ASSIGN_OR_RETURN(options.pem_private_key, ReadPem("TLS key", tls.key));
   }
   return grpc::SslCredentials(options);
+}
+
+absl::StatusOr<StartedServer> StartGrpcServer(
+    const std::string& bind, int port,
+    std::shared_ptr<grpc::ServerCredentials> credentials,
+    const std::vector<grpc::Service*>& services) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  StartedServer started;
+  builder.AddListeningPort(absl::StrCat(bind, ":", port), credentials,
+                           &started.port);
+  builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
+  for (grpc::Service* service : services) builder.RegisterService(service);
+  started.server = builder.BuildAndStart();
+  if (started.server == nullptr || started.port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", bind, ":", port));
+  }
+  return started;
 }
 
 void SetTimeout(grpc::ClientContext* context, absl::Duration timeout) {

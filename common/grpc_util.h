@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -42,6 +43,21 @@ std::shared_ptr<grpc::Channel> MakeChannel(
     const std::string& address,
     std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 grpc::ChannelArguments DefaultChannelArgs();
+
+// A started gRPC server and the port it listens on.
+struct StartedServer {
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+};
+
+// Starts a server on bind:port (port 0 picks a free one) with pstrain's
+// message limits, the standard health service (grpc.health.v1) and server
+// reflection, serving `services` (borrowed; they must outlive the server).
+// UNAVAILABLE naming the address when it cannot listen.
+absl::StatusOr<StartedServer> StartGrpcServer(
+    const std::string& bind, int port,
+    std::shared_ptr<grpc::ServerCredentials> credentials,
+    const std::vector<grpc::Service*>& services);
 
 // Sets `context`'s deadline to now + timeout.
 void SetTimeout(grpc::ClientContext* context, absl::Duration timeout);

@@ -1,6 +1,5 @@
 // ps_coordinator: registers servers and workers, publishes the shard map,
 // aggregates metrics and ends the job. See README "Running as services".
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
@@ -185,22 +184,15 @@ int Main() {
                  std::string(service.status().message()).c_str());
     return 2;
   }
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(
-      absl::StrCat(absl::GetFlag(FLAGS_bind), ":", absl::GetFlag(FLAGS_port)),
-      *server_creds, &port);
-  builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
-  builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
-  builder.RegisterService(service->get());
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    PS_LOG_ERROR("cannot listen on %s:%d", absl::GetFlag(FLAGS_bind),
-                 absl::GetFlag(FLAGS_port));
+  absl::StatusOr<StartedServer> started =
+      StartGrpcServer(absl::GetFlag(FLAGS_bind), absl::GetFlag(FLAGS_port),
+                      *server_creds, {service->get()});
+  if (!started.ok()) {
+    PS_LOG_ERROR("%s", started.status().message());
     return 1;
   }
+  grpc::Server* server = started->server.get();
+  const int port = started->port;
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     std::string tmp = absl::GetFlag(FLAGS_port_file) + ".tmp";
     std::ofstream(tmp) << port << "\n";

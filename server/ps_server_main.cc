@@ -1,7 +1,6 @@
 // ps_server: one parameter-server shard. Registers with the coordinator,
 // builds its shard from the job's shard map, serves Push/Pull until the
 // coordinator ends the job (exit 0) or disappears (exit 1).
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <unistd.h>
@@ -118,22 +117,15 @@ int Main() {
     shutdown.Notify();
   });
 
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(
-      absl::StrCat(absl::GetFlag(FLAGS_bind), ":", absl::GetFlag(FLAGS_port)),
-      *server_creds, &port);
-  builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
-  builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    PS_LOG_ERROR("cannot listen on %s:%d", absl::GetFlag(FLAGS_bind),
-                 absl::GetFlag(FLAGS_port));
+  absl::StatusOr<StartedServer> started =
+      StartGrpcServer(absl::GetFlag(FLAGS_bind), absl::GetFlag(FLAGS_port),
+                      *server_creds, {&service});
+  if (!started.ok()) {
+    PS_LOG_ERROR("%s", started.status().message());
     return 1;
   }
+  grpc::Server* server = started->server.get();
+  const int port = started->port;
   // NOT_SERVING until the shard holds its weights.
   server->GetHealthCheckService()->SetServingStatus(false);
   const std::string address =

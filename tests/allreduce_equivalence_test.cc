@@ -165,18 +165,12 @@ absl::StatusOr<std::vector<TensorList>> RunSyncPs(const JobConfig& config) {
 // A gRPC server on an ephemeral loopback port for `service`.
 absl::StatusOr<std::unique_ptr<grpc::Server>> Serve(grpc::Service* service,
                                                     std::string* address) {
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
-  builder.RegisterService(service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    return absl::UnavailableError("cannot listen on 127.0.0.1");
-  }
-  *address = absl::StrCat("127.0.0.1:", port);
-  return server;
+  PS_ASSIGN_OR_RETURN(
+      StartedServer started,
+      StartGrpcServer("127.0.0.1", 0, grpc::InsecureServerCredentials(),
+                      {service}));
+  *address = absl::StrCat("127.0.0.1:", started.port);
+  return std::move(started.server);
 }
 
 // The full path of ps_worker in mode allreduce, in one process: an

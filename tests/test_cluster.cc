@@ -22,20 +22,13 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(
   std::vector<std::string> addresses;
   for (int i = 0; i < k; ++i) {
     auto service = std::make_unique<ParameterServerService>(PsServiceOptions{});
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port);
-    builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
-    builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
-    builder.RegisterService(service.get());
-    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-    if (server == nullptr || port == 0) {
-      return absl::UnavailableError("cannot listen on 127.0.0.1");
-    }
-    addresses.push_back(absl::StrCat("127.0.0.1:", port));
+    PS_ASSIGN_OR_RETURN(
+        StartedServer started,
+        StartGrpcServer("127.0.0.1", 0, grpc::InsecureServerCredentials(),
+                        {service.get()}));
+    addresses.push_back(absl::StrCat("127.0.0.1:", started.port));
     c->services_.push_back(std::move(service));
-    c->servers_.push_back(std::move(server));
+    c->servers_.push_back(std::move(started.server));
   }
   for (const auto& a : addresses)
     job.mutable_shard_map()->add_server_addresses(a);

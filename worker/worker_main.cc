@@ -217,19 +217,12 @@ absl::Status StartPeerServer(const TlsFiles& tls, PeerServer* peer) {
   PS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds,
                       MakeServerCredentials(tls));
   peer->service = std::make_unique<RingPeerService>();
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(absl::StrCat(absl::GetFlag(FLAGS_peer_bind), ":",
-                                        absl::GetFlag(FLAGS_peer_port)),
-                           creds, &port);
-  builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
-  builder.RegisterService(peer->service.get());
-  peer->server = builder.BuildAndStart();
-  if (peer->server == nullptr || port == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen for ring peers on ", absl::GetFlag(FLAGS_peer_bind), ":",
-        absl::GetFlag(FLAGS_peer_port)));
-  }
+  PS_ASSIGN_OR_RETURN(StartedServer started,
+                      StartGrpcServer(absl::GetFlag(FLAGS_peer_bind),
+                                      absl::GetFlag(FLAGS_peer_port), creds,
+                                      {peer->service.get()}));
+  peer->server = std::move(started.server);
+  const int port = started.port;
   peer->address = absl::StrCat(absl::GetFlag(FLAGS_advertise_host), ":", port);
   PS_LOG_INFO("ring peer service at %s (listening on %s:%d)", peer->address,
               absl::GetFlag(FLAGS_peer_bind), port);
