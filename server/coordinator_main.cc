@@ -4,6 +4,7 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -173,6 +174,15 @@ int Main() {
     return 1;
   }
   const std::string out = absl::GetFlag(FLAGS_out);
+  if (!out.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(out, error);
+    if (error) {
+      std::fprintf(stderr, "ps_coordinator: --out: cannot create '%s': %s\n",
+                   out.c_str(), error.message().c_str());
+      return 2;
+    }
+  }
   CoordinatorOptions options;
   options.config = *config;
   options.progress = !absl::GetFlag(FLAGS_quiet);
