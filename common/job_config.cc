@@ -418,7 +418,9 @@ absl::Status ParseInto(const Field& root, JobConfig& c) {
       {"compute_ms",
        [&](F f) { return Store(Number(f), &c.worker.compute_ms); }},
       {"straggler_rank",
-       [&](F f) { return Store(Int<int64_t>(f, -1), &c.worker.straggler_rank); }},
+       [&](F f) {
+         return Store(Int<int64_t>(f, -1), &c.worker.straggler_rank);
+       }},
       {"straggler_factor",
        [&](F f) { return Store(Number(f), &c.worker.straggler_factor); }},
   };

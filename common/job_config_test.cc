@@ -275,7 +275,8 @@ TEST(JobConfigTest, ParseErrorsNameSourceLineAndKey) {
       {"training:\n  base_lr:\n",
        {"job.yaml:2", "training.base_lr: expected a number, got nothing"}},
       {"training:\n  mode: eventually\n",
-       {"job.yaml:2: training.mode: expected one of sync, async, allreduce, got "
+       {"job.yaml:2: training.mode: expected one of sync, async, allreduce, "
+        "got "
         "'eventually'"}},
       {"training:\n  optimizer: lamb\n",
        {"job.yaml:2: training.optimizer: expected one of sgd, momentum, adam, "

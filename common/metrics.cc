@@ -152,8 +152,8 @@ std::string MetricsRegistry::Render() const {
                           cum[i], "\n");
         }
         absl::StrAppend(&out, name, "_sum", LabelText(s->labels), " ",
-                        Number(sum), "\n", name, "_count",
-                        LabelText(s->labels), " ", count, "\n");
+                        Number(sum), "\n", name, "_count", LabelText(s->labels),
+                        " ", count, "\n");
         continue;
       }
       const double v = s->counter ? s->counter->value()

@@ -71,7 +71,8 @@ class MetricsRegistry {
   Gauge* AddGauge(const std::string& name, const std::string& help,
                   const Labels& labels = {});
   Histogram* AddHistogram(const std::string& name, const std::string& help,
-                          std::vector<double> bounds, const Labels& labels = {});
+                          std::vector<double> bounds,
+                          const Labels& labels = {});
   // A counter or gauge whose value is read at render time (e.g. bytes a
   // client has counted itself). `fn` must be thread-safe and outlive us.
   void AddCallback(const std::string& name, const std::string& help,

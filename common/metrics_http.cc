@@ -11,13 +11,14 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     const MetricsRegistry* registry, const std::string& bind, int port) {
   std::unique_ptr<MetricsHttpServer> s(new MetricsHttpServer);
   s->server_ = std::make_unique<httplib::Server>();
-  s->server_->Get("/metrics", [registry](const httplib::Request&,
-                                         httplib::Response& res) {
-    res.set_content(registry->Render(), "text/plain; version=0.0.4");
-  });
-  s->server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("ok\n", "text/plain");
-  });
+  s->server_->Get(
+      "/metrics", [registry](const httplib::Request&, httplib::Response& res) {
+        res.set_content(registry->Render(), "text/plain; version=0.0.4");
+      });
+  s->server_->Get("/healthz",
+                  [](const httplib::Request&, httplib::Response& res) {
+                    res.set_content("ok\n", "text/plain");
+                  });
   if (port == 0) {
     s->port_ = s->server_->bind_to_any_port(bind);
   } else if (s->server_->bind_to_port(bind, port)) {
