@@ -28,6 +28,7 @@
 #include "proto/pstrain.grpc.pb.h"
 #include "server/coordinator.h"
 #include "tests/test_cluster.h"
+#include "tests/training_harness.h"
 #include "worker/allreduce/allreduce_trainer.h"
 #include "worker/allreduce/grpc_transport.h"
 #include "worker/allreduce/in_memory_transport.h"
@@ -85,23 +86,6 @@ JobConfig MakeConfig(const OptimizerCase& opt,
   return config;
 }
 
-// Runs `body(rank)` on one thread per rank; the first error, prefixed.
-absl::Status OnThreads(int n, const std::function<absl::Status(int)>& body) {
-  std::vector<absl::Status> st(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] { st[r] = body(r); });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < n; ++r) {
-    if (!st[r].ok()) {
-      return absl::Status(st[r].code(),
-                          absl::StrCat("worker ", r, ": ", st[r].message()));
-    }
-  }
-  return absl::OkStatus();
-}
-
 // One all-reduce worker: its own model and data, `reducer` for the ring.
 absl::StatusOr<TensorList> TrainAllReduce(const JobConfig& config, int rank,
                                           AllReducer* reducer,
@@ -131,32 +115,6 @@ absl::StatusOr<std::vector<TensorList>> RunAllReduceInMemory(
     RingAllReducer reducer(transports[r].get(), ring);
     PS_ASSIGN_OR_RETURN(finals[r],
                         TrainAllReduce(config, r, &reducer, nullptr));
-    return absl::OkStatus();
-  }));
-  return finals;
-}
-
-// Sync parameter-server job on a TestCluster (as sync_equivalence_test).
-absl::StatusOr<std::vector<TensorList>> RunSyncPs(const JobConfig& config) {
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<TestCluster> cluster,
-                      TestCluster::Start(config));
-  PsClientOptions client_options;
-  client_options.rpc_timeout = absl::Seconds(config.rpc_timeout_s);
-  client_options.barrier_timeout = absl::Seconds(config.barrier_timeout_s);
-  std::vector<TensorList> finals(config.workers);
-  PS_RETURN_IF_ERROR(OnThreads(config.workers, [&](int r) -> absl::Status {
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client,
-                        cluster->NewClient(client_options));
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
-                        Model::Create(config.model));
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data,
-                        DataSource::Create(config.data));
-    TrainerOptions options;
-    options.rank = r;
-    options.config = config;
-    Trainer trainer(options, client.get(), model.get(), data.get());
-    PS_RETURN_IF_ERROR(trainer.Run(nullptr, nullptr));
-    finals[r] = trainer.final_params();
     return absl::OkStatus();
   }));
   return finals;
@@ -267,31 +225,6 @@ absl::StatusOr<GrpcRun> RunAllReduceOverGrpc(const JobConfig& config,
   return run;
 }
 
-double MaxAbsDiff(const TensorList& a, const TensorList& b) {
-  if (a.size() != b.size()) return INFINITY;
-  double m = 0;
-  for (size_t t = 0; t < a.size(); ++t) {
-    if (a[t].size() != b[t].size()) return INFINITY;
-    for (size_t i = 0; i < a[t].size(); ++i) {
-      m = std::max(m, std::fabs(static_cast<double>(a[t][i]) - b[t][i]));
-    }
-  }
-  return m;
-}
-
-TensorList InitialParams(const ModelConfig& model) {
-  TensorList out;
-  auto specs = ModelParamSpecs(model);
-  EXPECT_TRUE(specs.ok()) << specs.status();
-  if (!specs.ok()) return out;
-  for (const auto& spec : *specs) {
-    std::vector<float> v(NumElements(spec));
-    InitialValues(spec, 0, v.size(), v.data());
-    out.push_back(std::move(v));
-  }
-  return out;
-}
-
 // Every replica hashes the same as rank 0.
 void ExpectReplicasIdentical(const std::vector<TensorList>& finals) {
   ASSERT_FALSE(finals.empty());
@@ -314,13 +247,13 @@ TEST_P(AllReduceEquivalenceTest, MatchesSyncPsAndOneWorkerWithNTimesTheBatch) {
   ExpectReplicasIdentical(*ar);
   const JobConfig base =
       MakeConfig(opt, pstrain::v1::MODE_SYNC, n, kLocalBatch);
-  EXPECT_GT(MaxAbsDiff((*ar)[0], InitialParams(base.model)), 1e-3)
+  EXPECT_GT(MaxAbsDiff((*ar)[0], *InitialParams(base.model)), 1e-3)
       << "training did not move the weights";
 
-  absl::StatusOr<std::vector<TensorList>> ps = RunSyncPs(base);
+  absl::StatusOr<std::vector<TensorList>> ps = RunParameterServerJob(base);
   ASSERT_TRUE(ps.ok()) << ps.status();
-  absl::StatusOr<std::vector<TensorList>> one =
-      RunSyncPs(MakeConfig(opt, pstrain::v1::MODE_SYNC, 1, n * kLocalBatch));
+  absl::StatusOr<std::vector<TensorList>> one = RunParameterServerJob(
+      MakeConfig(opt, pstrain::v1::MODE_SYNC, 1, n * kLocalBatch));
   ASSERT_TRUE(one.ok()) << one.status();
   const double vs_ps = MaxAbsDiff((*ar)[0], (*ps)[0]);
   const double vs_one = MaxAbsDiff((*ar)[0], (*one)[0]);
@@ -359,8 +292,8 @@ TEST(AllReduceOverGrpcTest, CoordinatorRendezvousAndGrpcRing) {
   absl::StatusOr<std::vector<TensorList>> mem = RunAllReduceInMemory(config);
   ASSERT_TRUE(mem.ok()) << mem.status();
   EXPECT_EQ(ParamsFingerprint(run->finals[0]), ParamsFingerprint((*mem)[0]));
-  absl::StatusOr<std::vector<TensorList>> ps =
-      RunSyncPs(MakeConfig(adam, pstrain::v1::MODE_SYNC, 3, kLocalBatch));
+  absl::StatusOr<std::vector<TensorList>> ps = RunParameterServerJob(
+      MakeConfig(adam, pstrain::v1::MODE_SYNC, 3, kLocalBatch));
   ASSERT_TRUE(ps.ok()) << ps.status();
   EXPECT_LE(MaxAbsDiff(run->finals[0], (*ps)[0]), kTolerance);
 

@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "proto/pstrain.pb.h"
 #include "tests/test_cluster.h"
+#include "tests/training_harness.h"
 #include "worker/data.h"
 #include "worker/model.h"
 #include "worker/ps_client.h"
@@ -77,87 +78,6 @@ JobConfig MakeConfig(const OptimizerCase& opt, int workers, int servers,
   return config;
 }
 
-// Runs the whole job on a fresh cluster and returns every worker's final
-// weights (index = rank).
-absl::StatusOr<std::vector<TensorList>> RunJob(const JobConfig& config) {
-  absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
-      TestCluster::Start(config);
-  if (!cluster.ok()) return cluster.status();
-  PsClientOptions client_options;
-  client_options.rpc_timeout = absl::Seconds(config.rpc_timeout_s);
-  client_options.barrier_timeout = absl::Seconds(config.barrier_timeout_s);
-
-  const int n = config.workers;
-  std::vector<absl::Status> statuses(n);
-  std::vector<TensorList> finals(n);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < n; ++rank) {
-    threads.emplace_back([&, rank] {
-      absl::StatusOr<std::unique_ptr<PsClient>> client =
-          (*cluster)->NewClient(client_options);
-      if (!client.ok()) {
-        statuses[rank] = client.status();
-        return;
-      }
-      absl::StatusOr<std::unique_ptr<Model>> model =
-          Model::Create(config.model);
-      if (!model.ok()) {
-        statuses[rank] = model.status();
-        return;
-      }
-      absl::StatusOr<std::unique_ptr<DataSource>> data =
-          DataSource::Create(config.data);
-      if (!data.ok()) {
-        statuses[rank] = data.status();
-        return;
-      }
-      TrainerOptions options;
-      options.rank = rank;
-      options.config = config;
-      Trainer trainer(options, client->get(), model->get(), data->get());
-      statuses[rank] = trainer.Run(nullptr, nullptr);
-      if (statuses[rank].ok()) finals[rank] = trainer.final_params();
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  for (int rank = 0; rank < n; ++rank) {
-    if (!statuses[rank].ok()) {
-      return absl::Status(
-          statuses[rank].code(),
-          absl::StrCat("worker ", rank, ": ", statuses[rank].message()));
-    }
-  }
-  return finals;
-}
-
-// Largest element-wise |a - b|; +inf when the shapes differ.
-double MaxAbsDiff(const TensorList& a, const TensorList& b) {
-  if (a.size() != b.size()) return INFINITY;
-  double m = 0;
-  for (size_t t = 0; t < a.size(); ++t) {
-    if (a[t].size() != b[t].size()) return INFINITY;
-    for (size_t i = 0; i < a[t].size(); ++i) {
-      m = std::max(m, std::fabs(static_cast<double>(a[t][i]) - b[t][i]));
-    }
-  }
-  return m;
-}
-
-// The weights every shard starts from.
-TensorList InitialParams(const ModelConfig& model) {
-  TensorList out;
-  absl::StatusOr<std::vector<pstrain::v1::TensorSpec>> specs =
-      ModelParamSpecs(model);
-  EXPECT_TRUE(specs.ok()) << specs.status();
-  if (!specs.ok()) return out;
-  for (const auto& spec : *specs) {
-    std::vector<float> v(NumElements(spec));
-    InitialValues(spec, 0, v.size(), v.data());
-    out.push_back(std::move(v));
-  }
-  return out;
-}
-
 // All workers of a sync job read the same final weights, bit for bit.
 void ExpectWorkersIdentical(const std::vector<TensorList>& finals) {
   ASSERT_FALSE(finals.empty());
@@ -172,21 +92,21 @@ class SyncEquivalenceTest : public ::testing::TestWithParam<OptimizerCase> {};
 
 TEST_P(SyncEquivalenceTest, FourWorkersMatchOneWorkerWithFourTimesTheBatch) {
   const OptimizerCase& opt = GetParam();
-  absl::StatusOr<std::vector<TensorList>> multi =
-      RunJob(MakeConfig(opt, /*workers=*/4, /*servers=*/2, kLocalBatch, 1));
+  absl::StatusOr<std::vector<TensorList>> multi = RunParameterServerJob(
+      MakeConfig(opt, /*workers=*/4, /*servers=*/2, kLocalBatch, 1));
   ASSERT_TRUE(multi.ok()) << multi.status();
   ASSERT_EQ(multi->size(), 4u);
   ExpectWorkersIdentical(*multi);
 
   // Training actually moved the weights (otherwise equality is vacuous).
   const TensorList init =
-      InitialParams(MakeConfig(opt, 4, 2, kLocalBatch, 1).model);
+      *InitialParams(MakeConfig(opt, 4, 2, kLocalBatch, 1).model);
   EXPECT_GT(MaxAbsDiff((*multi)[0], init), 1e-3);
 
   for (int servers : {2, 1}) {
     SCOPED_TRACE(absl::StrCat("single worker on ", servers, " server(s)"));
-    absl::StatusOr<std::vector<TensorList>> single =
-        RunJob(MakeConfig(opt, /*workers=*/1, servers, 4 * kLocalBatch, 1));
+    absl::StatusOr<std::vector<TensorList>> single = RunParameterServerJob(
+        MakeConfig(opt, /*workers=*/1, servers, 4 * kLocalBatch, 1));
     ASSERT_TRUE(single.ok()) << single.status();
     ASSERT_EQ(single->size(), 1u);
     const double diff = MaxAbsDiff((*multi)[0], (*single)[0]);
@@ -200,13 +120,13 @@ TEST_P(SyncEquivalenceTest, FourWorkersMatchOneWorkerWithFourTimesTheBatch) {
 TEST_P(SyncEquivalenceTest, GradAccumulationMatchesLargerBatch) {
   const OptimizerCase& opt = GetParam();
   // 2 workers x b x accumulation 2  ==  1 worker x 4b.
-  absl::StatusOr<std::vector<TensorList>> accum =
-      RunJob(MakeConfig(opt, /*workers=*/2, /*servers=*/2, kLocalBatch, 2));
+  absl::StatusOr<std::vector<TensorList>> accum = RunParameterServerJob(
+      MakeConfig(opt, /*workers=*/2, /*servers=*/2, kLocalBatch, 2));
   ASSERT_TRUE(accum.ok()) << accum.status();
   ASSERT_EQ(accum->size(), 2u);
   ExpectWorkersIdentical(*accum);
-  absl::StatusOr<std::vector<TensorList>> single =
-      RunJob(MakeConfig(opt, /*workers=*/1, /*servers=*/2, 4 * kLocalBatch, 1));
+  absl::StatusOr<std::vector<TensorList>> single = RunParameterServerJob(
+      MakeConfig(opt, /*workers=*/1, /*servers=*/2, 4 * kLocalBatch, 1));
   ASSERT_TRUE(single.ok()) << single.status();
   const double diff = MaxAbsDiff((*accum)[0], (*single)[0]);
   EXPECT_LE(diff, kTolerance);
@@ -234,10 +154,10 @@ TEST(SyncEquivalenceControlTest, DifferentGlobalBatchDiffers) {
        {OptimizerCase{"sgd", OptimizerConfig::SGD, 0.1, false},
         OptimizerCase{"adam", OptimizerConfig::ADAM, 0.01, false}}) {
     SCOPED_TRACE(opt.name);
-    absl::StatusOr<std::vector<TensorList>> multi =
-        RunJob(MakeConfig(opt, /*workers=*/4, /*servers=*/2, kLocalBatch, 1));
+    absl::StatusOr<std::vector<TensorList>> multi = RunParameterServerJob(
+        MakeConfig(opt, /*workers=*/4, /*servers=*/2, kLocalBatch, 1));
     ASSERT_TRUE(multi.ok()) << multi.status();
-    absl::StatusOr<std::vector<TensorList>> single = RunJob(
+    absl::StatusOr<std::vector<TensorList>> single = RunParameterServerJob(
         MakeConfig(opt, /*workers=*/1, /*servers=*/2, 2 * kLocalBatch, 1));
     ASSERT_TRUE(single.ok()) << single.status();
     const double diff = MaxAbsDiff((*multi)[0], (*single)[0]);

@@ -1,0 +1,82 @@
+#include "tests/training_harness.h"
+
+#include <cmath>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/model_spec.h"
+#include "common/status_macros.h"
+#include "tests/test_cluster.h"
+#include "worker/data.h"
+#include "worker/model.h"
+#include "worker/trainer.h"
+
+namespace pstrain {
+
+absl::Status OnThreads(int n, const std::function<absl::Status(int)>& body) {
+  std::vector<absl::Status> st(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] { st[r] = body(r); });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) {
+    if (!st[r].ok()) {
+      return absl::Status(st[r].code(),
+                          absl::StrCat("worker ", r, ": ", st[r].message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<TensorList>> RunParameterServerJob(
+    const JobConfig& config) {
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<TestCluster> cluster,
+                      TestCluster::Start(config));
+  PsClientOptions client_options;
+  client_options.rpc_timeout = absl::Seconds(config.rpc_timeout_s);
+  client_options.barrier_timeout = absl::Seconds(config.barrier_timeout_s);
+  std::vector<TensorList> finals(config.workers);
+  PS_RETURN_IF_ERROR(OnThreads(config.workers, [&](int r) -> absl::Status {
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client,
+                        cluster->NewClient(client_options));
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                        Model::Create(config.model));
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data,
+                        DataSource::Create(config.data));
+    TrainerOptions options;
+    options.rank = r;
+    options.config = config;
+    Trainer trainer(options, client.get(), model.get(), data.get());
+    PS_RETURN_IF_ERROR(trainer.Run(nullptr, nullptr));
+    finals[r] = trainer.final_params();
+    return absl::OkStatus();
+  }));
+  return finals;
+}
+
+double MaxAbsDiff(const TensorList& a, const TensorList& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double m = 0;
+  for (size_t t = 0; t < a.size(); ++t) {
+    if (a[t].size() != b[t].size()) return INFINITY;
+    for (size_t i = 0; i < a[t].size(); ++i) {
+      m = std::max(m, std::fabs(static_cast<double>(a[t][i]) - b[t][i]));
+    }
+  }
+  return m;
+}
+
+absl::StatusOr<TensorList> InitialParams(const ModelConfig& model) {
+  PS_ASSIGN_OR_RETURN(std::vector<pstrain::v1::TensorSpec> specs,
+                      ModelParamSpecs(model));
+  TensorList out;
+  for (const auto& spec : specs) {
+    std::vector<float> v(NumElements(spec));
+    InitialValues(spec, 0, v.size(), v.data());
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+}  // namespace pstrain

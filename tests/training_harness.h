@@ -1,0 +1,34 @@
+// Helpers shared by the equivalence tests: run whole jobs in one process
+// (workers as threads, shards behind real gRPC on loopback) and compare
+// weights.
+#ifndef PSTRAIN_TESTS_TRAINING_HARNESS_H_
+#define PSTRAIN_TESTS_TRAINING_HARNESS_H_
+
+#include <functional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/job_config.h"
+#include "worker/ps_client.h"
+
+namespace pstrain {
+
+// Runs `body(rank)` on one thread per rank and joins them; returns the first
+// error, prefixed with its rank.
+absl::Status OnThreads(int n, const std::function<absl::Status(int)>& body);
+
+// A parameter-server job (config.mode sync or async) on a TestCluster with
+// config.workers Trainer threads; the final weights each worker pulled.
+absl::StatusOr<std::vector<TensorList>> RunParameterServerJob(
+    const JobConfig& config);
+
+// Largest element-wise |a - b|; +inf when the shapes differ.
+double MaxAbsDiff(const TensorList& a, const TensorList& b);
+
+// The initial weights of `model` (what every shard starts from).
+absl::StatusOr<TensorList> InitialParams(const ModelConfig& model);
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_TESTS_TRAINING_HARNESS_H_
