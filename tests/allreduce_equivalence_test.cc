@@ -7,7 +7,6 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -22,7 +21,6 @@
 #include "absl/time/time.h"
 #include "common/grpc_util.h"
 #include "common/job_config.h"
-#include "common/model_spec.h"
 #include "common/status_macros.h"
 #include "gtest/gtest.h"
 #include "proto/pstrain.grpc.pb.h"

@@ -5,10 +5,8 @@
 // loopback, each worker a thread with its own Trainer, Model, DataSource and
 // PsClient.
 #include <algorithm>
-#include <cmath>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -16,7 +14,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/job_config.h"
-#include "common/model_spec.h"
 #include "gtest/gtest.h"
 #include "proto/pstrain.pb.h"
 #include "tests/test_cluster.h"
