@@ -31,6 +31,7 @@
 #include "proto/pstrain.grpc.pb.h"
 #include "proto/pstrain.pb.h"
 #include "tests/test_cluster.h"
+#include "tests/training_harness.h"
 #include "worker/data.h"
 #include "worker/model.h"
 #include "worker/ps_client.h"
@@ -70,38 +71,6 @@ PsClientOptions ClientOptions() {
   options.barrier_timeout = absl::Seconds(20);
   return options;
 }
-
-// One worker's model and data; Gradient computes rank's batch at `step`.
-class Learner {
- public:
-  static absl::StatusOr<Learner> Create(const JobConfig& config) {
-    Learner l;
-    absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(config.model);
-    if (!model.ok()) return model.status();
-    absl::StatusOr<std::unique_ptr<DataSource>> data =
-        DataSource::Create(config.data);
-    if (!data.ok()) return data.status();
-    l.model_ = *std::move(model);
-    l.data_ = *std::move(data);
-    return l;
-  }
-
-  absl::Status Gradient(const TensorList& params, uint64_t step, int rank,
-                        TensorList* grads) {
-    absl::StatusOr<Batch> batch = data_->TrainBatch(
-        FirstExampleId(step, rank, kWorkers, kLocalBatch), kLocalBatch);
-    if (!batch.ok()) return batch.status();
-    absl::StatusOr<double> loss =
-        model_->LossAndGradient(params, *batch, grads);
-    if (!loss.ok()) return loss.status();
-    if (!std::isfinite(*loss)) return absl::InternalError("loss not finite");
-    return absl::OkStatus();
-  }
-
- private:
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<DataSource> data_;
-};
 
 // A push of `grads` to one shard over a raw stub, so the test sees the
 // PushResponse (PsClient only reports the status).
@@ -175,7 +144,8 @@ TEST(BackupWorkersGrpcTest, StepsCompleteWhileTheStragglerIsDropped) {
         std::unique_ptr<PsOp> pull = (*client)->StartPull(rank, step, &params);
         out.status = pull->Wait();
         if (out.status.ok()) {
-          out.status = learner->Gradient(params, step, rank, &grads);
+          out.status = learner->Gradient(params, step, rank, kWorkers,
+                                         kLocalBatch, &grads);
         }
         if (!out.status.ok()) return;
         if (rank != kStraggler) {
@@ -262,7 +232,8 @@ TEST(AsyncRulesGrpcTest, StalenessAwareLrWithDelayCompensationTrains) {
         std::unique_ptr<PsOp> pull = (*client)->StartPull(rank, step, &params);
         out.status = pull->Wait();
         if (out.status.ok()) {
-          out.status = learner->Gradient(params, step, rank, &grads);
+          out.status = learner->Gradient(params, step, rank, kWorkers,
+                                         kLocalBatch, &grads);
         }
         if (out.status.ok()) {
           out.status =

@@ -24,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "proto/pstrain.pb.h"
 #include "tests/test_cluster.h"
+#include "tests/training_harness.h"
 #include "worker/data.h"
 #include "worker/model.h"
 #include "worker/ps_client.h"
@@ -62,37 +63,6 @@ uint64_t MinClock(const std::vector<ShardRead>& reads) {
   for (const ShardRead& r : reads) m = std::min(m, r.min_clock);
   return m;
 }
-
-// One worker's model and data.
-struct Learner {
-  std::unique_ptr<Model> model;
-  std::unique_ptr<DataSource> data;
-
-  static absl::StatusOr<Learner> Create(const JobConfig& config) {
-    Learner l;
-    absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(config.model);
-    if (!model.ok()) return model.status();
-    absl::StatusOr<std::unique_ptr<DataSource>> data =
-        DataSource::Create(config.data);
-    if (!data.ok()) return data.status();
-    l.model = *std::move(model);
-    l.data = *std::move(data);
-    return l;
-  }
-
-  // Gradient of worker `rank`'s batch at `step`.
-  absl::Status Gradient(const TensorList& params, uint64_t step, int rank,
-                        int world, TensorList* grads, double* loss) {
-    absl::StatusOr<Batch> batch = data->TrainBatch(
-        FirstExampleId(step, rank, world, kLocalBatch), kLocalBatch);
-    if (!batch.ok()) return batch.status();
-    absl::StatusOr<double> l = model->LossAndGradient(params, *batch, grads);
-    if (!l.ok()) return l.status();
-    if (!std::isfinite(*l)) return absl::InternalError("loss is not finite");
-    *loss = *l;
-    return absl::OkStatus();
-  }
-};
 
 struct WorkerResult {
   absl::Status status;
@@ -161,9 +131,8 @@ TEST_P(SspTrainingTest, StalenessStaysWithinBound) {
               absl::StrCat("clock ", c, " read min_clock ", min_clock,
                            ": staleness ", staleness, " > ", s);
         }
-        double loss = 0;
         out.status =
-            learner->Gradient(params, c, rank, kWorkers, &grads, &loss);
+            learner->Gradient(params, c, rank, kWorkers, kLocalBatch, &grads);
         if (!out.status.ok()) return;
         std::this_thread::sleep_for(
             std::chrono::microseconds(slowdown * delay_us(rng)));
@@ -224,8 +193,7 @@ absl::Status Step(PsClient& client, Learner& learner, uint32_t worker,
   std::unique_ptr<PsOp> pull = client.StartPull(worker, clock, &params);
   absl::Status status = pull->Wait();
   if (!status.ok()) return status;
-  double loss = 0;
-  status = learner.Gradient(params, clock, worker, world, &grads, &loss);
+  status = learner.Gradient(params, clock, worker, world, kLocalBatch, &grads);
   if (!status.ok()) return status;
   return client.StartPush(worker, clock, kLocalBatch, grads, pull->reads())
       ->Wait();
@@ -307,9 +275,9 @@ TEST(SspBlockingTest, WorkerMoreThanSAheadBlocksUntilSlowestCatchesUp) {
 
   // Worker 0's push of clock 2 is 1 clock stale, within the bound.
   TensorList grads;
-  double loss = 0;
   ASSERT_TRUE(
-      fast_learner->Gradient(blocked_params, 2, 0, 2, &grads, &loss).ok());
+      fast_learner->Gradient(blocked_params, 2, 0, 2, kLocalBatch, &grads)
+          .ok());
   ASSERT_TRUE(
       (*fast)->StartPush(0, 2, kLocalBatch, grads, blocked_reads)->Wait().ok());
   for (int i = 0; i < (*cluster)->num_shards(); ++i) {

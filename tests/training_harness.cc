@@ -55,6 +55,26 @@ absl::StatusOr<std::vector<TensorList>> RunParameterServerJob(
   return finals;
 }
 
+absl::StatusOr<Learner> Learner::Create(const JobConfig& config) {
+  Learner l;
+  PS_ASSIGN_OR_RETURN(l.model_, Model::Create(config.model));
+  PS_ASSIGN_OR_RETURN(l.data_, DataSource::Create(config.data));
+  return l;
+}
+
+absl::Status Learner::Gradient(const TensorList& params, uint64_t step,
+                               int rank, int world, int64_t local_batch,
+                               TensorList* grads) {
+  PS_ASSIGN_OR_RETURN(
+      Batch batch,
+      data_->TrainBatch(FirstExampleId(step, rank, world, local_batch),
+                        local_batch));
+  PS_ASSIGN_OR_RETURN(double loss,
+                      model_->LossAndGradient(params, batch, grads));
+  if (!std::isfinite(loss)) return absl::InternalError("loss is not finite");
+  return absl::OkStatus();
+}
+
 double MaxAbsDiff(const TensorList& a, const TensorList& b) {
   if (a.size() != b.size()) return INFINITY;
   double m = 0;

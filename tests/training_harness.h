@@ -5,11 +5,14 @@
 #define PSTRAIN_TESTS_TRAINING_HARNESS_H_
 
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/job_config.h"
+#include "worker/data.h"
+#include "worker/model.h"
 #include "worker/ps_client.h"
 
 namespace pstrain {
@@ -22,6 +25,22 @@ absl::Status OnThreads(int n, const std::function<absl::Status(int)>& body);
 // config.workers Trainer threads; the final weights each worker pulled.
 absl::StatusOr<std::vector<TensorList>> RunParameterServerJob(
     const JobConfig& config);
+
+// One worker's own model and data, for tests that drive pulls and pushes by
+// hand. Thread-compatible.
+class Learner {
+ public:
+  static absl::StatusOr<Learner> Create(const JobConfig& config);
+
+  // Gradient of worker `rank`'s `local_batch` examples of `step` among
+  // `world` workers (FirstExampleId); INTERNAL when the loss is not finite.
+  absl::Status Gradient(const TensorList& params, uint64_t step, int rank,
+                        int world, int64_t local_batch, TensorList* grads);
+
+ private:
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<DataSource> data_;
+};
 
 // Largest element-wise |a - b|; +inf when the shapes differ.
 double MaxAbsDiff(const TensorList& a, const TensorList& b);
