@@ -20,7 +20,7 @@
 #include "common/metrics.h"
 #include "common/process.h"
 #include "common/signals.h"
-#include "server/coordinator.h"
+#include "coordinator/coordinator.h"
 
 ABSL_FLAG(std::string, config, "", "job YAML file (defaults when empty)");
 ABSL_FLAG(std::string, bind, "127.0.0.1", "address to listen on");
