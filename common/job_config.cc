@@ -331,6 +331,8 @@ absl::Status ParseInto(const Field& root, JobConfig& c) {
       {"staleness_aware_lr",
        [&](F f) { return Store(Bool(f), &c.staleness_aware_lr); }},
       {"dc_lambda", [&](F f) { return Store(Number(f), &c.dc_lambda); }},
+      {"fail_on_divergence",
+       [&](F f) { return Store(Bool(f), &c.fail_on_divergence); }},
       {"optimizer",
        [&](F f) { return Store(Enum(f, OptimizerNames()), &o, &O::set_kind); }},
       {"base_lr", [&](F f) { return Store(Positive(f), &o, &O::set_base_lr); }},
@@ -771,6 +773,7 @@ std::string JobConfigToYaml(const JobConfig& c) {
   key("backup_workers") << c.backup_workers;
   key("staleness_aware_lr") << c.staleness_aware_lr;
   key("dc_lambda") << FormatDouble(c.dc_lambda);
+  key("fail_on_divergence") << c.fail_on_divergence;
   EmitEnum(out, "optimizer", OptimizerNames(), o.kind());
   key("base_lr") << FormatDouble(o.base_lr());
   key("momentum") << FormatDouble(o.momentum());

@@ -24,7 +24,7 @@
 #include "common/status_macros.h"
 #include "gtest/gtest.h"
 #include "proto/pstrain.grpc.pb.h"
-#include "coordinator/coordinator.h"
+#include "coordinator/job_spec.h"
 #include "tests/test_cluster.h"
 #include "tests/training_harness.h"
 #include "worker/allreduce/allreduce_trainer.h"
