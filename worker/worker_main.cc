@@ -257,6 +257,10 @@ int Main() {
       device_flag != "cuda") {
     return Fail("--device must be auto, cpu or cuda");
   }
+  if (absl::GetFlag(FLAGS_cuda_device) < -1 ||
+      absl::GetFlag(FLAGS_local_rank) < -1) {
+    return Fail("--cuda_device and --local_rank must be >= 0, or -1");
+  }
   if (absl::GetFlag(FLAGS_rpc_timeout_s) <= 0 ||
       absl::GetFlag(FLAGS_startup_timeout_s) <= 0) {
     return Fail("--rpc_timeout_s and --startup_timeout_s must be > 0");
