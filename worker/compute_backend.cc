@@ -9,14 +9,15 @@
 namespace pstrain {
 
 absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateComputeBackend(
-    const std::string& device) {
+    const std::string& device, int cuda_device) {
   if (device == "cpu") return CreateCpuBackend();
   if (device == "auto") {
-    return CudaAvailable().ok() ? CreateCudaBackend() : CreateCpuBackend();
+    return CudaAvailable().ok() ? CreateCudaBackend(cuda_device)
+                                : CreateCpuBackend();
   }
   if (device == "cuda") {
     absl::StatusOr<std::unique_ptr<ComputeBackend>> backend =
-        CreateCudaBackend();
+        CreateCudaBackend(cuda_device);
     if (backend.status().code() == absl::StatusCode::kFailedPrecondition) {
       return absl::FailedPreconditionError(
           absl::StrCat("device 'cuda' requested, but CUDA is not usable: ",

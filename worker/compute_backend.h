@@ -221,12 +221,15 @@ void DeviceBuffer::Reset() {
 
 // Creates the backend for `device`:
 //   "cpu":  OpenBLAS on the host.
-//   "cuda": the first CUDA device; FAILED_PRECONDITION when none is visible or
-//           the binary was built without CUDA, with the reason.
+//   "cuda": CUDA device `cuda_device` (an ordinal among the visible devices;
+//           worker/worker_device.h chooses it for workers);
+//           FAILED_PRECONDITION when none is visible or the binary was built
+//           without CUDA, with the reason; INVALID_ARGUMENT when `cuda_device`
+//           is not a visible device.
 //   "auto": "cuda" when a CUDA device is visible, else "cpu".
 // Anything else is INVALID_ARGUMENT.
 absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateComputeBackend(
-    const std::string& device);
+    const std::string& device, int cuda_device = 0);
 
 }  // namespace pstrain
 

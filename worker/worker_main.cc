@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,7 @@
 #include "worker/model.h"
 #include "worker/ps_client.h"
 #include "worker/trainer.h"
+#include "worker/worker_device.h"
 
 ABSL_FLAG(std::string, config, "",
           "job YAML file; its network section gives TLS files (optional: the "
@@ -47,6 +49,12 @@ ABSL_FLAG(std::string, rank_from_env, "",
 ABSL_FLAG(std::string, device, "",
           "compute backend: auto (CUDA when a GPU is visible, else CPU), cpu "
           "or cuda; empty uses the job's worker.device");
+ABSL_FLAG(int, cuda_device, -1,
+          "CUDA device ordinal (among the visible ones) to compute on; -1 "
+          "picks the local rank modulo the visible devices");
+ABSL_FLAG(int, local_rank, -1,
+          "this worker's index among the workers on its host, for the CUDA "
+          "device choice; -1 uses the rank (all workers on one host)");
 ABSL_FLAG(int, metrics_port, -1,
           "serve Prometheus metrics at http://BIND:PORT/metrics; 0 picks a "
           "free port, -1 disables");
@@ -249,6 +257,10 @@ int Main() {
       device_flag != "cuda") {
     return Fail("--device must be auto, cpu or cuda");
   }
+  if (absl::GetFlag(FLAGS_cuda_device) < -1 ||
+      absl::GetFlag(FLAGS_local_rank) < -1) {
+    return Fail("--cuda_device and --local_rank must be >= 0, or -1");
+  }
   if (absl::GetFlag(FLAGS_rpc_timeout_s) <= 0 ||
       absl::GetFlag(FLAGS_startup_timeout_s) <= 0) {
     return Fail("--rpc_timeout_s and --startup_timeout_s must be > 0");
@@ -340,7 +352,8 @@ int Main() {
   const bool tty = isatty(STDERR_FILENO);
 
   // Mode allreduce: the ring from the coordinator, then the collective.
-  auto join_ring = [&](const JobConfig& config, ComputeBackend* backend,
+  auto join_ring = [&](const JobConfig& config,
+                       const std::shared_ptr<ComputeBackend>& backend,
                        AllReduceLink* link) -> absl::Status {
     const bool nccl = config.allreduce.backend == "nccl";
     std::string nccl_id;
@@ -390,12 +403,18 @@ int Main() {
     PS_ASSIGN_OR_RETURN(JobConfig config,
                         ParseJobConfig(reg.job().worker_config(), "job spec"));
     // The flag wins over the job's worker.device. The backend outlives the
-    // model, which computes through it.
-    PS_ASSIGN_OR_RETURN(
-        std::unique_ptr<ComputeBackend> backend,
-        CreateComputeBackend(device_flag.empty() ? config.worker.device
-                                                 : device_flag));
-    PS_LOG_INFO("compute backend: %s", backend->name());
+    // model, which computes through it, and is shared with a NCCL reducer,
+    // which lives on in `link` after this scope.
+    WorkerDeviceOptions device_options;
+    device_options.device =
+        device_flag.empty() ? config.worker.device : device_flag;
+    device_options.cuda_device = absl::GetFlag(FLAGS_cuda_device);
+    device_options.local_rank = absl::GetFlag(FLAGS_local_rank);
+    device_options.cuda_visible_devices = std::getenv("CUDA_VISIBLE_DEVICES");
+    PS_ASSIGN_OR_RETURN(WorkerBackend chosen,
+                        CreateWorkerBackend(device_options, rank));
+    const std::shared_ptr<ComputeBackend> backend = chosen.backend;
+    PS_LOG_INFO("compute backend: %s", chosen.description);
     PS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
                         Model::Create(config.model, backend.get()));
     PS_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data,
@@ -426,7 +445,7 @@ int Main() {
     options.rank = rank;
     options.config = config;
     if (allreduce) {
-      PS_RETURN_IF_ERROR(join_ring(config, backend.get(), link));
+      PS_RETURN_IF_ERROR(join_ring(config, backend, link));
       reporter->set_reducer(link->reducer.get());
       metrics.set_reducer(link->reducer.get());
       PS_LOG_INFO(

@@ -1,19 +1,34 @@
 #!/usr/bin/env bash
-# GPU acceptance check for the CUDA backend, run from the repository root on a
-# machine with an NVIDIA GPU (sized for one H200, under 5 minutes):
+# GPU acceptance check for the CUDA backend and NCCL, run from the repository
+# root on a machine with an NVIDIA GPU (sized for one H200, under 5 minutes):
 #   tests/gpu/check.sh
-# Prints nvidia-smi, builds with CUDA, runs //worker:backend_parity_test (which
-# must not skip anything there), then //worker:mlp_benchmark on cuda (MLP
-# 4096-4096-4096-10, batch 1024) and a small cpu run. Exits non-zero on any
-# failure. Bazel's output base: $PSTRAIN_BAZEL_OUTPUT_BASE or /tmp/bazel_cuda.
+# 1. nvidia-smi; build ps_worker, the servers and the checks with CUDA and
+#    NCCL (fails when the build found no NCCL: ldd must show libnccl).
+# 2. //worker:backend_parity_test and //worker:worker_device_test, which must
+#    not skip anything here.
+# 3. //tests/gpu:model_parity: models on CUDA vs CPU with odd shapes and a
+#    16.8 M-element activation (grid-stride loops wrap), the softmax kernel on
+#    large logits with a small loss, copies into pinned memory.
+# 4. Jobs with allreduce.backend nccl through `psctl run`: 1 worker (NCCL with
+#    one rank), then 2 workers: on 2+ GPUs both over NCCL (replicas must
+#    agree); on one GPU NCCL needs distinct devices, so the 2-rank NCCL job
+#    must fail fast saying so (or pass, if this NCCL allows it), and a
+#    2-process job on the one GPU over the gRPC ring must pass.
+# 5. //worker:mlp_benchmark on cuda (MLP 4096-4096-4096-10, batch 1024:
+#    samples/s and GEMM TFLOP/s) and a small cpu run.
+# Never skips: exits non-zero on any failure. Bazel's output base:
+# $PSTRAIN_BAZEL_OUTPUT_BASE or /tmp/bazel_cuda.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
+ROOT="$PWD"
 
 step() { printf '\n=== %s\n' "$*"; }
 fail() { printf '\ncheck.sh: FAIL: %s\n' "$*" >&2; exit 1; }
 
 step "GPU"
-nvidia-smi || echo "check.sh: warning: nvidia-smi failed (the parity test will tell)"
+nvidia-smi || echo "check.sh: warning: nvidia-smi failed (the parity tests will tell)"
+gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
+echo "GPUs visible to nvidia-smi: ${gpus:-0}"
 
 if ! command -v bazel >/dev/null; then
   step "setup (bazel is missing)"
@@ -24,19 +39,99 @@ fi
 
 BAZEL=(bazel "--output_base=${PSTRAIN_BAZEL_OUTPUT_BASE:-/tmp/bazel_cuda}")
 FLAGS=(--color=no --curses=no)
-step "build with CUDA"
+step "build with CUDA and NCCL"
 "${BAZEL[@]}" build "${FLAGS[@]}" //worker:backend_parity_test \
-  //worker:mlp_benchmark || fail "build failed"
+  //worker:worker_device_test //worker:mlp_benchmark //tests/gpu:model_parity \
+  //worker:ps_worker //server:ps_coordinator //server:ps_server ||
+  fail "build failed"
 BIN="$("${BAZEL[@]}" info "${FLAGS[@]}" bazel-bin 2>/dev/null)" ||
   fail "bazel info failed"
+OUTPUT_BASE="$("${BAZEL[@]}" info "${FLAGS[@]}" output_base 2>/dev/null)"
+grep -h "NVCC_ARCH_FLAGS\|NCCL_NOTE\|^# building" \
+  "$OUTPUT_BASE/external/local_config_cuda/defs.bzl" 2>/dev/null
+ldd "$BIN/worker/ps_worker" | grep -E "libnccl|libcudart|libcublas"
+ldd "$BIN/worker/ps_worker" | grep -q libnccl ||
+  fail "ps_worker was built without NCCL (see NCCL_NOTE above; install libnccl-dev or set PSTRAIN_NCCL_PATH)"
 
-step "CUDA vs CPU parity"
-log="$(mktemp)"
-"$BIN/worker/backend_parity_test" 2>&1 | tee "$log"
-rc=${PIPESTATUS[0]}
-((rc == 0)) || fail "backend_parity_test failed (exit $rc)"
-if grep -q '^\[  SKIPPED \]' "$log"; then
-  fail "backend_parity_test skipped tests on a GPU machine (see above)"
+# run_gtest NAME BINARY [ARGS...]: must pass and skip nothing.
+run_gtest() {
+  local name="$1" log
+  shift
+  step "$name"
+  log="$(mktemp)"
+  "$@" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  ((rc == 0)) || fail "$name failed (exit $rc)"
+  if grep -q '^\[  SKIPPED \]' "$log"; then
+    fail "$name skipped tests on a GPU machine (see above)"
+  fi
+}
+run_gtest "CUDA vs CPU parity (ops and models)" "$BIN/worker/backend_parity_test"
+run_gtest "device choice" "$BIN/worker/worker_device_test"
+run_gtest "model parity: odd shapes, 16.8 M elements, large logits, pinned copies" \
+  "$BIN/tests/gpu/model_parity"
+
+# Jobs. The config: mode allreduce over NCCL, the MLP of the default job on
+# the GPU, a few steps.
+JOBS="$(mktemp -d)"
+config="$JOBS/nccl.yaml"
+sed 's/^  name: default/  name: gpu_check/' configs/default.yaml > "$config"
+printf 'worker:\n  device: cuda\nallreduce:\n  backend: nccl\n  timeout_s: 30\n' >> "$config"
+grpc_config="$JOBS/grpc.yaml"
+sed 's/^  backend: nccl/  backend: grpc/' "$config" > "$grpc_config"
+
+# job NAME CONFIG WORKERS: psctl run in mode allreduce, 20 steps, bounded;
+# sets $job_rc and $job_dir.
+job() {
+  local name="$1" cfg="$2" workers="$3"
+  job_dir="$JOBS/$name"
+  step "job: $name ($workers workers, $(grep -o 'backend: [a-z]*' "$cfg"))"
+  timeout -s TERM 120 "$ROOT/psctl" run --bin "$BIN" --config "$cfg" --mode allreduce \
+    --workers "$workers" --steps 20 --out "$job_dir" > "$job_dir.out" 2>&1
+  job_rc=$?
+  tail -n 5 "$job_dir.out"
+  grep -h "compute backend\|all-reduce:\|fingerprint\|ERROR\|error" "$job_dir"/logs/worker-*.log 2>/dev/null
+  echo "exit $job_rc"
+}
+# A passing job: exit 0, every worker's log says done, one fingerprint.
+expect_ok() {
+  local name="$1" workers="$2"
+  ((job_rc == 0)) || { cat "$job_dir"/logs/*.log; fail "job $name exited $job_rc"; }
+  local done_count prints
+  done_count="$(grep -l " done$" "$job_dir"/logs/worker-*.log | wc -l)"
+  ((done_count == workers)) || fail "job $name: $done_count of $workers workers finished"
+  prints="$(grep -ho "fingerprint [0-9a-f]*" "$job_dir"/logs/worker-*.log | sort -u)"
+  [[ $(grep -c . <<<"$prints") -eq 1 ]] || fail "job $name: replica fingerprints differ: $prints"
+  echo "ok: $name ($prints)"
+}
+
+job nccl_1_rank "$config" 1
+expect_ok nccl_1_rank 1
+grep -q "nccl over 1 ranks" "$JOBS/nccl_1_rank"/logs/worker-0.log ||
+  fail "nccl_1_rank did not use NCCL"
+
+if ((gpus >= 2)); then
+  job nccl_2_ranks "$config" 2
+  expect_ok nccl_2_ranks 2
+  grep -q "CUDA device 1" "$JOBS/nccl_2_ranks"/logs/worker-1.log ||
+    fail "worker 1 is not on CUDA device 1"
+else
+  echo
+  echo "check.sh: one GPU: NCCL needs a distinct GPU per rank, so the 2-rank"
+  echo "NCCL job must fail fast and say so; two processes then share the GPU"
+  echo "over the gRPC ring."
+  job nccl_2_ranks_one_gpu "$config" 2
+  if ((job_rc == 0)); then
+    echo "note: this NCCL accepted two ranks on one GPU; the job passed"
+    expect_ok nccl_2_ranks_one_gpu 2
+  else
+    ((job_rc != 124)) || fail "the 2-rank NCCL job on one GPU hung (timeout)"
+    grep -q "NCCL needs a distinct GPU per rank" "$JOBS/nccl_2_ranks_one_gpu"/logs/worker-*.log ||
+      fail "the 2-rank NCCL job on one GPU failed without saying that NCCL needs distinct GPUs"
+    echo "ok: failed as expected, saying NCCL needs a distinct GPU per rank"
+  fi
+  job grpc_2_ranks_one_gpu "$grpc_config" 2
+  expect_ok grpc_2_ranks_one_gpu 2
 fi
 
 step "benchmark: cuda"
@@ -48,4 +143,5 @@ step "benchmark: cpu (small)"
 "$BIN/worker/mlp_benchmark" --device=cpu --sizes=512-1024-10:256 ||
   fail "cpu benchmark failed"
 
+rm -rf "$JOBS"
 printf '\ncheck.sh: OK\n'

@@ -1,22 +1,28 @@
 """Build rules for CUDA code: an nvcc macro and CPU/CUDA selection.
 
 CUDA code is built when the toolkit was found (@local_config_cuda) and the
-build is not `--config=nocuda` (--define=pstrain_cuda=off).
+build is not `--config=nocuda` (--define=pstrain_cuda=off). NCCL code is built
+when, in addition, NCCL was found (cuda_configure.bzl says where it looked).
 """
 
-load("@local_config_cuda//:defs.bzl", "CUDA_ENABLED", "NVCC")
+load(
+    "@local_config_cuda//:defs.bzl",
+    "CUDA_ENABLED",
+    "NCCL_ENABLED",
+    "NVCC",
+    "NVCC_ARCH_FLAGS",
+)
 
-# Hopper (H100/H200) machine code plus PTX that newer GPUs can JIT-compile.
+# Machine code for A100, L40S and H100/H200 plus compute_90 PTX that newer
+# GPUs can JIT-compile (those the local nvcc supports: NVCC_ARCH_FLAGS), and
+# line tables for profilers and compute-sanitizer (-lineinfo: no slowdown).
 NVCC_FLAGS = [
     "-O2",
     "-std=c++17",
+    "-lineinfo",
     "-Xcompiler",
     "-fPIC",
-    "-gencode",
-    "arch=compute_90,code=sm_90",
-    "-gencode",
-    "arch=compute_90,code=compute_90",
-]
+] + NVCC_ARCH_FLAGS
 
 _NOCUDA = "//third_party/cuda:nocuda"
 _UNSUPPORTED = ["//third_party/cuda:cuda_unsupported"]
@@ -26,6 +32,12 @@ def if_cuda(if_true, if_false = []):
     if not CUDA_ENABLED:
         return if_false
     return select({_NOCUDA: if_false, "//conditions:default": if_true})
+
+def if_nccl(if_true, if_false = []):
+    """`if_true` when CUDA code is built and NCCL was found, else `if_false`."""
+    if not NCCL_ENABLED:
+        return if_false
+    return if_cuda(if_true, if_false)
 
 def cuda_compatible():
     """target_compatible_with for targets that only build with CUDA, so that

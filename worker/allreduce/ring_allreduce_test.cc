@@ -298,8 +298,14 @@ TEST(NcclTest, FailedPreconditionWithoutGpu) {
   EXPECT_EQ(NewNcclUniqueId().status().code(),
             absl::StatusCode::kFailedPrecondition);
   absl::StatusOr<std::unique_ptr<AllReducer>> nccl = CreateNcclAllReducer(
-      backend->get(), 0, 2, std::string(128, '\0'), absl::Seconds(1));
+      std::move(*backend), 0, 2, std::string(128, '\0'), absl::Seconds(1));
   EXPECT_EQ(nccl.status().code(), absl::StatusCode::kFailedPrecondition);
+  if (!BuiltWithNccl()) {
+    // The stub says why NCCL is missing (the build's note: no toolkit, or
+    // no nccl.h where cuda_configure.bzl looked, or disabled).
+    EXPECT_TRUE(absl::StrContains(nccl.status().message(), "without NCCL"))
+        << nccl.status();
+  }
   std::printf("without a GPU: %s\n", nccl.status().ToString().c_str());
 }
 

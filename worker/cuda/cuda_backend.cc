@@ -83,10 +83,13 @@ class CudaBackend : public ComputeBackend {
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
-  // Releases what Init acquired (also after a failed Init). Errors are
-  // ignored: there is no one left to tell.
+  // Releases what Init acquired (also after a failed Init), on the
+  // backend's device: this thread's current device may be another. Errors
+  // are ignored: there is no one left to tell.
   ~CudaBackend() override {
+    cudaSetDevice(device_);
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    cudaFree(column_scratch_);
     cudaFree(sum_device_);
     cudaFreeHost(sum_host_);
     for (int h = 0; h < 2; ++h) {
@@ -103,11 +106,16 @@ class CudaBackend : public ComputeBackend {
     PS_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
     cudaDeviceProp prop;
     PS_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device_));
-    name_ = absl::StrCat("cuda (", prop.name, ", cuBLAS)");
+    name_ =
+        absl::StrCat("cuda (", prop.name, ", device ", device_, ", cuBLAS)");
     PS_CUDA_RETURN_IF_ERROR(
         cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     PS_CUBLAS_RETURN_IF_ERROR(cublasCreate(&cublas_));
     PS_CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, stream_));
+    // Full fp32 whatever the defaults (see cuda_backend.h): pedantic math
+    // prescribes fp32 compute in every phase, so neither TF32 nor an fp32
+    // emulation switched on by the environment can change the products.
+    PS_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH));
     for (int h = 0; h < 2; ++h) {
       PS_CUDA_RETURN_IF_ERROR(
           cudaMallocHost(&staging_[h], kStagingFloats * sizeof(float)));
@@ -120,6 +128,8 @@ class CudaBackend : public ComputeBackend {
   }
 
   std::string name() const override { return name_; }
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
 
   // Chunks go through the two pinned halves in turn, so the host copy into
   // one half overlaps the DMA out of the other.
@@ -142,12 +152,20 @@ class CudaBackend : public ComputeBackend {
     return absl::OkStatus();
   }
 
-  // Chunk c + 1 is in flight while the host copies chunk c out.
+  // Into pinned memory: one DMA straight to `dst`. Otherwise through the
+  // staging halves: chunk c + 1 is in flight while the host copies chunk c
+  // out.
   absl::Status CopyToHost(const DeviceBuffer& src, int64_t n,
                           float* dst) override {
     PS_RETURN_IF_ERROR(CheckSize("CopyToHost", "src", src, n));
     PS_RETURN_IF_ERROR(Enter());
     if (n == 0) return Synchronize();
+    if (IsPinnedHost(dst)) {
+      PS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+          dst, src.data(), n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+      PS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+      return absl::OkStatus();
+    }
     const int64_t chunks = (n + kStagingFloats - 1) / kStagingFloats;
     auto enqueue = [&](int64_t c) -> absl::Status {
       const int64_t off = c * kStagingFloats;
@@ -268,8 +286,10 @@ class CudaBackend : public ComputeBackend {
     PS_RETURN_IF_ERROR(CheckMatrix("ColumnSum", "x", x, rows, cols));
     PS_RETURN_IF_ERROR(CheckSize("ColumnSum", "out", *out, cols));
     PS_RETURN_IF_ERROR(Enter());
-    PS_CUDA_RETURN_IF_ERROR(
-        cuda::LaunchColumnSum(rows, cols, x.data(), out->data(), stream_));
+    PS_RETURN_IF_ERROR(
+        ReserveColumnScratch(cuda::ColumnSumScratchFloats(rows, cols)));
+    PS_CUDA_RETURN_IF_ERROR(cuda::LaunchColumnSum(
+        rows, cols, x.data(), out->data(), column_scratch_, stream_));
     return absl::OkStatus();
   }
 
@@ -316,6 +336,31 @@ class CudaBackend : public ComputeBackend {
     return absl::OkStatus();
   }
 
+  // True when `p` is page-locked host memory (cudaMallocHost,
+  // cudaHostRegister) that the GPU can DMA to directly. Pageable memory is
+  // cudaMemoryTypeUnregistered (CUDA 11+) or an error (older runtimes).
+  static bool IsPinnedHost(const void* p) {
+    cudaPointerAttributes attr;
+    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return attr.type == cudaMemoryTypeHost;
+  }
+
+  // column_scratch_ holds at least `floats` floats (grown, never shrunk).
+  // cudaFree waits for the queued work that may still read the old one.
+  absl::Status ReserveColumnScratch(int64_t floats) {
+    if (floats <= column_scratch_floats_) return absl::OkStatus();
+    PS_CUDA_RETURN_IF_ERROR(cudaFree(column_scratch_));
+    column_scratch_ = nullptr;
+    column_scratch_floats_ = 0;
+    PS_CUDA_RETURN_IF_ERROR(
+        cudaMalloc(&column_scratch_, floats * sizeof(float)));
+    column_scratch_floats_ = floats;
+    return absl::OkStatus();
+  }
+
   int device_ = 0;
   std::string name_;
   cudaStream_t stream_ = nullptr;
@@ -324,7 +369,9 @@ class CudaBackend : public ComputeBackend {
   cudaEvent_t staging_free_[2] = {nullptr, nullptr};
   int next_half_ = 0;
   double* sum_device_ = nullptr;
-  double* sum_host_ = nullptr;  // pinned
+  double* sum_host_ = nullptr;       // pinned
+  float* column_scratch_ = nullptr;  // ColumnSum's partial rows
+  int64_t column_scratch_floats_ = 0;
 };
 
 }  // namespace
@@ -345,11 +392,33 @@ absl::Status CudaAvailable() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend() {
+absl::StatusOr<int> CudaDeviceCount() {
   PS_RETURN_IF_ERROR(CudaAvailable());
+  int count = 0;
+  PS_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
+  return count;
+}
+
+absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(int device) {
+  PS_ASSIGN_OR_RETURN(const int count, CudaDeviceCount());
+  if (device < 0 || device >= count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA device ", device, " requested, but ", count,
+                     " device(s) are visible (ordinals 0..", count - 1,
+                     ", after CUDA_VISIBLE_DEVICES)"));
+  }
   auto backend = std::make_unique<CudaBackend>();
-  PS_RETURN_IF_ERROR(backend->Init(/*device=*/0));
+  PS_RETURN_IF_ERROR(backend->Init(device));
   return std::unique_ptr<ComputeBackend>(std::move(backend));
+}
+
+absl::StatusOr<CudaPlacement> CudaPlacementOf(const ComputeBackend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  if (cuda == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("not a CUDA backend: ", backend.name()));
+  }
+  return CudaPlacement{cuda->device(), cuda->stream()};
 }
 
 }  // namespace pstrain

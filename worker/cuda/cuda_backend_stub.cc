@@ -14,7 +14,13 @@ absl::Status BuiltWithoutCuda() {
 
 absl::Status CudaAvailable() { return BuiltWithoutCuda(); }
 
-absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend() {
+absl::StatusOr<int> CudaDeviceCount() { return BuiltWithoutCuda(); }
+
+absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(int) {
+  return BuiltWithoutCuda();
+}
+
+absl::StatusOr<CudaPlacement> CudaPlacementOf(const ComputeBackend&) {
   return BuiltWithoutCuda();
 }
 

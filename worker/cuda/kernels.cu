@@ -1,6 +1,7 @@
 #include <cstdint>
 
 #include "worker/cuda/kernels.h"
+#include "worker/cuda/softmax_formula.h"
 
 namespace pstrain {
 namespace cuda {
@@ -16,6 +17,17 @@ int Blocks(int64_t n) {
   return static_cast<int>(blocks < 65536 ? blocks : 65536);
 }
 
+// Blocks for `threads` threads in blocks of kThreads, no grid-stride loop.
+unsigned int BlocksFor(int64_t threads) {
+  return static_cast<unsigned int>((threads + kThreads - 1) / kThreads);
+}
+
+// A failed cudaStreamQuery (cudaErrorNotReady) or another non-sticky error
+// of an earlier call may still sit in this thread's last-error slot; the
+// launch check below must only see the launch's own error. Sticky errors
+// (a kernel fault) are not cleared by this and surface again.
+void ClearStaleError() { (void)cudaGetLastError(); }
+
 __device__ int64_t GlobalIndex() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
@@ -23,19 +35,24 @@ __device__ int64_t GridStride() {
   return static_cast<int64_t>(gridDim.x) * blockDim.x;
 }
 
-__device__ float WarpMax(float v) {
-  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(~0u, v, o));
-  return v;
-}
 __device__ float WarpSum(float v) {
   for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(~0u, v, o);
   return v;
 }
 
-__global__ void BiasAddKernel(int64_t rows, int64_t cols, const float* bias,
+// z[k] += bias[k mod cols] for k < n. The column advances by the stride's
+// remainder each iteration: two 64-bit divisions per thread, none per
+// element.
+__global__ void BiasAddKernel(int64_t n, int64_t cols, const float* bias,
                               float* z) {
-  for (int64_t k = GlobalIndex(); k < rows * cols; k += GridStride()) {
-    z[k] += bias[k % cols];
+  const int64_t stride = GridStride();
+  const int64_t step = stride % cols;
+  int64_t k = GlobalIndex();
+  int64_t j = k % cols;
+  for (; k < n; k += stride) {
+    z[k] += bias[j];
+    j += step;
+    if (j >= cols) j -= cols;
   }
 }
 
@@ -83,64 +100,104 @@ __global__ void ActivationBackwardKernel(KernelActivation act, int64_t n,
   }
 }
 
-// One warp per row: max, then the sum of exp(z - max), by warp shuffles.
+// One warp per row: the row's maximum and its first index by warp shuffles,
+// then rest = sum of exp(z - max) over the other entries, then the loss and
+// probabilities of softmax_formula.h.
 __global__ void SoftmaxCrossEntropyKernel(int64_t rows, int64_t cols,
                                           const float* logits,
                                           const float* labels, float scale,
                                           float* losses, float* dlogits) {
   const int64_t row = GlobalIndex() / 32;
   const int lane = threadIdx.x % 32;
-  if (row >= rows) return;
+  if (row >= rows) return;  // the whole warp: rows are per warp
   const float* z = logits + row * cols;
+  constexpr long long kNone = 0x7fffffffffffffffLL;
   float max = -INFINITY;
-  for (int64_t j = lane; j < cols; j += 32) max = fmaxf(max, z[j]);
-  max = WarpMax(max);
-  float sum = 0;
-  for (int64_t j = lane; j < cols; j += 32) sum += expf(z[j] - max);
-  sum = WarpSum(sum);
+  long long arg = kNone;
+  for (int64_t j = lane; j < cols; j += 32) {
+    if (arg == kNone || z[j] > max) {
+      max = z[j];
+      arg = j;
+    }
+  }
+  for (int o = 16; o > 0; o /= 2) {
+    const float other_max = __shfl_xor_sync(~0u, max, o);
+    const long long other_arg = __shfl_xor_sync(~0u, arg, o);
+    if (other_max > max || (other_max == max && other_arg < arg)) {
+      max = other_max;
+      arg = other_arg;
+    }
+  }
+  // With NaN logits the lanes may disagree: every lane takes lane 0's.
+  max = __shfl_sync(~0u, max, 0);
+  arg = __shfl_sync(~0u, arg, 0);
+  float rest = 0;
+  for (int64_t j = lane; j < cols; j += 32) {
+    if (j != arg) rest += expf(z[j] - max);
+  }
+  rest = WarpSum(rest);
   const int64_t y = static_cast<int64_t>(labels[row]);
-  if (lane == 0) losses[row] = logf(sum) + max - z[y];
+  if (lane == 0) losses[row] = SoftmaxCrossEntropyLoss(max, z[y], rest);
   if (dlogits == nullptr) return;
   for (int64_t j = lane; j < cols; j += 32) {
     dlogits[row * cols + j] =
-        scale * (expf(z[j] - max) / sum - (j == y ? 1.0f : 0.0f));
+        scale * (SoftmaxProbability(z[j], max, rest) - (j == y ? 1.0f : 0.0f));
   }
 }
 
-// One thread per row (output widths are small).
-__global__ void SquaredErrorKernel(int64_t rows, int64_t cols,
+// `group` adjacent lanes (a power of two <= 32) per row, so that the lanes
+// of a warp read adjacent addresses (coalesced) for any width; the group's
+// partial losses (double, like the CPU twin) are combined by shuffles within
+// the group. Every lane takes part in the shuffles, in range or not.
+__global__ void SquaredErrorKernel(int64_t rows, int64_t cols, int group,
                                    const float* outputs, const float* labels,
                                    float scale, float* losses,
                                    float* doutputs) {
-  for (int64_t i = GlobalIndex(); i < rows; i += GridStride()) {
-    const float label = labels[i];
-    double loss = 0;
-    for (int64_t j = 0; j < cols; ++j) {
+  const int64_t thread = GlobalIndex();
+  const int64_t row = thread / group;
+  const int lane = static_cast<int>(thread % group);
+  const bool active = row < rows;
+  double loss = 0;
+  if (active) {
+    const float label = labels[row];
+    for (int64_t j = lane; j < cols; j += group) {
       const float target =
           cols == 1 ? label : (j == static_cast<int64_t>(label) ? 1.0f : 0);
-      const float d = outputs[i * cols + j] - target;
+      const float d = outputs[row * cols + j] - target;
       loss += 0.5 * d * d;
-      if (doutputs != nullptr) doutputs[i * cols + j] = scale * d;
+      if (doutputs != nullptr) doutputs[row * cols + j] = scale * d;
     }
-    losses[i] = static_cast<float>(loss);
   }
+  for (int o = group / 2; o > 0; o /= 2) {
+    loss += __shfl_xor_sync(~0u, loss, o);
+  }
+  if (active && lane == 0) losses[row] = static_cast<float>(loss);
 }
 
-// Block (32, 8): 32 adjacent columns (coalesced reads), 8 row strides,
-// combined in shared memory. Deterministic: no atomics.
-__global__ void ColumnSumKernel(int64_t rows, int64_t cols, const float* x,
+// Block (32, 8): 32 adjacent columns (coalesced reads) of the rows
+// [blockIdx.y * rows_per_chunk, + rows_per_chunk), threadIdx.y striding the
+// rows; the 8 partial sums are combined in shared memory in a fixed order
+// and written to out[blockIdx.y * cols + col]. Deterministic: the partition
+// depends only on the sizes, no atomics.
+__global__ void ColumnSumKernel(int64_t rows, int64_t cols,
+                                int64_t rows_per_chunk, const float* x,
                                 float* out) {
   __shared__ float partial[8][33];
   const int64_t col = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  const int64_t begin = static_cast<int64_t>(blockIdx.y) * rows_per_chunk;
+  const int64_t end =
+      rows - begin < rows_per_chunk ? rows : begin + rows_per_chunk;
   float sum = 0;
   if (col < cols) {
-    for (int64_t i = threadIdx.y; i < rows; i += 8) sum += x[i * cols + col];
+    for (int64_t i = begin + threadIdx.y; i < end; i += 8) {
+      sum += x[i * cols + col];
+    }
   }
   partial[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
   if (threadIdx.y == 0 && col < cols) {
     for (int r = 1; r < 8; ++r) sum += partial[r][threadIdx.x];
-    out[col] = sum;
+    out[static_cast<int64_t>(blockIdx.y) * cols + col] = sum;
   }
 }
 
@@ -158,13 +215,28 @@ __global__ void SumKernel(int64_t n, const float* x, double* out) {
   if (threadIdx.x == 0) *out = partial[0];
 }
 
+// Column sums: rows per block of the first pass, and the most row chunks
+// (about 1024 blocks in all: several per SM on the largest GPUs).
+constexpr int64_t kColumnSumRowsPerChunk = 256;
+constexpr int64_t kColumnSumMaxBlocks = 1024;
+
+int64_t ColumnSumChunks(int64_t rows, int64_t cols) {
+  const int64_t col_blocks = (cols + 31) / 32;
+  int64_t chunks = (rows + kColumnSumRowsPerChunk - 1) / kColumnSumRowsPerChunk;
+  int64_t most = kColumnSumMaxBlocks / (col_blocks > 0 ? col_blocks : 1);
+  if (most > 65535) most = 65535;  // gridDim.y
+  if (chunks > most) chunks = most;
+  return chunks > 1 ? chunks : 1;
+}
+
 }  // namespace
 
 cudaError_t LaunchBiasAdd(int64_t rows, int64_t cols, const float* bias,
                           float* z, cudaStream_t stream) {
   if (rows * cols == 0) return cudaSuccess;
-  BiasAddKernel<<<Blocks(rows * cols), kThreads, 0, stream>>>(rows, cols, bias,
-                                                              z);
+  ClearStaleError();
+  BiasAddKernel<<<Blocks(rows * cols), kThreads, 0, stream>>>(rows * cols, cols,
+                                                              bias, z);
   return cudaGetLastError();
 }
 
@@ -172,6 +244,7 @@ cudaError_t LaunchActivationForward(KernelActivation act, int64_t n,
                                     const float* z, float* a,
                                     cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
+  ClearStaleError();
   ActivationForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(act, n, z, a);
   return cudaGetLastError();
 }
@@ -180,6 +253,7 @@ cudaError_t LaunchActivationBackward(KernelActivation act, int64_t n,
                                      const float* z, const float* a,
                                      float* delta, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
+  ClearStaleError();
   ActivationBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(act, n, z, a,
                                                                delta);
   return cudaGetLastError();
@@ -190,8 +264,8 @@ cudaError_t LaunchSoftmaxCrossEntropy(int64_t rows, int64_t cols,
                                       float grad_scale, float* losses,
                                       float* dlogits, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  const int64_t blocks = (rows * 32 + kThreads - 1) / kThreads;
-  SoftmaxCrossEntropyKernel<<<blocks, kThreads, 0, stream>>>(
+  ClearStaleError();
+  SoftmaxCrossEntropyKernel<<<BlocksFor(rows * 32), kThreads, 0, stream>>>(
       rows, cols, logits, labels, grad_scale, losses, dlogits);
   return cudaGetLastError();
 }
@@ -201,21 +275,44 @@ cudaError_t LaunchSquaredError(int64_t rows, int64_t cols, const float* outputs,
                                float* losses, float* doutputs,
                                cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  SquaredErrorKernel<<<Blocks(rows), kThreads, 0, stream>>>(
-      rows, cols, outputs, labels, grad_scale, losses, doutputs);
+  int group = 1;
+  while (group < 32 && group < cols) group *= 2;
+  ClearStaleError();
+  SquaredErrorKernel<<<BlocksFor(rows * group), kThreads, 0, stream>>>(
+      rows, cols, group, outputs, labels, grad_scale, losses, doutputs);
   return cudaGetLastError();
 }
 
+int64_t ColumnSumScratchFloats(int64_t rows, int64_t cols) {
+  const int64_t chunks = ColumnSumChunks(rows, cols);
+  return chunks > 1 ? chunks * cols : 0;
+}
+
 cudaError_t LaunchColumnSum(int64_t rows, int64_t cols, const float* x,
-                            float* out, cudaStream_t stream) {
+                            float* out, float* scratch, cudaStream_t stream) {
   if (cols == 0) return cudaSuccess;
-  const int64_t blocks = (cols + 31) / 32;
-  ColumnSumKernel<<<blocks, dim3(32, 8), 0, stream>>>(rows, cols, x, out);
+  const dim3 block(32, 8);
+  const unsigned int col_blocks = static_cast<unsigned int>((cols + 31) / 32);
+  const int64_t chunks = ColumnSumChunks(rows, cols);
+  ClearStaleError();
+  if (chunks == 1) {
+    ColumnSumKernel<<<dim3(col_blocks, 1), block, 0, stream>>>(rows, cols, rows,
+                                                               x, out);
+    return cudaGetLastError();
+  }
+  const int64_t per_chunk = (rows + chunks - 1) / chunks;
+  ColumnSumKernel<<<dim3(col_blocks, static_cast<unsigned int>(chunks)), block,
+                    0, stream>>>(rows, cols, per_chunk, x, scratch);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  ColumnSumKernel<<<dim3(col_blocks, 1), block, 0, stream>>>(
+      chunks, cols, chunks, scratch, out);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchSum(int64_t n, const float* x, double* out,
                       cudaStream_t stream) {
+  ClearStaleError();
   SumKernel<<<1, kThreads, 0, stream>>>(n, x, out);
   return cudaGetLastError();
 }

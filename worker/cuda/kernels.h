@@ -1,9 +1,11 @@
 // The CUDA kernels of the CUDA backend (kernels.cu, built by nvcc). Each
 // function enqueues its kernel on `stream` and returns the launch error
-// (cudaGetLastError); failures while the kernel runs surface at a later
-// synchronising call. Pointers are device pointers; sizes are unchecked here
-// (CudaBackend checks them). Semantics are those of ComputeBackend's methods
-// of the same names.
+// (cudaGetLastError, after clearing any stale error a previous call left in
+// the thread's last-error slot, e.g. cudaErrorNotReady from a stream query);
+// failures while the kernel runs surface at a later synchronising call.
+// Pointers are device pointers; sizes are unchecked here (CudaBackend checks
+// them). Semantics are those of ComputeBackend's methods of the same names.
+// Every kernel is deterministic (fixed reduction orders, no atomics).
 #ifndef PSTRAIN_WORKER_CUDA_KERNELS_H_
 #define PSTRAIN_WORKER_CUDA_KERNELS_H_
 
@@ -34,8 +36,14 @@ cudaError_t LaunchSquaredError(int64_t rows, int64_t cols, const float* outputs,
                                const float* labels, float grad_scale,
                                float* losses, float* doutputs,
                                cudaStream_t stream);
+// Floats of device scratch that LaunchColumnSum needs for a rows x cols
+// matrix (0 when one pass suffices).
+int64_t ColumnSumScratchFloats(int64_t rows, int64_t cols);
+// Column sums in two passes when the matrix is tall: blocks sum fixed row
+// ranges into `scratch` (ColumnSumScratchFloats floats; may be null when
+// that is 0), then one pass sums the partial rows in order.
 cudaError_t LaunchColumnSum(int64_t rows, int64_t cols, const float* x,
-                            float* out, cudaStream_t stream);
+                            float* out, float* scratch, cudaStream_t stream);
 // *out = sum of x[0, n) in double.
 cudaError_t LaunchSum(int64_t n, const float* x, double* out,
                       cudaStream_t stream);
