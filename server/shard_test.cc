@@ -63,10 +63,8 @@ std::unique_ptr<Shard> MakeShard(const JobConfig& config) {
   absl::StatusOr<pstrain::v1::JobSpec> job = MakeJobSpec(config);
   EXPECT_TRUE(job.ok()) << job.status();
   if (!job.ok()) return nullptr;
-  ShardOptions options;
-  options.shard_id = 0;
-  options.job = *job;
-  absl::StatusOr<std::unique_ptr<Shard>> shard = Shard::Create(options);
+  absl::StatusOr<std::unique_ptr<Shard>> shard =
+      Shard::Create(ShardOptionsFromJob(*job, 0));
   EXPECT_TRUE(shard.ok()) << shard.status();
   if (!shard.ok()) return nullptr;
   return *std::move(shard);
@@ -585,13 +583,19 @@ TEST(BackupWorkersTest, StepAppliesWithFirstNMinusBAndDropsTheLatePush) {
   EXPECT_EQ(stats.staleness_max(), 0u);
   EXPECT_THAT(stats.staleness_histogram(), ::testing::ElementsAre(4));
 
-  // Its clock advanced: it pulls clock 1 without waiting, and a replay of
-  // clock 0 is now rejected like any wrong clock.
+  // Its clock advanced: it pulls clock 1 without waiting. A retry of the
+  // same push gets the same answer (idempotent, issue 11); another push for
+  // clock 0 is rejected like any wrong clock.
   const PullResult next = MustPull(*shard, 1, 1);
   EXPECT_EQ(next.version, 1u);
   EXPECT_EQ(next.min_clock, 1u);
   EXPECT_TRUE(BitIdentical(next.values, w1));
-  absl::StatusOr<PushResult> replay = PushGrad(*shard, 1, 0, 0, 2, late_grad);
+  absl::StatusOr<PushResult> retry = PushGrad(*shard, 1, 0, 0, 2, late_grad);
+  ASSERT_TRUE(retry.ok()) << retry.status();
+  EXPECT_TRUE(retry->dropped);
+  EXPECT_EQ(retry->version, 1u);
+  EXPECT_EQ(shard->Stats().pushes(), 4u);
+  absl::StatusOr<PushResult> replay = PushGrad(*shard, 1, 0, 0, 3, late_grad);
   ASSERT_FALSE(replay.ok());
   EXPECT_EQ(replay.status().code(), absl::StatusCode::kFailedPrecondition);
 
@@ -730,9 +734,8 @@ TEST(ShardRulesTest, CreateRejectsRulesOutsideTheirMode) {
     job->set_backup_workers(c.backup_workers);
     job->set_staleness_aware_lr(c.staleness_aware_lr);
     job->set_dc_lambda(c.dc_lambda);
-    ShardOptions options;
-    options.job = *job;
-    absl::StatusOr<std::unique_ptr<Shard>> shard = Shard::Create(options);
+    absl::StatusOr<std::unique_ptr<Shard>> shard =
+        Shard::Create(ShardOptionsFromJob(*job, 0));
     ASSERT_FALSE(shard.ok());
     EXPECT_EQ(shard.status().code(), absl::StatusCode::kInvalidArgument);
   }
