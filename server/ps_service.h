@@ -1,5 +1,18 @@
 // gRPC face of a parameter-server shard: stream framing, byte accounting and
 // the absl -> gRPC status mapping. The logic lives in Shard.
+//
+// Push is a raw callback method (a reactor per stream, no thread per call):
+// it parses each frame itself, so an undecodable frame is an error rather
+// than an end of stream. A push reaches the shard only after a clean
+// half-close; a stream that is cancelled, exceeds its deadline or carries an
+// undecodable frame changes nothing and fails (CANCELLED /
+// INVALID_ARGUMENT). Every stream's buffer is bounded by what the shard can
+// legitimately receive (Shard::max_push_bytes(), max_push_messages()): a
+// stream beyond it is RESOURCE_EXHAUSTED / INVALID_ARGUMENT at once, before
+// the rest is read.
+//
+// Pull serialises straight from the shard's pinned chunk buffers
+// (Shard::PullWeights), one message of at most 4 MiB of chunks at a time.
 #ifndef PSTRAIN_SERVER_PS_SERVICE_H_
 #define PSTRAIN_SERVER_PS_SERVICE_H_
 
@@ -27,7 +40,8 @@ struct PsServiceOptions {
 // ("shard not initialised"), so the server can listen (and report health)
 // before the job's shard map is known.
 class ParameterServerService final
-    : public pstrain::v1::ParameterServer::Service {
+    : public pstrain::v1::ParameterServer::WithRawCallbackMethod_Push<
+          pstrain::v1::ParameterServer::Service> {
  public:
   explicit ParameterServerService(PsServiceOptions options);
 
@@ -38,9 +52,9 @@ class ParameterServerService final
   uint64_t bytes_in() const { return bytes_in_.load(); }
   uint64_t bytes_out() const { return bytes_out_.load(); }
 
-  grpc::Status Push(grpc::ServerContext* context,
-                    grpc::ServerReader<pstrain::v1::PushRequest>* reader,
-                    pstrain::v1::PushResponse* response) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* Push(
+      grpc::CallbackServerContext* context,
+      grpc::ByteBuffer* response) override;
   grpc::Status Pull(
       grpc::ServerContext* context, const pstrain::v1::PullRequest* request,
       grpc::ServerWriter<pstrain::v1::PullResponse>* writer) override;
@@ -52,6 +66,7 @@ class ParameterServerService final
                         pstrain::v1::ShutdownResponse* response) override;
 
  private:
+  friend class PushReactor;
   std::shared_ptr<Shard> shard() const;
 
   // Null when options.metrics is null.
