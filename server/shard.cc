@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
@@ -32,6 +33,8 @@ constexpr int kMaxExponent = 1000;
 // Per-chunk framing allowance of a push stream (field tags, index, shape).
 constexpr uint64_t kChunkOverheadBytes = 64;
 constexpr uint64_t kStreamOverheadBytes = 4096;
+// Below this many elements a shard applies updates on one thread.
+constexpr uint64_t kParallelElements = 256 * 1024;
 
 int CeilLog2(uint32_t n) {
   int bits = 0;
@@ -56,6 +59,89 @@ uint64_t Fingerprint(const PushHeader& h,
   return fp;
 }
 }  // namespace
+
+// A fixed set of helper threads that, with the caller, run the tasks of one
+// ParallelFor at a time. Threads start in Start and stop in the destructor.
+class ChunkPool {
+ public:
+  static std::unique_ptr<ChunkPool> Start(int threads) {
+    std::unique_ptr<ChunkPool> pool(new ChunkPool(threads));
+    for (int slot = 1; slot < threads; ++slot) {
+      pool->helpers_.emplace_back([p = pool.get(), slot] { p->Loop(slot); });
+    }
+    return pool;
+  }
+
+  ~ChunkPool() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    for (std::thread& t : helpers_) t.join();
+  }
+
+  int threads() const { return threads_; }
+
+  // Runs fn(task, slot) for every task in [0, n); slot < threads() names
+  // the thread. One call at a time.
+  void ParallelFor(size_t n, const std::function<void(size_t, int)>& fn) {
+    {
+      absl::MutexLock lock(&mu_);
+      fn_ = &fn;
+      n_ = n;
+      next_.store(0, std::memory_order_relaxed);
+      running_ = static_cast<int>(helpers_.size());
+      ++generation_;
+    }
+    RunTasks(0);
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](int* running) { return *running == 0; }, &running_));
+    fn_ = nullptr;
+  }
+
+ private:
+  explicit ChunkPool(int threads) : threads_(threads) {}
+
+  void Loop(int slot) {
+    uint64_t seen = 0;
+    while (true) {
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stop_ || generation_ != seen;
+        };
+        mu_.Await(absl::Condition(&ready));
+        if (stop_) return;
+        seen = generation_;
+      }
+      RunTasks(slot);
+      absl::MutexLock lock(&mu_);
+      --running_;
+    }
+  }
+
+  void RunTasks(int slot) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    // fn_ and n_ were published under mu_ before this round started.
+    for (size_t i = next_.fetch_add(1); i < n_; i = next_.fetch_add(1)) {
+      (*fn_)(i, slot);
+    }
+  }
+
+  const int threads_;
+  std::vector<std::thread> helpers_;
+  absl::Mutex mu_;
+  const std::function<void(size_t, int)>* fn_ ABSL_GUARDED_BY(mu_) = nullptr;
+  size_t n_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<size_t> next_{0};
+  int running_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+Shard::Shard(ShardOptions options) : options_(std::move(options)) {}
+
+Shard::~Shard() = default;
 
 ShardOptions ShardOptionsFromJob(const pstrain::v1::JobSpec& job,
                                  uint32_t shard_id) {
@@ -136,6 +222,14 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(ShardOptions options) {
         c.length() * sizeof(float) + c.tensor().size() + kChunkOverheadBytes;
   }
   shard->max_push_bytes_ += kStreamOverheadBytes;
+  int threads = shard->options_.apply_threads;
+  if (threads <= 0) {
+    threads = shard->num_elements_ < kParallelElements
+                  ? 1
+                  : std::clamp<int>(std::thread::hardware_concurrency(), 1, 4);
+  }
+  threads = std::min<int>(threads, shard->chunks_.size());
+  if (threads > 1) shard->pool_ = ChunkPool::Start(threads);
   const uint32_t n = shard->num_workers();
   shard->accumulator_bits_ = 62 - CeilLog2(n);
 
@@ -156,7 +250,7 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(ShardOptions options) {
     shard->chunk_exponent_.assign(shard->chunks_.size(), kInitialExponent);
     shard->chunk_max_.assign(shard->chunks_.size(), 0.0);
   }
-  shard->scratch_.resize(shard->max_chunk_length_);
+  shard->scratch_.assign(threads, std::vector<float>(shard->max_chunk_length_));
   shard->read_weights_.resize(n);
   shard->staleness_hist_.assign(kHistogramBuckets, 0);
   return shard;
@@ -258,7 +352,8 @@ absl::StatusOr<PushResult> Shard::Push(
 void Shard::RecordLocked(const std::vector<const ChunkData*>& ordered,
                          uint64_t num_samples, PushResult* result) {
   const double n = static_cast<double>(num_samples);
-  for (size_t k = 0; k < chunks_.size(); ++k) {
+  std::vector<uint64_t> clipped(chunks_.size(), 0);
+  ForEachChunkLocked([&](size_t k, int) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     const LocalChunk& lc = chunks_[k];
     const int e = chunk_exponent_[k];
     const int lsb = e - accumulator_bits_;
@@ -276,23 +371,24 @@ void Shard::RecordLocked(const std::vector<const ChunkData*>& ordered,
       max_abs = std::max(max_abs, ax);
       if (ax >= limit) {
         x = std::copysign(largest, x);
-        ++clipped_;
+        ++clipped[k];
       }
       acc[i] += std::llrint(x * to_fixed);
     }
     chunk_max_[k] = max_abs;
-  }
+  });
+  for (uint64_t c : clipped) clipped_ += c;
   pending_samples_ += n;
   ++pending_count_;
   if (!rule_->StepComplete(pending_count_)) return;
 
   const absl::Time start = absl::Now();
-  for (size_t k = 0; k < chunks_.size(); ++k) {
+  ForEachChunkLocked([&](size_t k, int slot) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     const LocalChunk& lc = chunks_[k];
     const double from_fixed =
         std::ldexp(1.0, chunk_exponent_[k] - accumulator_bits_);
     int64_t* acc = accumulator_.data() + lc.local_offset;
-    float* g = scratch_.data();
+    float* g = scratch_[slot].data();
     for (uint64_t i = 0; i < lc.length; ++i) {
       g[i] = static_cast<float>(static_cast<double>(acc[i]) * from_fixed /
                                 pending_samples_);
@@ -302,7 +398,7 @@ void Shard::RecordLocked(const std::vector<const ChunkData*>& ordered,
                       slots_[k].data(), lc.length);
     chunk_exponent_[k] = NextExponent(chunk_max_[k], chunk_exponent_[k]);
     chunk_max_[k] = 0;
-  }
+  });
   ++version_;
   result->apply_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   result->applied = true;
@@ -317,9 +413,9 @@ void Shard::ApplyPushLocked(uint32_t worker,
   const std::vector<float>& read = read_weights_[worker];
   const bool compensate = rule_->dc_lambda() > 0 && !read.empty();
   const float lambda = static_cast<float>(rule_->dc_lambda());
-  for (size_t k = 0; k < chunks_.size(); ++k) {
+  ForEachChunkLocked([&](size_t k, int slot) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     const LocalChunk& lc = chunks_[k];
-    float* g = scratch_.data();
+    float* g = scratch_[slot].data();
     std::memcpy(g, ordered[k]->data().data(), lc.length * sizeof(float));
     float* w = MutableChunkLocked(k);
     if (compensate) {
@@ -333,7 +429,7 @@ void Shard::ApplyPushLocked(uint32_t worker,
     }
     optimizer_->Apply(decision.schedule_step, version_, w, g, slots_[k].data(),
                       lc.length, decision.lr_scale);
-  }
+  });
   ++version_;
   result->apply_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   result->applied = true;
@@ -347,6 +443,14 @@ float* Shard::MutableChunkLocked(size_t i) {
     weights_[i] = std::move(fresh);
   }
   return weights_[i]->values.data();
+}
+
+void Shard::ForEachChunkLocked(const std::function<void(size_t, int)>& fn) {
+  if (pool_ == nullptr) {
+    for (size_t k = 0; k < chunks_.size(); ++k) fn(k, 0);
+    return;
+  }
+  pool_->ParallelFor(chunks_.size(), fn);
 }
 
 void Shard::RecordStalenessLocked(uint64_t staleness) {

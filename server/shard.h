@@ -81,6 +81,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -106,6 +107,10 @@ struct ShardOptions {
   pstrain::v1::ShardMap shard_map;
   pstrain::v1::OptimizerConfig optimizer;
   ConsistencyOptions rule;  // num_workers included
+  // Threads that apply an update across chunks (the caller included), at
+  // most one per chunk; 0 picks min(4, hardware threads), or one for shards
+  // under 256 Ki elements. Results do not depend on it (bit for bit).
+  int apply_threads = 0;
 };
 
 // The options of shard `shard_id` of `job`.
@@ -167,6 +172,8 @@ struct LocalChunk {
   uint64_t local_offset = 0;  // into the shard's flat layout
 };
 
+class ChunkPool;  // shard.cc: a fixed set of threads for per-chunk work
+
 class Shard {
  public:
   // Builds the shard's chunks from options.shard_map, initialises the
@@ -177,6 +184,7 @@ class Shard {
 
   Shard(const Shard&) = delete;
   Shard& operator=(const Shard&) = delete;
+  ~Shard();
 
   // Immutable after Create.
   const std::vector<LocalChunk>& chunks() const { return chunks_; }
@@ -213,7 +221,7 @@ class Shard {
   void Close();
 
  private:
-  explicit Shard(ShardOptions options) : options_(std::move(options)) {}
+  explicit Shard(ShardOptions options);
 
   // Stateless checks (nothing is copied); on success `ordered[i]` is the
   // push's chunk for chunks()[i].
@@ -236,7 +244,12 @@ class Shard {
       const PushDecision& decision, PushResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Chunk i's weights for writing (copied first if a pull holds them).
+  // Safe to call for different chunks at once.
   float* MutableChunkLocked(size_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs fn(chunk, slot) for every chunk on the apply threads (slot: the
+  // thread's scratch buffer); returns when all are done.
+  void ForEachChunkLocked(const std::function<void(size_t, int)>& fn)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecordStalenessLocked(uint64_t staleness)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string LaggardsLocked(uint64_t clock) const
@@ -244,6 +257,7 @@ class Shard {
 
   const ShardOptions options_;
   std::unique_ptr<ConsistencyRule> rule_;
+  std::unique_ptr<ChunkPool> pool_;  // null: one thread
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<LocalChunk> chunks_;
   uint64_t num_elements_ = 0;
@@ -277,8 +291,9 @@ class Shard {
   uint32_t pending_count_ ABSL_GUARDED_BY(mu_) = 0;
   double pending_samples_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t clipped_ ABSL_GUARDED_BY(mu_) = 0;
-  // One chunk's gradient on its way to the optimizer (reused).
-  std::vector<float> scratch_ ABSL_GUARDED_BY(mu_);
+  // One chunk's gradient on its way to the optimizer, per apply thread
+  // (reused).
+  std::vector<std::vector<float>> scratch_ ABSL_GUARDED_BY(mu_);
   // DC-ASGD (dc_lambda > 0): the weights each worker's last pull returned
   // (shard layout); empty until its first pull.
   std::vector<std::vector<float>> read_weights_ ABSL_GUARDED_BY(mu_);
