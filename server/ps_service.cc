@@ -1,7 +1,9 @@
 #include "server/ps_service.h"
 
 #include <grpc/grpc.h>
+#include <grpcpp/alarm.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -95,8 +97,30 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         shard_(std::move(shard)),
         context_(context),
         response_(response),
-        start_(absl::Now()) {
+        start_(absl::Now()),
+        watch_(std::make_shared<Watch>()) {
+    watch_->context = context;
+    alarm_.Set(absl::ToChronoTime(start_ + service_->options_.push_timeout),
+               [watch = watch_](bool expired) {
+                 if (!expired) return;
+                 absl::MutexLock lock(&watch->mu);
+                 if (watch->context != nullptr) watch->context->TryCancel();
+               });
+    if (service_->AdmitPush(this)) Begin();
+  }
+
+  // Admitted: start reading.
+  void Begin() {
+    admitted_ = true;
     StartRead(&frame_);
+  }
+
+  void OnCancel() override {
+    if (service_->UnqueuePush(this)) {
+      Fail(grpc::Status(grpc::StatusCode::CANCELLED,
+                        "push cancelled while waiting; nothing applied"));
+    }
+    // Otherwise the pending read fails and Complete() reports it.
   }
 
   void OnReadDone(bool ok) override {
@@ -135,9 +159,29 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     StartRead(&frame_);
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    {
+      absl::MutexLock lock(&watch_->mu);
+      watch_->context = nullptr;
+    }
+    alarm_.Cancel();
+    delete this;
+  }
 
  private:
+  // What the timeout alarm may touch; outlives the reactor if need be.
+  struct Watch {
+    absl::Mutex mu;
+    grpc::CallbackServerContext* context ABSL_GUARDED_BY(mu) = nullptr;
+  };
+
+  // Frees the admission slot and the buffers, then finishes the call.
+  void End(const grpc::Status& status) {
+    messages_.clear();
+    if (admitted_) service_->EndPush();
+    Finish(status);
+  }
+
   void Complete() {
     // A read fails both at a clean half-close and when the stream breaks;
     // only the former may apply anything.
@@ -161,9 +205,8 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         shard_->Push(messages_.front().header(), chunks);
     service_->bytes_in_ += bytes_;
     service_->RecordPush(absl::Now() - start_, result);
-    messages_.clear();
     if (!result.ok()) {
-      Finish(ToGrpcStatus(result.status()));
+      End(ToGrpcStatus(result.status()));
       return;
     }
     pstrain::v1::PushResponse response;
@@ -172,7 +215,7 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     response.set_applied(result->applied);
     response.set_dropped(result->dropped);
     bool own_buffer = false;
-    Finish(grpc::SerializationTraits<pstrain::v1::PushResponse>::Serialize(
+    End(grpc::SerializationTraits<pstrain::v1::PushResponse>::Serialize(
         response, response_, &own_buffer));
   }
 
@@ -182,8 +225,7 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         absl::Now() - start_,
         absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                      status.error_message()));
-    messages_.clear();
-    Finish(status);
+    End(status);
   }
 
   ParameterServerService* const service_;
@@ -194,7 +236,43 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   grpc::ByteBuffer frame_;
   std::vector<PushRequest> messages_;
   uint64_t bytes_ = 0;
+  bool admitted_ = false;
+  const std::shared_ptr<Watch> watch_;
+  grpc::Alarm alarm_;
 };
+
+bool ParameterServerService::AdmitPush(PushReactor* r) {
+  absl::MutexLock lock(&push_mu_);
+  if (options_.max_concurrent_pushes <= 0 ||
+      active_pushes_ < options_.max_concurrent_pushes) {
+    ++active_pushes_;
+    return true;
+  }
+  waiting_pushes_.push_back(r);
+  return false;
+}
+
+void ParameterServerService::EndPush() {
+  PushReactor* next = nullptr;
+  {
+    absl::MutexLock lock(&push_mu_);
+    if (waiting_pushes_.empty()) {
+      --active_pushes_;
+    } else {  // the slot passes to the next one
+      next = waiting_pushes_.front();
+      waiting_pushes_.pop_front();
+    }
+  }
+  if (next != nullptr) next->Begin();
+}
+
+bool ParameterServerService::UnqueuePush(PushReactor* r) {
+  absl::MutexLock lock(&push_mu_);
+  auto it = std::find(waiting_pushes_.begin(), waiting_pushes_.end(), r);
+  if (it == waiting_pushes_.end()) return false;
+  waiting_pushes_.erase(it);
+  return true;
+}
 
 // A push refused before reading anything.
 class RejectedPush : public grpc::ServerReadReactor<grpc::ByteBuffer> {

@@ -17,6 +17,7 @@
 #define PSTRAIN_SERVER_PS_SERVICE_H_
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <memory>
 
@@ -34,7 +35,17 @@ struct PsServiceOptions {
   // Where to publish pstrain_server_* metrics; may be null. Must outlive the
   // service.
   MetricsRegistry* metrics = nullptr;
+  // Push streams received at once; more wait, holding no buffer, until one
+  // ends (FIFO). With a limit k the shard buffers at most
+  // k * Shard::max_push_bytes() of pushes, whatever the number of workers.
+  // 0: no limit.
+  int max_concurrent_pushes = 0;
+  // A push stream (waiting included) still open after this long is
+  // cancelled, nothing applied, so a stalled client cannot hold a slot.
+  absl::Duration push_timeout = absl::Minutes(2);
 };
+
+class PushReactor;  // ps_service.cc: one push stream
 
 // Thread-safe. Until SetShard() is called every RPC fails with UNAVAILABLE
 // ("shard not initialised"), so the server can listen (and report health)
@@ -68,6 +79,13 @@ class ParameterServerService final
  private:
   friend class PushReactor;
   std::shared_ptr<Shard> shard() const;
+  // Push admission (max_concurrent_pushes): true if `r` may read now,
+  // false if it was queued.
+  bool AdmitPush(PushReactor* r);
+  // An admitted push ended: frees its slot and starts the next waiting one.
+  void EndPush();
+  // Removes a waiting push (cancelled); false if it is not waiting.
+  bool UnqueuePush(PushReactor* r);
 
   // Null when options.metrics is null.
   struct Metrics {
@@ -89,6 +107,9 @@ class ParameterServerService final
   mutable absl::Mutex mu_;
   std::shared_ptr<Shard> shard_ ABSL_GUARDED_BY(mu_);
   std::function<void(const std::string&)> on_shutdown_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex push_mu_;
+  int active_pushes_ ABSL_GUARDED_BY(push_mu_) = 0;
+  std::deque<PushReactor*> waiting_pushes_ ABSL_GUARDED_BY(push_mu_);
   std::atomic<uint64_t> bytes_in_{0};
   std::atomic<uint64_t> bytes_out_{0};
 };
