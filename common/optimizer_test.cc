@@ -468,5 +468,28 @@ INSTANTIATE_TEST_SUITE_P(
       return OptimizerConfig::Kind_Name(info.param);
     });
 
+// Issue 11, defect 6: with weight decay 0 the update must not touch the
+// decay term, so a weight at -inf (or +inf) stays there instead of becoming
+// NaN through 0 * w. Every rule, with a finite gradient.
+TEST(OptimizerTest, InfiniteWeightStaysInfiniteWithoutWeightDecay) {
+  for (auto kind :
+       {OptimizerConfig::SGD, OptimizerConfig::MOMENTUM, OptimizerConfig::ADAM,
+        OptimizerConfig::ADAMW, OptimizerConfig::ADAGRAD}) {
+    SCOPED_TRACE(OptimizerConfig::Kind_Name(kind));
+    std::unique_ptr<Optimizer> opt = MustCreate(MakeConfig(kind, 0.1));
+    ASSERT_NE(opt, nullptr);
+    std::vector<float> w = {-INFINITY, INFINITY, 1.0f};
+    const std::vector<float> g = {0.5f, -0.25f, 0.5f};
+    std::vector<float> slots = opt->InitSlots(w.size());
+    for (uint64_t t = 0; t < 3; ++t) {
+      opt->Apply(t, t, w.data(), g.data(), slots.data(), w.size());
+    }
+    EXPECT_EQ(w[0], -INFINITY);
+    EXPECT_EQ(w[1], INFINITY);
+    EXPECT_TRUE(std::isfinite(w[2])) << w[2];
+    for (float s : slots) EXPECT_FALSE(std::isnan(s));
+  }
+}
+
 }  // namespace
 }  // namespace pstrain

@@ -167,10 +167,8 @@ int Main() {
     PS_LOG_ERROR("no job: %s", st.message());
     return 1;
   }
-  ShardOptions shard_options;
-  shard_options.shard_id = reg.shard();
-  shard_options.job = job;
-  absl::StatusOr<std::unique_ptr<Shard>> shard = Shard::Create(shard_options);
+  absl::StatusOr<std::unique_ptr<Shard>> shard =
+      Shard::Create(ShardOptionsFromJob(job, reg.shard()));
   if (!shard.ok()) {
     PS_LOG_ERROR("cannot build shard: %s", shard.status().message());
     return 1;

@@ -1,8 +1,13 @@
 #include "server/ps_service.h"
 
+#include <grpc/grpc.h>
+#include <grpcpp/alarm.h>
+
+#include <algorithm>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
 #include "common/sharding.h"
@@ -49,7 +54,7 @@ ParameterServerService::ParameterServerService(PsServiceOptions options)
 
 void ParameterServerService::SetShard(std::shared_ptr<Shard> shard) {
   if (metrics_ != nullptr && shard != nullptr) {
-    metrics_->live_workers->Set(shard->job().num_workers());
+    metrics_->live_workers->Set(shard->num_workers());
   }
   absl::MutexLock lock(&mu_);
   shard_ = std::move(shard);
@@ -81,41 +86,209 @@ std::shared_ptr<Shard> ParameterServerService::shard() const {
   return shard_;
 }
 
-grpc::Status ParameterServerService::Push(
-    grpc::ServerContext* context, grpc::ServerReader<PushRequest>* reader,
-    pstrain::v1::PushResponse* response) {
+// One push stream: frames are parsed and kept (bounded) until the client
+// half-closes, then the whole push goes to the shard at once. Deletes itself
+// in OnDone.
+class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+ public:
+  PushReactor(ParameterServerService* service, std::shared_ptr<Shard> shard,
+              grpc::CallbackServerContext* context, grpc::ByteBuffer* response)
+      : service_(service),
+        shard_(std::move(shard)),
+        context_(context),
+        response_(response),
+        start_(absl::Now()),
+        watch_(std::make_shared<Watch>()) {
+    watch_->context = context;
+    alarm_.Set(absl::ToChronoTime(start_ + service_->options_.push_timeout),
+               [watch = watch_](bool expired) {
+                 if (!expired) return;
+                 absl::MutexLock lock(&watch->mu);
+                 if (watch->context != nullptr) watch->context->TryCancel();
+               });
+    if (service_->AdmitPush(this)) Begin();
+  }
+
+  // Admitted: start reading.
+  void Begin() {
+    admitted_ = true;
+    StartRead(&frame_);
+  }
+
+  void OnCancel() override {
+    if (service_->UnqueuePush(this)) {
+      Fail(grpc::Status(grpc::StatusCode::CANCELLED,
+                        "push cancelled while waiting; nothing applied"));
+    }
+    // Otherwise the pending read fails and Complete() reports it.
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      Complete();
+      return;
+    }
+    bytes_ += frame_.Length();
+    if (bytes_ > shard_->max_push_bytes()) {
+      Fail(grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("push stream exceeds the ", shard_->max_push_bytes(),
+                       " bytes shard ", shard_->shard_id(),
+                       " can receive; nothing applied")));
+      return;
+    }
+    if (messages_.size() >= shard_->max_push_messages()) {
+      Fail(grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("push stream has more than ",
+                       shard_->max_push_messages(), " messages for shard ",
+                       shard_->shard_id(), "; nothing applied")));
+      return;
+    }
+    messages_.emplace_back();
+    if (!grpc::SerializationTraits<PushRequest>::Deserialize(&frame_,
+                                                             &messages_.back())
+             .ok()) {
+      Fail(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("push message ", messages_.size() - 1,
+                                     " is not a valid PushRequest; nothing "
+                                     "applied")));
+      return;
+    }
+    frame_.Clear();
+    StartRead(&frame_);
+  }
+
+  void OnDone() override {
+    {
+      absl::MutexLock lock(&watch_->mu);
+      watch_->context = nullptr;
+    }
+    alarm_.Cancel();
+    delete this;
+  }
+
+ private:
+  // What the timeout alarm may touch; outlives the reactor if need be.
+  struct Watch {
+    absl::Mutex mu;
+    grpc::CallbackServerContext* context ABSL_GUARDED_BY(mu) = nullptr;
+  };
+
+  // Frees the admission slot and the buffers, then finishes the call.
+  void End(const grpc::Status& status) {
+    messages_.clear();
+    if (admitted_) service_->EndPush();
+    Finish(status);
+  }
+
+  void Complete() {
+    // A read fails both at a clean half-close and when the stream breaks;
+    // only the former may apply anything.
+    if (grpc_call_failed_before_recv_message(context_->c_call()) ||
+        context_->IsCancelled()) {
+      Fail(grpc::Status(grpc::StatusCode::CANCELLED,
+                        "push stream ended without a clean half-close; "
+                        "nothing applied"));
+      return;
+    }
+    if (messages_.empty() || !messages_.front().has_header()) {
+      Fail(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "the first push message must carry a header"));
+      return;
+    }
+    std::vector<const pstrain::v1::ChunkData*> chunks;
+    for (const PushRequest& m : messages_) {
+      for (const auto& c : m.chunks()) chunks.push_back(&c);
+    }
+    absl::StatusOr<PushResult> result =
+        shard_->Push(messages_.front().header(), chunks);
+    service_->bytes_in_ += bytes_;
+    service_->RecordPush(absl::Now() - start_, result);
+    if (!result.ok()) {
+      End(ToGrpcStatus(result.status()));
+      return;
+    }
+    pstrain::v1::PushResponse response;
+    response.set_version(result->version);
+    response.set_staleness(result->staleness);
+    response.set_applied(result->applied);
+    response.set_dropped(result->dropped);
+    bool own_buffer = false;
+    End(grpc::SerializationTraits<pstrain::v1::PushResponse>::Serialize(
+        response, response_, &own_buffer));
+  }
+
+  void Fail(const grpc::Status& status) {
+    service_->bytes_in_ += bytes_;
+    service_->RecordPush(
+        absl::Now() - start_,
+        absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                     status.error_message()));
+    End(status);
+  }
+
+  ParameterServerService* const service_;
+  const std::shared_ptr<Shard> shard_;
+  grpc::CallbackServerContext* const context_;
+  grpc::ByteBuffer* const response_;
+  const absl::Time start_;
+  grpc::ByteBuffer frame_;
+  std::vector<PushRequest> messages_;
+  uint64_t bytes_ = 0;
+  bool admitted_ = false;
+  const std::shared_ptr<Watch> watch_;
+  grpc::Alarm alarm_;
+};
+
+bool ParameterServerService::AdmitPush(PushReactor* r) {
+  absl::MutexLock lock(&push_mu_);
+  if (options_.max_concurrent_pushes <= 0 ||
+      active_pushes_ < options_.max_concurrent_pushes) {
+    ++active_pushes_;
+    return true;
+  }
+  waiting_pushes_.push_back(r);
+  return false;
+}
+
+void ParameterServerService::EndPush() {
+  PushReactor* next = nullptr;
+  {
+    absl::MutexLock lock(&push_mu_);
+    if (waiting_pushes_.empty()) {
+      --active_pushes_;
+    } else {  // the slot passes to the next one
+      next = waiting_pushes_.front();
+      waiting_pushes_.pop_front();
+    }
+  }
+  if (next != nullptr) next->Begin();
+}
+
+bool ParameterServerService::UnqueuePush(PushReactor* r) {
+  absl::MutexLock lock(&push_mu_);
+  auto it = std::find(waiting_pushes_.begin(), waiting_pushes_.end(), r);
+  if (it == waiting_pushes_.end()) return false;
+  waiting_pushes_.erase(it);
+  return true;
+}
+
+// A push refused before reading anything.
+class RejectedPush : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+ public:
+  explicit RejectedPush(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterServerService::Push(
+    grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
   std::shared_ptr<Shard> s = shard();
   if (s == nullptr) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "shard not initialised");
+    return new RejectedPush(
+        grpc::Status(grpc::StatusCode::UNAVAILABLE, "shard not initialised"));
   }
-  const absl::Time start = absl::Now();
-  // Keep every message: the chunk pointers below point into them.
-  std::vector<PushRequest> messages;
-  PushRequest msg;
-  uint64_t bytes = 0;
-  while (reader->Read(&msg)) {
-    bytes += msg.ByteSizeLong();
-    messages.push_back(std::move(msg));
-    msg.Clear();
-  }
-  bytes_in_ += bytes;
-  if (messages.empty() || !messages.front().has_header()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "the first push message must carry a header");
-  }
-  std::vector<const pstrain::v1::ChunkData*> chunks;
-  for (const PushRequest& m : messages) {
-    for (const auto& c : m.chunks()) chunks.push_back(&c);
-  }
-  absl::StatusOr<PushResult> result =
-      s->Push(messages.front().header(), chunks);
-  RecordPush(absl::Now() - start, result);
-  if (!result.ok()) return ToGrpcStatus(result.status());
-  response->set_version(result->version);
-  response->set_staleness(result->staleness);
-  response->set_applied(result->applied);
-  response->set_dropped(result->dropped);
-  return grpc::Status::OK;
+  return new PushReactor(this, std::move(s), context, response);
 }
 
 grpc::Status ParameterServerService::Pull(
@@ -126,9 +299,9 @@ grpc::Status ParameterServerService::Pull(
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "shard not initialised");
   }
   const absl::Time start = absl::Now();
-  absl::StatusOr<PullResult> result =
-      s->Pull(request->worker(), request->clock(),
-              ServerDeadline(*context, options_.barrier_timeout));
+  absl::StatusOr<PulledWeights> result =
+      s->PullWeights(request->worker(), request->clock(),
+                     ServerDeadline(*context, options_.barrier_timeout));
   if (!result.ok()) return ToGrpcStatus(result.status());
 
   PullResponse head;
@@ -140,7 +313,8 @@ grpc::Status ParameterServerService::Pull(
   }
   PullResponse msg;
   uint64_t payload = 0;
-  for (const LocalChunk& c : s->chunks()) {
+  for (size_t i = 0; i < s->chunks().size(); ++i) {
+    const LocalChunk& c = s->chunks()[i];
     if (payload > 0 &&
         payload + c.length * sizeof(float) > kMaxMessagePayloadBytes) {
       bytes += msg.ByteSizeLong();
@@ -150,8 +324,8 @@ grpc::Status ParameterServerService::Pull(
       msg.Clear();
       payload = 0;
     }
-    EncodeChunk(c.tensor, c.index, result->values.data() + c.local_offset,
-                c.length, msg.add_chunks());
+    EncodeChunk(c.tensor, c.index, result->chunk(i), c.length,
+                msg.add_chunks());
     payload += c.length * sizeof(float);
   }
   if (msg.chunks_size() > 0) {

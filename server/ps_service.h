@@ -1,9 +1,23 @@
 // gRPC face of a parameter-server shard: stream framing, byte accounting and
 // the absl -> gRPC status mapping. The logic lives in Shard.
+//
+// Push is a raw callback method (a reactor per stream, no thread per call):
+// it parses each frame itself, so an undecodable frame is an error rather
+// than an end of stream. A push reaches the shard only after a clean
+// half-close; a stream that is cancelled, exceeds its deadline or carries an
+// undecodable frame changes nothing and fails (CANCELLED /
+// INVALID_ARGUMENT). Every stream's buffer is bounded by what the shard can
+// legitimately receive (Shard::max_push_bytes(), max_push_messages()): a
+// stream beyond it is RESOURCE_EXHAUSTED / INVALID_ARGUMENT at once, before
+// the rest is read.
+//
+// Pull serialises straight from the shard's pinned chunk buffers
+// (Shard::PullWeights), one message of at most 4 MiB of chunks at a time.
 #ifndef PSTRAIN_SERVER_PS_SERVICE_H_
 #define PSTRAIN_SERVER_PS_SERVICE_H_
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <memory>
 
@@ -21,13 +35,26 @@ struct PsServiceOptions {
   // Where to publish pstrain_server_* metrics; may be null. Must outlive the
   // service.
   MetricsRegistry* metrics = nullptr;
+  // Push streams received at once; more wait, holding no buffer, until one
+  // ends (FIFO). The shard buffers at most k * Shard::max_push_bytes() of
+  // pushes, whatever the number of workers; with k = 1 a sync server's
+  // memory does not depend on the number of workers at all. Admitted pushes
+  // never wait for other pushes, so any k >= 1 is deadlock-free. 0: no
+  // limit.
+  int max_concurrent_pushes = 1;
+  // A push stream (waiting included) still open after this long is
+  // cancelled, nothing applied, so a stalled client cannot hold a slot.
+  absl::Duration push_timeout = absl::Minutes(2);
 };
+
+class PushReactor;  // ps_service.cc: one push stream
 
 // Thread-safe. Until SetShard() is called every RPC fails with UNAVAILABLE
 // ("shard not initialised"), so the server can listen (and report health)
 // before the job's shard map is known.
 class ParameterServerService final
-    : public pstrain::v1::ParameterServer::Service {
+    : public pstrain::v1::ParameterServer::WithRawCallbackMethod_Push<
+          pstrain::v1::ParameterServer::Service> {
  public:
   explicit ParameterServerService(PsServiceOptions options);
 
@@ -38,9 +65,9 @@ class ParameterServerService final
   uint64_t bytes_in() const { return bytes_in_.load(); }
   uint64_t bytes_out() const { return bytes_out_.load(); }
 
-  grpc::Status Push(grpc::ServerContext* context,
-                    grpc::ServerReader<pstrain::v1::PushRequest>* reader,
-                    pstrain::v1::PushResponse* response) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* Push(
+      grpc::CallbackServerContext* context,
+      grpc::ByteBuffer* response) override;
   grpc::Status Pull(
       grpc::ServerContext* context, const pstrain::v1::PullRequest* request,
       grpc::ServerWriter<pstrain::v1::PullResponse>* writer) override;
@@ -52,7 +79,15 @@ class ParameterServerService final
                         pstrain::v1::ShutdownResponse* response) override;
 
  private:
+  friend class PushReactor;
   std::shared_ptr<Shard> shard() const;
+  // Push admission (max_concurrent_pushes): true if `r` may read now,
+  // false if it was queued.
+  bool AdmitPush(PushReactor* r);
+  // An admitted push ended: frees its slot and starts the next waiting one.
+  void EndPush();
+  // Removes a waiting push (cancelled); false if it is not waiting.
+  bool UnqueuePush(PushReactor* r);
 
   // Null when options.metrics is null.
   struct Metrics {
@@ -74,6 +109,9 @@ class ParameterServerService final
   mutable absl::Mutex mu_;
   std::shared_ptr<Shard> shard_ ABSL_GUARDED_BY(mu_);
   std::function<void(const std::string&)> on_shutdown_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex push_mu_;
+  int active_pushes_ ABSL_GUARDED_BY(push_mu_) = 0;
+  std::deque<PushReactor*> waiting_pushes_ ABSL_GUARDED_BY(push_mu_);
   std::atomic<uint64_t> bytes_in_{0};
   std::atomic<uint64_t> bytes_out_{0};
 };

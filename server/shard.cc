@@ -2,9 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <thread>
 
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "common/model_spec.h"
 #include "common/sharding.h"
@@ -19,41 +23,183 @@ using pstrain::v1::PushHeader;
 namespace {
 // Staleness histogram buckets; the last one also counts anything larger.
 constexpr size_t kHistogramBuckets = 64;
+// Sync accumulator: the first step's exponent, the headroom over the last
+// step's largest term, and the range kept for the exponent (2^L stays a
+// normal double for every L = E - 62..E).
+constexpr int kInitialExponent = 32;
+constexpr int kHeadroomBits = 12;
+constexpr int kMinExponent = -900;
+constexpr int kMaxExponent = 1000;
+// Per-chunk framing allowance of a push stream (field tags, index, shape).
+constexpr uint64_t kChunkOverheadBytes = 64;
+constexpr uint64_t kStreamOverheadBytes = 4096;
+// Below this many elements a shard applies updates on one thread.
+constexpr uint64_t kParallelElements = 256 * 1024;
+
+int CeilLog2(uint32_t n) {
+  int bits = 0;
+  while ((uint64_t{1} << bits) < n) ++bits;
+  return bits;
+}
+
+// The exponent of the next step: ceil(log2 max) + headroom, so max < 2^E.
+int NextExponent(double max_abs, int current) {
+  if (!(max_abs > 0)) return current;
+  const int e = std::ilogb(max_abs) + 1;
+  return std::clamp(e + kHeadroomBits, kMinExponent, kMaxExponent);
+}
+
+uint64_t Fingerprint(const PushHeader& h,
+                     const std::vector<const ChunkData*>& ordered) {
+  uint64_t fp = absl::HashOf(h.worker(), h.clock(), h.read_version(),
+                             h.read_min_clock(), h.num_samples());
+  for (const ChunkData* c : ordered) {
+    fp = absl::HashOf(fp, absl::string_view(c->data()));
+  }
+  return fp;
+}
 }  // namespace
 
+// A fixed set of helper threads that, with the caller, run the tasks of one
+// ParallelFor at a time. Threads start in Start and stop in the destructor.
+class ChunkPool {
+ public:
+  static std::unique_ptr<ChunkPool> Start(int threads) {
+    std::unique_ptr<ChunkPool> pool(new ChunkPool(threads));
+    for (int slot = 1; slot < threads; ++slot) {
+      pool->helpers_.emplace_back([p = pool.get(), slot] { p->Loop(slot); });
+    }
+    return pool;
+  }
+
+  ~ChunkPool() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    for (std::thread& t : helpers_) t.join();
+  }
+
+  int threads() const { return threads_; }
+
+  // Runs fn(task, slot) for every task in [0, n); slot < threads() names
+  // the thread. One call at a time.
+  void ParallelFor(size_t n, const std::function<void(size_t, int)>& fn) {
+    {
+      absl::MutexLock lock(&mu_);
+      fn_ = &fn;
+      n_ = n;
+      next_.store(0, std::memory_order_relaxed);
+      running_ = static_cast<int>(helpers_.size());
+      ++generation_;
+    }
+    RunTasks(0);
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](int* running) { return *running == 0; }, &running_));
+    fn_ = nullptr;
+  }
+
+ private:
+  explicit ChunkPool(int threads) : threads_(threads) {}
+
+  void Loop(int slot) {
+    uint64_t seen = 0;
+    while (true) {
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stop_ || generation_ != seen;
+        };
+        mu_.Await(absl::Condition(&ready));
+        if (stop_) return;
+        seen = generation_;
+      }
+      RunTasks(slot);
+      absl::MutexLock lock(&mu_);
+      --running_;
+    }
+  }
+
+  void RunTasks(int slot) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    // fn_ and n_ were published under mu_ before this round started.
+    for (size_t i = next_.fetch_add(1); i < n_; i = next_.fetch_add(1)) {
+      (*fn_)(i, slot);
+    }
+  }
+
+  const int threads_;
+  std::vector<std::thread> helpers_;
+  absl::Mutex mu_;
+  const std::function<void(size_t, int)>* fn_ ABSL_GUARDED_BY(mu_) = nullptr;
+  size_t n_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<size_t> next_{0};
+  int running_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+Shard::Shard(ShardOptions options) : options_(std::move(options)) {}
+
+Shard::~Shard() = default;
+
+ShardOptions ShardOptionsFromJob(const pstrain::v1::JobSpec& job,
+                                 uint32_t shard_id) {
+  ShardOptions o;
+  o.shard_id = shard_id;
+  o.num_shards = std::max<uint32_t>(job.num_servers(), 1);
+  o.shard_map = job.shard_map();
+  o.optimizer = job.optimizer();
+  ConsistencyOptions& r = o.rule;
+  switch (job.mode()) {
+    case pstrain::v1::MODE_SYNC:
+      r.kind = ConsistencyOptions::Kind::kBsp;
+      break;
+    case pstrain::v1::MODE_ASYNC:
+      r.kind = ConsistencyOptions::Kind::kSsp;
+      break;
+    default:
+      r.kind = ConsistencyOptions::Kind::kUnspecified;
+  }
+  r.num_workers = job.num_workers();
+  r.backup_workers = job.backup_workers();
+  r.staleness = job.staleness();
+  r.staleness_aware_lr = job.staleness_aware_lr();
+  r.dc_lambda = job.dc_lambda();
+  return o;
+}
+
+PulledWeights& PulledWeights::operator=(PulledWeights&& other) {
+  if (this != &other) {
+    Release();
+    version = other.version;
+    min_clock = other.min_clock;
+    wait_seconds = other.wait_seconds;
+    chunks_ = std::move(other.chunks_);
+    other.chunks_.clear();
+  }
+  return *this;
+}
+
+void PulledWeights::Release() {
+  // Release: the shard's acquire load of 0 then orders our reads before its
+  // next in-place write.
+  for (auto& c : chunks_) c->readers.fetch_sub(1, std::memory_order_release);
+  chunks_.clear();
+}
+
 absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(ShardOptions options) {
-  const pstrain::v1::JobSpec& job = options.job;
-  if (job.num_workers() == 0) {
-    return absl::InvalidArgumentError("job has no workers");
-  }
-  if (job.mode() != pstrain::v1::MODE_SYNC &&
-      job.mode() != pstrain::v1::MODE_ASYNC) {
-    return absl::InvalidArgumentError(
-        "job mode must be MODE_SYNC or MODE_ASYNC");
-  }
-  const bool sync = job.mode() == pstrain::v1::MODE_SYNC;
-  if (job.backup_workers() > 0 &&
-      (!sync || job.backup_workers() >= job.num_workers())) {
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<ConsistencyRule> rule,
+                      MakeConsistencyRule(options.rule));
+  if (options.shard_id >= std::max<uint32_t>(options.num_shards, 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "backup_workers needs MODE_SYNC and must be below num_workers (",
-        job.num_workers(), "), got ", job.backup_workers()));
-  }
-  if ((job.staleness_aware_lr() || job.dc_lambda() != 0) && sync) {
-    return absl::InvalidArgumentError(
-        "staleness_aware_lr and dc_lambda need MODE_ASYNC");
-  }
-  if (!(job.dc_lambda() >= 0) || !std::isfinite(job.dc_lambda())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dc_lambda must be finite and >= 0, got ", job.dc_lambda()));
-  }
-  if (options.shard_id >= std::max<uint32_t>(job.num_servers(), 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shard id ", options.shard_id, " >= num_servers ", job.num_servers()));
+        "shard id ", options.shard_id, " >= num_servers ", options.num_shards));
   }
   std::unique_ptr<Shard> shard(new Shard(std::move(options)));
-  const pstrain::v1::ShardMap& map = shard->options_.job.shard_map();
+  shard->rule_ = std::move(rule);
+  const pstrain::v1::ShardMap& map = shard->options_.shard_map;
   PS_ASSIGN_OR_RETURN(shard->optimizer_,
-                      Optimizer::Create(shard->options_.job.optimizer()));
+                      Optimizer::Create(shard->options_.optimizer));
 
   absl::flat_hash_map<std::string, const pstrain::v1::TensorSpec*> specs;
   for (const auto& t : map.tensors()) specs[t.name()] = &t;
@@ -70,38 +216,57 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(ShardOptions options) {
     shard->chunks_.push_back(LocalChunk{c.tensor(), c.index(), c.offset(),
                                         c.length(), shard->num_elements_});
     shard->num_elements_ += c.length();
+    shard->max_chunk_length_ =
+        std::max<uint64_t>(shard->max_chunk_length_, c.length());
+    shard->max_push_bytes_ +=
+        c.length() * sizeof(float) + c.tensor().size() + kChunkOverheadBytes;
   }
+  shard->max_push_bytes_ += kStreamOverheadBytes;
+  int threads = shard->options_.apply_threads;
+  if (threads <= 0) {
+    threads = shard->num_elements_ < kParallelElements
+                  ? 1
+                  : std::clamp<int>(std::thread::hardware_concurrency(), 1, 4);
+  }
+  threads = std::min<int>(threads, shard->chunks_.size());
+  if (threads > 1) shard->pool_ = ChunkPool::Start(threads);
+  const uint32_t n = shard->num_workers();
+  shard->accumulator_bits_ = 62 - CeilLog2(n);
 
   absl::MutexLock lock(&shard->mu_);
-  shard->weights_.resize(shard->num_elements_);
   for (size_t i = 0; i < shard->chunks_.size(); ++i) {
     const LocalChunk& lc = shard->chunks_[i];
+    auto buffer = std::make_shared<ChunkBuffer>();
+    buffer->values.resize(lc.length);
     InitialValues(*specs[lc.tensor], lc.tensor_offset, lc.length,
-                  shard->weights_.data() + lc.local_offset);
+                  buffer->values.data());
+    shard->weights_.push_back(std::move(buffer));
     shard->slots_.push_back(shard->optimizer_->InitSlots(lc.length));
   }
-  const uint32_t n = shard->options_.job.num_workers();
   shard->clocks_.assign(n, 0);
-  shard->pending_.resize(n);
-  shard->pending_samples_.assign(n, 0);
+  shard->last_push_.resize(n);
+  if (shard->rule_->records_pushes()) {
+    shard->accumulator_.assign(shard->num_elements_, 0);
+    shard->chunk_exponent_.assign(shard->chunks_.size(), kInitialExponent);
+    shard->chunk_max_.assign(shard->chunks_.size(), 0.0);
+  }
+  shard->scratch_.assign(threads, std::vector<float>(shard->max_chunk_length_));
   shard->read_weights_.resize(n);
   shard->staleness_hist_.assign(kHistogramBuckets, 0);
   return shard;
 }
 
-absl::Status Shard::DecodePush(const PushHeader& header,
-                               const std::vector<const ChunkData*>& chunks,
-                               std::vector<float>* grad) const {
-  if (header.worker() >= options_.job.num_workers()) {
+absl::Status Shard::ValidatePush(const PushHeader& header,
+                                 const std::vector<const ChunkData*>& chunks,
+                                 std::vector<const ChunkData*>* ordered) const {
+  if (header.worker() >= num_workers()) {
     return absl::NotFoundError(absl::StrCat("unknown worker ", header.worker(),
-                                            " (job has ",
-                                            options_.job.num_workers(), ")"));
+                                            " (job has ", num_workers(), ")"));
   }
   if (header.num_samples() == 0) {
     return absl::InvalidArgumentError("push has num_samples 0");
   }
-  grad->assign(num_elements_, 0.0f);
-  std::vector<bool> seen(chunks_.size(), false);
+  ordered->assign(chunks_.size(), nullptr);
   for (const ChunkData* c : chunks) {
     auto owners = chunk_owner_.find(c->tensor());
     if (owners == chunk_owner_.end()) {
@@ -119,16 +284,15 @@ absl::Status Shard::DecodePush(const PushHeader& header,
           "tensor '", c->tensor(), "' chunk ", c->index(), " is held by shard ",
           owners->second[c->index()], ", not shard ", shard_id()));
     }
-    if (seen[it->second]) {
+    if ((*ordered)[it->second] != nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
           "tensor '", c->tensor(), "' chunk ", c->index(), " sent twice"));
     }
-    seen[it->second] = true;
-    const LocalChunk& lc = chunks_[it->second];
-    PS_RETURN_IF_ERROR(DecodeChunk(*c, lc.length, /*require_finite=*/true,
-                                   grad->data() + lc.local_offset));
+    (*ordered)[it->second] = c;
+    PS_RETURN_IF_ERROR(CheckChunk(*c, chunks_[it->second].length,
+                                  /*require_finite=*/true));
   }
-  const size_t missing = std::count(seen.begin(), seen.end(), false);
+  const size_t missing = std::count(ordered->begin(), ordered->end(), nullptr);
   if (missing > 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("push is missing ", missing, " of ", chunks_.size(),
@@ -139,12 +303,18 @@ absl::Status Shard::DecodePush(const PushHeader& header,
 
 absl::StatusOr<PushResult> Shard::Push(
     const PushHeader& header, const std::vector<const ChunkData*>& chunks) {
-  std::vector<float> grad;
-  PS_RETURN_IF_ERROR(DecodePush(header, chunks, &grad));
+  std::vector<const ChunkData*> ordered;
+  PS_RETURN_IF_ERROR(ValidatePush(header, chunks, &ordered));
+  const uint64_t fingerprint = Fingerprint(header, ordered);
   const uint32_t w = header.worker();
 
   absl::MutexLock lock(&mu_);
   if (closed_) return absl::UnavailableError("shard is shutting down");
+  const LastPush& last = last_push_[w];
+  if (last.valid && last.clock == header.clock() &&
+      last.fingerprint == fingerprint) {
+    return last.result;  // a retry of an accepted push: same answer
+  }
   if (header.clock() != clocks_[w]) {
     return absl::FailedPreconditionError(
         absl::StrCat("worker ", w, " pushed clock ", header.clock(),
@@ -157,92 +327,130 @@ absl::StatusOr<PushResult> Shard::Push(
   }
   PushResult result;
   result.staleness = header.clock() - header.read_min_clock();
-  if (options_.job.mode() == pstrain::v1::MODE_SYNC) {
-    if (header.clock() > version_) {
-      // Unreachable with well-behaved clients: a worker pulls clock c only
-      // once version >= c, and a step cannot complete twice.
-      return absl::FailedPreconditionError(absl::StrCat(
-          "sync step is ", version_, ", push is for clock ", header.clock()));
-    }
-    ++clocks_[w];
-    if (header.clock() < version_) {
-      // Step header.clock() completed with the first N - b pushes (only
-      // possible with backup workers): too late, drop it.
+  PS_ASSIGN_OR_RETURN(
+      PushDecision decision,
+      rule_->OnPush(header.clock(), result.staleness, ProgressLocked()));
+  switch (decision.action) {
+    case PushDecision::Action::kDrop:
       ++dropped_;
       result.dropped = true;
-    } else {
-      AccumulateSyncLocked(w, header.num_samples(), std::move(grad), &result);
-    }
-  } else {
-    ApplyAsyncLocked(w, header.clock(), result.staleness, std::move(grad),
-                     &result);
-    ++clocks_[w];
+      break;
+    case PushDecision::Action::kRecord:
+      RecordLocked(ordered, header.num_samples(), &result);
+      break;
+    case PushDecision::Action::kApply:
+      ApplyPushLocked(w, ordered, decision, &result);
+      break;
   }
+  ++clocks_[w];
   RecordStalenessLocked(result.staleness);
   result.version = version_;
+  last_push_[w] = LastPush{true, header.clock(), fingerprint, result};
   return result;
 }
 
-void Shard::AccumulateSyncLocked(uint32_t w, uint64_t num_samples,
-                                 std::vector<float> grad, PushResult* result) {
-  pending_[w] = std::move(grad);
-  pending_samples_[w] = num_samples;
+void Shard::RecordLocked(const std::vector<const ChunkData*>& ordered,
+                         uint64_t num_samples, PushResult* result) {
+  const double n = static_cast<double>(num_samples);
+  std::vector<uint64_t> clipped(chunks_.size(), 0);
+  ForEachChunkLocked([&](size_t k, int) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    const LocalChunk& lc = chunks_[k];
+    const int e = chunk_exponent_[k];
+    const int lsb = e - accumulator_bits_;
+    const double to_fixed = std::ldexp(1.0, -lsb);
+    const double limit = std::ldexp(1.0, e);
+    const double largest = limit - std::ldexp(1.0, lsb);
+    const char* src = ordered[k]->data().data();
+    int64_t* acc = accumulator_.data() + lc.local_offset;
+    double max_abs = chunk_max_[k];
+    for (uint64_t i = 0; i < lc.length; ++i) {
+      float g;
+      std::memcpy(&g, src + i * sizeof(float), sizeof(float));
+      double x = n * static_cast<double>(g);
+      const double ax = std::fabs(x);
+      max_abs = std::max(max_abs, ax);
+      if (ax >= limit) {
+        x = std::copysign(largest, x);
+        ++clipped[k];
+      }
+      acc[i] += std::llrint(x * to_fixed);
+    }
+    chunk_max_[k] = max_abs;
+  });
+  for (uint64_t c : clipped) clipped_ += c;
+  pending_samples_ += n;
   ++pending_count_;
-  if (pending_count_ <
-      options_.job.num_workers() - options_.job.backup_workers()) {
-    return;
-  }
-  // Weighted average in rank order over the workers that made it:
-  // deterministic whatever the arrival order.
-  double total = 0;
-  for (uint64_t s : pending_samples_) total += static_cast<double>(s);
-  std::vector<double> acc(num_elements_, 0.0);
-  for (uint32_t r = 0; r < pending_.size(); ++r) {
-    if (pending_samples_[r] == 0) continue;
-    const double weight = static_cast<double>(pending_samples_[r]) / total;
-    const float* g = pending_[r].data();
-    for (uint64_t i = 0; i < num_elements_; ++i) acc[i] += weight * g[i];
-  }
-  std::vector<float> avg(acc.begin(), acc.end());
+  if (!rule_->StepComplete(pending_count_)) return;
+
   const absl::Time start = absl::Now();
-  ApplyLocked(version_, avg.data());
+  ForEachChunkLocked([&](size_t k, int slot) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    const LocalChunk& lc = chunks_[k];
+    const double from_fixed =
+        std::ldexp(1.0, chunk_exponent_[k] - accumulator_bits_);
+    int64_t* acc = accumulator_.data() + lc.local_offset;
+    float* g = scratch_[slot].data();
+    for (uint64_t i = 0; i < lc.length; ++i) {
+      g[i] = static_cast<float>(static_cast<double>(acc[i]) * from_fixed /
+                                pending_samples_);
+      acc[i] = 0;
+    }
+    optimizer_->Apply(version_, version_, MutableChunkLocked(k), g,
+                      slots_[k].data(), lc.length);
+    chunk_exponent_[k] = NextExponent(chunk_max_[k], chunk_exponent_[k]);
+    chunk_max_[k] = 0;
+  });
+  ++version_;
   result->apply_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   result->applied = true;
-  for (auto& p : pending_) std::vector<float>().swap(p);
-  std::fill(pending_samples_.begin(), pending_samples_.end(), 0);
+  pending_samples_ = 0;
   pending_count_ = 0;
 }
 
-void Shard::ApplyAsyncLocked(uint32_t w, uint64_t clock, uint64_t staleness,
-                             std::vector<float> grad, PushResult* result) {
+void Shard::ApplyPushLocked(uint32_t worker,
+                            const std::vector<const ChunkData*>& ordered,
+                            const PushDecision& decision, PushResult* result) {
   const absl::Time start = absl::Now();
-  const std::vector<float>& read = read_weights_[w];
-  if (options_.job.dc_lambda() > 0 && !read.empty()) {
-    // DC-ASGD: a first-order Taylor correction of g towards the gradient at
-    // the current weights, with lambda * g * g standing in for the Hessian.
-    const float lambda = static_cast<float>(options_.job.dc_lambda());
-    for (uint64_t i = 0; i < num_elements_; ++i) {
-      grad[i] += lambda * grad[i] * grad[i] * (weights_[i] - read[i]);
+  const std::vector<float>& read = read_weights_[worker];
+  const bool compensate = rule_->dc_lambda() > 0 && !read.empty();
+  const float lambda = static_cast<float>(rule_->dc_lambda());
+  ForEachChunkLocked([&](size_t k, int slot) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    const LocalChunk& lc = chunks_[k];
+    float* g = scratch_[slot].data();
+    std::memcpy(g, ordered[k]->data().data(), lc.length * sizeof(float));
+    float* w = MutableChunkLocked(k);
+    if (compensate) {
+      // DC-ASGD: a first-order Taylor correction of g towards the gradient
+      // at the current weights, with lambda * g * g standing in for the
+      // Hessian.
+      const float* r = read.data() + lc.local_offset;
+      for (uint64_t i = 0; i < lc.length; ++i) {
+        g[i] += lambda * g[i] * g[i] * (w[i] - r[i]);
+      }
     }
-  }
-  double lr_scale = 1.0;
-  if (options_.job.staleness_aware_lr() && staleness > 1) {
-    lr_scale = 1.0 / static_cast<double>(staleness);
-  }
-  ApplyLocked(clock, grad.data(), lr_scale);
+    optimizer_->Apply(decision.schedule_step, version_, w, g, slots_[k].data(),
+                      lc.length, decision.lr_scale);
+  });
+  ++version_;
   result->apply_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   result->applied = true;
 }
 
-void Shard::ApplyLocked(uint64_t schedule_step, const float* grad,
-                        double lr_scale) {
-  for (size_t i = 0; i < chunks_.size(); ++i) {
-    const LocalChunk& c = chunks_[i];
-    optimizer_->Apply(schedule_step, version_, weights_.data() + c.local_offset,
-                      grad + c.local_offset, slots_[i].data(), c.length,
-                      lr_scale);
+float* Shard::MutableChunkLocked(size_t i) {
+  if (weights_[i]->readers.load(std::memory_order_acquire) != 0) {
+    // A pull still reads this buffer: give the update a fresh copy.
+    auto fresh = std::make_shared<ChunkBuffer>();
+    fresh->values = weights_[i]->values;
+    weights_[i] = std::move(fresh);
   }
-  ++version_;
+  return weights_[i]->values.data();
+}
+
+void Shard::ForEachChunkLocked(const std::function<void(size_t, int)>& fn) {
+  if (pool_ == nullptr) {
+    for (size_t k = 0; k < chunks_.size(); ++k) fn(k, 0);
+    return;
+  }
+  pool_->ParallelFor(chunks_.size(), fn);
 }
 
 void Shard::RecordStalenessLocked(uint64_t staleness) {
@@ -256,19 +464,20 @@ uint64_t Shard::MinClockLocked() const {
   return *std::min_element(clocks_.begin(), clocks_.end());
 }
 
+ShardProgress Shard::ProgressLocked() const {
+  ShardProgress p;
+  p.version = version_;
+  p.min_clock = MinClockLocked();
+  return p;
+}
+
 bool Shard::ReadableLocked(uint64_t clock) const {
   if (closed_) return true;
-  if (options_.job.mode() == pstrain::v1::MODE_SYNC) return version_ >= clock;
-  const int64_t s = options_.job.staleness();
-  if (s < 0 || clock <= static_cast<uint64_t>(s)) return true;
-  return MinClockLocked() >= clock - static_cast<uint64_t>(s);
+  return rule_->Readable(clock, ProgressLocked());
 }
 
 std::string Shard::LaggardsLocked(uint64_t clock) const {
-  const int64_t s = options_.job.mode() == pstrain::v1::MODE_SYNC
-                        ? 0
-                        : std::max<int64_t>(options_.job.staleness(), 0);
-  const uint64_t need = clock > static_cast<uint64_t>(s) ? clock - s : 0;
+  const uint64_t need = rule_->RequiredClock(clock);
   std::vector<std::string> late;
   for (uint32_t r = 0; r < clocks_.size(); ++r) {
     if (clocks_[r] < need) late.push_back(absl::StrCat(r, "@", clocks_[r]));
@@ -276,12 +485,12 @@ std::string Shard::LaggardsLocked(uint64_t clock) const {
   return absl::StrJoin(late, ", ");
 }
 
-absl::StatusOr<PullResult> Shard::Pull(uint32_t worker, uint64_t clock,
-                                       absl::Time deadline) {
-  if (worker >= options_.job.num_workers()) {
+absl::StatusOr<PulledWeights> Shard::PullWeights(uint32_t worker,
+                                                 uint64_t clock,
+                                                 absl::Time deadline) {
+  if (worker >= num_workers()) {
     return absl::NotFoundError(absl::StrCat("unknown worker ", worker,
-                                            " (job has ",
-                                            options_.job.num_workers(), ")"));
+                                            " (job has ", num_workers(), ")"));
   }
   absl::MutexLock lock(&mu_);
   if (clock > clocks_[worker]) {
@@ -289,7 +498,7 @@ absl::StatusOr<PullResult> Shard::Pull(uint32_t worker, uint64_t clock,
         absl::StrCat("worker ", worker, " has pushed ", clocks_[worker],
                      " clocks and cannot read clock ", clock));
   }
-  PullResult result;
+  PulledWeights result;
   if (!ReadableLocked(clock)) {
     const absl::Time start = absl::Now();
     std::pair<const Shard*, uint64_t> arg(this, clock);
@@ -312,11 +521,36 @@ absl::StatusOr<PullResult> Shard::Pull(uint32_t worker, uint64_t clock,
   }
   if (closed_) return absl::UnavailableError("shard is shutting down");
   result.version = version_;
-  result.min_clock = options_.job.mode() == pstrain::v1::MODE_SYNC
-                         ? std::min(version_, clock)
-                         : MinClockLocked();
-  result.values = weights_;
-  if (options_.job.dc_lambda() > 0) read_weights_[worker] = weights_;
+  result.min_clock = rule_->ReadMinClock(clock, ProgressLocked());
+  result.chunks_.reserve(weights_.size());
+  for (const auto& c : weights_) {
+    c->readers.fetch_add(1, std::memory_order_relaxed);
+    result.chunks_.push_back(c);
+  }
+  if (rule_->dc_lambda() > 0) {
+    std::vector<float>& read = read_weights_[worker];
+    read.resize(num_elements_);
+    for (size_t k = 0; k < chunks_.size(); ++k) {
+      std::copy(weights_[k]->values.begin(), weights_[k]->values.end(),
+                read.begin() + chunks_[k].local_offset);
+    }
+  }
+  return result;
+}
+
+absl::StatusOr<PullResult> Shard::Pull(uint32_t worker, uint64_t clock,
+                                       absl::Time deadline) {
+  PS_ASSIGN_OR_RETURN(PulledWeights pulled,
+                      PullWeights(worker, clock, deadline));
+  PullResult result;
+  result.version = pulled.version;
+  result.min_clock = pulled.min_clock;
+  result.wait_seconds = pulled.wait_seconds;
+  result.values.resize(num_elements_);
+  for (size_t k = 0; k < chunks_.size(); ++k) {
+    std::memcpy(result.values.data() + chunks_[k].local_offset, pulled.chunk(k),
+                chunks_[k].length * sizeof(float));
+  }
   return result;
 }
 
@@ -337,6 +571,11 @@ pstrain::v1::ShardStats Shard::Stats() const {
   s.set_num_elements(num_elements_);
   s.set_barrier_wait_s(absl::ToDoubleSeconds(barrier_wait_));
   return s;
+}
+
+uint64_t Shard::clipped_elements() const {
+  absl::MutexLock lock(&mu_);
+  return clipped_;
 }
 
 void Shard::Close() {

@@ -2,21 +2,22 @@
 // the shard map assigns to it, and the consistency rule that orders pushes
 // and pulls.
 //
-// Consistency (JobSpec.mode):
-//  * MODE_SYNC (BSP). Step t completes when every worker has pushed clock t.
-//    The gradients are averaged weighted by each push's sample count (summed
-//    in rank order, so the result does not depend on arrival order), the
+// Consistency (ShardOptions.rule, a ConsistencyRule from
+// server/consistency_rule.h; the shard keeps all state, the rule decides):
+//  * Bsp (MODE_SYNC). Step t completes when every worker has pushed clock t.
+//    The gradients are averaged weighted by each push's sample count, the
 //    optimizer runs once and the version becomes t + 1. A pull for clock c
 //    blocks until version >= c, so it sees exactly the weights after step c-1.
-//  * MODE_SYNC with backup workers b = JobSpec.backup_workers (Chen et al.
-//    2016, "Revisiting Distributed Synchronous SGD"). Step t completes as
+//    The sum is exact and independent of arrival order (below).
+//  * BspWithBackups, b = backup_workers (Chen et al. 2016, "Revisiting
+//    Distributed Synchronous SGD"). Step t completes as
 //    soon as the first N - b pushes of clock t arrived, averaged as above
 //    over those pushes only. A push whose clock is below the version (its
 //    step completed without it) is late: it is accepted with dropped = true,
 //    advances the worker's clock and changes nothing else. Pull gating is
 //    unchanged (version >= c), so a late worker goes on with the latest
 //    weights, which may be newer than those after step c-1.
-//  * MODE_ASYNC (SSP, staleness s). Each push is applied on arrival and bumps
+//  * Ssp (MODE_ASYNC, staleness s). Each push is applied on arrival and bumps
 //    the version. A pull at clock c blocks until the slowest worker has
 //    pushed at least c - s clocks (never when s < 0, "inf"). A worker's own
 //    pushes are applied before its Push returns, so it reads its own writes.
@@ -29,9 +30,10 @@
 //      worker w is compensated for the updates applied since w read,
 //      g' = g + lambda * g * g * (w_now - w_read), element-wise, where w_read
 //      is what w's last successful Pull from this shard returned (no
-//      compensation before w's first pull). The shard keeps that copy per
-//      worker: num_workers * num_elements() extra floats, and every pull
-//      copies the shard twice.
+//      compensation before w's first pull). The rule needs that copy per
+//      worker, so with lambda > 0 (only) the shard keeps num_workers *
+//      num_elements() extra floats, and every pull copies the shard once
+//      under the mutex.
 //
 // Every push carries the clock it completes and the (version, min_clock) of
 // the pull it computed from; staleness = clock - min_clock is recorded per
@@ -41,20 +43,49 @@
 // is 0 for every push, dropped late pushes included: stragglers left behind
 // by backup workers do not make the others' gradients look stale.
 //
+// Sync sum (bounded memory, order-independent). One accumulator for the whole
+// shard, 8 bytes per element, whatever the number of workers: each push adds
+// x = num_samples * g (in double) as a 64-bit fixed-point integer, exact and
+// therefore independent of arrival order. Chunk k's step uses the scale
+// 2^L(k), L = E - (62 - ceil(log2 N)), so N terms below 2^E never overflow;
+// E starts at 32 and after each step becomes ceil(log2 max|x|) + 12 (the
+// last step's largest term with 12 bits of headroom), so the largest terms
+// keep >= 46 bits. A term with |x| >= 2^E (a gradient more than 4096 times
+// larger than in the step before, or above 2^32 in the first step) is clipped
+// to the largest representable value and counted (clipped_elements()). The
+// applied gradient is float(sum * 2^L / sum of num_samples). Reruns are
+// bit-identical.
+//
 // Pushes are all-or-nothing: a push is fully validated (worker, tensors, chunk
 // ranges, ownership, dtype, shape, finiteness, completeness, clock) before any
 // state changes, so a rejected push leaves weights and clocks untouched.
+// Pushes are idempotent: the shard remembers each worker's last accepted push
+// (clock, a hash of its header and payload, and its result); the same push
+// again (a client retry after a lost reply) gets the original result and
+// changes nothing. A different push for an accepted clock is
+// FAILED_PRECONDITION.
 //
-// All mutable state (weights, slots, version, clocks, pending sync gradients,
-// DC-ASGD read copies) lives in this object behind one mutex, so a later
-// checkpoint can copy it consistently and worker leases can adjust
-// `num_workers_`.
+// Pulls copy nothing under the mutex (DC-ASGD's read copy aside): a pull pins
+// the current buffer of every chunk (PulledWeights) and releases the mutex;
+// an update that finds its chunk pinned writes to a fresh copy
+// (copy-on-write), so readers always see one consistent version.
+//
+// Updates run chunk by chunk; a large shard spreads them over a small fixed
+// pool of threads it owns (ShardOptions.apply_threads), with bit-identical
+// results for any thread count (every element is updated independently).
+//
+// All mutable state (weights, slots, version, clocks, the sync accumulator,
+// last pushes, DC-ASGD read copies) lives in this object behind one mutex, so
+// a later checkpoint can copy it consistently and worker leases can adjust
+// the set of live workers.
 //
 // Thread-safe. Pull may block up to its deadline; Close() wakes all waiters.
 #ifndef PSTRAIN_SERVER_SHARD_H_
 #define PSTRAIN_SERVER_SHARD_H_
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -67,13 +98,28 @@
 #include "absl/time/time.h"
 #include "common/optimizer.h"
 #include "proto/pstrain.pb.h"
+#include "server/consistency_rule.h"
 
 namespace pstrain {
 
+// What one shard needs; plain data, built by ShardOptionsFromJob.
 struct ShardOptions {
   uint32_t shard_id = 0;
-  pstrain::v1::JobSpec job;  // mode, staleness, workers, optimizer, shard map
+  uint32_t num_shards = 1;
+  // Every tensor and chunk of the model (with each chunk's owner), so the
+  // shard can tell "another shard's chunk" from "no such chunk".
+  pstrain::v1::ShardMap shard_map;
+  pstrain::v1::OptimizerConfig optimizer;
+  ConsistencyOptions rule;  // num_workers included
+  // Threads that apply an update across chunks (the caller included), at
+  // most one per chunk; 0 picks min(4, hardware threads), or one for shards
+  // under 256 Ki elements. Results do not depend on it (bit for bit).
+  int apply_threads = 0;
 };
+
+// The options of shard `shard_id` of `job`.
+ShardOptions ShardOptionsFromJob(const pstrain::v1::JobSpec& job,
+                                 uint32_t shard_id);
 
 struct PushResult {
   uint64_t version = 0;    // version after the push
@@ -82,6 +128,34 @@ struct PushResult {
   // Sync with backup workers: accepted too late for its step, not applied.
   bool dropped = false;
   double apply_seconds = 0;  // time spent in the optimizer (0 if not applied)
+};
+
+// One chunk's weights; shared between the shard and the pulls reading it.
+struct ChunkBuffer {
+  std::vector<float> values;
+  std::atomic<int> readers{0};  // pulls holding it (copy-on-write when > 0)
+};
+
+// The weights a pull read: every chunk of the shard at one version. Holding
+// it costs the shard nothing until an update touches a held chunk. Movable.
+class PulledWeights {
+ public:
+  PulledWeights() = default;
+  PulledWeights(PulledWeights&&) = default;
+  PulledWeights& operator=(PulledWeights&& other);
+  ~PulledWeights() { Release(); }
+
+  uint64_t version = 0;
+  // Async: the slowest worker's clock. Sync: min(version, clock).
+  uint64_t min_clock = 0;
+  double wait_seconds = 0;  // time blocked on the consistency rule
+  // Chunk i's values (chunks() order); valid while this object lives.
+  const float* chunk(size_t i) const { return chunks_[i]->values.data(); }
+
+ private:
+  friend class Shard;
+  void Release();
+  std::vector<std::shared_ptr<ChunkBuffer>> chunks_;
 };
 
 struct PullResult {
@@ -99,29 +173,35 @@ struct LocalChunk {
   uint32_t index = 0;
   uint64_t tensor_offset = 0;  // first element within the tensor
   uint64_t length = 0;
-  uint64_t local_offset = 0;  // into the shard's flat weight buffer
+  uint64_t local_offset = 0;  // into the shard's flat layout
 };
+
+class ChunkPool;  // shard.cc: a fixed set of threads for per-chunk work
 
 class Shard {
  public:
-  // Builds the shard's chunks from options.job.shard_map, initialises the
+  // Builds the shard's chunks from options.shard_map, initialises the
   // weights from each tensor's InitRule and the optimizer's slots.
-  // INVALID_ARGUMENT if backup_workers is set outside sync or is not below
-  // num_workers, or staleness_aware_lr / dc_lambda are set outside async, or
-  // dc_lambda is negative or not finite.
+  // INVALID_ARGUMENT for a bad rule (MakeConsistencyRule), optimizer config,
+  // shard id or shard map.
   static absl::StatusOr<std::unique_ptr<Shard>> Create(ShardOptions options);
 
   Shard(const Shard&) = delete;
   Shard& operator=(const Shard&) = delete;
+  ~Shard();
 
   // Immutable after Create.
   const std::vector<LocalChunk>& chunks() const { return chunks_; }
   uint64_t num_elements() const { return num_elements_; }
   uint32_t shard_id() const { return options_.shard_id; }
-  const pstrain::v1::JobSpec& job() const { return options_.job; }
+  uint32_t num_workers() const { return options_.rule.num_workers; }
+  // Upper bounds on one legitimate push stream to this shard (payload,
+  // names, framing), for the service to reject a stream early.
+  uint64_t max_push_bytes() const { return max_push_bytes_; }
+  uint64_t max_push_messages() const { return chunks_.size() + 2; }
 
-  // Validates and applies (async), records (sync) or drops (a late sync push
-  // with backup workers) one worker's gradient for this shard's chunks.
+  // Validates and applies (Ssp), records (Bsp) or drops (a late push with
+  // backup workers) one worker's gradient for this shard's chunks.
   // `chunks` must hold every chunk of the shard exactly once. The pointed-to
   // messages need only live for the call.
   absl::StatusOr<PushResult> Push(
@@ -129,66 +209,97 @@ class Shard {
       const std::vector<const pstrain::v1::ChunkData*>& chunks);
 
   // Waits (until `deadline`) for `worker` to be allowed to read at `clock`,
-  // then copies the weights. DEADLINE_EXCEEDED names the workers waited for;
+  // then pins the weights. DEADLINE_EXCEEDED names the workers waited for;
   // UNAVAILABLE after Close().
+  absl::StatusOr<PulledWeights> PullWeights(uint32_t worker, uint64_t clock,
+                                            absl::Time deadline);
+  // PullWeights, copied into one flat vector (outside the mutex).
   absl::StatusOr<PullResult> Pull(uint32_t worker, uint64_t clock,
                                   absl::Time deadline);
 
   pstrain::v1::ShardStats Stats() const;
+  // Sync terms clipped to the accumulator's range so far (see above).
+  uint64_t clipped_elements() const;
 
   // Fails pending and future pulls with UNAVAILABLE. Idempotent.
   void Close();
 
  private:
-  explicit Shard(ShardOptions options) : options_(std::move(options)) {}
+  explicit Shard(ShardOptions options);
 
-  // Stateless checks and decoding into a flat gradient (shard layout).
-  absl::Status DecodePush(
+  // Stateless checks (nothing is copied); on success `ordered[i]` is the
+  // push's chunk for chunks()[i].
+  absl::Status ValidatePush(
       const pstrain::v1::PushHeader& header,
       const std::vector<const pstrain::v1::ChunkData*>& chunks,
-      std::vector<float>* grad) const;
+      std::vector<const pstrain::v1::ChunkData*>* ordered) const;
+  ShardProgress ProgressLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ReadableLocked(uint64_t clock) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t MinClockLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sync: records worker w's gradient for the current step and applies the
-  // step once num_workers - backup_workers gradients are in.
-  void AccumulateSyncLocked(uint32_t w, uint64_t num_samples,
-                            std::vector<float> grad, PushResult* result)
+  // Bsp: adds num_samples * g to the accumulator; applies the step once the
+  // rule says it is complete.
+  void RecordLocked(const std::vector<const pstrain::v1::ChunkData*>& ordered,
+                    uint64_t num_samples, PushResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Async: the staleness-aware learning rate and delay compensation, then
-  // the optimizer.
-  void ApplyAsyncLocked(uint32_t w, uint64_t clock, uint64_t staleness,
-                        std::vector<float> grad, PushResult* result)
+  // Ssp: DC-ASGD compensation, then the optimizer at the decided rate.
+  void ApplyPushLocked(
+      uint32_t worker,
+      const std::vector<const pstrain::v1::ChunkData*>& ordered,
+      const PushDecision& decision, PushResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // One optimizer step over every chunk at learning rate
-  // lr(schedule_step) * lr_scale; bumps the version.
-  void ApplyLocked(uint64_t schedule_step, const float* grad,
-                   double lr_scale = 1.0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Chunk i's weights for writing (copied first if a pull holds them).
+  // Safe to call for different chunks at once.
+  float* MutableChunkLocked(size_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs fn(chunk, slot) for every chunk on the apply threads (slot: the
+  // thread's scratch buffer); returns when all are done.
+  void ForEachChunkLocked(const std::function<void(size_t, int)>& fn)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecordStalenessLocked(uint64_t staleness)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string LaggardsLocked(uint64_t clock) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ShardOptions options_;
+  std::unique_ptr<ConsistencyRule> rule_;
+  std::unique_ptr<ChunkPool> pool_;  // null: one thread
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<LocalChunk> chunks_;
   uint64_t num_elements_ = 0;
+  uint64_t max_chunk_length_ = 0;
+  uint64_t max_push_bytes_ = 0;
+  int accumulator_bits_ = 62;  // 62 - ceil(log2 num_workers)
   // (tensor, chunk index) -> position in chunks_.
   absl::flat_hash_map<std::pair<std::string, uint32_t>, int> local_index_;
   // tensor -> (number of chunks, shard of each chunk), from the whole map.
   absl::flat_hash_map<std::string, std::vector<uint32_t>> chunk_owner_;
 
+  // The last accepted push of a worker, for idempotent retries.
+  struct LastPush {
+    bool valid = false;
+    uint64_t clock = 0;
+    uint64_t fingerprint = 0;
+    PushResult result;
+  };
+
   mutable absl::Mutex mu_;
-  std::vector<float> weights_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<ChunkBuffer>> weights_ ABSL_GUARDED_BY(mu_);
   std::vector<std::vector<float>> slots_ ABSL_GUARDED_BY(mu_);  // per chunk
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;  // optimizer steps applied
   std::vector<uint64_t> clocks_ ABSL_GUARDED_BY(mu_);  // pushes per worker
-  // Sync mode: gradients of the current step, indexed by worker; a worker
-  // with pending_samples_ 0 has not pushed it (pushes have num_samples > 0).
-  std::vector<std::vector<float>> pending_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint64_t> pending_samples_ ABSL_GUARDED_BY(mu_);
+  std::vector<LastPush> last_push_ ABSL_GUARDED_BY(mu_);
+  // Bsp: the step's fixed-point sum (shard layout; empty for Ssp), each
+  // chunk's exponent E and largest |x| so far, pushes and samples recorded.
+  std::vector<int64_t> accumulator_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> chunk_exponent_ ABSL_GUARDED_BY(mu_);
+  std::vector<double> chunk_max_ ABSL_GUARDED_BY(mu_);
   uint32_t pending_count_ ABSL_GUARDED_BY(mu_) = 0;
-  // DC-ASGD (dc_lambda > 0): the weights each worker's last pull returned;
-  // empty until its first pull.
+  double pending_samples_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t clipped_ ABSL_GUARDED_BY(mu_) = 0;
+  // One chunk's gradient on its way to the optimizer, per apply thread
+  // (reused).
+  std::vector<std::vector<float>> scratch_ ABSL_GUARDED_BY(mu_);
+  // DC-ASGD (dc_lambda > 0): the weights each worker's last pull returned
+  // (shard layout); empty until its first pull.
   std::vector<std::vector<float>> read_weights_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   // Statistics.

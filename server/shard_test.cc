@@ -63,10 +63,8 @@ std::unique_ptr<Shard> MakeShard(const JobConfig& config) {
   absl::StatusOr<pstrain::v1::JobSpec> job = MakeJobSpec(config);
   EXPECT_TRUE(job.ok()) << job.status();
   if (!job.ok()) return nullptr;
-  ShardOptions options;
-  options.shard_id = 0;
-  options.job = *job;
-  absl::StatusOr<std::unique_ptr<Shard>> shard = Shard::Create(options);
+  absl::StatusOr<std::unique_ptr<Shard>> shard =
+      Shard::Create(ShardOptionsFromJob(*job, 0));
   EXPECT_TRUE(shard.ok()) << shard.status();
   if (!shard.ok()) return nullptr;
   return *std::move(shard);
@@ -585,13 +583,19 @@ TEST(BackupWorkersTest, StepAppliesWithFirstNMinusBAndDropsTheLatePush) {
   EXPECT_EQ(stats.staleness_max(), 0u);
   EXPECT_THAT(stats.staleness_histogram(), ::testing::ElementsAre(4));
 
-  // Its clock advanced: it pulls clock 1 without waiting, and a replay of
-  // clock 0 is now rejected like any wrong clock.
+  // Its clock advanced: it pulls clock 1 without waiting. A retry of the
+  // same push gets the same answer (idempotent, issue 11); another push for
+  // clock 0 is rejected like any wrong clock.
   const PullResult next = MustPull(*shard, 1, 1);
   EXPECT_EQ(next.version, 1u);
   EXPECT_EQ(next.min_clock, 1u);
   EXPECT_TRUE(BitIdentical(next.values, w1));
-  absl::StatusOr<PushResult> replay = PushGrad(*shard, 1, 0, 0, 2, late_grad);
+  absl::StatusOr<PushResult> retry = PushGrad(*shard, 1, 0, 0, 2, late_grad);
+  ASSERT_TRUE(retry.ok()) << retry.status();
+  EXPECT_TRUE(retry->dropped);
+  EXPECT_EQ(retry->version, 1u);
+  EXPECT_EQ(shard->Stats().pushes(), 4u);
+  absl::StatusOr<PushResult> replay = PushGrad(*shard, 1, 0, 0, 3, late_grad);
   ASSERT_FALSE(replay.ok());
   EXPECT_EQ(replay.status().code(), absl::StatusCode::kFailedPrecondition);
 
@@ -730,9 +734,8 @@ TEST(ShardRulesTest, CreateRejectsRulesOutsideTheirMode) {
     job->set_backup_workers(c.backup_workers);
     job->set_staleness_aware_lr(c.staleness_aware_lr);
     job->set_dc_lambda(c.dc_lambda);
-    ShardOptions options;
-    options.job = *job;
-    absl::StatusOr<std::unique_ptr<Shard>> shard = Shard::Create(options);
+    absl::StatusOr<std::unique_ptr<Shard>> shard =
+        Shard::Create(ShardOptionsFromJob(*job, 0));
     ASSERT_FALSE(shard.ok());
     EXPECT_EQ(shard.status().code(), absl::StatusCode::kInvalidArgument);
   }
@@ -903,6 +906,186 @@ TEST(DcAsgdTest, LambdaZeroEqualsPlainAsync) {
       EXPECT_NE(a, b) << "lambda 0.5 compensated nothing";
     }
   }
+}
+
+// ---------------------------------------------------------------------------
+// Data path: the exact sync sum, apply threads, copy-on-write pulls.
+
+std::unique_ptr<Shard> MakeShardWithThreads(const JobConfig& config,
+                                            int threads) {
+  absl::StatusOr<pstrain::v1::JobSpec> job = MakeJobSpec(config);
+  EXPECT_TRUE(job.ok()) << job.status();
+  if (!job.ok()) return nullptr;
+  ShardOptions options = ShardOptionsFromJob(*job, 0);
+  options.apply_threads = threads;
+  absl::StatusOr<std::unique_ptr<Shard>> shard = Shard::Create(options);
+  EXPECT_TRUE(shard.ok()) << shard.status();
+  return shard.ok() ? *std::move(shard) : nullptr;
+}
+
+// Non-dyadic gradients spanning many magnitudes, so rounding would show.
+std::vector<float> RandomGrad(size_t n, uint32_t seed) {
+  std::vector<float> g(n);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    const double u = static_cast<double>(x >> 11) / 9007199254740992.0;
+    g[i] = static_cast<float>((u - 0.5) * std::pow(10.0, (x % 9) - 6.0));
+  }
+  return g;
+}
+
+// Sync with 3 workers and Adam: arrival order and the number of apply
+// threads change nothing, bit for bit, over several steps.
+TEST(DataPathTest, SyncIsIndependentOfArrivalOrderAndThreads) {
+  JobConfig config = SmallConfig(pstrain::v1::MODE_SYNC, 3, 0);
+  config.optimizer.set_kind(pstrain::v1::OptimizerConfig::ADAM);
+  config.optimizer.set_base_lr(0.01);
+  std::unique_ptr<Shard> a = MakeShardWithThreads(config, 1);
+  std::unique_ptr<Shard> b = MakeShardWithThreads(config, 3);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const size_t n = a->num_elements();
+  const uint64_t samples[3] = {5, 3, 8};
+  for (uint64_t step = 0; step < 4; ++step) {
+    const std::vector<uint32_t> order_a = {0, 1, 2};
+    const std::vector<uint32_t> order_b = {2, 0, 1};
+    for (size_t k = 0; k < 3; ++k) {
+      const uint32_t wa = order_a[k], wb = order_b[k];
+      ASSERT_TRUE(PushGrad(*a, wa, step, step, samples[wa],
+                           RandomGrad(n, step * 3 + wa))
+                      .ok());
+      ASSERT_TRUE(PushGrad(*b, wb, step, step, samples[wb],
+                           RandomGrad(n, step * 3 + wb))
+                      .ok());
+    }
+    ASSERT_TRUE(BitIdentical(Weights(*a), Weights(*b))) << "step " << step;
+  }
+  EXPECT_EQ(a->Stats().version(), 4u);
+  EXPECT_EQ(a->clipped_elements(), 0u);
+}
+
+// The sync sum is exact to far below float resolution: one worker's step
+// equals the optimizer run on the gradient itself.
+TEST(DataPathTest, SyncSingleWorkerStepEqualsPlainOptimizer) {
+  JobConfig config = SmallConfig(pstrain::v1::MODE_SYNC, 1, 0);
+  config.optimizer.set_base_lr(0.1);
+  std::unique_ptr<Shard> shard = MakeShard(config);
+  ASSERT_NE(shard, nullptr);
+  const std::vector<float> w0 = Weights(*shard);
+  const std::vector<float> g = RandomGrad(shard->num_elements(), 7);
+  ASSERT_TRUE(PushGrad(*shard, 0, 0, 0, 32, g).ok());
+  const std::vector<float> w1 = Weights(*shard);
+  for (size_t i = 0; i < g.size(); ++i) {
+    EXPECT_EQ(w1[i], w0[i] - 0.1f * g[i]) << i;
+  }
+}
+
+// Async with apply threads equals one thread, bit for bit.
+TEST(DataPathTest, AsyncApplyThreadsChangeNothing) {
+  JobConfig config = SmallConfig(pstrain::v1::MODE_ASYNC, 2, -1);
+  config.optimizer.set_kind(pstrain::v1::OptimizerConfig::MOMENTUM);
+  config.optimizer.set_momentum(0.9);
+  config.optimizer.set_base_lr(0.05);
+  std::unique_ptr<Shard> a = MakeShardWithThreads(config, 1);
+  std::unique_ptr<Shard> b = MakeShardWithThreads(config, 3);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  for (uint64_t c = 0; c < 3; ++c) {
+    for (uint32_t w : {0u, 1u}) {
+      const std::vector<float> g = RandomGrad(a->num_elements(), c * 2 + w);
+      ASSERT_TRUE(PushGrad(*a, w, c, 0, 4, g).ok());
+      ASSERT_TRUE(PushGrad(*b, w, c, 0, 4, g).ok());
+    }
+  }
+  EXPECT_TRUE(BitIdentical(Weights(*a), Weights(*b)));
+}
+
+// A term beyond the accumulator's range (here above 2^32 in the first step)
+// is clipped and counted, never wrapped around.
+TEST(DataPathTest, HugeSyncTermIsClippedAndCounted) {
+  std::unique_ptr<Shard> shard =
+      MakeShard(SmallConfig(pstrain::v1::MODE_SYNC, 1, 0));
+  ASSERT_NE(shard, nullptr);
+  const std::vector<float> w0 = Weights(*shard);
+  std::vector<float> g(shard->num_elements(), 0.0f);
+  g[0] = 1e10f;
+  ASSERT_TRUE(PushGrad(*shard, 0, 0, 0, 1, g).ok());
+  EXPECT_EQ(shard->clipped_elements(), 1u);
+  const std::vector<float> w1 = Weights(*shard);
+  EXPECT_LT(w1[0], w0[0] - 4e9f);  // moved by about 2^32, the right way
+  for (size_t i = 1; i < g.size(); ++i) EXPECT_EQ(w1[i], w0[i]) << i;
+}
+
+// A pull's pinned weights stay as read while pushes update the shard, and
+// the next pull sees the update.
+TEST(DataPathTest, PulledWeightsAreASnapshot) {
+  std::unique_ptr<Shard> shard =
+      MakeShard(SmallConfig(pstrain::v1::MODE_ASYNC, 1, -1));
+  ASSERT_NE(shard, nullptr);
+  absl::StatusOr<PulledWeights> held =
+      shard->PullWeights(0, 0, absl::Now() + kLongWait);
+  ASSERT_TRUE(held.ok()) << held.status();
+  std::vector<float> before;
+  for (size_t k = 0; k < shard->chunks().size(); ++k) {
+    before.insert(before.end(), held->chunk(k),
+                  held->chunk(k) + shard->chunks()[k].length);
+  }
+  ASSERT_TRUE(PushGrad(*shard, 0, 0, 0, 1, Constant(*shard, 0.5f)).ok());
+  std::vector<float> still;
+  for (size_t k = 0; k < shard->chunks().size(); ++k) {
+    still.insert(still.end(), held->chunk(k),
+                 held->chunk(k) + shard->chunks()[k].length);
+  }
+  EXPECT_TRUE(BitIdentical(still, before));
+  const std::vector<float> now = Weights(*shard);
+  for (size_t i = 0; i < now.size(); ++i) {
+    EXPECT_EQ(now[i], before[i] - 0.5f) << i;
+  }
+}
+
+// Pulls racing with pushes always read one whole version: with SGD lr 1 and
+// a gradient of ones, version v's weights are w0 with 1 subtracted v times
+// (in float). Several apply threads write while readers hold snapshots.
+TEST(DataPathTest, ConcurrentPullsSeeWholeVersions) {
+  JobConfig config = SmallConfig(pstrain::v1::MODE_ASYNC, 1, -1);
+  std::unique_ptr<Shard> shard = MakeShardWithThreads(config, 3);
+  ASSERT_NE(shard, nullptr);
+  constexpr uint64_t kPushes = 200;
+  std::vector<std::vector<float>> want(kPushes + 1, Weights(*shard));
+  for (uint64_t v = 1; v <= kPushes; ++v) {
+    for (float& x : want[v]) x = want[v - 1][&x - want[v].data()] - 1.0f;
+  }
+  std::atomic<bool> done{false};
+  std::atomic<int> torn{0}, reads{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 2; ++r) {
+    readers.emplace_back([&] {
+      while (!done.load()) {
+        absl::StatusOr<PulledWeights> p =
+            shard->PullWeights(0, 0, absl::Now() + kLongWait);
+        if (!p.ok()) continue;
+        const std::vector<float>& expected = want[p->version];
+        for (size_t k = 0; k < shard->chunks().size(); ++k) {
+          const LocalChunk& lc = shard->chunks()[k];
+          for (uint64_t i = 0; i < lc.length; ++i) {
+            if (p->chunk(k)[i] != expected[lc.local_offset + i]) ++torn;
+          }
+        }
+        ++reads;
+      }
+    });
+  }
+  for (uint64_t c = 0; c < kPushes; ++c) {
+    ASSERT_TRUE(PushGrad(*shard, 0, c, 0, 1, Constant(*shard, 1.0f)).ok());
+  }
+  done = true;
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(torn.load(), 0) << "over " << reads.load() << " pulls";
+  EXPECT_GT(reads.load(), 0);
+  EXPECT_EQ(Weights(*shard), want[kPushes]);
 }
 
 }  // namespace

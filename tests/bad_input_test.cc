@@ -1,11 +1,15 @@
 // Bad pushes and pulls over real gRPC get a precise status and change
 // nothing: weights, version and push count stay exactly as they were.
+#include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <vector>
 
+#include "absl/time/clock.h"
 #include "common/tensor_codec.h"
 #include "tests/test_cluster.h"
 
@@ -261,6 +265,173 @@ TEST_F(BadInputTest, ValidPushIsApplied) {
   for (size_t i = 0; i < after.values.size(); ++i) {
     EXPECT_EQ(after.values[i], before_.values[i] - 0.5f);
   }
+}
+
+// Issue 11, defect 1: a push counts only after a clean half-close. Every
+// chunk sent, then the client cancels (or its deadline passes) before
+// closing its side: the client sees the error, and the server must not have
+// applied the push. The same push afterwards is applied exactly once.
+TEST_F(BadInputTest, PushCancelledOrTimedOutBeforeHalfCloseChangesNothing) {
+  for (bool cancel : {true, false}) {
+    SCOPED_TRACE(cancel ? "cancelled" : "deadline exceeded");
+    grpc::ClientContext ctx;
+    if (!cancel) {
+      ctx.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(1000));
+    }
+    v1::PushResponse resp;
+    auto writer = stub_->Push(&ctx, &resp);
+    v1::PushRequest msg;
+    *msg.mutable_header() = Header();
+    for (const auto& c : ValidChunks()) *msg.add_chunks() = c;
+    ASSERT_TRUE(writer->Write(msg));
+    // Let every byte reach the server before the stream breaks.
+    absl::SleepFor(absl::Milliseconds(150));
+    if (cancel) ctx.TryCancel();
+    grpc::Status s = writer->Finish();
+    EXPECT_EQ(s.error_code(),
+              cancel ? StatusCode::CANCELLED : StatusCode::DEADLINE_EXCEEDED)
+        << s.error_message();
+    // The server handles the broken stream on its own threads; give a wrong
+    // implementation the time to apply it before looking.
+    absl::SleepFor(absl::Milliseconds(150));
+    ExpectRejected(s, s.error_code(), "");
+  }
+  auto h = Header();
+  grpc::Status s = Push(&h, ValidChunks());
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(Snapshot().version, before_.version + 1);
+}
+
+// Sends `frames` as raw gRPC messages of one push stream, half-closes and
+// returns the status.
+grpc::Status RawPushFrames(const std::string& address,
+                           const std::vector<std::string>& frames) {
+  grpc::GenericStub stub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto call = stub.PrepareCall(&ctx, "/pstrain.v1.ParameterServer/Push", &cq);
+  void* tag = nullptr;
+  bool ok = false;
+  auto step = [&](void* want) {
+    EXPECT_TRUE(cq.Next(&tag, &ok));
+    EXPECT_EQ(tag, want);
+    return ok;
+  };
+  int id = 1;
+  call->StartCall(reinterpret_cast<void*>(id));
+  step(reinterpret_cast<void*>(id++));
+  for (const std::string& f : frames) {
+    grpc::Slice slice(f);
+    grpc::ByteBuffer buffer(&slice, 1);
+    call->Write(buffer, reinterpret_cast<void*>(id));
+    if (!step(reinterpret_cast<void*>(id++))) break;
+  }
+  call->WritesDone(reinterpret_cast<void*>(id));
+  step(reinterpret_cast<void*>(id++));
+  grpc::ByteBuffer response;  // the status comes after the reply, if any
+  call->Read(&response, reinterpret_cast<void*>(id));
+  step(reinterpret_cast<void*>(id++));
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(id));
+  step(reinterpret_cast<void*>(id++));
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  return status;
+}
+
+// Issue 11, defect 1: a complete, valid push followed by a frame that does
+// not decode is rejected as a whole (it used to be applied, the bad frame
+// taken for the end of the stream).
+TEST_F(BadInputTest, TrailingUndecodableFrameRejectsThePush) {
+  v1::PushRequest msg;
+  *msg.mutable_header() = Header();
+  for (const auto& c : ValidChunks()) *msg.add_chunks() = c;
+  // A field tag followed by a truncated varint.
+  const std::string garbage("\x08\xff\xff\xff", 4);
+  ExpectRejected(
+      RawPushFrames(cluster_->address(0), {msg.SerializeAsString(), garbage}),
+      StatusCode::INVALID_ARGUMENT, "not a valid PushRequest");
+  // The same valid frame alone goes through.
+  ASSERT_TRUE(
+      RawPushFrames(cluster_->address(0), {msg.SerializeAsString()}).ok());
+  EXPECT_EQ(Snapshot().version, before_.version + 1);
+}
+
+// Issue 11, defect 1: retries are idempotent. The same push again (a client
+// whose reply was lost) gets the original answer and is not applied twice;
+// another push for the same clock is still refused.
+TEST_F(BadInputTest, RetriedPushGetsTheOriginalAnswer) {
+  auto push = [&](float value, v1::PushResponse* resp) {
+    grpc::ClientContext ctx;
+    auto writer = stub_->Push(&ctx, resp);
+    v1::PushRequest msg;
+    *msg.mutable_header() = Header();
+    *msg.add_chunks() = Chunk("w", 0, 4, value);
+    *msg.add_chunks() = Chunk("w", 1, 4, value);
+    writer->Write(msg);
+    writer->WritesDone();
+    return writer->Finish();
+  };
+  v1::PushResponse first, retry, other;
+  ASSERT_TRUE(push(0.5f, &first).ok());
+  const State applied = Snapshot();
+  ASSERT_EQ(applied.version, before_.version + 1);
+
+  grpc::Status s = push(0.5f, &retry);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(retry.version(), first.version());
+  EXPECT_EQ(retry.staleness(), first.staleness());
+  EXPECT_EQ(retry.applied(), first.applied());
+  EXPECT_EQ(retry.dropped(), first.dropped());
+  State after = Snapshot();
+  EXPECT_EQ(after.version, applied.version);
+  EXPECT_EQ(after.pushes, applied.pushes);
+  EXPECT_EQ(after.values, applied.values) << "the retry was applied again";
+
+  s = push(0.25f, &other);
+  EXPECT_EQ(s.error_code(), StatusCode::FAILED_PRECONDITION)
+      << s.error_message();
+  EXPECT_EQ(Snapshot().values, applied.values);
+}
+
+// Issue 11, defect 2: a stream larger than anything the shard can receive is
+// refused as soon as it crosses the bound, not after buffering all of it.
+// Shard 0 holds 8 floats; the client tries to send 32 MiB.
+TEST_F(BadInputTest, OversizedPushStreamIsRefusedEarly) {
+  grpc::ClientContext ctx;
+  v1::PushResponse resp;
+  auto writer = stub_->Push(&ctx, &resp);
+  v1::PushRequest msg;
+  *msg.mutable_header() = Header();
+  *msg.add_chunks() = Chunk("w", 0, 64 * 1024);  // 256 KiB
+  constexpr int kMessages = 128;
+  int written = 0;
+  while (written < kMessages && writer->Write(msg)) ++written;
+  writer->WritesDone();
+  const grpc::Status s = writer->Finish();
+  EXPECT_LT(written, kMessages / 4)
+      << "the server read " << written << " messages of 256 KiB";
+  ExpectRejected(s, StatusCode::RESOURCE_EXHAUSTED, "can receive");
+}
+
+// Issue 11, defect 2: the number of messages is bounded too (empty messages
+// cost the server memory without carrying bytes).
+TEST_F(BadInputTest, EndlessEmptyMessagesAreRefused) {
+  grpc::ClientContext ctx;
+  v1::PushResponse resp;
+  auto writer = stub_->Push(&ctx, &resp);
+  v1::PushRequest msg;
+  *msg.mutable_header() = Header();
+  int written = 0;
+  while (written < 10000 && writer->Write(msg)) ++written;
+  writer->WritesDone();
+  ExpectRejected(writer->Finish(), StatusCode::INVALID_ARGUMENT,
+                 "messages for shard 0");
+  EXPECT_LT(written, 10000);
 }
 
 }  // namespace

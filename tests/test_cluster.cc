@@ -33,10 +33,8 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(
   for (const auto& a : addresses)
     job.mutable_shard_map()->add_server_addresses(a);
   for (int i = 0; i < k; ++i) {
-    ShardOptions options;
-    options.shard_id = i;
-    options.job = job;
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<Shard> shard, Shard::Create(options));
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<Shard> shard,
+                        Shard::Create(ShardOptionsFromJob(job, i)));
     c->shards_.push_back(std::shared_ptr<Shard>(std::move(shard)));
     c->services_[i]->SetShard(c->shards_[i]);
   }

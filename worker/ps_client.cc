@@ -1,6 +1,10 @@
 #include "worker/ps_client.h"
 
+#include <algorithm>
+
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/grpc_util.h"
 #include "common/model_spec.h"
 #include "common/sharding.h"
@@ -106,8 +110,43 @@ std::unique_ptr<PsOp> PsClient::StartPush(uint32_t worker, uint64_t clock,
   return op;
 }
 
+absl::Status PsClient::WithRetries(
+    bool push, const std::function<absl::Status()>& attempt) const {
+  absl::Status status;
+  absl::Duration backoff = absl::Milliseconds(50);
+  for (int i = 0; i < std::max(options_.max_attempts, 1); ++i) {
+    if (i > 0) {
+      absl::SleepFor(backoff);
+      backoff *= 2;
+    }
+    status = attempt();
+    const bool retryable = absl::IsUnavailable(status) ||
+                           (push && (absl::IsDeadlineExceeded(status) ||
+                                     absl::IsCancelled(status)));
+    if (status.ok() || !retryable) {
+      return status;
+    }
+  }
+  return status;
+}
+
 absl::Status PsClient::PullShard(int shard, uint32_t worker, uint64_t clock,
                                  TensorList* params, ShardRead* read) {
+  return WithRetries(
+      /*push=*/false,
+      [&] { return PullShardOnce(shard, worker, clock, params, read); });
+}
+
+absl::Status PsClient::PushShard(int shard, uint32_t worker, uint64_t clock,
+                                 uint64_t num_samples, const TensorList& grads,
+                                 const ShardRead& read) {
+  return WithRetries(/*push=*/true, [&] {
+    return PushShardOnce(shard, worker, clock, num_samples, grads, read);
+  });
+}
+
+absl::Status PsClient::PullShardOnce(int shard, uint32_t worker, uint64_t clock,
+                                     TensorList* params, ShardRead* read) {
   grpc::ClientContext context;
   SetTimeout(&context, options_.barrier_timeout + options_.rpc_timeout);
   pstrain::v1::PullRequest request;
@@ -153,9 +192,10 @@ absl::Status PsClient::PullShard(int shard, uint32_t worker, uint64_t clock,
   return absl::OkStatus();
 }
 
-absl::Status PsClient::PushShard(int shard, uint32_t worker, uint64_t clock,
-                                 uint64_t num_samples, const TensorList& grads,
-                                 const ShardRead& read) {
+absl::Status PsClient::PushShardOnce(int shard, uint32_t worker, uint64_t clock,
+                                     uint64_t num_samples,
+                                     const TensorList& grads,
+                                     const ShardRead& read) {
   grpc::ClientContext context;
   SetTimeout(&context, options_.rpc_timeout);
   pstrain::v1::PushResponse response;

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -30,6 +31,13 @@ struct PsClientOptions {
   absl::Duration rpc_timeout = absl::Seconds(30);
   // A pull may wait this long on a barrier (on top of rpc_timeout).
   absl::Duration barrier_timeout = absl::Minutes(5);
+  // Attempts per shard and operation, every one with its own timeouts,
+  // 50 ms, 100 ms, ... apart. Pulls are retried on UNAVAILABLE (a barrier
+  // wait that ran out is not retried); pushes also on DEADLINE_EXCEEDED and
+  // CANCELLED: the server applies a push only after a clean half-close, and
+  // answers a retry of a push it applied (lost reply) with the original
+  // result instead of applying it twice.
+  int max_attempts = 3;
 };
 
 // What a pull read from one shard; stamps the next push to that shard.
@@ -89,11 +97,20 @@ class PsClient {
   PsClient(pstrain::v1::ShardMap map, PsClientOptions options)
       : map_(std::move(map)), options_(options) {}
 
+  // Runs `attempt` up to options_.max_attempts times while it fails with a
+  // retryable status (see PsClientOptions::max_attempts).
+  absl::Status WithRetries(bool push,
+                           const std::function<absl::Status()>& attempt) const;
   absl::Status PullShard(int shard, uint32_t worker, uint64_t clock,
                          TensorList* params, ShardRead* read);
   absl::Status PushShard(int shard, uint32_t worker, uint64_t clock,
                          uint64_t num_samples, const TensorList& grads,
                          const ShardRead& read);
+  absl::Status PullShardOnce(int shard, uint32_t worker, uint64_t clock,
+                             TensorList* params, ShardRead* read);
+  absl::Status PushShardOnce(int shard, uint32_t worker, uint64_t clock,
+                             uint64_t num_samples, const TensorList& grads,
+                             const ShardRead& read);
 
   const pstrain::v1::ShardMap map_;
   const PsClientOptions options_;

@@ -1,0 +1,130 @@
+#include "server/consistency_rule.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace pstrain {
+namespace {
+
+// BSP: step t completes when every worker pushed clock t; a pull at clock c
+// reads once version >= c.
+class Bsp : public ConsistencyRule {
+ public:
+  explicit Bsp(uint32_t quorum) : quorum_(quorum) {}
+
+  bool Readable(uint64_t clock, const ShardProgress& p) const override {
+    return p.version >= clock;
+  }
+  uint64_t RequiredClock(uint64_t clock) const override { return clock; }
+  uint64_t ReadMinClock(uint64_t clock, const ShardProgress& p) const override {
+    return std::min(p.version, clock);
+  }
+  absl::StatusOr<PushDecision> OnPush(uint64_t clock, uint64_t,
+                                      const ShardProgress& p) const override {
+    if (clock > p.version) {
+      // Unreachable with well-behaved clients: a worker pulls clock c only
+      // once version >= c, and a step cannot complete twice.
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sync step is ", p.version, ", push is for clock ", clock));
+    }
+    PushDecision d;
+    // Below the version: the step completed without this push (only with
+    // backup workers), so it is late.
+    d.action = clock < p.version ? PushDecision::Action::kDrop
+                                 : PushDecision::Action::kRecord;
+    return d;
+  }
+  bool records_pushes() const override { return true; }
+  bool StepComplete(uint32_t recorded) const override {
+    return recorded >= quorum_;
+  }
+
+ private:
+  const uint32_t quorum_;
+};
+
+// BSP with b backup workers: a step completes with the first N - b pushes.
+class BspWithBackups : public Bsp {
+ public:
+  BspWithBackups(uint32_t num_workers, uint32_t backup_workers)
+      : Bsp(num_workers - backup_workers) {}
+};
+
+// SSP with staleness s (< 0: unbounded), optionally with the staleness-aware
+// learning rate and DC-ASGD.
+class Ssp : public ConsistencyRule {
+ public:
+  explicit Ssp(const ConsistencyOptions& o)
+      : staleness_(o.staleness),
+        staleness_aware_lr_(o.staleness_aware_lr),
+        dc_lambda_(o.dc_lambda) {}
+
+  bool Readable(uint64_t clock, const ShardProgress& p) const override {
+    if (staleness_ < 0 || clock <= static_cast<uint64_t>(staleness_)) {
+      return true;
+    }
+    return p.min_clock >= clock - static_cast<uint64_t>(staleness_);
+  }
+  uint64_t RequiredClock(uint64_t clock) const override {
+    const uint64_t s = static_cast<uint64_t>(std::max<int64_t>(staleness_, 0));
+    return clock > s ? clock - s : 0;
+  }
+  uint64_t ReadMinClock(uint64_t, const ShardProgress& p) const override {
+    return p.min_clock;
+  }
+  absl::StatusOr<PushDecision> OnPush(uint64_t clock, uint64_t staleness,
+                                      const ShardProgress&) const override {
+    PushDecision d;
+    d.action = PushDecision::Action::kApply;
+    d.schedule_step = clock;
+    if (staleness_aware_lr_ && staleness > 1) {
+      d.lr_scale = 1.0 / static_cast<double>(staleness);
+    }
+    return d;
+  }
+  double dc_lambda() const override { return dc_lambda_; }
+
+ private:
+  const int64_t staleness_;
+  const bool staleness_aware_lr_;
+  const double dc_lambda_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ConsistencyRule>> MakeConsistencyRule(
+    const ConsistencyOptions& o) {
+  using Kind = ConsistencyOptions::Kind;
+  if (o.num_workers == 0) {
+    return absl::InvalidArgumentError("job has no workers");
+  }
+  if (o.kind != Kind::kBsp && o.kind != Kind::kSsp) {
+    return absl::InvalidArgumentError(
+        "job mode must be MODE_SYNC or MODE_ASYNC");
+  }
+  const bool sync = o.kind == Kind::kBsp;
+  if (o.backup_workers > 0 && (!sync || o.backup_workers >= o.num_workers)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "backup_workers needs MODE_SYNC and must be below num_workers (",
+        o.num_workers, "), got ", o.backup_workers));
+  }
+  if ((o.staleness_aware_lr || o.dc_lambda != 0) && sync) {
+    return absl::InvalidArgumentError(
+        "staleness_aware_lr and dc_lambda need MODE_ASYNC");
+  }
+  if (!(o.dc_lambda >= 0) || !std::isfinite(o.dc_lambda)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dc_lambda must be finite and >= 0, got ", o.dc_lambda));
+  }
+  if (!sync) return std::unique_ptr<ConsistencyRule>(new Ssp(o));
+  if (o.backup_workers > 0) {
+    return std::unique_ptr<ConsistencyRule>(
+        new BspWithBackups(o.num_workers, o.backup_workers));
+  }
+  return std::unique_ptr<ConsistencyRule>(new Bsp(o.num_workers));
+}
+
+}  // namespace pstrain

@@ -1,0 +1,85 @@
+// Consistency rules of a parameter-server shard: when a worker may read, and
+// what happens to a validated push. The shard owns every piece of state
+// (weights, clocks, version, pending sums); a rule only decides, from the
+// progress the shard shows it, so rules are small, stateless after creation
+// and unit-testable without a shard. See server/shard.h for the rules'
+// specification.
+#ifndef PSTRAIN_SERVER_CONSISTENCY_RULE_H_
+#define PSTRAIN_SERVER_CONSISTENCY_RULE_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+
+namespace pstrain {
+
+// Which rule, with its options. Plain data: built from the JobSpec by
+// ShardOptionsFromJob (server/shard.h), validated by MakeConsistencyRule.
+struct ConsistencyOptions {
+  enum class Kind { kUnspecified, kBsp, kSsp };
+  Kind kind = Kind::kUnspecified;
+  uint32_t num_workers = 0;
+  // kBsp: backup workers b (Chen et al. 2016); 0 is plain BSP.
+  uint32_t backup_workers = 0;
+  // kSsp: staleness bound s; negative means unbounded ("inf").
+  int64_t staleness = -1;
+  // kSsp options: learning rate lr / max(tau, 1) (Zhang et al. 2016), and
+  // DC-ASGD's lambda (Zheng et al. 2017; 0 = off).
+  bool staleness_aware_lr = false;
+  double dc_lambda = 0;
+};
+
+// The shard's progress, as the rule sees it (read under the shard's mutex).
+struct ShardProgress {
+  uint64_t version = 0;    // optimizer steps applied
+  uint64_t min_clock = 0;  // the slowest worker's clock (pushes accepted)
+};
+
+// What the shard does with one validated push.
+struct PushDecision {
+  enum class Action {
+    kApply,   // run the optimizer now with this push's gradient
+    kRecord,  // add it to the step's sum; apply when StepComplete()
+    kDrop,    // accept it (the clock advances) and change nothing else
+  };
+  Action action = Action::kApply;
+  uint64_t schedule_step = 0;  // kApply: the learning-rate schedule's step
+  double lr_scale = 1.0;       // kApply: multiplies the scheduled rate
+};
+
+// Immutable after creation; thread-safe.
+class ConsistencyRule {
+ public:
+  virtual ~ConsistencyRule() = default;
+
+  // Whether a pull at `clock` may return now.
+  virtual bool Readable(uint64_t clock, const ShardProgress& p) const = 0;
+  // The clock every worker must have pushed before Readable(clock) holds
+  // (a deadline error names the workers below it).
+  virtual uint64_t RequiredClock(uint64_t clock) const = 0;
+  // The min_clock a pull at `clock` reports (and the next push echoes).
+  virtual uint64_t ReadMinClock(uint64_t clock,
+                                const ShardProgress& p) const = 0;
+  // The decision for a push of `clock` (the worker's next clock) with
+  // `staleness`; FAILED_PRECONDITION for a push the rule cannot take.
+  virtual absl::StatusOr<PushDecision> OnPush(uint64_t clock,
+                                              uint64_t staleness,
+                                              const ShardProgress& p) const = 0;
+  // Whether OnPush ever answers kRecord (the shard then keeps a step sum).
+  virtual bool records_pushes() const { return false; }
+  // kRecord rules: whether `recorded` pushes complete the current step.
+  virtual bool StepComplete(uint32_t recorded) const { return false; }
+  // DC-ASGD's lambda; > 0 makes the shard keep each worker's read weights.
+  virtual double dc_lambda() const { return 0; }
+};
+
+// INVALID_ARGUMENT (with the old JobSpec wording) when: no workers, no kind,
+// backup_workers outside kBsp or not below num_workers, staleness_aware_lr or
+// dc_lambda outside kSsp, dc_lambda negative or not finite.
+absl::StatusOr<std::unique_ptr<ConsistencyRule>> MakeConsistencyRule(
+    const ConsistencyOptions& options);
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_SERVER_CONSISTENCY_RULE_H_

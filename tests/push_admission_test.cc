@@ -1,0 +1,136 @@
+// Push admission (PsServiceOptions.max_concurrent_pushes) and the push
+// timeout: at most k push streams are read at once, the others wait without
+// being read, and a stalled stream loses its slot after push_timeout.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "common/grpc_util.h"
+#include "common/tensor_codec.h"
+#include "server/ps_service.h"
+#include "server/shard.h"
+
+namespace pstrain {
+namespace {
+
+// Async SGD, two workers, one shard holding tensor "w" of 4 floats.
+v1::JobSpec Job() {
+  v1::JobSpec job;
+  job.set_mode(v1::MODE_ASYNC);
+  job.set_staleness(-1);
+  job.set_num_workers(2);
+  job.set_num_servers(1);
+  job.mutable_optimizer()->set_kind(v1::OptimizerConfig::SGD);
+  job.mutable_optimizer()->set_base_lr(1.0);
+  auto* map = job.mutable_shard_map();
+  auto* t = map->add_tensors();
+  t->set_name("w");
+  t->add_shape(4);
+  t->set_dtype(v1::DTYPE_F32);
+  auto* c = map->add_chunks();
+  c->set_tensor("w");
+  c->set_length(4);
+  return job;
+}
+
+v1::PushRequest ValidPush(uint32_t worker) {
+  v1::PushRequest msg;
+  msg.mutable_header()->set_worker(worker);
+  msg.mutable_header()->set_num_samples(1);
+  const std::vector<float> g(4, 0.5f);
+  EncodeChunk("w", 0, g.data(), g.size(), msg.add_chunks());
+  return msg;
+}
+
+class PushAdmissionTest : public ::testing::Test {
+ protected:
+  void Start(PsServiceOptions options) {
+    service_ = std::make_unique<ParameterServerService>(options);
+    auto shard = Shard::Create(ShardOptionsFromJob(Job(), 0));
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    shard_ = std::shared_ptr<Shard>(std::move(*shard));
+    service_->SetShard(shard_);
+    auto started = StartGrpcServer(
+        "127.0.0.1", 0, grpc::InsecureServerCredentials(), {service_.get()});
+    ASSERT_TRUE(started.ok()) << started.status();
+    server_ = std::move(started->server);
+    stub_ = v1::ParameterServer::NewStub(
+        MakeChannel(absl::StrCat("127.0.0.1:", started->port)));
+  }
+
+  void TearDown() override {
+    if (shard_ != nullptr) shard_->Close();
+    if (server_ != nullptr) {
+      server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+    }
+  }
+
+  grpc::Status Push(uint32_t worker) {
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, absl::Seconds(10));
+    v1::PushResponse resp;
+    auto writer = stub_->Push(&ctx, &resp);
+    writer->Write(ValidPush(worker));
+    writer->WritesDone();
+    return writer->Finish();
+  }
+
+  std::unique_ptr<ParameterServerService> service_;
+  std::shared_ptr<Shard> shard_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::ParameterServer::Stub> stub_;
+};
+
+TEST_F(PushAdmissionTest, SecondPushWaitsForTheFirstToEnd) {
+  PsServiceOptions options;
+  options.max_concurrent_pushes = 1;
+  Start(options);
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, absl::Seconds(10));
+  v1::PushResponse resp;
+  auto first = stub_->Push(&ctx, &resp);
+  ASSERT_TRUE(first->Write(ValidPush(0)));  // complete, not half-closed
+
+  grpc::Status second;
+  std::thread t([&] { second = Push(1); });
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(shard_->Stats().pushes(), 0u)
+      << "the second push ran while the first held the only slot";
+  first->WritesDone();
+  const grpc::Status s = first->Finish();
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  t.join();
+  EXPECT_TRUE(second.ok()) << second.error_message();
+  EXPECT_EQ(shard_->Stats().pushes(), 2u);
+}
+
+TEST_F(PushAdmissionTest, StalledStreamLosesItsSlotAfterPushTimeout) {
+  PsServiceOptions options;
+  options.max_concurrent_pushes = 1;
+  options.push_timeout = absl::Seconds(1);
+  Start(options);
+  grpc::ClientContext ctx;  // no deadline: only the server's timeout ends it
+  v1::PushResponse resp;
+  auto stalled = stub_->Push(&ctx, &resp);
+  ASSERT_TRUE(stalled->Write(ValidPush(0)));
+
+  // The waiting push's own timeout runs too (from its start): start it
+  // half-way, so it is admitted when the stalled one is cancelled (at 1 s)
+  // with half a second to spare.
+  absl::SleepFor(absl::Milliseconds(500));
+  const grpc::Status other = Push(1);
+  EXPECT_TRUE(other.ok()) << other.error_message();
+  const grpc::Status s = stalled->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED) << s.error_message();
+  const v1::ShardStats stats = shard_->Stats();
+  EXPECT_EQ(stats.pushes(), 1u) << "the stalled push was applied";
+  EXPECT_EQ(stats.version(), 1u);
+}
+
+}  // namespace
+}  // namespace pstrain
