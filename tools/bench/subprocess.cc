@@ -65,6 +65,12 @@ absl::StatusOr<Child> Child::Start(const std::vector<std::string>& argv,
   for (const std::string& a : argv)
     args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // Closed by a successful exec (O_CLOEXEC): Start returns only once the
+  // child runs its own program, so no memory sample ever reads the forked
+  // copy of this process.
+  int exec_pipe[2];
+  if (pipe2(exec_pipe, O_CLOEXEC) != 0)
+    return absl::ErrnoToStatus(errno, "pipe");
   const pid_t pid = fork();
   if (pid < 0) return absl::ErrnoToStatus(errno, "fork");
   if (pid == 0) {
@@ -74,6 +80,11 @@ absl::StatusOr<Child> Child::Start(const std::vector<std::string>& argv,
     execvp(args[0], args.data());
     _exit(127);
   }
+  close(exec_pipe[1]);
+  char byte;
+  while (read(exec_pipe[0], &byte, 1) < 0 && errno == EINTR) {
+  }
+  close(exec_pipe[0]);
   close(in_fd);
   close(out_fd);
   close(err_fd);
