@@ -1,0 +1,259 @@
+#include "tools/bench/ps_path.h"
+
+#include <grpcpp/grpcpp.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_util.h"
+#include "common/sharding.h"
+#include "common/signals.h"
+#include "server/ps_service.h"
+#include "server/shard.h"
+#include "tools/bench/subprocess.h"
+#include "worker/ps_client.h"
+
+namespace pstrain::bench {
+namespace {
+
+using pstrain::v1::JobSpec;
+
+// Shards behind gRPC servers on loopback; everything stops in the destructor.
+class Cluster {
+ public:
+  static absl::StatusOr<std::unique_ptr<Cluster>> Start(JobSpec job) {
+    std::unique_ptr<Cluster> c(new Cluster);
+    job.mutable_shard_map()->clear_server_addresses();
+    for (uint32_t i = 0; i < job.num_servers(); ++i) {
+      c->services_.push_back(
+          std::make_unique<ParameterServerService>(PsServiceOptions{}));
+      absl::StatusOr<StartedServer> started =
+          StartGrpcServer("127.0.0.1", 0, grpc::InsecureServerCredentials(),
+                          {c->services_.back().get()});
+      if (!started.ok()) return started.status();
+      job.mutable_shard_map()->add_server_addresses(
+          absl::StrCat("127.0.0.1:", started->port));
+      c->servers_.push_back(std::move(started->server));
+    }
+    for (uint32_t i = 0; i < job.num_servers(); ++i) {
+      ShardOptions options;
+      options.shard_id = i;
+      options.job = job;
+      absl::StatusOr<std::unique_ptr<Shard>> shard = Shard::Create(options);
+      if (!shard.ok()) return shard.status();
+      c->shards_.push_back(std::shared_ptr<Shard>(std::move(*shard)));
+      c->services_[i]->SetShard(c->shards_[i]);
+    }
+    c->job_ = std::move(job);
+    return c;
+  }
+  ~Cluster() {
+    for (auto& s : shards_) s->Close();
+    for (auto& s : servers_) {
+      s->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+    }
+  }
+  const JobSpec& job() const { return job_; }
+
+ private:
+  Cluster() = default;
+  JobSpec job_;
+  std::vector<std::shared_ptr<Shard>> shards_;
+  std::vector<std::unique_ptr<ParameterServerService>> services_;
+  std::vector<std::unique_ptr<grpc::Server>> servers_;
+};
+
+// A client over its own connections (a local subchannel pool), like a
+// separate worker process.
+absl::StatusOr<std::unique_ptr<PsClient>> NewClient(
+    const pstrain::v1::ShardMap& map) {
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (const std::string& address : map.server_addresses()) {
+    grpc::ChannelArguments args = DefaultChannelArgs();
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    channels.push_back(grpc::CreateCustomChannel(
+        address, grpc::InsecureChannelCredentials(), args));
+  }
+  PsClientOptions options;
+  options.rpc_timeout = absl::Seconds(300);
+  return PsClient::Create(map, std::move(channels), options);
+}
+
+// `workers` clients driving sync steps together; Step() times each phase.
+class Workers {
+ public:
+  static absl::StatusOr<Workers> Create(const pstrain::v1::ShardMap& map,
+                                        int workers, uint64_t elems) {
+    Workers w;
+    for (int i = 0; i < workers; ++i) {
+      absl::StatusOr<std::unique_ptr<PsClient>> c = NewClient(map);
+      if (!c.ok()) return c.status();
+      w.clients_.push_back(std::move(*c));
+    }
+    w.params_.resize(workers);
+    w.reads_.resize(workers);
+    // One gradient shared by every worker (pushes only read it); small and
+    // finite so every optimizer accepts it.
+    w.grad_.assign(1, std::vector<float>(elems, 1e-3f));
+    return w;
+  }
+
+  // One sync step at `clock`: all pulls, then all pushes. Seconds of each.
+  absl::Status Step(uint64_t clock, double* pull_s, double* push_s) {
+    const int n = static_cast<int>(clients_.size());
+    std::vector<std::unique_ptr<PsOp>> ops(n);
+    absl::Time start = absl::Now();
+    for (int i = 0; i < n; ++i) {
+      ops[i] = clients_[i]->StartPull(i, clock, &params_[i]);
+    }
+    for (int i = 0; i < n; ++i) {
+      absl::Status s = ops[i]->Wait();
+      if (!s.ok()) return s;
+      reads_[i] = ops[i]->reads();
+    }
+    *pull_s = absl::ToDoubleSeconds(absl::Now() - start);
+    start = absl::Now();
+    for (int i = 0; i < n; ++i) {
+      ops[i] = clients_[i]->StartPush(i, clock, 1, grad_, reads_[i]);
+    }
+    for (int i = 0; i < n; ++i) {
+      absl::Status s = ops[i]->Wait();
+      if (!s.ok()) return s;
+    }
+    *push_s = absl::ToDoubleSeconds(absl::Now() - start);
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<std::unique_ptr<PsClient>> clients_;
+  std::vector<TensorList> params_;
+  std::vector<std::vector<ShardRead>> reads_;
+  TensorList grad_;
+};
+
+}  // namespace
+
+absl::StatusOr<JobSpec> OneTensorJob(uint64_t elems, int servers, int workers,
+                                     pstrain::v1::OptimizerConfig::Kind kind) {
+  JobSpec job;
+  job.set_job_name("bench");
+  job.set_mode(pstrain::v1::MODE_SYNC);
+  job.set_num_workers(workers);
+  job.set_num_servers(servers);
+  job.set_steps(1000);
+  job.mutable_optimizer()->set_kind(kind);
+  job.mutable_optimizer()->set_base_lr(0.01);
+  if (kind == pstrain::v1::OptimizerConfig::MOMENTUM) {
+    job.mutable_optimizer()->set_momentum(0.9);
+  }
+  pstrain::v1::TensorSpec t;
+  t.set_name("w");
+  t.add_shape(static_cast<int64_t>(elems));
+  t.set_dtype(pstrain::v1::DTYPE_F32);
+  t.mutable_init()->set_kind(pstrain::v1::InitRule::ZEROS);
+  absl::StatusOr<pstrain::v1::ShardMap> map =
+      BuildShardMap({t}, servers, kMaxChunkBytes / sizeof(float));
+  if (!map.ok()) return map.status();
+  *job.mutable_shard_map() = std::move(*map);
+  return job;
+}
+
+absl::StatusOr<PsPathResult> MeasurePsPath(uint64_t elems, int servers,
+                                           int workers, int steps) {
+  absl::StatusOr<JobSpec> job =
+      OneTensorJob(elems, servers, workers, pstrain::v1::OptimizerConfig::SGD);
+  if (!job.ok()) return job.status();
+  absl::StatusOr<std::unique_ptr<Cluster>> cluster = Cluster::Start(*job);
+  if (!cluster.ok()) return cluster.status();
+  absl::StatusOr<Workers> w =
+      Workers::Create((*cluster)->job().shard_map(), workers, elems);
+  if (!w.ok()) return w.status();
+  double pull_s = 0, push_s = 0, pull_total = 0, push_total = 0;
+  for (int step = 0; step <= steps; ++step) {
+    absl::Status s = w->Step(step, &pull_s, &push_s);
+    if (!s.ok()) return s;
+    if (step == 0) continue;  // warm-up: connections, first-touch pages
+    pull_total += pull_s;
+    push_total += push_s;
+  }
+  const double bytes =
+      static_cast<double>(elems) * sizeof(float) * workers * steps;
+  return PsPathResult{bytes / push_total, bytes / pull_total};
+}
+
+int ServeShardMain(uint64_t elems, int workers) {
+  InstallStopSignalHandlers();
+  absl::StatusOr<JobSpec> job =
+      OneTensorJob(elems, 1, workers, pstrain::v1::OptimizerConfig::MOMENTUM);
+  absl::StatusOr<std::unique_ptr<Cluster>> cluster =
+      job.ok() ? Cluster::Start(*job)
+               : absl::StatusOr<std::unique_ptr<Cluster>>(job.status());
+  if (!cluster.ok()) {
+    fprintf(stderr, "ps_bench --serve_shard: %s\n",
+            cluster.status().ToString().c_str());
+    return 1;
+  }
+  const std::string& address =
+      (*cluster)->job().shard_map().server_addresses(0);
+  printf("%s\n", address.substr(address.rfind(':') + 1).c_str());
+  fflush(stdout);
+  const absl::Time deadline = absl::Now() + absl::Minutes(30);
+  char buf[256];
+  while (!StopRequested() && absl::Now() < deadline) {
+    pollfd p{0, POLLIN, 0};
+    if (poll(&p, 1, 200) > 0 && read(0, buf, sizeof buf) <= 0) break;
+  }
+  return 0;
+}
+
+absl::StatusOr<ServerMemory> MeasureServerMemory(const std::string& self,
+                                                 uint64_t elems, int workers,
+                                                 int steps) {
+  absl::StatusOr<Child> child =
+      Child::Start({self, "--serve_shard", absl::StrCat("--elems=", elems),
+                    absl::StrCat("--workers=", workers)},
+                   /*pipe_stdio=*/true);
+  if (!child.ok()) return child.status();
+  absl::StatusOr<std::string> port =
+      child->ReadLine(absl::Now() + absl::Seconds(60));
+  if (!port.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("shard server child: ", port.status().message()));
+  }
+  absl::StatusOr<JobSpec> job =
+      OneTensorJob(elems, 1, workers, pstrain::v1::OptimizerConfig::MOMENTUM);
+  if (!job.ok()) return job.status();
+  job->mutable_shard_map()->add_server_addresses(
+      absl::StrCat("127.0.0.1:", *port));
+  {
+    absl::StatusOr<Workers> w =
+        Workers::Create(job->shard_map(), workers, elems);
+    if (!w.ok()) return w.status();
+    double pull_s, push_s;
+    for (int step = 0; step < steps; ++step) {
+      absl::Status s = w->Step(step, &pull_s, &push_s);
+      if (!s.ok()) return s;
+    }
+  }
+  child->SampleMemory();
+  child->CloseStdin();
+  absl::StatusOr<Finished> f = child->Wait(absl::Now() + absl::Seconds(60));
+  if (!f.ok()) return f.status();
+  if (f->exit_code != 0) {
+    return absl::InternalError(
+        absl::StrCat("shard server child exited ", f->exit_code));
+  }
+  ServerMemory m;
+  m.peak_rss_bytes = f->max_rss_bytes;
+  // Momentum: weights + one slot (4 B each) + an 8 B accumulator + 64 MiB.
+  m.bound_bytes = static_cast<int64_t>(elems) * (4 + 4 + 8) + (64 << 20);
+  return m;
+}
+
+}  // namespace pstrain::bench

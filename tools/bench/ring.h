@@ -1,0 +1,30 @@
+// The ring all-reduce (worker/allreduce: RingAllReduce over GrpcTransport,
+// ranks as threads of this process, each with its RingPeer server on
+// 127.0.0.1 port 0) against OpenMPI's MPI_Allreduce over TCP (mpirun, ranks
+// as processes on 127.0.0.1).
+#ifndef PSTRAIN_TOOLS_BENCH_RING_H_
+#define PSTRAIN_TOOLS_BENCH_RING_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace pstrain::bench {
+
+// Median seconds of one all-reduce of each size in `bytes` with `ranks`
+// ranks, over `iters` iterations after one warm-up; key = bytes.
+absl::StatusOr<std::map<uint64_t, double>> RingSeconds(
+    int ranks, const std::vector<uint64_t>& bytes, int iters);
+
+// The same through `mpirun --allow-run-as-root --oversubscribe --mca btl
+// tcp,self -np ranks mpi_program iters bytes...` (loopback only).
+absl::StatusOr<std::map<uint64_t, double>> MpiSeconds(
+    const std::string& mpirun, const std::string& mpi_program, int ranks,
+    const std::vector<uint64_t>& bytes, int iters);
+
+}  // namespace pstrain::bench
+
+#endif  // PSTRAIN_TOOLS_BENCH_RING_H_

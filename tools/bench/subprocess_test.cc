@@ -1,0 +1,69 @@
+// Child processes: stdout lines, exit codes, the peak memory sample, and a
+// child that overruns its deadline being killed with DEADLINE_EXCEEDED.
+#include "tools/bench/subprocess.h"
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+
+namespace pstrain::bench {
+namespace {
+
+TEST(Child, ReadsLinesAndExitCode) {
+  absl::StatusOr<Child> child = Child::Start(
+      {"/bin/sh", "-c", "echo first; echo second; read x; exit 3"}, true);
+  ASSERT_TRUE(child.ok()) << child.status();
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  EXPECT_EQ(*child->ReadLine(deadline), "first");
+  EXPECT_EQ(*child->ReadLine(deadline), "second");
+  child->CloseStdin();  // ends `read`
+  absl::StatusOr<Finished> f = child->Wait(deadline);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->exit_code, 3);
+  EXPECT_GT(f->max_rss_bytes, 0);  // sampled while the shell ran
+}
+
+TEST(Child, MemoryIsTheChildsNotTheParents) {
+  // A parent holding 256 MiB must not make a small child look large (as
+  // ru_maxrss would after fork + exec, or a sample taken before the exec).
+  std::vector<char> big(256 << 20, 1);
+  absl::StatusOr<Child> child = Child::Start({"/bin/sh", "-c", "read x"}, true);
+  ASSERT_TRUE(child.ok()) << child.status();
+  child->SampleMemory();  // at once: Start returns after the exec
+  child->CloseStdin();
+  absl::StatusOr<Finished> f = child->Wait(absl::Now() + absl::Seconds(30));
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_GT(f->max_rss_bytes, 0);
+  EXPECT_LT(f->max_rss_bytes, 64 << 20) << "parent touched " << int(big[7]);
+}
+
+TEST(RunCapture, CapturesStdout) {
+  absl::StatusOr<Finished> f =
+      RunCapture({"/bin/echo", "hello"}, absl::Seconds(30));
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->output, "hello\n");
+  EXPECT_EQ(f->exit_code, 0);
+}
+
+TEST(RunCapture, KillsAChildPastItsDeadline) {
+  absl::StatusOr<Finished> f =
+      RunCapture({"/bin/sleep", "60"}, absl::Milliseconds(300));
+  EXPECT_EQ(f.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << f.status();
+}
+
+TEST(RunCapture, MissingProgramExits127) {
+  absl::StatusOr<Finished> f =
+      RunCapture({"/nonexistent/program"}, absl::Seconds(30));
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->exit_code, 127);
+}
+
+TEST(FreeLoopbackPort, ReturnsAPort) {
+  absl::StatusOr<int> port = FreeLoopbackPort();
+  ASSERT_TRUE(port.ok()) << port.status();
+  EXPECT_GT(*port, 0);
+  EXPECT_LT(*port, 65536);
+}
+
+}  // namespace
+}  // namespace pstrain::bench

@@ -1,0 +1,62 @@
+// The two wire anchors: iperf3 -l 1M on loopback (Debian's iperf3, its own
+// server on a free port) and a bare gRPC stream of 1 MiB messages.
+#ifndef PSTRAIN_TOOLS_BENCH_WIRE_H_
+#define PSTRAIN_TOOLS_BENCH_WIRE_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "tools/bench/bench.grpc.pb.h"
+#include "tools/bench/subprocess.h"
+
+namespace pstrain::bench {
+
+// An iperf3 server on 127.0.0.1:<free port>, stopped in the destructor.
+class Iperf3 {
+ public:
+  static absl::StatusOr<std::unique_ptr<Iperf3>> Start(
+      const std::string& binary);
+  // One client run of `seconds` (whole seconds, at least 1: iperf3 reads -t
+  // as an integer and -t 0 never ends) with 1 MiB writes; received bytes per
+  // second (the receiver's figure).
+  absl::StatusOr<double> Measure(int seconds);
+
+ private:
+  // One client run of `args` (-t or -n); the receiver's bytes per second.
+  absl::StatusOr<double> Run(const std::vector<std::string>& args,
+                             absl::Duration timeout);
+  Iperf3(std::string binary, int port, Child server)
+      : binary_(std::move(binary)), port_(port), server_(std::move(server)) {}
+  const std::string binary_;
+  const int port_;
+  Child server_;
+};
+
+// A BlobStream service on 127.0.0.1:0 and a client channel to it.
+class GrpcStream {
+ public:
+  static absl::StatusOr<std::unique_ptr<GrpcStream>> Start();
+  ~GrpcStream();
+  // Bytes per second of `bytes` sent client -> server (Upload) and
+  // server -> client (Download), 1 MiB per message.
+  absl::StatusOr<double> Upload(uint64_t bytes);
+  absl::StatusOr<double> Download(uint64_t bytes);
+
+ private:
+  class Service;
+  GrpcStream() = default;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<pstrain::bench::v1::BlobStream::Stub> stub_;
+};
+
+}  // namespace pstrain::bench
+
+#endif  // PSTRAIN_TOOLS_BENCH_WIRE_H_
