@@ -42,7 +42,7 @@ FLAGS=(--color=no --curses=no)
 step "build with CUDA and NCCL"
 "${BAZEL[@]}" build "${FLAGS[@]}" //worker:backend_parity_test \
   //worker:worker_device_test //worker:mlp_benchmark //tests/gpu:model_parity \
-  //worker:ps_worker //server:ps_coordinator //server:ps_server ||
+  //worker:ps_worker //coordinator:ps_coordinator //server:ps_server ||
   fail "build failed"
 BIN="$("${BAZEL[@]}" info "${FLAGS[@]}" bazel-bin 2>/dev/null)" ||
   fail "bazel info failed"

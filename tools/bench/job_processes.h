@@ -11,7 +11,7 @@
 namespace pstrain::bench {
 
 // Runs `config` (its model; 1 worker, 1 server, `steps` steps) with the
-// binaries in bin_dir (server/ps_coordinator, server/ps_server,
+// binaries in bin_dir (coordinator/ps_coordinator, server/ps_server,
 // worker/ps_worker) and returns the worker process's peak RSS. Logs and the
 // job's output go to `work_dir`.
 absl::StatusOr<int64_t> WorkerPeakRss(const std::string& bin_dir,
