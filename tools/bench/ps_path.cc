@@ -42,10 +42,8 @@ class Cluster {
       c->servers_.push_back(std::move(started->server));
     }
     for (uint32_t i = 0; i < job.num_servers(); ++i) {
-      ShardOptions options;
-      options.shard_id = i;
-      options.job = job;
-      absl::StatusOr<std::unique_ptr<Shard>> shard = Shard::Create(options);
+      absl::StatusOr<std::unique_ptr<Shard>> shard =
+          Shard::Create(ShardOptionsFromJob(job, i));
       if (!shard.ok()) return shard.status();
       c->shards_.push_back(std::shared_ptr<Shard>(std::move(*shard)));
       c->services_[i]->SetShard(c->shards_[i]);
