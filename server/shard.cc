@@ -675,6 +675,11 @@ absl::StatusOr<ShardState> Shard::SnapshotAt(uint64_t cut,
       "); behind (worker@clock): ", absl::StrJoin(behind, ", ")));
 }
 
+size_t Shard::waiting_snapshots() const {
+  absl::MutexLock lock(&mu_);
+  return pending_snapshots_.size();
+}
+
 void Shard::ServeSnapshotsLocked() {
   for (PendingSnapshot* p : pending_snapshots_) {
     if (p->done) continue;

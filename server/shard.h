@@ -349,6 +349,8 @@ class Shard {
   // what is "not saved" above. INVALID_ARGUMENT naming the mismatch changes
   // nothing. Pulls waiting on the barrier re-check against the new state.
   absl::Status Restore(const ShardState& state);
+  // SnapshotAt calls now waiting (for tests and monitoring).
+  size_t waiting_snapshots() const;
 
  private:
   struct PendingSnapshot {
