@@ -146,6 +146,29 @@ TEST(ReshardTest, AnyLayoutBitExact) {
   }
 }
 
+// With the same chunks on another number of shards, training resumed from
+// the checkpoint continues bit for bit like the undisturbed run (the sync
+// sum's exponents travel with the chunks).
+TEST(ReshardTest, SameChunksOtherShardCountContinuesExactly) {
+  CheckpointEnv* env = CheckpointEnv::Default();
+  const std::string root = TempRoot("reshard_continue");
+  TestJob original = MustMake(OptimizerConfig::ADAM, true, 2, 8);
+  ASSERT_TRUE(RunSteps(original, 0, 4).ok());
+  const std::string dir = Save(env, root, original, 4);
+  ASSERT_TRUE(RunSteps(original, 4, 8).ok());
+  absl::StatusOr<FullState> want = Gather(original);
+  ASSERT_TRUE(want.ok());
+  for (uint32_t shards : {1u, 3u}) {
+    SCOPED_TRACE(absl::StrCat(shards, " shards"));
+    TestJob resumed = MustMake(OptimizerConfig::ADAM, true, shards, 8);
+    ASSERT_TRUE(RestoreAll(env, dir, resumed).ok());
+    ASSERT_TRUE(RunSteps(resumed, 4, 8).ok());
+    absl::StatusOr<FullState> got = Gather(resumed);
+    ASSERT_TRUE(got.ok());
+    ExpectSameState(*want, *got);
+  }
+}
+
 // Fails every operation from the (n+1)-th rename on, as if the process died
 // there: what is on disk is what a crash at that point leaves.
 class CrashingEnv : public CheckpointEnvWrapper {

@@ -36,6 +36,7 @@ absl::StatusOr<TestJob> MakeTestJob(pstrain::v1::OptimizerConfig::Kind kind,
                                     bool sync, uint32_t num_workers,
                                     uint32_t num_shards, uint64_t chunk_elems);
 
+// In [-1, 1], times 1e-6 for "layer1/weight".
 float TestGradient(const std::string& tensor, uint64_t element, uint32_t worker,
                    uint64_t clock);
 
