@@ -36,10 +36,12 @@ struct PsServiceOptions {
   // service.
   MetricsRegistry* metrics = nullptr;
   // Push streams received at once; more wait, holding no buffer, until one
-  // ends (FIFO). With a limit k the shard buffers at most
-  // k * Shard::max_push_bytes() of pushes, whatever the number of workers.
-  // 0: no limit.
-  int max_concurrent_pushes = 0;
+  // ends (FIFO). The shard buffers at most k * Shard::max_push_bytes() of
+  // pushes, whatever the number of workers; with k = 1 a sync server's
+  // memory does not depend on the number of workers at all. Admitted pushes
+  // never wait for other pushes, so any k >= 1 is deadlock-free. 0: no
+  // limit.
+  int max_concurrent_pushes = 1;
   // A push stream (waiting included) still open after this long is
   // cancelled, nothing applied, so a stalled client cannot hold a slot.
   absl::Duration push_timeout = absl::Minutes(2);
