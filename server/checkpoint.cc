@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -343,6 +344,15 @@ absl::Status ApplyRetention(CheckpointEnv* env, const std::string& root,
   return absl::OkStatus();
 }
 
+absl::StatusOr<CheckpointFile> SaveShardAt(Shard& shard, uint32_t num_shards,
+                                           CheckpointEnv* env,
+                                           const std::string& root,
+                                           uint64_t step, absl::Time deadline) {
+  PS_ASSIGN_OR_RETURN(ShardState state, shard.SnapshotAt(step, deadline));
+  return WriteShardFile(env, CheckpointDir(root, step), shard.shard_id(),
+                        num_shards, state);
+}
+
 absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
     CheckpointEnv* env, const std::string& dir) {
   const std::string manifest_path = Join(dir, kCheckpointManifest);
@@ -467,6 +477,46 @@ absl::Status CheckpointReader::ReadRange(const std::string& tensor,
                      "' elements [", next, ", ", end, ")"));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckpointReader::CheckCompatible(
+    const ShardOptions& options) const {
+  const CheckpointManifest& m = manifest_;
+  const auto& want = options.shard_map.tensors();
+  const auto& have = m.shard_map.tensors();
+  if (want.size() != have.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint has ", have.size(), " tensors, the job has ", want.size()));
+  }
+  for (int i = 0; i < want.size(); ++i) {
+    if (want[i].name() != have[i].name() ||
+        !std::equal(want[i].shape().begin(), want[i].shape().end(),
+                    have[i].shape().begin(), have[i].shape().end())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint tensor ", i, " is '", have[i].name(), "' [",
+          absl::StrJoin(have[i].shape(), ", "), "], the job's is '",
+          want[i].name(), "' [", absl::StrJoin(want[i].shape(), ", "), "]"));
+    }
+  }
+  if (m.num_workers != options.rule.num_workers) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint has ", m.num_workers, " workers, the job has ",
+                     options.rule.num_workers));
+  }
+  const std::string kind =
+      pstrain::v1::OptimizerConfig::Kind_Name(options.optimizer.kind());
+  if (m.optimizer != kind) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint optimizer is ", m.optimizer, ", the job's is ", kind));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointReader::RestoreShard(const ShardOptions& options,
+                                            Shard& shard) const {
+  PS_RETURN_IF_ERROR(CheckCompatible(options));
+  PS_ASSIGN_OR_RETURN(ShardState state, StateFor(shard.chunks()));
+  return shard.Restore(state);
 }
 
 absl::StatusOr<ShardState> CheckpointReader::StateFor(

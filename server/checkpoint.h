@@ -61,6 +61,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "proto/pstrain.pb.h"
 #include "server/checkpoint_env.h"
 #include "server/checkpoint_state.h"
@@ -147,6 +148,15 @@ absl::StatusOr<std::string> LatestCheckpoint(CheckpointEnv* env,
 absl::Status ApplyRetention(CheckpointEnv* env, const std::string& root,
                             uint32_t keep);
 
+// A server's part of checkpoint `step`: waits (until `deadline`) for `shard`
+// to reach cut `step` (Shard::SnapshotAt) and writes its file into
+// CheckpointDir(root, step). The returned entry goes to whoever writes the
+// manifest once every shard's entry is in.
+absl::StatusOr<CheckpointFile> SaveShardAt(Shard& shard, uint32_t num_shards,
+                                           CheckpointEnv* env,
+                                           const std::string& root,
+                                           uint64_t step, absl::Time deadline);
+
 // A complete checkpoint, read and verified. Immutable; thread-safe.
 class CheckpointReader {
  public:
@@ -172,6 +182,13 @@ class CheckpointReader {
   // unknown tensor, DATA_LOSS when the files do not cover the range.
   absl::Status ReadRange(const std::string& tensor, uint64_t offset,
                          uint64_t length, float* weights, float* slots) const;
+
+  // Whether the checkpoint fits a job with `options` (any shard layout):
+  // the same tensors (names and shapes, in order), number of workers and
+  // optimizer kind. FAILED_PRECONDITION naming the first difference.
+  absl::Status CheckCompatible(const ShardOptions& options) const;
+  // CheckCompatible, then StateFor(shard.chunks()) and Shard::Restore.
+  absl::Status RestoreShard(const ShardOptions& options, Shard& shard) const;
 
   // The state to Restore into a shard holding `chunks` (any layout): each
   // chunk read by range; version and schedule step (which every shard must

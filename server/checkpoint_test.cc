@@ -256,6 +256,70 @@ TEST(AtomicityTest, CrashBetweenFilesKeepsPreviousCheckpoint) {
   }
 }
 
+// Each shard saves its own file when it reaches the cut, while the workers
+// keep training past it; the manifest, written last, makes the checkpoint,
+// and it restores the state after step 2 exactly.
+TEST(DistributedSaveTest, ShardsSaveAtTheCutWhileTrainingGoesOn) {
+  CheckpointEnv* env = CheckpointEnv::Default();
+  const std::string root = TempRoot("distributed");
+  TestJob job = MustMake(OptimizerConfig::ADAGRAD, true, 3, 4);
+  TestJob reference = MustMake(OptimizerConfig::ADAGRAD, true, 3, 4);
+  ASSERT_TRUE(RunSteps(reference, 0, 3).ok());
+  absl::StatusOr<FullState> want = Gather(reference);
+  ASSERT_TRUE(want.ok());
+
+  std::vector<absl::StatusOr<CheckpointFile>> files(3);
+  std::vector<std::thread> savers;
+  for (uint32_t k = 0; k < 3; ++k) {
+    savers.emplace_back([&, k] {
+      files[k] = SaveShardAt(*job.shards[k], 3, env, root, 3,
+                             absl::Now() + absl::Seconds(20));
+    });
+  }
+  const absl::Time limit = absl::Now() + absl::Seconds(20);
+  for (auto& shard : job.shards) {
+    while (shard->waiting_snapshots() == 0 && absl::Now() < limit) {
+      std::this_thread::yield();
+    }
+  }
+  ASSERT_TRUE(RunSteps(job, 0, 6).ok());
+  for (std::thread& t : savers) t.join();
+  EXPECT_FALSE(LatestCheckpoint(env, root).ok());  // no manifest yet
+  CheckpointManifest manifest = TestManifest(job, 3);
+  for (auto& f : files) {
+    ASSERT_TRUE(f.ok()) << f.status();
+    manifest.files.push_back(*f);
+  }
+  const std::string dir = CheckpointDir(root, 3);
+  ASSERT_TRUE(WriteManifest(env, dir, manifest).ok());
+
+  TestJob restored = MustMake(OptimizerConfig::ADAGRAD, true, 2, 8);
+  ASSERT_TRUE(RestoreAll(env, dir, restored).ok());
+  absl::StatusOr<FullState> got = Gather(restored);
+  ASSERT_TRUE(got.ok());
+  ExpectSameState(*want, *got);
+}
+
+TEST(CompatibilityTest, AnotherJobIsRefusedByName) {
+  CheckpointEnv* env = CheckpointEnv::Default();
+  const std::string root = TempRoot("compatibility");
+  TestJob job = MustMake(OptimizerConfig::ADAM, true, 2, 8);
+  const std::string dir = Save(env, root, job, 0);
+  TestJob adamw = MustMake(OptimizerConfig::ADAMW, true, 2, 8);
+  absl::Status s = RestoreAll(env, dir, adamw);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("optimizer is ADAM, the job's is ADAMW"));
+  TestJob three = MustMake(OptimizerConfig::ADAM, true, 2, 8, /*workers=*/3);
+  s = RestoreAll(env, dir, three);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("2 workers, the job has 3"));
+  TestJob other = MustMake(OptimizerConfig::ADAM, true, 2, 8);
+  other.options[0].shard_map.mutable_tensors(1)->set_name("layer0/b");
+  s = RestoreAll(env, dir, other);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("'layer0/bias' [5], the job's is"));
+}
+
 TEST(RetentionTest, KeepsTheLastK) {
   CheckpointEnv* env = CheckpointEnv::Default();
   const std::string root = TempRoot("retention");

@@ -66,6 +66,7 @@ absl::StatusOr<TestJob> MakeTestJob(OptimizerConfig::Kind kind, bool sync,
     o.rule.staleness = sync ? 0 : 1;
     PS_ASSIGN_OR_RETURN(std::unique_ptr<Shard> shard, Shard::Create(o));
     job.shards.push_back(std::move(shard));
+    job.options.push_back(std::move(o));
   }
   return job;
 }
@@ -167,9 +168,8 @@ absl::Status RestoreAll(CheckpointEnv* env, const std::string& dir,
                         TestJob& job) {
   PS_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader,
                       CheckpointReader::Open(env, dir));
-  for (auto& shard : job.shards) {
-    PS_ASSIGN_OR_RETURN(ShardState state, reader->StateFor(shard->chunks()));
-    PS_RETURN_IF_ERROR(shard->Restore(state));
+  for (size_t k = 0; k < job.shards.size(); ++k) {
+    PS_RETURN_IF_ERROR(reader->RestoreShard(job.options[k], *job.shards[k]));
   }
   return absl::OkStatus();
 }

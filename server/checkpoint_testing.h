@@ -23,6 +23,7 @@ struct TestJob {
   bool sync = true;
   uint32_t num_workers = 0;
   pstrain::v1::ShardMap map;
+  std::vector<ShardOptions> options;  // per shard
   std::vector<std::unique_ptr<Shard>> shards;
 };
 
@@ -60,7 +61,8 @@ absl::StatusOr<FullState> Gather(const TestJob& job);
 absl::StatusOr<std::vector<ShardState>> SnapshotAll(const TestJob& job);
 // The manifest of `job` at cut `step` (files empty).
 CheckpointManifest TestManifest(const TestJob& job, uint64_t step);
-// Restores every shard of `job` from the checkpoint in `dir`.
+// Restores every shard of `job` from the checkpoint in `dir`
+// (CheckpointReader::RestoreShard).
 absl::Status RestoreAll(CheckpointEnv* env, const std::string& dir,
                         TestJob& job);
 
