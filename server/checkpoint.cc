@@ -72,6 +72,16 @@ absl::StatusOr<CheckpointFile> WriteAtomically(
   return file;
 }
 
+// Rewriting files under an existing manifest would make a complete
+// checkpoint inconsistent (and a crash then would lose it).
+absl::Status RefuseComplete(CheckpointEnv* env, const std::string& dir) {
+  if (env->FileExists(Join(dir, kCheckpointManifest))) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "checkpoint ", dir, " is already complete; it is never rewritten"));
+  }
+  return absl::OkStatus();
+}
+
 bool ParseStepDir(const std::string& name, uint64_t* step) {
   if (!absl::StartsWith(name, kStepPrefix)) return false;
   return absl::SimpleAtoi(name.substr(sizeof(kStepPrefix) - 1), step);
@@ -229,6 +239,7 @@ absl::StatusOr<CheckpointFile> WriteShardFile(CheckpointEnv* env,
     parts.emplace_back(reinterpret_cast<const char*>(c.slots.data()),
                        c.slots.size() * sizeof(float));
   }
+  PS_RETURN_IF_ERROR(RefuseComplete(env, dir));
   PS_RETURN_IF_ERROR(env->CreateDirs(dir));
   PS_ASSIGN_OR_RETURN(
       CheckpointFile file,
@@ -257,6 +268,7 @@ absl::Status WriteManifest(CheckpointEnv* env, const std::string& dir,
                   {"shard_map", ShardMapJson(m.shard_map)},
                   {"files", files}};
   const std::string text = j.dump(1) + "\n";
+  PS_RETURN_IF_ERROR(RefuseComplete(env, dir));
   PS_RETURN_IF_ERROR(env->CreateDirs(dir));
   PS_RETURN_IF_ERROR(
       WriteAtomically(env, dir, kCheckpointManifest, {text}).status());

@@ -111,6 +111,8 @@ std::string ShardFileName(uint32_t shard, uint32_t num_shards);
 
 // Writes `state` as shard `shard`'s file in `dir` (created if missing):
 // NAME.tmp, fsync, rename, fsync of `dir`. Returns its manifest entry.
+// ALREADY_EXISTS if `dir` holds a manifest: a complete checkpoint is never
+// rewritten (a torn one is, file by file). Same for WriteManifest.
 absl::StatusOr<CheckpointFile> WriteShardFile(CheckpointEnv* env,
                                               const std::string& dir,
                                               uint32_t shard,

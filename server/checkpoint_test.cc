@@ -320,6 +320,26 @@ TEST(CompatibilityTest, AnotherJobIsRefusedByName) {
   EXPECT_THAT(s.message(), HasSubstr("'layer0/bias' [5], the job's is"));
 }
 
+TEST(AtomicityTest, CompleteCheckpointIsNeverRewritten) {
+  CheckpointEnv* env = CheckpointEnv::Default();
+  const std::string root = TempRoot("no_rewrite");
+  TestJob job = MustMake(OptimizerConfig::MOMENTUM, true, 2, 8);
+  ASSERT_TRUE(RunSteps(job, 0, 2).ok());
+  const std::string dir = Save(env, root, job, 2);
+  absl::StatusOr<FullState> at2 = Gather(job);
+  ASSERT_TRUE(RunSteps(job, 2, 3).ok());
+  absl::StatusOr<std::vector<ShardState>> states = SnapshotAll(job);
+  ASSERT_TRUE(at2.ok() && states.ok());
+  absl::StatusOr<std::string> again =
+      SaveCheckpoint(env, root, TestManifest(job, 2), *states, 0);
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists);
+  TestJob restored = MustMake(OptimizerConfig::MOMENTUM, true, 2, 8);
+  ASSERT_TRUE(RestoreAll(env, dir, restored).ok());
+  absl::StatusOr<FullState> got = Gather(restored);
+  ASSERT_TRUE(got.ok());
+  ExpectSameState(*at2, *got);
+}
+
 TEST(RetentionTest, KeepsTheLastK) {
   CheckpointEnv* env = CheckpointEnv::Default();
   const std::string root = TempRoot("retention");

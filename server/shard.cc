@@ -657,7 +657,7 @@ absl::StatusOr<ShardState> Shard::SnapshotAt(uint64_t cut,
   auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return pending.done || closed_;
   };
-  const bool done = mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+  mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
   pending_snapshots_.erase(std::find(pending_snapshots_.begin(),
                                      pending_snapshots_.end(), &pending));
   if (pending.done) {
@@ -665,7 +665,6 @@ absl::StatusOr<ShardState> Shard::SnapshotAt(uint64_t cut,
     return std::move(pending.state);
   }
   if (closed_) return absl::UnavailableError("shard is shutting down");
-  (void)done;
   std::vector<std::string> behind;
   for (uint32_t r = 0; r < clocks_.size(); ++r) {
     if (clocks_[r] < cut) behind.push_back(absl::StrCat(r, "@", clocks_[r]));
