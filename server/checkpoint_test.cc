@@ -461,6 +461,45 @@ TEST(ShardCutTest, SyncSnapshotAtCapturesTheStepBoundary) {
   EXPECT_THAT(now.status().message(), HasSubstr("step boundary"));
 }
 
+// Async: a waiting SnapshotAt(2) is served by the push that brings every
+// clock to 2; Close() ends a wait with UNAVAILABLE.
+TEST(ShardCutTest, AsyncSnapshotAtServedWhenEveryClockArrives) {
+  TestJob job = MustMake(OptimizerConfig::MOMENTUM, false, 1, 8);
+  TestJob reference = MustMake(OptimizerConfig::MOMENTUM, false, 1, 8);
+  ASSERT_TRUE(RunSteps(reference, 0, 2).ok());
+  absl::StatusOr<FullState> want = Gather(reference);
+  ASSERT_TRUE(want.ok());
+  absl::StatusOr<ShardState> got;
+  std::thread waiter([&] {
+    got = job.shards[0]->SnapshotAt(2, absl::Now() + absl::Seconds(20));
+  });
+  const absl::Time limit = absl::Now() + absl::Seconds(20);
+  while (job.shards[0]->waiting_snapshots() == 0 && absl::Now() < limit) {
+    std::this_thread::yield();
+  }
+  ASSERT_TRUE(RunSteps(job, 0, 2).ok());
+  waiter.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->clocks, (std::vector<uint64_t>{2, 2}));
+  EXPECT_EQ(got->schedule_step, 2u);
+  TestJob restored = MustMake(OptimizerConfig::MOMENTUM, false, 1, 8);
+  ASSERT_TRUE(restored.shards[0]->Restore(*got).ok());
+  absl::StatusOr<FullState> have = Gather(restored);
+  ASSERT_TRUE(have.ok());
+  ExpectSameState(*want, *have);
+
+  std::thread closer([&] {
+    while (job.shards[0]->waiting_snapshots() == 0 && absl::Now() < limit) {
+      std::this_thread::yield();
+    }
+    job.shards[0]->Close();
+  });
+  absl::StatusOr<ShardState> closed =
+      job.shards[0]->SnapshotAt(5, absl::Now() + absl::Seconds(20));
+  closer.join();
+  EXPECT_EQ(closed.status().code(), absl::StatusCode::kUnavailable);
+}
+
 TEST(ShardCutTest, AsyncCutNeedsEveryClockEqual) {
   TestJob job = MustMake(OptimizerConfig::SGD, false, 1, 8, /*workers=*/3);
   ASSERT_TRUE(RunSteps(job, 0, 1).ok());

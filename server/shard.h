@@ -312,8 +312,8 @@ class Shard {
   // A checkpoint holds every shard's state at one consistent cut:
   //  * Sync (Bsp, BspWithBackups): cut t is the state after step t - 1, that
   //    is version == t and no push of step t recorded yet. Each shard reaches
-  //    it on its own (every shard applies step t - 1 with the same pushes),
-  //    so the coordinator only names t; SnapshotAt(t) captures the state in
+  //    it on its own (when it completes step t - 1), so the coordinator
+  //    only names t; SnapshotAt(t) captures the state in
   //    the same critical section that completes step t - 1, before any push
   //    of step t, so training need not pause. The sync sum's per-chunk
   //    exponents are saved too, so training resumed on the same chunk layout
@@ -332,7 +332,7 @@ class Shard {
   // (none at a cut), the last push per worker (a retry of a pre-checkpoint
   // push is then refused FAILED_PRECONDITION by its clock), DC-ASGD's read
   // copies (a worker's first push after Restore is uncompensated unless it
-  // pulls first, as workers do), and statistics.
+  // pulls first, as workers do), and statistics (they keep counting).
  public:
   // The state now, if the shard is at a cut (above; cut = version in sync,
   // the common clock in async); FAILED_PRECONDITION naming what is pending
