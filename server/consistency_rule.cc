@@ -37,6 +37,7 @@ class Bsp : public ConsistencyRule {
                                  : PushDecision::Action::kRecord;
     return d;
   }
+  bool records_pushes() const override { return true; }
   bool StepComplete(uint32_t recorded) const override {
     return recorded >= quorum_;
   }

@@ -66,6 +66,8 @@ class ConsistencyRule {
   virtual absl::StatusOr<PushDecision> OnPush(uint64_t clock,
                                               uint64_t staleness,
                                               const ShardProgress& p) const = 0;
+  // Whether OnPush ever answers kRecord (the shard then keeps a step sum).
+  virtual bool records_pushes() const { return false; }
   // kRecord rules: whether `recorded` pushes complete the current step.
   virtual bool StepComplete(uint32_t recorded) const { return false; }
   // DC-ASGD's lambda; > 0 makes the shard keep each worker's read weights.

@@ -245,7 +245,7 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(ShardOptions options) {
   }
   shard->clocks_.assign(n, 0);
   shard->last_push_.resize(n);
-  if (shard->rule_->StepComplete(n)) {  // the rule records pushes
+  if (shard->rule_->records_pushes()) {
     shard->accumulator_.assign(shard->num_elements_, 0);
     shard->chunk_exponent_.assign(shard->chunks_.size(), kInitialExponent);
     shard->chunk_max_.assign(shard->chunks_.size(), 0.0);

@@ -70,6 +70,10 @@
 // an update that finds its chunk pinned writes to a fresh copy
 // (copy-on-write), so readers always see one consistent version.
 //
+// Updates run chunk by chunk; a large shard spreads them over a small fixed
+// pool of threads it owns (ShardOptions.apply_threads), with bit-identical
+// results for any thread count (every element is updated independently).
+//
 // All mutable state (weights, slots, version, clocks, the sync accumulator,
 // last pushes, DC-ASGD read copies) lives in this object behind one mutex, so
 // a later checkpoint can copy it consistently and worker leases can adjust

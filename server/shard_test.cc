@@ -1046,5 +1046,47 @@ TEST(DataPathTest, PulledWeightsAreASnapshot) {
   }
 }
 
+// Pulls racing with pushes always read one whole version: with SGD lr 1 and
+// a gradient of ones, version v's weights are w0 with 1 subtracted v times
+// (in float). Several apply threads write while readers hold snapshots.
+TEST(DataPathTest, ConcurrentPullsSeeWholeVersions) {
+  JobConfig config = SmallConfig(pstrain::v1::MODE_ASYNC, 1, -1);
+  std::unique_ptr<Shard> shard = MakeShardWithThreads(config, 3);
+  ASSERT_NE(shard, nullptr);
+  constexpr uint64_t kPushes = 200;
+  std::vector<std::vector<float>> want(kPushes + 1, Weights(*shard));
+  for (uint64_t v = 1; v <= kPushes; ++v) {
+    for (float& x : want[v]) x = want[v - 1][&x - want[v].data()] - 1.0f;
+  }
+  std::atomic<bool> done{false};
+  std::atomic<int> torn{0}, reads{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 2; ++r) {
+    readers.emplace_back([&] {
+      while (!done.load()) {
+        absl::StatusOr<PulledWeights> p =
+            shard->PullWeights(0, 0, absl::Now() + kLongWait);
+        if (!p.ok()) continue;
+        const std::vector<float>& expected = want[p->version];
+        for (size_t k = 0; k < shard->chunks().size(); ++k) {
+          const LocalChunk& lc = shard->chunks()[k];
+          for (uint64_t i = 0; i < lc.length; ++i) {
+            if (p->chunk(k)[i] != expected[lc.local_offset + i]) ++torn;
+          }
+        }
+        ++reads;
+      }
+    });
+  }
+  for (uint64_t c = 0; c < kPushes; ++c) {
+    ASSERT_TRUE(PushGrad(*shard, 0, c, 0, 1, Constant(*shard, 1.0f)).ok());
+  }
+  done = true;
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(torn.load(), 0) << "over " << reads.load() << " pulls";
+  EXPECT_GT(reads.load(), 0);
+  EXPECT_EQ(Weights(*shard), want[kPushes]);
+}
+
 }  // namespace
 }  // namespace pstrain

@@ -277,7 +277,7 @@ TEST_F(BadInputTest, PushCancelledOrTimedOutBeforeHalfCloseChangesNothing) {
     grpc::ClientContext ctx;
     if (!cancel) {
       ctx.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::milliseconds(300));
+                       std::chrono::milliseconds(1000));
     }
     v1::PushResponse resp;
     auto writer = stub_->Push(&ctx, &resp);

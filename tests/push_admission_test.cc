@@ -112,13 +112,17 @@ TEST_F(PushAdmissionTest, SecondPushWaitsForTheFirstToEnd) {
 TEST_F(PushAdmissionTest, StalledStreamLosesItsSlotAfterPushTimeout) {
   PsServiceOptions options;
   options.max_concurrent_pushes = 1;
-  options.push_timeout = absl::Milliseconds(300);
+  options.push_timeout = absl::Seconds(1);
   Start(options);
   grpc::ClientContext ctx;  // no deadline: only the server's timeout ends it
   v1::PushResponse resp;
   auto stalled = stub_->Push(&ctx, &resp);
   ASSERT_TRUE(stalled->Write(ValidPush(0)));
 
+  // The waiting push's own timeout runs too (from its start): start it
+  // half-way, so it is admitted when the stalled one is cancelled (at 1 s)
+  // with half a second to spare.
+  absl::SleepFor(absl::Milliseconds(500));
   const grpc::Status other = Push(1);
   EXPECT_TRUE(other.ok()) << other.error_message();
   const grpc::Status s = stalled->Finish();

@@ -1,0 +1,108 @@
+#include "server/consistency_rule.h"
+
+#include <cmath>
+
+#include "gtest/gtest.h"
+
+namespace pstrain {
+namespace {
+
+using Action = PushDecision::Action;
+using Kind = ConsistencyOptions::Kind;
+
+std::unique_ptr<ConsistencyRule> Make(ConsistencyOptions o) {
+  auto rule = MakeConsistencyRule(o);
+  EXPECT_TRUE(rule.ok()) << rule.status();
+  return rule.ok() ? *std::move(rule) : nullptr;
+}
+
+ConsistencyOptions Bsp(uint32_t workers, uint32_t backups = 0) {
+  ConsistencyOptions o;
+  o.kind = Kind::kBsp;
+  o.num_workers = workers;
+  o.backup_workers = backups;
+  return o;
+}
+
+ConsistencyOptions Ssp(uint32_t workers, int64_t staleness) {
+  ConsistencyOptions o;
+  o.kind = Kind::kSsp;
+  o.num_workers = workers;
+  o.staleness = staleness;
+  return o;
+}
+
+TEST(ConsistencyRuleTest, BspRecordsTheCurrentStepDropsLateAndRefusesAhead) {
+  auto rule = Make(Bsp(3));
+  ASSERT_NE(rule, nullptr);
+  EXPECT_TRUE(rule->records_pushes());
+  ShardProgress p{/*version=*/2, /*min_clock=*/1};
+  EXPECT_TRUE(rule->Readable(2, p));
+  EXPECT_FALSE(rule->Readable(3, p));
+  EXPECT_EQ(rule->ReadMinClock(5, p), 2u);
+  EXPECT_EQ(rule->ReadMinClock(1, p), 1u);
+  EXPECT_EQ(rule->OnPush(2, 0, p)->action, Action::kRecord);
+  EXPECT_EQ(rule->OnPush(1, 0, p)->action, Action::kDrop);
+  EXPECT_EQ(rule->OnPush(3, 0, p).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(rule->StepComplete(2));
+  EXPECT_TRUE(rule->StepComplete(3));
+}
+
+TEST(ConsistencyRuleTest, BspWithBackupsCompletesWithNMinusB) {
+  auto rule = Make(Bsp(4, 1));
+  ASSERT_NE(rule, nullptr);
+  EXPECT_FALSE(rule->StepComplete(2));
+  EXPECT_TRUE(rule->StepComplete(3));
+}
+
+TEST(ConsistencyRuleTest, SspGatesOnTheSlowestWorkerAndScalesTheRate) {
+  auto rule = Make(Ssp(2, 1));
+  ASSERT_NE(rule, nullptr);
+  EXPECT_FALSE(rule->records_pushes());
+  ShardProgress p{/*version=*/7, /*min_clock=*/3};
+  EXPECT_TRUE(rule->Readable(4, p));
+  EXPECT_FALSE(rule->Readable(5, p));
+  EXPECT_EQ(rule->RequiredClock(5), 4u);
+  EXPECT_EQ(rule->ReadMinClock(5, p), 3u);
+  absl::StatusOr<PushDecision> d = rule->OnPush(4, 3, p);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->action, Action::kApply);
+  EXPECT_EQ(d->schedule_step, 4u);
+  EXPECT_EQ(d->lr_scale, 1.0);  // staleness_aware_lr is off
+
+  ConsistencyOptions aware = Ssp(2, -1);
+  aware.staleness_aware_lr = true;
+  auto scaled = Make(aware);
+  ASSERT_NE(scaled, nullptr);
+  EXPECT_TRUE(scaled->Readable(1000, p));  // unbounded
+  EXPECT_EQ(scaled->OnPush(4, 4, p)->lr_scale, 0.25);
+  EXPECT_EQ(scaled->OnPush(4, 1, p)->lr_scale, 1.0);
+  EXPECT_EQ(scaled->OnPush(4, 0, p)->lr_scale, 1.0);
+}
+
+TEST(ConsistencyRuleTest, RejectsOptionsOutsideTheirRule) {
+  ConsistencyOptions none;
+  none.num_workers = 2;
+  ConsistencyOptions no_workers = Bsp(0);
+  ConsistencyOptions backups_async = Ssp(3, 0);
+  backups_async.backup_workers = 1;
+  ConsistencyOptions too_many_backups = Bsp(3, 3);
+  ConsistencyOptions dc_sync = Bsp(3);
+  dc_sync.dc_lambda = 0.5;
+  ConsistencyOptions lr_sync = Bsp(3);
+  lr_sync.staleness_aware_lr = true;
+  ConsistencyOptions dc_nan = Ssp(3, 0);
+  dc_nan.dc_lambda = std::nan("");
+  ConsistencyOptions dc_negative = Ssp(3, 0);
+  dc_negative.dc_lambda = -1;
+  for (const ConsistencyOptions& o :
+       {none, no_workers, backups_async, too_many_backups, dc_sync, lr_sync,
+        dc_nan, dc_negative}) {
+    EXPECT_EQ(MakeConsistencyRule(o).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
+}  // namespace
+}  // namespace pstrain
