@@ -340,6 +340,39 @@ TEST(AtomicityTest, CompleteCheckpointIsNeverRewritten) {
   ExpectSameState(*at2, *got);
 }
 
+// Shards that saw different late (dropped) pushes resume from the smallest
+// clock of each worker; shards at different versions are not one cut.
+TEST(ReaderTest, ClocksTakeTheMinimumVersionsMustAgree) {
+  CheckpointEnv* env = CheckpointEnv::Default();
+  TestJob job = MustMake(OptimizerConfig::SGD, true, 2, 8);
+  ASSERT_TRUE(RunSteps(job, 0, 2).ok());
+  absl::StatusOr<std::vector<ShardState>> states = SnapshotAll(job);
+  ASSERT_TRUE(states.ok());
+  (*states)[0].clocks = {2, 1};
+  (*states)[1].clocks = {1, 2};
+  const std::string root = TempRoot("reader_clocks");
+  absl::StatusOr<std::string> dir =
+      SaveCheckpoint(env, root, TestManifest(job, 2), *states, 0);
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  absl::StatusOr<std::unique_ptr<CheckpointReader>> reader =
+      CheckpointReader::Open(env, *dir);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  absl::StatusOr<ShardState> state =
+      (*reader)->StateFor(job.shards[0]->chunks());
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(state->clocks, (std::vector<uint64_t>{1, 1}));
+  EXPECT_EQ(state->version, 2u);
+
+  (*states)[1].version = 3;
+  dir = SaveCheckpoint(env, root, TestManifest(job, 3), *states, 0);
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  reader = CheckpointReader::Open(env, *dir);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  state = (*reader)->StateFor(job.shards[0]->chunks());
+  EXPECT_EQ(state.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(state.status().message(), HasSubstr("shard 1 has version 3"));
+}
+
 TEST(RetentionTest, KeepsTheLastK) {
   CheckpointEnv* env = CheckpointEnv::Default();
   const std::string root = TempRoot("retention");
