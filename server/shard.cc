@@ -346,6 +346,7 @@ absl::StatusOr<PushResult> Shard::Push(
   RecordStalenessLocked(result.staleness);
   result.version = version_;
   last_push_[w] = LastPush{true, header.clock(), fingerprint, result};
+  ServeSnapshotsLocked();
   return result;
 }
 
@@ -581,6 +582,177 @@ uint64_t Shard::clipped_elements() const {
 void Shard::Close() {
   absl::MutexLock lock(&mu_);
   closed_ = true;
+}
+
+// ---- Checkpoints: state export and import ---------------------------------
+
+bool Shard::AtCutLocked(uint64_t cut) const {
+  if (!accumulator_.empty()) return version_ == cut && pending_count_ == 0;
+  return std::all_of(clocks_.begin(), clocks_.end(),
+                     [cut](uint64_t c) { return c == cut; });
+}
+
+bool Shard::PastCutLocked(uint64_t cut) const {
+  if (!accumulator_.empty()) {
+    return version_ > cut || (version_ == cut && pending_count_ > 0);
+  }
+  return *std::max_element(clocks_.begin(), clocks_.end()) > cut;
+}
+
+ShardState Shard::CaptureLocked(uint64_t cut) const {
+  ShardState s;
+  s.cut = cut;
+  s.version = version_;
+  s.clocks = clocks_;
+  s.schedule_step = accumulator_.empty() ? cut : version_;
+  s.num_slots = optimizer_->num_slots();
+  s.chunks.reserve(chunks_.size());
+  for (size_t k = 0; k < chunks_.size(); ++k) {
+    ChunkState c;
+    c.tensor = chunks_[k].tensor;
+    c.offset = chunks_[k].tensor_offset;
+    c.length = chunks_[k].length;
+    c.weights = weights_[k]->values;
+    c.slots = slots_[k];
+    if (!accumulator_.empty()) {
+      c.has_exponent = true;
+      c.exponent = chunk_exponent_[k];
+    }
+    s.chunks.push_back(std::move(c));
+  }
+  return s;
+}
+
+absl::StatusOr<ShardState> Shard::Snapshot() const {
+  absl::MutexLock lock(&mu_);
+  if (!accumulator_.empty()) {
+    if (pending_count_ > 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "shard ", shard_id(), " is not at a step boundary: ", pending_count_,
+          " push(es) of step ", version_, " recorded"));
+    }
+    return CaptureLocked(version_);
+  }
+  if (!AtCutLocked(clocks_[0])) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shard ", shard_id(), " is not at a clock cut: worker clocks are ",
+        absl::StrJoin(clocks_, ",")));
+  }
+  return CaptureLocked(clocks_[0]);
+}
+
+absl::StatusOr<ShardState> Shard::SnapshotAt(uint64_t cut,
+                                             absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  if (closed_) return absl::UnavailableError("shard is shutting down");
+  if (AtCutLocked(cut)) return CaptureLocked(cut);
+  if (PastCutLocked(cut)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shard ", shard_id(), " is past cut ", cut, " (version ", version_,
+        ", worker clocks ", absl::StrJoin(clocks_, ","), ")"));
+  }
+  PendingSnapshot pending;
+  pending.cut = cut;
+  pending_snapshots_.push_back(&pending);
+  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return pending.done || closed_;
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+  pending_snapshots_.erase(std::find(pending_snapshots_.begin(),
+                                     pending_snapshots_.end(), &pending));
+  if (pending.done) {
+    if (!pending.status.ok()) return pending.status;
+    return std::move(pending.state);
+  }
+  if (closed_) return absl::UnavailableError("shard is shutting down");
+  std::vector<std::string> behind;
+  for (uint32_t r = 0; r < clocks_.size(); ++r) {
+    if (clocks_[r] < cut) behind.push_back(absl::StrCat(r, "@", clocks_[r]));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "shard ", shard_id(), " waited for cut ", cut, " (version ", version_,
+      "); behind (worker@clock): ", absl::StrJoin(behind, ", ")));
+}
+
+size_t Shard::waiting_snapshots() const {
+  absl::MutexLock lock(&mu_);
+  return pending_snapshots_.size();
+}
+
+void Shard::ServeSnapshotsLocked() {
+  for (PendingSnapshot* p : pending_snapshots_) {
+    if (p->done) continue;
+    if (AtCutLocked(p->cut)) {
+      p->state = CaptureLocked(p->cut);
+      p->done = true;
+    } else if (PastCutLocked(p->cut)) {
+      p->status = absl::FailedPreconditionError(
+          absl::StrCat("shard ", shard_id(), " passed cut ", p->cut,
+                       " without stopping there (worker clocks ",
+                       absl::StrJoin(clocks_, ","),
+                       "): the workers must stop before pushing that clock"));
+      p->done = true;
+    }
+  }
+}
+
+absl::Status Shard::Restore(const ShardState& state) {
+  const int num_slots = optimizer_->num_slots();
+  if (state.num_slots != num_slots) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "state has ", state.num_slots,
+        " optimizer slots per element, the optimizer has ", num_slots));
+  }
+  if (state.clocks.size() != num_workers()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("state has clocks of ", state.clocks.size(),
+                     " workers, the job has ", num_workers()));
+  }
+  if (state.chunks.size() != chunks_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("state has ", state.chunks.size(), " chunks, shard ",
+                     shard_id(), " has ", chunks_.size()));
+  }
+  for (size_t k = 0; k < chunks_.size(); ++k) {
+    const ChunkState& c = state.chunks[k];
+    const LocalChunk& lc = chunks_[k];
+    if (c.tensor != lc.tensor || c.offset != lc.tensor_offset ||
+        c.length != lc.length || c.weights.size() != lc.length ||
+        c.slots.size() != lc.length * num_slots) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "state chunk ", k, " is '", c.tensor, "' [", c.offset, ", +",
+          c.length, ") with ", c.weights.size(), " weights and ",
+          c.slots.size(), " slot values; shard ", shard_id(), " chunk ", k,
+          " is '", lc.tensor, "' [", lc.tensor_offset, ", +", lc.length, ")"));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  for (size_t k = 0; k < chunks_.size(); ++k) {
+    // A fresh buffer: pulls holding the old one keep reading it.
+    auto buffer = std::make_shared<ChunkBuffer>();
+    buffer->values = state.chunks[k].weights;
+    weights_[k] = std::move(buffer);
+    slots_[k] = state.chunks[k].slots;
+  }
+  version_ = state.version;
+  clocks_ = state.clocks;
+  for (LastPush& p : last_push_) p = LastPush{};
+  if (!accumulator_.empty()) {
+    std::fill(accumulator_.begin(), accumulator_.end(), 0);
+    for (size_t k = 0; k < chunks_.size(); ++k) {
+      const ChunkState& c = state.chunks[k];
+      chunk_exponent_[k] =
+          c.has_exponent
+              ? std::clamp<int>(c.exponent, kMinExponent, kMaxExponent)
+              : kInitialExponent;
+      chunk_max_[k] = 0;
+    }
+  }
+  pending_count_ = 0;
+  pending_samples_ = 0;
+  for (std::vector<float>& r : read_weights_) r.clear();
+  ServeSnapshotsLocked();
+  return absl::OkStatus();
 }
 
 }  // namespace pstrain

@@ -98,6 +98,7 @@
 #include "absl/time/time.h"
 #include "common/optimizer.h"
 #include "proto/pstrain.pb.h"
+#include "server/checkpoint_state.h"
 #include "server/consistency_rule.h"
 
 namespace pstrain {
@@ -309,6 +310,66 @@ class Shard {
   uint64_t staleness_max_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<uint64_t> staleness_hist_ ABSL_GUARDED_BY(mu_);
   absl::Duration barrier_wait_ ABSL_GUARDED_BY(mu_);
+
+  // ---- Checkpoints: state export and import -------------------------------
+  //
+  // A checkpoint holds every shard's state at one consistent cut:
+  //  * Sync (Bsp, BspWithBackups): cut t is the state after step t - 1, that
+  //    is version == t and no push of step t recorded yet. Each shard reaches
+  //    it on its own (when it completes step t - 1), so the coordinator
+  //    only names t; SnapshotAt(t) captures the state in
+  //    the same critical section that completes step t - 1, before any push
+  //    of step t, so training need not pause. The sync sum's per-chunk
+  //    exponents are saved too, so training resumed on the same chunk layout
+  //    continues bit for bit. Worker clocks are saved as they are (with
+  //    backup workers a late worker may be behind the cut).
+  //  * Async (Ssp): cut c is the state in which every worker's pushes of
+  //    clocks < c are applied and none of clock >= c, i.e. every clock == c.
+  //    The shard cannot force that moment: with staleness s > 0 a fast worker
+  //    may push clock c before the slowest pushed c - 1, and the cut never
+  //    occurs. The coordinator must order it: workers stop before pushing
+  //    clock c until every shard has its snapshot (with s = 0 the cut always
+  //    occurs). A push of clock >= c while some worker is below c makes
+  //    SnapshotAt(c) fail with FAILED_PRECONDITION.
+  // Saved: weights, optimizer slots, version, worker clocks, schedule step,
+  // sync exponents. Not saved (empty after Restore): a step's partial sum
+  // (none at a cut), the last push per worker (a retry of a pre-checkpoint
+  // push is then refused FAILED_PRECONDITION by its clock), DC-ASGD's read
+  // copies (a worker's first push after Restore is uncompensated unless it
+  // pulls first, as workers do), and statistics (they keep counting).
+ public:
+  // The state now, if the shard is at a cut (above; cut = version in sync,
+  // the common clock in async); FAILED_PRECONDITION naming what is pending
+  // otherwise. Copies weights and slots under the mutex.
+  absl::StatusOr<ShardState> Snapshot() const;
+  // Waits (until `deadline`) for the shard to be at cut `cut` and captures
+  // the state at that moment. FAILED_PRECONDITION if the shard is already
+  // past it (or passes it without stopping there, async), DEADLINE_EXCEEDED
+  // naming the workers below the cut, UNAVAILABLE after Close().
+  absl::StatusOr<ShardState> SnapshotAt(uint64_t cut, absl::Time deadline);
+  // Replaces weights, slots, version and clocks with `state`, whose chunks
+  // must be exactly this shard's chunks() (tensor, offset, length, in order)
+  // with this optimizer's number of slots and one clock per worker; clears
+  // what is "not saved" above. INVALID_ARGUMENT naming the mismatch changes
+  // nothing. Pulls waiting on the barrier re-check against the new state.
+  absl::Status Restore(const ShardState& state);
+  // SnapshotAt calls now waiting (for tests and monitoring).
+  size_t waiting_snapshots() const;
+
+ private:
+  struct PendingSnapshot {
+    uint64_t cut = 0;
+    bool done = false;
+    absl::Status status;
+    ShardState state;
+  };
+  bool AtCutLocked(uint64_t cut) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool PastCutLocked(uint64_t cut) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ShardState CaptureLocked(uint64_t cut) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Completes pending SnapshotAt calls whose cut is now or can no longer be.
+  void ServeSnapshotsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<PendingSnapshot*> pending_snapshots_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pstrain
