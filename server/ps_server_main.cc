@@ -17,16 +17,15 @@
 #include "common/grpc_util.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/node_flags.h"
 #include "common/process.h"
 #include "common/retry.h"
 #include "common/signals.h"
 #include "server/ps_service.h"
 #include "server/shard.h"
 
-ABSL_FLAG(std::string, config, "",
-          "job YAML file; its network section gives TLS files (optional)");
-ABSL_FLAG(std::string, coordinator, "",
-          "coordinator address, host:port or DNS-name:port (required)");
+// Shared flags (--config, --coordinator, --metrics_port, --tls_*,
+// --rpc_timeout_s, --startup_timeout_s): common/node_flags.h.
 ABSL_FLAG(std::string, bind, "127.0.0.1", "address to listen on");
 ABSL_FLAG(int, port, 0, "port to listen on; 0 picks a free one");
 ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
@@ -35,20 +34,6 @@ ABSL_FLAG(int, shard, -1, "shard id to claim; -1 lets the coordinator assign");
 ABSL_FLAG(bool, shard_from_hostname, false,
           "claim the shard named by the host name's -<ordinal> suffix "
           "(StatefulSet pod ps-3 -> shard 3)");
-ABSL_FLAG(int, metrics_port, -1,
-          "serve Prometheus metrics at http://BIND:PORT/metrics; 0 picks a "
-          "free port, -1 disables");
-ABSL_FLAG(std::string, tls_cert, "",
-          "PEM certificate (overrides network.tls_cert)");
-ABSL_FLAG(std::string, tls_key, "",
-          "PEM private key (overrides network.tls_key)");
-ABSL_FLAG(std::string, tls_ca, "",
-          "PEM CA: verifies the coordinator and requires client certificates "
-          "(overrides network.tls_ca)");
-ABSL_FLAG(double, rpc_timeout_s, 30,
-          "deadline of each call to the coordinator");
-ABSL_FLAG(double, startup_timeout_s, 120,
-          "how long to wait for the coordinator and the other servers");
 ABSL_FLAG(double, barrier_timeout_s, 300,
           "longest a pull may block on a barrier");
 
@@ -61,26 +46,16 @@ int Fail(const std::string& message) {
 }
 
 int Main() {
-  const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
-  if (coordinator.empty()) return Fail("--coordinator is required (host:port)");
-  if (absl::GetFlag(FLAGS_rpc_timeout_s) <= 0 ||
-      absl::GetFlag(FLAGS_startup_timeout_s) <= 0 ||
-      absl::GetFlag(FLAGS_barrier_timeout_s) <= 0) {
-    return Fail(
-        "--rpc_timeout_s, --startup_timeout_s and --barrier_timeout_s must be "
-        "> 0");
+  absl::StatusOr<NodeOptions> node = NodeOptionsFromFlags(NodeRole::kServer);
+  if (!node.ok()) return Fail(std::string(node.status().message()));
+  if (absl::GetFlag(FLAGS_barrier_timeout_s) <= 0) {
+    return Fail("--barrier_timeout_s: must be > 0");
   }
-  absl::StatusOr<JobConfig> file_config =
-      LoadConfigFlag(absl::GetFlag(FLAGS_config));
-  if (!file_config.ok())
-    return Fail(std::string(file_config.status().message()));
-  const TlsFiles tls =
-      ResolveTls(*file_config, absl::GetFlag(FLAGS_tls_cert),
-                 absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_ca));
-  auto server_creds = MakeServerCredentials(tls);
+  const std::string coordinator = node->coordinator;
+  auto server_creds = MakeServerCredentials(node->tls);
   if (!server_creds.ok())
     return Fail(std::string(server_creds.status().message()));
-  auto client_creds = MakeChannelCredentials(tls);
+  auto client_creds = MakeChannelCredentials(node->tls);
   if (!client_creds.ok())
     return Fail(std::string(client_creds.status().message()));
   int requested_shard = absl::GetFlag(FLAGS_shard);
@@ -96,15 +71,13 @@ int Main() {
   InstallStopSignalHandlers();
   MetricsRegistry metrics;
   auto metrics_server = MaybeServeMetrics(&metrics, absl::GetFlag(FLAGS_bind),
-                                          absl::GetFlag(FLAGS_metrics_port));
+                                          node->metrics_port);
   if (!metrics_server.ok()) {
     PS_LOG_ERROR("%s", metrics_server.status().message());
     return 1;
   }
-  const absl::Duration rpc_timeout =
-      absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
-  const absl::Time startup_deadline =
-      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
+  const absl::Duration rpc_timeout = node->rpc_timeout;
+  const absl::Time startup_deadline = absl::Now() + node->startup_timeout;
 
   PsServiceOptions service_options;
   service_options.barrier_timeout =
@@ -208,8 +181,7 @@ int Main() {
     if (s.ok()) {
       last_contact = absl::Now();
       if (status.finished()) break;
-    } else if (absl::Now() - last_contact >
-               absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s))) {
+    } else if (absl::Now() - last_contact > node->startup_timeout) {
       PS_LOG_ERROR("coordinator unreachable since %s; exiting",
                    absl::FormatTime(last_contact));
       exit_code = 1;
