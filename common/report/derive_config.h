@@ -25,7 +25,9 @@ absl::StatusOr<ConfigOverride> ParseOverride(const std::string& arg);
 // as a job config (errors name its file and line); each override must name
 // a known key with a valid value (INVALID_ARGUMENT "--set KEY=VALUE: ..."
 // naming the bad key); the result must pass ValidateJobConfig (errors name
-// the key). Comments of the base are not kept.
+// the key). The overrides go through the job config's key table
+// (ApplyConfigOverride), the same path as the coordinator's flags; the result
+// is the full effective config (JobConfigToYaml), without the base's comments.
 absl::StatusOr<std::string> DeriveConfig(
     const std::string& base, const std::string& source_name,
     const std::vector<ConfigOverride>& overrides);
