@@ -21,6 +21,7 @@
 #include "common/job_config.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/node_flags.h"
 #include "common/process.h"
 #include "common/retry.h"
 #include "common/signals.h"
@@ -31,15 +32,13 @@
 #include "worker/allreduce/ring_allreduce.h"
 #include "worker/compute_backend.h"
 #include "worker/data.h"
+#include "worker/data_check.h"
 #include "worker/model.h"
 #include "worker/ps_client.h"
 #include "worker/trainer.h"
 
-ABSL_FLAG(std::string, config, "",
-          "job YAML file; its network section gives TLS files (optional: the "
-          "job itself comes from the coordinator)");
-ABSL_FLAG(std::string, coordinator, "",
-          "coordinator address, host:port or DNS-name:port (required)");
+// Shared flags (--config, --coordinator, --metrics_port, --tls_*,
+// --rpc_timeout_s, --startup_timeout_s): common/node_flags.h.
 ABSL_FLAG(int, rank, -1, "rank to claim; -1 lets the coordinator assign one");
 ABSL_FLAG(std::string, rank_from_env, "",
           "take the rank from this environment variable (Kubernetes Indexed "
@@ -47,27 +46,18 @@ ABSL_FLAG(std::string, rank_from_env, "",
 ABSL_FLAG(std::string, device, "",
           "compute backend: auto (CUDA when a GPU is visible, else CPU), cpu "
           "or cuda; empty uses the job's worker.device");
-ABSL_FLAG(int, metrics_port, -1,
-          "serve Prometheus metrics at http://BIND:PORT/metrics; 0 picks a "
-          "free port, -1 disables");
 ABSL_FLAG(std::string, metrics_bind, "127.0.0.1",
           "address the metrics endpoint listens on (0.0.0.0 in a pod)");
-ABSL_FLAG(std::string, tls_cert, "",
-          "PEM client certificate (overrides network.tls_cert)");
-ABSL_FLAG(std::string, tls_key, "",
-          "PEM private key (overrides network.tls_key)");
-ABSL_FLAG(std::string, tls_ca, "",
-          "PEM CA verifying the coordinator and servers (overrides "
-          "network.tls_ca)");
-ABSL_FLAG(double, rpc_timeout_s, 30, "deadline of each unary call and push");
-ABSL_FLAG(double, startup_timeout_s, 120,
-          "how long to wait for the coordinator and the servers");
 ABSL_FLAG(double, report_interval_s, 0.5, "seconds between metric reports");
 ABSL_FLAG(std::string, peer_bind, "127.0.0.1",
           "mode allreduce: address the ring peer service listens on (0.0.0.0 "
           "in a pod)");
 ABSL_FLAG(int, peer_port, 0,
           "mode allreduce: port of the ring peer service; 0 picks a free one");
+ABSL_FLAG(std::string, check_config, "",
+          "check the job file FILE as a worker would (config, data file, "
+          "model/data fit), print the data and exit: 0 if it can run, 2 "
+          "with the error; used by psctl before launching anything");
 ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
           "mode allreduce: host name the left neighbour dials to reach this "
           "worker's ring peer service (e.g. the pod's DNS name)");
@@ -241,17 +231,36 @@ int Fail(const std::string& message) {
   return 2;
 }
 
+// --check_config: the job file, its data and their fit, before any launch.
+int CheckConfig(const std::string& path) {
+  absl::StatusOr<JobConfig> config = LoadJobConfig(path);
+  absl::Status st = config.ok() ? ValidateJobConfig(*config) : config.status();
+  if (st.ok()) {
+    absl::StatusOr<std::unique_ptr<DataSource>> data = LoadJobData(*config);
+    if (data.ok()) {
+      std::printf("%s: ok; data: %s\n", path.c_str(),
+                  (*data)->Describe().c_str());
+      return 0;
+    }
+    st = data.status();
+  }
+  std::fprintf(stderr, "ps_worker: --check_config %s: %s\n", path.c_str(),
+               std::string(st.message()).c_str());
+  return 2;
+}
+
 int Main() {
-  const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
-  if (coordinator.empty()) return Fail("--coordinator is required (host:port)");
+  if (const std::string check = absl::GetFlag(FLAGS_check_config);
+      !check.empty()) {
+    return CheckConfig(check);
+  }
+  absl::StatusOr<NodeOptions> node = NodeOptionsFromFlags(NodeRole::kWorker);
+  if (!node.ok()) return Fail(std::string(node.status().message()));
+  const std::string coordinator = node->coordinator;
   const std::string device_flag = absl::GetFlag(FLAGS_device);
   if (!device_flag.empty() && device_flag != "auto" && device_flag != "cpu" &&
       device_flag != "cuda") {
     return Fail("--device must be auto, cpu or cuda");
-  }
-  if (absl::GetFlag(FLAGS_rpc_timeout_s) <= 0 ||
-      absl::GetFlag(FLAGS_startup_timeout_s) <= 0) {
-    return Fail("--rpc_timeout_s and --startup_timeout_s must be > 0");
   }
   int requested_rank = absl::GetFlag(FLAGS_rank);
   if (const std::string env = absl::GetFlag(FLAGS_rank_from_env);
@@ -262,13 +271,7 @@ int Main() {
     }
     requested_rank = *index;
   }
-  absl::StatusOr<JobConfig> file_config =
-      LoadConfigFlag(absl::GetFlag(FLAGS_config));
-  if (!file_config.ok())
-    return Fail(std::string(file_config.status().message()));
-  const TlsFiles tls =
-      ResolveTls(*file_config, absl::GetFlag(FLAGS_tls_cert),
-                 absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_ca));
+  const TlsFiles& tls = node->tls;
   auto creds = MakeChannelCredentials(tls);
   if (!creds.ok()) return Fail(std::string(creds.status().message()));
 
@@ -276,20 +279,17 @@ int Main() {
   InstallStopSignalHandlers();
   MetricsRegistry registry;
   WorkerMetrics metrics(&registry);
-  auto metrics_server =
-      MaybeServeMetrics(&registry, absl::GetFlag(FLAGS_metrics_bind),
-                        absl::GetFlag(FLAGS_metrics_port));
+  auto metrics_server = MaybeServeMetrics(
+      &registry, absl::GetFlag(FLAGS_metrics_bind), node->metrics_port);
   if (!metrics_server.ok()) {
     PS_LOG_ERROR("%s", metrics_server.status().message());
     return 1;
   }
-  const absl::Duration rpc_timeout =
-      absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
+  const absl::Duration rpc_timeout = node->rpc_timeout;
   auto coord =
       pstrain::v1::Coordinator::NewStub(MakeChannel(coordinator, *creds));
 
-  const absl::Time startup_deadline =
-      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
+  const absl::Time startup_deadline = absl::Now() + node->startup_timeout;
 
   // The mode first: in mode allreduce the worker serves its ring peer before
   // it registers, so that it can register the address.
@@ -398,18 +398,8 @@ int Main() {
     PS_LOG_INFO("compute backend: %s", backend->name());
     PS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
                         Model::Create(config.model, backend.get()));
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data,
-                        DataSource::Create(config.data));
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data, LoadJobData(config));
     PS_LOG_INFO("data: %s", data->Describe());
-    if (config.model.type != "scalar" &&
-        (data->num_features() != config.model.input_dim ||
-         data->num_classes() != config.model.num_classes)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the data has ", data->num_features(), " features and ",
-                       data->num_classes(), " classes but model.input_dim is ",
-                       config.model.input_dim, " and model.num_classes is ",
-                       config.model.num_classes));
-    }
     absl::Time last_line = absl::InfinitePast();
     auto on_step = [&](const pstrain::v1::StepMetrics& m) {
       metrics.Record(m);
