@@ -38,7 +38,7 @@ for tool in buildah podman debootstrap; do
 done
 ((${#missing[@]} == 0)) ||
   skip "missing ${missing[*]} (apt-get install -y buildah podman debootstrap runc)"
-for b in server/ps_coordinator server/ps_server worker/ps_worker; do
+for b in coordinator/ps_coordinator server/ps_server worker/ps_worker; do
   [[ -x "$BIN/$b" ]] || fail "no executable $BIN/$b: build first (./psctl build) or pass BIN_DIR"
 done
 

@@ -13,7 +13,7 @@
 # container --flag appears in the binary's --helpfull; served ports do not
 # listen on loopback), jobfile
 # (ps_coordinator --dry_run accepts the mounted job.yaml); and yamllint on the
-# sources. BIN_DIR holds server/ps_server, server/ps_coordinator and
+# sources. BIN_DIR holds server/ps_server, coordinator/ps_coordinator and
 # worker/ps_worker; without it the flags and jobfile checks fail.
 #
 # Needs kubectl (with kustomize), node >= 18 and npm (node packages are

@@ -21,7 +21,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/pstrain.pb.h"
-#include "server/coordinator.h"
+#include "coordinator/coordinator.h"
 
 namespace pstrain {
 namespace {

@@ -24,7 +24,7 @@
 #include "common/status_macros.h"
 #include "gtest/gtest.h"
 #include "proto/pstrain.grpc.pb.h"
-#include "server/coordinator.h"
+#include "coordinator/coordinator.h"
 #include "tests/test_cluster.h"
 #include "tests/training_harness.h"
 #include "worker/allreduce/allreduce_trainer.h"

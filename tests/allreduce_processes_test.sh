@@ -7,7 +7,7 @@
 set -uo pipefail
 
 ROOT="$TEST_SRCDIR/pstrain"
-COORD="$ROOT/server/ps_coordinator"
+COORD="$ROOT/coordinator/ps_coordinator"
 WORKER="$ROOT/worker/ps_worker"
 TMP="${TEST_TMPDIR:-$(mktemp -d)}"
 failures=0

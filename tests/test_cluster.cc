@@ -4,7 +4,7 @@
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
 #include "common/status_macros.h"
-#include "server/coordinator.h"
+#include "coordinator/coordinator.h"
 
 namespace pstrain {
 

@@ -1,7 +1,7 @@
 #include "common/report/derive_config.h"
 
 #include "common/job_config.h"
-#include "common/report/run_data.h"
+#include "common/run_record.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -10,10 +10,18 @@
 //       writes DIR/report.md, DIR/compare.json and DIR/plots/; prints the
 //       table. Exit status 0, or 1 when some run failed (the report is
 //       still written).
+//   ps_report summary-get RUN_DIR|summary.json KEY
+//       prints one summary.json value (strings bare, null as "null"; a
+//       dotted KEY walks into objects: failure.process). Exit 1 when the
+//       key is absent, 2 when the file is missing or malformed.
+//   ps_report failure RUN_DIR|summary.json
+//       prints the job's first failure ("worker 2: <message>"); exit 1
+//       (printing nothing) when the summary records none.
 //
 // Subcommands repeat options (--set, --run), so arguments are parsed here
 // rather than with absl flags.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -23,7 +31,7 @@
 #include "common/report/compare_report.h"
 #include "common/report/derive_config.h"
 #include "common/report/plots.h"
-#include "common/report/run_data.h"
+#include "common/run_record.h"
 
 namespace pstrain {
 namespace {
@@ -34,7 +42,9 @@ constexpr char kUsage[] =
     "       ps_report compare --out DIR --run LABEL=RUN_DIR [--run ...]\n"
     "                 [--target-accuracy A | --target-loss L] [--base-config "
     "NAME]\n"
-    "                 [--shaping TEXT] [--gnuplot PATH]\n";
+    "                 [--shaping TEXT] [--gnuplot PATH]\n"
+    "       ps_report summary-get RUN_DIR|summary.json KEY\n"
+    "       ps_report failure RUN_DIR|summary.json\n";
 
 int Usage(const std::string& error) {
   std::fprintf(stderr, "ps_report: %s\n%s", error.c_str(), kUsage);
@@ -184,6 +194,47 @@ int CompareMain(int argc, char** argv) {
   return failed ? 1 : 0;
 }
 
+// summary.json of a run directory, or the file itself.
+absl::StatusOr<std::string> SummaryText(const std::string& where,
+                                        std::string* path) {
+  *path = where;
+  if (std::filesystem::is_directory(where)) *path = where + "/summary.json";
+  return ReadFileText(*path);
+}
+
+int SummaryGetMain(int argc, char** argv) {
+  if (argc != 2) return Usage("summary-get needs RUN_DIR and KEY");
+  std::string path;
+  absl::StatusOr<std::string> text = SummaryText(argv[0], &path);
+  if (!text.ok()) return Error(std::string(text.status().message()));
+  absl::StatusOr<std::string> value = SummaryValue(*text, argv[1], path);
+  if (!value.ok()) {
+    std::fprintf(stderr, "ps_report: %s\n",
+                 std::string(value.status().message()).c_str());
+    return value.status().code() == absl::StatusCode::kNotFound ? 1 : 2;
+  }
+  std::printf("%s\n", value->c_str());
+  return 0;
+}
+
+int FailureMain(int argc, char** argv) {
+  if (argc != 1) return Usage("failure needs RUN_DIR");
+  std::string path;
+  absl::StatusOr<std::string> text = SummaryText(argv[0], &path);
+  if (!text.ok()) return Error(std::string(text.status().message()));
+  absl::StatusOr<RunSummary> summary = ParseSummaryJson(*text, path);
+  if (!summary.ok()) return Error(std::string(summary.status().message()));
+  if (summary->failure) {
+    std::printf("%s\n", DescribeFailure(*summary->failure).c_str());
+    return 0;
+  }
+  if (summary->failed) {
+    std::printf("%s\n", summary->message.c_str());
+    return 0;
+  }
+  return 1;
+}
+
 }  // namespace
 }  // namespace pstrain
 
@@ -193,6 +244,8 @@ int main(int argc, char** argv) {
   if (sub == "derive-config")
     return pstrain::DeriveConfigMain(argc - 2, argv + 2);
   if (sub == "compare") return pstrain::CompareMain(argc - 2, argv + 2);
+  if (sub == "summary-get") return pstrain::SummaryGetMain(argc - 2, argv + 2);
+  if (sub == "failure") return pstrain::FailureMain(argc - 2, argv + 2);
   if (sub == "-h" || sub == "--help" || sub == "help") {
     std::fputs(pstrain::kUsage, stdout);
     return 0;

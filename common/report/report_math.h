@@ -1,5 +1,5 @@
 // The figures of `psctl compare`, as pure functions of one run's data (see
-// common/report/run_data.h). Each function documents its definition; the
+// common/run_record.h). Each function documents its definition; the
 // report repeats them for its readers.
 #ifndef PSTRAIN_COMMON_REPORT_REPORT_MATH_H_
 #define PSTRAIN_COMMON_REPORT_REPORT_MATH_H_
@@ -8,7 +8,7 @@
 #include <optional>
 #include <vector>
 
-#include "common/report/run_data.h"
+#include "common/run_record.h"
 
 namespace pstrain {
 

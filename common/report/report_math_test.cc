@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-#include "common/report/run_data.h"
+#include "common/run_record.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/report/report_math.h"
-#include "common/report/run_data.h"
+#include "common/run_record.h"
 
 namespace pstrain {
 

@@ -6,7 +6,7 @@
 # Writes bin/ (the binaries), job.yaml, runtime-packages (the Debian packages
 # providing the libraries they load, from ldd and dpkg on this host), cuda/.
 #
-# BIN_DIR holds the built binaries (server/ps_server, server/ps_coordinator,
+# BIN_DIR holds the built binaries (server/ps_server, coordinator/ps_coordinator,
 # worker/ps_worker: bazel-bin or .bazel/bin). CONTEXT_DIR is created (it must
 # not exist or be empty). --cuda copies libcudart, libcublas and libcublasLt
 # (and any other library of that directory ps_worker links) into cuda/lib64
@@ -31,9 +31,9 @@ while (($#)); do
   esac
 done
 
-binaries=(server/ps_coordinator server/ps_server worker/ps_worker)
+binaries=(coordinator/ps_coordinator server/ps_server worker/ps_worker)
 for b in "${binaries[@]}"; do
-  [[ -x "$bin/$b" ]] || die "no executable $bin/$b (build first: bazel build //server:ps_server //server:ps_coordinator //worker:ps_worker)"
+  [[ -x "$bin/$b" ]] || die "no executable $bin/$b (build first: bazel build //server:ps_server //coordinator:ps_coordinator //worker:ps_worker)"
 done
 [[ -f "$config" ]] || die "no job file $config"
 if [[ -e "$ctx" && -n "$(ls -A "$ctx")" ]]; then die "$ctx exists and is not empty"; fi

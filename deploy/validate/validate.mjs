@@ -34,7 +34,7 @@ const CHECKS = ["render", "schema", "typecheck", "wiring", "policy", "flags", "j
 
 // Where each binary lives under BIN_DIR (bazel-bin layout).
 const BINARIES = {
-  ps_coordinator: "server/ps_coordinator",
+  ps_coordinator: "coordinator/ps_coordinator",
   ps_server: "server/ps_server",
   ps_worker: "worker/ps_worker",
 };

@@ -1,4 +1,4 @@
-#include "server/coordinator.h"
+#include "coordinator/coordinator.h"
 
 #include <gtest/gtest.h>
 

@@ -15,8 +15,8 @@
 // registered) gives each the ring in rank order, plus rank 0's NCCL unique id
 // with allreduce.backend nccl. Workers report their ring byte counters as
 // bytes_pushed (sent) and bytes_pulled (received).
-#ifndef PSTRAIN_SERVER_COORDINATOR_H_
-#define PSTRAIN_SERVER_COORDINATOR_H_
+#ifndef PSTRAIN_COORDINATOR_COORDINATOR_H_
+#define PSTRAIN_COORDINATOR_COORDINATOR_H_
 
 #include <cstdint>
 #include <map>
@@ -165,4 +165,4 @@ absl::Status WriteSummaryJson(
 
 }  // namespace pstrain
 
-#endif  // PSTRAIN_SERVER_COORDINATOR_H_
+#endif  // PSTRAIN_COORDINATOR_COORDINATOR_H_

@@ -24,7 +24,7 @@
 #include "common/process.h"
 #include "common/signals.h"
 #include "common/status_macros.h"
-#include "server/coordinator.h"
+#include "coordinator/coordinator.h"
 
 // Shared flags (--config, --metrics_port, --tls_*, --rpc_timeout_s,
 // --startup_timeout_s): common/node_flags.h.
