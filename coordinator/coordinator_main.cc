@@ -49,6 +49,10 @@ ABSL_FLAG(bool, keep_serving_after_job, false,
 ABSL_FLAG(bool, dry_run, false,
           "validate the config, print the effective job (first line: "
           "'workers=N servers=K') and exit");
+ABSL_FLAG(std::string, plan_dir, "",
+          "with --dry_run: also write DIR/job.yaml (the effective job) and "
+          "DIR/plan.env ('workers=N' and 'servers=K' lines: the processes to "
+          "launch)");
 
 namespace pstrain {
 namespace {
@@ -125,6 +129,17 @@ int Main() {
   if (absl::GetFlag(FLAGS_dry_run)) {
     std::printf("workers=%d servers=%d\n%s", config->workers, servers,
                 JobConfigToYaml(*config).c_str());
+    const std::string dir = absl::GetFlag(FLAGS_plan_dir);
+    if (!dir.empty()) {
+      std::ofstream job(dir + "/job.yaml"), plan(dir + "/plan.env");
+      job << JobConfigToYaml(*config);
+      plan << "workers=" << config->workers << "\nservers=" << servers << "\n";
+      if (!job.flush() || !plan.flush()) {
+        std::fprintf(stderr, "ps_coordinator: --plan_dir: cannot write '%s'\n",
+                     dir.c_str());
+        return 2;
+      }
+    }
     return 0;
   }
   const TlsFiles& tls = node->tls;
