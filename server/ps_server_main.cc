@@ -1,8 +1,6 @@
-// ps_server: one parameter-server shard. Registers with the coordinator,
-// builds its shard from the job's shard map, serves Push/Pull until the
-// coordinator ends the job (exit 0) or disappears (exit 1).
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
+// ps_server: one parameter-server shard (server/server_node.h): flags ->
+// options -> ServerNode::Run. Exit 0 when the job ends, 1 when the node
+// fails, 2 on bad flags.
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,18 +9,12 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
-#include "absl/time/clock.h"
-#include "common/grpc_util.h"
 #include "common/logging.h"
-#include "common/metrics.h"
 #include "common/node_flags.h"
 #include "common/process.h"
-#include "common/retry.h"
 #include "common/signals.h"
-#include "server/ps_service.h"
-#include "server/shard.h"
+#include "common/status_macros.h"
+#include "server/server_node.h"
 
 // Shared flags (--config, --coordinator, --metrics_port, --tls_*,
 // --rpc_timeout_s, --startup_timeout_s): common/node_flags.h.
@@ -40,158 +32,46 @@ ABSL_FLAG(double, barrier_timeout_s, 300,
 namespace pstrain {
 namespace {
 
-int Fail(const std::string& message) {
-  std::fprintf(stderr, "ps_server: %s\n", message.c_str());
-  return 2;
-}
-
-int Main() {
-  absl::StatusOr<NodeOptions> node = NodeOptionsFromFlags(NodeRole::kServer);
-  if (!node.ok()) return Fail(std::string(node.status().message()));
-  if (absl::GetFlag(FLAGS_barrier_timeout_s) <= 0) {
-    return Fail("--barrier_timeout_s: must be > 0");
-  }
-  const std::string coordinator = node->coordinator;
-  auto server_creds = MakeServerCredentials(node->tls);
-  if (!server_creds.ok())
-    return Fail(std::string(server_creds.status().message()));
-  auto client_creds = MakeChannelCredentials(node->tls);
-  if (!client_creds.ok())
-    return Fail(std::string(client_creds.status().message()));
-  int requested_shard = absl::GetFlag(FLAGS_shard);
+absl::StatusOr<ServerNodeOptions> OptionsFromFlags() {
+  ServerNodeOptions options;
+  PS_ASSIGN_OR_RETURN(options.node, NodeOptionsFromFlags(NodeRole::kServer));
+  options.requested_shard = absl::GetFlag(FLAGS_shard);
   if (absl::GetFlag(FLAGS_shard_from_hostname)) {
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);
-    absl::StatusOr<int> ordinal = OrdinalFromHostname(host);
-    if (!ordinal.ok()) return Fail(std::string(ordinal.status().message()));
-    requested_shard = *ordinal;
+    PS_ASSIGN_OR_RETURN(options.requested_shard, OrdinalFromHostname(host));
   }
+  if (!(absl::GetFlag(FLAGS_barrier_timeout_s) > 0)) {
+    return absl::InvalidArgumentError("--barrier_timeout_s: must be > 0");
+  }
+  options.barrier_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_barrier_timeout_s));
+  options.bind = absl::GetFlag(FLAGS_bind);
+  options.port = absl::GetFlag(FLAGS_port);
+  options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
+  return options;
+}
 
+int Main() {
+  MetricsRegistry metrics;
+  absl::StatusOr<ServerNodeOptions> options = OptionsFromFlags();
+  if (options.ok()) options->metrics = &metrics;
+  auto server =
+      options.ok()
+          ? ServerNode::Create(*options)
+          : absl::StatusOr<std::unique_ptr<ServerNode>>(options.status());
+  if (!server.ok()) {
+    std::fprintf(stderr, "ps_server: %s\n",
+                 std::string(server.status().message()).c_str());
+    return 2;
+  }
   SetLogRole("server");
   InstallStopSignalHandlers();
-  MetricsRegistry metrics;
-  auto metrics_server = MaybeServeMetrics(&metrics, absl::GetFlag(FLAGS_bind),
-                                          node->metrics_port);
-  if (!metrics_server.ok()) {
-    PS_LOG_ERROR("%s", metrics_server.status().message());
-    return 1;
-  }
-  const absl::Duration rpc_timeout = node->rpc_timeout;
-  const absl::Time startup_deadline = absl::Now() + node->startup_timeout;
-
-  PsServiceOptions service_options;
-  service_options.barrier_timeout =
-      absl::Seconds(absl::GetFlag(FLAGS_barrier_timeout_s));
-  service_options.metrics = &metrics;
-  ParameterServerService service(service_options);
-  absl::Notification shutdown;
-  service.SetShutdownCallback([&](const std::string& reason) {
-    PS_LOG_INFO("shutdown requested: %s", reason);
-    shutdown.Notify();
-  });
-
-  absl::StatusOr<StartedServer> started =
-      StartGrpcServer(absl::GetFlag(FLAGS_bind), absl::GetFlag(FLAGS_port),
-                      *server_creds, {&service});
-  if (!started.ok()) {
-    PS_LOG_ERROR("%s", started.status().message());
-    return 1;
-  }
-  grpc::Server* server = started->server.get();
-  const int port = started->port;
-  // NOT_SERVING until the shard holds its weights.
-  server->GetHealthCheckService()->SetServingStatus(false);
-  const std::string address =
-      absl::StrCat(absl::GetFlag(FLAGS_advertise_host), ":", port);
-
-  auto coord = pstrain::v1::Coordinator::NewStub(
-      MakeChannel(coordinator, *client_creds));
-  pstrain::v1::RegisterServerResponse reg;
-  absl::Status st =
-      RetryUntil(startup_deadline, "coordinator at " + coordinator, [&] {
-        grpc::ClientContext ctx;
-        SetTimeout(&ctx, rpc_timeout);
-        pstrain::v1::RegisterServerRequest req;
-        req.set_address(address);
-        req.set_requested_shard(requested_shard);
-        return FromGrpcStatus(coord->RegisterServer(&ctx, req, &reg));
-      });
-  if (st.code() == absl::StatusCode::kFailedPrecondition) {
-    // The job is over (e.g. a StatefulSet restarted this pod after the end):
-    // idle instead of crash-looping, until terminated.
-    PS_LOG_INFO("%s; idling until terminated", st.message());
-    while (!StopRequested()) absl::SleepFor(absl::Milliseconds(200));
-    return 0;
-  }
-  if (!st.ok()) {
-    PS_LOG_ERROR("registration failed: %s", st.message());
-    return 1;
-  }
-  SetLogRole(absl::StrCat("server/", reg.shard()));
-  pstrain::v1::JobSpec job;
-  st = RetryUntil(startup_deadline, "all server shards to register", [&] {
-    grpc::ClientContext ctx;
-    SetTimeout(&ctx, rpc_timeout);
-    pstrain::v1::GetJobRequest req;
-    req.set_wait_for_servers(true);
-    return FromGrpcStatus(coord->GetJob(&ctx, req, &job));
-  });
-  if (!st.ok()) {
-    PS_LOG_ERROR("no job: %s", st.message());
-    return 1;
-  }
-  ShardOptions shard_options;
-  shard_options.shard_id = reg.shard();
-  shard_options.job = job;
-  absl::StatusOr<std::unique_ptr<Shard>> shard = Shard::Create(shard_options);
-  if (!shard.ok()) {
-    PS_LOG_ERROR("cannot build shard: %s", shard.status().message());
-    return 1;
-  }
-  PS_LOG_INFO("serving %d chunks (%d elements) at %s",
-              (*shard)->chunks().size(), (*shard)->num_elements(), address);
-  service.SetShard(std::shared_ptr<Shard>(std::move(*shard)));
-  server->GetHealthCheckService()->SetServingStatus(true);
-  st = RetryUntil(startup_deadline, "coordinator", [&] {
-    grpc::ClientContext ctx;
-    SetTimeout(&ctx, rpc_timeout);
-    pstrain::v1::ServerReadyRequest req;
-    req.set_shard(reg.shard());
-    pstrain::v1::ServerReadyResponse resp;
-    return FromGrpcStatus(coord->ServerReady(&ctx, req, &resp));
-  });
-  if (!st.ok()) {
-    PS_LOG_ERROR("cannot report ready: %s", st.message());
-    return 1;
-  }
-
-  // Serve until the coordinator says the job is over. If the coordinator
-  // vanishes for longer than the start-up timeout, give up (exit 1).
-  int exit_code = 0;
-  absl::Time last_contact = absl::Now();
-  while (!shutdown.WaitForNotificationWithTimeout(absl::Seconds(1))) {
-    if (StopRequested()) {
-      PS_LOG_INFO("stopping on signal");
-      break;
-    }
-    grpc::ClientContext ctx;
-    SetTimeout(&ctx, absl::Seconds(5));
-    pstrain::v1::JobStatusResponse status;
-    grpc::Status s = coord->JobStatus(&ctx, {}, &status);
-    if (s.ok()) {
-      last_contact = absl::Now();
-      if (status.finished()) break;
-    } else if (absl::Now() - last_contact > node->startup_timeout) {
-      PS_LOG_ERROR("coordinator unreachable since %s; exiting",
-                   absl::FormatTime(last_contact));
-      exit_code = 1;
-      break;
-    }
-  }
-  server->GetHealthCheckService()->SetServingStatus(false);
-  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
-  PS_LOG_INFO("exiting");
-  return exit_code;
+  auto http =
+      MaybeServeMetrics(&metrics, options->bind, options->node.metrics_port);
+  absl::Status st = http.ok() ? (*server)->Run(StopRequested) : http.status();
+  if (!st.ok()) PS_LOG_ERROR("%s", st.message());
+  return st.ok() ? 0 : 1;
 }
 
 }  // namespace
