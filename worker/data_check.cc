@@ -26,4 +26,10 @@ absl::StatusOr<std::unique_ptr<DataSource>> LoadJobData(
   return data;
 }
 
+absl::Status CheckJobFile(const std::string& path) {
+  PS_ASSIGN_OR_RETURN(JobConfig config, LoadJobConfig(path));
+  PS_RETURN_IF_ERROR(ValidateJobConfig(config));
+  return LoadJobData(config).status();
+}
+
 }  // namespace pstrain

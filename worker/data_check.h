@@ -7,6 +7,7 @@
 #define PSTRAIN_WORKER_DATA_CHECK_H_
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "common/job_config.h"
@@ -20,6 +21,10 @@ namespace pstrain {
 // model.num_classes (INVALID_ARGUMENT naming both and the data file).
 absl::StatusOr<std::unique_ptr<DataSource>> LoadJobData(
     const JobConfig& config);
+
+// `ps_worker --check_config`: loads and validates the job file at `path`
+// (errors name its line and key), then LoadJobData.
+absl::Status CheckJobFile(const std::string& path);
 
 }  // namespace pstrain
 
