@@ -24,42 +24,36 @@ ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
           "host name workers use to reach this server (e.g. ps-0.ps)");
 ABSL_FLAG(int, shard, -1, "shard id to claim; -1 lets the coordinator assign");
 ABSL_FLAG(bool, shard_from_hostname, false,
-          "claim the shard named by the host name's -<ordinal> suffix "
-          "(StatefulSet pod ps-3 -> shard 3)");
-ABSL_FLAG(double, barrier_timeout_s, 300,
-          "longest a pull may block on a barrier");
+          "claim the shard of the host name's -<ordinal> (pod ps-3: shard 3)");
+ABSL_FLAG(double, barrier_timeout_s, 300, "longest a pull may block (s)");
 
 namespace pstrain {
 namespace {
 
-absl::StatusOr<ServerNodeOptions> OptionsFromFlags() {
-  ServerNodeOptions options;
-  PS_ASSIGN_OR_RETURN(options.node, NodeOptionsFromFlags(NodeRole::kServer));
-  options.requested_shard = absl::GetFlag(FLAGS_shard);
+// Flags -> options -> node; errors name the flag.
+absl::StatusOr<std::unique_ptr<ServerNode>> NodeFromFlags(MetricsRegistry* m) {
+  ServerNodeOptions o;
+  PS_ASSIGN_OR_RETURN(o.node, NodeOptionsFromFlags(NodeRole::kServer));
+  o.requested_shard = absl::GetFlag(FLAGS_shard);
   if (absl::GetFlag(FLAGS_shard_from_hostname)) {
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);
-    PS_ASSIGN_OR_RETURN(options.requested_shard, OrdinalFromHostname(host));
+    PS_ASSIGN_OR_RETURN(o.requested_shard, OrdinalFromHostname(host));
   }
   if (!(absl::GetFlag(FLAGS_barrier_timeout_s) > 0)) {
     return absl::InvalidArgumentError("--barrier_timeout_s: must be > 0");
   }
-  options.barrier_timeout =
-      absl::Seconds(absl::GetFlag(FLAGS_barrier_timeout_s));
-  options.bind = absl::GetFlag(FLAGS_bind);
-  options.port = absl::GetFlag(FLAGS_port);
-  options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
-  return options;
+  o.barrier_timeout = absl::Seconds(absl::GetFlag(FLAGS_barrier_timeout_s));
+  o.bind = absl::GetFlag(FLAGS_bind);
+  o.port = absl::GetFlag(FLAGS_port);
+  o.advertise_host = absl::GetFlag(FLAGS_advertise_host);
+  o.metrics = m;
+  return ServerNode::Create(o);
 }
 
 int Main() {
   MetricsRegistry metrics;
-  absl::StatusOr<ServerNodeOptions> options = OptionsFromFlags();
-  if (options.ok()) options->metrics = &metrics;
-  auto server =
-      options.ok()
-          ? ServerNode::Create(*options)
-          : absl::StatusOr<std::unique_ptr<ServerNode>>(options.status());
+  absl::StatusOr<std::unique_ptr<ServerNode>> server = NodeFromFlags(&metrics);
   if (!server.ok()) {
     std::fprintf(stderr, "ps_server: %s\n",
                  std::string(server.status().message()).c_str());
@@ -67,8 +61,8 @@ int Main() {
   }
   SetLogRole("server");
   InstallStopSignalHandlers();
-  auto http =
-      MaybeServeMetrics(&metrics, options->bind, options->node.metrics_port);
+  auto http = MaybeServeMetrics(&metrics, absl::GetFlag(FLAGS_bind),
+                                (*server)->options().node.metrics_port);
   absl::Status st = http.ok() ? (*server)->Run(StopRequested) : http.status();
   if (!st.ok()) PS_LOG_ERROR("%s", st.message());
   return st.ok() ? 0 : 1;
@@ -80,9 +74,7 @@ int Main() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "pstrain parameter-server shard.\nUsage: ps_server --coordinator "
-      "HOST:PORT [--config job.yaml] [--port N] [--bind ADDR] "
-      "[--advertise_host HOST] [--shard K | --shard_from_hostname] "
-      "[--metrics_port P] [--tls_cert F --tls_key F] [--tls_ca F]");
+      "HOST:PORT [flags]; --helpfull lists them");
   absl::ParseCommandLine(argc, argv);
   return pstrain::Main();
 }

@@ -50,6 +50,8 @@ class ServerNode {
   // start-up timeout. Call once; `stop` must be thread-safe.
   absl::Status Run(const std::function<bool()>& stop);
 
+  const ServerNodeOptions& options() const { return options_; }
+
  private:
   ServerNode() = default;
 

@@ -9,6 +9,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/node_flags.h"
@@ -90,6 +91,9 @@ int Main() {
 }  // namespace pstrain
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);  // --help lists every flag
+  absl::SetProgramUsageMessage(
+      "pstrain worker.\nUsage: ps_worker --coordinator HOST:PORT [flags]; "
+      "--helpfull lists them");
+  absl::ParseCommandLine(argc, argv);
   return pstrain::Main();
 }
