@@ -409,6 +409,8 @@ const std::vector<Key>& KeyTable() {
       Row("training", "staleness_aware_lr", BoolCodec(),
           PS_MEMBER(staleness_aware_lr)),
       Row("training", "dc_lambda", NumberCodec(), PS_MEMBER(dc_lambda)),
+      Row("training", "fail_on_divergence", BoolCodec(),
+          PS_MEMBER(fail_on_divergence)),
       Row("training", "optimizer", EnumCodec(OptimizerNames()),
           PS_OPTIMIZER(kind)),
       Row("training", "base_lr", PositiveCodec(), PS_OPTIMIZER(base_lr)),

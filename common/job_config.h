@@ -94,6 +94,8 @@ struct JobConfig {
   int64_t local_batch = 32;
   int64_t grad_accum_steps = 1;
   int64_t steps = 200;
+  // A NaN or infinite loss fails the job (else it is only marked diverged).
+  bool fail_on_divergence = true;
   // model:, data:, worker:
   ModelConfig model;
   DataConfig data;

@@ -21,7 +21,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/pstrain.pb.h"
-#include "coordinator/coordinator.h"
+#include "coordinator/job_spec.h"
 
 namespace pstrain {
 namespace {

@@ -22,7 +22,8 @@
 #include "common/grpc_util.h"
 #include "common/job_config.h"
 #include "common/status_macros.h"
-#include "coordinator/coordinator.h"
+#include "coordinator/coordinator_service.h"
+#include "coordinator/job_spec.h"
 #include "gtest/gtest.h"
 #include "proto/pstrain.grpc.pb.h"
 #include "tests/in_process_job.h"
@@ -183,8 +184,8 @@ INSTANTIATE_TEST_SUITE_P(
                           std::get<1>(info.param));
     });
 
-// The real wire path on the real node classes (tests/in_process_job.h: the
-// coordinator service and ps_worker's WorkerNode as threads): rendezvous,
+// The real wire path on the real node classes (tests/in_process_job.h:
+// CoordinatorNode and WorkerNode as threads): rendezvous,
 // gRPC ring streams in segments of allreduce.segment_bytes. The ring adds in
 // the same order whatever the segmentation or transport, so the result
 // equals the in-memory run bit for bit; the coordinator sums the ring byte
@@ -207,14 +208,14 @@ TEST(AllReduceOverGrpcTest, CoordinatorRendezvousAndGrpcRing) {
   ASSERT_TRUE(ps.ok()) << ps.status();
   EXPECT_LE(MaxAbsDiff(run->finals[0], (*ps)[0]), kTolerance);
 
-  EXPECT_FALSE(run->outcome.failed) << run->outcome.message;
-  EXPECT_EQ(run->outcome.steps, static_cast<uint64_t>(kSteps));
-  EXPECT_EQ(run->outcome.samples,
+  EXPECT_FALSE(run->summary.failed) << run->summary.message;
+  EXPECT_EQ(run->summary.steps, kSteps);
+  EXPECT_EQ(run->summary.samples,
             static_cast<uint64_t>(kSteps * 3 * kLocalBatch));
   // 2(N-1)/N of the weights per step each way, plus framing.
-  EXPECT_GT(run->outcome.bytes_pushed,
+  EXPECT_GT(run->summary.bytes_pushed,
             static_cast<uint64_t>(kSteps * 3 * 2 * 5380 * 4 * 2 / 3));
-  EXPECT_EQ(run->outcome.bytes_pulled, run->outcome.bytes_pushed);
+  EXPECT_EQ(run->summary.bytes_pulled, run->summary.bytes_pushed);
 }
 
 // The weighted mean is the sync shard's: sum_r n_r g_r / sum_r n_r.

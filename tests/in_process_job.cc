@@ -1,38 +1,48 @@
 #include "tests/in_process_job.h"
 
-#include <grpcpp/grpcpp.h>
+#include <stdlib.h>
 
 #include <atomic>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
-#include "common/grpc_util.h"
 #include "common/node_flags.h"
 #include "common/status_macros.h"
+#include "coordinator/coordinator_node.h"
 #include "server/server_node.h"
 #include "worker/worker_node.h"
 
 namespace pstrain {
 
 absl::StatusOr<InProcessJob> RunInProcessJob(const JobConfig& config) {
-  CoordinatorOptions coordinator_options;
+  std::string dir =
+      (std::filesystem::temp_directory_path() / "pstrain-job-XXXXXX").string();
+  if (mkdtemp(dir.data()) == nullptr) {
+    return absl::InternalError(absl::StrCat("cannot create ", dir));
+  }
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  } cleanup{dir};
+
+  CoordinatorNodeOptions coordinator_options;
   coordinator_options.config = config;
+  coordinator_options.out = dir;
   coordinator_options.progress = false;
   coordinator_options.wait_cap = absl::Seconds(5);
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorService> coordinator,
-                      CoordinatorService::Create(coordinator_options));
-  PS_ASSIGN_OR_RETURN(
-      StartedServer coordinator_server,
-      StartGrpcServer("127.0.0.1", 0, grpc::InsecureServerCredentials(),
-                      {coordinator.get()}));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorNode> coordinator,
+                      CoordinatorNode::Create(coordinator_options));
 
   NodeOptions node;
   node.file_config = config;
-  node.coordinator = absl::StrCat("127.0.0.1:", coordinator_server.port);
+  node.coordinator = absl::StrCat("127.0.0.1:", coordinator->port());
   node.rpc_timeout = absl::Seconds(config.rpc_timeout_s);
   node.startup_timeout = absl::Seconds(config.startup_timeout_s);
   const int servers =
@@ -63,46 +73,45 @@ absl::StatusOr<InProcessJob> RunInProcessJob(const JobConfig& config) {
   }
 
   // A failed node stops the others, as psctl stops the job's processes.
+  // results: [0] the coordinator, then servers, then workers.
   std::atomic<bool> stop{false};
   auto stopped = [&stop] { return stop.load(); };
-  std::vector<absl::Status> results(servers + workers);
-  std::vector<std::thread> threads;
-  for (int k = 0; k < servers; ++k) {
-    threads.emplace_back([&, k] {
-      results[k] = server_nodes[k]->Run(stopped);
-      if (!results[k].ok()) stop = true;
+  std::vector<absl::Status> results(1 + servers + workers);
+  auto run = [&](size_t i, const std::function<absl::Status()>& body) {
+    return std::thread([&, i, body] {
+      results[i] = body();
+      if (!results[i].ok()) stop = true;
     });
+  };
+  std::vector<std::thread> threads;
+  threads.push_back(run(0, [&] { return coordinator->Run(stopped); }));
+  for (int k = 0; k < servers; ++k) {
+    threads.push_back(
+        run(1 + k, [&, k] { return server_nodes[k]->Run(stopped); }));
   }
   for (int r = 0; r < workers; ++r) {
-    threads.emplace_back([&, r] {
-      results[servers + r] = worker_nodes[r]->Run(stopped);
-      if (!results[servers + r].ok()) stop = true;
-    });
+    threads.push_back(
+        run(1 + servers + r, [&, r] { return worker_nodes[r]->Run(stopped); }));
   }
-  // Workers end with their share of the job; servers when the coordinator
-  // says the job is over (they poll every second).
-  for (int r = 0; r < workers; ++r) threads[servers + r].join();
-  const bool ended =
-      coordinator->WaitForEnd(absl::Now() + node.startup_timeout);
-  if (!ended) {
-    coordinator->Fail("the in-process job did not end in time");
-    stop = true;
-  }
-  for (int k = 0; k < servers; ++k) threads[k].join();
-  InProcessJob job;
-  job.outcome = coordinator->Outcome();
-  coordinator_server.server->Shutdown(
-      absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+  // The coordinator ends with the job (shutting the servers down) or at its
+  // start-up timeout; then nothing may linger.
+  threads[0].join();
+  stop = true;
+  for (size_t i = 1; i < threads.size(); ++i) threads[i].join();
 
   for (size_t i = 0; i < results.size(); ++i) {
     if (results[i].ok()) continue;
-    const bool server = static_cast<int>(i) < servers;
-    return absl::Status(
-        results[i].code(),
-        absl::StrCat(server ? "server " : "worker ", server ? i : i - servers,
-                     ": ", results[i].message()));
+    const std::string who = i == 0 ? "coordinator"
+                            : static_cast<int>(i) <= servers
+                                ? absl::StrCat("server ", i - 1)
+                                : absl::StrCat("worker ", i - 1 - servers);
+    return absl::Status(results[i].code(),
+                        absl::StrCat(who, ": ", results[i].message()));
   }
-  if (!ended) return absl::DeadlineExceededError("the job did not end");
+  const std::string path = dir + "/summary.json";
+  PS_ASSIGN_OR_RETURN(std::string text, ReadFileText(path));
+  InProcessJob job;
+  PS_ASSIGN_OR_RETURN(job.summary, ParseSummaryJson(text, path));
   for (const auto& w : worker_nodes) job.finals.push_back(w->final_params());
   return job;
 }

@@ -1,5 +1,5 @@
-// A whole pstrain job in one process, on the real node classes: the
-// coordinator service, K ServerNodes and N WorkerNodes, each on its own
+// A whole pstrain job in one process, on the real node classes: a
+// CoordinatorNode, K ServerNodes and N WorkerNodes, each on its own
 // thread, talking gRPC on loopback ephemeral ports (gloo's style of holding
 // every rank in one test binary).
 #ifndef PSTRAIN_TESTS_IN_PROCESS_JOB_H_
@@ -10,21 +10,21 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/job_config.h"
-#include "coordinator/coordinator.h"
+#include "common/run_record.h"
 #include "worker/local_step.h"
 
 namespace pstrain {
 
 struct InProcessJob {
-  JobOutcome outcome;              // the coordinator's account of the job
+  RunSummary summary;              // the coordinator's summary.json
   std::vector<TensorList> finals;  // each worker's final weights, by rank
 };
 
 // Runs `config` (mode sync, async or allreduce; config.servers shards except
 // in mode allreduce) to the end. Every node must end OK and the coordinator
-// must see the job end within config.network.startup_timeout_s; otherwise
-// the first error, naming the node ("worker 2: ..."). Workers compute on the
-// CPU backend.
+// must end the job OK; otherwise the first error, naming the node ("worker
+// 2: ...", "coordinator: ..."). Workers compute on the CPU backend; the run
+// record goes to a temporary folder, read back and removed.
 absl::StatusOr<InProcessJob> RunInProcessJob(const JobConfig& config);
 
 }  // namespace pstrain

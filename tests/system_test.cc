@@ -1,5 +1,5 @@
-// The whole system in one process on the real node classes (coordinator
-// service, ServerNode, WorkerNode as threads over loopback gRPC), for every
+// The whole system in one process on the real node classes (CoordinatorNode,
+// ServerNode, WorkerNode as threads over loopback gRPC), for every
 // mode: the job ends cleanly, the coordinator counts every step and sample,
 // and the final weights agree across modes where the math says they must
 // (sync parameter server == ring all-reduce, within 1e-5).
@@ -57,11 +57,14 @@ TEST_P(SystemTest, JobRunsToTheEndOnTheRealNodes) {
   const JobConfig config = SystemConfig(GetParam());
   absl::StatusOr<InProcessJob> job = RunInProcessJob(config);
   ASSERT_TRUE(job.ok()) << job.status();
-  const JobOutcome& o = job->outcome;
+  const RunSummary& o = job->summary;
   EXPECT_FALSE(o.failed) << o.message;
-  EXPECT_EQ(o.steps, static_cast<uint64_t>(kSteps));
+  EXPECT_FALSE(o.diverged);
+  EXPECT_EQ(o.steps, kSteps);
   EXPECT_EQ(o.samples, static_cast<uint64_t>(kSteps * kWorkers * kLocalBatch));
-  EXPECT_TRUE(o.has_accuracy);
+  EXPECT_EQ(o.mode, GetParam() == "async:2" ? "async" : GetParam());
+  EXPECT_EQ(o.servers, GetParam() == "allreduce" ? 0 : 2);
+  ASSERT_TRUE(o.final_accuracy.has_value());
   EXPECT_GT(o.bytes_pushed, 0u);
   EXPECT_GT(o.bytes_pulled, 0u);
   ASSERT_EQ(job->finals.size(), static_cast<size_t>(kWorkers));
@@ -69,7 +72,7 @@ TEST_P(SystemTest, JobRunsToTheEndOnTheRealNodes) {
   ASSERT_TRUE(init.ok()) << init.status();
   EXPECT_GT(MaxAbsDiff(job->finals[0], *init), 1e-3) << "no training happened";
   std::printf("[%s] final loss %.6f, accuracy %.4f, %llu bytes pushed\n",
-              GetParam().c_str(), o.final_loss, o.final_accuracy,
+              GetParam().c_str(), o.final_loss, *o.final_accuracy,
               static_cast<unsigned long long>(o.bytes_pushed));
 }
 

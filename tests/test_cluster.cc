@@ -4,7 +4,7 @@
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
 #include "common/status_macros.h"
-#include "coordinator/coordinator.h"
+#include "coordinator/job_spec.h"
 
 namespace pstrain {
 

@@ -1,25 +1,38 @@
-// The coordinator: registration of servers and workers, the shard map, the
-// job's lifecycle, and aggregation of worker metrics into metrics.csv and
-// summary.json.
+// The coordinator's gRPC service: registration of servers and workers (with
+// Membership), the shard map, per-step reports (with StepLog), the job's end.
+// absl::Status inside; each handler maps to grpc::Status once, at its return.
 //
 // Lifecycle: servers register (RegisterServer) and fetch the JobSpec once all
 // K have registered (GetJob waits); each builds its shard and calls
 // ServerReady. Workers register (RegisterWorker waits until every shard is
 // ready) and get a rank and the JobSpec. Workers Report per-step metrics and
-// a final report; when all N have finished (or one failed) the job is over:
-// WaitForEnd() returns, and the binary collects shard statistics, writes the
-// summary and shuts the servers down.
+// a final report; when all N have finished (or one failed, or the loss
+// diverged with training.fail_on_divergence) the job is over: WaitForEnd()
+// returns, and CoordinatorNode collects shard statistics, writes the summary
+// and shuts the servers down.
 //
 // Mode allreduce has no servers: workers register with the address of their
 // ring peer service, then GetPeers (blocking until every worker has
 // registered) gives each the ring in rank order, plus rank 0's NCCL unique id
 // with allreduce.backend nccl. Workers report their ring byte counters as
 // bytes_pushed (sent) and bytes_pulled (received).
-#ifndef PSTRAIN_COORDINATOR_COORDINATOR_H_
-#define PSTRAIN_COORDINATOR_COORDINATOR_H_
+//
+// Reports: from registered ranks only (NOT_FOUND), idempotent per (worker,
+// step), bounded (see coordinator/step_log.h). Completed rows go to
+// metrics.csv after the service's mutex is released: the handler queues them
+// under the mutex and writes the queue under a separate writer mutex.
+//
+// The first failure is kept with its cause (which process, what it said);
+// later ones do not overwrite it.
+//
+// Thread-safe. Every wait is bounded by the call's deadline and wait_cap.
+#ifndef PSTRAIN_COORDINATOR_COORDINATOR_SERVICE_H_
+#define PSTRAIN_COORDINATOR_COORDINATOR_SERVICE_H_
 
 #include <cstdint>
-#include <map>
+#include <deque>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +42,9 @@
 #include "absl/time/time.h"
 #include "common/job_config.h"
 #include "common/metrics.h"
+#include "common/run_record.h"
+#include "coordinator/membership.h"
+#include "coordinator/step_log.h"
 #include "proto/pstrain.grpc.pb.h"
 
 namespace pstrain {
@@ -38,6 +54,8 @@ struct CoordinatorOptions {
   std::string metrics_csv;  // path, or empty for none
   absl::Duration wait_cap = absl::Seconds(30);  // longest a waiting RPC blocks
   bool progress = true;  // log a progress line about every second
+  // Steps that may wait for reports at once (StepLogOptions).
+  int64_t max_pending_steps = 1 << 20;
   // Where to publish pstrain_coordinator_* metrics; may be null. Must
   // outlive the service.
   MetricsRegistry* metrics = nullptr;
@@ -46,7 +64,9 @@ struct CoordinatorOptions {
 // What the job produced, for summary.json.
 struct JobOutcome {
   bool failed = false;
-  std::string message;
+  std::string message;                // the first failure, for people
+  std::optional<RunFailure> failure;  // the first failure's cause
+  bool diverged = false;              // some loss was NaN or infinite
   double wall_s = 0;
   uint64_t steps = 0;  // steps completed by every worker
   uint64_t samples = 0;
@@ -58,9 +78,10 @@ struct JobOutcome {
   uint64_t bytes_pulled = 0;
 };
 
-// Thread-safe gRPC service.
 class CoordinatorService final : public pstrain::v1::Coordinator::Service {
  public:
+  // Validates the config; creates metrics.csv when options.metrics_csv is
+  // set (INVALID_ARGUMENT naming it when it cannot).
   static absl::StatusOr<std::unique_ptr<CoordinatorService>> Create(
       CoordinatorOptions options);
   ~CoordinatorService() override;
@@ -91,8 +112,9 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
 
   // Blocks until the job ends or `deadline`; true if it ended.
   bool WaitForEnd(absl::Time deadline);
-  // Marks the job failed (e.g. start-up timeout, signal). Idempotent.
-  void Fail(const std::string& reason);
+  // Ends the job as failed because of `failure` (e.g. the coordinator's
+  // start-up timeout, a signal). Only the first failure is kept.
+  void Fail(const RunFailure& failure);
   JobOutcome Outcome() const;
   // True once every worker has registered.
   bool TrainingStarted() const;
@@ -100,24 +122,6 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   std::vector<std::string> ServerAddresses() const;
 
  private:
-  struct StepAgg {
-    uint32_t reports = 0;
-    double loss_sum = 0;  // sample-weighted
-    uint64_t samples = 0;
-    double compute_s = 0, pull_s = 0, push_s = 0;
-    double end_unix_s = 0;
-    uint64_t eval_correct = 0, eval_total = 0;
-    double eval_loss_sum = 0;
-  };
-  explicit CoordinatorService(CoordinatorOptions options,
-                              pstrain::v1::JobSpec job);
-  void EmitCompleteStepsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool AllServersRegisteredLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool AllServersReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Every ring peer registered (and the NCCL id published when needed), or
-  // the job ended.
-  bool PeersKnownLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
   struct Metrics {
     Gauge* steps;
     Gauge* loss;
@@ -127,42 +131,60 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
     Gauge* registered_servers;
     Counter* samples;
   };
-  void UpdateLiveWorkersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  CoordinatorService(CoordinatorOptions options, pstrain::v1::JobSpec job);
+
+  absl::Status RegisterServerLocked(
+      const pstrain::v1::RegisterServerRequest& request,
+      pstrain::v1::RegisterServerResponse* response)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RegisterWorkerLocked(
+      const grpc::ServerContext& context,
+      const pstrain::v1::RegisterWorkerRequest& request,
+      pstrain::v1::RegisterWorkerResponse* response)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ReportLocked(const pstrain::v1::ReportRequest& request,
+                            pstrain::v1::ReportResponse* response)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status GetPeersLocked(const grpc::ServerContext& context,
+                              const pstrain::v1::GetPeersRequest& request,
+                              pstrain::v1::GetPeersResponse* response)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailLocked(const RunFailure& failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status EndedError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool AllServersRegisteredLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool AllServersReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every ring peer registered (and the NCCL id published when needed), or
+  // the job ended.
+  bool PeersKnownLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateGaugesLocked(const std::vector<MetricsRow>& rows)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the queued rows to metrics.csv and logs progress. Called without
+  // mu_ held.
+  void FlushRows() ABSL_LOCKS_EXCLUDED(mu_, write_mu_, queue_mu_);
 
   const CoordinatorOptions options_;
-  const uint32_t num_workers_;
   std::unique_ptr<Metrics> metrics_;
+
   mutable absl::Mutex mu_;
   pstrain::v1::JobSpec job_ ABSL_GUARDED_BY(mu_);  // shard map filled at start
-  std::vector<std::string> server_addresses_ ABSL_GUARDED_BY(mu_);
-  std::vector<bool> server_ready_ ABSL_GUARDED_BY(mu_);
-  std::vector<bool> rank_taken_ ABSL_GUARDED_BY(mu_);
-  // Mode allreduce: ring peer address by rank, rank 0's NCCL unique id.
-  std::vector<std::string> peer_addresses_ ABSL_GUARDED_BY(mu_);
+  Membership members_ ABSL_GUARDED_BY(mu_);
+  StepLog step_log_ ABSL_GUARDED_BY(mu_);
   std::string nccl_unique_id_ ABSL_GUARDED_BY(mu_);
-  std::vector<bool> worker_done_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> bytes_pushed_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> bytes_pulled_ ABSL_GUARDED_BY(mu_);
-  std::map<uint64_t, StepAgg> steps_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_row_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time train_start_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  absl::Time last_progress_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   JobOutcome outcome_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
-  FILE* csv_ ABSL_GUARDED_BY(mu_) = nullptr;
+
+  // Rows handed from the handlers (queued in step order under mu_) to the
+  // writer. Lock order: mu_ before queue_mu_; write_mu_ before queue_mu_.
+  absl::Mutex queue_mu_ ABSL_ACQUIRED_AFTER(mu_, write_mu_);
+  std::deque<MetricsRow> queue_ ABSL_GUARDED_BY(queue_mu_);
+  absl::Mutex write_mu_;
+  std::unique_ptr<MetricsCsvWriter> csv_ ABSL_GUARDED_BY(write_mu_);
+  absl::Time last_progress_ ABSL_GUARDED_BY(write_mu_) = absl::InfinitePast();
 };
-
-// The JobSpec the coordinator publishes for `config` (tensors from the model,
-// shard map over config.servers with no addresses yet, worker config YAML).
-// Mode allreduce: no servers (num_servers 0, config.servers ignored) and a
-// shard map that only lists the tensors.
-absl::StatusOr<pstrain::v1::JobSpec> MakeJobSpec(const JobConfig& config);
-
-// Writes summary.json for `outcome` and the servers' statistics.
-absl::Status WriteSummaryJson(
-    const std::string& path, const JobConfig& config, const JobOutcome& outcome,
-    const std::vector<pstrain::v1::ShardStats>& stats);
 
 }  // namespace pstrain
 
-#endif  // PSTRAIN_COORDINATOR_COORDINATOR_H_
+#endif  // PSTRAIN_COORDINATOR_COORDINATOR_SERVICE_H_

@@ -1,0 +1,212 @@
+#include "coordinator/coordinator_node.h"
+
+#include <filesystem>
+#include <fstream>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+#include "common/process.h"
+#include "common/status_macros.h"
+
+namespace pstrain {
+namespace {
+
+std::string ModeName(pstrain::v1::ConsistencyMode mode) {
+  return mode == pstrain::v1::MODE_SYNC    ? "sync"
+         : mode == pstrain::v1::MODE_ASYNC ? "async"
+                                           : "allreduce";
+}
+
+std::vector<pstrain::v1::ShardStats> CollectStatsAndShutdown(
+    const std::vector<std::string>& addresses,
+    std::shared_ptr<grpc::ChannelCredentials> credentials,
+    absl::Duration timeout, const std::string& reason) {
+  std::vector<pstrain::v1::ShardStats> stats;
+  for (const std::string& address : addresses) {
+    if (address.empty()) continue;
+    auto stub = pstrain::v1::ParameterServer::NewStub(
+        MakeChannel(address, credentials));
+    {
+      grpc::ClientContext ctx;
+      SetTimeout(&ctx, timeout);
+      pstrain::v1::ShardStats s;
+      grpc::Status st = stub->GetStats(&ctx, {}, &s);
+      if (st.ok()) {
+        stats.push_back(s);
+      } else {
+        PS_LOG_WARN("no statistics from %s: %s", address, st.error_message());
+      }
+    }
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, timeout);
+    pstrain::v1::ShutdownRequest req;
+    req.set_reason(reason);
+    pstrain::v1::ShutdownResponse resp;
+    grpc::Status st = stub->Shutdown(&ctx, req, &resp);
+    if (!st.ok())
+      PS_LOG_WARN("shutdown of %s: %s", address, st.error_message());
+  }
+  return stats;
+}
+
+}  // namespace
+
+RunSummary MakeRunSummary(const JobConfig& config, const JobOutcome& o,
+                          const std::vector<pstrain::v1::ShardStats>& stats) {
+  RunSummary s;
+  uint64_t pushes = 0;
+  double st_sum = 0;
+  for (const auto& shard : stats) {
+    s.staleness_max = std::max(s.staleness_max, shard.staleness_max());
+    st_sum += shard.staleness_mean() * shard.pushes();
+    pushes += shard.pushes();
+    s.barrier_wait_s += shard.barrier_wait_s();
+    if (s.staleness_histogram.size() <
+        static_cast<size_t>(shard.staleness_histogram_size())) {
+      s.staleness_histogram.resize(shard.staleness_histogram_size());
+    }
+    for (int i = 0; i < shard.staleness_histogram_size(); ++i)
+      s.staleness_histogram[i] += shard.staleness_histogram(i);
+  }
+  const bool allreduce = config.mode == pstrain::v1::MODE_ALLREDUCE;
+  s.job = config.name;
+  s.mode = ModeName(config.mode);
+  s.staleness = config.mode != pstrain::v1::MODE_ASYNC ? "0"
+                : config.staleness < 0                 ? "inf"
+                                       : absl::StrCat(config.staleness);
+  s.workers = config.workers;
+  s.servers = allreduce ? 0 : config.servers;
+  s.steps = static_cast<int64_t>(o.steps);
+  s.local_batch = config.local_batch;
+  s.global_batch =
+      config.local_batch * config.workers * config.grad_accum_steps;
+  s.wall_s = o.wall_s;
+  s.samples = o.samples;
+  s.samples_per_s = o.wall_s > 0 ? o.samples / o.wall_s : 0.0;
+  s.final_loss = o.final_loss;
+  s.final_eval_loss = o.final_eval_loss;
+  if (o.has_accuracy) s.final_accuracy = o.final_accuracy;
+  s.bytes_pushed = o.bytes_pushed;
+  s.bytes_pulled = o.bytes_pulled;
+  s.staleness_mean = pushes ? st_sum / pushes : 0.0;
+  s.diverged = o.diverged;
+  s.failed = o.failed;
+  s.message = o.message;
+  s.failure = o.failure;
+  return s;
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Create(
+    CoordinatorNodeOptions options) {
+  PS_RETURN_IF_ERROR(ValidateJobConfig(options.config));
+  std::unique_ptr<CoordinatorNode> node(new CoordinatorNode());
+  PS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> server_creds,
+                      MakeServerCredentials(options.tls));
+  PS_ASSIGN_OR_RETURN(node->client_credentials_,
+                      MakeChannelCredentials(options.tls));
+  if (!options.out.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(options.out, error);
+    if (error) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--out: cannot create '", options.out, "': ", error.message()));
+    }
+  }
+  CoordinatorOptions service_options;
+  service_options.config = options.config;
+  service_options.progress = options.progress;
+  service_options.wait_cap = options.wait_cap;
+  service_options.metrics = &node->metrics_;
+  if (!options.out.empty())
+    service_options.metrics_csv = options.out + "/metrics.csv";
+  PS_ASSIGN_OR_RETURN(node->service_,
+                      CoordinatorService::Create(std::move(service_options)));
+  PS_ASSIGN_OR_RETURN(
+      node->metrics_server_,
+      MaybeServeMetrics(&node->metrics_, options.bind, options.metrics_port));
+  PS_ASSIGN_OR_RETURN(StartedServer started,
+                      StartGrpcServer(options.bind, options.port, server_creds,
+                                      {node->service_.get()}));
+  node->server_ = std::move(started.server);
+  node->port_ = started.port;
+  if (!options.port_file.empty()) {
+    const std::string tmp = options.port_file + ".tmp";
+    std::ofstream(tmp) << node->port_ << "\n";
+    if (std::rename(tmp.c_str(), options.port_file.c_str()) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--port_file: cannot write '", options.port_file, "'"));
+    }
+  }
+  node->options_ = std::move(options);
+  const JobConfig& c = node->options_.config;
+  const int servers = c.mode == pstrain::v1::MODE_ALLREDUCE ? 0 : c.servers;
+  PS_LOG_INFO(
+      "job '%s': %s, %d workers, %d servers, %d steps; listening on %s:%d",
+      c.name,
+      c.mode == pstrain::v1::MODE_SYNC ? "sync"
+      : c.mode == pstrain::v1::MODE_ALLREDUCE
+          ? absl::StrCat("allreduce (", c.allreduce.backend, ")")
+      : c.staleness < 0 ? std::string("async staleness inf")
+                        : absl::StrCat("async staleness ", c.staleness),
+      c.workers, servers, c.steps, node->options_.bind, node->port_);
+  PS_LOG_INFO(
+      "global batch %d = local batch %d x %d workers x %d accumulation steps",
+      c.local_batch * c.workers * c.grad_accum_steps, c.local_batch, c.workers,
+      c.grad_accum_steps);
+  return node;
+}
+
+CoordinatorNode::~CoordinatorNode() {
+  if (server_ != nullptr) {
+    server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  }
+}
+
+absl::Status CoordinatorNode::Run(const std::function<bool()>& stop) {
+  const JobConfig& config = options_.config;
+  const absl::Time startup_deadline =
+      absl::Now() + absl::Seconds(config.startup_timeout_s);
+  while (!service_->WaitForEnd(absl::Now() + absl::Milliseconds(200))) {
+    if (stop()) {
+      service_->Fail({"coordinator", -1, -1, "coordinator stopped by signal"});
+      break;
+    }
+    if (absl::Now() > startup_deadline && !service_->TrainingStarted()) {
+      service_->Fail(
+          {"coordinator", -1, -1,
+           absl::StrCat("not every server and worker registered within ",
+                        config.startup_timeout_s, "s")});
+      break;
+    }
+  }
+  const JobOutcome outcome = service_->Outcome();
+  std::vector<pstrain::v1::ShardStats> stats =
+      CollectStatsAndShutdown(service_->ServerAddresses(), client_credentials_,
+                              absl::Seconds(config.rpc_timeout_s),
+                              outcome.failed ? "job failed" : "job finished");
+  if (!options_.out.empty()) {
+    absl::Status st = WriteSummaryJson(options_.out + "/summary.json",
+                                       MakeRunSummary(config, outcome, stats));
+    if (!st.ok()) PS_LOG_ERROR("%s", st.message());
+  }
+  if (options_.keep_serving_after_job && !stop()) {
+    PS_LOG_INFO("job over; serving status and metrics until terminated");
+    while (!stop()) absl::SleepFor(absl::Milliseconds(200));
+  }
+  // Let workers' final reports get their answers before the port closes.
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  if (outcome.failed) return absl::AbortedError(outcome.message);
+  PS_LOG_INFO("job finished: %d steps in %.2fs, final loss %.5f%s%s",
+              outcome.steps, outcome.wall_s, outcome.final_loss,
+              outcome.has_accuracy ? absl::StrFormat(", test accuracy %.4f",
+                                                     outcome.final_accuracy)
+                                   : "",
+              outcome.diverged ? " (diverged)" : "");
+  return absl::OkStatus();
+}
+
+}  // namespace pstrain

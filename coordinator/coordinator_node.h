@@ -1,0 +1,87 @@
+// CoordinatorNode: one coordinator, as a process (coordinator_main.cc) or as
+// a thread of a test. It serves the Coordinator service (plus health and
+// reflection) and optionally /metrics, waits for the job to end, collects the
+// shards' statistics, shuts the servers down and writes the run record
+// (metrics.csv as steps complete, summary.json at the end; common/run_record).
+//
+// Usage:
+//   PS_ASSIGN_OR_RETURN(auto node, CoordinatorNode::Create(options));
+//   // node->port() is listening now (and written to options.port_file).
+//   absl::Status job = node->Run(stop);  // OK when the job succeeded
+//
+// Create() starts listening, so a test can hand port() to its servers and
+// workers before calling Run(); destroying a node stops its server. Run() is
+// called at most once, from one thread; port() is thread-safe.
+#ifndef PSTRAIN_COORDINATOR_COORDINATOR_NODE_H_
+#define PSTRAIN_COORDINATOR_COORDINATOR_NODE_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/grpc_util.h"
+#include "common/job_config.h"
+#include "common/metrics.h"
+#include "common/metrics_http.h"
+#include "common/run_record.h"
+#include "coordinator/coordinator_service.h"
+#include "proto/pstrain.pb.h"
+
+namespace pstrain {
+
+struct CoordinatorNodeOptions {
+  JobConfig config;  // the effective job (validated by Create)
+  std::string bind = "127.0.0.1";
+  int port = 0;           // 0 picks a free one
+  std::string port_file;  // when set, the bound port is written there
+  std::string out;        // metrics.csv and summary.json; "" writes none
+  bool progress = true;   // a progress line about every second
+  int metrics_port = -1;  // /metrics: -1 off, 0 any free port
+  TlsFiles tls;           // resolved TLS files (plaintext when empty)
+  // After the job, keep serving status and metrics until stop() (for a
+  // Kubernetes Deployment, which would restart an exited pod).
+  bool keep_serving_after_job = false;
+  // How long the service's waiting RPCs may block.
+  absl::Duration wait_cap = absl::Seconds(30);
+};
+
+class CoordinatorNode {
+ public:
+  // Validates the options, creates `out` (INVALID_ARGUMENT naming it when it
+  // cannot) and metrics.csv, and starts listening (UNAVAILABLE naming the
+  // address when the port is taken).
+  static absl::StatusOr<std::unique_ptr<CoordinatorNode>> Create(
+      CoordinatorNodeOptions options);
+  ~CoordinatorNode();
+
+  int port() const { return port_; }
+
+  // Serves until the job ends, the start-up timeout passes without every
+  // server and worker registered, or `stop()` returns true (polled every
+  // 200 ms); then shuts the servers down and writes summary.json. Returns OK
+  // when the job succeeded, else ABORTED with the first failure's
+  // description (the summary's `message`).
+  absl::Status Run(const std::function<bool()>& stop);
+
+ private:
+  CoordinatorNode() = default;
+
+  CoordinatorNodeOptions options_;
+  std::shared_ptr<grpc::ChannelCredentials> client_credentials_;
+  MetricsRegistry metrics_;
+  std::unique_ptr<MetricsHttpServer> metrics_server_;
+  std::unique_ptr<CoordinatorService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+// summary.json's content for a job.
+RunSummary MakeRunSummary(const JobConfig& config, const JobOutcome& outcome,
+                          const std::vector<pstrain::v1::ShardStats>& stats);
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_COORDINATOR_COORDINATOR_NODE_H_

@@ -1,0 +1,154 @@
+#include "coordinator/coordinator_node.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_util.h"
+#include "common/run_record.h"
+#include "nlohmann/json.hpp"
+#include "proto/pstrain.grpc.pb.h"
+
+namespace pstrain {
+namespace {
+
+// A whole coordinator on an ephemeral loopback port, run as a thread, with
+// one all-reduce worker (no servers) played by the test over gRPC.
+class CoordinatorNodeTest : public ::testing::Test {
+ protected:
+  void StartNode(const std::string& name, bool fail_on_divergence) {
+    out_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
+    CoordinatorNodeOptions o;
+    o.config = DefaultJobConfig();
+    o.config.mode = v1::MODE_ALLREDUCE;
+    o.config.workers = 1;
+    o.config.steps = 2;
+    o.config.fail_on_divergence = fail_on_divergence;
+    FinalizeJobConfig(&o.config);
+    o.out = out_;
+    o.progress = false;
+    auto node = CoordinatorNode::Create(o);
+    ASSERT_TRUE(node.ok()) << node.status();
+    node_ = std::move(*node);
+    ASSERT_GT(node_->port(), 0);
+    runner_ = std::thread(
+        [this] { result_ = node_->Run([this] { return stop_.load(); }); });
+    stub_ = v1::Coordinator::NewStub(
+        MakeChannel(absl::StrCat("127.0.0.1:", node_->port())));
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, absl::Seconds(10));
+    v1::RegisterWorkerRequest req;
+    req.set_requested_rank(0);
+    req.set_peer_address("127.0.0.1:9");
+    v1::RegisterWorkerResponse resp;
+    ASSERT_TRUE(stub_->RegisterWorker(&ctx, req, &resp).ok());
+  }
+
+  grpc::Status Report(uint64_t step, double loss, bool done) {
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, absl::Seconds(10));
+    v1::ReportRequest req;
+    req.set_worker(0);
+    req.set_done(done);
+    auto* m = req.add_steps();
+    m->set_step(step);
+    m->set_loss(loss);
+    m->set_samples(8);
+    v1::ReportResponse resp;
+    return stub_->Report(&ctx, req, &resp);
+  }
+
+  void Join() {
+    if (runner_.joinable()) runner_.join();
+  }
+  void TearDown() override {
+    stop_ = true;
+    Join();
+  }
+
+  std::string out_;
+  std::unique_ptr<CoordinatorNode> node_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::atomic<bool> stop_{false};
+  std::thread runner_;
+  absl::Status result_;
+};
+
+TEST_F(CoordinatorNodeTest, FinishedJobWritesTheRunRecord) {
+  StartNode("ok", true);
+  ASSERT_TRUE(Report(0, 2.0, false).ok());
+  ASSERT_TRUE(Report(1, 1.0, true).ok());
+  Join();
+  EXPECT_TRUE(result_.ok()) << result_;
+  absl::StatusOr<std::string> text = ReadFileText(out_ + "/summary.json");
+  ASSERT_TRUE(text.ok()) << text.status();
+  absl::StatusOr<RunSummary> s = ParseSummaryJson(*text, "summary.json");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->mode, "allreduce");
+  EXPECT_EQ(s->steps, 2);
+  EXPECT_DOUBLE_EQ(s->final_loss, 1.0);
+  EXPECT_FALSE(s->failed);
+  EXPECT_FALSE(s->failure.has_value());
+  absl::StatusOr<std::string> csv = ReadFileText(out_ + "/metrics.csv");
+  ASSERT_TRUE(csv.ok());
+  EXPECT_EQ(ParseMetricsCsv(*csv, "metrics.csv")->size(), 2u);
+}
+
+// Issue 11 #3: a NaN loss printed `nan` into summary.json (invalid JSON) and
+// the job exited 0.
+TEST_F(CoordinatorNodeTest, DivergedJobFailsWithValidJson) {
+  StartNode("nan", true);
+  ASSERT_TRUE(Report(0, std::nan(""), false).ok());
+  Join();
+  EXPECT_EQ(result_.code(), absl::StatusCode::kAborted) << result_;
+  absl::StatusOr<std::string> text = ReadFileText(out_ + "/summary.json");
+  ASSERT_TRUE(text.ok()) << text.status();
+  nlohmann::json j;
+  ASSERT_NO_THROW(j = nlohmann::json::parse(*text)) << *text;
+  EXPECT_EQ(j["diverged"], true);
+  EXPECT_EQ(j["failed"], true);
+  EXPECT_EQ(j["failure"]["process"], "worker");
+  EXPECT_EQ(j["failure"]["rank"], 0);
+}
+
+TEST_F(CoordinatorNodeTest, DivergenceMayBeOnlyRecorded) {
+  StartNode("nan-ok", false);
+  ASSERT_TRUE(Report(0, 1.0, false).ok());
+  ASSERT_TRUE(Report(1, std::nan(""), true).ok());
+  Join();
+  EXPECT_TRUE(result_.ok()) << result_;
+  absl::StatusOr<std::string> text = ReadFileText(out_ + "/summary.json");
+  ASSERT_TRUE(text.ok());
+  nlohmann::json j;
+  ASSERT_NO_THROW(j = nlohmann::json::parse(*text)) << *text;
+  EXPECT_TRUE(j["final_loss"].is_null());
+  EXPECT_EQ(j["diverged"], true);
+  EXPECT_EQ(j["failed"], false);
+}
+
+TEST_F(CoordinatorNodeTest, StopEndsTheJobAsTheCoordinatorsFailure) {
+  StartNode("stop", true);
+  stop_ = true;
+  Join();
+  EXPECT_EQ(result_.code(), absl::StatusCode::kAborted);
+  absl::StatusOr<std::string> text = ReadFileText(out_ + "/summary.json");
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(*SummaryValue(*text, "failure.process", "s"), "coordinator");
+}
+
+TEST(CoordinatorNodeCreateTest, BadOutDirectoryIsNamed) {
+  CoordinatorNodeOptions o;
+  o.config = DefaultJobConfig();
+  FinalizeJobConfig(&o.config);
+  o.out = "/proc/nope/out";
+  auto node = CoordinatorNode::Create(o);
+  EXPECT_EQ(node.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(node.status().message().find("/proc/nope/out"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pstrain

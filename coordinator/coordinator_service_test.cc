@@ -1,0 +1,183 @@
+#include "coordinator/coordinator_service.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+
+#include "absl/time/clock.h"
+#include "common/run_record.h"
+
+namespace pstrain {
+namespace {
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  // A job of `workers` workers and one server, every member registered.
+  void Start(int workers, int64_t steps = 2, bool fail_on_divergence = true,
+             const std::string& metrics_csv = "") {
+    CoordinatorOptions options;
+    options.config = DefaultJobConfig();
+    options.config.workers = workers;
+    options.config.servers = 1;
+    options.config.steps = steps;
+    options.config.fail_on_divergence = fail_on_divergence;
+    FinalizeJobConfig(&options.config);
+    options.progress = false;
+    options.metrics_csv = metrics_csv;
+    auto c = CoordinatorService::Create(options);
+    ASSERT_TRUE(c.ok()) << c.status();
+    coord_ = std::move(*c);
+    grpc::ServerContext ctx;
+    v1::RegisterServerRequest rs;
+    rs.set_address("127.0.0.1:1");
+    rs.set_requested_shard(-1);
+    v1::RegisterServerResponse rsr;
+    ASSERT_TRUE(coord_->RegisterServer(&ctx, &rs, &rsr).ok());
+    v1::ServerReadyRequest ready;
+    v1::ServerReadyResponse ready_resp;
+    ASSERT_TRUE(coord_->ServerReady(&ctx, &ready, &ready_resp).ok());
+    for (int w = 0; w < workers; ++w) {
+      v1::RegisterWorkerRequest rw;
+      rw.set_requested_rank(-1);
+      v1::RegisterWorkerResponse rwr;
+      ASSERT_TRUE(coord_->RegisterWorker(&ctx, &rw, &rwr).ok());
+      EXPECT_EQ(rwr.rank(), static_cast<uint32_t>(w));
+    }
+  }
+
+  grpc::Status Report(uint32_t worker, std::vector<uint64_t> steps, bool done,
+                      uint32_t step_worker = 0, double loss = -1,
+                      const std::string& error = "") {
+    grpc::ServerContext ctx;
+    v1::ReportRequest req;
+    req.set_worker(worker);
+    req.set_done(done);
+    req.set_error(error);
+    for (uint64_t s : steps) {
+      auto* m = req.add_steps();
+      m->set_worker(step_worker);
+      m->set_step(s);
+      m->set_loss(loss >= 0 || std::isnan(loss) ? loss : 1.0 / (s + 1));
+      m->set_samples(s < 2 ? 32 : 0);
+    }
+    v1::ReportResponse resp;
+    return coord_->Report(&ctx, &req, &resp);
+  }
+
+  std::unique_ptr<CoordinatorService> coord_;
+};
+
+// The final report may carry no step records (they went out in the previous
+// batch): the job must still end. (This once hung every process.)
+TEST_F(CoordinatorTest, FinalReportWithoutRecordsEndsTheJob) {
+  Start(1);
+  ASSERT_TRUE(Report(0, {0, 1, 2}, false).ok());
+  EXPECT_FALSE(coord_->WaitForEnd(absl::Now()));
+  ASSERT_TRUE(Report(0, {}, true).ok());
+  EXPECT_TRUE(coord_->WaitForEnd(absl::Now() + absl::Seconds(5)));
+  JobOutcome o = coord_->Outcome();
+  EXPECT_FALSE(o.failed);
+  EXPECT_EQ(o.steps, 2u);
+  EXPECT_DOUBLE_EQ(o.final_loss, 0.5);
+}
+
+TEST_F(CoordinatorTest, ReportsFromUnknownOrMismatchedWorkersAreRejected) {
+  Start(1);
+  EXPECT_EQ(Report(5, {0}, false).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(Report(0, {0}, false, /*step_worker=*/3).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_FALSE(coord_->WaitForEnd(absl::Now()));
+}
+
+TEST_F(CoordinatorTest, RegistrationAfterTheJobIsRefused) {
+  Start(1);
+  ASSERT_TRUE(Report(0, {0, 1, 2}, true).ok());
+  ASSERT_TRUE(coord_->WaitForEnd(absl::Now() + absl::Seconds(5)));
+  grpc::ServerContext ctx;
+  v1::RegisterServerRequest rs;
+  rs.set_address("127.0.0.1:2");
+  rs.set_requested_shard(-1);
+  v1::RegisterServerResponse rsr;
+  grpc::Status s = coord_->RegisterServer(&ctx, &rs, &rsr);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("already finished"), std::string::npos);
+}
+
+// Issue 11 #5: one worker's repeated report completed a two-worker step.
+TEST_F(CoordinatorTest, RepeatedReportIsCountedOnce) {
+  Start(2);
+  ASSERT_TRUE(Report(0, {0, 1}, false, 0).ok());
+  ASSERT_TRUE(Report(0, {0, 1}, false, 0).ok());
+  EXPECT_EQ(coord_->Outcome().steps, 0u);
+  ASSERT_TRUE(Report(1, {0}, false, 1).ok());
+  JobOutcome o = coord_->Outcome();
+  EXPECT_EQ(o.steps, 1u);
+  EXPECT_EQ(o.samples, 64u);  // 32 from each worker, not 96
+}
+
+// Issue 11 #2: bogus steps were kept as records that never complete.
+TEST_F(CoordinatorTest, StepsFarBeyondTheJobAreRejected) {
+  Start(1);
+  grpc::Status st = Report(0, {1000000}, false);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  EXPECT_NE(st.error_message().find("step 1000000"), std::string::npos);
+  EXPECT_FALSE(coord_->WaitForEnd(absl::Now()));
+}
+
+// Issue 11 #3: a diverged job exited 0.
+TEST_F(CoordinatorTest, DivergenceFailsTheJobNamingTheWorker) {
+  Start(2);
+  ASSERT_TRUE(Report(1, {0}, false, 1, std::nan("")).ok());
+  EXPECT_TRUE(coord_->WaitForEnd(absl::Now() + absl::Seconds(5)));
+  JobOutcome o = coord_->Outcome();
+  EXPECT_TRUE(o.failed);
+  EXPECT_TRUE(o.diverged);
+  ASSERT_TRUE(o.failure.has_value());
+  EXPECT_EQ(o.failure->process, "worker");
+  EXPECT_EQ(o.failure->rank, 1);
+  EXPECT_NE(o.message.find("diverged"), std::string::npos) << o.message;
+  EXPECT_NE(o.message.find("fail_on_divergence"), std::string::npos);
+}
+
+TEST_F(CoordinatorTest, DivergenceOnlyMarkedWhenNotFailing) {
+  Start(1, 2, /*fail_on_divergence=*/false);
+  ASSERT_TRUE(Report(0, {0}, false, 0, std::nan("")).ok());
+  EXPECT_FALSE(coord_->WaitForEnd(absl::Now()));
+  JobOutcome o = coord_->Outcome();
+  EXPECT_FALSE(o.failed);
+  EXPECT_TRUE(o.diverged);
+}
+
+TEST_F(CoordinatorTest, FirstFailureIsKeptWithItsCause) {
+  Start(2);
+  ASSERT_TRUE(Report(1, {}, true, 1, -1,
+                     "worker 1: UNAVAILABLE: shard 0 at 127.0.0.1:1 is down")
+                  .ok());
+  coord_->Fail({"coordinator", -1, -1, "coordinator stopped by signal"});
+  ASSERT_TRUE(Report(0, {}, true, 0, -1, "worker 0: CANCELLED: stop").ok());
+  JobOutcome o = coord_->Outcome();
+  EXPECT_TRUE(o.failed);
+  ASSERT_TRUE(o.failure.has_value());
+  EXPECT_EQ(o.failure->process, "worker");
+  EXPECT_EQ(o.failure->rank, 1);
+  EXPECT_EQ(o.failure->message, "UNAVAILABLE: shard 0 at 127.0.0.1:1 is down");
+  EXPECT_EQ(o.message, "worker 1: UNAVAILABLE: shard 0 at 127.0.0.1:1 is down");
+}
+
+TEST_F(CoordinatorTest, CompleteStepsAreWrittenToMetricsCsv) {
+  const std::string path =
+      std::string(std::getenv("TEST_TMPDIR")) + "/metrics.csv";
+  Start(1, 2, true, path);
+  ASSERT_TRUE(Report(0, {0, 1}, false).ok());
+  absl::StatusOr<std::string> text = ReadFileText(path);
+  ASSERT_TRUE(text.ok()) << text.status();
+  absl::StatusOr<std::vector<MetricsRow>> rows = ParseMetricsCsv(*text, path);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((*rows)[1].step, 1);
+  EXPECT_DOUBLE_EQ(*(*rows)[1].loss, 0.5);
+}
+
+}  // namespace
+}  // namespace pstrain

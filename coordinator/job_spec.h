@@ -1,0 +1,18 @@
+// The JobSpec the coordinator publishes for a job config.
+#ifndef PSTRAIN_COORDINATOR_JOB_SPEC_H_
+#define PSTRAIN_COORDINATOR_JOB_SPEC_H_
+
+#include "absl/status/statusor.h"
+#include "common/job_config.h"
+#include "proto/pstrain.pb.h"
+
+namespace pstrain {
+
+// Tensors from the model, shard map over config.servers with no addresses
+// yet, worker config YAML. Mode allreduce: no servers (num_servers 0,
+// config.servers ignored) and a shard map that only lists the tensors.
+absl::StatusOr<pstrain::v1::JobSpec> MakeJobSpec(const JobConfig& config);
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_COORDINATOR_JOB_SPEC_H_

@@ -1,0 +1,80 @@
+// Who is in the job: server shards (address, ready), worker ranks (taken,
+// done) and, in mode allreduce, each rank's ring peer address. A plain value
+// class: no locking, no waiting, no RPC; the coordinator service holds it
+// under its mutex and waits on its predicates.
+//
+// Assignment rules (README "Architecture"):
+// - A server asks for a shard (or -1: the lowest free one). A retry from an
+//   address that already holds a shard gets that shard back. A shard held by
+//   another address is ALREADY_EXISTS; a shard >= K is INVALID_ARGUMENT; no
+//   free shard is RESOURCE_EXHAUSTED.
+// - A worker asks for a rank (or -1: the lowest free one). A taken rank is
+//   ALREADY_EXISTS, except in mode allreduce when the same peer address asks
+//   again (a retry after a lost answer): it gets its rank back. A rank >= N
+//   is INVALID_ARGUMENT; no free rank is RESOURCE_EXHAUSTED. Mode allreduce
+//   requires a peer address.
+#ifndef PSTRAIN_COORDINATOR_MEMBERSHIP_H_
+#define PSTRAIN_COORDINATOR_MEMBERSHIP_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace pstrain {
+
+class Membership {
+ public:
+  // `ring_peers`: mode allreduce (workers register ring peer addresses).
+  Membership(int num_servers, int num_workers, bool ring_peers);
+
+  // The shard `address` holds (see the rules above).
+  absl::StatusOr<int> RegisterServer(const std::string& address,
+                                     int requested_shard);
+  // NOT_FOUND for a shard that is not registered.
+  absl::Status MarkServerReady(int64_t shard);
+  // The rank the worker gets.
+  absl::StatusOr<int> RegisterWorker(int requested_rank,
+                                     const std::string& peer_address);
+  // OK when `rank` is a registered worker, else NOT_FOUND naming it.
+  absl::Status CheckWorker(int64_t rank) const;
+  // Marks a registered worker finished (idempotent).
+  void MarkWorkerDone(int rank);
+
+  bool AllServersRegistered() const;
+  bool AllServersReady() const;
+  bool AllWorkersRegistered() const;
+  bool AllWorkersDone() const;
+  bool AllPeersKnown() const;  // every rank's ring peer address
+  int registered_servers() const;
+  int live_workers() const;  // registered and not done
+  int num_servers() const { return static_cast<int>(servers_.size()); }
+  int num_workers() const { return static_cast<int>(workers_.size()); }
+
+  // By shard; "" where none registered yet.
+  std::vector<std::string> server_addresses() const;
+  // By rank; "" where none registered yet.
+  std::vector<std::string> peer_addresses() const;
+  // Ranks without a peer address yet.
+  std::vector<int> missing_peers() const;
+
+ private:
+  struct Server {
+    std::string address;
+    bool ready = false;
+  };
+  struct Worker {
+    bool registered = false;
+    bool done = false;
+    std::string peer_address;
+  };
+  const bool ring_peers_;
+  std::vector<Server> servers_;
+  std::vector<Worker> workers_;
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_COORDINATOR_MEMBERSHIP_H_

@@ -1,0 +1,115 @@
+#include "coordinator/step_log.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+
+namespace pstrain {
+
+StepLog::StepLog(StepLogOptions options) : options_(std::move(options)) {}
+
+absl::Status StepLog::Add(
+    uint32_t worker,
+    const google::protobuf::RepeatedPtrField<pstrain::v1::StepMetrics>&
+        records) {
+  const uint64_t last = static_cast<uint64_t>(options_.steps);
+  std::set<uint64_t> new_steps;
+  for (const auto& m : records) {
+    if (m.worker() != worker) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "worker ", worker, " reported a step of worker ", m.worker()));
+    }
+    if (m.step() > last) {
+      return absl::OutOfRangeError(
+          absl::StrCat("worker ", worker, " reported step ", m.step(),
+                       " but the job has ", options_.steps, " steps (step ",
+                       options_.steps, " is the final evaluation)"));
+    }
+    if (m.step() >= next_row_ && !pending_.count(m.step()))
+      new_steps.insert(m.step());
+  }
+  if (static_cast<int64_t>(pending_.size() + new_steps.size()) >
+      options_.max_pending_steps) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("worker ", worker, "'s report would leave ",
+                     pending_.size() + new_steps.size(),
+                     " steps waiting for other workers' reports (at most ",
+                     options_.max_pending_steps, ")"));
+  }
+  for (const auto& m : records) {
+    if (m.step() < next_row_) continue;  // already a row: a repeat
+    Pending& p = pending_[m.step()];
+    if (p.reported.empty()) p.reported.assign(options_.num_workers, false);
+    if (p.reported[worker]) continue;  // a repeat of a counted record
+    p.reported[worker] = true;
+    ++p.reports;
+    p.loss_sum += m.loss() * m.samples();
+    p.samples += m.samples();
+    p.compute_s += m.compute_s();
+    p.pull_s += m.pull_s();
+    p.push_s += m.push_s();
+    p.end_unix_s = std::max(p.end_unix_s, m.end_unix_s());
+    p.eval_correct += m.eval_correct();
+    p.eval_total += m.eval_total();
+    p.eval_loss_sum += m.eval_loss_sum();
+    if (!divergence_) {
+      if (!std::isfinite(m.loss())) {
+        divergence_ = Divergence{worker, m.step(), m.loss(), false};
+      } else if (!std::isfinite(m.eval_loss_sum())) {
+        divergence_ = Divergence{worker, m.step(), m.eval_loss_sum(), true};
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<MetricsRow> StepLog::TakeCompleteRows(absl::Time train_start) {
+  std::vector<MetricsRow> rows;
+  const double start = absl::ToUnixNanos(train_start) * 1e-9;
+  const uint64_t last = static_cast<uint64_t>(options_.steps);
+  const uint32_t n = options_.num_workers;
+  for (auto it = pending_.find(next_row_);
+       it != pending_.end() && it->second.reports == n;
+       it = pending_.find(++next_row_)) {
+    const Pending& p = it->second;
+    // Record `steps` is the final evaluation, not a training step.
+    const bool final_eval = it->first == last;
+    const double wall = std::max(0.0, p.end_unix_s - start);
+    const double loss = p.samples ? p.loss_sum / p.samples : 0.0;
+    if (!final_eval) {
+      totals_.steps = static_cast<int64_t>(it->first) + 1;
+      totals_.samples += p.samples;
+      totals_.final_loss = loss;
+      totals_.wall_s = wall;
+    }
+    MetricsRow r;
+    r.step = static_cast<int64_t>(it->first);
+    r.wall_s = wall;
+    if (!final_eval) r.loss = loss;
+    r.samples = static_cast<int64_t>(p.samples);
+    r.samples_per_s = wall > 0 ? totals_.samples / wall : 0.0;
+    r.compute_s = p.compute_s / n;
+    r.pull_s = p.pull_s / n;
+    r.push_s = p.push_s / n;
+    r.comm_s = r.pull_s + r.push_s;
+    if (p.eval_total > 0) {
+      r.eval_loss = p.eval_loss_sum / p.eval_total;
+      if (options_.classifier) {
+        r.eval_accuracy = static_cast<double>(p.eval_correct) / p.eval_total;
+      }
+      if (final_eval) {
+        totals_.has_accuracy = options_.classifier;
+        totals_.final_accuracy =
+            static_cast<double>(p.eval_correct) / p.eval_total;
+        totals_.final_eval_loss = *r.eval_loss;
+      }
+    }
+    rows.push_back(r);
+    pending_.erase(it);
+  }
+  return rows;
+}
+
+}  // namespace pstrain

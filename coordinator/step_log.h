@@ -1,0 +1,99 @@
+// Aggregation of the workers' per-step reports into metrics.csv rows and the
+// job's totals. A plain value class (no locking, no I/O): the coordinator
+// service holds it under its mutex and writes the rows it returns after
+// releasing the mutex (StepRowWriter).
+//
+// Records (StepMetrics) are keyed by (worker, step). Step `steps` (one past
+// the last training step) is the final evaluation. A step becomes a row once
+// every worker has reported it, and rows come out in step order.
+// - Idempotent: a record of a (worker, step) already counted, or of a step
+//   already turned into a row, is ignored (a retried Report counts once).
+// - Bounded: a step beyond `steps` is OUT_OF_RANGE; at most
+//   `max_pending_steps` steps may wait for reports (RESOURCE_EXHAUSTED
+//   beyond), so records that can never complete cannot grow memory without
+//   bound. A batch is checked whole before any record is counted.
+// - Divergence: the first record with a non-finite loss or evaluation loss
+//   is remembered (divergence()).
+#ifndef PSTRAIN_COORDINATOR_STEP_LOG_H_
+#define PSTRAIN_COORDINATOR_STEP_LOG_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/run_record.h"
+#include "google/protobuf/repeated_field.h"
+#include "proto/pstrain.pb.h"
+
+namespace pstrain {
+
+struct StepLogOptions {
+  uint32_t num_workers = 1;
+  int64_t steps = 0;        // training steps; record `steps` is the final eval
+  bool classifier = false;  // rows and totals carry an accuracy
+  // Steps that may be waiting for reports at once. Async workers may run
+  // ahead of the slowest by any number of steps (staleness inf), so this is
+  // a memory bound, not a staleness bound: about 100 bytes per step.
+  int64_t max_pending_steps = 1 << 20;
+};
+
+// Totals of the complete training steps (summary.json).
+struct StepTotals {
+  int64_t steps = 0;  // training steps completed by every worker
+  uint64_t samples = 0;
+  double wall_s = 0;      // end of the last complete step since the start
+  double final_loss = 0;  // training loss of the last complete step
+  bool has_accuracy = false;
+  double final_accuracy = 0;  // final evaluation (summed counts / total)
+  double final_eval_loss = 0;
+};
+
+// The first non-finite loss seen.
+struct Divergence {
+  uint32_t worker = 0;
+  uint64_t step = 0;
+  double value = 0;
+  bool eval = false;  // the evaluation loss, not the training loss
+};
+
+class StepLog {
+ public:
+  explicit StepLog(StepLogOptions options);
+
+  // Counts `worker`'s records (each must name `worker`: INVALID_ARGUMENT
+  // otherwise). The caller has checked that `worker` is registered.
+  absl::Status Add(uint32_t worker, const google::protobuf::RepeatedPtrField<
+                                        pstrain::v1::StepMetrics>& records);
+  // The rows completed since the last call, in step order; `train_start`
+  // is when every worker had registered (the zero of wall_s).
+  std::vector<MetricsRow> TakeCompleteRows(absl::Time train_start);
+
+  const StepTotals& totals() const { return totals_; }
+  const std::optional<Divergence>& divergence() const { return divergence_; }
+  size_t pending_steps() const { return pending_.size(); }
+
+ private:
+  struct Pending {
+    std::vector<bool> reported;  // by worker
+    uint32_t reports = 0;
+    double loss_sum = 0;  // sample-weighted
+    uint64_t samples = 0;
+    double compute_s = 0, pull_s = 0, push_s = 0;
+    double end_unix_s = 0;
+    uint64_t eval_correct = 0, eval_total = 0;
+    double eval_loss_sum = 0;
+  };
+  const StepLogOptions options_;
+  std::map<uint64_t, Pending> pending_;
+  uint64_t next_row_ = 0;  // steps below this are rows already
+  StepTotals totals_;
+  std::optional<Divergence> divergence_;
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_COORDINATOR_STEP_LOG_H_

@@ -1,0 +1,152 @@
+#include "coordinator/step_log.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "absl/time/time.h"
+
+namespace pstrain {
+namespace {
+
+using Records = google::protobuf::RepeatedPtrField<pstrain::v1::StepMetrics>;
+
+pstrain::v1::StepMetrics Record(uint32_t worker, uint64_t step, double loss,
+                                uint64_t samples = 10) {
+  pstrain::v1::StepMetrics m;
+  m.set_worker(worker);
+  m.set_step(step);
+  m.set_loss(loss);
+  m.set_samples(samples);
+  m.set_pull_s(0.25);
+  m.set_push_s(0.5);
+  m.set_end_unix_s(100 + step);
+  return m;
+}
+
+Records Batch(std::initializer_list<pstrain::v1::StepMetrics> ms) {
+  Records r;
+  for (const auto& m : ms) *r.Add() = m;
+  return r;
+}
+
+StepLogOptions Options(uint32_t workers, int64_t steps) {
+  StepLogOptions o;
+  o.num_workers = workers;
+  o.steps = steps;
+  o.classifier = true;
+  return o;
+}
+
+const absl::Time kStart = absl::FromUnixSeconds(100);
+
+TEST(StepLogTest, RowsComeOutInStepOrderWithSampleWeightedLoss) {
+  StepLog log(Options(2, 3));
+  ASSERT_TRUE(log.Add(0, Batch({Record(0, 0, 1.0), Record(0, 1, 2.0)})).ok());
+  EXPECT_TRUE(log.TakeCompleteRows(kStart).empty());
+  ASSERT_TRUE(log.Add(1, Batch({Record(1, 1, 4.0, 30)})).ok());
+  EXPECT_TRUE(log.TakeCompleteRows(kStart).empty());  // step 0 incomplete
+  ASSERT_TRUE(log.Add(1, Batch({Record(1, 0, 3.0)})).ok());
+  std::vector<MetricsRow> rows = log.TakeCompleteRows(kStart);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].step, 0);
+  EXPECT_DOUBLE_EQ(*rows[0].loss, 2.0);
+  EXPECT_EQ(rows[1].step, 1);
+  EXPECT_DOUBLE_EQ(*rows[1].loss, (2.0 * 10 + 4.0 * 30) / 40);
+  EXPECT_DOUBLE_EQ(rows[1].wall_s, 1.0);
+  EXPECT_DOUBLE_EQ(rows[1].comm_s, 0.75);
+  EXPECT_EQ(log.totals().steps, 2);
+  EXPECT_EQ(log.totals().samples, 60u);
+  EXPECT_EQ(log.pending_steps(), 0u);
+}
+
+// Issue 11 #5: a repeated report of a step counted twice, so one worker's
+// two copies completed a step of two workers.
+TEST(StepLogTest, RepeatedReportsOfAStepCountOnce) {
+  StepLog log(Options(2, 3));
+  ASSERT_TRUE(log.Add(0, Batch({Record(0, 0, 1.0)})).ok());
+  ASSERT_TRUE(log.Add(0, Batch({Record(0, 0, 1.0)})).ok());
+  EXPECT_TRUE(log.TakeCompleteRows(kStart).empty());
+  ASSERT_TRUE(log.Add(1, Batch({Record(1, 0, 3.0)})).ok());
+  std::vector<MetricsRow> rows = log.TakeCompleteRows(kStart);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].samples, 20);
+  EXPECT_DOUBLE_EQ(*rows[0].loss, 2.0);
+  // A repeat after the row went out is ignored too.
+  ASSERT_TRUE(log.Add(1, Batch({Record(1, 0, 3.0)})).ok());
+  EXPECT_EQ(log.pending_steps(), 0u);
+  EXPECT_TRUE(log.TakeCompleteRows(kStart).empty());
+  EXPECT_EQ(log.totals().samples, 20u);
+}
+
+// Issue 11 #2 (coordinator part): records that can never complete were
+// kept without bound.
+TEST(StepLogTest, StepsBeyondTheJobAreOutOfRange) {
+  StepLog log(Options(2, 3));
+  absl::Status st = log.Add(0, Batch({Record(0, 1, 1.0), Record(0, 4, 1.0)}));
+  EXPECT_EQ(st.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(st.message().find("step 4"), std::string::npos);
+  EXPECT_EQ(log.pending_steps(), 0u);  // all or nothing
+  // Step `steps` is the final evaluation, and legal.
+  EXPECT_TRUE(log.Add(0, Batch({Record(0, 3, 0.0)})).ok());
+}
+
+TEST(StepLogTest, PendingStepsAreCapped) {
+  StepLogOptions o = Options(2, 1000);
+  o.max_pending_steps = 4;
+  StepLog log(o);
+  ASSERT_TRUE(
+      log.Add(0, Batch({Record(0, 0, 1), Record(0, 1, 1), Record(0, 2, 1)}))
+          .ok());
+  absl::Status st = log.Add(0, Batch({Record(0, 3, 1), Record(0, 4, 1)}));
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(log.pending_steps(), 3u);
+  // The other worker's reports complete steps and make room.
+  ASSERT_TRUE(log.Add(1, Batch({Record(1, 0, 1), Record(1, 1, 1)})).ok());
+  EXPECT_EQ(log.TakeCompleteRows(kStart).size(), 2u);
+  EXPECT_TRUE(log.Add(0, Batch({Record(0, 3, 1), Record(0, 4, 1)})).ok());
+}
+
+TEST(StepLogTest, RecordsMustNameTheReportingWorker) {
+  StepLog log(Options(2, 3));
+  EXPECT_EQ(log.Add(0, Batch({Record(1, 0, 1.0)})).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(log.pending_steps(), 0u);
+}
+
+TEST(StepLogTest, FirstNonFiniteLossIsRemembered) {
+  StepLog log(Options(2, 3));
+  ASSERT_TRUE(log.Add(0, Batch({Record(0, 0, 1.0)})).ok());
+  EXPECT_FALSE(log.divergence().has_value());
+  ASSERT_TRUE(log.Add(1, Batch({Record(1, 0, std::nan(""))})).ok());
+  ASSERT_TRUE(
+      log.Add(0, Batch({Record(0, 1, std::numeric_limits<double>::infinity())}))
+          .ok());
+  ASSERT_TRUE(log.divergence().has_value());
+  EXPECT_EQ(log.divergence()->worker, 1u);
+  EXPECT_EQ(log.divergence()->step, 0u);
+  EXPECT_FALSE(log.divergence()->eval);
+}
+
+TEST(StepLogTest, FinalEvaluationSetsAccuracyNotATrainingStep) {
+  StepLog log(Options(2, 1));
+  for (uint32_t w = 0; w < 2; ++w) {
+    pstrain::v1::StepMetrics fin = Record(w, 1, 0, 0);
+    fin.set_eval_correct(w == 0 ? 3 : 4);
+    fin.set_eval_total(5);
+    fin.set_eval_loss_sum(2.5);
+    ASSERT_TRUE(log.Add(w, Batch({Record(w, 0, 1.0), fin})).ok());
+  }
+  std::vector<MetricsRow> rows = log.TakeCompleteRows(kStart);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_FALSE(rows[1].loss.has_value());
+  EXPECT_DOUBLE_EQ(*rows[1].eval_accuracy, 0.7);
+  EXPECT_DOUBLE_EQ(*rows[1].eval_loss, 0.5);
+  EXPECT_EQ(log.totals().steps, 1);
+  EXPECT_TRUE(log.totals().has_accuracy);
+  EXPECT_DOUBLE_EQ(log.totals().final_accuracy, 0.7);
+}
+
+}  // namespace
+}  // namespace pstrain
