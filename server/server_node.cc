@@ -2,6 +2,7 @@
 
 #include <grpcpp/health_check_service_interface.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -146,7 +147,14 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
     grpc::Status s = coord->JobStatus(&ctx, {}, &status);
     if (s.ok()) {
       last_contact = absl::Now();
-      if (status.finished()) break;
+      if (status.finished()) {
+        // The coordinator collects every shard's statistics and then sends
+        // Shutdown: wait for it (bounded), so the statistics are not lost
+        // to a shard that left first.
+        shutdown.WaitForNotificationWithTimeout(
+            std::min(node.rpc_timeout, absl::Seconds(5)));
+        break;
+      }
     } else if (absl::Now() - last_contact > node.startup_timeout) {
       return absl::UnavailableError(
           absl::StrCat("coordinator unreachable since ",

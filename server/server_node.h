@@ -43,9 +43,11 @@ class ServerNode {
       ServerNodeOptions options);
 
   // Listens, registers, waits for every shard, builds its shard and serves
-  // until the coordinator ends the job (OK), `stop` returns true (OK; polled
-  // about every second) or the coordinator stays unreachable for the
-  // start-up timeout (UNAVAILABLE). A job that is already over when it
+  // until the coordinator ends the job (OK: its Shutdown, or the finished
+  // job status followed by Shutdown within min(rpc timeout, 5 s), so the
+  // coordinator can collect the shard's statistics first), `stop` returns true
+  // (OK; polled about every second) or the coordinator stays unreachable for
+  // the start-up timeout (UNAVAILABLE). A job that is already over when it
   // registers: idles until `stop` (OK). Every wait is bounded by the
   // start-up timeout. Call once; `stop` must be thread-safe.
   absl::Status Run(const std::function<bool()>& stop);
