@@ -1,5 +1,6 @@
 #include "worker/data_check.h"
 
+#include <cstdio>
 #include <string>
 
 #include "absl/status/status.h"
@@ -30,6 +31,14 @@ absl::Status CheckJobFile(const std::string& path) {
   PS_ASSIGN_OR_RETURN(JobConfig config, LoadJobConfig(path));
   PS_RETURN_IF_ERROR(ValidateJobConfig(config));
   return LoadJobData(config).status();
+}
+
+int CheckJobFileMain(const std::string& path) {
+  const absl::Status st = CheckJobFile(path);
+  std::fprintf(st.ok() ? stdout : stderr, "ps_worker: --check_config %s: %s\n",
+               path.c_str(),
+               st.ok() ? "ok" : std::string(st.message()).c_str());
+  return st.ok() ? 0 : 2;
 }
 
 }  // namespace pstrain

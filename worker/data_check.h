@@ -26,6 +26,11 @@ absl::StatusOr<std::unique_ptr<DataSource>> LoadJobData(
 // (errors name its line and key), then LoadJobData.
 absl::Status CheckJobFile(const std::string& path);
 
+// `ps_worker --check_config PATH`'s whole run: CheckJobFile, one line
+// ("ps_worker: --check_config PATH: ok" on stdout, or the error on stderr),
+// and the exit status, 0 or 2.
+int CheckJobFileMain(const std::string& path);
+
 }  // namespace pstrain
 
 #endif  // PSTRAIN_WORKER_DATA_CHECK_H_

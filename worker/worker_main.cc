@@ -9,7 +9,6 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/node_flags.h"
@@ -39,6 +38,14 @@ ABSL_FLAG(std::string, check_config, "",
 namespace pstrain {
 namespace {
 
+// --rank_from_env VAR: the rank from environment variable VAR.
+absl::StatusOr<int> RankFromEnvFlag(const std::string& var) {
+  absl::StatusOr<int> rank = IndexFromEnv(var, std::getenv(var.c_str()));
+  if (rank.ok()) return rank;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--rank_from_env: ", rank.status().message()));
+}
+
 // Flags -> options -> node; errors name the flag.
 absl::StatusOr<std::unique_ptr<WorkerNode>> NodeFromFlags(MetricsRegistry* m) {
   WorkerNodeOptions o;
@@ -46,11 +53,7 @@ absl::StatusOr<std::unique_ptr<WorkerNode>> NodeFromFlags(MetricsRegistry* m) {
   o.requested_rank = absl::GetFlag(FLAGS_rank);
   if (const std::string env = absl::GetFlag(FLAGS_rank_from_env);
       !env.empty()) {
-    absl::StatusOr<int> rank = IndexFromEnv(env, std::getenv(env.c_str()));
-    if (!rank.ok())
-      return absl::InvalidArgumentError(
-          absl::StrCat("--rank_from_env: ", rank.status().message()));
-    o.requested_rank = *rank;
+    PS_ASSIGN_OR_RETURN(o.requested_rank, RankFromEnvFlag(env));
   }
   o.device = absl::GetFlag(FLAGS_device);
   o.report_interval = absl::Seconds(absl::GetFlag(FLAGS_report_interval_s));
@@ -65,11 +68,7 @@ absl::StatusOr<std::unique_ptr<WorkerNode>> NodeFromFlags(MetricsRegistry* m) {
 int Main() {
   if (const std::string path = absl::GetFlag(FLAGS_check_config);
       !path.empty()) {
-    const absl::Status st = CheckJobFile(path);
-    std::fprintf(st.ok() ? stdout : stderr,
-                 "ps_worker: --check_config %s: %s\n", path.c_str(),
-                 st.ok() ? "ok" : std::string(st.message()).c_str());
-    return st.ok() ? 0 : 2;
+    return CheckJobFileMain(path);
   }
   MetricsRegistry metrics;
   absl::StatusOr<std::unique_ptr<WorkerNode>> worker = NodeFromFlags(&metrics);
@@ -91,9 +90,6 @@ int Main() {
 }  // namespace pstrain
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "pstrain worker.\nUsage: ps_worker --coordinator HOST:PORT [flags]; "
-      "--helpfull lists them");
   absl::ParseCommandLine(argc, argv);
   return pstrain::Main();
 }
