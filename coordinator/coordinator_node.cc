@@ -184,15 +184,19 @@ absl::Status CoordinatorNode::Run(const std::function<bool()>& stop) {
     }
   }
   const JobOutcome outcome = service_->Outcome();
-  std::vector<pstrain::v1::ShardStats> stats =
-      CollectStatsAndShutdown(service_->ServerAddresses(), client_credentials_,
-                              absl::Seconds(config.rpc_timeout_s),
-                              outcome.failed ? "job failed" : "job finished");
-  if (!options_.out.empty()) {
+  auto write_summary = [&](const std::vector<pstrain::v1::ShardStats>& stats) {
+    if (options_.out.empty()) return;
     absl::Status st = WriteSummaryJson(options_.out + "/summary.json",
                                        MakeRunSummary(config, outcome, stats));
     if (!st.ok()) PS_LOG_ERROR("%s", st.message());
-  }
+  };
+  // A failed job's record first: collecting statistics from servers that
+  // are being stopped may outlast a launcher's patience.
+  if (outcome.failed) write_summary({});
+  write_summary(
+      CollectStatsAndShutdown(service_->ServerAddresses(), client_credentials_,
+                              absl::Seconds(config.rpc_timeout_s),
+                              outcome.failed ? "job failed" : "job finished"));
   if (options_.keep_serving_after_job && !stop()) {
     PS_LOG_INFO("job over; serving status and metrics until terminated");
     while (!stop()) absl::SleepFor(absl::Milliseconds(200));

@@ -55,7 +55,7 @@ struct CoordinatorOptions {
   absl::Duration wait_cap = absl::Seconds(30);  // longest a waiting RPC blocks
   bool progress = true;  // log a progress line about every second
   // Steps that may wait for reports at once (StepLogOptions).
-  int64_t max_pending_steps = 1 << 20;
+  int64_t max_pending_steps = 1 << 16;
   // Where to publish pstrain_coordinator_* metrics; may be null. Must
   // outlive the service.
   MetricsRegistry* metrics = nullptr;

@@ -37,8 +37,9 @@ struct StepLogOptions {
   bool classifier = false;  // rows and totals carry an accuracy
   // Steps that may be waiting for reports at once. Async workers may run
   // ahead of the slowest by any number of steps (staleness inf), so this is
-  // a memory bound, not a staleness bound: about 100 bytes per step.
-  int64_t max_pending_steps = 1 << 20;
+  // a memory bound, not a staleness bound: about 150 bytes per step, so
+  // about 10 MB at the default.
+  int64_t max_pending_steps = 1 << 16;
 };
 
 // Totals of the complete training steps (summary.json).

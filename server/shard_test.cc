@@ -18,10 +18,10 @@
 #include "absl/time/time.h"
 #include "common/job_config.h"
 #include "common/tensor_codec.h"
+#include "coordinator/job_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/pstrain.pb.h"
-#include "coordinator/job_spec.h"
 
 namespace pstrain {
 namespace {

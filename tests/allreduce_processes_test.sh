@@ -9,13 +9,14 @@ set -uo pipefail
 ROOT="$TEST_SRCDIR/pstrain"
 COORD="$ROOT/coordinator/ps_coordinator"
 WORKER="$ROOT/worker/ps_worker"
+REPORT="$ROOT/common/report/ps_report"
 TMP="${TEST_TMPDIR:-$(mktemp -d)}"
 failures=0
 pids=()
 
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 ok() { echo "ok: $*"; }
-json() { grep -o "\"$2\": [^,}]*" "$1" | head -1 | sed 's/^[^:]*: //; s/"//g'; }
+json() { "$REPORT" summary-get "$1" "$2"; }
 cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done; }
 trap cleanup EXIT
 
@@ -61,7 +62,7 @@ fi
 pushed="$(json "$dir/summary.json" bytes_pushed)"
 [[ "$pushed" -gt 0 && "$pushed" == "$(json "$dir/summary.json" bytes_pulled)" ]] ||
   fail "ring bytes: pushed $pushed"
-rows=$(($(wc -l < "$dir/metrics.csv") - 1))
+rows=$("$REPORT" metrics-get "$dir" step | wc -l)
 [[ $rows -eq 61 ]] || fail "metrics.csv has $rows rows, want 60 + final eval"
 ((failures == 0)) && ok "allreduce job: $(json "$dir/summary.json" final_accuracy) accuracy, $pushed ring bytes"
 if ((failures)); then cat "$dir"/*.log; fi
@@ -96,6 +97,12 @@ else
   wait "$coord"; rc=$?
   ((rc == 1)) || fail "coordinator exited $rc, want 1"
   [[ "$(json "$dir/summary.json" failed)" == true ]] || fail "summary does not say failed"
+  # The first failure's cause: a surviving worker (rank 0 or 2) saw it.
+  cause="$("$REPORT" failure "$dir")"
+  [[ "$(json "$dir/summary.json" failure.process)" == worker &&
+     "$(json "$dir/summary.json" failure.rank)" =~ ^[02]$ ]] ||
+    fail "summary.json failure is not a surviving worker: $cause"
+  echo "recorded cause: $cause"
 fi
 ok "killed rank 1: the others stopped after $((SECONDS - start)) s"
 

@@ -7,12 +7,14 @@ set -uo pipefail
 ROOT="$TEST_SRCDIR/pstrain"
 PSCTL="$ROOT/psctl"
 BIN="$ROOT"
+REPORT="$ROOT/common/report/ps_report"
 TMP="${TEST_TMPDIR:-$(mktemp -d)}"
 failures=0 passed=0
 
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 ok() { echo "ok: $*"; passed=$((passed + 1)); }
-json() { grep -o "\"$2\": [^,}]*" "$1" | head -1 | sed 's/^[^:]*: //; s/"//g'; }
+# The run record is read through ps_report (common/run_record), not grep.
+json() { "$REPORT" summary-get "$1" "$2"; }
 ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }
 
 # 1. Sync job: summary keys, real learning, zero staleness, clean exit.
@@ -20,19 +22,22 @@ out="$TMP/sync"
 if "$PSCTL" run --bin "$BIN" --config "$ROOT/configs/default.yaml" --mode sync \
     --workers 2 --servers 2 --steps 120 --out "$out" > "$TMP/sync.log" 2>&1; then
   for key in mode staleness workers servers steps wall_s samples_per_s final_loss \
-             final_accuracy bytes_pushed bytes_pulled staleness_max staleness_mean; do
-    grep -q "\"$key\":" "$out/summary.json" || fail "summary.json lacks $key"
+             final_accuracy bytes_pushed bytes_pulled staleness_max staleness_mean \
+             bytes_sent bytes_received diverged failed failure; do
+    json "$out/summary.json" "$key" >/dev/null || fail "summary.json lacks $key"
   done
   [[ "$(json "$out/summary.json" mode)" == sync ]] || fail "mode is not sync"
   [[ "$(json "$out/summary.json" steps)" == 120 ]] || fail "steps != 120"
   [[ "$(json "$out/summary.json" staleness_max)" == 0 ]] || fail "sync staleness_max != 0"
+  [[ "$(json "$out/summary.json" failure)" == null ]] || fail "a failure recorded for a clean run"
   acc="$(json "$out/summary.json" final_accuracy)"
   ge "$acc" 0.6 || fail "sync accuracy $acc < 0.6"
   ge "$(json "$out/summary.json" bytes_pushed)" 1 || fail "no bytes pushed"
-  rows=$(($(wc -l < "$out/metrics.csv") - 1))
+  mapfile -t losses < <("$REPORT" metrics-get "$out" loss)
+  rows=${#losses[@]}
   [[ $rows -eq 121 ]] || fail "metrics.csv has $rows rows, want 120 steps + final eval"
-  first=$(sed -n 2p "$out/metrics.csv" | cut -d, -f3)
-  last=$(sed -n 121p "$out/metrics.csv" | cut -d, -f3)
+  first=${losses[0]:-}
+  last=${losses[119]:-}
   ge "$first" "$last" || fail "loss did not fall ($first -> $last)"
   ok "sync run: accuracy $acc, loss $first -> $last"
 else
@@ -154,6 +159,23 @@ if [[ -s "$src/.cache/pstrain/datasets/digits.csv" ]]; then
   done
 else
   echo "SKIP digits acceptance: $src/.cache/pstrain/datasets/digits.csv is missing (./psctl setup extracts it)"
+fi
+
+# 7. Divergence (issue 11 #3): a learning rate that overflows the weights
+#    gives NaN losses; summary.json stays valid JSON (null losses, diverged)
+#    and the job fails, psctl naming the first failure's cause.
+out="$TMP/diverge"
+sed 's/^  base_lr: .*/  base_lr: 1.0e+30/' "$ROOT/configs/default.yaml" > "$TMP/diverge.yaml"
+"$PSCTL" run --bin "$BIN" --config "$TMP/diverge.yaml" --mode allreduce --workers 2 \
+  --steps 30 --out "$out" > "$TMP/diverge.log" 2>&1
+rc=$?
+if [[ $rc -eq 1 && "$(json "$out/summary.json" diverged)" == true &&
+      "$(json "$out/summary.json" failed)" == true &&
+      "$(json "$out/summary.json" failure.process)" == worker ]] &&
+    grep -q "first failure: worker [0-9]: training diverged" "$TMP/diverge.log"; then
+  ok "divergence fails the job: $("$REPORT" failure "$out")"
+else
+  cat "$TMP/diverge.log"; fail "divergence: rc $rc"
 fi
 
 echo "$passed passed, $failures failed"

@@ -11,15 +11,20 @@ set -uo pipefail
 ROOT="$TEST_SRCDIR/pstrain"
 PSCTL="$ROOT/psctl"
 BIN="$ROOT"
+REPORT="$ROOT/common/report/ps_report"
 TMP="${TEST_TMPDIR:-$(mktemp -d)}"
 STEPS=20
 failures=0 passed=0
 
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 ok() { echo "ok: $*"; passed=$((passed + 1)); }
+# metrics.csv is read through ps_report (common/run_record): COLUMN of every
+# row, and "loss,COLUMN" pairs (the loss is empty on the final evaluation).
+col() { "$REPORT" metrics-get "$1" "$2"; }
+with_loss() { paste -d, <(col "$1" loss) <(col "$1" "$2"); }
 # Training rows (those with a loss) whose compute_s is below $2.
-rows_below() { awk -F, -v min="$2" 'NR > 1 && $3 != "" && $6 + 1e-9 < min' "$1" | wc -l; }
-last_wall() { awk -F, 'NR > 1 && $3 != "" { w = $2 } END { print w }' "$1"; }
+rows_below() { with_loss "$1" compute_s | awk -F, -v min="$2" '$1 != "" && $2 + 1e-9 < min' | wc -l; }
+last_wall() { with_loss "$1" wall_s | awk -F, '$1 != "" { w = $2 } END { print w }'; }
 ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }
 
 run() {  # name extra-args...
@@ -33,7 +38,7 @@ run() {  # name extra-args...
 if run compute --compute-ms 20; then
   csv="$TMP/compute/runs/sync/metrics.csv"
   n=$(rows_below "$csv" 0.02)
-  rows=$(awk -F, 'NR > 1 && $3 != ""' "$csv" | wc -l)
+  rows=$(col "$csv" loss | grep -c .)
   wall=$(last_wall "$csv")
   if [[ $rows -eq $STEPS && $n -eq 0 ]] && ge "$wall" "$(awk -v t=$STEPS 'BEGIN { print (t - 1) * 0.02 }')"; then
     ok "compute_ms 20: $rows steps, compute_s >= 0.02 in each, last step at ${wall}s"

@@ -21,6 +21,9 @@
 //       prints one summary.json value (strings bare, null as "null"; a
 //       dotted KEY walks into objects: failure.process). Exit 1 when the
 //       key is absent, 2 when the file is missing or malformed.
+//   ps_report metrics-get RUN_DIR|metrics.csv COLUMN
+//       prints COLUMN of every metrics.csv row, one per line (an empty
+//       line where the row has no value, e.g. the final evaluation's loss).
 //   ps_report failure RUN_DIR|summary.json
 //       prints the job's first failure ("worker 2: <message>"); exit 1
 //       (printing nothing) when the summary records none.
@@ -30,6 +33,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -53,6 +58,7 @@ constexpr char kUsage[] =
     "NAME]\n"
     "                 [--shaping TEXT] [--gnuplot PATH]\n"
     "       ps_report summary-get RUN_DIR|summary.json KEY\n"
+    "       ps_report metrics-get RUN_DIR|metrics.csv COLUMN\n"
     "       ps_report failure RUN_DIR|summary.json\n";
 
 int Usage(const std::string& error) {
@@ -299,6 +305,48 @@ int SummaryGetMain(int argc, char** argv) {
   return 0;
 }
 
+int MetricsGetMain(int argc, char** argv) {
+  if (argc != 2) return Usage("metrics-get needs RUN_DIR and COLUMN");
+  std::string path = argv[0];
+  if (std::filesystem::is_directory(path)) path += "/metrics.csv";
+  absl::StatusOr<std::string> text = ReadFileText(path);
+  if (!text.ok()) return Error(std::string(text.status().message()));
+  absl::StatusOr<std::vector<MetricsRow>> rows = ParseMetricsCsv(*text, path);
+  if (!rows.ok()) return Error(std::string(rows.status().message()));
+  const std::string column = argv[1];
+  auto num = [](double v) { return absl::StrCat(v); };
+  auto opt = [&](const std::optional<double>& v) {
+    return v ? num(*v) : std::string();
+  };
+  const std::map<std::string, std::function<std::string(const MetricsRow&)>>
+      columns = {
+          {"step", [&](const MetricsRow& r) { return absl::StrCat(r.step); }},
+          {"wall_s", [&](const MetricsRow& r) { return num(r.wall_s); }},
+          {"loss", [&](const MetricsRow& r) { return opt(r.loss); }},
+          {"samples",
+           [&](const MetricsRow& r) { return absl::StrCat(r.samples); }},
+          {"samples_per_s",
+           [&](const MetricsRow& r) { return num(r.samples_per_s); }},
+          {"compute_s", [&](const MetricsRow& r) { return num(r.compute_s); }},
+          {"pull_s", [&](const MetricsRow& r) { return num(r.pull_s); }},
+          {"push_s", [&](const MetricsRow& r) { return num(r.push_s); }},
+          {"comm_s", [&](const MetricsRow& r) { return num(r.comm_s); }},
+          {"eval_accuracy",
+           [&](const MetricsRow& r) { return opt(r.eval_accuracy); }},
+          {"eval_loss", [&](const MetricsRow& r) { return opt(r.eval_loss); }},
+      };
+  auto it = columns.find(column);
+  if (it == columns.end()) {
+    std::fprintf(stderr, "ps_report: %s: no column '%s'\n", path.c_str(),
+                 column.c_str());
+    return 1;
+  }
+  for (const MetricsRow& r : *rows) {
+    std::printf("%s\n", it->second(r).c_str());
+  }
+  return 0;
+}
+
 int FailureMain(int argc, char** argv) {
   if (argc != 1) return Usage("failure needs RUN_DIR");
   std::string path;
@@ -328,6 +376,7 @@ int main(int argc, char** argv) {
   if (sub == "plan") return pstrain::PlanMain(argc - 2, argv + 2);
   if (sub == "compare") return pstrain::CompareMain(argc - 2, argv + 2);
   if (sub == "summary-get") return pstrain::SummaryGetMain(argc - 2, argv + 2);
+  if (sub == "metrics-get") return pstrain::MetricsGetMain(argc - 2, argv + 2);
   if (sub == "failure") return pstrain::FailureMain(argc - 2, argv + 2);
   if (sub == "-h" || sub == "--help" || sub == "help") {
     std::fputs(pstrain::kUsage, stdout);
