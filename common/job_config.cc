@@ -13,9 +13,11 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "yaml-cpp/yaml.h"
 
@@ -131,6 +133,7 @@ struct Field {
   static absl::Status LocatedError(const std::string& source,
                                    const YAML::Mark& mark,
                                    const std::string& message) {
+    if (source.empty()) return absl::InvalidArgumentError(message);
     if (mark.is_null() || mark.line < 0) {
       return absl::InvalidArgumentError(absl::StrCat(source, ": ", message));
     }
@@ -217,10 +220,11 @@ absl::StatusOr<T> Enum(const Field& f, const Names<T>& names) {
                               ", got '", text, "'"));
 }
 
-// "inf" (unbounded, stored as -1) or a count >= 0.
+// "inf" (unbounded, stored as -1) or a count >= 0: ParseStaleness.
 absl::StatusOr<int64_t> Staleness(const Field& f) {
-  if (f.node.IsScalar() && f.node.Scalar() == "inf") return -1;
-  absl::StatusOr<int64_t> value = Int<int64_t>(f);
+  absl::StatusOr<int64_t> value = f.node.IsScalar()
+                                      ? ParseStaleness(f.node.Scalar())
+                                      : absl::InvalidArgumentError("");
   if (!value.ok()) {
     return f.Error(absl::StrCat("expected an integer >= 0 or 'inf', got ",
                                 Describe(f.node)));
@@ -245,25 +249,288 @@ absl::StatusOr<std::vector<T>> List(
   return out;
 }
 
-// Stores a parsed value through `set`, or passes the error on.
-template <typename T, typename Set>
-absl::Status Store(absl::StatusOr<T> value, Set set) {
-  if (!value.ok()) return value.status();
-  set(*std::move(value));
-  return absl::OkStatus();
+// ---------------------------------------------------------------------------
+// Emitting numbers.
+
+// Shortest decimal text that reads back as exactly `value`.
+std::string FormatDouble(double value) {
+  char buf[64];
+  for (int precision = 6; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof(buf), "%.*g", precision, value);
+    if (std::strtod(buf, nullptr) == value) break;
+  }
+  return buf;
 }
 
-template <typename T, typename U>
-absl::Status Store(absl::StatusOr<T> value, U* out) {
-  return Store(std::move(value), [out](T v) { *out = static_cast<U>(v); });
+std::string FormatFloat(float value) {
+  char buf[64];
+  for (int precision = 6; precision <= 9; ++precision) {
+    std::snprintf(buf, sizeof(buf), "%.*g", precision, value);
+    if (std::strtof(buf, nullptr) == value) break;
+  }
+  return buf;
 }
 
-// Stores into a proto field through its setter, e.g.
-// &OptimizerConfig::set_gamma.
-template <typename T, typename M, typename V>
-absl::Status Store(absl::StatusOr<T> value, M* message, void (M::*set)(V)) {
-  return Store(std::move(value),
-               [=](T v) { (message->*set)(static_cast<V>(v)); });
+// ---------------------------------------------------------------------------
+// The key table: one row per YAML key drives parsing, emission and
+// `section.key=value` overrides. A row pairs a codec (YAML value <-> T) with
+// where the value lives in JobConfig.
+
+template <typename T>
+struct Codec {
+  std::function<absl::StatusOr<T>(const Field&)> parse;
+  std::function<void(YAML::Emitter&, const T&)> emit;
+};
+
+struct Key {
+  std::string section;
+  std::string name;
+  std::function<absl::Status(const Field&, JobConfig&)> parse;
+  // Writes "name: value" (or nothing, for an optional key left unset).
+  std::function<void(const JobConfig&, YAML::Emitter&)> emit;
+};
+
+template <typename T>
+Codec<T> IntCodec(int64_t min = 0) {
+  return {[min](const Field& f) { return Int<T>(f, min); },
+          [](YAML::Emitter& out, const T& v) { out << v; }};
+}
+
+Codec<double> NumberCodec() {
+  return {Number,
+          [](YAML::Emitter& out, const double& v) { out << FormatDouble(v); }};
+}
+
+Codec<double> PositiveCodec() {
+  return {static_cast<absl::StatusOr<double> (*)(const Field&)>(Positive),
+          [](YAML::Emitter& out, const double& v) { out << FormatDouble(v); }};
+}
+
+Codec<float> FloatCodec() {
+  return {[](const Field& f) -> absl::StatusOr<float> {
+            PS_ASSIGN_OR_RETURN(double v, Number(f));
+            return static_cast<float>(v);
+          },
+          [](YAML::Emitter& out, const float& v) { out << FormatFloat(v); }};
+}
+
+Codec<bool> BoolCodec() {
+  return {Bool, [](YAML::Emitter& out, const bool& v) { out << v; }};
+}
+
+Codec<std::string> StringCodec() {
+  return {String, [](YAML::Emitter& out, const std::string& v) { out << v; }};
+}
+
+template <typename T>
+Codec<T> EnumCodec(const Names<T>& names) {
+  return {[&names](const Field& f) { return Enum(f, names); },
+          [&names](YAML::Emitter& out, const T& v) {
+            const std::string* name = NameOf(names, v);
+            // An unknown value is written as is and rejected on the way in.
+            out << (name != nullptr ? *name : std::string("unspecified"));
+          }};
+}
+
+Codec<int64_t> StalenessCodec() {
+  return {Staleness, [](YAML::Emitter& out, const int64_t& v) {
+            if (v == -1) {
+              out << "inf";
+            } else {
+              out << v;
+            }
+          }};
+}
+
+Codec<std::vector<int64_t>> IntListCodec() {
+  return {[](const Field& f) {
+            return List<int64_t>(
+                f, [](const Field& x) { return Int<int64_t>(x); });
+          },
+          [](YAML::Emitter& out, const std::vector<int64_t>& v) {
+            out << YAML::Flow << YAML::BeginSeq;
+            for (int64_t x : v) out << x;
+            out << YAML::EndSeq;
+          }};
+}
+
+Codec<std::vector<float>> FloatListCodec() {
+  return {[](const Field& f) -> absl::StatusOr<std::vector<float>> {
+            PS_ASSIGN_OR_RETURN(std::vector<double> v, List<double>(f, Number));
+            return std::vector<float>(v.begin(), v.end());
+          },
+          [](YAML::Emitter& out, const std::vector<float>& v) {
+            out << YAML::Flow << YAML::BeginSeq;
+            for (float x : v) out << FormatFloat(x);
+            out << YAML::EndSeq;
+          }};
+}
+
+// A row: `get` reads the value from a config, `set` stores a parsed one.
+template <typename T, typename Get, typename Set>
+Key Row(const char* section, const char* name, Codec<T> codec, Get get,
+        Set set) {
+  Key key{section, name, nullptr, nullptr};
+  key.parse = [codec, set](const Field& f, JobConfig& c) -> absl::Status {
+    PS_ASSIGN_OR_RETURN(T value, codec.parse(f));
+    set(c, std::move(value));
+    return absl::OkStatus();
+  };
+  key.emit = [codec, get, name](const JobConfig& c, YAML::Emitter& out) {
+    out << YAML::Key << name << YAML::Value;
+    codec.emit(out, static_cast<T>(get(c)));
+  };
+  return key;
+}
+
+// get/set pairs for Row: a JobConfig member, or an OptimizerConfig field.
+#define PS_MEMBER(expr)                                                       \
+  [](const JobConfig& c) { return c.expr; }, [](JobConfig& c, auto v) {       \
+    c.expr =                                                                  \
+        static_cast<std::remove_reference_t<decltype(c.expr)>>(std::move(v)); \
+  }
+#define PS_OPTIMIZER(field)                               \
+  [](const JobConfig& c) { return c.optimizer.field(); }, \
+      [](JobConfig& c, auto v) { c.optimizer.set_##field(v); }
+
+// Every key, in the order JobConfigToYaml writes them. Adding a key: a field
+// in JobConfig (common/job_config.h), a row here, its check in
+// ValidateJobConfig, a line in README "Configuration" (see CONTRIBUTING.md).
+const std::vector<Key>& KeyTable() {
+  static const auto* table = new std::vector<Key>{
+      Row("job", "name", StringCodec(), PS_MEMBER(name)),
+      Row("job", "workers", IntCodec<int>(), PS_MEMBER(workers)),
+      Row("job", "servers", IntCodec<int>(), PS_MEMBER(servers)),
+
+      Row("training", "mode", EnumCodec(ModeNames()), PS_MEMBER(mode)),
+      Row("training", "staleness", StalenessCodec(), PS_MEMBER(staleness)),
+      Row("training", "backup_workers", IntCodec<int64_t>(),
+          PS_MEMBER(backup_workers)),
+      Row("training", "staleness_aware_lr", BoolCodec(),
+          PS_MEMBER(staleness_aware_lr)),
+      Row("training", "dc_lambda", NumberCodec(), PS_MEMBER(dc_lambda)),
+      Row("training", "fail_on_divergence", BoolCodec(),
+          PS_MEMBER(fail_on_divergence)),
+      Row("training", "optimizer", EnumCodec(OptimizerNames()),
+          PS_OPTIMIZER(kind)),
+      Row("training", "base_lr", PositiveCodec(), PS_OPTIMIZER(base_lr)),
+      Row("training", "momentum", NumberCodec(), PS_OPTIMIZER(momentum)),
+      Row("training", "nesterov", BoolCodec(), PS_OPTIMIZER(nesterov)),
+      Row("training", "beta1", NumberCodec(), PS_OPTIMIZER(beta1)),
+      Row("training", "beta2", NumberCodec(), PS_OPTIMIZER(beta2)),
+      // Optional: unset (0) means the optimizer's default, 1e-8 (AdaGrad
+      // 1e-10); an explicit value must be > 0.
+      [] {
+        Key key =
+            Row("training", "epsilon", PositiveCodec(), PS_OPTIMIZER(epsilon));
+        auto emit = key.emit;
+        key.emit = [emit](const JobConfig& c, YAML::Emitter& out) {
+          if (c.optimizer.epsilon() != 0) emit(c, out);
+        };
+        return key;
+      }(),
+      Row("training", "weight_decay", NumberCodec(),
+          PS_OPTIMIZER(weight_decay)),
+      Row("training", "adagrad_init", NumberCodec(),
+          PS_OPTIMIZER(adagrad_init)),
+      Row("training", "lr_schedule", EnumCodec(ScheduleNames()),
+          PS_OPTIMIZER(schedule)),
+      Row("training", "warmup_steps", IntCodec<uint64_t>(),
+          PS_OPTIMIZER(warmup_steps)),
+      Row("training", "step_size", IntCodec<uint64_t>(),
+          PS_OPTIMIZER(step_size)),
+      Row("training", "gamma", NumberCodec(), PS_OPTIMIZER(gamma)),
+      Row("training", "min_lr_ratio", NumberCodec(),
+          PS_OPTIMIZER(min_lr_ratio)),
+      Row("training", "lr_scaling", EnumCodec(ScalingNames()),
+          PS_OPTIMIZER(linear_scaling)),
+      Row("training", "reference_batch", IntCodec<uint64_t>(),
+          PS_OPTIMIZER(reference_batch)),
+      Row("training", "local_batch", IntCodec<int64_t>(),
+          PS_MEMBER(local_batch)),
+      Row("training", "grad_accum_steps", IntCodec<int64_t>(),
+          PS_MEMBER(grad_accum_steps)),
+      Row("training", "steps", IntCodec<int64_t>(), PS_MEMBER(steps)),
+
+      Row("model", "type", EnumCodec(ModelTypeNames()), PS_MEMBER(model.type)),
+      Row("model", "input_dim", IntCodec<int64_t>(),
+          PS_MEMBER(model.input_dim)),
+      Row("model", "num_classes", IntCodec<int64_t>(),
+          PS_MEMBER(model.num_classes)),
+      Row("model", "hidden", IntListCodec(), PS_MEMBER(model.hidden)),
+      Row("model", "activation", EnumCodec(ActivationNames()),
+          PS_MEMBER(model.activation)),
+      Row("model", "classifier", BoolCodec(), PS_MEMBER(model.classifier)),
+      Row("model", "seed", IntCodec<uint64_t>(), PS_MEMBER(model.seed)),
+      Row("model", "init_value", FloatCodec(), PS_MEMBER(model.init_value)),
+
+      Row("data", "source", EnumCodec(SourceNames()), PS_MEMBER(data.source)),
+      Row("data", "seed", IntCodec<uint64_t>(), PS_MEMBER(data.seed)),
+      Row("data", "num_features", IntCodec<int64_t>(),
+          PS_MEMBER(data.num_features)),
+      Row("data", "num_classes", IntCodec<int64_t>(),
+          PS_MEMBER(data.num_classes)),
+      Row("data", "noise", NumberCodec(), PS_MEMBER(data.noise)),
+      Row("data", "test_examples", IntCodec<int64_t>(),
+          PS_MEMBER(data.test_examples)),
+      Row("data", "targets", FloatListCodec(), PS_MEMBER(data.targets)),
+      Row("data", "num_categorical", IntCodec<int64_t>(),
+          PS_MEMBER(data.num_categorical)),
+      Row("data", "categories", IntCodec<int64_t>(),
+          PS_MEMBER(data.categories)),
+      Row("data", "missing_rate", NumberCodec(), PS_MEMBER(data.missing_rate)),
+      Row("data", "path", StringCodec(), PS_MEMBER(data.path)),
+      Row("data", "dir", StringCodec(), PS_MEMBER(data.dir)),
+      Row("data", "label_column", StringCodec(), PS_MEMBER(data.label_column)),
+      Row("data", "test_fraction", NumberCodec(),
+          PS_MEMBER(data.test_fraction)),
+      Row("data", "standardize", BoolCodec(), PS_MEMBER(data.standardize)),
+
+      Row("worker", "device", EnumCodec(DeviceNames()),
+          PS_MEMBER(worker.device)),
+      Row("worker", "compute_ms", NumberCodec(), PS_MEMBER(worker.compute_ms)),
+      Row("worker", "straggler_rank", IntCodec<int64_t>(-1),
+          PS_MEMBER(worker.straggler_rank)),
+      Row("worker", "straggler_factor", NumberCodec(),
+          PS_MEMBER(worker.straggler_factor)),
+
+      Row("allreduce", "segment_bytes", IntCodec<int64_t>(),
+          PS_MEMBER(allreduce.segment_bytes)),
+      Row("allreduce", "backend", EnumCodec(AllReduceBackendNames()),
+          PS_MEMBER(allreduce.backend)),
+      Row("allreduce", "timeout_s", PositiveCodec(),
+          PS_MEMBER(allreduce.timeout_s)),
+
+      Row("evaluation", "every_steps", IntCodec<int64_t>(),
+          PS_MEMBER(eval_every)),
+
+      Row("server", "chunk_bytes", IntCodec<int64_t>(), PS_MEMBER(chunk_bytes)),
+
+      Row("network", "rpc_timeout_s", PositiveCodec(),
+          PS_MEMBER(rpc_timeout_s)),
+      Row("network", "barrier_timeout_s", PositiveCodec(),
+          PS_MEMBER(barrier_timeout_s)),
+      Row("network", "startup_timeout_s", PositiveCodec(),
+          PS_MEMBER(startup_timeout_s)),
+      Row("network", "tls_cert", StringCodec(), PS_MEMBER(tls_cert)),
+      Row("network", "tls_key", StringCodec(), PS_MEMBER(tls_key)),
+      Row("network", "tls_ca", StringCodec(), PS_MEMBER(tls_ca)),
+  };
+  return *table;
+}
+
+#undef PS_MEMBER
+#undef PS_OPTIMIZER
+
+// Section names in table order.
+std::vector<std::string> SectionOrder() {
+  std::vector<std::string> sections;
+  for (const Key& key : KeyTable()) {
+    if (sections.empty() || sections.back() != key.section) {
+      sections.push_back(key.section);
+    }
+  }
+  return sections;
 }
 
 using Handler = std::function<absl::Status(const Field&)>;
@@ -307,168 +574,19 @@ absl::Status ReadMap(const Field& f, const Section& handlers,
   return absl::OkStatus();
 }
 
-absl::Status ReadSection(const Field& f, const Section& handlers) {
-  return ReadMap(f, handlers, "key");
-}
-
 absl::Status ParseInto(const Field& root, JobConfig& c) {
-  ModelConfig& m = c.model;
-  DataConfig& d = c.data;
-  OptimizerConfig& o = c.optimizer;
-  using O = OptimizerConfig;
-  // Each entry reads one key; `F` is the field being read.
-  using F = const Field&;
-  const Section job = {
-      {"name", [&](F f) { return Store(String(f), &c.name); }},
-      {"workers", [&](F f) { return Store(Int<int>(f), &c.workers); }},
-      {"servers", [&](F f) { return Store(Int<int>(f), &c.servers); }},
-  };
-  const Section training = {
-      {"mode", [&](F f) { return Store(Enum(f, ModeNames()), &c.mode); }},
-      {"staleness", [&](F f) { return Store(Staleness(f), &c.staleness); }},
-      {"backup_workers",
-       [&](F f) { return Store(Int<int64_t>(f), &c.backup_workers); }},
-      {"staleness_aware_lr",
-       [&](F f) { return Store(Bool(f), &c.staleness_aware_lr); }},
-      {"dc_lambda", [&](F f) { return Store(Number(f), &c.dc_lambda); }},
-      {"fail_on_divergence",
-       [&](F f) { return Store(Bool(f), &c.fail_on_divergence); }},
-      {"optimizer",
-       [&](F f) { return Store(Enum(f, OptimizerNames()), &o, &O::set_kind); }},
-      {"base_lr", [&](F f) { return Store(Positive(f), &o, &O::set_base_lr); }},
-      {"momentum", [&](F f) { return Store(Number(f), &o, &O::set_momentum); }},
-      {"nesterov", [&](F f) { return Store(Bool(f), &o, &O::set_nesterov); }},
-      {"beta1", [&](F f) { return Store(Number(f), &o, &O::set_beta1); }},
-      {"beta2", [&](F f) { return Store(Number(f), &o, &O::set_beta2); }},
-      {"epsilon", [&](F f) { return Store(Number(f), &o, &O::set_epsilon); }},
-      {"weight_decay",
-       [&](F f) { return Store(Number(f), &o, &O::set_weight_decay); }},
-      {"adagrad_init",
-       [&](F f) { return Store(Number(f), &o, &O::set_adagrad_init); }},
-      {"lr_schedule",
-       [&](F f) {
-         return Store(Enum(f, ScheduleNames()), &o, &O::set_schedule);
-       }},
-      {"warmup_steps",
-       [&](F f) { return Store(Int<uint64_t>(f), &o, &O::set_warmup_steps); }},
-      {"step_size",
-       [&](F f) { return Store(Int<uint64_t>(f), &o, &O::set_step_size); }},
-      {"gamma", [&](F f) { return Store(Number(f), &o, &O::set_gamma); }},
-      {"min_lr_ratio",
-       [&](F f) { return Store(Number(f), &o, &O::set_min_lr_ratio); }},
-      {"lr_scaling",
-       [&](F f) {
-         return Store(Enum(f, ScalingNames()), &o, &O::set_linear_scaling);
-       }},
-      {"reference_batch",
-       [&](F f) {
-         return Store(Int<uint64_t>(f), &o, &O::set_reference_batch);
-       }},
-      {"local_batch",
-       [&](F f) { return Store(Int<int64_t>(f), &c.local_batch); }},
-      {"grad_accum_steps",
-       [&](F f) { return Store(Int<int64_t>(f), &c.grad_accum_steps); }},
-      {"steps", [&](F f) { return Store(Int<int64_t>(f), &c.steps); }},
-  };
-  const Section model = {
-      {"type", [&](F f) { return Store(Enum(f, ModelTypeNames()), &m.type); }},
-      {"input_dim", [&](F f) { return Store(Int<int64_t>(f), &m.input_dim); }},
-      {"num_classes",
-       [&](F f) { return Store(Int<int64_t>(f), &m.num_classes); }},
-      {"hidden",
-       [&](F f) {
-         return Store(List<int64_t>(f, [](F x) { return Int<int64_t>(x); }),
-                      &m.hidden);
-       }},
-      {"activation",
-       [&](F f) { return Store(Enum(f, ActivationNames()), &m.activation); }},
-      {"classifier", [&](F f) { return Store(Bool(f), &m.classifier); }},
-      {"seed", [&](F f) { return Store(Int<uint64_t>(f), &m.seed); }},
-      {"init_value", [&](F f) { return Store(Number(f), &m.init_value); }},
-  };
-  const Section data = {
-      {"source", [&](F f) { return Store(Enum(f, SourceNames()), &d.source); }},
-      {"seed", [&](F f) { return Store(Int<uint64_t>(f), &d.seed); }},
-      {"num_features",
-       [&](F f) { return Store(Int<int64_t>(f), &d.num_features); }},
-      {"num_classes",
-       [&](F f) { return Store(Int<int64_t>(f), &d.num_classes); }},
-      {"noise", [&](F f) { return Store(Number(f), &d.noise); }},
-      {"test_examples",
-       [&](F f) { return Store(Int<int64_t>(f), &d.test_examples); }},
-      {"targets",
-       [&](F f) {
-         return Store(List<double>(f, Number), [&](std::vector<double> v) {
-           d.targets.assign(v.begin(), v.end());
-         });
-       }},
-      {"num_categorical",
-       [&](F f) { return Store(Int<int64_t>(f), &d.num_categorical); }},
-      {"categories",
-       [&](F f) { return Store(Int<int64_t>(f), &d.categories); }},
-      {"missing_rate", [&](F f) { return Store(Number(f), &d.missing_rate); }},
-      {"path", [&](F f) { return Store(String(f), &d.path); }},
-      {"dir", [&](F f) { return Store(String(f), &d.dir); }},
-      {"label_column", [&](F f) { return Store(String(f), &d.label_column); }},
-      {"test_fraction",
-       [&](F f) { return Store(Number(f), &d.test_fraction); }},
-      {"standardize", [&](F f) { return Store(Bool(f), &d.standardize); }},
-  };
-  const Section worker = {
-      {"device",
-       [&](F f) { return Store(Enum(f, DeviceNames()), &c.worker.device); }},
-      {"compute_ms",
-       [&](F f) { return Store(Number(f), &c.worker.compute_ms); }},
-      {"straggler_rank",
-       [&](F f) {
-         return Store(Int<int64_t>(f, -1), &c.worker.straggler_rank);
-       }},
-      {"straggler_factor",
-       [&](F f) { return Store(Number(f), &c.worker.straggler_factor); }},
-  };
-  const Section allreduce = {
-      {"segment_bytes",
-       [&](F f) { return Store(Int<int64_t>(f), &c.allreduce.segment_bytes); }},
-      {"backend",
-       [&](F f) {
-         return Store(Enum(f, AllReduceBackendNames()), &c.allreduce.backend);
-       }},
-      {"timeout_s",
-       [&](F f) { return Store(Positive(f), &c.allreduce.timeout_s); }},
-  };
-  const Section evaluation = {
-      {"every_steps",
-       [&](F f) { return Store(Int<int64_t>(f), &c.eval_every); }},
-  };
-  const Section server = {
-      {"chunk_bytes",
-       [&](F f) { return Store(Int<int64_t>(f), &c.chunk_bytes); }},
-  };
-  const Section network = {
-      {"rpc_timeout_s",
-       [&](F f) { return Store(Positive(f), &c.rpc_timeout_s); }},
-      {"barrier_timeout_s",
-       [&](F f) { return Store(Positive(f), &c.barrier_timeout_s); }},
-      {"startup_timeout_s",
-       [&](F f) { return Store(Positive(f), &c.startup_timeout_s); }},
-      {"tls_cert", [&](F f) { return Store(String(f), &c.tls_cert); }},
-      {"tls_key", [&](F f) { return Store(String(f), &c.tls_key); }},
-      {"tls_ca", [&](F f) { return Store(String(f), &c.tls_ca); }},
-  };
-  auto section = [](const Section& keys) {
-    return [&keys](F f) { return ReadSection(f, keys); };
-  };
-  const Section sections = {
-      {"job", section(job)},
-      {"training", section(training)},
-      {"model", section(model)},
-      {"data", section(data)},
-      {"worker", section(worker)},
-      {"allreduce", section(allreduce)},
-      {"evaluation", section(evaluation)},
-      {"server", section(server)},
-      {"network", section(network)},
-  };
+  std::map<std::string, Section> keys;  // section -> key -> handler
+  for (const Key& key : KeyTable()) {
+    keys[key.section][key.name] = [&key, &c](const Field& f) {
+      return key.parse(f, c);
+    };
+  }
+  Section sections;
+  for (const auto& [name, section] : keys) {
+    sections[name] = [&section = section](const Field& f) {
+      return ReadMap(f, section, "key");
+    };
+  }
   if (!root.node.IsNull() && !root.node.IsMap()) {
     return Field::LocatedError(
         root.source, root.mark,
@@ -515,37 +633,6 @@ absl::Status Known(const std::string& key, const Names<T>& names,
   return KeyError(key, absl::StrCat("must be one of ", AllowedNames(names)));
 }
 
-// ---------------------------------------------------------------------------
-// Emitting.
-
-// Shortest decimal text that reads back as exactly `value`.
-std::string FormatDouble(double value) {
-  char buf[64];
-  for (int precision = 6; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof(buf), "%.*g", precision, value);
-    if (std::strtod(buf, nullptr) == value) break;
-  }
-  return buf;
-}
-
-std::string FormatFloat(float value) {
-  char buf[64];
-  for (int precision = 6; precision <= 9; ++precision) {
-    std::snprintf(buf, sizeof(buf), "%.*g", precision, value);
-    if (std::strtof(buf, nullptr) == value) break;
-  }
-  return buf;
-}
-
-template <typename T>
-void EmitEnum(YAML::Emitter& out, const char* key, const Names<T>& names,
-              const T& value) {
-  const std::string* name = NameOf(names, value);
-  // An unknown value is written as is and rejected on the way back in.
-  out << YAML::Key << key << YAML::Value
-      << (name != nullptr ? *name : std::string("unspecified"));
-}
-
 }  // namespace
 
 JobConfig DefaultJobConfig() {
@@ -557,7 +644,7 @@ JobConfig DefaultJobConfig() {
   o.set_nesterov(false);
   o.set_beta1(0.9);
   o.set_beta2(0.999);
-  o.set_epsilon(1e-8);
+  // epsilon stays 0: the optimizer's own default (1e-8, AdaGrad 1e-10).
   o.set_weight_decay(0);
   o.set_adagrad_init(0.1);
   o.set_schedule(OptimizerConfig::CONSTANT);
@@ -619,7 +706,8 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   PS_RETURN_IF_ERROR(InRange("training.momentum", o.momentum(), 0, 1, false));
   PS_RETURN_IF_ERROR(InRange("training.beta1", o.beta1(), 0, 1, false));
   PS_RETURN_IF_ERROR(InRange("training.beta2", o.beta2(), 0, 1, false));
-  PS_RETURN_IF_ERROR(Positive("training.epsilon", o.epsilon()));
+  // 0 = unset: the optimizer's default (1e-8, AdaGrad 1e-10).
+  PS_RETURN_IF_ERROR(NonNegative("training.epsilon", o.epsilon()));
   PS_RETURN_IF_ERROR(NonNegative("training.weight_decay", o.weight_decay()));
   PS_RETURN_IF_ERROR(NonNegative("training.adagrad_init", o.adagrad_init()));
   PS_RETURN_IF_ERROR(
@@ -748,118 +836,101 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
 }
 
 std::string JobConfigToYaml(const JobConfig& c) {
-  const OptimizerConfig& o = c.optimizer;
-  const ModelConfig& m = c.model;
-  const DataConfig& d = c.data;
   YAML::Emitter out;
-  auto key = [&out](const char* name) -> YAML::Emitter& {
-    return out << YAML::Key << name << YAML::Value;
-  };
-  auto section = [&](const char* name) { key(name) << YAML::BeginMap; };
   out << YAML::BeginMap;
-  section("job");
-  key("name") << c.name;
-  key("workers") << c.workers;
-  key("servers") << c.servers;
-  out << YAML::EndMap;
-
-  section("training");
-  EmitEnum(out, "mode", ModeNames(), c.mode);
-  if (c.staleness == -1) {
-    key("staleness") << "inf";
-  } else {
-    key("staleness") << c.staleness;
+  for (const std::string& section : SectionOrder()) {
+    out << YAML::Key << section << YAML::Value << YAML::BeginMap;
+    for (const Key& key : KeyTable()) {
+      if (key.section == section) key.emit(c, out);
+    }
+    out << YAML::EndMap;
   }
-  key("backup_workers") << c.backup_workers;
-  key("staleness_aware_lr") << c.staleness_aware_lr;
-  key("dc_lambda") << FormatDouble(c.dc_lambda);
-  key("fail_on_divergence") << c.fail_on_divergence;
-  EmitEnum(out, "optimizer", OptimizerNames(), o.kind());
-  key("base_lr") << FormatDouble(o.base_lr());
-  key("momentum") << FormatDouble(o.momentum());
-  key("nesterov") << o.nesterov();
-  key("beta1") << FormatDouble(o.beta1());
-  key("beta2") << FormatDouble(o.beta2());
-  key("epsilon") << FormatDouble(o.epsilon());
-  key("weight_decay") << FormatDouble(o.weight_decay());
-  key("adagrad_init") << FormatDouble(o.adagrad_init());
-  EmitEnum(out, "lr_schedule", ScheduleNames(), o.schedule());
-  key("warmup_steps") << o.warmup_steps();
-  key("step_size") << o.step_size();
-  key("gamma") << FormatDouble(o.gamma());
-  key("min_lr_ratio") << FormatDouble(o.min_lr_ratio());
-  EmitEnum(out, "lr_scaling", ScalingNames(), o.linear_scaling());
-  key("reference_batch") << o.reference_batch();
-  key("local_batch") << c.local_batch;
-  key("grad_accum_steps") << c.grad_accum_steps;
-  key("steps") << c.steps;
-  out << YAML::EndMap;
-
-  section("model");
-  key("type") << m.type;
-  key("input_dim") << m.input_dim;
-  key("num_classes") << m.num_classes;
-  key("hidden") << YAML::Flow << YAML::BeginSeq;
-  for (int64_t width : m.hidden) out << width;
-  out << YAML::EndSeq;
-  key("activation") << m.activation;
-  key("classifier") << m.classifier;
-  key("seed") << m.seed;
-  key("init_value") << FormatFloat(m.init_value);
-  out << YAML::EndMap;
-
-  section("data");
-  key("source") << d.source;
-  key("seed") << d.seed;
-  key("num_features") << d.num_features;
-  key("num_classes") << d.num_classes;
-  key("noise") << FormatDouble(d.noise);
-  key("test_examples") << d.test_examples;
-  key("targets") << YAML::Flow << YAML::BeginSeq;
-  for (float target : d.targets) out << FormatFloat(target);
-  out << YAML::EndSeq;
-  key("num_categorical") << d.num_categorical;
-  key("categories") << d.categories;
-  key("missing_rate") << FormatDouble(d.missing_rate);
-  key("path") << d.path;
-  key("dir") << d.dir;
-  key("label_column") << d.label_column;
-  key("test_fraction") << FormatDouble(d.test_fraction);
-  key("standardize") << d.standardize;
-  out << YAML::EndMap;
-
-  section("worker");
-  key("device") << c.worker.device;
-  key("compute_ms") << FormatDouble(c.worker.compute_ms);
-  key("straggler_rank") << c.worker.straggler_rank;
-  key("straggler_factor") << FormatDouble(c.worker.straggler_factor);
-  out << YAML::EndMap;
-
-  section("allreduce");
-  key("segment_bytes") << c.allreduce.segment_bytes;
-  key("backend") << c.allreduce.backend;
-  key("timeout_s") << FormatDouble(c.allreduce.timeout_s);
-  out << YAML::EndMap;
-
-  section("evaluation");
-  key("every_steps") << c.eval_every;
-  out << YAML::EndMap;
-
-  section("server");
-  key("chunk_bytes") << c.chunk_bytes;
-  out << YAML::EndMap;
-
-  section("network");
-  key("rpc_timeout_s") << FormatDouble(c.rpc_timeout_s);
-  key("barrier_timeout_s") << FormatDouble(c.barrier_timeout_s);
-  key("startup_timeout_s") << FormatDouble(c.startup_timeout_s);
-  key("tls_cert") << c.tls_cert;
-  key("tls_key") << c.tls_key;
-  key("tls_ca") << c.tls_ca;
-  out << YAML::EndMap;
-
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
+}
+
+absl::StatusOr<int64_t> ParseStaleness(absl::string_view text) {
+  int64_t value;
+  if (text == "inf") return -1;
+  if (!absl::SimpleAtoi(text, &value) || value < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected an integer >= 0 or 'inf', got '", text, "'"));
+  }
+  return value;
+}
+
+std::vector<std::string> ConfigKeys() {
+  std::vector<std::string> keys;
+  for (const Key& key : KeyTable()) {
+    keys.push_back(absl::StrCat(key.section, ".", key.name));
+  }
+  return keys;
+}
+
+absl::Status ApplyConfigOverride(const std::string& key,
+                                 const std::string& value, JobConfig* config) {
+  const std::vector<std::string> path = absl::StrSplit(key, '.');
+  if (path.size() < 2 ||
+      std::any_of(path.begin(), path.end(),
+                  [](const std::string& p) { return p.empty(); })) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad key '", key, "' (expected section.key)"));
+  }
+  const Key* row = nullptr;
+  std::vector<std::string> known_keys;
+  for (const Key& k : KeyTable()) {
+    if (k.section != path[0]) continue;
+    known_keys.push_back(k.name);
+    if (k.name == path[1]) row = &k;
+  }
+  if (known_keys.empty()) {
+    std::vector<std::string> sections = SectionOrder();
+    std::sort(sections.begin(), sections.end());
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown section '", path[0],
+                     "' (known: ", absl::StrJoin(sections, ", "), ")"));
+  }
+  if (row == nullptr) {
+    std::sort(known_keys.begin(), known_keys.end());
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown key '", path[1], "' in section '", path[0],
+                     "' (known: ", absl::StrJoin(known_keys, ", "), ")"));
+  }
+  if (path.size() > 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path[1], "' is not a section"));
+  }
+  YAML::Node node;
+  try {
+    node = value.empty() ? YAML::Node(std::string()) : YAML::Load(value);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("bad YAML value: ", e.msg));
+  }
+  const std::string no_source;  // errors carry no file or line
+  return row->parse(Field{no_source, node, key, YAML::Mark::null_mark()},
+                    *config);
+}
+
+absl::Status ApplyFlagOverrides(const std::vector<FlagOverride>& overrides,
+                                JobConfig* config) {
+  for (const FlagOverride& o : overrides) {
+    absl::Status st = ApplyConfigOverride(o.key, o.value, config);
+    if (!st.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(o.flag, ": ", st.message()));
+    }
+  }
+  FinalizeJobConfig(config);
+  absl::Status valid = ValidateJobConfig(*config);
+  if (valid.ok()) return valid;
+  // Name the flag whose key the error is about ("job.workers: ...").
+  for (const FlagOverride& o : overrides) {
+    if (absl::StartsWith(valid.message(), absl::StrCat(o.key, ":"))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(o.flag, ": ", valid.message()));
+    }
+  }
+  return valid;
 }
 
 }  // namespace pstrain

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "proto/pstrain.pb.h"
 
 namespace pstrain {
@@ -118,7 +119,9 @@ struct JobConfig {
 };
 
 // Returns the defaults listed above with an SGD optimizer (lr 0.1, constant
-// schedule, reference batch 256), already finalized.
+// schedule, reference batch 256), already finalized. optimizer.epsilon is 0
+// (unset): the optimizer's own default, 1e-8 (AdaGrad 1e-10); YAML
+// `training.epsilon` sets it (> 0) and JobConfigToYaml omits it when unset.
 JobConfig DefaultJobConfig();
 
 // Derives optimizer.total_steps (= steps) and optimizer.global_batch
@@ -145,6 +148,38 @@ absl::Status ValidateJobConfig(const JobConfig& config);
 // Serialises back to YAML (round-trips through ParseJobConfig). Used to hand
 // the effective config (after flag overrides) to every process.
 std::string JobConfigToYaml(const JobConfig& config);
+
+// The one parser of a staleness bound: "inf" (unbounded, -1) or an integer
+// >= 0. INVALID_ARGUMENT "expected an integer >= 0 or 'inf', got '...'".
+absl::StatusOr<int64_t> ParseStaleness(absl::string_view text);
+
+// Every key as "section.key", in the order JobConfigToYaml writes them.
+std::vector<std::string> ConfigKeys();
+
+// Sets one key from its YAML value text ("20", "inf", "[64, 64]", "" for an
+// empty string) through the same key table as ParseJobConfig. Errors are
+// INVALID_ARGUMENT without a location: "unknown key 'wokers' in section
+// 'job' (known: ...)", "training.base_lr: expected a number, got 'fast'",
+// "'steps' is not a section", "bad YAML value: ...". Leaves derived fields
+// and cross-field checks to FinalizeJobConfig and ValidateJobConfig. On
+// error `config` is unchanged.
+absl::Status ApplyConfigOverride(const std::string& key,
+                                 const std::string& value, JobConfig* config);
+
+// A command-line flag that sets one key, e.g. {"--workers", "job.workers",
+// "4"}.
+struct FlagOverride {
+  std::string flag;
+  std::string key;
+  std::string value;
+};
+
+// Applies `overrides` in order, then finalizes and validates. Every error
+// starts with the flag it is about: "--workers: job.workers: must be >= 1,
+// got 0" (a cross-field error that names no overridden key is returned as
+// ValidateJobConfig gives it).
+absl::Status ApplyFlagOverrides(const std::vector<FlagOverride>& overrides,
+                                JobConfig* config);
 
 }  // namespace pstrain
 

@@ -7,8 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "common/optimizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "yaml-cpp/yaml.h"
 
 namespace pstrain {
 namespace {
@@ -351,7 +353,7 @@ TEST(JobConfigTest, ValidateErrorsNameTheKey) {
       {[](JobConfig* c) { c->optimizer.set_momentum(1.0); },
        "training.momentum"},
       {[](JobConfig* c) { c->optimizer.set_beta2(-0.1); }, "training.beta2"},
-      {[](JobConfig* c) { c->optimizer.set_epsilon(0); }, "training.epsilon"},
+      {[](JobConfig* c) { c->optimizer.set_epsilon(-1); }, "training.epsilon"},
       {[](JobConfig* c) { c->optimizer.set_weight_decay(-1); },
        "training.weight_decay"},
       {[](JobConfig* c) {
@@ -507,6 +509,152 @@ TEST(JobConfigTest, AsyncConfigHasBoundedStaleness) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->mode, v1::MODE_ASYNC);
   EXPECT_EQ(c->staleness, 2);
+}
+
+// Issue 11 #6: AdaGrad's own epsilon default (1e-10) is what a job file
+// without `epsilon` gets; `epsilon: 0` is rejected with a hint.
+TEST(JobConfigTest, EpsilonUnsetMeansTheOptimizersDefault) {
+  absl::StatusOr<JobConfig> c =
+      ParseJobConfig("training:\n  optimizer: adagrad\n", "job.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->optimizer.epsilon(), 0);  // unset
+  EXPECT_TRUE(ValidateJobConfig(*c).ok());
+  absl::StatusOr<std::unique_ptr<Optimizer>> adagrad =
+      Optimizer::Create(c->optimizer);
+  ASSERT_TRUE(adagrad.ok()) << adagrad.status();
+  EXPECT_EQ((*adagrad)->config().epsilon(), 1e-10);
+  c->optimizer.set_kind(OptimizerConfig::ADAM);
+  absl::StatusOr<std::unique_ptr<Optimizer>> adam =
+      Optimizer::Create(c->optimizer);
+  ASSERT_TRUE(adam.ok()) << adam.status();
+  EXPECT_EQ((*adam)->config().epsilon(), 1e-8);
+  // Unset is omitted from the emitted YAML and stays unset.
+  EXPECT_THAT(JobConfigToYaml(*c), ::testing::Not(HasSubstr("epsilon")));
+
+  absl::StatusOr<JobConfig> zero =
+      ParseJobConfig("training:\n  epsilon: 0\n", "job.yaml");
+  ASSERT_FALSE(zero.ok());
+  EXPECT_THAT(std::string(zero.status().message()),
+              HasSubstr("job.yaml:2: training.epsilon: must be > 0"));
+  absl::StatusOr<JobConfig> explicit_default =
+      ParseJobConfig("training:\n  epsilon: 1e-10\n", "job.yaml");
+  ASSERT_TRUE(explicit_default.ok()) << explicit_default.status();
+  EXPECT_EQ(explicit_default->optimizer.epsilon(), 1e-10);
+  absl::StatusOr<JobConfig> back =
+      ParseJobConfig(JobConfigToYaml(*explicit_default), "emitted");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->optimizer.epsilon(), 1e-10);
+}
+
+TEST(ParseStalenessTest, CountsAndInf) {
+  EXPECT_EQ(ParseStaleness("0").value_or(-2), 0);
+  EXPECT_EQ(ParseStaleness("3").value_or(-2), 3);
+  EXPECT_EQ(ParseStaleness("inf").value_or(-2), -1);
+  for (const char* bad : {"-1", "x", "", "1.5", "Inf"}) {
+    absl::StatusOr<int64_t> s = ParseStaleness(bad);
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_THAT(std::string(s.status().message()),
+                HasSubstr("expected an integer >= 0 or 'inf'"));
+  }
+}
+
+// The key table drives parsing, emission and overrides: every emitted key
+// can be set back through ApplyConfigOverride with its emitted value.
+TEST(ConfigOverrideTest, EveryEmittedKeyOverridesToItself) {
+  JobConfig c = DefaultJobConfig();
+  c.optimizer.set_epsilon(1e-7);  // optional key: present when set
+  c.data.targets = {1, 3};
+  c.model.hidden = {16, 8};
+  const YAML::Node root = YAML::Load(JobConfigToYaml(c));
+  size_t seen = 0;
+  for (const std::string& key : ConfigKeys()) {
+    const size_t dot = key.find('.');
+    const YAML::Node value = root[key.substr(0, dot)][key.substr(dot + 1)];
+    ASSERT_TRUE(value.IsDefined()) << key << " not emitted";
+    YAML::Emitter text;
+    text << YAML::Flow << value;
+    JobConfig d = DefaultJobConfig();
+    absl::Status st = ApplyConfigOverride(key, text.c_str(), &d);
+    EXPECT_TRUE(st.ok()) << key << "=" << text.c_str() << ": " << st;
+    ++seen;
+  }
+  EXPECT_EQ(seen, ConfigKeys().size());
+  EXPECT_GT(seen, 60u);
+}
+
+TEST(ConfigOverrideTest, SetsTypedValues) {
+  JobConfig c = DefaultJobConfig();
+  ASSERT_TRUE(ApplyConfigOverride("training.staleness", "inf", &c).ok());
+  EXPECT_EQ(c.staleness, -1);
+  ASSERT_TRUE(ApplyConfigOverride("training.mode", "allreduce", &c).ok());
+  EXPECT_EQ(c.mode, v1::MODE_ALLREDUCE);
+  ASSERT_TRUE(ApplyConfigOverride("model.hidden", "[16, 8]", &c).ok());
+  EXPECT_EQ(c.model.hidden, (std::vector<int64_t>{16, 8}));
+  ASSERT_TRUE(ApplyConfigOverride("job.name", "", &c).ok());
+  EXPECT_EQ(c.name, "");
+}
+
+TEST(ConfigOverrideTest, ErrorsNameTheKeyAndLeaveTheConfig) {
+  const JobConfig before = DefaultJobConfig();
+  struct Case {
+    const char* key;
+    const char* value;
+    const char* message;
+  };
+  for (const Case& k : std::vector<Case>{
+           {"job.wokers", "3", "unknown key 'wokers' in section 'job'"},
+           {"trainig.mode", "sync", "unknown section 'trainig'"},
+           {"training.base_lr", "fast",
+            "training.base_lr: expected a number, got 'fast'"},
+           {"training.staleness", "-1",
+            "training.staleness: expected an integer >= 0 or 'inf'"},
+           {"training.steps.x", "1", "'steps' is not a section"},
+           {"training", "1", "expected section.key"},
+           {"model.hidden", "[1, 2", "bad YAML value"},
+       }) {
+    JobConfig c = before;
+    absl::Status st = ApplyConfigOverride(k.key, k.value, &c);
+    ASSERT_FALSE(st.ok()) << k.key;
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(st.message()), HasSubstr(k.message)) << k.key;
+    ExpectSameConfig(c, before);
+  }
+}
+
+// Issue 11 #8: an explicitly given flag is honoured or rejected by name.
+TEST(ConfigOverrideTest, FlagErrorsNameTheFlag) {
+  struct Case {
+    FlagOverride flag;
+    const char* message;
+  };
+  for (const Case& k : std::vector<Case>{
+           {{"--workers", "job.workers", "0"},
+            "--workers: job.workers: must be >= 1, got 0"},
+           {{"--servers", "job.servers", "0"},
+            "--servers: job.servers: must be >= 1, got 0"},
+           {{"--steps", "training.steps", "0"},
+            "--steps: training.steps: must be >= 1, got 0"},
+           {{"--staleness", "training.staleness", "soon"},
+            "--staleness: training.staleness: expected an integer >= 0 or "
+            "'inf', got 'soon'"},
+           {{"--mode", "training.mode", "bsp"},
+            "--mode: training.mode: expected one of sync, async, allreduce"},
+       }) {
+    JobConfig c = DefaultJobConfig();
+    absl::Status st = ApplyFlagOverrides({k.flag}, &c);
+    ASSERT_FALSE(st.ok()) << k.flag.flag;
+    EXPECT_THAT(std::string(st.message()), HasSubstr(k.message));
+  }
+  JobConfig c = DefaultJobConfig();
+  ASSERT_TRUE(ApplyFlagOverrides({{"--workers", "job.workers", "3"},
+                                  {"--steps", "training.steps", "7"}},
+                                 &c)
+                  .ok());
+  EXPECT_EQ(c.workers, 3);
+  EXPECT_EQ(c.steps, 7);
+  EXPECT_EQ(c.optimizer.total_steps(), 7u);  // finalized
+  EXPECT_EQ(c.optimizer.global_batch(),
+            static_cast<uint64_t>(3 * c.local_batch * c.grad_accum_steps));
 }
 
 }  // namespace

@@ -37,7 +37,6 @@ absl::StatusOr<ShardMap> BuildShardMap(const std::vector<TensorSpec>& tensors,
         "] elements, got ", chunk_elems));
   }
   ShardMap map;
-  map.set_chunk_elems(chunk_elems);
   absl::flat_hash_set<std::string> names;
   for (const TensorSpec& t : tensors) {
     if (t.name().empty() || !names.insert(t.name()).second) {

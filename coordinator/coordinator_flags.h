@@ -20,6 +20,10 @@ absl::StatusOr<CoordinatorNodeOptions> CoordinatorOptionsFromFlags();
 // --dry_run: validate, print the effective job and exit.
 bool DryRunRequested();
 
+// --plan_dir DIR (with --dry_run): writes DIR/job.yaml and DIR/plan.env
+// ("workers=N", "servers=K"); nothing without the flag.
+absl::Status WritePlanIfRequested(const JobConfig& config);
+
 }  // namespace pstrain
 
 #endif  // PSTRAIN_COORDINATOR_COORDINATOR_FLAGS_H_

@@ -31,7 +31,10 @@ int Main() {
     std::printf("workers=%d servers=%d\n%s", c.workers,
                 c.mode == pstrain::v1::MODE_ALLREDUCE ? 0 : c.servers,
                 JobConfigToYaml(c).c_str());
-    return 0;
+    const absl::Status plan = WritePlanIfRequested(c);
+    if (!plan.ok())
+      std::fprintf(stderr, "ps_coordinator: %s\n", plan.ToString().c_str());
+    return plan.ok() ? 0 : 2;
   }
   absl::StatusOr<std::unique_ptr<CoordinatorNode>> node =
       CoordinatorNode::Create(*std::move(options));

@@ -26,6 +26,7 @@
 #include "coordinator/job_spec.h"
 #include "gtest/gtest.h"
 #include "proto/pstrain.grpc.pb.h"
+#include "tests/in_process_job.h"
 #include "tests/test_cluster.h"
 #include "tests/training_harness.h"
 #include "worker/allreduce/allreduce_trainer.h"
@@ -130,100 +131,6 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> Serve(grpc::Service* service,
   return std::move(started.server);
 }
 
-// The full path of ps_worker in mode allreduce, in one process: an
-// in-process coordinator (zero servers); each worker serves its RingPeer,
-// registers the address, gets the ring (GetPeers), streams segments of
-// `segment_elems` floats to its right neighbour and reports every step.
-struct GrpcRun {
-  std::vector<TensorList> finals;
-  std::vector<uint64_t> bytes_sent;
-  JobOutcome outcome;
-};
-absl::StatusOr<GrpcRun> RunAllReduceOverGrpc(const JobConfig& config,
-                                             size_t segment_elems) {
-  const int n = config.workers;
-  CoordinatorOptions coptions;
-  coptions.config = config;
-  coptions.progress = false;
-  coptions.wait_cap = absl::Seconds(5);
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorService> coordinator,
-                      CoordinatorService::Create(coptions));
-  std::string coordinator_address;
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> coordinator_server,
-                      Serve(coordinator.get(), &coordinator_address));
-  // Peer services outlive every transport: stopped after all ranks joined.
-  std::vector<std::unique_ptr<RingPeerService>> peers(n);
-  std::vector<std::unique_ptr<grpc::Server>> peer_servers(n);
-  std::vector<std::string> peer_addresses(n);
-  for (int r = 0; r < n; ++r) {
-    peers[r] = std::make_unique<RingPeerService>();
-    PS_ASSIGN_OR_RETURN(peer_servers[r],
-                        Serve(peers[r].get(), &peer_addresses[r]));
-  }
-  GrpcRun run;
-  run.finals.resize(n);
-  run.bytes_sent.resize(n);
-  absl::Status st = OnThreads(n, [&](int r) -> absl::Status {
-    auto coord =
-        pstrain::v1::Coordinator::NewStub(MakeChannel(coordinator_address));
-    pstrain::v1::RegisterWorkerRequest reg_req;
-    reg_req.set_requested_rank(r);
-    reg_req.set_peer_address(peer_addresses[r]);
-    pstrain::v1::RegisterWorkerResponse reg;
-    {
-      grpc::ClientContext ctx;
-      SetTimeout(&ctx, absl::Seconds(10));
-      PS_RETURN_IF_ERROR(
-          FromGrpcStatus(coord->RegisterWorker(&ctx, reg_req, &reg)));
-    }
-    PS_ASSIGN_OR_RETURN(JobConfig job_config,
-                        ParseJobConfig(reg.job().worker_config(), "job spec"));
-    pstrain::v1::GetPeersRequest peers_req;
-    peers_req.set_rank(r);
-    pstrain::v1::GetPeersResponse ring;
-    {
-      grpc::ClientContext ctx;
-      SetTimeout(&ctx, absl::Seconds(10));
-      PS_RETURN_IF_ERROR(
-          FromGrpcStatus(coord->GetPeers(&ctx, peers_req, &ring)));
-    }
-    PS_ASSIGN_OR_RETURN(
-        std::unique_ptr<GrpcTransport> transport,
-        GrpcTransport::Create(r, ring.peer_addresses_size(),
-                              MakeChannel(ring.peer_addresses((r + 1) % n)),
-                              peers[r].get()));
-    RingOptions options;
-    options.segment_elems = segment_elems;
-    options.timeout = absl::Seconds(job_config.allreduce.timeout_s);
-    RingAllReducer reducer(transport.get(), options);
-    auto report = [&](const pstrain::v1::StepMetrics& m) -> absl::Status {
-      pstrain::v1::ReportRequest req;
-      *req.add_steps() = m;
-      req.set_worker(r);
-      req.set_done(m.step() == static_cast<uint64_t>(job_config.steps));
-      req.set_bytes_pushed(reducer.bytes_sent());
-      req.set_bytes_pulled(reducer.bytes_received());
-      grpc::ClientContext ctx;
-      SetTimeout(&ctx, absl::Seconds(10));
-      pstrain::v1::ReportResponse resp;
-      return FromGrpcStatus(coord->Report(&ctx, req, &resp));
-    };
-    PS_ASSIGN_OR_RETURN(run.finals[r],
-                        TrainAllReduce(job_config, r, &reducer, report));
-    run.bytes_sent[r] = reducer.bytes_sent();
-    return absl::OkStatus();
-  });
-  for (auto& s : peer_servers) {
-    s->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
-  }
-  coordinator->WaitForEnd(absl::Now() + absl::Seconds(5));
-  run.outcome = coordinator->Outcome();
-  coordinator_server->Shutdown(
-      absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
-  PS_RETURN_IF_ERROR(st);
-  return run;
-}
-
 // Every replica hashes the same as rank 0.
 void ExpectReplicasIdentical(const std::vector<TensorList>& finals) {
   ASSERT_FALSE(finals.empty());
@@ -277,34 +184,38 @@ INSTANTIATE_TEST_SUITE_P(
                           std::get<1>(info.param));
     });
 
-// The real wire path: coordinator rendezvous, gRPC streams, segments much
-// smaller than a chunk. The ring adds in the same order whatever the
-// segmentation or transport, so the result equals the in-memory run bit for
-// bit; the coordinator sums the ring byte counters.
+// The real wire path on the real node classes (tests/in_process_job.h:
+// CoordinatorNode and WorkerNode as threads): rendezvous,
+// gRPC ring streams in segments of allreduce.segment_bytes. The ring adds in
+// the same order whatever the segmentation or transport, so the result
+// equals the in-memory run bit for bit; the coordinator sums the ring byte
+// counters.
 TEST(AllReduceOverGrpcTest, CoordinatorRendezvousAndGrpcRing) {
   const OptimizerCase adam{"adam", OptimizerConfig::ADAM, 0.01, false};
-  const JobConfig config =
+  JobConfig config =
       MakeConfig(adam, pstrain::v1::MODE_ALLREDUCE, 3, kLocalBatch);
-  absl::StatusOr<GrpcRun> run = RunAllReduceOverGrpc(config, 64);
+  config.model.hidden = {256};  // 5,380 weights: several segments per chunk
+  config.allreduce.segment_bytes = 4096;
+  absl::StatusOr<InProcessJob> run = RunInProcessJob(config);
   ASSERT_TRUE(run.ok()) << run.status();
   ExpectReplicasIdentical(run->finals);
   absl::StatusOr<std::vector<TensorList>> mem = RunAllReduceInMemory(config);
   ASSERT_TRUE(mem.ok()) << mem.status();
   EXPECT_EQ(ParamsFingerprint(run->finals[0]), ParamsFingerprint((*mem)[0]));
-  absl::StatusOr<std::vector<TensorList>> ps = RunParameterServerJob(
-      MakeConfig(adam, pstrain::v1::MODE_SYNC, 3, kLocalBatch));
+  JobConfig sync = config;
+  sync.mode = pstrain::v1::MODE_SYNC;
+  absl::StatusOr<std::vector<TensorList>> ps = RunParameterServerJob(sync);
   ASSERT_TRUE(ps.ok()) << ps.status();
   EXPECT_LE(MaxAbsDiff(run->finals[0], (*ps)[0]), kTolerance);
 
-  EXPECT_FALSE(run->outcome.failed) << run->outcome.message;
-  EXPECT_EQ(run->outcome.steps, static_cast<uint64_t>(kSteps));
-  EXPECT_EQ(run->outcome.samples,
+  EXPECT_FALSE(run->summary.failed) << run->summary.message;
+  EXPECT_EQ(run->summary.steps, kSteps);
+  EXPECT_EQ(run->summary.samples,
             static_cast<uint64_t>(kSteps * 3 * kLocalBatch));
-  uint64_t sent = 0;
-  for (uint64_t b : run->bytes_sent) sent += b;
-  EXPECT_GT(sent, 0u);
-  EXPECT_EQ(run->outcome.bytes_pushed, sent);
-  EXPECT_EQ(run->outcome.bytes_pulled, sent);  // every byte sent is received
+  // 2(N-1)/N of the weights per step each way, plus framing.
+  EXPECT_GT(run->summary.bytes_pushed,
+            static_cast<uint64_t>(kSteps * 3 * 2 * 5380 * 4 * 2 / 3));
+  EXPECT_EQ(run->summary.bytes_pulled, run->summary.bytes_pushed);
 }
 
 // The weighted mean is the sync shard's: sum_r n_r g_r / sum_r n_r.

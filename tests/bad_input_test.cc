@@ -29,7 +29,6 @@ v1::JobSpec Job() {
   job.mutable_optimizer()->set_kind(v1::OptimizerConfig::SGD);
   job.mutable_optimizer()->set_base_lr(1.0);
   auto* map = job.mutable_shard_map();
-  map->set_chunk_elems(4);
   for (auto [name, n] : {std::pair<const char*, int>{"w", 10}, {"b", 4}}) {
     auto* t = map->add_tensors();
     t->set_name(name);

@@ -1,25 +1,14 @@
 #include "common/report/derive_config.h"
 
-#include <regex>
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/job_config.h"
 #include "common/status_macros.h"
-#include "yaml-cpp/yaml.h"
 
 namespace pstrain {
 namespace {
-
-// Name the derived text gets in parser messages, whose "NAME:LINE: " prefix
-// is dropped: its line numbers mean nothing to the caller.
-constexpr char kDerived[] = "derived";
-
-std::string WithoutLocation(const absl::Status& s) {
-  static const std::regex* prefix =
-      new std::regex(std::string("^") + kDerived + "(:[0-9]+)?: ");
-  return std::regex_replace(std::string(s.message()), *prefix, "");
-}
 
 std::string Quote(const ConfigOverride& o) {
   return absl::StrCat("--set ", o.key, "=", o.value);
@@ -47,59 +36,61 @@ absl::StatusOr<std::string> DeriveConfig(
     const std::string& base, const std::string& source_name,
     const std::vector<ConfigOverride>& overrides) {
   // The base on its own first, so its errors keep its own lines.
-  PS_RETURN_IF_ERROR(ParseJobConfig(base, source_name).status());
-  YAML::Node root;
-  try {
-    root = YAML::Load(base);
-  } catch (const YAML::Exception& e) {  // ParseJobConfig accepted it
-    return absl::InvalidArgumentError(absl::StrCat(source_name, ": ", e.msg));
-  }
-  if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  PS_ASSIGN_OR_RETURN(JobConfig config, ParseJobConfig(base, source_name));
   for (const ConfigOverride& o : overrides) {
-    YAML::Node value;
-    try {
-      value = o.value.empty() ? YAML::Node(std::string()) : YAML::Load(o.value);
-    } catch (const YAML::Exception& e) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(Quote(o), ": bad YAML value: ", e.msg));
-    }
-    std::vector<std::string> path = absl::StrSplit(o.key, '.');
-    // yaml-cpp nodes are handles and Node::operator= aliases the node it
-    // is called on, so the walk copy-constructs a chain of handles and
-    // assigns only through operator[].
-    std::vector<YAML::Node> chain{root};
-    for (size_t i = 0; i < path.size(); ++i) {
-      YAML::Node parent = chain.back();
-      if (!parent.IsMap()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            Quote(o), ": '", i ? path[i - 1] : "", "' is not a section"));
-      }
-      if (i + 1 == path.size()) break;
-      if (!parent[path[i]].IsDefined() || parent[path[i]].IsNull()) {
-        parent[path[i]] = YAML::Node(YAML::NodeType::Map);
-      }
-      chain.push_back(parent[path[i]]);
-    }
-    chain.back()[path.back()] = value;
-    YAML::Emitter out;
-    out << root;
     // Each override is checked as it is applied, so an error names it.
-    absl::StatusOr<JobConfig> parsed = ParseJobConfig(out.c_str(), kDerived);
-    if (!parsed.ok()) {
+    absl::Status st = ApplyConfigOverride(o.key, o.value, &config);
+    if (!st.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(Quote(o), ": ", WithoutLocation(parsed.status())));
+          absl::StrCat(Quote(o), ": ", st.message()));
     }
   }
-  YAML::Emitter out;
-  out << root;
-  const std::string text = absl::StrCat(out.c_str(), "\n");
-  PS_ASSIGN_OR_RETURN(JobConfig config, ParseJobConfig(text, kDerived));
+  FinalizeJobConfig(&config);
   absl::Status valid = ValidateJobConfig(config);
   if (!valid.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("derived config: ", WithoutLocation(valid)));
+        absl::StrCat("derived config: ", valid.message()));
   }
-  return text;
+  return JobConfigToYaml(config);
+}
+
+absl::StatusOr<std::vector<PlannedRun>> PlanRuns(const std::string& modes,
+                                                 int repeats) {
+  if (repeats < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--repeats: must be >= 1, got ", repeats));
+  }
+  std::vector<std::string> labels = absl::StrSplit(modes, ',');
+  if (modes.empty()) return absl::InvalidArgumentError("--modes: empty");
+  std::vector<PlannedRun> runs;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    const std::string& m = labels[i];
+    std::vector<ConfigOverride> sets;
+    const size_t colon = m.find(':');
+    if (m == "sync" || m == "async" || m == "allreduce") {
+      sets.push_back({"training.mode", m});
+    } else if (colon != std::string::npos && m.substr(0, colon) == "async" &&
+               ParseStaleness(m.substr(colon + 1)).ok()) {
+      sets.push_back({"training.mode", "async"});
+      sets.push_back({"training.staleness", m.substr(colon + 1)});
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--modes: unknown mode '", m,
+                       "' (sync, async, async:S, async:inf, allreduce)"));
+    }
+    if (std::find(labels.begin(), labels.begin() + i, m) !=
+        labels.begin() + i) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--modes: '", m, "' given twice"));
+    }
+    std::string name = m;
+    std::replace(name.begin(), name.end(), ':', '-');
+    for (int r = 1; r <= repeats; ++r) {
+      runs.push_back(
+          {repeats == 1 ? name : absl::StrCat(name, "-r", r), m, sets});
+    }
+  }
+  return runs;
 }
 
 }  // namespace pstrain

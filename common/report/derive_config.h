@@ -25,10 +25,28 @@ absl::StatusOr<ConfigOverride> ParseOverride(const std::string& arg);
 // as a job config (errors name its file and line); each override must name
 // a known key with a valid value (INVALID_ARGUMENT "--set KEY=VALUE: ..."
 // naming the bad key); the result must pass ValidateJobConfig (errors name
-// the key). Comments of the base are not kept.
+// the key). The overrides go through the job config's key table
+// (ApplyConfigOverride), the same path as the coordinator's flags; the result
+// is the full effective config (JobConfigToYaml), without the base's comments.
 absl::StatusOr<std::string> DeriveConfig(
     const std::string& base, const std::string& source_name,
     const std::vector<ConfigOverride>& overrides);
+
+// One run of a `psctl compare` plan: its folder name under runs/, the mode
+// label it reports under, and the overrides that select its mode.
+struct PlannedRun {
+  std::string name;   // "async-2", "sync-r3" (repeats > 1)
+  std::string label;  // "async:2"
+  std::vector<ConfigOverride> mode_sets;
+};
+
+// The compare plan: every mode of the comma-separated `modes`, `repeats`
+// times each, in order. The mode grammar: sync | async (the base's
+// staleness) | async:S (S an integer >= 0 or inf, the one staleness parser)
+// | allreduce. INVALID_ARGUMENT "--modes: unknown mode 'x' (...)", "'sync'
+// given twice", "--modes: empty", "--repeats: must be >= 1".
+absl::StatusOr<std::vector<PlannedRun>> PlanRuns(const std::string& modes,
+                                                 int repeats);
 
 }  // namespace pstrain
 

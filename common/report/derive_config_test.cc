@@ -153,5 +153,48 @@ TEST(DeriveConfigTest, BaseErrorsNameItsFileAndLine) {
   EXPECT_THAT(e, HasSubstr("wokers"));
 }
 
+TEST(PlanRunsTest, ModesAndRepeats) {
+  absl::StatusOr<std::vector<PlannedRun>> plan =
+      PlanRuns("sync,async:2,async:inf,async,allreduce", 1);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->size(), 5u);
+  EXPECT_EQ((*plan)[1].name, "async-2");
+  EXPECT_EQ((*plan)[1].label, "async:2");
+  ASSERT_EQ((*plan)[1].mode_sets.size(), 2u);
+  EXPECT_EQ((*plan)[1].mode_sets[1].key, "training.staleness");
+  EXPECT_EQ((*plan)[1].mode_sets[1].value, "2");
+  EXPECT_EQ((*plan)[2].name, "async-inf");
+  EXPECT_EQ((*plan)[3].mode_sets.size(), 1u);  // the base's staleness
+  const JobConfig c = MustParse(
+      DeriveConfig(DefaultYaml(), "default.yaml", (*plan)[2].mode_sets));
+  EXPECT_EQ(c.mode, pstrain::v1::MODE_ASYNC);
+  EXPECT_EQ(c.staleness, -1);
+
+  plan = PlanRuns("sync,allreduce", 3);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->size(), 6u);
+  EXPECT_EQ((*plan)[0].name, "sync-r1");
+  EXPECT_EQ((*plan)[5].name, "allreduce-r3");
+  EXPECT_EQ((*plan)[5].label, "allreduce");
+}
+
+TEST(PlanRunsTest, BadModesAreNamed) {
+  for (const auto& [modes, want] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"sync,bogus", "--modes: unknown mode 'bogus'"},
+           {"async:-1", "unknown mode 'async:-1'"},
+           {"async:", "unknown mode 'async:'"},
+           {"sync:1", "unknown mode 'sync:1'"},
+           {"sync,sync", "'sync' given twice"},
+           {"", "--modes: empty"},
+           {"sync,", "unknown mode ''"},
+       }) {
+    absl::StatusOr<std::vector<PlannedRun>> plan = PlanRuns(modes, 1);
+    ASSERT_FALSE(plan.ok()) << modes;
+    EXPECT_THAT(std::string(plan.status().message()), HasSubstr(want));
+  }
+  EXPECT_FALSE(PlanRuns("sync", 0).ok());
+}
+
 }  // namespace
 }  // namespace pstrain

@@ -3,6 +3,13 @@
 //   ps_report derive-config --base FILE [--set KEY=VALUE]... [--out FILE]
 //       the base job file with overrides applied (stdout unless --out);
 //       errors name the file and line, or the bad key.
+//   ps_report plan --base FILE --modes LIST [--repeats R]
+//       [--set KEY=VALUE]... --out DIR
+//       the compare plan: for every mode of LIST (sync, async, async:S,
+//       async:inf, allreduce) and repeat, a fresh DIR/runs/<name>/ with
+//       derived.yaml (the base, the --set overrides, the mode's); then
+//       DIR/plan.tsv, one "name<TAB>label" line per run in order. Nothing
+//       is written when a mode or override is bad (exit 2, naming it).
 //   ps_report compare --out DIR --run LABEL=RUN_DIR [--run ...]
 //       [--target-accuracy A | --target-loss L] [--base-config NAME]
 //       [--shaping TEXT] [--gnuplot PATH]
@@ -44,6 +51,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: ps_report derive-config --base FILE [--set KEY=VALUE]... [--out "
     "FILE]\n"
+    "       ps_report plan --base FILE --modes LIST [--repeats R] "
+    "[--set KEY=VALUE]... --out DIR\n"
     "       ps_report compare --out DIR --run LABEL=RUN_DIR [--run ...]\n"
     "                 [--target-accuracy A | --target-loss L] [--base-config "
     "NAME]\n"
@@ -122,6 +131,79 @@ int DeriveConfigMain(int argc, char** argv) {
   std::ofstream file(out);
   file << result;
   if (!file.flush()) return Error(absl::StrCat("cannot write ", out));
+  return 0;
+}
+
+int PlanMain(int argc, char** argv) {
+  std::string base, out, modes, error;
+  int repeats = 1;
+  std::vector<std::string> sets;
+  const bool parsed = Options(argc, argv, &error,
+                              [&](const std::string& n, const std::string& v) {
+                                if (n == "--base") {
+                                  base = v;
+                                } else if (n == "--out") {
+                                  out = v;
+                                } else if (n == "--modes") {
+                                  modes = v;
+                                } else if (n == "--repeats") {
+                                  if (!absl::SimpleAtoi(v, &repeats))
+                                    repeats = 0;
+                                } else if (n == "--set") {
+                                  sets.push_back(v);
+                                } else {
+                                  return false;
+                                }
+                                return true;
+                              });
+  if (!parsed) return Usage(error);
+  if (base.empty() || out.empty()) return Usage("plan needs --base and --out");
+  absl::StatusOr<std::vector<PlannedRun>> runs = PlanRuns(modes, repeats);
+  if (!runs.ok()) return Error(std::string(runs.status().message()));
+  std::vector<ConfigOverride> common;
+  for (const std::string& set : sets) {
+    absl::StatusOr<ConfigOverride> o = ParseOverride(set);
+    if (!o.ok()) return Error(std::string(o.status().message()));
+    common.push_back(*o);
+  }
+  absl::StatusOr<std::string> text = ReadFileText(base);
+  if (!text.ok())
+    return Error(absl::StrCat("--base: ", text.status().message()));
+  // Every job first, so a bad key fails before anything is written.
+  std::vector<std::string> derived;
+  for (const PlannedRun& run : *runs) {
+    std::vector<ConfigOverride> all = common;
+    all.insert(all.end(), run.mode_sets.begin(), run.mode_sets.end());
+    absl::StatusOr<std::string> job = DeriveConfig(*text, base, all);
+    if (!job.ok()) {
+      return Error(
+          absl::StrCat("mode ", run.label, ": ", job.status().message()));
+    }
+    std::string header =
+        absl::StrCat("# Derived from ", base, " by ps_report plan");
+    for (const ConfigOverride& o : all)
+      absl::StrAppend(&header, " --set ", o.key, "=", o.value);
+    derived.push_back(absl::StrCat(header, "\n", *job));
+  }
+  std::string tsv;
+  for (size_t i = 0; i < runs->size(); ++i) {
+    const std::filesystem::path dir =
+        std::filesystem::path(out) / "runs" / (*runs)[i].name;
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    std::filesystem::create_directories(dir, ec);
+    std::ofstream file(dir / "derived.yaml");
+    file << derived[i];
+    if (ec || !file.flush()) {
+      return Error(
+          absl::StrCat("cannot write ", (dir / "derived.yaml").string()));
+    }
+    absl::StrAppend(&tsv, (*runs)[i].name, "\t", (*runs)[i].label, "\n");
+  }
+  std::ofstream plan(std::filesystem::path(out) / "plan.tsv");
+  plan << tsv;
+  if (!plan.flush())
+    return Error(absl::StrCat("cannot write ", out, "/plan.tsv"));
   return 0;
 }
 
@@ -291,6 +373,7 @@ int main(int argc, char** argv) {
   const std::string sub = argv[1];
   if (sub == "derive-config")
     return pstrain::DeriveConfigMain(argc - 2, argv + 2);
+  if (sub == "plan") return pstrain::PlanMain(argc - 2, argv + 2);
   if (sub == "compare") return pstrain::CompareMain(argc - 2, argv + 2);
   if (sub == "summary-get") return pstrain::SummaryGetMain(argc - 2, argv + 2);
   if (sub == "metrics-get") return pstrain::MetricsGetMain(argc - 2, argv + 2);

@@ -1,0 +1,166 @@
+#include "server/server_node.h"
+
+#include <grpcpp/health_check_service_interface.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "common/grpc_util.h"
+#include "common/logging.h"
+#include "common/retry.h"
+#include "common/status_macros.h"
+#include "proto/pstrain.grpc.pb.h"
+#include "server/ps_service.h"
+#include "server/shard.h"
+
+namespace pstrain {
+
+absl::StatusOr<std::unique_ptr<ServerNode>> ServerNode::Create(
+    ServerNodeOptions options) {
+  if (options.node.coordinator.empty()) {
+    return absl::InvalidArgumentError("coordinator address required");
+  }
+  if (!(options.barrier_timeout > absl::ZeroDuration())) {
+    return absl::InvalidArgumentError("barrier timeout must be > 0");
+  }
+  std::unique_ptr<ServerNode> node(new ServerNode());
+  PS_ASSIGN_OR_RETURN(node->server_credentials_,
+                      MakeServerCredentials(options.node.tls));
+  PS_ASSIGN_OR_RETURN(node->channel_credentials_,
+                      MakeChannelCredentials(options.node.tls));
+  if (options.metrics == nullptr) {
+    node->own_metrics_ = std::make_unique<MetricsRegistry>();
+    options.metrics = node->own_metrics_.get();
+  }
+  node->options_ = std::move(options);
+  return node;
+}
+
+absl::Status ServerNode::Run(const std::function<bool()>& stop) {
+  const NodeOptions& node = options_.node;
+  const std::string& coordinator = node.coordinator;
+  const absl::Duration rpc_timeout = node.rpc_timeout;
+  const absl::Time startup_deadline = absl::Now() + node.startup_timeout;
+
+  PsServiceOptions service_options;
+  service_options.barrier_timeout = options_.barrier_timeout;
+  service_options.metrics = options_.metrics;
+  ParameterServerService service(service_options);
+  absl::Notification shutdown;
+  service.SetShutdownCallback([&](const std::string& reason) {
+    PS_LOG_INFO("shutdown requested: %s", reason);
+    shutdown.Notify();
+  });
+
+  PS_ASSIGN_OR_RETURN(StartedServer started,
+                      StartGrpcServer(options_.bind, options_.port,
+                                      server_credentials_, {&service}));
+  grpc::Server* server = started.server.get();
+  // NOT_SERVING until the shard holds its weights.
+  server->GetHealthCheckService()->SetServingStatus(false);
+  const std::string address =
+      absl::StrCat(options_.advertise_host, ":", started.port);
+  // Stops serving on every way out.
+  struct Stopper {
+    grpc::Server* server;
+    ~Stopper() {
+      server->GetHealthCheckService()->SetServingStatus(false);
+      server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+    }
+  } stopper{server};
+
+  auto coord = pstrain::v1::Coordinator::NewStub(
+      MakeChannel(coordinator, channel_credentials_));
+  pstrain::v1::RegisterServerResponse reg;
+  absl::Status st =
+      RetryUntil(startup_deadline, "coordinator at " + coordinator, [&] {
+        grpc::ClientContext ctx;
+        SetTimeout(&ctx, rpc_timeout);
+        pstrain::v1::RegisterServerRequest req;
+        req.set_address(address);
+        req.set_requested_shard(options_.requested_shard);
+        return FromGrpcStatus(coord->RegisterServer(&ctx, req, &reg));
+      });
+  if (st.code() == absl::StatusCode::kFailedPrecondition) {
+    // The job is over (e.g. a StatefulSet restarted this pod after the end):
+    // idle instead of crash-looping, until stopped.
+    PS_LOG_INFO("%s; idling until terminated", st.message());
+    while (!stop()) absl::SleepFor(absl::Milliseconds(200));
+    return absl::OkStatus();
+  }
+  if (!st.ok()) {
+    return absl::Status(st.code(),
+                        absl::StrCat("registration failed: ", st.message()));
+  }
+  if (options_.set_log_role) SetLogRole(absl::StrCat("server/", reg.shard()));
+  pstrain::v1::JobSpec job;
+  st = RetryUntil(startup_deadline, "all server shards to register", [&] {
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, rpc_timeout);
+    pstrain::v1::GetJobRequest req;
+    req.set_wait_for_servers(true);
+    return FromGrpcStatus(coord->GetJob(&ctx, req, &job));
+  });
+  if (!st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("no job: ", st.message()));
+  }
+  absl::StatusOr<std::unique_ptr<Shard>> shard =
+      Shard::Create(ShardOptionsFromJob(job, reg.shard()));
+  if (!shard.ok()) {
+    return absl::Status(
+        shard.status().code(),
+        absl::StrCat("cannot build shard: ", shard.status().message()));
+  }
+  PS_LOG_INFO("serving %d chunks (%d elements) at %s",
+              (*shard)->chunks().size(), (*shard)->num_elements(), address);
+  service.SetShard(std::shared_ptr<Shard>(std::move(*shard)));
+  server->GetHealthCheckService()->SetServingStatus(true);
+  st = RetryUntil(startup_deadline, "coordinator", [&] {
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, rpc_timeout);
+    pstrain::v1::ServerReadyRequest req;
+    req.set_shard(reg.shard());
+    pstrain::v1::ServerReadyResponse resp;
+    return FromGrpcStatus(coord->ServerReady(&ctx, req, &resp));
+  });
+  if (!st.ok()) {
+    return absl::Status(st.code(),
+                        absl::StrCat("cannot report ready: ", st.message()));
+  }
+
+  // Serve until the coordinator says the job is over. If the coordinator
+  // vanishes for longer than the start-up timeout, give up.
+  absl::Time last_contact = absl::Now();
+  while (!shutdown.WaitForNotificationWithTimeout(absl::Seconds(1))) {
+    if (stop()) {
+      PS_LOG_INFO("stopping on request");
+      break;
+    }
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, absl::Seconds(5));
+    pstrain::v1::JobStatusResponse status;
+    grpc::Status s = coord->JobStatus(&ctx, {}, &status);
+    if (s.ok()) {
+      last_contact = absl::Now();
+      if (status.finished()) {
+        // The coordinator collects every shard's statistics and then sends
+        // Shutdown: wait for it (bounded), so the statistics are not lost
+        // to a shard that left first.
+        shutdown.WaitForNotificationWithTimeout(
+            std::min(node.rpc_timeout, absl::Seconds(5)));
+        break;
+      }
+    } else if (absl::Now() - last_contact > node.startup_timeout) {
+      return absl::UnavailableError(
+          absl::StrCat("coordinator unreachable since ",
+                       absl::FormatTime(last_contact), "; exiting"));
+    }
+  }
+  PS_LOG_INFO("exiting");
+  return absl::OkStatus();
+}
+
+}  // namespace pstrain

@@ -1,0 +1,68 @@
+// ServerNode: one parameter-server shard as an object, so a process (the
+// ps_server binary) or a test thread can run it. It registers with the
+// coordinator, builds its shard from the job's shard map, serves Push/Pull
+// and ends with the job.
+#ifndef PSTRAIN_SERVER_SERVER_NODE_H_
+#define PSTRAIN_SERVER_SERVER_NODE_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/metrics.h"
+#include "common/node_flags.h"
+
+namespace pstrain {
+
+struct ServerNodeOptions {
+  NodeOptions node;  // coordinator address, TLS, metrics port, timeouts
+  std::string bind = "127.0.0.1";  // listen address
+  int port = 0;                    // 0 picks a free port
+  // Host name workers dial (with the bound port), e.g. "ps-0.ps".
+  std::string advertise_host = "127.0.0.1";
+  int requested_shard = -1;  // -1: the coordinator assigns one
+  absl::Duration barrier_timeout = absl::Seconds(300);
+  // Where the pstrain_server_* metrics go (may be null: a private registry).
+  // Must outlive the node.
+  MetricsRegistry* metrics = nullptr;
+  // Name the process's log lines after this node ("worker/3"): the log role
+  // is process-wide, so nodes sharing a process (tests) leave it alone.
+  bool set_log_role = true;
+};
+
+class ServerNode {
+ public:
+  // Checks the options and TLS files (INVALID_ARGUMENT / NOT_FOUND naming
+  // the problem); starts nothing.
+  static absl::StatusOr<std::unique_ptr<ServerNode>> Create(
+      ServerNodeOptions options);
+
+  // Listens, registers, waits for every shard, builds its shard and serves
+  // until the coordinator ends the job (OK: its Shutdown, or the finished
+  // job status followed by Shutdown within min(rpc timeout, 5 s), so the
+  // coordinator can collect the shard's statistics first), `stop` returns true
+  // (OK; polled about every second) or the coordinator stays unreachable for
+  // the start-up timeout (UNAVAILABLE). A job that is already over when it
+  // registers: idles until `stop` (OK). Every wait is bounded by the
+  // start-up timeout. Call once; `stop` must be thread-safe.
+  absl::Status Run(const std::function<bool()>& stop);
+
+  const ServerNodeOptions& options() const { return options_; }
+
+ private:
+  ServerNode() = default;
+
+  ServerNodeOptions options_;
+  std::shared_ptr<grpc::ServerCredentials> server_credentials_;
+  std::shared_ptr<grpc::ChannelCredentials> channel_credentials_;
+  std::unique_ptr<MetricsRegistry> own_metrics_;  // when options had none
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_SERVER_SERVER_NODE_H_
