@@ -102,9 +102,7 @@ json ShardMapJson(const pstrain::v1::ShardMap& map) {
                       {"length", c.length()},
                       {"shard", c.shard()}});
   }
-  return {{"chunk_elems", map.chunk_elems()},
-          {"tensors", tensors},
-          {"chunks", chunks}};
+  return {{"tensors", tensors}, {"chunks", chunks}};
 }
 
 absl::Status DataLoss(const std::string& path, absl::string_view problem) {
@@ -135,7 +133,6 @@ absl::StatusOr<CheckpointManifest> ParseManifest(const std::string& path,
     m.optimizer = j.at("optimizer").get<std::string>();
     m.num_slots = j.at("num_slots").get<int>();
     const json& map = j.at("shard_map");
-    m.shard_map.set_chunk_elems(map.at("chunk_elems").get<uint64_t>());
     for (const json& t : map.at("tensors")) {
       auto* spec = m.shard_map.add_tensors();
       spec->set_name(t.at("name").get<std::string>());

@@ -33,7 +33,7 @@
 // MANIFEST.json is
 //   {"format": 1, "job": name, "step": cut, "mode": "sync"|"async",
 //    "num_shards": K, "num_workers": N, "optimizer": "ADAM", "num_slots": S,
-//    "shard_map": {"chunk_elems": n, "tensors": [{"name", "shape": [...],
+//    "shard_map": {"tensors": [{"name", "shape": [...],
 //                  "dtype": "F32"}], "chunks": [{"tensor", "index", "offset",
 //                  "length", "shard"}]},
 //    "files": [{"name": "shard-00000-of-00002.ckpt", "shard": 0,

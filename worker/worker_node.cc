@@ -18,12 +18,12 @@
 #include "worker/allreduce/nccl_allreducer.h"
 #include "worker/allreduce/ring_allreduce.h"
 #include "worker/compute_backend.h"
-#include "worker/worker_device.h"
 #include "worker/data.h"
 #include "worker/data_check.h"
 #include "worker/model.h"
 #include "worker/ps_client.h"
 #include "worker/trainer.h"
+#include "worker/worker_device.h"
 
 namespace pstrain {
 namespace {

@@ -83,8 +83,7 @@ int Inspect(CheckpointEnv* env, const std::string& arg) {
               m.num_workers);
   std::printf("optimizer: %s (%d slots per element)\n", m.optimizer.c_str(),
               m.num_slots);
-  std::printf("shards: %u (chunk %llu elements, %d chunks)\n", m.num_shards,
-              static_cast<unsigned long long>(m.shard_map.chunk_elems()),
+  std::printf("shards: %u (%d chunks)\n", m.num_shards,
               m.shard_map.chunks_size());
   uint64_t total = 0;
   std::printf("tensors: %d\n", m.shard_map.tensors_size());
