@@ -452,6 +452,7 @@ absl::Status ParseInto(const Field& root, JobConfig& c) {
       {"tls_cert", [&](F f) { return Store(String(f), &c.tls_cert); }},
       {"tls_key", [&](F f) { return Store(String(f), &c.tls_key); }},
       {"tls_ca", [&](F f) { return Store(String(f), &c.tls_ca); }},
+      {"token_file", [&](F f) { return Store(String(f), &c.token_file); }},
   };
   auto section = [](const Section& keys) {
     return [&keys](F f) { return ReadSection(f, keys); };
@@ -853,6 +854,7 @@ std::string JobConfigToYaml(const JobConfig& c) {
   key("tls_cert") << c.tls_cert;
   key("tls_key") << c.tls_key;
   key("tls_ca") << c.tls_ca;
+  key("token_file") << c.token_file;
   out << YAML::EndMap;
 
   out << YAML::EndMap;

@@ -41,6 +41,9 @@ ABSL_FLAG(int, metrics_port, -1,
 ABSL_FLAG(bool, keep_serving_after_job, false,
           "after the job, keep answering status and metrics until SIGTERM "
           "(for a Kubernetes Deployment, which would restart an exited pod)");
+ABSL_FLAG(std::string, token_file, "",
+          "job token file: every call carries it and every service requires "
+          "it (overrides network.token_file)");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate (overrides network.tls_cert)");
 ABSL_FLAG(std::string, tls_key, "",
@@ -153,11 +156,11 @@ int Main() {
                 JobConfigToYaml(*config).c_str());
     return 0;
   }
-  const TlsFiles tls =
-      ResolveTls(*config, absl::GetFlag(FLAGS_tls_cert),
-                 absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_ca));
+  const TlsFiles tls = ResolveTls(
+      *config, absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+      absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_token_file));
   auto server_creds = MakeServerCredentials(tls);
-  auto client_creds = MakeChannelCredentials(tls);
+  auto client_creds = MakeChannelCredentials(tls, CallerRole::kCoordinator);
   if (!server_creds.ok() || !client_creds.ok()) {
     std::fprintf(stderr, "ps_coordinator: %s\n",
                  std::string((server_creds.ok() ? client_creds.status()
@@ -199,7 +202,7 @@ int Main() {
                       *server_creds, {service->get()});
   if (!started.ok()) {
     PS_LOG_ERROR("%s", started.status().message());
-    return 1;
+    return 2;
   }
   grpc::Server* server = started->server.get();
   const int port = started->port;

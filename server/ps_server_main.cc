@@ -15,6 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
+#include "common/host_name.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/process.h"
@@ -38,6 +39,9 @@ ABSL_FLAG(bool, shard_from_hostname, false,
 ABSL_FLAG(int, metrics_port, -1,
           "serve Prometheus metrics at http://BIND:PORT/metrics; 0 picks a "
           "free port, -1 disables");
+ABSL_FLAG(std::string, token_file, "",
+          "job token file: every call carries it and every service requires "
+          "it (overrides network.token_file)");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate (overrides network.tls_cert)");
 ABSL_FLAG(std::string, tls_key, "",
@@ -74,15 +78,18 @@ int Main() {
       LoadConfigFlag(absl::GetFlag(FLAGS_config));
   if (!file_config.ok())
     return Fail(std::string(file_config.status().message()));
-  const TlsFiles tls =
-      ResolveTls(*file_config, absl::GetFlag(FLAGS_tls_cert),
-                 absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_ca));
+  const TlsFiles tls = ResolveTls(
+      *file_config, absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+      absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_token_file));
   auto server_creds = MakeServerCredentials(tls);
   if (!server_creds.ok())
     return Fail(std::string(server_creds.status().message()));
   auto client_creds = MakeChannelCredentials(tls);
   if (!client_creds.ok())
     return Fail(std::string(client_creds.status().message()));
+  absl::Status host =
+      ValidateHostName("--advertise_host", absl::GetFlag(FLAGS_advertise_host));
+  if (!host.ok()) return Fail(std::string(host.message()));
   int requested_shard = absl::GetFlag(FLAGS_shard);
   if (absl::GetFlag(FLAGS_shard_from_hostname)) {
     char host[256] = {0};
@@ -122,7 +129,7 @@ int Main() {
                       *server_creds, {&service});
   if (!started.ok()) {
     PS_LOG_ERROR("%s", started.status().message());
-    return 1;
+    return 2;
   }
   grpc::Server* server = started->server.get();
   const int port = started->port;

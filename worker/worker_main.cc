@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
+#include "common/host_name.h"
 #include "common/job_config.h"
 #include "common/logging.h"
 #include "common/metrics.h"
@@ -52,6 +53,9 @@ ABSL_FLAG(int, metrics_port, -1,
           "free port, -1 disables");
 ABSL_FLAG(std::string, metrics_bind, "127.0.0.1",
           "address the metrics endpoint listens on (0.0.0.0 in a pod)");
+ABSL_FLAG(std::string, token_file, "",
+          "job token file: every call carries it and every service requires "
+          "it (overrides network.token_file)");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM client certificate (overrides network.tls_cert)");
 ABSL_FLAG(std::string, tls_key, "",
@@ -266,11 +270,14 @@ int Main() {
       LoadConfigFlag(absl::GetFlag(FLAGS_config));
   if (!file_config.ok())
     return Fail(std::string(file_config.status().message()));
-  const TlsFiles tls =
-      ResolveTls(*file_config, absl::GetFlag(FLAGS_tls_cert),
-                 absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_ca));
+  const TlsFiles tls = ResolveTls(
+      *file_config, absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+      absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_token_file));
   auto creds = MakeChannelCredentials(tls);
   if (!creds.ok()) return Fail(std::string(creds.status().message()));
+  absl::Status host =
+      ValidateHostName("--advertise_host", absl::GetFlag(FLAGS_advertise_host));
+  if (!host.ok()) return Fail(std::string(host.message()));
 
   SetLogRole("worker");
   InstallStopSignalHandlers();
@@ -310,7 +317,7 @@ int Main() {
     st = StartPeerServer(tls, &peer);
     if (!st.ok()) {
       PS_LOG_ERROR("%s", st.message());
-      return 1;
+      return 2;
     }
   }
 
