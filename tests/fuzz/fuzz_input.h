@@ -44,12 +44,12 @@ inline FramedInput SplitFrames(const uint8_t* data, size_t size,
 
 // A property the code under test must keep; a violation is a crash, which
 // libFuzzer reports with the input.
-#define PS_FUZZ_CHECK(cond, what)                                     \
-  do {                                                                \
-    if (!(cond)) {                                                    \
+#define PS_FUZZ_CHECK(cond, what)                                        \
+  do {                                                                   \
+    if (!(cond)) {                                                       \
       std::fprintf(stderr, "fuzz check failed: %s (%s)\n", #cond, what); \
-      std::abort();                                                   \
-    }                                                                 \
+      std::abort();                                                      \
+    }                                                                    \
   } while (0)
 
 // Tensor "w" of 10 elements in chunks of 4 (4, 4, 2) and tensor "b" of 4.

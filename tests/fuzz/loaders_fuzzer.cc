@@ -31,9 +31,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (!table.ok()) return 0;
   PS_FUZZ_CHECK(table->rows >= 0 && table->cols >= 0, "non-negative sizes");
-  PS_FUZZ_CHECK(static_cast<int64_t>(table->x.size()) ==
-                    table->rows * table->cols,
-                "x is rows x cols");
+  PS_FUZZ_CHECK(
+      static_cast<int64_t>(table->x.size()) == table->rows * table->cols,
+      "x is rows x cols");
   PS_FUZZ_CHECK(static_cast<int64_t>(table->y.size()) == table->rows,
                 "one label per row");
   int64_t nan = 0;

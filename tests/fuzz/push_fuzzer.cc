@@ -49,7 +49,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::vector<const v1::ChunkData*> chunks;
     for (const auto& c : request.chunks()) chunks.push_back(&c);
     const std::string before = fuzz::Observe(shard->get());
-    absl::StatusOr<PushResult> result = (*shard)->Push(request.header(), chunks);
+    absl::StatusOr<PushResult> result =
+        (*shard)->Push(request.header(), chunks);
     if (!result.ok()) {
       PS_FUZZ_CHECK(fuzz::Observe(shard->get()) == before,
                     "a rejected push must leave the shard untouched");

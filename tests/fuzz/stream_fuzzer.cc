@@ -133,9 +133,9 @@ void FuzzPull(Env& env, const FramedInput& in) {
   TensorList params;
   const absl::Status st = env.client->StartPull(0, 0, &params)->Wait();
   if (st.ok()) {
-    PS_FUZZ_CHECK(params.size() == 2 && params[0].size() == 10 &&
-                      params[1].size() == 4,
-                  "a successful pull fills every tensor");
+    PS_FUZZ_CHECK(
+        params.size() == 2 && params[0].size() == 10 && params[1].size() == 4,
+        "a successful pull fills every tensor");
   }
 }
 
