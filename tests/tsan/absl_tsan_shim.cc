@@ -44,6 +44,20 @@ F RealFn(const char* mangled) {
 void Acquire(const void* p) { __tsan_acquire(const_cast<void*>(p)); }
 void Release(const void* p) { __tsan_release(const_cast<void*>(p)); }
 
+// Abseil evaluates a Condition inside its own (uninstrumented) code, while
+// holding the mutex, in the waiting thread or in whichever thread unlocks.
+// Wrapping it tells TSan the evaluation holds the mutex.
+struct Guarded {
+  const absl::Condition* cond;
+  const absl::Mutex* mu;
+};
+bool EvalGuarded(Guarded* g) {
+  Acquire(g->mu);
+  const bool r = g->cond->Eval();
+  Release(g->mu);
+  return r;
+}
+
 }  // namespace
 
 namespace absl {
@@ -82,19 +96,25 @@ void Mutex::ReaderUnlock() {
   Release(this);
   real(this);
 }
-void Mutex::LockWhen(C cond) {
+void Mutex::LockWhen(C cond_in) {
+  Guarded g{&cond_in, this};
+  const Condition cond(&EvalGuarded, &g);
   PS_REAL(void (*)(Mutex*, C),
           "_ZN4absl7debian35Mutex8LockWhenERKNS0_9ConditionE");
   real(this, cond);
   Acquire(this);
 }
-void Mutex::ReaderLockWhen(C cond) {
+void Mutex::ReaderLockWhen(C cond_in) {
+  Guarded g{&cond_in, this};
+  const Condition cond(&EvalGuarded, &g);
   PS_REAL(void (*)(Mutex*, C),
           "_ZN4absl7debian35Mutex14ReaderLockWhenERKNS0_9ConditionE");
   real(this, cond);
   Acquire(this);
 }
-bool Mutex::LockWhenWithTimeout(C cond, Duration timeout) {
+bool Mutex::LockWhenWithTimeout(C cond_in, Duration timeout) {
+  Guarded g{&cond_in, this};
+  const Condition cond(&EvalGuarded, &g);
   PS_REAL(bool (*)(Mutex*, C, Duration),
           "_ZN4absl7debian35Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_"
           "8DurationE");
@@ -102,7 +122,9 @@ bool Mutex::LockWhenWithTimeout(C cond, Duration timeout) {
   Acquire(this);  // held on return either way
   return r;
 }
-bool Mutex::LockWhenWithDeadline(C cond, Time deadline) {
+bool Mutex::LockWhenWithDeadline(C cond_in, Time deadline) {
+  Guarded g{&cond_in, this};
+  const Condition cond(&EvalGuarded, &g);
   PS_REAL(bool (*)(Mutex*, C, Time),
           "_ZN4absl7debian35Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_"
           "4TimeE");
@@ -110,7 +132,9 @@ bool Mutex::LockWhenWithDeadline(C cond, Time deadline) {
   Acquire(this);
   return r;
 }
-bool Mutex::ReaderLockWhenWithTimeout(C cond, Duration timeout) {
+bool Mutex::ReaderLockWhenWithTimeout(C cond_in, Duration timeout) {
+  Guarded g{&cond_in, this};
+  const Condition cond(&EvalGuarded, &g);
   PS_REAL(bool (*)(Mutex*, C, Duration),
           "_ZN4absl7debian35Mutex25ReaderLockWhenWithTimeoutERKNS0_"
           "9ConditionENS0_8DurationE");
@@ -118,7 +142,9 @@ bool Mutex::ReaderLockWhenWithTimeout(C cond, Duration timeout) {
   Acquire(this);
   return r;
 }
-bool Mutex::ReaderLockWhenWithDeadline(C cond, Time deadline) {
+bool Mutex::ReaderLockWhenWithDeadline(C cond_in, Time deadline) {
+  Guarded g{&cond_in, this};
+  const Condition cond(&EvalGuarded, &g);
   PS_REAL(bool (*)(Mutex*, C, Time),
           "_ZN4absl7debian35Mutex26ReaderLockWhenWithDeadlineERKNS0_"
           "9ConditionENS0_4TimeE");
@@ -127,14 +153,18 @@ bool Mutex::ReaderLockWhenWithDeadline(C cond, Time deadline) {
   return r;
 }
 // Await* give the mutex up while waiting and hold it again on return.
-void Mutex::Await(C cond) {
+void Mutex::Await(C cond_in) {
+  Guarded g{&cond_in, this};
+  const Condition cond(&EvalGuarded, &g);
   PS_REAL(void (*)(Mutex*, C),
           "_ZN4absl7debian35Mutex5AwaitERKNS0_9ConditionE");
   Release(this);
   real(this, cond);
   Acquire(this);
 }
-bool Mutex::AwaitWithTimeout(C cond, Duration timeout) {
+bool Mutex::AwaitWithTimeout(C cond_in, Duration timeout) {
+  Guarded g{&cond_in, this};
+  const Condition cond(&EvalGuarded, &g);
   PS_REAL(bool (*)(Mutex*, C, Duration),
           "_ZN4absl7debian35Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_"
           "8DurationE");
@@ -143,7 +173,9 @@ bool Mutex::AwaitWithTimeout(C cond, Duration timeout) {
   Acquire(this);
   return r;
 }
-bool Mutex::AwaitWithDeadline(C cond, Time deadline) {
+bool Mutex::AwaitWithDeadline(C cond_in, Time deadline) {
+  Guarded g{&cond_in, this};
+  const Condition cond(&EvalGuarded, &g);
   PS_REAL(bool (*)(Mutex*, C, Time),
           "_ZN4absl7debian35Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_"
           "4TimeE");
