@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -58,28 +59,37 @@ absl::StatusOr<std::string> ReadPem(const std::string& what,
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TlsFiles& tls) {
+  std::string token;
+  if (!tls.token_file.empty()) {
+    PS_ASSIGN_OR_RETURN(token, ReadJobToken(tls.token_file));
+  }
   if (tls.cert.empty() && tls.key.empty()) {
-    return grpc::InsecureServerCredentials();
+    if (token.empty()) return grpc::InsecureServerCredentials();
+    return TokenCheckingServerCredentials(nullptr, token);
   }
   if (tls.cert.empty() || tls.key.empty()) {
     return absl::InvalidArgumentError("TLS needs both a certificate and a key");
   }
-  grpc::SslServerCredentialsOptions options(
+  auto options = std::make_unique<grpc::SslServerCredentialsOptions>(
       tls.ca.empty()
           ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
           : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
   PS_ASSIGN_OR_RETURN(pair.private_key, ReadPem("TLS key", tls.key));
   PS_ASSIGN_OR_RETURN(pair.cert_chain, ReadPem("TLS certificate", tls.cert));
-  options.pem_key_cert_pairs.push_back(pair);
+  options->pem_key_cert_pairs.push_back(pair);
   if (!tls.ca.empty()) {
-    PS_ASSIGN_OR_RETURN(options.pem_root_certs, ReadPem("TLS CA", tls.ca));
+    PS_ASSIGN_OR_RETURN(options->pem_root_certs, ReadPem("TLS CA", tls.ca));
   }
-  return grpc::SslServerCredentials(options);
+  if (!token.empty()) {
+    return TokenCheckingServerCredentials(std::move(options), token);
+  }
+  return grpc::SslServerCredentials(*options);
 }
 
+namespace {
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
-MakeChannelCredentials(const TlsFiles& tls) {
+MakeTransportCredentials(const TlsFiles& tls) {
   if (tls.ca.empty() && tls.cert.empty())
     return grpc::InsecureChannelCredentials();
   grpc::SslCredentialsOptions options;
@@ -92,6 +102,16 @@ MakeChannelCredentials(const TlsFiles& tls) {
     PS_ASSIGN_OR_RETURN(options.pem_private_key, ReadPem("TLS key", tls.key));
   }
   return grpc::SslCredentials(options);
+}
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
+MakeChannelCredentials(const TlsFiles& tls, CallerRole role) {
+  PS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> transport,
+                      MakeTransportCredentials(tls));
+  if (tls.token_file.empty()) return transport;
+  PS_ASSIGN_OR_RETURN(std::string token, ReadJobToken(tls.token_file));
+  return WithJobToken(std::move(transport), std::move(token), role);
 }
 
 absl::StatusOr<StartedServer> StartGrpcServer(
@@ -106,11 +126,15 @@ absl::StatusOr<StartedServer> StartGrpcServer(
                            &started.port);
   builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
   builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
+  // gRPC turns SO_REUSEPORT on by default: a second process could then bind
+  // the same port and the kernel would split the clients between the two.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   for (grpc::Service* service : services) builder.RegisterService(service);
   started.server = builder.BuildAndStart();
   if (started.server == nullptr || started.port == 0) {
     return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", bind, ":", port));
+        absl::StrCat("cannot listen on ", bind, ":", port,
+                     port == 0 ? "" : " (is another process using the port?)"));
   }
   return started;
 }

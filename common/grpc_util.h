@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/job_token.h"
 
 namespace pstrain {
 
@@ -25,17 +26,22 @@ absl::Status FromGrpcStatus(const grpc::Status& status);
 // PEM files for TLS. A server needs cert+key (and with ca, requires and
 // verifies client certificates); a client needs ca (and with cert+key,
 // presents a client certificate). All empty: plaintext.
+// `token_file`: the job token (common/job_token.h); when set, servers
+// require it on every call (health checks excepted) and clients send it.
 struct TlsFiles {
   std::string cert;
   std::string key;
   std::string ca;
+  std::string token_file;
 };
 
-// Credentials from `tls`; errors name the unreadable file.
+// Credentials from `tls`; errors name the unreadable file. Client calls
+// carry the job token and `role` when tls.token_file is set.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TlsFiles& tls);
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
-MakeChannelCredentials(const TlsFiles& tls);
+MakeChannelCredentials(const TlsFiles& tls,
+                       CallerRole role = CallerRole::kMember);
 
 // Channel to `address` (host:port or a DNS name such as ps-0.ps:50061) with
 // pstrain's message limits; plaintext when `credentials` is null.
@@ -53,6 +59,8 @@ struct StartedServer {
 // Starts a server on bind:port (port 0 picks a free one) with pstrain's
 // message limits, the standard health service (grpc.health.v1) and server
 // reflection, serving `services` (borrowed; they must outlive the server).
+// Port reuse (SO_REUSEPORT) is off, so a port another process holds is an
+// error rather than a silent split of its clients.
 // UNAVAILABLE naming the address when it cannot listen.
 absl::StatusOr<StartedServer> StartGrpcServer(
     const std::string& bind, int port,

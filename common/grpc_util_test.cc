@@ -122,5 +122,64 @@ TEST_F(TlsTest, MissingFilesAreNamed) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(TlsTest, JobTokenWorksOverMutualTls) {
+  const std::string token = Path("token");
+  ASSERT_EQ(std::system(
+                absl::StrCat("printf 0123456789abcdef0123 > ", token).c_str()),
+            0);
+  auto creds = MakeServerCredentials(
+      {Path("server.crt"), Path("server.key"), Path("ca.crt"), token});
+  ASSERT_TRUE(creds.ok()) << creds.status();
+  auto started = StartGrpcServer("127.0.0.1", 0, *creds, {});
+  ASSERT_TRUE(started.ok()) << started.status();
+  server_ = std::move(started->server);
+  const int port = started->port;
+  // The health service is open to TLS clients without the token ...
+  EXPECT_TRUE(
+      Check(port, {Path("client.crt"), Path("client.key"), Path("ca.crt")})
+          .ok());
+  // ... reflection is not; with the token the call reaches the server.
+  auto call = [&](const std::string& token_file) {
+    auto c = MakeChannelCredentials(
+        {Path("client.crt"), Path("client.key"), Path("ca.crt"), token_file});
+    EXPECT_TRUE(c.ok()) << c.status();
+    auto channel = MakeChannel(absl::StrCat("127.0.0.1:", port), *c);
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, absl::Seconds(5));
+    grpc::GenericStub stub(channel);
+    grpc::Slice empty("");
+    grpc::ByteBuffer request(&empty, 1), response;
+    absl::Mutex mu;
+    grpc::Status result;
+    bool done = false;
+    stub.UnaryCall(&ctx, "/pstrain.v1.Coordinator/GetJob", grpc::StubOptions(),
+                   &request, &response, [&](grpc::Status s) {
+                     absl::MutexLock lock(&mu);
+                     result = s;
+                     done = true;
+                   });
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&done));
+    return result.error_code();
+  };
+  EXPECT_EQ(call(""), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(call(token), grpc::StatusCode::UNIMPLEMENTED);
+}
+
+// Defect #7: gRPC's default SO_REUSEPORT let a second process bind a port a
+// first one held, and the kernel split the clients between the two.
+TEST(StartGrpcServerTest, ABusyPortIsAnError) {
+  auto first =
+      StartGrpcServer("127.0.0.1", 0, grpc::InsecureServerCredentials(), {});
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = StartGrpcServer("127.0.0.1", first->port,
+                                grpc::InsecureServerCredentials(), {});
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(second.status().message().find(absl::StrCat(first->port)),
+            std::string::npos)
+      << second.status();
+  first->server->Shutdown();
+}
+
 }  // namespace
 }  // namespace pstrain

@@ -515,6 +515,7 @@ const std::vector<Key>& KeyTable() {
       Row("network", "tls_cert", StringCodec(), PS_MEMBER(tls_cert)),
       Row("network", "tls_key", StringCodec(), PS_MEMBER(tls_key)),
       Row("network", "tls_ca", StringCodec(), PS_MEMBER(tls_ca)),
+      Row("network", "token_file", StringCodec(), PS_MEMBER(token_file)),
   };
   return *table;
 }

@@ -116,6 +116,8 @@ struct JobConfig {
   std::string tls_cert;
   std::string tls_key;
   std::string tls_ca;
+  // Job token file (common/job_token.h); --token_file overrides.
+  std::string token_file;
 };
 
 // Returns the defaults listed above with an SGD optimizer (lr 0.1, constant

@@ -23,6 +23,9 @@ ABSL_FLAG(std::string, tls_key, "",
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA: verifies the peers; on a listening node also requires "
           "client certificates (overrides network.tls_ca)");
+ABSL_FLAG(std::string, token_file, "",
+          "job token file: every call carries it and every service requires "
+          "it (overrides network.token_file)");
 ABSL_FLAG(double, rpc_timeout_s, 0,
           "deadline of each call; 0: 30 for servers and workers, "
           "network.rpc_timeout_s for the coordinator");
@@ -81,9 +84,9 @@ absl::StatusOr<NodeOptions> NodeOptionsFromFlags(NodeRole role) {
   }
   options.rpc_timeout = absl::Seconds(rpc_s);
   options.startup_timeout = absl::Seconds(startup_s);
-  options.tls =
-      ResolveTls(file, absl::GetFlag(FLAGS_tls_cert),
-                 absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_ca));
+  options.tls = ResolveTls(
+      file, absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+      absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_token_file));
   return options;
 }
 

@@ -3,7 +3,7 @@
 // calls NodeOptionsFromFlags(); everything below main takes NodeOptions.
 //
 // Flags: --config, --coordinator, --metrics_port, --tls_cert, --tls_key,
-// --tls_ca, --rpc_timeout_s, --startup_timeout_s.
+// --tls_ca, --token_file, --rpc_timeout_s, --startup_timeout_s.
 #ifndef PSTRAIN_COMMON_NODE_FLAGS_H_
 #define PSTRAIN_COMMON_NODE_FLAGS_H_
 
@@ -28,7 +28,8 @@ struct NodeOptions {
   std::string coordinator;
   // --metrics_port: -1 disables, 0 picks a free port.
   int metrics_port = -1;
-  // TLS files: each --tls_* flag wins over the job file's network.tls_*.
+  // TLS files and the job token file: each --tls_* / --token_file flag
+  // wins over the job file's network.tls_* / network.token_file.
   TlsFiles tls;
   // --rpc_timeout_s / --startup_timeout_s; when not given: 30 s and 120 s
   // for servers and workers, the job file's network.rpc_timeout_s and

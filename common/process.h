@@ -19,9 +19,11 @@ namespace pstrain {
 // Errors start with "--config: " and name the file and line.
 absl::StatusOr<JobConfig> LoadConfigFlag(const std::string& path);
 
-// TLS files: each non-empty flag value wins over the job file's network.tls_*.
+// TLS and token files: each non-empty flag value wins over the job file's
+// network.tls_* and network.token_file.
 TlsFiles ResolveTls(const JobConfig& config, const std::string& cert_flag,
-                    const std::string& key_flag, const std::string& ca_flag);
+                    const std::string& key_flag, const std::string& ca_flag,
+                    const std::string& token_flag = "");
 
 // The ordinal of a StatefulSet pod from its host name ("ps-3" -> 3).
 absl::StatusOr<int> OrdinalFromHostname(const std::string& hostname);

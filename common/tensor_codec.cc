@@ -6,6 +6,7 @@
 
 #include "absl/base/config.h"
 #include "absl/strings/str_cat.h"
+#include "common/client_text.h"
 
 namespace pstrain {
 
@@ -28,7 +29,8 @@ void EncodeChunk(const std::string& tensor, uint32_t index, const float* values,
 absl::Status CheckChunk(const pstrain::v1::ChunkData& chunk,
                         uint64_t expected_len, bool require_finite) {
   auto where = [&] {
-    return absl::StrCat("tensor '", chunk.tensor(), "' chunk ", chunk.index());
+    return absl::StrCat("tensor '", EchoClientText(chunk.tensor()), "' chunk ",
+                        chunk.index());
   };
   if (chunk.dtype() != pstrain::v1::DTYPE_F32) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -106,8 +106,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Create(
   std::unique_ptr<CoordinatorNode> node(new CoordinatorNode());
   PS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> server_creds,
                       MakeServerCredentials(options.tls));
-  PS_ASSIGN_OR_RETURN(node->client_credentials_,
-                      MakeChannelCredentials(options.tls));
+  PS_ASSIGN_OR_RETURN(
+      node->client_credentials_,
+      MakeChannelCredentials(options.tls, CallerRole::kCoordinator));
   if (!options.out.empty()) {
     std::error_code error;
     std::filesystem::create_directories(options.out, error);

@@ -9,6 +9,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
+#include "common/host_name.h"
 #include "common/logging.h"
 #include "common/retry.h"
 #include "common/status_macros.h"
@@ -35,6 +36,25 @@ absl::StatusOr<std::unique_ptr<ServerNode>> ServerNode::Create(
     node->own_metrics_ = std::make_unique<MetricsRegistry>();
     options.metrics = node->own_metrics_.get();
   }
+  PS_RETURN_IF_ERROR(
+      ValidateHostName("--advertise_host", options.advertise_host));
+  PsServiceOptions service_options;
+  service_options.barrier_timeout = options.barrier_timeout;
+  service_options.metrics = options.metrics;
+  node->service_ = std::make_unique<ParameterServerService>(service_options);
+  node->service_->SetShutdownCallback([n = node.get()](const std::string& r) {
+    PS_LOG_INFO("shutdown requested: %s", r);
+    n->shutdown_.Notify();
+  });
+  // Listening here, not in Run: a busy port is a start-up error (exit 2).
+  PS_ASSIGN_OR_RETURN(
+      StartedServer started,
+      StartGrpcServer(options.bind, options.port, node->server_credentials_,
+                      {node->service_.get()}));
+  node->server_ = std::move(started.server);
+  node->port_ = started.port;
+  // NOT_SERVING until the shard holds its weights.
+  node->server_->GetHealthCheckService()->SetServingStatus(false);
   node->options_ = std::move(options);
   return node;
 }
@@ -45,24 +65,10 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
   const absl::Duration rpc_timeout = node.rpc_timeout;
   const absl::Time startup_deadline = absl::Now() + node.startup_timeout;
 
-  PsServiceOptions service_options;
-  service_options.barrier_timeout = options_.barrier_timeout;
-  service_options.metrics = options_.metrics;
-  ParameterServerService service(service_options);
-  absl::Notification shutdown;
-  service.SetShutdownCallback([&](const std::string& reason) {
-    PS_LOG_INFO("shutdown requested: %s", reason);
-    shutdown.Notify();
-  });
-
-  PS_ASSIGN_OR_RETURN(StartedServer started,
-                      StartGrpcServer(options_.bind, options_.port,
-                                      server_credentials_, {&service}));
-  grpc::Server* server = started.server.get();
-  // NOT_SERVING until the shard holds its weights.
-  server->GetHealthCheckService()->SetServingStatus(false);
-  const std::string address =
-      absl::StrCat(options_.advertise_host, ":", started.port);
+  ParameterServerService& service = *service_;
+  absl::Notification& shutdown = shutdown_;
+  grpc::Server* server = server_.get();
+  const std::string address = absl::StrCat(options_.advertise_host, ":", port_);
   // Stops serving on every way out.
   struct Stopper {
     grpc::Server* server;

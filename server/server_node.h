@@ -13,9 +13,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/metrics.h"
 #include "common/node_flags.h"
+#include "server/ps_service.h"
 
 namespace pstrain {
 
@@ -37,12 +39,13 @@ struct ServerNodeOptions {
 
 class ServerNode {
  public:
-  // Checks the options and TLS files (INVALID_ARGUMENT / NOT_FOUND naming
-  // the problem); starts nothing.
+  // Checks the options, TLS files and advertised host (INVALID_ARGUMENT /
+  // NOT_FOUND naming the problem) and starts listening (a busy port is an
+  // error here: SO_REUSEPORT is off), NOT_SERVING until Run has a shard.
   static absl::StatusOr<std::unique_ptr<ServerNode>> Create(
       ServerNodeOptions options);
 
-  // Listens, registers, waits for every shard, builds its shard and serves
+  // Registers, waits for every shard, builds its shard and serves
   // until the coordinator ends the job (OK: its Shutdown, or the finished
   // job status followed by Shutdown within min(rpc timeout, 5 s), so the
   // coordinator can collect the shard's statistics first), `stop` returns true
@@ -61,6 +64,11 @@ class ServerNode {
   std::shared_ptr<grpc::ServerCredentials> server_credentials_;
   std::shared_ptr<grpc::ChannelCredentials> channel_credentials_;
   std::unique_ptr<MetricsRegistry> own_metrics_;  // when options had none
+  absl::Notification shutdown_;  // the coordinator's Shutdown arrived
+  // Created and listening from Create on (server_ is destroyed first).
+  std::unique_ptr<ParameterServerService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
 };
 
 }  // namespace pstrain

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
+#include "common/client_text.h"
 #include "common/model_spec.h"
 #include "common/sharding.h"
 #include "common/status_macros.h"
@@ -271,22 +272,24 @@ absl::Status Shard::ValidatePush(const PushHeader& header,
     auto owners = chunk_owner_.find(c->tensor());
     if (owners == chunk_owner_.end()) {
       return absl::NotFoundError(
-          absl::StrCat("unknown tensor '", c->tensor(), "'"));
+          absl::StrCat("unknown tensor '", EchoClientText(c->tensor()), "'"));
     }
     if (c->index() >= owners->second.size()) {
-      return absl::OutOfRangeError(
-          absl::StrCat("tensor '", c->tensor(), "' chunk ", c->index(),
-                       " out of range [0, ", owners->second.size(), ")"));
+      return absl::OutOfRangeError(absl::StrCat(
+          "tensor '", EchoClientText(c->tensor()), "' chunk ", c->index(),
+          " out of range [0, ", owners->second.size(), ")"));
     }
     auto it = local_index_.find({c->tensor(), c->index()});
     if (it == local_index_.end()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "tensor '", c->tensor(), "' chunk ", c->index(), " is held by shard ",
-          owners->second[c->index()], ", not shard ", shard_id()));
+      return absl::FailedPreconditionError(
+          absl::StrCat("tensor '", EchoClientText(c->tensor()), "' chunk ",
+                       c->index(), " is held by shard ",
+                       owners->second[c->index()], ", not shard ", shard_id()));
     }
     if ((*ordered)[it->second] != nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", c->tensor(), "' chunk ", c->index(), " sent twice"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", EchoClientText(c->tensor()), "' chunk ",
+                       c->index(), " sent twice"));
     }
     (*ordered)[it->second] = c;
     PS_RETURN_IF_ERROR(CheckChunk(*c, chunks_[it->second].length,

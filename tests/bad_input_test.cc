@@ -176,6 +176,17 @@ TEST_F(BadInputTest, UnknownTensor) {
                  "unknown tensor 'nope'");
 }
 
+// Defect #4: the whole name used to be echoed, and a name over ~8 KiB made
+// the status too large for gRPC's metadata limit: RESOURCE_EXHAUSTED.
+TEST_F(BadInputTest, LongUnknownTensorNameIsShortenedInTheError) {
+  auto chunks = ValidChunks();
+  chunks.push_back(Chunk(std::string(64 << 10, 'n'), 0, 4));
+  auto h = Header();
+  const grpc::Status s = Push(&h, chunks);
+  ExpectRejected(s, StatusCode::NOT_FOUND, "...(65536 bytes)");
+  EXPECT_LT(s.error_message().size(), 512u);
+}
+
 TEST_F(BadInputTest, NaNAndInf) {
   for (float bad : {std::numeric_limits<float>::quiet_NaN(),
                     std::numeric_limits<float>::infinity(),

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
+#include "common/host_name.h"
 #include "common/logging.h"
 #include "common/retry.h"
 #include "common/status_macros.h"
@@ -198,6 +199,8 @@ absl::StatusOr<std::unique_ptr<WorkerNode>> WorkerNode::Create(
     return absl::InvalidArgumentError("coordinator address required");
   }
   const std::string& device = options.device;
+  PS_RETURN_IF_ERROR(
+      ValidateHostName("--advertise_host", options.advertise_host));
   if (options.cuda_device < -1 || options.local_rank < -1) {
     return absl::InvalidArgumentError(
         "cuda_device and local_rank must be >= 0, or -1");
