@@ -81,7 +81,6 @@ inline pstrain::v1::JobSpec SmallJob(int num_servers, uint8_t variant) {
   opt->set_beta2(0.999);
   opt->set_epsilon(1e-8);
   auto* map = job.mutable_shard_map();
-  map->set_chunk_elems(4);
   for (auto [name, n] : {std::pair<const char*, int>{"w", 10}, {"b", 4}}) {
     auto* t = map->add_tensors();
     t->set_name(name);

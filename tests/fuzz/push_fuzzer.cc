@@ -38,10 +38,8 @@ std::string Observe(Shard* shard) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace pstrain;
   const fuzz::FramedInput in = fuzz::SplitFrames(data, size, /*max_frames=*/8);
-  ShardOptions options;
-  options.shard_id = 0;
-  options.job = fuzz::SmallJob(/*num_servers=*/2, in.variant);
-  absl::StatusOr<std::unique_ptr<Shard>> shard = Shard::Create(options);
+  absl::StatusOr<std::unique_ptr<Shard>> shard = Shard::Create(
+      ShardOptionsFromJob(fuzz::SmallJob(/*num_servers=*/2, in.variant), 0));
   PS_FUZZ_CHECK(shard.ok(), "the fuzz job is valid");
   for (const std::string& frame : in.frames) {
     v1::PushRequest request;

@@ -98,9 +98,8 @@ std::string Observe(Shard* shard) {
 }
 
 void FuzzPush(Env& env, const FramedInput& in) {
-  ShardOptions options;
-  options.job = SmallJob(1, in.variant / 2);
-  auto created = Shard::Create(options);
+  auto created =
+      Shard::Create(ShardOptionsFromJob(SmallJob(1, in.variant / 2), 0));
   PS_FUZZ_CHECK(created.ok(), "the fuzz job is valid");
   std::shared_ptr<Shard> shard = std::move(*created);
   env.push_service.SetShard(shard);
