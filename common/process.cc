@@ -1,5 +1,9 @@
 #include "common/process.h"
 
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -66,6 +70,21 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MaybeServeMetrics(
   }
   PS_LOG_INFO("metrics at http://%s:%d/metrics", bind, (*server)->port());
   return server;
+}
+
+int FailStartup(const char* program, const absl::Status& status) {
+  std::fprintf(stderr, "%s: %s\n", program,
+               std::string(status.message()).c_str());
+  return 2;
+}
+
+absl::StatusOr<int> RankFromFlags(int rank, const std::string& env_var) {
+  if (env_var.empty()) return rank;
+  absl::StatusOr<int> index =
+      IndexFromEnv(env_var, std::getenv(env_var.c_str()));
+  if (index.ok()) return index;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--rank_from_env: ", index.status().message()));
 }
 
 }  // namespace pstrain

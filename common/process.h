@@ -32,6 +32,14 @@ absl::StatusOr<int> OrdinalFromHostname(const std::string& hostname);
 // Kubernetes Indexed Job's JOB_COMPLETION_INDEX); `value` null = unset.
 absl::StatusOr<int> IndexFromEnv(const std::string& name, const char* value);
 
+// A node's start-up failure: prints "program: message" to stderr and returns
+// 2, the exit code of bad flags, configs and ports.
+int FailStartup(const char* program, const absl::Status& status);
+
+// The rank a node claims: `env_var` (--rank_from_env) when non-empty, read
+// from the environment with errors naming --rank_from_env, else `rank`.
+absl::StatusOr<int> RankFromFlags(int rank, const std::string& env_var);
+
 // Serves `registry` at http://bind:port/metrics when port >= 0 (0 picks a
 // free port) and logs the address; null when port < 0.
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MaybeServeMetrics(

@@ -9,6 +9,7 @@
 #include "absl/flags/usage.h"
 #include "common/job_config.h"
 #include "common/logging.h"
+#include "common/process.h"
 #include "common/signals.h"
 #include "coordinator/coordinator_flags.h"
 #include "coordinator/coordinator_node.h"
@@ -20,11 +21,7 @@ int Main() {
   SetLogRole("coordinator");
   absl::StatusOr<CoordinatorNodeOptions> options =
       CoordinatorOptionsFromFlags();
-  if (!options.ok()) {
-    std::fprintf(stderr, "ps_coordinator: %s\n",
-                 std::string(options.status().message()).c_str());
-    return 2;
-  }
+  if (!options.ok()) return FailStartup("ps_coordinator", options.status());
   if (DryRunRequested()) {
     const JobConfig& c = options->config;
     // Servers the job needs: none in mode allreduce (job.servers ignored).
@@ -38,11 +35,7 @@ int Main() {
   }
   absl::StatusOr<std::unique_ptr<CoordinatorNode>> node =
       CoordinatorNode::Create(*std::move(options));
-  if (!node.ok()) {
-    std::fprintf(stderr, "ps_coordinator: %s\n",
-                 std::string(node.status().message()).c_str());
-    return 2;
-  }
+  if (!node.ok()) return FailStartup("ps_coordinator", node.status());
   InstallStopSignalHandlers();
   absl::Status job = (*node)->Run(StopRequested);
   return job.ok() ? 0 : 1;

@@ -54,11 +54,7 @@ absl::StatusOr<std::unique_ptr<ServerNode>> NodeFromFlags(MetricsRegistry* m) {
 int Main() {
   MetricsRegistry metrics;
   absl::StatusOr<std::unique_ptr<ServerNode>> server = NodeFromFlags(&metrics);
-  if (!server.ok()) {
-    std::fprintf(stderr, "ps_server: %s\n",
-                 std::string(server.status().message()).c_str());
-    return 2;
-  }
+  if (!server.ok()) return FailStartup("ps_server", server.status());
   SetLogRole("server");
   InstallStopSignalHandlers();
   auto http = MaybeServeMetrics(&metrics, absl::GetFlag(FLAGS_bind),

@@ -3,13 +3,11 @@
 // (the coordinator is told why), 2 on bad flags or a job that cannot run.
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/node_flags.h"
 #include "common/process.h"
@@ -19,46 +17,31 @@
 #include "worker/worker_node.h"
 
 // Shared flags (--config, --coordinator, --metrics_port, --tls_*,
-// --rpc_timeout_s, --startup_timeout_s): common/node_flags.h.
+// --token_file, --rpc_timeout_s, --startup_timeout_s): common/node_flags.h.
 ABSL_FLAG(int, rank, -1, "rank to claim; -1 lets the coordinator assign one");
 ABSL_FLAG(
     std::string, rank_from_env, "",
     "take the rank from this environment variable (JOB_COMPLETION_INDEX)");
-ABSL_FLAG(std::string, device, "",
-          "auto (CUDA when a GPU is visible), cpu or cuda; empty: the job's");
-ABSL_FLAG(int, cuda_device, -1,
-          "CUDA device among the visible ones; -1: local rank modulo count");
-ABSL_FLAG(int, local_rank, -1,
-          "index among the workers on this host (CUDA device); -1: the rank");
+ABSL_FLAG(std::string, device, "", "auto, cpu or cuda; empty: the job's");
+ABSL_FLAG(int, cuda_device, -1, "CUDA device; -1: local rank mod count");
+ABSL_FLAG(int, local_rank, -1, "index among this host's workers; -1: rank");
 ABSL_FLAG(std::string, metrics_bind, "127.0.0.1", "metrics endpoint address");
 ABSL_FLAG(double, report_interval_s, 0.5, "seconds between metric reports");
 ABSL_FLAG(std::string, peer_bind, "127.0.0.1", "allreduce: ring peer address");
 ABSL_FLAG(int, peer_port, 0, "allreduce: ring peer port; 0 picks a free one");
 ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
           "allreduce: host name the left neighbour dials (the pod's DNS name)");
-ABSL_FLAG(std::string, check_config, "",
-          "check job file FILE (config, data file, model/data fit) and exit");
+ABSL_FLAG(std::string, check_config, "", "check job FILE (data, fit); exit");
 
 namespace pstrain {
 namespace {
 
-// --rank_from_env VAR: the rank from environment variable VAR.
-absl::StatusOr<int> RankFromEnvFlag(const std::string& var) {
-  absl::StatusOr<int> rank = IndexFromEnv(var, std::getenv(var.c_str()));
-  if (rank.ok()) return rank;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--rank_from_env: ", rank.status().message()));
-}
-
-// Flags -> options -> node; errors name the flag.
 absl::StatusOr<std::unique_ptr<WorkerNode>> NodeFromFlags(MetricsRegistry* m) {
   WorkerNodeOptions o;
   PS_ASSIGN_OR_RETURN(o.node, NodeOptionsFromFlags(NodeRole::kWorker));
-  o.requested_rank = absl::GetFlag(FLAGS_rank);
-  if (const std::string env = absl::GetFlag(FLAGS_rank_from_env);
-      !env.empty()) {
-    PS_ASSIGN_OR_RETURN(o.requested_rank, RankFromEnvFlag(env));
-  }
+  PS_ASSIGN_OR_RETURN(o.requested_rank,
+                      RankFromFlags(absl::GetFlag(FLAGS_rank),
+                                    absl::GetFlag(FLAGS_rank_from_env)));
   o.device = absl::GetFlag(FLAGS_device);
   o.cuda_device = absl::GetFlag(FLAGS_cuda_device);
   o.local_rank = absl::GetFlag(FLAGS_local_rank);
@@ -73,17 +56,11 @@ absl::StatusOr<std::unique_ptr<WorkerNode>> NodeFromFlags(MetricsRegistry* m) {
 }
 
 int Main() {
-  if (const std::string path = absl::GetFlag(FLAGS_check_config);
-      !path.empty()) {
-    return CheckJobFileMain(path);
-  }
+  const std::string check = absl::GetFlag(FLAGS_check_config);
+  if (!check.empty()) return CheckJobFileMain(check);
   MetricsRegistry metrics;
   absl::StatusOr<std::unique_ptr<WorkerNode>> worker = NodeFromFlags(&metrics);
-  if (!worker.ok()) {
-    std::fprintf(stderr, "ps_worker: %s\n",
-                 std::string(worker.status().message()).c_str());
-    return 2;
-  }
+  if (!worker.ok()) return FailStartup("ps_worker", worker.status());
   SetLogRole("worker");
   InstallStopSignalHandlers();
   auto http = MaybeServeMetrics(&metrics, absl::GetFlag(FLAGS_metrics_bind),
