@@ -206,10 +206,12 @@ TEST(SspBlockingTest, WorkerMoreThanSAheadBlocksUntilSlowestCatchesUp) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
 
   // A pull's gRPC deadline is barrier_timeout + rpc_timeout, so both are
-  // short for the client whose pull must time out.
+  // short for the client whose pull must time out. The shard answers a tenth
+  // of that before the deadline (common/grpc_util.h ServerDeadline): 2 s
+  // leave 200 ms for the answer, enough under ThreadSanitizer too.
   PsClientOptions short_options;
-  short_options.barrier_timeout = absl::Milliseconds(200);
-  short_options.rpc_timeout = absl::Milliseconds(200);
+  short_options.barrier_timeout = absl::Seconds(1);
+  short_options.rpc_timeout = absl::Seconds(1);
   PsClientOptions long_options;
   long_options.barrier_timeout = absl::Seconds(20);
   long_options.rpc_timeout = absl::Seconds(10);
