@@ -16,9 +16,10 @@ absl::StatusOr<int64_t> WorkerPeakRss(const std::string& bin_dir,
   const std::string port_file = work_dir + "/coordinator.port";
   std::remove(port_file.c_str());
   absl::StatusOr<Child> coordinator = Child::Start(
-      {bin_dir + "/coordinator/ps_coordinator", "--config=" + config, "--port=0",
-       "--port_file=" + port_file, "--out=" + work_dir, "--workers=1",
-       "--servers=1", absl::StrCat("--steps=", steps), "--quiet"},
+      {bin_dir + "/coordinator/ps_coordinator", "--config=" + config,
+       "--port=0", "--port_file=" + port_file, "--out=" + work_dir,
+       "--workers=1", "--servers=1", absl::StrCat("--steps=", steps),
+       "--quiet"},
       false, "", work_dir + "/coordinator.log");
   if (!coordinator.ok()) return coordinator.status();
   std::string port;

@@ -45,9 +45,10 @@ ABSL_FLAG(std::string, mpirun, "mpirun", "OpenMPI's mpirun");
 ABSL_FLAG(std::string, mpi_program, "",
           "the MPI_Allreduce program (tools/bench/mpi_allreduce.cc built "
           "with mpicxx); empty: the MPI reference is skipped, saying why");
-ABSL_FLAG(std::string, bin_dir, "",
-          "built binaries (coordinator/ps_coordinator ...) for the worker memory "
-          "run; empty: skipped, saying why");
+ABSL_FLAG(
+    std::string, bin_dir, "",
+    "built binaries (coordinator/ps_coordinator ...) for the worker memory "
+    "run; empty: skipped, saying why");
 ABSL_FLAG(std::string, job_config, "configs/default.yaml",
           "the small job whose worker memory is measured");
 ABSL_FLAG(std::string, work_dir, "/tmp",
