@@ -91,6 +91,8 @@ const std::vector<Column>& Columns() {
        [](const RunMetrics& m, const Target&) { return m.barrier_wait_share; }},
       {"comm_s_per_step", "comm ms / step", Fmt::kMillis,
        [](const RunMetrics& m, const Target&) { return m.comm_s_per_step; }},
+      {"wire_share", "share of wire", Fmt::kShare,
+       [](const RunMetrics& m, const Target&) { return m.wire_share; }},
       {"wall_s", "wall (s)", Fmt::kSeconds,
        [](const RunMetrics& m, const Target&) -> std::optional<double> {
          return m.summary.wall_s;
@@ -256,7 +258,15 @@ std::string ReportMarkdown(const CompareInputs& in, const PlotOutcome& plots) {
                         repeats, repeats == 1 ? "" : "s");
   md += job;
   md += absl::StrCat("- Target: ", TargetLine(in.target), ".\n");
-  md += absl::StrCat("- Emulation: ", EmulationLine(in), ".\n\n");
+  md += absl::StrCat("- Emulation: ", EmulationLine(in), ".\n");
+  md += absl::StrCat(
+      "- Wire: ",
+      in.wire_bytes_per_s > 0
+          ? absl::StrFormat("%.2f GB/s, %s", in.wire_bytes_per_s / 1e9, in.wire)
+          : absl::StrCat(
+                "not measured",
+                in.wire.empty() ? "" : absl::StrCat(" (", in.wire, ")")),
+      ".\n\n");
   md += ReportTable(in);
   if (repeats > 1) {
     md +=
@@ -285,6 +295,11 @@ std::string ReportMarkdown(const CompareInputs& in, const PlotOutcome& plots) {
   waits on every shard at once, hence the division by servers.
 - **comm ms / step**: mean over training steps of `pull_s + push_s` (each a
   mean over workers) from `metrics.csv`; includes time blocked on barriers.
+- **share of wire**: (sent + received per worker per step) / (comm ms per
+  step), the bytes per second a worker moved while communicating, over the
+  wire's rate (the "Wire" line above; "—" when not measured). Near 100%:
+  the design ran at the link's limit; barrier waits count as communication
+  time, so waiting designs score lower.
 )";
   bool any_failed = false;
   for (const ModeRuns& m : in.modes) {
@@ -332,6 +347,11 @@ nlohmann::json CompareJson(const CompareInputs& in, const PlotOutcome& plots) {
   }
   const RunMetrics* rep = Representative(in);
   nlohmann::json emulation = {{"shaping", in.shaping}};
+  if (in.wire_bytes_per_s > 0) {
+    j["wire"] = {{"bytes_per_s", in.wire_bytes_per_s}, {"source", in.wire}};
+  } else {
+    j["wire"] = {{"bytes_per_s", nullptr}, {"source", in.wire}};
+  }
   if (rep != nullptr && rep->config_loaded) {
     emulation["compute_ms"] = rep->compute_ms;
     emulation["straggler_rank"] = rep->straggler_rank;

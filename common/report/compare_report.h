@@ -25,6 +25,10 @@ struct CompareInputs {
   std::string base_config;  // the job file every run derives from
   Target target;
   std::string shaping;  // one line on link shaping, e.g. "none (loopback)"
+  // The wire every run is compared with (bytes per second; 0: unknown) and
+  // how it was measured, e.g. "iperf3 -l 1M on loopback before the runs".
+  double wire_bytes_per_s = 0;
+  std::string wire;
   std::vector<ModeRuns> modes;
 };
 

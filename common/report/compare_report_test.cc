@@ -251,6 +251,31 @@ TEST_F(CompareReportTest, EmulationIsReported) {
   EXPECT_THAT(md, HasSubstr("links: shaped to 1 Gbit/s"));
 }
 
+TEST_F(CompareReportTest, ShareOfTheWire) {
+  FakeRun r;
+  CompareInputs in = Inputs({{"sync", r}});
+  RunMetrics& run = in.modes[0].runs[0];
+  ASSERT_FALSE(run.failed) << run.message;
+  // Unmeasured wire: the column is empty and the report says so.
+  std::string md = ReportMarkdown(in, PlotOutcome());
+  EXPECT_THAT(md, HasSubstr("- Wire: not measured"));
+  EXPECT_TRUE(CompareJson(in, PlotOutcome())["wire"]["bytes_per_s"].is_null());
+  // Measured: share = (sent + received per worker per step) / comm / wire.
+  in.wire_bytes_per_s = 1e9;
+  in.wire = "iperf3 -l 1M on loopback before the runs";
+  ASSERT_TRUE(run.comm_s_per_step);
+  run.wire_share = WireShare(
+      run.bytes_sent_per_worker_step + run.bytes_received_per_worker_step,
+      run.comm_s_per_step, in.wire_bytes_per_s);
+  ASSERT_TRUE(run.wire_share);
+  md = ReportMarkdown(in, PlotOutcome());
+  EXPECT_THAT(md, HasSubstr("- Wire: 1.00 GB/s, iperf3 -l 1M on loopback"));
+  EXPECT_THAT(md, HasSubstr("share of wire"));
+  const nlohmann::json j = CompareJson(in, PlotOutcome());
+  EXPECT_DOUBLE_EQ(j["wire"]["bytes_per_s"].get<double>(), 1e9);
+  EXPECT_THAT(j.dump(), HasSubstr("wire_share"));
+}
+
 TEST_F(CompareReportTest, PlotsWithoutGnuplotSayWhy) {
   FakeRun a, s;
   a.mode = "async";

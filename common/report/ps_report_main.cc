@@ -12,7 +12,7 @@
 //       is written when a mode or override is bad (exit 2, naming it).
 //   ps_report compare --out DIR --run LABEL=RUN_DIR [--run ...]
 //       [--target-accuracy A | --target-loss L] [--base-config NAME]
-//       [--shaping TEXT] [--gnuplot PATH]
+//       [--shaping TEXT] [--gnuplot PATH] [--wire-gb-per-s RATE --wire TEXT]
 //       reads every run directory (repeats of a mode share its LABEL) and
 //       writes DIR/report.md, DIR/compare.json and DIR/plots/; prints the
 //       table. Exit status 0, or 1 when some run failed (the report is
@@ -57,6 +57,7 @@ constexpr char kUsage[] =
     "                 [--target-accuracy A | --target-loss L] [--base-config "
     "NAME]\n"
     "                 [--shaping TEXT] [--gnuplot PATH]\n"
+    "                 [--wire-gb-per-s RATE --wire TEXT]\n"
     "       ps_report summary-get RUN_DIR|summary.json KEY\n"
     "       ps_report metrics-get RUN_DIR|metrics.csv COLUMN\n"
     "       ps_report failure RUN_DIR|summary.json\n";
@@ -239,6 +240,16 @@ int CompareMain(int argc, char** argv) {
           in.base_config = v;
         } else if (n == "--shaping") {
           in.shaping = v;
+        } else if (n == "--wire-gb-per-s") {
+          if (!absl::SimpleAtod(v, &x) || !(x > 0)) {
+            bad_value = absl::StrCat(
+                "--wire-gb-per-s: expected a rate in GB/s (> 0), got '", v,
+                "'");
+          } else {
+            in.wire_bytes_per_s = x * 1e9;
+          }
+        } else if (n == "--wire") {
+          in.wire = v;
         } else if (n == "--gnuplot") {
           gnuplot = v;
         } else {
@@ -264,6 +275,10 @@ int CompareMain(int argc, char** argv) {
       mode = &in.modes.back();
     }
     mode->runs.push_back(LoadRunMetrics(label, dir, in.target));
+    RunMetrics& run = mode->runs.back();
+    run.wire_share = WireShare(
+        run.bytes_sent_per_worker_step + run.bytes_received_per_worker_step,
+        run.comm_s_per_step, in.wire_bytes_per_s);
     failed += mode->runs.back().failed;
   }
   const PlotOutcome plots = WritePlots(in, gnuplot);

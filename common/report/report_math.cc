@@ -76,4 +76,14 @@ std::optional<double> MeanCommPerStep(const std::vector<MetricsRow>& rows) {
   return sum / n;
 }
 
+std::optional<double> WireShare(double bytes_per_worker_step,
+                                std::optional<double> comm_s_per_step,
+                                double wire_bytes_per_s) {
+  if (!comm_s_per_step || !(*comm_s_per_step > 0) || !(wire_bytes_per_s > 0) ||
+      !(bytes_per_worker_step > 0)) {
+    return std::nullopt;
+  }
+  return bytes_per_worker_step / *comm_s_per_step / wire_bytes_per_s;
+}
+
 }  // namespace pstrain

@@ -63,6 +63,13 @@ std::optional<double> BarrierWaitShare(double barrier_wait_s, int servers,
 // worker mean: communication time per step. nullopt without training rows.
 std::optional<double> MeanCommPerStep(const std::vector<MetricsRow>& rows);
 
+// The share of the wire a run used: its effective rate, (bytes sent +
+// received) per worker per step / communication seconds per step, over the
+// wire's rate (bytes per second). nullopt when either rate is not positive.
+std::optional<double> WireShare(double bytes_per_worker_step,
+                                std::optional<double> comm_s_per_step,
+                                double wire_bytes_per_s);
+
 }  // namespace pstrain
 
 #endif  // PSTRAIN_COMMON_REPORT_REPORT_MATH_H_

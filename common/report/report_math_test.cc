@@ -144,6 +144,16 @@ TEST(MeanCommPerStepTest, TrainingRowsOnly) {
   EXPECT_FALSE(MeanCommPerStep({Row(2, 0.3, std::nullopt)}));
 }
 
+TEST(WireShareTest, EffectiveRateOverTheWire) {
+  // 2 MB per worker per step in 4 ms = 0.5 GB/s over a 2 GB/s wire.
+  auto share = WireShare(2e6, 0.004, 2e9);
+  ASSERT_TRUE(share);
+  EXPECT_DOUBLE_EQ(*share, 0.25);
+  EXPECT_FALSE(WireShare(2e6, std::nullopt, 2e9));  // no training rows
+  EXPECT_FALSE(WireShare(2e6, 0.004, 0));           // wire not measured
+  EXPECT_FALSE(WireShare(0, 0.004, 2e9));           // nothing moved
+}
+
 TEST(ParseMetricsCsvTest, ReadsColumnsByName) {
   const std::string csv =
       "step,wall_s,loss,samples,samples_per_s,compute_s,pull_s,push_s,"

@@ -27,6 +27,9 @@ struct RunMetrics {
   std::optional<int64_t> staleness_p50, staleness_p99, staleness_max;
   std::optional<double> barrier_wait_share;
   std::optional<double> comm_s_per_step;
+  // Effective communication rate / the wire's rate (WireShare); set by the
+  // caller when the wire was measured.
+  std::optional<double> wire_share;
 
   // From the job file the run was given (DIR/derived.yaml, else job.yaml);
   // config_loaded false when neither could be read.
