@@ -29,6 +29,13 @@ grpc::ChannelArguments DefaultChannelArgs() {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
   args.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
+  // After a failed connection attempt gRPC waits 1 s (growing to 120 s)
+  // before the next: a retried call within that window fails at once. Peers
+  // here are on a job's own network and come and go in seconds, so try again
+  // after 100 ms, growing to at most 2 s.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   return args;
 }
 

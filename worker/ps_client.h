@@ -37,7 +37,7 @@ struct PsClientOptions {
   // CANCELLED: the server applies a push only after a clean half-close, and
   // answers a retry of a push it applied (lost reply) with the original
   // result instead of applying it twice.
-  int max_attempts = 3;
+  int max_attempts = 5;  // backoff 50, 100, 200, 400 ms between them
 };
 
 // What a pull read from one shard; stamps the next push to that shard.
