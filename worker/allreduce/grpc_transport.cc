@@ -224,7 +224,9 @@ GrpcTransport::GrpcTransport(int rank, int size,
       size_(size),
       channel_(std::move(right)),
       stub_(pstrain::v1::RingPeer::NewStub(channel_)),
-      inbox_(inbox) {}
+      inbox_(inbox) {
+  inbox_->mailbox()->ExpectSender((rank + size - 1) % size);
+}
 
 GrpcTransport::~GrpcTransport() = default;
 

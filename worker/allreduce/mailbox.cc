@@ -23,6 +23,22 @@ absl::Status Mailbox::Put(const SegmentKey& key, uint32_t from_rank,
                      " bytes, not a whole number of floats"));
   }
   absl::MutexLock lock(&mu_);
+  if (sender_.has_value() && from_rank != *sender_) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "segment ", key.ToString(), " claims rank ", from_rank,
+        "; only the left neighbour, rank ", *sender_, ", sends here"));
+  }
+  if (!step_.has_value()) step_ = key.step;
+  if (key.step < *step_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("segment ", key.ToString(), " is for a step before ",
+                     *step_, ", which this rank has moved past"));
+  }
+  if (key.step - *step_ > 1) {
+    return absl::OutOfRangeError(
+        absl::StrCat("segment ", key.ToString(),
+                     " is more than one step ahead of step ", *step_));
+  }
   if (segments_.contains(key)) {
     return absl::AlreadyExistsError(
         absl::StrCat("segment ", key.ToString(), " arrived twice"));
@@ -38,6 +54,11 @@ absl::Status Mailbox::Put(const SegmentKey& key, uint32_t from_rank,
   return absl::OkStatus();
 }
 
+void Mailbox::ExpectSender(uint32_t rank) {
+  absl::MutexLock lock(&mu_);
+  sender_ = rank;
+}
+
 void Mailbox::Fail(uint32_t from_rank, absl::Status error) {
   if (error.ok()) error = absl::UnknownError("the stream broke");
   absl::MutexLock lock(&mu_);
@@ -49,6 +70,17 @@ absl::Status Mailbox::Take(const SegmentKey& key, uint32_t from_rank,
   Segment segment;
   {
     absl::MutexLock lock(&mu_);
+    if (!step_.has_value() || *step_ != key.step) {
+      step_ = key.step;
+      for (auto it = segments_.begin(); it != segments_.end();) {
+        if (it->first.step < key.step) {
+          bytes_ -= it->second.bytes.size();
+          segments_.erase(it++);
+        } else {
+          ++it;
+        }
+      }
+    }
     auto arrived = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return segments_.contains(key) || failed_.contains(from_rank);
     };

@@ -270,6 +270,35 @@ TEST(MailboxTest, BoundsTheBytesWaiting) {
   EXPECT_TRUE(mailbox.Put(b, 0, std::string(16, '\0')).ok());
 }
 
+// Only the left neighbour may send, and only for the step being taken or
+// the next; a Take moves the window and drops segments left behind.
+TEST(MailboxTest, BoundsStepsAndSenders) {
+  Mailbox mailbox;
+  mailbox.ExpectSender(2);
+  const auto key = [](uint64_t step, uint64_t offset) {
+    return SegmentKey{step, pstrain::v1::REDUCE_SCATTER, 0, offset};
+  };
+  absl::Status st = mailbox.Put(key(5, 0), 1, std::string(4, '\0'));
+  EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied) << st;
+  ASSERT_TRUE(mailbox.Put(key(5, 0), 2, std::string(4, '\0')).ok());
+  ASSERT_TRUE(mailbox.Put(key(5, 1), 2, std::string(4, '\0')).ok());
+  ASSERT_TRUE(mailbox.Put(key(6, 0), 2, std::string(4, '\0')).ok());
+  st = mailbox.Put(key(7, 0), 2, std::string(4, '\0'));
+  EXPECT_EQ(st.code(), absl::StatusCode::kOutOfRange) << st;
+  st = mailbox.Put(key(4, 0), 2, std::string(4, '\0'));
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  std::vector<float> out(1);
+  ASSERT_TRUE(mailbox
+                  .Take(key(6, 0), 2, absl::MakeSpan(out),
+                        absl::Now() + absl::Seconds(1))
+                  .ok());
+  EXPECT_EQ(mailbox.size(), 0u);  // step 5's leftover was dropped
+  EXPECT_EQ(mailbox.bytes(), 0u);
+  EXPECT_TRUE(mailbox.Put(key(7, 0), 2, std::string(4, '\0')).ok());
+  st = mailbox.Put(key(5, 2), 2, std::string(4, '\0'));
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+}
+
 // A left neighbour's stream that is cancelled rather than closed: the rank
 // waiting for its next segment gets DATA_LOSS at once, not a deadline, and
 // the segment that did arrive is still taken.
