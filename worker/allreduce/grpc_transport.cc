@@ -1,6 +1,9 @@
 #include "worker/allreduce/grpc_transport.h"
 
+#include <grpc/grpc.h>
+
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -17,21 +20,41 @@ using pstrain::v1::RingSegment;
 namespace {
 
 // One incoming SendSegments stream: every segment goes to the mailbox until
-// the left neighbour half-closes (OK) or sends something bad (its error).
+// the left neighbour half-closes (OK) or sends something bad (its error). A
+// stream that ends any other way (cancelled, past its deadline, an
+// undecodable frame) is not a clean end: the mailbox learns that the sender's
+// stream broke, so the rank's next Take from it fails at once.
 class SegmentReader : public grpc::ServerReadReactor<RingSegment> {
  public:
   SegmentReader(Mailbox* mailbox, std::atomic<uint64_t>* segments,
+                grpc::CallbackServerContext* context,
                 pstrain::v1::SendSegmentsResponse* response)
-      : mailbox_(mailbox), segments_(segments), response_(response) {
+      : mailbox_(mailbox),
+        segments_(segments),
+        context_(context),
+        response_(response) {
     StartRead(&segment_);
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) {  // half-closed by the client, or cancelled
+    if (!ok) {
+      if (grpc_call_failed_before_recv_message(context_->c_call()) ||
+          context_->IsCancelled()) {
+        if (sender_.has_value()) {
+          mailbox_->Fail(*sender_,
+                         absl::DataLossError(absl::StrCat(
+                             "the stream ended without a clean close after ",
+                             count_, " segments")));
+        }
+        Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                            "segment stream ended without a clean close"));
+        return;
+      }
       response_->set_segments(count_);
       Finish(grpc::Status::OK);
       return;
     }
+    sender_ = segment_.from_rank();
     SegmentKey key{segment_.step(), segment_.phase(), segment_.chunk(),
                    segment_.offset()};
     absl::Status st = mailbox_->Put(key, segment_.from_rank(),
@@ -50,7 +73,9 @@ class SegmentReader : public grpc::ServerReadReactor<RingSegment> {
  private:
   Mailbox* const mailbox_;
   std::atomic<uint64_t>* const segments_;
+  grpc::CallbackServerContext* const context_;
   pstrain::v1::SendSegmentsResponse* const response_;
+  std::optional<uint32_t> sender_;  // from_rank of the last segment read
   RingSegment segment_;
   uint64_t count_ = 0;
 };
@@ -60,7 +85,7 @@ class SegmentReader : public grpc::ServerReadReactor<RingSegment> {
 grpc::ServerReadReactor<RingSegment>* RingPeerService::SendSegments(
     grpc::CallbackServerContext* context,
     pstrain::v1::SendSegmentsResponse* response) {
-  return new SegmentReader(&mailbox_, &segments_, response);
+  return new SegmentReader(&mailbox_, &segments_, context, response);
 }
 
 // The outgoing stream. One write at a time, started by the rank's thread
@@ -199,7 +224,9 @@ GrpcTransport::GrpcTransport(int rank, int size,
       size_(size),
       channel_(std::move(right)),
       stub_(pstrain::v1::RingPeer::NewStub(channel_)),
-      inbox_(inbox) {}
+      inbox_(inbox) {
+  inbox_->mailbox()->ExpectSender((rank + size - 1) % size);
+}
 
 GrpcTransport::~GrpcTransport() = default;
 

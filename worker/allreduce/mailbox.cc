@@ -23,13 +23,46 @@ absl::Status Mailbox::Put(const SegmentKey& key, uint32_t from_rank,
                      " bytes, not a whole number of floats"));
   }
   absl::MutexLock lock(&mu_);
-  auto [it, inserted] =
-      segments_.try_emplace(key, Segment{from_rank, std::move(bytes)});
-  if (!inserted) {
+  if (sender_.has_value() && from_rank != *sender_) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "segment ", key.ToString(), " claims rank ", from_rank,
+        "; only the left neighbour, rank ", *sender_, ", sends here"));
+  }
+  if (!step_.has_value()) step_ = key.step;
+  if (key.step < *step_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("segment ", key.ToString(), " is for a step before ",
+                     *step_, ", which this rank has moved past"));
+  }
+  if (key.step - *step_ > 1) {
+    return absl::OutOfRangeError(
+        absl::StrCat("segment ", key.ToString(),
+                     " is more than one step ahead of step ", *step_));
+  }
+  if (segments_.contains(key)) {
     return absl::AlreadyExistsError(
         absl::StrCat("segment ", key.ToString(), " arrived twice"));
   }
+  if (bytes.size() > max_bytes_ - bytes_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("segment ", key.ToString(), " (", bytes.size(),
+                     " bytes) would take the ring mailbox over its ",
+                     max_bytes_, " bytes (", bytes_, " waiting); not stored"));
+  }
+  bytes_ += bytes.size();
+  segments_.try_emplace(key, Segment{from_rank, std::move(bytes)});
   return absl::OkStatus();
+}
+
+void Mailbox::ExpectSender(uint32_t rank) {
+  absl::MutexLock lock(&mu_);
+  sender_ = rank;
+}
+
+void Mailbox::Fail(uint32_t from_rank, absl::Status error) {
+  if (error.ok()) error = absl::UnknownError("the stream broke");
+  absl::MutexLock lock(&mu_);
+  failed_.insert_or_assign(from_rank, std::move(error));
 }
 
 absl::Status Mailbox::Take(const SegmentKey& key, uint32_t from_rank,
@@ -37,14 +70,34 @@ absl::Status Mailbox::Take(const SegmentKey& key, uint32_t from_rank,
   Segment segment;
   {
     absl::MutexLock lock(&mu_);
+    if (!step_.has_value() || *step_ != key.step) {
+      step_ = key.step;
+      for (auto it = segments_.begin(); it != segments_.end();) {
+        if (it->first.step < key.step) {
+          bytes_ -= it->second.bytes.size();
+          segments_.erase(it++);
+        } else {
+          ++it;
+        }
+      }
+    }
     auto arrived = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return segments_.contains(key);
+      return segments_.contains(key) || failed_.contains(from_rank);
     };
     if (!mu_.AwaitWithDeadline(absl::Condition(&arrived), deadline)) {
       return absl::DeadlineExceededError(absl::StrCat(
           "segment ", key.ToString(), " did not arrive from rank ", from_rank));
     }
     auto it = segments_.find(key);
+    if (it == segments_.end()) {
+      const absl::Status& error = failed_.at(from_rank);
+      return absl::Status(error.code(),
+                          absl::StrCat("segment ", key.ToString(),
+                                       " will not arrive: the "
+                                       "stream from rank ",
+                                       from_rank, " broke: ", error.message()));
+    }
+    bytes_ -= it->second.bytes.size();
     segment = std::move(it->second);
     segments_.erase(it);
   }
@@ -62,6 +115,11 @@ absl::Status Mailbox::Take(const SegmentKey& key, uint32_t from_rank,
 size_t Mailbox::size() const {
   absl::MutexLock lock(&mu_);
   return segments_.size();
+}
+
+size_t Mailbox::bytes() const {
+  absl::MutexLock lock(&mu_);
+  return bytes_;
 }
 
 }  // namespace pstrain

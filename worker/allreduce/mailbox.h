@@ -6,6 +6,7 @@
 #define PSTRAIN_WORKER_ALLREDUCE_MAILBOX_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -21,28 +22,56 @@ namespace pstrain {
 // Thread-safe.
 class Mailbox {
  public:
+  // Bytes of segment payload that may wait at once (all senders together).
+  static constexpr size_t kDefaultMaxBytes = size_t{256} << 20;
+
+  explicit Mailbox(size_t max_bytes = kDefaultMaxBytes)
+      : max_bytes_(max_bytes) {}
+
+  // From now on only segments from `rank` (the left neighbour) are stored.
+  void ExpectSender(uint32_t rank);
+
   // Stores segment `key` (little-endian fp32 bytes) from `from_rank`.
+  // PERMISSION_DENIED if ExpectSender named another rank; OUT_OF_RANGE if
+  // its step is beyond the window (the step of the rank's latest Take, or
+  // before any Take the first segment's step, plus one); FAILED_PRECONDITION
+  // if its step is before that window (it would never be taken);
   // ALREADY_EXISTS if a segment with that key is already waiting;
-  // INVALID_ARGUMENT if the payload is not whole floats.
+  // INVALID_ARGUMENT if the payload is not whole floats; RESOURCE_EXHAUSTED
+  // if it would take the waiting bytes over max_bytes (nothing stored).
   absl::Status Put(const SegmentKey& key, uint32_t from_rank,
                    std::string bytes);
 
+  // The stream from `from_rank` broke (`error`, not OK): from now on a Take
+  // from that rank whose segment is not already here fails with `error` at
+  // once instead of waiting for its deadline.
+  void Fail(uint32_t from_rank, absl::Status error);
+
   // Waits until segment `key` is here, removes it and copies it into `out`.
-  // DEADLINE_EXCEEDED at `deadline`; DATA_LOSS if its size differs from
-  // out.size() or it came from another rank than `from_rank`.
+  // Moves the step window to key.step and drops waiting segments of earlier
+  // steps.
+  // DEADLINE_EXCEEDED at `deadline`; the error given to Fail(from_rank) if
+  // the stream broke before the segment came; DATA_LOSS if its size differs
+  // from out.size() or it came from another rank than `from_rank`.
   absl::Status Take(const SegmentKey& key, uint32_t from_rank,
                     absl::Span<float> out, absl::Time deadline);
 
-  // Segments waiting.
+  // Segments waiting, and their payload bytes.
   size_t size() const;
+  size_t bytes() const;
 
  private:
   struct Segment {
     uint32_t from_rank;
     std::string bytes;
   };
+  const size_t max_bytes_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<SegmentKey, Segment> segments_ ABSL_GUARDED_BY(mu_);
+  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<uint32_t> sender_ ABSL_GUARDED_BY(mu_);
+  std::optional<uint64_t> step_ ABSL_GUARDED_BY(mu_);  // window start
+  absl::flat_hash_map<uint32_t, absl::Status> failed_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pstrain

@@ -251,6 +251,100 @@ TEST(RingAllReduceGrpcTest, LargeVectorInMegabyteSegments) {
   }
 }
 
+// The mailbox refuses a segment that would take it over its byte bound, and
+// frees the bound as segments are taken.
+TEST(MailboxTest, BoundsTheBytesWaiting) {
+  Mailbox mailbox(/*max_bytes=*/16);
+  SegmentKey a{1, pstrain::v1::REDUCE_SCATTER, 0, 0};
+  SegmentKey b{1, pstrain::v1::REDUCE_SCATTER, 0, 4};
+  ASSERT_TRUE(mailbox.Put(a, 0, std::string(12, '\0')).ok());
+  absl::Status st = mailbox.Put(b, 0, std::string(8, '\0'));
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_EQ(mailbox.size(), 1u);
+  EXPECT_EQ(mailbox.bytes(), 12u);
+  std::vector<float> out(3);
+  ASSERT_TRUE(
+      mailbox.Take(a, 0, absl::MakeSpan(out), absl::Now() + absl::Seconds(1))
+          .ok());
+  EXPECT_EQ(mailbox.bytes(), 0u);
+  EXPECT_TRUE(mailbox.Put(b, 0, std::string(16, '\0')).ok());
+}
+
+// Only the left neighbour may send, and only for the step being taken or
+// the next; a Take moves the window and drops segments left behind.
+TEST(MailboxTest, BoundsStepsAndSenders) {
+  Mailbox mailbox;
+  mailbox.ExpectSender(2);
+  const auto key = [](uint64_t step, uint64_t offset) {
+    return SegmentKey{step, pstrain::v1::REDUCE_SCATTER, 0, offset};
+  };
+  absl::Status st = mailbox.Put(key(5, 0), 1, std::string(4, '\0'));
+  EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied) << st;
+  ASSERT_TRUE(mailbox.Put(key(5, 0), 2, std::string(4, '\0')).ok());
+  ASSERT_TRUE(mailbox.Put(key(5, 1), 2, std::string(4, '\0')).ok());
+  ASSERT_TRUE(mailbox.Put(key(6, 0), 2, std::string(4, '\0')).ok());
+  st = mailbox.Put(key(7, 0), 2, std::string(4, '\0'));
+  EXPECT_EQ(st.code(), absl::StatusCode::kOutOfRange) << st;
+  st = mailbox.Put(key(4, 0), 2, std::string(4, '\0'));
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  std::vector<float> out(1);
+  ASSERT_TRUE(mailbox
+                  .Take(key(6, 0), 2, absl::MakeSpan(out),
+                        absl::Now() + absl::Seconds(1))
+                  .ok());
+  EXPECT_EQ(mailbox.size(), 0u);  // step 5's leftover was dropped
+  EXPECT_EQ(mailbox.bytes(), 0u);
+  EXPECT_TRUE(mailbox.Put(key(7, 0), 2, std::string(4, '\0')).ok());
+  st = mailbox.Put(key(5, 2), 2, std::string(4, '\0'));
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+}
+
+// A left neighbour's stream that is cancelled rather than closed: the rank
+// waiting for its next segment gets DATA_LOSS at once, not a deadline, and
+// the segment that did arrive is still taken.
+TEST(RingAllReduceGrpcTest, CancelledStreamIsAnErrorNotAnEnd) {
+  RingPeerService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_TRUE(server != nullptr && port != 0);
+  auto stub = pstrain::v1::RingPeer::NewStub(
+      MakeChannel(absl::StrCat("127.0.0.1:", port)));
+  {
+    grpc::ClientContext context;
+    pstrain::v1::SendSegmentsResponse response;
+    auto writer = stub->SendSegments(&context, &response);
+    pstrain::v1::RingSegment segment;
+    segment.set_step(1);
+    segment.set_phase(pstrain::v1::REDUCE_SCATTER);
+    segment.set_from_rank(0);
+    segment.set_data(std::string(8, '\0'));
+    ASSERT_TRUE(writer->Write(segment));
+    const absl::Time until = absl::Now() + absl::Seconds(5);
+    while (service.segments_received() < 1 && absl::Now() < until) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    ASSERT_EQ(service.segments_received(), 1u);
+    context.TryCancel();
+    EXPECT_FALSE(writer->Finish().ok());
+  }
+  std::vector<float> out(2);
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(service.mailbox()
+                  ->Take(SegmentKey{1, pstrain::v1::REDUCE_SCATTER, 0, 0}, 0,
+                         absl::MakeSpan(out), start + absl::Seconds(10))
+                  .ok());
+  absl::Status st = service.mailbox()->Take(
+      SegmentKey{1, pstrain::v1::REDUCE_SCATTER, 0, 2}, 0, absl::MakeSpan(out),
+      start + absl::Seconds(10));
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+}
+
 class MissingRankTest : public ::testing::TestWithParam<Kind> {};
 
 // Rank 2 of 3 never shows up: the others fail with DEADLINE_EXCEEDED within
