@@ -1,0 +1,520 @@
+#include "tools/bench/bench.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/signals.h"
+#include "tools/bench/compute.h"
+#include "tools/bench/job_processes.h"
+#include "tools/bench/ps_path.h"
+#include "tools/bench/ring.h"
+#include "tools/bench/wire.h"
+
+namespace pstrain::bench {
+namespace {
+
+constexpr uint64_t kMiB = 1 << 20;
+// How this binary was built (the goals are for the build users run, -c opt).
+#ifdef NDEBUG
+constexpr char kBuild[] = "-c opt build";
+#else
+constexpr char kBuild[] = "NOT an optimised build (-c opt): a test build";
+#endif
+
+struct Plan {
+  int rounds;
+  int iperf_seconds;
+  std::vector<uint64_t> ps_bytes;  // pstrain tensor sizes (decimal MB)
+  std::vector<int> ps_servers = {1, 2};
+  std::vector<int> ps_workers = {1, 4};
+  int ps_steps;
+  uint64_t opt_elems;
+  uint64_t chunk_elems = (4 << 20) / sizeof(float);  // the shard layout
+  std::vector<uint64_t> ring_bytes;
+  std::vector<int> ring_ranks = {2, 4};
+  int ring_iters;
+  uint64_t memory_params;
+  std::vector<int> memory_workers = {1, 4, 16};
+};
+
+Plan MakePlan(bool quick, int rounds) {
+  Plan p;
+  p.rounds = rounds;
+  if (quick) {
+    p.iperf_seconds = 1;
+    p.ps_bytes = {4000000, 16000000};
+    p.ps_steps = 2;
+    p.opt_elems = 4 << 20;
+    p.ring_bytes = {1 * kMiB, 4 * kMiB};
+    p.ring_iters = 3;
+    p.memory_params = 4 << 20;
+  } else {
+    p.iperf_seconds = 2;
+    p.ps_bytes = {16000000, 64000000, 256000000};
+    p.ps_steps = 2;
+    p.opt_elems = 32 << 20;
+    p.ring_bytes = {1 * kMiB, 4 * kMiB, 16 * kMiB, 64 * kMiB};
+    p.ring_iters = 5;
+    p.memory_params = 16 << 20;
+  }
+  return p;
+}
+
+// Per-round values of every measured quantity, in insertion order.
+class Results {
+ public:
+  explicit Results(int rounds) : rounds_(rounds) {}
+  void Set(const std::string& name, const std::string& unit, int round,
+           double value) {
+    auto it = index_.find(name);
+    if (it == index_.end()) {
+      it = index_.emplace(name, series_.size()).first;
+      series_.push_back({name, unit, std::vector<double>(rounds_, kMissing)});
+    }
+    series_[it->second].values[round] = value;
+  }
+  // Median over the rounds that have a value; kMissing when none has.
+  double Median(const std::string& name) const {
+    auto it = index_.find(name);
+    if (it == index_.end()) return kMissing;
+    std::vector<double> v;
+    for (double x : series_[it->second].values) {
+      if (x == x) v.push_back(x);
+    }
+    if (v.empty()) return kMissing;
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  }
+  double At(const std::string& name, int round) const {
+    auto it = index_.find(name);
+    return it == index_.end() ? kMissing : series_[it->second].values[round];
+  }
+  struct Series {
+    std::string name, unit;
+    std::vector<double> values;
+  };
+  const std::vector<Series>& series() const { return series_; }
+  static constexpr double kMissing = __builtin_nan("");
+
+ private:
+  const int rounds_;
+  std::vector<Series> series_;
+  std::map<std::string, size_t> index_;
+};
+
+bool Have(double x) { return x == x; }
+
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return absl::StrCat(a, " ", b, " ", c);
+}
+
+std::string SizeName(uint64_t bytes) {
+  return bytes % kMiB == 0 ? absl::StrCat(bytes / kMiB, "MiB")
+                           : absl::StrCat(bytes / 1000000, "MB");
+}
+
+std::string PsName(const char* op, uint64_t bytes, int servers, int workers) {
+  return absl::StrCat(op, "_", SizeName(bytes), "_", servers, "s_", workers,
+                      "w");
+}
+
+// Each measurement that fails is recorded once per name with its reason.
+class Errors {
+ public:
+  void Add(const std::string& what, const absl::Status& status) {
+    failed_ = true;
+    if (seen_.insert({what, true}).second) {
+      list_.push_back(absl::StrCat(what, ": ", status.ToString()));
+      fprintf(stderr, "ps_bench: %s: %s\n", what.c_str(),
+              status.ToString().c_str());
+    }
+  }
+  void Note(const std::string& text) {
+    list_.push_back(text);
+    fprintf(stderr, "ps_bench: %s\n", text.c_str());
+  }
+  const std::vector<std::string>& list() const { return list_; }
+  bool failed() const { return failed_; }
+
+ private:
+  bool failed_ = false;
+  std::map<std::string, bool> seen_;
+  std::vector<std::string> list_;
+};
+
+void RunRound(const Plan& plan, int round, Iperf3* iperf, GrpcStream* stream,
+              const std::string& mpirun, const std::string& mpi_program,
+              Results* r, Errors* errors) {
+  // 1. The wire anchors.
+  if (iperf != nullptr) {
+    absl::StatusOr<double> bps = iperf->Measure(plan.iperf_seconds);
+    if (bps.ok()) {
+      r->Set("iperf3", "GB/s", round, *bps / 1e9);
+    } else {
+      errors->Add("iperf3", bps.status());
+    }
+  }
+  for (uint64_t bytes : plan.ps_bytes) {
+    if (stream == nullptr) break;
+    absl::StatusOr<double> up = stream->Upload(bytes);
+    absl::StatusOr<double> down = stream->Download(bytes);
+    if (up.ok())
+      r->Set("grpc_upload_" + SizeName(bytes), "GB/s", round, *up / 1e9);
+    if (down.ok()) {
+      r->Set("grpc_download_" + SizeName(bytes), "GB/s", round, *down / 1e9);
+    }
+    if (!up.ok()) errors->Add("gRPC stream upload", up.status());
+    if (!down.ok()) errors->Add("gRPC stream download", down.status());
+  }
+  // 2. pstrain push and pull.
+  for (uint64_t bytes : plan.ps_bytes) {
+    for (int servers : plan.ps_servers) {
+      for (int workers : plan.ps_workers) {
+        if (StopRequested()) return;
+        absl::StatusOr<PsPathResult> ps = MeasurePsPath(
+            bytes / sizeof(float), servers, workers, plan.ps_steps);
+        if (!ps.ok()) {
+          errors->Add(PsName("pstrain", bytes, servers, workers), ps.status());
+          continue;
+        }
+        r->Set(PsName("push", bytes, servers, workers), "GB/s", round,
+               ps->push_bytes_per_s / 1e9);
+        r->Set(PsName("pull", bytes, servers, workers), "GB/s", round,
+               ps->pull_bytes_per_s / 1e9);
+      }
+    }
+  }
+  // 3. The optimizer against the triad.
+  const double triad = TriadBytesPerSecond(plan.opt_elems, 3);
+  r->Set("triad", "GB/s", round, triad / 1e9);
+  for (auto kind :
+       {pstrain::v1::OptimizerConfig::SGD,
+        pstrain::v1::OptimizerConfig::MOMENTUM,
+        pstrain::v1::OptimizerConfig::ADAM, pstrain::v1::OptimizerConfig::ADAMW,
+        pstrain::v1::OptimizerConfig::ADAGRAD}) {
+    for (bool chunked : {true, false}) {
+      if (StopRequested()) return;
+      const std::string name = absl::StrCat("opt_", OptimizerName(kind),
+                                            chunked ? "_chunks" : "_one_chunk");
+      absl::StatusOr<double> bps = OptimizerBytesPerSecond(
+          kind, plan.opt_elems, chunked ? plan.chunk_elems : plan.opt_elems, 3);
+      if (bps.ok()) {
+        r->Set(name, "GB/s", round, *bps / 1e9);
+      } else {
+        errors->Add(name, bps.status());
+      }
+    }
+  }
+  // 4. The ring against MPI.
+  for (int ranks : plan.ring_ranks) {
+    if (StopRequested()) return;
+    absl::StatusOr<std::map<uint64_t, double>> ring =
+        RingSeconds(ranks, plan.ring_bytes, plan.ring_iters);
+    if (ring.ok()) {
+      for (const auto& [b, s] : *ring) {
+        r->Set(absl::StrCat("ring_", ranks, "r_", SizeName(b)), "ms", round,
+               s * 1e3);
+      }
+    } else {
+      errors->Add(absl::StrCat("ring ", ranks, " ranks"), ring.status());
+    }
+    if (mpi_program.empty()) continue;
+    absl::StatusOr<std::map<uint64_t, double>> mpi = MpiSeconds(
+        mpirun, mpi_program, ranks, plan.ring_bytes, plan.ring_iters);
+    if (mpi.ok()) {
+      for (const auto& [b, s] : *mpi) {
+        r->Set(absl::StrCat("mpi_", ranks, "r_", SizeName(b)), "ms", round,
+               s * 1e3);
+      }
+    } else {
+      errors->Add(absl::StrCat("mpirun ", ranks, " ranks"), mpi.status());
+    }
+  }
+}
+
+// One row of the goal table.
+struct Goal {
+  std::string figure;
+  std::string measured;  // value with unit, or why it is missing
+  double ratio = Results::kMissing;
+  std::string op;  // ">=" or "<="
+  double goal = 0;
+  std::string note;
+  bool met() const {
+    return Have(ratio) && (op == ">=" ? ratio >= goal : ratio <= goal);
+  }
+};
+
+std::string Fmt(double x, const char* fmt = "%.3g") {
+  return Have(x) ? absl::StrFormat(fmt, x) : std::string("n/a");
+}
+
+// Median over rounds of a / b taken within each round.
+double RatioMedian(const Results& r, int rounds, const std::string& a,
+                   const std::string& b, bool invert = false) {
+  Results tmp(rounds);
+  for (int k = 0; k < rounds; ++k) {
+    const double x = r.At(a, k), y = r.At(b, k);
+    if (Have(x) && Have(y) && y > 0 && x > 0) {
+      tmp.Set("ratio", "", k, invert ? y / x : x / y);
+    }
+  }
+  return tmp.Median("ratio");
+}
+
+std::vector<Goal> Goals(const Plan& plan, const Results& r,
+                        const std::map<int, ServerMemory>& memory,
+                        double worker_rss) {
+  std::vector<Goal> goals;
+  const int R = plan.rounds;
+  for (const char* op : {"push", "pull"}) {
+    const double goal = std::string(op) == "push" ? 0.65 : 0.55;
+    for (uint64_t bytes : plan.ps_bytes) {
+      for (int s : plan.ps_servers) {
+        for (int w : plan.ps_workers) {
+          const std::string name = PsName(op, bytes, s, w);
+          goals.push_back(
+              {absl::StrCat(op, " ", SizeName(bytes), ", ", s, " server(s), ",
+                            w, " worker(s) / iperf3"),
+               Fmt(r.Median(name)) + " GB/s", RatioMedian(r, R, name, "iperf3"),
+               ">=", goal});
+        }
+      }
+    }
+  }
+  for (const char* op : {"push", "pull"}) {
+    for (uint64_t bytes : plan.ps_bytes) {
+      const std::string name = PsName(op, bytes, 1, 1);
+      const std::string anchor = absl::StrCat(
+          std::string(op) == "push" ? "grpc_upload_" : "grpc_download_",
+          SizeName(bytes));
+      goals.push_back({absl::StrCat(op, " ", SizeName(bytes),
+                                    ", 1 server, 1 worker / bare gRPC stream (",
+                                    Fmt(r.Median(anchor)), " GB/s)"),
+                       Fmt(r.Median(name)) + " GB/s",
+                       RatioMedian(r, R, name, anchor), ">=", 0.9});
+    }
+  }
+  double lo = 0, hi = 0;
+  for (const auto& [n, m] : memory) {
+    goals.push_back(
+        {absl::StrCat("server peak RSS, sync, ", plan.memory_params >> 20,
+                      " Mi params, momentum, ", n,
+                      " worker(s) / (weights + slots + 8 B/param + 64 MiB = ",
+                      Fmt(m.bound_bytes / double(kMiB), "%.0f"), " MiB)"),
+         Fmt(m.peak_rss_bytes / double(kMiB), "%.0f") + " MiB",
+         double(m.peak_rss_bytes) / m.bound_bytes, "<=", 1.0});
+    lo = lo == 0 ? m.peak_rss_bytes : std::min<double>(lo, m.peak_rss_bytes);
+    hi = std::max<double>(hi, m.peak_rss_bytes);
+  }
+  if (!memory.empty()) {
+    goals.push_back({"server peak RSS, largest / smallest over N",
+                     Fmt(hi / double(kMiB), "%.0f") + " / " +
+                         Fmt(lo / double(kMiB), "%.0f") + " MiB",
+                     hi / lo, "<=", 1.10});
+  }
+  for (const auto& s : r.series()) {
+    if (s.name.rfind("opt_", 0) != 0) continue;
+    goals.push_back({absl::StrCat("optimizer ", s.name.substr(4),
+                                  ", 1 thread / STREAM triad (",
+                                  Fmt(r.Median("triad")), " GB/s)"),
+                     Fmt(r.Median(s.name)) + " GB/s",
+                     RatioMedian(r, R, s.name, "triad"), ">=", 0.8});
+  }
+  for (int ranks : plan.ring_ranks) {
+    for (uint64_t b : plan.ring_bytes) {
+      const std::string ring = absl::StrCat("ring_", ranks, "r_", SizeName(b));
+      const std::string mpi = absl::StrCat("mpi_", ranks, "r_", SizeName(b));
+      goals.push_back({absl::StrCat("ring all-reduce ", SizeName(b), ", ",
+                                    ranks, " ranks / MPI_Allreduce TCP (",
+                                    Fmt(r.Median(mpi)), " ms)"),
+                       Fmt(r.Median(ring)) + " ms",
+                       RatioMedian(r, R, ring, mpi, /*invert=*/true),
+                       ">=", 1.0});
+    }
+  }
+  goals.push_back(
+      {"worker peak RSS, small model (configs/default.yaml) / 64 MiB",
+       Fmt(worker_rss / kMiB, "%.0f") + " MiB",
+       Have(worker_rss) ? worker_rss / (64.0 * kMiB) : Results::kMissing,
+       "<=", 1.0});
+  for (const char* g :
+       {"optimizer apply scales with threads across chunks",
+        "whole job: communication per step <= 1.5 x bytes / iperf3 rate",
+        "whole job with overlap: step time <= 1.1 x max(compute, comm)"}) {
+    goals.push_back({g, "not measured by ps_bench", Results::kMissing, "", 0,
+                     "not measured"});
+  }
+  return goals;
+}
+
+}  // namespace
+
+int RunBench(const BenchOptions& o) {
+  const int rounds = o.rounds;
+  if (rounds < 1 || rounds > 50) {
+    fprintf(stderr, "ps_bench: --rounds: expected 1..50, got %d\n", rounds);
+    return 2;
+  }
+  InstallStopSignalHandlers();
+  const bool quick = o.quick;
+  const Plan plan = MakePlan(quick, rounds);
+  Results r(rounds);
+  Errors errors;
+  std::vector<std::string> loadavg;
+
+  absl::StatusOr<std::unique_ptr<Iperf3>> iperf = Iperf3::Start(o.iperf3);
+  if (!iperf.ok()) errors.Add("iperf3 server", iperf.status());
+  absl::StatusOr<std::unique_ptr<GrpcStream>> stream = GrpcStream::Start();
+  if (!stream.ok()) errors.Add("gRPC stream server", stream.status());
+  const std::string mpi_program = o.mpi_program;
+  if (mpi_program.empty()) {
+    errors.Note(
+        "MPI reference skipped: no --mpi_program (psctl bench builds "
+        "it with mpicxx)");
+  }
+  for (int k = 0; k < rounds && !StopRequested(); ++k) {
+    loadavg.push_back(LoadAverage());
+    fprintf(stderr, "ps_bench: round %d/%d (load average %s)\n", k + 1, rounds,
+            loadavg.back().c_str());
+    RunRound(plan, k, iperf.ok() ? iperf->get() : nullptr,
+             stream.ok() ? stream->get() : nullptr, o.mpirun, mpi_program, &r,
+             &errors);
+  }
+  if (iperf.ok()) iperf->reset();
+  if (stream.ok()) stream->reset();
+
+  std::map<int, ServerMemory> memory;
+  for (int n : plan.memory_workers) {
+    if (StopRequested()) break;
+    fprintf(stderr, "ps_bench: server memory with %d worker(s)\n", n);
+    absl::StatusOr<ServerMemory> m =
+        MeasureServerMemory(o.self_path, plan.memory_params, n, 2);
+    if (m.ok()) {
+      memory[n] = *m;
+    } else {
+      errors.Add(absl::StrCat("server memory, ", n, " workers"), m.status());
+    }
+  }
+  double worker_rss = Results::kMissing;
+  const std::string bin_dir = o.bin_dir;
+  if (bin_dir.empty()) {
+    errors.Note("worker memory skipped: no --bin_dir (psctl bench passes it)");
+  } else if (!StopRequested()) {
+    fprintf(stderr, "ps_bench: worker memory (real job)\n");
+    absl::StatusOr<int64_t> rss =
+        WorkerPeakRss(bin_dir, o.job_config, o.work_dir, 50);
+    if (rss.ok()) {
+      worker_rss = static_cast<double>(*rss);
+    } else {
+      errors.Add("worker memory", rss.status());
+    }
+  }
+  if (StopRequested()) {
+    fprintf(stderr, "ps_bench: interrupted\n");
+    return 143;
+  }
+
+  // The table.
+  const std::vector<Goal> goals = Goals(plan, r, memory, worker_rss);
+  printf(
+      "\nps_bench (%s, %s, %d interleaved rounds; ratios within a round, "
+      "medians over rounds; %u cores)\n\n",
+      quick ? "--quick" : "full", kBuild, rounds,
+      std::thread::hardware_concurrency());
+  printf("| goal | measured | ratio | goal | met |\n|---|--:|--:|--:|---|\n");
+  int met = 0, not_met = 0, unmeasured = 0;
+  for (const Goal& g : goals) {
+    std::string status;
+    if (!Have(g.ratio)) {
+      status = "not measured";
+      ++unmeasured;
+    } else if (g.met()) {
+      status = "met";
+      ++met;
+    } else {
+      status = "**NOT MET**";
+      ++not_met;
+    }
+    printf("| %s | %s | %s | %s | %s |\n", g.figure.c_str(), g.measured.c_str(),
+           Fmt(g.ratio, "%.2f").c_str(),
+           g.op.empty() ? "" : (g.op + " " + Fmt(g.goal, "%.2f")).c_str(),
+           status.c_str());
+  }
+  printf("\n%d met, %d not met, %d not measured\n", met, not_met, unmeasured);
+  printf("\nPer round (load average at the start of each round: %s)\n\n",
+         absl::StrJoin(loadavg, " | ").c_str());
+  printf("| quantity | unit | median | rounds |\n|---|---|--:|---|\n");
+  for (const auto& s : r.series()) {
+    std::vector<std::string> v;
+    for (double x : s.values) v.push_back(Fmt(x, "%.4g"));
+    printf("| %s | %s | %s | %s |\n", s.name.c_str(), s.unit.c_str(),
+           Fmt(r.Median(s.name), "%.4g").c_str(),
+           absl::StrJoin(v, ", ").c_str());
+  }
+  for (const std::string& e : errors.list()) printf("note: %s\n", e.c_str());
+
+  // The JSON.
+  nlohmann::json j;
+  j["quick"] = quick;
+  j["build"] = kBuild;
+  j["rounds"] = rounds;
+  j["cores"] = std::thread::hardware_concurrency();
+  j["loadavg"] = loadavg;
+  for (const auto& s : r.series()) {
+    nlohmann::json v = nlohmann::json::array();
+    for (double x : s.values)
+      v.push_back(Have(x) ? nlohmann::json(x) : nullptr);
+    const double m = r.Median(s.name);
+    j["series"][s.name] = {{"unit", s.unit},
+                           {"rounds", v},
+                           {"median", Have(m) ? nlohmann::json(m) : nullptr}};
+  }
+  for (const auto& [n, m] : memory) {
+    j["server_memory"][std::to_string(n)] = {
+        {"peak_rss_bytes", m.peak_rss_bytes}, {"bound_bytes", m.bound_bytes}};
+  }
+  j["worker_peak_rss_bytes"] =
+      Have(worker_rss) ? nlohmann::json(worker_rss) : nullptr;
+  for (const Goal& g : goals) {
+    j["goals"].push_back(
+        {{"figure", g.figure},
+         {"measured", g.measured},
+         {"ratio", Have(g.ratio) ? nlohmann::json(g.ratio) : nullptr},
+         {"op", g.op},
+         {"goal", g.goal},
+         {"met", Have(g.ratio) ? nlohmann::json(g.met()) : nullptr}});
+  }
+  j["summary"] = {
+      {"met", met}, {"not_met", not_met}, {"not_measured", unmeasured}};
+  j["notes"] = errors.list();
+  const std::string out = o.out;
+  std::ofstream f(out);
+  f << j.dump(2) << "\n";
+  if (!f) {
+    fprintf(stderr, "ps_bench: --out: cannot write '%s'\n", out.c_str());
+    return 2;
+  }
+  fprintf(stderr, "ps_bench: wrote %s\n", out.c_str());
+  // Goals measured and not met do not fail the run; a measurement that could
+  // not run does.
+  const bool complete =
+      !errors.failed() && !mpi_program.empty() && Have(worker_rss);
+  return complete ? 0 : 1;
+}
+
+}  // namespace pstrain::bench
