@@ -12,7 +12,13 @@ def pstrain_fuzzer(name, srcs, deps):
         name = name + "_lib",
         testonly = True,
         srcs = srcs,
-        deps = deps + [":fuzz_input"],
+        # The target's entry point becomes PstrainFuzzTarget; fuzz_entry.cc
+        # defines LLVMFuzzerTestOneInput around it (execution counts).
+        local_defines = ["LLVMFuzzerTestOneInput=PstrainFuzzTarget"],
+        deps = deps + [
+            ":fuzz_entry",
+            ":fuzz_input",
+        ],
         alwayslink = True,
     )
     native.cc_binary(
