@@ -129,6 +129,7 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
     SetTimeout(&ctx, rpc_timeout);
     pstrain::v1::ServerReadyRequest req;
     req.set_shard(reg.shard());
+    req.set_session_id(reg.session_id());
     pstrain::v1::ServerReadyResponse resp;
     return FromGrpcStatus(coord->ServerReady(&ctx, req, &resp));
   });
