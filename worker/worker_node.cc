@@ -318,7 +318,8 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
       PS_ASSIGN_OR_RETURN(
           link->transport,
           GrpcTransport::Create(rank, n, MakeChannel(right, creds_),
-                                peer.service.get()));
+                                peer.service.get(), reg.session_id(),
+                                peers.left_session_id()));
       RingOptions ring;
       ring.segment_elems = config.allreduce.segment_bytes / sizeof(float);
       ring.timeout = timeout;
