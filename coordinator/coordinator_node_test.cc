@@ -46,6 +46,7 @@ class CoordinatorNodeTest : public ::testing::Test {
     req.set_peer_address("127.0.0.1:9");
     v1::RegisterWorkerResponse resp;
     ASSERT_TRUE(stub_->RegisterWorker(&ctx, req, &resp).ok());
+    session_id_ = resp.session_id();
   }
 
   grpc::Status Report(uint64_t step, double loss, bool done) {
@@ -53,6 +54,7 @@ class CoordinatorNodeTest : public ::testing::Test {
     SetTimeout(&ctx, absl::Seconds(10));
     v1::ReportRequest req;
     req.set_worker(0);
+    req.set_session_id(session_id_);
     req.set_done(done);
     auto* m = req.add_steps();
     m->set_step(step);
@@ -73,6 +75,7 @@ class CoordinatorNodeTest : public ::testing::Test {
   std::string out_;
   std::unique_ptr<CoordinatorNode> node_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
+  uint64_t session_id_ = 0;  // worker 0's, from its registration
   std::atomic<bool> stop_{false};
   std::thread runner_;
   absl::Status result_;

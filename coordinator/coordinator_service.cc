@@ -104,6 +104,7 @@ absl::Status CoordinatorService::RegisterServerLocked(
       int shard,
       members_.RegisterServer(request.address(), request.requested_shard()));
   response->set_shard(shard);
+  response->set_session_id(members_.server_session(shard));
   if (members_.registered_servers() == before) return absl::OkStatus();
   if (metrics_ != nullptr) {
     metrics_->registered_servers->Set(members_.registered_servers());
@@ -135,7 +136,9 @@ grpc::Status CoordinatorService::ServerReady(
     ServerContext* context, const pstrain::v1::ServerReadyRequest* request,
     pstrain::v1::ServerReadyResponse* response) {
   absl::MutexLock lock(&mu_);
-  absl::Status st = members_.MarkServerReady(request->shard());
+  absl::Status st = members_.CheckServerSession(
+      request->shard(), request->session_id(), "ServerReady");
+  if (st.ok()) st = members_.MarkServerReady(request->shard());
   if (st.ok() && members_.AllServersReady())
     PS_LOG_INFO("all %d server shards ready", members_.num_servers());
   return ToGrpcStatus(st);
@@ -172,6 +175,7 @@ absl::Status CoordinatorService::RegisterWorkerLocked(
                 members_.num_workers());
   }
   response->set_rank(rank);
+  response->set_session_id(members_.worker_session(rank));
   *response->mutable_job() = job_;
   return absl::OkStatus();
 }
@@ -192,7 +196,8 @@ absl::Status CoordinatorService::ReportLocked(
     const pstrain::v1::ReportRequest& request,
     pstrain::v1::ReportResponse* response) {
   const uint32_t worker = request.worker();
-  PS_RETURN_IF_ERROR(members_.CheckWorker(worker));
+  PS_RETURN_IF_ERROR(
+      members_.CheckWorkerSession(worker, request.session_id(), "Report"));
   PS_RETURN_IF_ERROR(step_log_.Add(worker, request.steps()));
   if (request.steps_size() > 0) {
     bytes_pushed_[worker] = request.bytes_pushed();
@@ -314,6 +319,8 @@ absl::Status CoordinatorService::GetPeersLocked(
     return absl::NotFoundError(absl::StrCat(
         "GetPeers: worker rank ", request.rank(), " has not registered"));
   }
+  PS_RETURN_IF_ERROR(members_.CheckWorkerSession(
+      request.rank(), request.session_id(), "GetPeers"));
   if (request.rank() == 0 && !request.nccl_unique_id().empty()) {
     nccl_unique_id_ = request.nccl_unique_id();
   }
@@ -334,7 +341,22 @@ absl::Status CoordinatorService::GetPeersLocked(
   for (const auto& a : members_.peer_addresses())
     response->add_peer_addresses(a);
   response->set_nccl_unique_id(nccl_unique_id_);
+  const int n = members_.num_workers();
+  response->set_left_session_id(
+      members_.worker_session((static_cast<int>(request.rank()) + n - 1) % n));
   return absl::OkStatus();
+}
+
+grpc::Status CoordinatorService::GetWorkerSessions(
+    ServerContext* context,
+    const pstrain::v1::GetWorkerSessionsRequest* request,
+    pstrain::v1::GetWorkerSessionsResponse* response) {
+  absl::MutexLock lock(&mu_);
+  absl::Status st = members_.CheckServerSession(
+      request->shard(), request->session_id(), "GetWorkerSessions");
+  if (!st.ok()) return ToGrpcStatus(st);
+  for (uint64_t id : members_.worker_sessions()) response->add_session_ids(id);
+  return grpc::Status::OK;
 }
 
 grpc::Status CoordinatorService::JobStatus(

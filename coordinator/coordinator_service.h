@@ -17,6 +17,13 @@
 // with allreduce.backend nccl. Workers report their ring byte counters as
 // bytes_pushed (sent) and bytes_pulled (received).
 //
+// Session ids (README "Security"): registration gives each process a random
+// id (coordinator/membership.h). Report and GetPeers need the worker's
+// current id, ServerReady and GetWorkerSessions the shard's
+// (PERMISSION_DENIED, nothing changed). GetPeers hands a worker its left
+// neighbour's id (for the ring segments it receives); GetWorkerSessions
+// hands a shard every worker's (for pushes and pulls).
+//
 // Reports: from registered ranks only (NOT_FOUND), idempotent per (worker,
 // step), bounded (see coordinator/step_log.h). Completed rows go to
 // metrics.csv after the service's mutex is released: the handler queues them
@@ -109,6 +116,10 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   grpc::Status GetPeers(grpc::ServerContext* context,
                         const pstrain::v1::GetPeersRequest* request,
                         pstrain::v1::GetPeersResponse* response) override;
+  grpc::Status GetWorkerSessions(
+      grpc::ServerContext* context,
+      const pstrain::v1::GetWorkerSessionsRequest* request,
+      pstrain::v1::GetWorkerSessionsResponse* response) override;
 
   // Blocks until the job ends or `deadline`; true if it ended.
   bool WaitForEnd(absl::Time deadline);

@@ -4,7 +4,10 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <optional>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/run_record.h"
 
@@ -34,7 +37,9 @@ class CoordinatorTest : public ::testing::Test {
     rs.set_requested_shard(-1);
     v1::RegisterServerResponse rsr;
     ASSERT_TRUE(coord_->RegisterServer(&ctx, &rs, &rsr).ok());
+    server_session_ = rsr.session_id();
     v1::ServerReadyRequest ready;
+    ready.set_session_id(rsr.session_id());
     v1::ServerReadyResponse ready_resp;
     ASSERT_TRUE(coord_->ServerReady(&ctx, &ready, &ready_resp).ok());
     for (int w = 0; w < workers; ++w) {
@@ -43,15 +48,24 @@ class CoordinatorTest : public ::testing::Test {
       v1::RegisterWorkerResponse rwr;
       ASSERT_TRUE(coord_->RegisterWorker(&ctx, &rw, &rwr).ok());
       EXPECT_EQ(rwr.rank(), static_cast<uint32_t>(w));
+      EXPECT_NE(rwr.session_id(), 0u);
+      sessions_.push_back(rwr.session_id());
     }
+  }
+
+  // The session id a report from `worker` carries: its own by default.
+  uint64_t SessionOf(uint32_t worker) const {
+    return worker < sessions_.size() ? sessions_[worker] : 0;
   }
 
   grpc::Status Report(uint32_t worker, std::vector<uint64_t> steps, bool done,
                       uint32_t step_worker = 0, double loss = -1,
-                      const std::string& error = "") {
+                      const std::string& error = "",
+                      std::optional<uint64_t> session_id = std::nullopt) {
     grpc::ServerContext ctx;
     v1::ReportRequest req;
     req.set_worker(worker);
+    req.set_session_id(session_id.value_or(SessionOf(worker)));
     req.set_done(done);
     req.set_error(error);
     for (uint64_t s : steps) {
@@ -66,6 +80,8 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   std::unique_ptr<CoordinatorService> coord_;
+  uint64_t server_session_ = 0;     // shard 0's
+  std::vector<uint64_t> sessions_;  // by rank
 };
 
 // The final report may carry no step records (they went out in the previous
@@ -177,6 +193,102 @@ TEST_F(CoordinatorTest, CompleteStepsAreWrittenToMetricsCsv) {
   ASSERT_EQ(rows->size(), 2u);
   EXPECT_EQ((*rows)[1].step, 1);
   EXPECT_DOUBLE_EQ(*(*rows)[1].loss, 0.5);
+}
+
+// Issue 11, strangers: a report must carry its rank's session id.
+TEST_F(CoordinatorTest, ReportsWithoutTheRanksSessionIdChangeNothing) {
+  Start(2);
+  for (uint64_t wrong : {uint64_t{0}, SessionOf(1), SessionOf(0) ^ 1}) {
+    grpc::Status st =
+        Report(0, {0, 1, 2}, true, 0, -1, "worker 0: made up", wrong);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << wrong;
+    EXPECT_NE(st.error_message().find("worker 0"), std::string::npos)
+        << st.error_message();
+    EXPECT_EQ(st.error_message().find(absl::StrCat(SessionOf(0))),
+              std::string::npos)
+        << st.error_message();
+  }
+  // Neither its records, nor its error, nor its "done" were taken.
+  ASSERT_TRUE(Report(1, {0, 1, 2}, true, 1).ok());
+  JobOutcome o = coord_->Outcome();
+  EXPECT_EQ(o.steps, 0u);
+  EXPECT_FALSE(o.failed);
+  EXPECT_FALSE(coord_->WaitForEnd(absl::Now()));
+  ASSERT_TRUE(Report(0, {0, 1, 2}, true, 0).ok());
+  EXPECT_TRUE(coord_->WaitForEnd(absl::Now() + absl::Seconds(5)));
+  EXPECT_EQ(coord_->Outcome().steps, 2u);
+}
+
+TEST_F(CoordinatorTest, WorkerSessionsOnlyForTheShardsCurrentSession) {
+  Start(2);
+  grpc::ServerContext ctx;
+  v1::GetWorkerSessionsRequest req;
+  v1::GetWorkerSessionsResponse resp;
+  req.set_shard(0);
+  req.set_session_id(server_session_ ^ 1);
+  EXPECT_EQ(coord_->GetWorkerSessions(&ctx, &req, &resp).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(resp.session_ids_size(), 0);
+  req.set_session_id(server_session_);
+  ASSERT_TRUE(coord_->GetWorkerSessions(&ctx, &req, &resp).ok());
+  EXPECT_EQ(std::vector<uint64_t>(resp.session_ids().begin(),
+                                  resp.session_ids().end()),
+            sessions_);
+  // The shard's process is replaced (it registers again from its
+  // address): the old id is refused, for ServerReady too.
+  v1::RegisterServerRequest rs;
+  rs.set_address("127.0.0.1:1");
+  rs.set_requested_shard(0);
+  v1::RegisterServerResponse rsr;
+  ASSERT_TRUE(coord_->RegisterServer(&ctx, &rs, &rsr).ok());
+  EXPECT_NE(rsr.session_id(), server_session_);
+  resp.Clear();
+  EXPECT_EQ(coord_->GetWorkerSessions(&ctx, &req, &resp).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  v1::ServerReadyRequest ready;
+  ready.set_session_id(server_session_);
+  v1::ServerReadyResponse ready_resp;
+  EXPECT_EQ(coord_->ServerReady(&ctx, &ready, &ready_resp).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  req.set_session_id(rsr.session_id());
+  EXPECT_TRUE(coord_->GetWorkerSessions(&ctx, &req, &resp).ok());
+}
+
+TEST(CoordinatorRingTest, GetPeersNeedsTheSessionIdAndGivesTheLeftOne) {
+  CoordinatorOptions options;
+  options.config = DefaultJobConfig();
+  options.config.mode = v1::MODE_ALLREDUCE;
+  options.config.workers = 3;
+  FinalizeJobConfig(&options.config);
+  options.progress = false;
+  options.wait_cap = absl::Seconds(5);
+  auto c = CoordinatorService::Create(options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::vector<uint64_t> ids;
+  for (int r = 0; r < 3; ++r) {
+    grpc::ServerContext ctx;
+    v1::RegisterWorkerRequest req;
+    req.set_requested_rank(r);
+    req.set_peer_address(absl::StrCat("127.0.0.1:", 10 + r));
+    v1::RegisterWorkerResponse resp;
+    ASSERT_TRUE((*c)->RegisterWorker(&ctx, &req, &resp).ok());
+    ids.push_back(resp.session_id());
+  }
+  grpc::ServerContext ctx;
+  v1::GetPeersRequest req;
+  v1::GetPeersResponse resp;
+  req.set_rank(0);
+  req.set_session_id(ids[2]);  // another rank's
+  EXPECT_EQ((*c)->GetPeers(&ctx, &req, &resp).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(resp.peer_addresses_size(), 0);
+  req.set_session_id(ids[0]);
+  ASSERT_TRUE((*c)->GetPeers(&ctx, &req, &resp).ok());
+  EXPECT_EQ(resp.left_session_id(), ids[2]);
+  req.set_rank(1);
+  req.set_session_id(ids[1]);
+  ASSERT_TRUE((*c)->GetPeers(&ctx, &req, &resp).ok());
+  EXPECT_EQ(resp.left_session_id(), ids[0]);
 }
 
 }  // namespace

@@ -1,11 +1,27 @@
 #include "coordinator/membership.h"
 
+#include <random>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 
 namespace pstrain {
 
-Membership::Membership(int num_servers, int num_workers, bool ring_peers)
-    : ring_peers_(ring_peers), servers_(num_servers), workers_(num_workers) {}
+Membership::Membership(int num_servers, int num_workers, bool ring_peers,
+                       std::function<uint64_t()> new_session_id)
+    : ring_peers_(ring_peers),
+      new_session_id_(std::move(new_session_id)),
+      servers_(num_servers),
+      workers_(num_workers) {}
+
+uint64_t Membership::RandomSessionId() {
+  static std::random_device* const device = new std::random_device();
+  uint64_t id = 0;
+  while (id == 0) {
+    id = (static_cast<uint64_t>((*device)()) << 32) ^ (*device)();
+  }
+  return id;
+}
 
 absl::StatusOr<int> Membership::RegisterServer(const std::string& address,
                                                int requested_shard) {
@@ -14,7 +30,10 @@ absl::StatusOr<int> Membership::RegisterServer(const std::string& address,
   }
   const int k = num_servers();
   for (int s = 0; s < k; ++s) {
-    if (servers_[s].address == address) return s;
+    if (servers_[s].address == address) {
+      servers_[s].session_id = new_session_id_();
+      return s;
+    }
   }
   int shard = requested_shard;
   if (shard >= k) {
@@ -33,6 +52,7 @@ absl::StatusOr<int> Membership::RegisterServer(const std::string& address,
         "shard ", shard, " is already held by ", servers_[shard].address));
   }
   servers_[shard].address = address;
+  servers_[shard].session_id = new_session_id_();
   return shard;
 }
 
@@ -79,7 +99,52 @@ absl::StatusOr<int> Membership::RegisterWorker(
   }
   workers_[rank].registered = true;
   workers_[rank].peer_address = ring_peers_ ? peer_address : "";
+  workers_[rank].session_id = new_session_id_();
   return rank;
+}
+
+absl::Status Membership::CheckWorkerSession(int64_t rank, uint64_t session_id,
+                                            const char* what) const {
+  if (absl::Status st = CheckWorker(rank); !st.ok()) return st;
+  if (session_id == 0 || session_id != workers_[rank].session_id) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        what, ": the session id for worker ", rank,
+        session_id == 0 ? " is missing"
+                        : " is not the one its registration got (another "
+                          "process, or a replaced one)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Membership::CheckServerSession(int64_t shard, uint64_t session_id,
+                                            const char* what) const {
+  if (shard < 0 || shard >= num_servers() || servers_[shard].address.empty()) {
+    return absl::NotFoundError(absl::StrCat(what, ": unknown shard ", shard));
+  }
+  if (session_id == 0 || session_id != servers_[shard].session_id) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        what, ": the session id for shard ", shard,
+        session_id == 0 ? " is missing"
+                        : " is not the one its registration got (another "
+                          "process, or a replaced one)"));
+  }
+  return absl::OkStatus();
+}
+
+uint64_t Membership::worker_session(int rank) const {
+  if (!CheckWorker(rank).ok()) return 0;
+  return workers_[rank].session_id;
+}
+
+uint64_t Membership::server_session(int shard) const {
+  if (shard < 0 || shard >= num_servers()) return 0;
+  return servers_[shard].session_id;
+}
+
+std::vector<uint64_t> Membership::worker_sessions() const {
+  std::vector<uint64_t> out;
+  for (const Worker& w : workers_) out.push_back(w.session_id);
+  return out;
 }
 
 absl::Status Membership::CheckWorker(int64_t rank) const {

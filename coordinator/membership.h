@@ -13,10 +13,19 @@
 //   again (a retry after a lost answer): it gets its rank back. A rank >= N
 //   is INVALID_ARGUMENT; no free rank is RESOURCE_EXHAUSTED. Mode allreduce
 //   requires a peer address.
+//
+// Session ids: every successful registration gets a random 64-bit id (never
+// 0) for the registering process, except mode allreduce's retry from the
+// same peer address, which gets the rank's id back (the answer to the first
+// attempt may have been lost, and the ring neighbours may already know it).
+// A server's re-registration from its address gets a new id and its old one
+// stops being accepted. The checks answer PERMISSION_DENIED naming the rank
+// or shard, never the expected id.
 #ifndef PSTRAIN_COORDINATOR_MEMBERSHIP_H_
 #define PSTRAIN_COORDINATOR_MEMBERSHIP_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,7 +37,14 @@ namespace pstrain {
 class Membership {
  public:
   // `ring_peers`: mode allreduce (workers register ring peer addresses).
-  Membership(int num_servers, int num_workers, bool ring_peers);
+  // `new_session_id` draws session ids (tests may fix them); it must not
+  // return 0.
+  Membership(int num_servers, int num_workers, bool ring_peers,
+             std::function<uint64_t()> new_session_id = RandomSessionId);
+
+  // 64 bits from the operating system's random source (std::random_device),
+  // never 0.
+  static uint64_t RandomSessionId();
 
   // The shard `address` holds (see the rules above).
   absl::StatusOr<int> RegisterServer(const std::string& address,
@@ -40,6 +56,19 @@ class Membership {
                                      const std::string& peer_address);
   // OK when `rank` is a registered worker, else NOT_FOUND naming it.
   absl::Status CheckWorker(int64_t rank) const;
+  // CheckWorker, then PERMISSION_DENIED unless `session_id` is the rank's
+  // current session id. `what` names the call in the message ("Report").
+  absl::Status CheckWorkerSession(int64_t rank, uint64_t session_id,
+                                  const char* what) const;
+  // NOT_FOUND for an unregistered shard; PERMISSION_DENIED unless
+  // `session_id` is its current session id.
+  absl::Status CheckServerSession(int64_t shard, uint64_t session_id,
+                                  const char* what) const;
+  // The current session id of a registered worker or shard (0 otherwise).
+  uint64_t worker_session(int rank) const;
+  uint64_t server_session(int shard) const;
+  // By rank; 0 where none registered yet.
+  std::vector<uint64_t> worker_sessions() const;
   // Marks a registered worker finished (idempotent).
   void MarkWorkerDone(int rank);
 
@@ -64,13 +93,16 @@ class Membership {
   struct Server {
     std::string address;
     bool ready = false;
+    uint64_t session_id = 0;
   };
   struct Worker {
     bool registered = false;
     bool done = false;
     std::string peer_address;
+    uint64_t session_id = 0;
   };
   const bool ring_peers_;
+  const std::function<uint64_t()> new_session_id_;
   std::vector<Server> servers_;
   std::vector<Worker> workers_;
 };

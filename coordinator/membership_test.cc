@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 namespace pstrain {
 namespace {
 
@@ -103,6 +105,59 @@ TEST(MembershipTest, RingPeersRequiredAndRetriesIdempotent) {
   EXPECT_EQ(*m.RegisterWorker(-1, "p1:1"), 1);
   EXPECT_TRUE(m.AllPeersKnown());
   EXPECT_EQ(m.peer_addresses(), (std::vector<std::string>{"p0:1", "p1:1"}));
+}
+
+TEST(MembershipTest, SessionIdsAreCheckedAndRenewedOnReRegistration) {
+  uint64_t next = 100;
+  Membership m(1, 2, false, [&next] { return next++; });
+  EXPECT_EQ(m.CheckWorkerSession(0, 100, "Report").code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_EQ(*m.RegisterServer("a:1", 0), 0);
+  EXPECT_EQ(m.server_session(0), 100u);
+  EXPECT_EQ(*m.RegisterWorker(-1, ""), 0);
+  EXPECT_EQ(*m.RegisterWorker(-1, ""), 1);
+  EXPECT_EQ(m.worker_sessions(), (std::vector<uint64_t>{101, 102}));
+  EXPECT_TRUE(m.CheckWorkerSession(1, 102, "Report").ok());
+  // Missing, another rank's, and made-up ids are refused; the message names
+  // the rank but not the id it expected.
+  for (uint64_t wrong : {uint64_t{0}, uint64_t{101}, uint64_t{7}}) {
+    absl::Status st = m.CheckWorkerSession(1, wrong, "Report");
+    EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied) << wrong;
+    EXPECT_NE(st.message().find("Report: the session id for worker 1"),
+              std::string::npos)
+        << st.message();
+    EXPECT_EQ(st.message().find("102"), std::string::npos) << st.message();
+  }
+  // A server registering again from its address (a restarted process, or
+  // a retry) gets a new id; the old one is stale.
+  ASSERT_EQ(*m.RegisterServer("a:1", -1), 0);
+  EXPECT_EQ(m.server_session(0), 103u);
+  EXPECT_EQ(m.CheckServerSession(0, 100, "ServerReady").code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(m.CheckServerSession(0, 103, "ServerReady").ok());
+  EXPECT_EQ(m.CheckServerSession(1, 103, "ServerReady").code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(MembershipTest, RingRetryKeepsItsSessionId) {
+  uint64_t next = 1;
+  Membership m(0, 2, true, [&next] { return next++; });
+  ASSERT_EQ(*m.RegisterWorker(-1, "p0:1"), 0);
+  ASSERT_EQ(*m.RegisterWorker(0, "p0:1"), 0);  // its answer was lost
+  EXPECT_EQ(m.worker_session(0), 1u);
+  ASSERT_EQ(*m.RegisterWorker(-1, "p1:1"), 1);
+  EXPECT_EQ(m.worker_session(1), 2u);
+}
+
+TEST(MembershipTest, RandomSessionIdsDifferAndAreNeverZero) {
+  Membership m(0, 64, false);
+  std::set<uint64_t> seen;
+  for (int r = 0; r < 64; ++r) {
+    ASSERT_TRUE(m.RegisterWorker(r, "").ok());
+    EXPECT_NE(m.worker_session(r), 0u);
+    seen.insert(m.worker_session(r));
+  }
+  EXPECT_EQ(seen.size(), 64u);
 }
 
 }  // namespace

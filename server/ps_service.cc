@@ -18,6 +18,11 @@ namespace pstrain {
 using pstrain::v1::PullResponse;
 using pstrain::v1::PushRequest;
 
+namespace {
+// Longest a pull with an unknown session id waits for the coordinator.
+constexpr absl::Duration kSessionRefreshCap = absl::Seconds(10);
+}  // namespace
+
 ParameterServerService::ParameterServerService(PsServiceOptions options)
     : options_(options) {
   MetricsRegistry* r = options_.metrics;
@@ -52,12 +57,16 @@ ParameterServerService::ParameterServerService(PsServiceOptions options)
                  [this] { return static_cast<double>(bytes_out_.load()); });
 }
 
-void ParameterServerService::SetShard(std::shared_ptr<Shard> shard) {
+void ParameterServerService::SetShard(
+    std::shared_ptr<Shard> shard, std::shared_ptr<WorkerSessions> sessions) {
   if (metrics_ != nullptr && shard != nullptr) {
     metrics_->live_workers->Set(shard->num_workers());
   }
   absl::MutexLock lock(&mu_);
+  // Session checks are not optional: without a table nothing is served.
+  if (sessions == nullptr) shard = nullptr;
   shard_ = std::move(shard);
+  sessions_ = std::move(sessions);
 }
 
 void ParameterServerService::RecordPush(absl::Duration took,
@@ -86,15 +95,22 @@ std::shared_ptr<Shard> ParameterServerService::shard() const {
   return shard_;
 }
 
+std::shared_ptr<WorkerSessions> ParameterServerService::sessions() const {
+  absl::MutexLock lock(&mu_);
+  return sessions_;
+}
+
 // One push stream: frames are parsed and kept (bounded) until the client
 // half-closes, then the whole push goes to the shard at once. Deletes itself
 // in OnDone.
 class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   PushReactor(ParameterServerService* service, std::shared_ptr<Shard> shard,
+              std::shared_ptr<WorkerSessions> sessions,
               grpc::CallbackServerContext* context, grpc::ByteBuffer* response)
       : service_(service),
         shard_(std::move(shard)),
+        sessions_(std::move(sessions)),
         context_(context),
         response_(response),
         start_(absl::Now()),
@@ -154,6 +170,15 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
                                      " is not a valid PushRequest; nothing "
                                      "applied")));
       return;
+    }
+    if (messages_.size() == 1 && messages_.front().has_header()) {
+      const pstrain::v1::PushHeader& h = messages_.front().header();
+      absl::Status st = sessions_->Check(h.worker(), h.session_id(), "Push");
+      if (!st.ok()) {
+        Fail(ToGrpcStatus(absl::Status(
+            st.code(), absl::StrCat(st.message(), "; nothing applied"))));
+        return;
+      }
     }
     frame_.Clear();
     StartRead(&frame_);
@@ -230,6 +255,7 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 
   ParameterServerService* const service_;
   const std::shared_ptr<Shard> shard_;
+  const std::shared_ptr<WorkerSessions> sessions_;
   grpc::CallbackServerContext* const context_;
   grpc::ByteBuffer* const response_;
   const absl::Time start_;
@@ -283,12 +309,19 @@ class RejectedPush : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterServerService::Push(
     grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
-  std::shared_ptr<Shard> s = shard();
+  std::shared_ptr<Shard> s;
+  std::shared_ptr<WorkerSessions> sessions;
+  {
+    absl::MutexLock lock(&mu_);
+    s = shard_;
+    sessions = sessions_;
+  }
   if (s == nullptr) {
     return new RejectedPush(
         grpc::Status(grpc::StatusCode::UNAVAILABLE, "shard not initialised"));
   }
-  return new PushReactor(this, std::move(s), context, response);
+  return new PushReactor(this, std::move(s), std::move(sessions), context,
+                         response);
 }
 
 grpc::Status ParameterServerService::Pull(
@@ -299,6 +332,12 @@ grpc::Status ParameterServerService::Pull(
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "shard not initialised");
   }
   const absl::Time start = absl::Now();
+  if (absl::Status st = sessions()->CheckOrRefresh(
+          request->worker(), request->session_id(), "Pull",
+          ServerDeadline(*context, kSessionRefreshCap));
+      !st.ok()) {
+    return ToGrpcStatus(st);
+  }
   absl::StatusOr<PulledWeights> result =
       s->PullWeights(request->worker(), request->clock(),
                      ServerDeadline(*context, options_.barrier_timeout));

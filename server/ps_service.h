@@ -13,6 +13,13 @@
 //
 // Pull serialises straight from the shard's pinned chunk buffers
 // (Shard::PullWeights), one message of at most 4 MiB of chunks at a time.
+//
+// Session ids (README "Security"): a pull and a push must carry their rank's
+// current session id (PullRequest / PushHeader.session_id), else
+// PERMISSION_DENIED and nothing changes. A pull with an id the shard does
+// not know refreshes the table from the coordinator first
+// (server/worker_sessions.h); a push is checked against the table as it is,
+// as soon as its first message arrives.
 #ifndef PSTRAIN_SERVER_PS_SERVICE_H_
 #define PSTRAIN_SERVER_PS_SERVICE_H_
 
@@ -27,6 +34,7 @@
 #include "common/metrics.h"
 #include "proto/pstrain.grpc.pb.h"
 #include "server/shard.h"
+#include "server/worker_sessions.h"
 
 namespace pstrain {
 
@@ -58,7 +66,9 @@ class ParameterServerService final
  public:
   explicit ParameterServerService(PsServiceOptions options);
 
-  void SetShard(std::shared_ptr<Shard> shard);
+  // `sessions` (not null) checks every pull's and push's session id.
+  void SetShard(std::shared_ptr<Shard> shard,
+                std::shared_ptr<WorkerSessions> sessions);
   // Runs once, on the first Shutdown RPC (from the coordinator at job end).
   void SetShutdownCallback(std::function<void(const std::string&)> callback);
 
@@ -81,6 +91,7 @@ class ParameterServerService final
  private:
   friend class PushReactor;
   std::shared_ptr<Shard> shard() const;
+  std::shared_ptr<WorkerSessions> sessions() const;
   // Push admission (max_concurrent_pushes): true if `r` may read now,
   // false if it was queued.
   bool AdmitPush(PushReactor* r);
@@ -108,6 +119,7 @@ class ParameterServerService final
   std::unique_ptr<Metrics> metrics_;
   mutable absl::Mutex mu_;
   std::shared_ptr<Shard> shard_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<WorkerSessions> sessions_ ABSL_GUARDED_BY(mu_);
   std::function<void(const std::string&)> on_shutdown_ ABSL_GUARDED_BY(mu_);
   absl::Mutex push_mu_;
   int active_pushes_ ABSL_GUARDED_BY(push_mu_) = 0;

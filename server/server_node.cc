@@ -16,6 +16,7 @@
 #include "proto/pstrain.grpc.pb.h"
 #include "server/ps_service.h"
 #include "server/shard.h"
+#include "server/worker_sessions.h"
 
 namespace pstrain {
 
@@ -78,8 +79,11 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
     }
   } stopper{server};
 
-  auto coord = pstrain::v1::Coordinator::NewStub(
-      MakeChannel(coordinator, channel_credentials_));
+  // Shared with the session table's fetch, which pulls may still run while
+  // the server shuts down.
+  std::shared_ptr<pstrain::v1::Coordinator::Stub> coord =
+      pstrain::v1::Coordinator::NewStub(
+          MakeChannel(coordinator, channel_credentials_));
   pstrain::v1::RegisterServerResponse reg;
   absl::Status st =
       RetryUntil(startup_deadline, "coordinator at " + coordinator, [&] {
@@ -122,13 +126,33 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
   }
   PS_LOG_INFO("serving %d chunks (%d elements) at %s",
               (*shard)->chunks().size(), (*shard)->num_elements(), address);
-  service.SetShard(std::shared_ptr<Shard>(std::move(*shard)));
+  const uint32_t shard_id = reg.shard();
+  const uint64_t session_id = reg.session_id();
+  auto sessions = std::make_shared<WorkerSessions>(
+      job.num_workers(),
+      [coord, shard_id, session_id, rpc_timeout](
+          absl::Time deadline) -> absl::StatusOr<std::vector<uint64_t>> {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(
+            absl::ToChronoTime(std::min(deadline, absl::Now() + rpc_timeout)));
+        pstrain::v1::GetWorkerSessionsRequest req;
+        req.set_shard(shard_id);
+        req.set_session_id(session_id);
+        pstrain::v1::GetWorkerSessionsResponse resp;
+        PS_RETURN_IF_ERROR(
+            FromGrpcStatus(coord->GetWorkerSessions(&ctx, req, &resp)));
+        return std::vector<uint64_t>(resp.session_ids().begin(),
+                                     resp.session_ids().end());
+      });
+  service.SetShard(std::shared_ptr<Shard>(std::move(*shard)),
+                   std::move(sessions));
   server->GetHealthCheckService()->SetServingStatus(true);
   st = RetryUntil(startup_deadline, "coordinator", [&] {
     grpc::ClientContext ctx;
     SetTimeout(&ctx, rpc_timeout);
     pstrain::v1::ServerReadyRequest req;
     req.set_shard(reg.shard());
+    req.set_session_id(reg.session_id());
     pstrain::v1::ServerReadyResponse resp;
     return FromGrpcStatus(coord->ServerReady(&ctx, req, &resp));
   });

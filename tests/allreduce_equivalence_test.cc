@@ -329,6 +329,7 @@ TEST(AllReduceCoordinatorTest, ZeroServersAndRendezvousErrors) {
       call(&pstrain::v1::Coordinator::Stub::RegisterWorker, reg, &reg_resp)
           .ok());
   EXPECT_EQ(reg_resp.job().num_servers(), 0u);
+  peers.set_session_id(reg_resp.session_id());
   absl::Status waiting =
       call(&pstrain::v1::Coordinator::Stub::GetPeers, peers, &peers_resp);
   EXPECT_EQ(waiting.code(), absl::StatusCode::kDeadlineExceeded) << waiting;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/tensor_codec.h"
 #include "tests/test_cluster.h"
@@ -76,6 +77,7 @@ class BadInputTest : public ::testing::Test {
     grpc::ClientContext ctx;
     v1::PullRequest req;
     req.set_worker(0);
+    req.set_session_id(cluster_->session_id(0));
     req.set_clock(0);
     auto reader = stub_->Pull(&ctx, req);
     v1::PullResponse msg;
@@ -102,9 +104,11 @@ class BadInputTest : public ::testing::Test {
     return c;
   }
 
-  static v1::PushHeader Header(uint32_t worker = 0, uint64_t clock = 0) {
+  // Carries the worker's session id.
+  v1::PushHeader Header(uint32_t worker = 0, uint64_t clock = 0) const {
     v1::PushHeader h;
     h.set_worker(worker);
+    h.set_session_id(cluster_->session_id(worker));
     h.set_clock(clock);
     h.set_num_samples(8);
     return h;
@@ -255,6 +259,7 @@ TEST_F(BadInputTest, BadPulls) {
     grpc::ClientContext ctx;
     v1::PullRequest req;
     req.set_worker(worker);
+    req.set_session_id(cluster_->session_id(worker));
     req.set_clock(clock);
     auto reader = stub_->Pull(&ctx, req);
     v1::PullResponse msg;
@@ -263,6 +268,39 @@ TEST_F(BadInputTest, BadPulls) {
     grpc::Status s = reader->Finish();
     EXPECT_EQ(s.error_code(), code) << s.error_message();
     EXPECT_NE(s.error_message().find(words), std::string::npos)
+        << s.error_message();
+  }
+}
+
+// Issue 11, strangers: a push or pull must carry its rank's session id.
+TEST_F(BadInputTest, PushWithoutTheRanksSessionIdChangesNothing) {
+  for (uint64_t wrong :
+       {uint64_t{0}, cluster_->session_id(1), cluster_->session_id(0) ^ 1}) {
+    auto h = Header();
+    h.set_session_id(wrong);
+    ExpectRejected(Push(&h, ValidChunks()), StatusCode::PERMISSION_DENIED,
+                   "Push: the session id for worker 0");
+  }
+}
+
+TEST_F(BadInputTest, PullWithoutTheRanksSessionIdIsRefused) {
+  for (uint64_t wrong :
+       {uint64_t{0}, cluster_->session_id(0), cluster_->session_id(1) + 1}) {
+    grpc::ClientContext ctx;
+    v1::PullRequest req;
+    req.set_worker(1);
+    req.set_session_id(wrong);
+    auto reader = stub_->Pull(&ctx, req);
+    v1::PullResponse msg;
+    EXPECT_FALSE(reader->Read(&msg));  // not even the head
+    grpc::Status s = reader->Finish();
+    EXPECT_EQ(s.error_code(), StatusCode::PERMISSION_DENIED)
+        << s.error_message();
+    EXPECT_NE(s.error_message().find("Pull: the session id for worker 1"),
+              std::string::npos)
+        << s.error_message();
+    EXPECT_EQ(s.error_message().find(absl::StrCat(cluster_->session_id(1))),
+              std::string::npos)
         << s.error_message();
   }
 }

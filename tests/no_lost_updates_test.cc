@@ -95,7 +95,7 @@ TEST(NoLostUpdatesTest, ConcurrentAsyncPushesAllLand) {
   for (int r = 0; r < kWorkers; ++r) {
     threads.emplace_back([&, r] {
       absl::StatusOr<std::unique_ptr<PsClient>> client =
-          cluster.NewClient(options);
+          cluster.NewClient(options, r);
       if (!client.ok()) {
         statuses[r] = client.status();
         return;

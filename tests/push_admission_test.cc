@@ -38,9 +38,13 @@ v1::JobSpec Job() {
   return job;
 }
 
+// The session id the shard accepts from `worker` (a fixed table here).
+uint64_t SessionOf(uint32_t worker) { return 0x5e55100000000000u + worker; }
+
 v1::PushRequest ValidPush(uint32_t worker) {
   v1::PushRequest msg;
   msg.mutable_header()->set_worker(worker);
+  msg.mutable_header()->set_session_id(SessionOf(worker));
   msg.mutable_header()->set_num_samples(1);
   const std::vector<float> g(4, 0.5f);
   EncodeChunk("w", 0, g.data(), g.size(), msg.add_chunks());
@@ -54,7 +58,11 @@ class PushAdmissionTest : public ::testing::Test {
     auto shard = Shard::Create(ShardOptionsFromJob(Job(), 0));
     ASSERT_TRUE(shard.ok()) << shard.status();
     shard_ = std::shared_ptr<Shard>(std::move(*shard));
-    service_->SetShard(shard_);
+    std::vector<uint64_t> sessions;
+    for (uint32_t w = 0; w < shard_->num_workers(); ++w) {
+      sessions.push_back(SessionOf(w));
+    }
+    service_->SetShard(shard_, WorkerSessions::Fixed(std::move(sessions)));
     auto started = StartGrpcServer(
         "127.0.0.1", 0, grpc::InsecureServerCredentials(), {service_.get()});
     ASSERT_TRUE(started.ok()) << started.status();

@@ -76,8 +76,8 @@ PsClientOptions ClientOptions() {
 // PushResponse (PsClient only reports the status).
 absl::StatusOr<pstrain::v1::PushResponse> RawPush(
     pstrain::v1::ParameterServer::Stub& stub, const pstrain::v1::ShardMap& map,
-    uint32_t shard, uint32_t worker, uint64_t clock, const TensorList& grads,
-    const ShardRead& read) {
+    uint32_t shard, uint32_t worker, uint64_t session_id, uint64_t clock,
+    const TensorList& grads, const ShardRead& read) {
   absl::flat_hash_map<std::string, int> tensor_index;
   for (int t = 0; t < map.tensors_size(); ++t) {
     tensor_index[map.tensors(t).name()] = t;
@@ -85,6 +85,7 @@ absl::StatusOr<pstrain::v1::PushResponse> RawPush(
   pstrain::v1::PushRequest request;
   pstrain::v1::PushHeader* h = request.mutable_header();
   h->set_worker(worker);
+  h->set_session_id(session_id);
   h->set_clock(clock);
   h->set_read_version(read.version);
   h->set_read_min_clock(read.min_clock);
@@ -131,7 +132,7 @@ TEST(BackupWorkersGrpcTest, StepsCompleteWhileTheStragglerIsDropped) {
     threads.emplace_back([&, rank] {
       WorkerResult& out = results[rank];
       absl::StatusOr<std::unique_ptr<PsClient>> client =
-          c.NewClient(ClientOptions());
+          c.NewClient(ClientOptions(), rank);
       absl::StatusOr<Learner> learner = Learner::Create(config);
       if (!client.ok() || !learner.ok()) {
         out.status = client.ok() ? learner.status() : client.status();
@@ -160,8 +161,8 @@ TEST(BackupWorkersGrpcTest, StepsCompleteWhileTheStragglerIsDropped) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
         for (int s = 0; s < c.num_shards(); ++s) {
           absl::StatusOr<pstrain::v1::PushResponse> r =
-              RawPush(*stubs[s], c.job().shard_map(), s, rank, step, grads,
-                      pull->reads()[s]);
+              RawPush(*stubs[s], c.job().shard_map(), s, rank,
+                      c.session_id(rank), step, grads, pull->reads()[s]);
           if (!r.ok()) {
             out.status =
                 absl::Status(r.status().code(),
@@ -221,7 +222,7 @@ TEST(AsyncRulesGrpcTest, StalenessAwareLrWithDelayCompensationTrains) {
     threads.emplace_back([&, rank] {
       WorkerResult& out = results[rank];
       absl::StatusOr<std::unique_ptr<PsClient>> client =
-          c.NewClient(ClientOptions());
+          c.NewClient(ClientOptions(), rank);
       absl::StatusOr<Learner> learner = Learner::Create(config);
       if (!client.ok() || !learner.ok()) {
         out.status = client.ok() ? learner.status() : client.status();

@@ -227,6 +227,7 @@ TEST_P(LargeTensorTest, RoundTripsThroughSeveralMessages) {
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
     pstrain::v1::PullRequest request;
     request.set_worker(0);
+    request.set_session_id(cluster.session_id(0));
     request.set_clock(0);
     auto reader = stub->Pull(&context, request);
     pstrain::v1::PullResponse msg;

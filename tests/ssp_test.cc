@@ -91,7 +91,7 @@ TEST_P(SspTrainingTest, StalenessStaysWithinBound) {
     threads.emplace_back([&, rank] {
       WorkerResult& out = results[rank];
       absl::StatusOr<std::unique_ptr<PsClient>> client =
-          (*cluster)->NewClient(options);
+          (*cluster)->NewClient(options, rank);
       if (!client.ok()) {
         out.status = client.status();
         return;
@@ -222,7 +222,7 @@ TEST(SspBlockingTest, WorkerMoreThanSAheadBlocksUntilSlowestCatchesUp) {
       (*cluster)->NewClient(short_options);
   ASSERT_TRUE(fast_short.ok()) << fast_short.status();
   absl::StatusOr<std::unique_ptr<PsClient>> slow =
-      (*cluster)->NewClient(long_options);
+      (*cluster)->NewClient(long_options, /*rank=*/1);
   ASSERT_TRUE(slow.ok()) << slow.status();
   absl::StatusOr<Learner> fast_learner = Learner::Create(config);
   ASSERT_TRUE(fast_learner.ok()) << fast_learner.status();

@@ -1,5 +1,7 @@
 #include "tests/test_cluster.h"
 
+#include <random>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
@@ -32,11 +34,18 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(
   }
   for (const auto& a : addresses)
     job.mutable_shard_map()->add_server_addresses(a);
+  std::mt19937_64 rng(std::random_device{}());
+  for (uint32_t r = 0; r < job.num_workers(); ++r) {
+    uint64_t id = 0;
+    while (id == 0) id = rng();
+    c->session_ids_.push_back(id);
+  }
+  auto sessions = WorkerSessions::Fixed(c->session_ids_);
   for (int i = 0; i < k; ++i) {
     PS_ASSIGN_OR_RETURN(std::unique_ptr<Shard> shard,
                         Shard::Create(ShardOptionsFromJob(job, i)));
     c->shards_.push_back(std::shared_ptr<Shard>(std::move(shard)));
-    c->services_[i]->SetShard(c->shards_[i]);
+    c->services_[i]->SetShard(c->shards_[i], sessions);
   }
   c->job_ = std::move(job);
   return c;
@@ -58,7 +67,8 @@ std::unique_ptr<pstrain::v1::ParameterServer::Stub> TestCluster::Stub(
 }
 
 absl::StatusOr<std::unique_ptr<PsClient>> TestCluster::NewClient(
-    PsClientOptions options) const {
+    PsClientOptions options, uint32_t rank) const {
+  if (options.session_id == 0) options.session_id = session_id(rank);
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   for (int i = 0; i < num_shards(); ++i) channels.push_back(Channel(i));
   return PsClient::Create(job_.shard_map(), std::move(channels), options);

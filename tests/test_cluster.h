@@ -1,6 +1,8 @@
 // In-process parameter-server cluster for tests: K real shards behind real
 // gRPC servers on ephemeral loopback ports, plus helpers to make clients.
-// Everything stops in the destructor.
+// Everything stops in the destructor. There is no coordinator: the cluster
+// plays it for session ids, drawing one random id per rank that the shards
+// accept (session_id(rank)); NewClient(options, rank) carries rank's id.
 #ifndef PSTRAIN_TESTS_TEST_CLUSTER_H_
 #define PSTRAIN_TESTS_TEST_CLUSTER_H_
 
@@ -37,13 +39,19 @@ class TestCluster {
   }
   std::shared_ptr<grpc::Channel> Channel(int i) const;
   std::unique_ptr<pstrain::v1::ParameterServer::Stub> Stub(int i) const;
-  // A new client over fresh channels to every shard.
+  // A new client over fresh channels to every shard, for worker `rank`: it
+  // carries that rank's session id unless options.session_id is set.
   absl::StatusOr<std::unique_ptr<PsClient>> NewClient(
-      PsClientOptions options = {}) const;
+      PsClientOptions options = {}, uint32_t rank = 0) const;
+  // The session id the shards accept from worker `rank` (0 outside the job).
+  uint64_t session_id(uint32_t rank) const {
+    return rank < session_ids_.size() ? session_ids_[rank] : 0;
+  }
 
  private:
   TestCluster() = default;
   pstrain::v1::JobSpec job_;
+  std::vector<uint64_t> session_ids_;  // by rank
   std::vector<std::shared_ptr<Shard>> shards_;
   std::vector<std::unique_ptr<ParameterServerService>> services_;
   std::vector<std::unique_ptr<grpc::Server>> servers_;

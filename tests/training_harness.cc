@@ -39,7 +39,7 @@ absl::StatusOr<std::vector<TensorList>> RunParameterServerJob(
   std::vector<TensorList> finals(config.workers);
   PS_RETURN_IF_ERROR(OnThreads(config.workers, [&](int r) -> absl::Status {
     PS_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client,
-                        cluster->NewClient(client_options));
+                        cluster->NewClient(client_options, r));
     PS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
                         Model::Create(config.model));
     PS_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data,

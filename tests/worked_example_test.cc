@@ -46,7 +46,7 @@ TEST(WorkedExampleTest, TwoWorkersAverageToMinusFourAndPull2Point4) {
   absl::Status status[2];
   auto worker = [&](int rank) {
     auto run = [&]() -> absl::Status {
-      auto client = (*cluster)->NewClient();
+      auto client = (*cluster)->NewClient({}, rank);
       if (!client.ok()) return client.status();
       auto model = Model::Create(config.model);
       auto data = DataSource::Create(config.data);

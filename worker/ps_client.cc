@@ -152,6 +152,7 @@ absl::Status PsClient::PullShardOnce(int shard, uint32_t worker, uint64_t clock,
   pstrain::v1::PullRequest request;
   request.set_worker(worker);
   request.set_clock(clock);
+  request.set_session_id(options_.session_id);
   auto reader = stubs_[shard]->Pull(&context, request);
   pstrain::v1::PullResponse msg;
   bool head = true;
@@ -203,6 +204,7 @@ absl::Status PsClient::PushShardOnce(int shard, uint32_t worker, uint64_t clock,
   pstrain::v1::PushRequest msg;
   auto* h = msg.mutable_header();
   h->set_worker(worker);
+  h->set_session_id(options_.session_id);
   h->set_clock(clock);
   h->set_read_version(read.version);
   h->set_read_min_clock(read.min_clock);

@@ -38,6 +38,11 @@ struct PsClientOptions {
   // answers a retry of a push it applied (lost reply) with the original
   // result instead of applying it twice.
   int max_attempts = 5;  // backoff 50, 100, 200, 400 ms between them
+  // The session id the coordinator gave this worker's process when it
+  // registered (RegisterWorkerResponse.session_id). Every pull and push
+  // carries it; the shards refuse the rank's operations without its current
+  // id (PERMISSION_DENIED, not retried).
+  uint64_t session_id = 0;
 };
 
 // What a pull read from one shard; stamps the next push to that shard.

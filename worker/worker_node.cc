@@ -36,7 +36,12 @@ class Reporter {
            absl::Duration interval)
       : stub_(stub), timeout_(timeout), interval_(interval) {}
 
-  void set_worker(uint32_t rank) { worker_ = rank; }
+  // The rank and the session id its registration got (every report
+  // carries both).
+  void set_worker(uint32_t rank, uint64_t session_id) {
+    worker_ = rank;
+    session_id_ = session_id;
+  }
 
   // Byte counters come from `client` (PS modes) or `reducer` (mode
   // allreduce: sent, received) once it exists (may stay null).
@@ -51,6 +56,7 @@ class Reporter {
 
   absl::Status Flush(bool done, const std::string& error) {
     pending_.set_worker(worker_);
+    pending_.set_session_id(session_id_);
     pending_.set_done(done);
     pending_.set_error(error);
     pending_.set_bytes_pushed(client_    ? client_->bytes_pushed()
@@ -78,6 +84,7 @@ class Reporter {
   const AllReducer* reducer_ = nullptr;
   pstrain::v1::ReportRequest pending_;
   uint32_t worker_ = 0;
+  uint64_t session_id_ = 0;
   absl::Time last_ = absl::Now();
   bool stop_ = false;
 };
@@ -296,6 +303,7 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
                      SetTimeout(&ctx, rpc_timeout);
                      pstrain::v1::GetPeersRequest req;
                      req.set_rank(rank);
+                     req.set_session_id(reg.session_id());
                      req.set_nccl_unique_id(nccl_id);
                      return FromGrpcStatus(coord->GetPeers(&ctx, req, &peers));
                    }));
@@ -310,7 +318,8 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
       PS_ASSIGN_OR_RETURN(
           link->transport,
           GrpcTransport::Create(rank, n, MakeChannel(right, creds_),
-                                peer.service.get()));
+                                peer.service.get(), reg.session_id(),
+                                peers.left_session_id()));
       RingOptions ring;
       ring.segment_elems = config.allreduce.segment_bytes / sizeof(float);
       ring.timeout = timeout;
@@ -385,6 +394,7 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
     PsClientOptions client_options;
     client_options.rpc_timeout = absl::Seconds(config.rpc_timeout_s);
     client_options.barrier_timeout = absl::Seconds(config.barrier_timeout_s);
+    client_options.session_id = reg.session_id();
     PS_ASSIGN_OR_RETURN(
         *client, PsClient::Create(reg.job().shard_map(), std::move(channels),
                                   client_options));
@@ -401,7 +411,7 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
     return absl::OkStatus();
   };
   Reporter reporter(coord.get(), rpc_timeout, options_.report_interval);
-  reporter.set_worker(rank);
+  reporter.set_worker(rank, reg.session_id());
   std::unique_ptr<PsClient> client;
   AllReduceLink link;
   st = run(&reporter, &client, &link);

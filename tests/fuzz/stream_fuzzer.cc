@@ -102,7 +102,12 @@ void FuzzPush(Env& env, const FramedInput& in) {
       Shard::Create(ShardOptionsFromJob(SmallJob(1, in.variant / 2), 0));
   PS_FUZZ_CHECK(created.ok(), "the fuzz job is valid");
   std::shared_ptr<Shard> shard = std::move(*created);
-  env.push_service.SetShard(shard);
+  // Every worker's session id is its rank + 1 here; the fuzzer's pushes get
+  // the right one (below) so that they reach the decode path behind the
+  // session check (server/worker_sessions_test covers the check itself).
+  std::vector<uint64_t> sessions;
+  for (uint32_t w = 0; w < shard->num_workers(); ++w) sessions.push_back(w + 1);
+  env.push_service.SetShard(shard, WorkerSessions::Fixed(sessions));
   const std::string before = Observe(shard.get());
   grpc::ClientContext context;
   SetTimeout(&context, absl::Seconds(5));
@@ -111,6 +116,9 @@ void FuzzPush(Env& env, const FramedInput& in) {
   for (const std::string& frame : in.frames) {
     v1::PushRequest msg;
     if (!msg.ParseFromString(frame)) continue;
+    if (msg.has_header()) {
+      msg.mutable_header()->set_session_id(msg.header().worker() + 1);
+    }
     if (!writer->Write(msg)) break;
   }
   writer->WritesDone();

@@ -46,7 +46,12 @@ class Cluster {
           Shard::Create(ShardOptionsFromJob(job, i));
       if (!shard.ok()) return shard.status();
       c->shards_.push_back(std::shared_ptr<Shard>(std::move(*shard)));
-      c->services_[i]->SetShard(c->shards_[i]);
+      // Worker w's session id is w + 1 (NewClient below).
+      std::vector<uint64_t> sessions;
+      for (uint32_t w = 0; w < job.num_workers(); ++w)
+        sessions.push_back(w + 1);
+      c->services_[i]->SetShard(c->shards_[i],
+                                WorkerSessions::Fixed(std::move(sessions)));
     }
     c->job_ = std::move(job);
     return c;
@@ -70,7 +75,7 @@ class Cluster {
 // A client over its own connections (a local subchannel pool), like a
 // separate worker process.
 absl::StatusOr<std::unique_ptr<PsClient>> NewClient(
-    const pstrain::v1::ShardMap& map) {
+    const pstrain::v1::ShardMap& map, uint32_t rank) {
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   for (const std::string& address : map.server_addresses()) {
     grpc::ChannelArguments args = DefaultChannelArgs();
@@ -80,6 +85,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> NewClient(
   }
   PsClientOptions options;
   options.rpc_timeout = absl::Seconds(300);
+  options.session_id = rank + 1;
   return PsClient::Create(map, std::move(channels), options);
 }
 
@@ -90,7 +96,7 @@ class Workers {
                                         int workers, uint64_t elems) {
     Workers w;
     for (int i = 0; i < workers; ++i) {
-      absl::StatusOr<std::unique_ptr<PsClient>> c = NewClient(map);
+      absl::StatusOr<std::unique_ptr<PsClient>> c = NewClient(map, i);
       if (!c.ok()) return c.status();
       w.clients_.push_back(std::move(*c));
     }

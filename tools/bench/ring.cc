@@ -33,7 +33,8 @@ absl::StatusOr<std::map<uint64_t, double>> RingSeconds(
   std::vector<std::unique_ptr<GrpcTransport>> transports;
   for (int r = 0; r < ranks; ++r) {
     absl::StatusOr<std::unique_ptr<GrpcTransport>> t = GrpcTransport::Create(
-        r, ranks, MakeChannel(addresses[(r + 1) % ranks]), services[r].get());
+        r, ranks, MakeChannel(addresses[(r + 1) % ranks]), services[r].get(),
+        /*session_id=*/r + 1, /*left_session_id=*/(r + ranks - 1) % ranks + 1);
     if (!t.ok()) return t.status();
     transports.push_back(std::move(*t));
   }

@@ -57,8 +57,9 @@ class SegmentReader : public grpc::ServerReadReactor<RingSegment> {
     sender_ = segment_.from_rank();
     SegmentKey key{segment_.step(), segment_.phase(), segment_.chunk(),
                    segment_.offset()};
-    absl::Status st = mailbox_->Put(key, segment_.from_rank(),
-                                    std::move(*segment_.mutable_data()));
+    absl::Status st =
+        mailbox_->Put(key, segment_.from_rank(), segment_.session_id(),
+                      std::move(*segment_.mutable_data()));
     if (!st.ok()) {
       Finish(ToGrpcStatus(st));
       return;
@@ -207,25 +208,31 @@ class GrpcTransport::Writer : public grpc::ClientWriteReactor<RingSegment> {
 
 absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Create(
     int rank, int size, std::shared_ptr<grpc::Channel> right,
-    RingPeerService* inbox) {
+    RingPeerService* inbox, uint64_t session_id, uint64_t left_session_id) {
   if (size < 1 || rank < 0 || rank >= size || right == nullptr ||
       inbox == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("bad ring transport: rank ", rank, " of ", size));
   }
-  return std::unique_ptr<GrpcTransport>(
-      new GrpcTransport(rank, size, std::move(right), inbox));
+  if (session_id == 0 || left_session_id == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ring transport of rank ", rank, ": a session id is missing"));
+  }
+  return std::unique_ptr<GrpcTransport>(new GrpcTransport(
+      rank, size, std::move(right), inbox, session_id, left_session_id));
 }
 
 GrpcTransport::GrpcTransport(int rank, int size,
                              std::shared_ptr<grpc::Channel> right,
-                             RingPeerService* inbox)
+                             RingPeerService* inbox, uint64_t session_id,
+                             uint64_t left_session_id)
     : rank_(rank),
       size_(size),
+      session_id_(session_id),
       channel_(std::move(right)),
       stub_(pstrain::v1::RingPeer::NewStub(channel_)),
       inbox_(inbox) {
-  inbox_->mailbox()->ExpectSender((rank + size - 1) % size);
+  inbox_->mailbox()->ExpectSender((rank + size - 1) % size, left_session_id);
 }
 
 GrpcTransport::~GrpcTransport() = default;
@@ -240,6 +247,7 @@ absl::Status GrpcTransport::Send(const SegmentKey& key,
   segment.set_chunk(key.chunk);
   segment.set_offset(key.offset);
   segment.set_from_rank(rank_);
+  segment.set_session_id(session_id_);
   segment.mutable_data()->assign(reinterpret_cast<const char*>(data.data()),
                                  data.size() * sizeof(float));
   absl::Status st = writer_->Write(std::move(segment), deadline);

@@ -42,10 +42,13 @@ class GrpcTransport final : public Transport {
   // neighbour's RingPeerService), receives from `inbox` (this worker's
   // service), which must outlive the transport. The stream opens on the
   // first Send and waits for the neighbour to come up (within Send's
-  // deadline). INVALID_ARGUMENT for a bad rank or size.
+  // deadline). Every segment sent carries `session_id` (this process's, from
+  // RegisterWorker); the inbox takes only segments from the left neighbour
+  // carrying `left_session_id` (GetPeersResponse.left_session_id; see
+  // mailbox.h). INVALID_ARGUMENT for a bad rank or size or a missing (0) id.
   static absl::StatusOr<std::unique_ptr<GrpcTransport>> Create(
       int rank, int size, std::shared_ptr<grpc::Channel> right,
-      RingPeerService* inbox);
+      RingPeerService* inbox, uint64_t session_id, uint64_t left_session_id);
   // Cancels the stream if it is still open and waits for gRPC to let go.
   ~GrpcTransport() override;
 
@@ -62,9 +65,11 @@ class GrpcTransport final : public Transport {
  private:
   class Writer;  // the SendSegments client reactor
   GrpcTransport(int rank, int size, std::shared_ptr<grpc::Channel> right,
-                RingPeerService* inbox);
+                RingPeerService* inbox, uint64_t session_id,
+                uint64_t left_session_id);
 
   const int rank_, size_;
+  const uint64_t session_id_;
   const std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<pstrain::v1::RingPeer::Stub> stub_;
   RingPeerService* const inbox_;

@@ -24,7 +24,10 @@ class InMemoryTransport : public Transport {
     std::string bytes(data.size() * sizeof(float), '\0');
     std::memcpy(bytes.data(), data.data(), bytes.size());
     bytes_sent_ += bytes.size();
-    return (*mailboxes_)[right()].Put(key, rank_, std::move(bytes));
+    // One process, no strangers: the mailboxes never learn a sender, so
+    // the session id is not checked (GrpcTransport's are).
+    return (*mailboxes_)[right()].Put(key, rank_, /*session_id=*/0,
+                                      std::move(bytes));
   }
 
   absl::Status Recv(const SegmentKey& key, absl::Span<float> out,

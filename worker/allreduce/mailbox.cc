@@ -16,7 +16,7 @@ std::string SegmentKey::ToString() const {
 }
 
 absl::Status Mailbox::Put(const SegmentKey& key, uint32_t from_rank,
-                          std::string bytes) {
+                          uint64_t session_id, std::string bytes) {
   if (bytes.size() % sizeof(float) != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("segment ", key.ToString(), " has ", bytes.size(),
@@ -27,6 +27,15 @@ absl::Status Mailbox::Put(const SegmentKey& key, uint32_t from_rank,
     return absl::PermissionDeniedError(absl::StrCat(
         "segment ", key.ToString(), " claims rank ", from_rank,
         "; only the left neighbour, rank ", *sender_, ", sends here"));
+  }
+  if (sender_.has_value() &&
+      (session_id == 0 || session_id != sender_session_)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "segment ", key.ToString(), " from rank ", from_rank,
+        session_id == 0 ? " carries no session id"
+                        : " carries a session id that is not the current "
+                          "one of that rank (another process, or a replaced "
+                          "one)"));
   }
   if (!step_.has_value()) step_ = key.step;
   if (key.step < *step_) {
@@ -50,13 +59,29 @@ absl::Status Mailbox::Put(const SegmentKey& key, uint32_t from_rank,
                      max_bytes_, " bytes (", bytes_, " waiting); not stored"));
   }
   bytes_ += bytes.size();
-  segments_.try_emplace(key, Segment{from_rank, std::move(bytes)});
+  segments_.try_emplace(key, Segment{from_rank, session_id, std::move(bytes)});
   return absl::OkStatus();
 }
 
-void Mailbox::ExpectSender(uint32_t rank) {
+void Mailbox::ExpectSender(uint32_t rank, uint64_t session_id) {
   absl::MutexLock lock(&mu_);
   sender_ = rank;
+  sender_session_ = session_id;
+  std::optional<uint64_t> first_step;
+  for (auto it = segments_.begin(); it != segments_.end();) {
+    const Segment& s = it->second;
+    if (s.from_rank != rank || s.session_id == 0 ||
+        s.session_id != session_id) {
+      bytes_ -= s.bytes.size();
+      segments_.erase(it++);
+      continue;
+    }
+    if (!first_step.has_value() || it->first.step < *first_step) {
+      first_step = it->first.step;
+    }
+    ++it;
+  }
+  step_ = first_step;
 }
 
 void Mailbox::Fail(uint32_t from_rank, absl::Status error) {

@@ -2,6 +2,13 @@
 // all-reduce to take them. A neighbour may run ahead (within one all-reduce,
 // or into the next), so segments are kept by key rather than in a queue; a
 // well-behaved neighbour leaves at most about one all-reduce's worth here.
+//
+// Session ids (README "Security"): every segment carries its sender's
+// session id. Once the rank knows its left neighbour and that neighbour's id
+// (ExpectSender, from the coordinator's GetPeers), a segment from another
+// rank or with another id is PERMISSION_DENIED and stored nothing; segments
+// that came earlier (the neighbour may start first) are kept with their ids
+// and those that do not match are dropped by ExpectSender.
 #ifndef PSTRAIN_WORKER_ALLREDUCE_MAILBOX_H_
 #define PSTRAIN_WORKER_ALLREDUCE_MAILBOX_H_
 
@@ -28,11 +35,15 @@ class Mailbox {
   explicit Mailbox(size_t max_bytes = kDefaultMaxBytes)
       : max_bytes_(max_bytes) {}
 
-  // From now on only segments from `rank` (the left neighbour) are stored.
-  void ExpectSender(uint32_t rank);
+  // From now on only segments from `rank` (the left neighbour) carrying
+  // `session_id` (its id) are stored; waiting ones that are not are dropped
+  // (and the step window is taken again from those that remain).
+  void ExpectSender(uint32_t rank, uint64_t session_id);
 
-  // Stores segment `key` (little-endian fp32 bytes) from `from_rank`.
-  // PERMISSION_DENIED if ExpectSender named another rank; OUT_OF_RANGE if
+  // Stores segment `key` (little-endian fp32 bytes) from `from_rank`, whose
+  // session id it claims to be `session_id`.
+  // PERMISSION_DENIED if ExpectSender named another rank or another session
+  // id (the message names the rank, never the expected id); OUT_OF_RANGE if
   // its step is beyond the window (the step of the rank's latest Take, or
   // before any Take the first segment's step, plus one); FAILED_PRECONDITION
   // if its step is before that window (it would never be taken);
@@ -40,7 +51,7 @@ class Mailbox {
   // INVALID_ARGUMENT if the payload is not whole floats; RESOURCE_EXHAUSTED
   // if it would take the waiting bytes over max_bytes (nothing stored).
   absl::Status Put(const SegmentKey& key, uint32_t from_rank,
-                   std::string bytes);
+                   uint64_t session_id, std::string bytes);
 
   // The stream from `from_rank` broke (`error`, not OK): from now on a Take
   // from that rank whose segment is not already here fails with `error` at
@@ -63,6 +74,7 @@ class Mailbox {
  private:
   struct Segment {
     uint32_t from_rank;
+    uint64_t session_id;
     std::string bytes;
   };
   const size_t max_bytes_;
@@ -70,6 +82,7 @@ class Mailbox {
   absl::flat_hash_map<SegmentKey, Segment> segments_ ABSL_GUARDED_BY(mu_);
   size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<uint32_t> sender_ ABSL_GUARDED_BY(mu_);
+  uint64_t sender_session_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<uint64_t> step_ ABSL_GUARDED_BY(mu_);  // window start
   absl::flat_hash_map<uint32_t, absl::Status> failed_ ABSL_GUARDED_BY(mu_);
 };

@@ -71,8 +71,10 @@ class Ring {
         ring->transports_.emplace_back();
         continue;
       }
+      // Rank r's session id is 1000 + r here.
       absl::StatusOr<std::unique_ptr<GrpcTransport>> t = GrpcTransport::Create(
-          r, n, MakeChannel(addresses[(r + 1) % n]), ring->services_[r].get());
+          r, n, MakeChannel(addresses[(r + 1) % n]), ring->services_[r].get(),
+          1000 + r, 1000 + (r + n - 1) % n);
       if (!t.ok()) return t.status();
       ring->transports_.push_back(std::move(*t));
     }
@@ -251,14 +253,17 @@ TEST(RingAllReduceGrpcTest, LargeVectorInMegabyteSegments) {
   }
 }
 
+// The session id the mailbox tests' senders carry.
+constexpr uint64_t kSession = 0x5e55;
+
 // The mailbox refuses a segment that would take it over its byte bound, and
 // frees the bound as segments are taken.
 TEST(MailboxTest, BoundsTheBytesWaiting) {
   Mailbox mailbox(/*max_bytes=*/16);
   SegmentKey a{1, pstrain::v1::REDUCE_SCATTER, 0, 0};
   SegmentKey b{1, pstrain::v1::REDUCE_SCATTER, 0, 4};
-  ASSERT_TRUE(mailbox.Put(a, 0, std::string(12, '\0')).ok());
-  absl::Status st = mailbox.Put(b, 0, std::string(8, '\0'));
+  ASSERT_TRUE(mailbox.Put(a, 0, kSession, std::string(12, '\0')).ok());
+  absl::Status st = mailbox.Put(b, 0, kSession, std::string(8, '\0'));
   EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
   EXPECT_EQ(mailbox.size(), 1u);
   EXPECT_EQ(mailbox.bytes(), 12u);
@@ -267,25 +272,25 @@ TEST(MailboxTest, BoundsTheBytesWaiting) {
       mailbox.Take(a, 0, absl::MakeSpan(out), absl::Now() + absl::Seconds(1))
           .ok());
   EXPECT_EQ(mailbox.bytes(), 0u);
-  EXPECT_TRUE(mailbox.Put(b, 0, std::string(16, '\0')).ok());
+  EXPECT_TRUE(mailbox.Put(b, 0, kSession, std::string(16, '\0')).ok());
 }
 
 // Only the left neighbour may send, and only for the step being taken or
 // the next; a Take moves the window and drops segments left behind.
 TEST(MailboxTest, BoundsStepsAndSenders) {
   Mailbox mailbox;
-  mailbox.ExpectSender(2);
+  mailbox.ExpectSender(2, kSession);
   const auto key = [](uint64_t step, uint64_t offset) {
     return SegmentKey{step, pstrain::v1::REDUCE_SCATTER, 0, offset};
   };
-  absl::Status st = mailbox.Put(key(5, 0), 1, std::string(4, '\0'));
+  absl::Status st = mailbox.Put(key(5, 0), 1, kSession, std::string(4, '\0'));
   EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied) << st;
-  ASSERT_TRUE(mailbox.Put(key(5, 0), 2, std::string(4, '\0')).ok());
-  ASSERT_TRUE(mailbox.Put(key(5, 1), 2, std::string(4, '\0')).ok());
-  ASSERT_TRUE(mailbox.Put(key(6, 0), 2, std::string(4, '\0')).ok());
-  st = mailbox.Put(key(7, 0), 2, std::string(4, '\0'));
+  ASSERT_TRUE(mailbox.Put(key(5, 0), 2, kSession, std::string(4, '\0')).ok());
+  ASSERT_TRUE(mailbox.Put(key(5, 1), 2, kSession, std::string(4, '\0')).ok());
+  ASSERT_TRUE(mailbox.Put(key(6, 0), 2, kSession, std::string(4, '\0')).ok());
+  st = mailbox.Put(key(7, 0), 2, kSession, std::string(4, '\0'));
   EXPECT_EQ(st.code(), absl::StatusCode::kOutOfRange) << st;
-  st = mailbox.Put(key(4, 0), 2, std::string(4, '\0'));
+  st = mailbox.Put(key(4, 0), 2, kSession, std::string(4, '\0'));
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
   std::vector<float> out(1);
   ASSERT_TRUE(mailbox
@@ -294,8 +299,8 @@ TEST(MailboxTest, BoundsStepsAndSenders) {
                   .ok());
   EXPECT_EQ(mailbox.size(), 0u);  // step 5's leftover was dropped
   EXPECT_EQ(mailbox.bytes(), 0u);
-  EXPECT_TRUE(mailbox.Put(key(7, 0), 2, std::string(4, '\0')).ok());
-  st = mailbox.Put(key(5, 2), 2, std::string(4, '\0'));
+  EXPECT_TRUE(mailbox.Put(key(7, 0), 2, kSession, std::string(4, '\0')).ok());
+  st = mailbox.Put(key(5, 2), 2, kSession, std::string(4, '\0'));
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
 }
 
@@ -342,6 +347,90 @@ TEST(RingAllReduceGrpcTest, CancelledStreamIsAnErrorNotAnEnd) {
       start + absl::Seconds(10));
   EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+}
+
+// Issue 11, strangers: a segment must carry its sender's session id; once
+// the left neighbour and its id are known, anything else is refused and
+// stored nothing.
+TEST(MailboxTest, SegmentsWithoutTheSendersSessionIdAreRefused) {
+  Mailbox mailbox;
+  mailbox.ExpectSender(2, kSession);
+  const SegmentKey key{5, pstrain::v1::REDUCE_SCATTER, 0, 0};
+  for (uint64_t wrong : {uint64_t{0}, kSession + 1}) {
+    absl::Status st = mailbox.Put(key, 2, wrong, std::string(4, '\0'));
+    EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied) << st;
+    EXPECT_TRUE(absl::StrContains(st.message(), "from rank 2")) << st;
+    EXPECT_FALSE(absl::StrContains(st.message(), absl::StrCat(kSession))) << st;
+  }
+  EXPECT_EQ(mailbox.size(), 0u);
+  EXPECT_EQ(mailbox.bytes(), 0u);
+  EXPECT_TRUE(mailbox.Put(key, 2, kSession, std::string(4, '\0')).ok());
+}
+
+// Segments may come before the rank knows its neighbour; those with the
+// wrong sender or id are dropped then, and cannot move the step window.
+TEST(MailboxTest, EarlySegmentsWithTheWrongIdAreDroppedWhenTheSenderIsKnown) {
+  Mailbox mailbox;
+  const auto key = [](uint64_t step, uint64_t offset) {
+    return SegmentKey{step, pstrain::v1::REDUCE_SCATTER, 0, offset};
+  };
+  ASSERT_TRUE(mailbox.Put(key(1000, 0), 2, 99, std::string(4, '\0')).ok());
+  ASSERT_TRUE(
+      mailbox.Put(key(1000, 1), 1, kSession, std::string(4, '\0')).ok());
+  ASSERT_EQ(mailbox.size(), 2u);
+  mailbox.ExpectSender(2, kSession);
+  EXPECT_EQ(mailbox.size(), 0u);
+  EXPECT_EQ(mailbox.bytes(), 0u);
+  // The stranger's step 1000 did not stick: the neighbour's step 0 is taken.
+  ASSERT_TRUE(mailbox.Put(key(0, 0), 2, kSession, std::string(4, '\0')).ok());
+  std::vector<float> out(1);
+  EXPECT_TRUE(mailbox
+                  .Take(key(0, 0), 2, absl::MakeSpan(out),
+                        absl::Now() + absl::Seconds(1))
+                  .ok());
+}
+
+// Over gRPC: a stream whose segments carry a wrong id ends PERMISSION_DENIED
+// and the rank's all-reduce never sees them.
+TEST(RingAllReduceGrpcTest, StrangersSegmentsAreRefused) {
+  RingPeerService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_TRUE(server != nullptr && port != 0);
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  // Rank 1 of 2: its left neighbour is rank 0 with id 1000.
+  absl::StatusOr<std::unique_ptr<GrpcTransport>> t =
+      GrpcTransport::Create(1, 2, MakeChannel(address), &service, 1001, 1000);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(GrpcTransport::Create(1, 2, MakeChannel(address), &service, 0, 1000)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  auto stub = pstrain::v1::RingPeer::NewStub(MakeChannel(address));
+  for (uint64_t wrong : {uint64_t{0}, uint64_t{1001}}) {
+    grpc::ClientContext context;
+    SetTimeout(&context, absl::Seconds(10));
+    pstrain::v1::SendSegmentsResponse response;
+    auto writer = stub->SendSegments(&context, &response);
+    pstrain::v1::RingSegment segment;
+    segment.set_step(0);
+    segment.set_phase(pstrain::v1::REDUCE_SCATTER);
+    segment.set_from_rank(0);
+    segment.set_session_id(wrong);
+    segment.set_data(std::string(8, '\0'));
+    writer->Write(segment);
+    writer->WritesDone();
+    const grpc::Status st = writer->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+        << st.error_message();
+  }
+  EXPECT_EQ(service.mailbox()->size(), 0u);
+  t->reset();
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
 }
 
