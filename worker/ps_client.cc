@@ -89,7 +89,17 @@ std::unique_ptr<PsOp> PsClient::StartPush(uint32_t worker, uint64_t clock,
                                           uint64_t num_samples,
                                           const TensorList& grads,
                                           const std::vector<ShardRead>& reads) {
+  return StartPush(worker, clock, num_samples,
+                   TensorViews(grads.begin(), grads.end()), reads);
+}
+
+std::unique_ptr<PsOp> PsClient::StartPush(uint32_t worker, uint64_t clock,
+                                          uint64_t num_samples,
+                                          TensorViews views,
+                                          const std::vector<ShardRead>& reads) {
   std::unique_ptr<PsOp> op(new PsOp);
+  op->views_ = std::move(views);
+  const TensorViews& grads = op->views_;
   const int n = num_shards();
   op->statuses_.resize(n);
   bool shapes_ok = grads.size() == tensor_sizes_.size();
@@ -138,7 +148,7 @@ absl::Status PsClient::PullShard(int shard, uint32_t worker, uint64_t clock,
 }
 
 absl::Status PsClient::PushShard(int shard, uint32_t worker, uint64_t clock,
-                                 uint64_t num_samples, const TensorList& grads,
+                                 uint64_t num_samples, const TensorViews& grads,
                                  const ShardRead& read) {
   return WithRetries(/*push=*/true, [&] {
     return PushShardOnce(shard, worker, clock, num_samples, grads, read);
@@ -194,7 +204,7 @@ absl::Status PsClient::PullShardOnce(int shard, uint32_t worker, uint64_t clock,
 
 absl::Status PsClient::PushShardOnce(int shard, uint32_t worker, uint64_t clock,
                                      uint64_t num_samples,
-                                     const TensorList& grads,
+                                     const TensorViews& grads,
                                      const ShardRead& read) {
   grpc::ClientContext context;
   SetTimeout(&context, options_.rpc_timeout);

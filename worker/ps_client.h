@@ -21,11 +21,15 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "proto/pstrain.grpc.pb.h"
 
 namespace pstrain {
 
 using TensorList = std::vector<std::vector<float>>;
+// Read-only views of tensors shaped like a TensorList (e.g. slices of one
+// flat pinned buffer that a compute backend downloads gradients into).
+using TensorViews = std::vector<absl::Span<const float>>;
 
 struct PsClientOptions {
   absl::Duration rpc_timeout = absl::Seconds(30);
@@ -62,6 +66,7 @@ class PsOp {
   std::vector<std::thread> threads_;
   std::vector<absl::Status> statuses_;
   std::vector<ShardRead> reads_;
+  TensorViews views_;  // a push's gradients
   bool joined_ = false;
 };
 
@@ -89,6 +94,11 @@ class PsClient {
   std::unique_ptr<PsOp> StartPush(uint32_t worker, uint64_t clock,
                                   uint64_t num_samples, const TensorList& grads,
                                   const std::vector<ShardRead>& reads);
+  // The same from views: the memory they show must outlive Wait(); the
+  // chunks are encoded straight from it.
+  std::unique_ptr<PsOp> StartPush(uint32_t worker, uint64_t clock,
+                                  uint64_t num_samples, TensorViews grads,
+                                  const std::vector<ShardRead>& reads);
 
   uint64_t bytes_pushed() const { return bytes_pushed_.load(); }
   uint64_t bytes_pulled() const { return bytes_pulled_.load(); }
@@ -104,12 +114,12 @@ class PsClient {
   absl::Status PullShard(int shard, uint32_t worker, uint64_t clock,
                          TensorList* params, ShardRead* read);
   absl::Status PushShard(int shard, uint32_t worker, uint64_t clock,
-                         uint64_t num_samples, const TensorList& grads,
+                         uint64_t num_samples, const TensorViews& grads,
                          const ShardRead& read);
   absl::Status PullShardOnce(int shard, uint32_t worker, uint64_t clock,
                              TensorList* params, ShardRead* read);
   absl::Status PushShardOnce(int shard, uint32_t worker, uint64_t clock,
-                             uint64_t num_samples, const TensorList& grads,
+                             uint64_t num_samples, const TensorViews& grads,
                              const ShardRead& read);
 
   const pstrain::v1::ShardMap map_;
