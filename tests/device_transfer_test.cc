@@ -1,8 +1,9 @@
 // What crosses between the host and the compute backend per training step
 // (issue 12, item 8), counted by a CountingBackend around the real backend:
 //   - parameter servers: the pulled weights go in once per step (not once
-//     per micro-batch), the micro-batches go in, and the gradient comes out
-//     once, straight into the pinned buffer the push encodes from;
+//     per micro-batch) from the pinned buffer the pull decodes into, the
+//     micro-batches go in, and the gradient comes out once, straight into
+//     the pinned buffer the push encodes from;
 //   - all-reduce with a reducer that sums on the device (NCCL): the same
 //     weights and batches in, one float in (the sample count), the reduced
 //     gradient out once into pinned memory, and no host round trip before
@@ -145,9 +146,9 @@ TEST_P(Transfers, ParameterServerStepMovesWeightsInOnceAndGradientOutOnce) {
     EXPECT_EQ(d.downloads, 1);
     EXPECT_EQ(d.downloaded, total);
     EXPECT_EQ(d.staged_downloads, 0);
-    // Still staged: the pulled weights and the batches come from pageable
-    // vectors (the pull decodes into a TensorList).
-    EXPECT_EQ(d.staged_uploads, tensors + 2 * kAccum);
+    // The pull decodes into pinned memory, so only the micro-batches (from
+    // the data source's vectors) are staged.
+    EXPECT_EQ(d.staged_uploads, 2 * kAccum);
     EXPECT_EQ(d.sums, kAccum);  // the micro-batches' losses
   }
   // The final pull: the weights in once, nothing out (no test set).

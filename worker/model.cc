@@ -18,7 +18,7 @@ using Params = std::vector<std::vector<float>>;
 using pstrain::v1::TensorSpec;
 
 absl::Status CheckParams(const std::vector<TensorSpec>& specs,
-                         const Params& params) {
+                         const TensorViews& params) {
   if (params.size() != specs.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "expected ", specs.size(), " parameter tensors, got ", params.size()));
@@ -82,7 +82,8 @@ class ScalarModel : public Model {
   bool is_classifier() const override { return false; }
   ComputeBackend* backend() const override { return backend_; }
 
-  absl::Status SetParams(const Params& params) override {
+  using Model::SetParams;
+  absl::Status SetParams(const TensorViews& params) override {
     PS_RETURN_IF_ERROR(CheckParams(specs_, params));
     w_ = params[0][0];
     has_params_ = true;
@@ -173,11 +174,14 @@ class DenseModel : public Model {
   bool is_classifier() const override { return num_outputs() >= 2; }
   ComputeBackend* backend() const override { return backend_; }
 
-  absl::Status SetParams(const Params& params) override {
+  using Model::SetParams;
+  absl::Status SetParams(const TensorViews& params) override {
     PS_RETURN_IF_ERROR(CheckParams(specs_, params));
     has_params_ = false;  // until every tensor is there
     for (size_t t = 0; t < params.size(); ++t) {
-      PS_RETURN_IF_ERROR(Upload(params[t], &params_[t]));
+      PS_RETURN_IF_ERROR(Reserve(&params_[t], params[t].size()));
+      PS_RETURN_IF_ERROR(backend_->CopyToDevice(params[t].data(),
+                                                params[t].size(), &params_[t]));
     }
     has_params_ = true;
     return absl::OkStatus();
@@ -354,6 +358,10 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(
 }
 
 }  // namespace
+
+absl::Status Model::SetParams(const Params& params) {
+  return SetParams(TensorViews(params.begin(), params.end()));
+}
 
 int64_t Model::num_params() const {
   int64_t total = 0;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "common/job_config.h"
 #include "proto/pstrain.pb.h"
 #include "worker/compute_backend.h"
@@ -23,6 +24,10 @@ struct Batch {
   // otherwise the regression target.
   std::vector<float> y;
 };
+
+// Read-only views of parameter tensors (flat fp32, in the order of params()),
+// e.g. slices of one pinned HostBuffer. The same type as ps_client.h's.
+using TensorViews = std::vector<absl::Span<const float>>;
 
 struct EvalResult {
   double loss_sum = 0;  // sum of per-example losses
@@ -76,9 +81,10 @@ class Model {
 
   // Makes `params` the resident parameters. Wrong parameter count or sizes
   // are INVALID_ARGUMENT (and keep the old ones). Dense models upload each
-  // tensor once (one CopyToDevice per tensor); nothing else crosses.
-  virtual absl::Status SetParams(
-      const std::vector<std::vector<float>>& params) = 0;
+  // tensor once (one CopyToDevice per tensor; from a HostBuffer without
+  // staging); nothing else crosses.
+  virtual absl::Status SetParams(const TensorViews& params) = 0;
+  absl::Status SetParams(const std::vector<std::vector<float>>& params);
 
   // Gradient of the mean loss over `batch` (n >= 1) at the resident
   // parameters into gradient(): it replaces the gradient, or with

@@ -73,12 +73,29 @@ std::unique_ptr<PsOp> PsClient::StartPull(uint32_t worker, uint64_t clock,
   for (size_t i = 0; i < tensor_sizes_.size(); ++i) {
     (*params)[i].resize(tensor_sizes_[i]);
   }
+  return StartPull(worker, clock,
+                   MutableTensorViews(params->begin(), params->end()));
+}
+
+std::unique_ptr<PsOp> PsClient::StartPull(uint32_t worker, uint64_t clock,
+                                          MutableTensorViews views) {
   std::unique_ptr<PsOp> op(new PsOp);
+  op->pulled_ = std::move(views);
+  const MutableTensorViews& params = op->pulled_;
   const int n = num_shards();
   op->statuses_.resize(n);
   op->reads_.resize(n);
+  bool shapes_ok = params.size() == tensor_sizes_.size();
+  for (size_t i = 0; shapes_ok && i < params.size(); ++i) {
+    shapes_ok = params[i].size() == tensor_sizes_[i];
+  }
+  if (!shapes_ok) {
+    op->statuses_.assign(n, absl::InvalidArgumentError(
+                                "pull destination does not match the model"));
+    return op;
+  }
   for (int s = 0; s < n; ++s) {
-    op->threads_.emplace_back([this, s, worker, clock, params, op = op.get()] {
+    op->threads_.emplace_back([this, s, worker, clock, &params, op = op.get()] {
       op->statuses_[s] = PullShard(s, worker, clock, params, &op->reads_[s]);
     });
   }
@@ -141,7 +158,8 @@ absl::Status PsClient::WithRetries(
 }
 
 absl::Status PsClient::PullShard(int shard, uint32_t worker, uint64_t clock,
-                                 TensorList* params, ShardRead* read) {
+                                 const MutableTensorViews& params,
+                                 ShardRead* read) {
   return WithRetries(
       /*push=*/false,
       [&] { return PullShardOnce(shard, worker, clock, params, read); });
@@ -156,7 +174,8 @@ absl::Status PsClient::PushShard(int shard, uint32_t worker, uint64_t clock,
 }
 
 absl::Status PsClient::PullShardOnce(int shard, uint32_t worker, uint64_t clock,
-                                     TensorList* params, ShardRead* read) {
+                                     const MutableTensorViews& params,
+                                     ShardRead* read) {
   grpc::ClientContext context;
   SetTimeout(&context, options_.barrier_timeout + options_.rpc_timeout);
   pstrain::v1::PullRequest request;
@@ -185,8 +204,7 @@ absl::Status PsClient::PullShardOnce(int shard, uint32_t worker, uint64_t clock,
         break;
       }
       const ChunkInfo& info = map_.chunks(it->second);
-      float* dst =
-          (*params)[tensor_index_[info.tensor()]].data() + info.offset();
+      float* dst = params[tensor_index_[info.tensor()]].data() + info.offset();
       status = DecodeChunk(c, info.length(), /*require_finite=*/false, dst);
       ++received;
     }

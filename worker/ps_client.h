@@ -30,6 +30,8 @@ using TensorList = std::vector<std::vector<float>>;
 // Read-only views of tensors shaped like a TensorList (e.g. slices of one
 // flat pinned buffer that a compute backend downloads gradients into).
 using TensorViews = std::vector<absl::Span<const float>>;
+// Writable views, for a pull into memory the caller provides.
+using MutableTensorViews = std::vector<absl::Span<float>>;
 
 struct PsClientOptions {
   absl::Duration rpc_timeout = absl::Seconds(30);
@@ -66,7 +68,8 @@ class PsOp {
   std::vector<std::thread> threads_;
   std::vector<absl::Status> statuses_;
   std::vector<ShardRead> reads_;
-  TensorViews views_;  // a push's gradients
+  TensorViews views_;          // a push's gradients
+  MutableTensorViews pulled_;  // a pull's destination
   bool joined_ = false;
 };
 
@@ -88,6 +91,11 @@ class PsClient {
   // must stay alive and untouched until Wait() returns.
   std::unique_ptr<PsOp> StartPull(uint32_t worker, uint64_t clock,
                                   TensorList* params);
+  // The same into views shaped like the model (INVALID_ARGUMENT from Wait()
+  // otherwise); the chunks are decoded straight into the memory they show,
+  // which must stay alive and untouched until Wait() returns.
+  std::unique_ptr<PsOp> StartPull(uint32_t worker, uint64_t clock,
+                                  MutableTensorViews params);
 
   // Sends `grads` (shaped like the model) for `clock`, stamped with the reads
   // of the pull it was computed from. `grads` must outlive Wait().
@@ -112,12 +120,12 @@ class PsClient {
   absl::Status WithRetries(bool push,
                            const std::function<absl::Status()>& attempt) const;
   absl::Status PullShard(int shard, uint32_t worker, uint64_t clock,
-                         TensorList* params, ShardRead* read);
+                         const MutableTensorViews& params, ShardRead* read);
   absl::Status PushShard(int shard, uint32_t worker, uint64_t clock,
                          uint64_t num_samples, const TensorViews& grads,
                          const ShardRead& read);
   absl::Status PullShardOnce(int shard, uint32_t worker, uint64_t clock,
-                             TensorList* params, ShardRead* read);
+                             const MutableTensorViews& params, ShardRead* read);
   absl::Status PushShardOnce(int shard, uint32_t worker, uint64_t clock,
                              uint64_t num_samples, const TensorViews& grads,
                              const ShardRead& read);

@@ -14,16 +14,21 @@ absl::Status Trainer::Run(const StepCallback& on_step,
   const JobConfig& c = options_.config;
   const uint32_t rank = options_.rank;
   LocalStep local(c, rank, model_, data_);
-  // The push encodes its chunks straight from `pushed`, which the gradient
-  // is downloaded into (pinned on CUDA: one DMA, no staging copy).
+  // The pull decodes the weights straight into `pulled` and the push encodes
+  // its chunks straight from `pushed`, which the gradient is downloaded
+  // into: both pinned on CUDA, so each crossing is one DMA, no staging copy.
   ComputeBackend* backend = model_->backend();
   const int64_t total = model_->num_params();
+  PS_ASSIGN_OR_RETURN(HostBuffer pulled, backend->AllocateHost(total));
   PS_ASSIGN_OR_RETURN(HostBuffer pushed, backend->AllocateHost(total));
-  TensorViews views;
+  MutableTensorViews pull_into;
+  TensorViews weights, grads;
   int64_t offset = 0;
   for (const pstrain::v1::TensorSpec& spec : model_->params()) {
     const int64_t n = NumElements(spec);
-    views.emplace_back(pushed.data() + offset, n);
+    pull_into.emplace_back(pulled.data() + offset, n);
+    weights.emplace_back(pulled.data() + offset, n);
+    grads.emplace_back(pushed.data() + offset, n);
     offset += n;
   }
   for (int64_t step = 0; step <= c.steps; ++step) {
@@ -35,13 +40,17 @@ absl::Status Trainer::Run(const StepCallback& on_step,
     m.set_step(step);
 
     absl::Time t0 = absl::Now();
-    std::unique_ptr<PsOp> pull = client_->StartPull(rank, step, &params_);
+    std::unique_ptr<PsOp> pull = client_->StartPull(rank, step, pull_into);
     PS_RETURN_IF_ERROR(pull->Wait());
     // The pulled weights cross to the backend once, for the evaluation and
     // every micro-batch of the step.
-    PS_RETURN_IF_ERROR(model_->SetParams(params_));
+    PS_RETURN_IF_ERROR(model_->SetParams(weights));
     m.set_pull_s(absl::ToDoubleSeconds(absl::Now() - t0));
     if (step == c.steps) {  // final weights: evaluate and finish
+      params_.clear();
+      for (absl::Span<const float> w : weights) {
+        params_.emplace_back(w.begin(), w.end());
+      }
       PS_RETURN_IF_ERROR(local.Evaluate(&m));
       m.set_end_unix_s(UnixSeconds());
       return on_step ? on_step(m) : absl::OkStatus();
@@ -60,7 +69,7 @@ absl::Status Trainer::Run(const StepCallback& on_step,
 
     t0 = absl::Now();
     std::unique_ptr<PsOp> push =
-        client_->StartPush(rank, step, local.slice(), views, pull->reads());
+        client_->StartPush(rank, step, local.slice(), grads, pull->reads());
     PS_RETURN_IF_ERROR(push->Wait());
     m.set_push_s(absl::ToDoubleSeconds(absl::Now() - t0));
     m.set_end_unix_s(UnixSeconds());
