@@ -81,13 +81,13 @@ std::unique_ptr<PsOp> PsClient::StartPull(uint32_t worker, uint64_t clock,
                                           MutableTensorViews views) {
   std::unique_ptr<PsOp> op(new PsOp);
   op->pulled_ = std::move(views);
-  const MutableTensorViews& params = op->pulled_;
+  MutableTensorViews* params = &op->pulled_;
   const int n = num_shards();
   op->statuses_.resize(n);
   op->reads_.resize(n);
-  bool shapes_ok = params.size() == tensor_sizes_.size();
-  for (size_t i = 0; shapes_ok && i < params.size(); ++i) {
-    shapes_ok = params[i].size() == tensor_sizes_[i];
+  bool shapes_ok = params->size() == tensor_sizes_.size();
+  for (size_t i = 0; shapes_ok && i < params->size(); ++i) {
+    shapes_ok = (*params)[i].size() == tensor_sizes_[i];
   }
   if (!shapes_ok) {
     op->statuses_.assign(n, absl::InvalidArgumentError(
@@ -95,7 +95,7 @@ std::unique_ptr<PsOp> PsClient::StartPull(uint32_t worker, uint64_t clock,
     return op;
   }
   for (int s = 0; s < n; ++s) {
-    op->threads_.emplace_back([this, s, worker, clock, &params, op = op.get()] {
+    op->threads_.emplace_back([this, s, worker, clock, params, op = op.get()] {
       op->statuses_[s] = PullShard(s, worker, clock, params, &op->reads_[s]);
     });
   }
@@ -158,8 +158,7 @@ absl::Status PsClient::WithRetries(
 }
 
 absl::Status PsClient::PullShard(int shard, uint32_t worker, uint64_t clock,
-                                 const MutableTensorViews& params,
-                                 ShardRead* read) {
+                                 MutableTensorViews* params, ShardRead* read) {
   return WithRetries(
       /*push=*/false,
       [&] { return PullShardOnce(shard, worker, clock, params, read); });
@@ -174,7 +173,7 @@ absl::Status PsClient::PushShard(int shard, uint32_t worker, uint64_t clock,
 }
 
 absl::Status PsClient::PullShardOnce(int shard, uint32_t worker, uint64_t clock,
-                                     const MutableTensorViews& params,
+                                     MutableTensorViews* params,
                                      ShardRead* read) {
   grpc::ClientContext context;
   SetTimeout(&context, options_.barrier_timeout + options_.rpc_timeout);
@@ -204,7 +203,8 @@ absl::Status PsClient::PullShardOnce(int shard, uint32_t worker, uint64_t clock,
         break;
       }
       const ChunkInfo& info = map_.chunks(it->second);
-      float* dst = params[tensor_index_[info.tensor()]].data() + info.offset();
+      float* dst =
+          (*params)[tensor_index_[info.tensor()]].data() + info.offset();
       status = DecodeChunk(c, info.length(), /*require_finite=*/false, dst);
       ++received;
     }

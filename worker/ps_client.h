@@ -120,12 +120,12 @@ class PsClient {
   absl::Status WithRetries(bool push,
                            const std::function<absl::Status()>& attempt) const;
   absl::Status PullShard(int shard, uint32_t worker, uint64_t clock,
-                         const MutableTensorViews& params, ShardRead* read);
+                         MutableTensorViews* params, ShardRead* read);
   absl::Status PushShard(int shard, uint32_t worker, uint64_t clock,
                          uint64_t num_samples, const TensorViews& grads,
                          const ShardRead& read);
   absl::Status PullShardOnce(int shard, uint32_t worker, uint64_t clock,
-                             const MutableTensorViews& params, ShardRead* read);
+                             MutableTensorViews* params, ShardRead* read);
   absl::Status PushShardOnce(int shard, uint32_t worker, uint64_t clock,
                              uint64_t num_samples, const TensorViews& grads,
                              const ShardRead& read);
