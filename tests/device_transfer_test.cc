@@ -245,6 +245,9 @@ TEST_P(Transfers, AllReduceOnTheDeviceHasNoHostRoundTripBeforeTheSum) {
     // In: the weights once, the micro-batches, the sample count (1 float).
     EXPECT_EQ(d.uploads, tensors + 2 * kAccum + 1);
     EXPECT_EQ(d.uploaded, total + kBatchFloats + 1);
+    // Staged: the micro-batches and the count; the weights come from the
+    // replica's pinned buffer.
+    EXPECT_EQ(d.staged_uploads, 2 * kAccum + 1);
     // Out: only the reduced gradient and count, once, into pinned memory,
     // for the optimizer on the host.
     EXPECT_EQ(d.downloads, 1);
@@ -269,6 +272,7 @@ TEST_P(Transfers, AllReduceOnTheDeviceHasNoHostRoundTripBeforeTheSum) {
                               ": ", d.ToString()));
     EXPECT_EQ(d.uploads, tensors + 2 * kAccum);
     EXPECT_EQ(d.uploaded, total + kBatchFloats);
+    EXPECT_EQ(d.staged_uploads, 2 * kAccum);
     EXPECT_EQ(d.downloads, 1);
     EXPECT_EQ(d.downloaded, total);
     EXPECT_EQ(d.staged_downloads, 0);

@@ -10,8 +10,9 @@
 //   host:     Model::LossAndGradient: weights in, gradient out into pageable
 //             vectors, one copy per tensor (on CUDA through the staging
 //             halves): the path before the device-resident trainer;
-//   ps:       the parameter-server step: weights in (SetParams), the
-//             gradient out once into a pinned HostBuffer (the push buffer);
+//   ps:       the parameter-server step: weights in from a pinned
+//             HostBuffer (the pull buffer), the gradient out once into
+//             another (the push buffer);
 //   resident: the gradient only, weights already on the backend, nothing
 //             out (the all-reduce on the device; the optimizer's copies not
 //             included).
@@ -211,8 +212,16 @@ absl::Status RunSize(ComputeBackend* backend, const Size& s,
   // rounds.
   std::vector<std::vector<float>> grads;
   const int64_t total = model->num_params();
+  PS_ASSIGN_OR_RETURN(HostBuffer pulled, backend->AllocateHost(total));
   PS_ASSIGN_OR_RETURN(HostBuffer pushed, backend->AllocateHost(total));
-  PS_RETURN_IF_ERROR(model->SetParams(params));
+  TensorViews weights;  // in `pulled`, as the trainer's pull leaves them
+  int64_t offset = 0;
+  for (const std::vector<float>& p : params) {
+    std::copy(p.begin(), p.end(), pulled.data() + offset);
+    weights.emplace_back(pulled.data() + offset, p.size());
+    offset += p.size();
+  }
+  PS_RETURN_IF_ERROR(model->SetParams(weights));
   const std::vector<std::pair<const char*, std::function<absl::Status()>>>
       variants = {
           {"host",
@@ -221,7 +230,7 @@ absl::Status RunSize(ComputeBackend* backend, const Size& s,
            }},
           {"ps",
            [&]() -> absl::Status {
-             PS_RETURN_IF_ERROR(model->SetParams(params));
+             PS_RETURN_IF_ERROR(model->SetParams(weights));
              PS_RETURN_IF_ERROR(model->ComputeGradient(batch, false).status());
              return backend->CopyToHost(*model->gradient(), total,
                                         pushed.data());

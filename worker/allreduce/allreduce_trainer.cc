@@ -1,5 +1,6 @@
 #include "worker/allreduce/allreduce_trainer.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -40,11 +41,13 @@ void AllReduceTrainer::ApplyOptimizer(int64_t step) {
   // step (one update per step). The optimizer is chunking-independent, so
   // updating whole tensors equals the shards' per-chunk updates.
   const float* grad = reduced_.data();
+  float* w = weights_.data();
   for (size_t t = 0; t < params_.size(); ++t) {
-    optimizer_->Apply(step, step, params_[t].data(), grad,
+    optimizer_->Apply(step, step, w, grad,
                       slots_[t].empty() ? nullptr : slots_[t].data(),
                       params_[t].size());
     grad += params_[t].size();
+    w += params_[t].size();
   }
 }
 
@@ -53,8 +56,19 @@ absl::Status AllReduceTrainer::Run(const StepCallback& on_step,
   const JobConfig& c = options_.config;
   LocalStep local(c, options_.rank, model_, data_);
   const int64_t slice = local.slice();
-  PS_ASSIGN_OR_RETURN(
-      reduced_, model_->backend()->AllocateHost(model_->num_params() + 1));
+  // The replica's weights live in pinned host memory while training, so
+  // that each step's upload is one DMA; params_ gets them back at the end.
+  const int64_t total = model_->num_params();
+  ComputeBackend* backend = model_->backend();
+  PS_ASSIGN_OR_RETURN(weights_, backend->AllocateHost(total));
+  PS_ASSIGN_OR_RETURN(reduced_, backend->AllocateHost(total + 1));
+  TensorViews weights;
+  float* w = weights_.data();
+  for (const std::vector<float>& p : params_) {
+    std::copy(p.begin(), p.end(), w);
+    weights.emplace_back(w, p.size());
+    w += p.size();
+  }
   for (int64_t step = 0; step < c.steps; ++step) {
     if (should_stop && should_stop()) {
       return absl::CancelledError(absl::StrCat("stopped before step ", step));
@@ -64,7 +78,7 @@ absl::Status AllReduceTrainer::Run(const StepCallback& on_step,
     m.set_step(step);
     // This step's weights cross once, for the evaluation and every
     // micro-batch.
-    PS_RETURN_IF_ERROR(model_->SetParams(params_));
+    PS_RETURN_IF_ERROR(model_->SetParams(weights));
     if (c.eval_every > 0 && step > 0 && step % c.eval_every == 0) {
       PS_RETURN_IF_ERROR(local.Evaluate(&m));
     }
@@ -88,7 +102,10 @@ absl::Status AllReduceTrainer::Run(const StepCallback& on_step,
   pstrain::v1::StepMetrics m;  // the final evaluation
   m.set_worker(options_.rank);
   m.set_step(c.steps);
-  PS_RETURN_IF_ERROR(model_->SetParams(params_));
+  for (size_t t = 0; t < params_.size(); ++t) {
+    std::copy(weights[t].begin(), weights[t].end(), params_[t].begin());
+  }
+  PS_RETURN_IF_ERROR(model_->SetParams(weights));
   PS_RETURN_IF_ERROR(local.Evaluate(&m));
   m.set_end_unix_s(UnixSeconds());
   return on_step ? on_step(m) : absl::OkStatus();

@@ -4,10 +4,10 @@
 // sample-weighted gradients, divide by the total sample count, apply the
 // optimizer locally, report. At the end evaluate this rank's test slice.
 //
-// What crosses between host and backend per step: the weights in once
-// (Model::SetParams, num_params floats, for the evaluation and every
-// micro-batch), the micro-batches in, and the all-reduced gradient out once
-// (num_params + 1 floats, into pinned memory on CUDA, so one DMA). The
+// What crosses between host and backend per step: the weights in once from
+// pinned memory (Model::SetParams, num_params floats, for the evaluation and
+// every micro-batch), the micro-batches in, and the all-reduced gradient out
+// once (num_params + 1 floats, into pinned memory on CUDA, so one DMA). The
 // gradient is accumulated and weighted on the backend; with a reducer that
 // sums on the device (NCCL) it is reduced in place there, where only the
 // sample count (one float) goes in; with the ring it is downloaded first and
@@ -70,7 +70,7 @@ class AllReduceTrainer {
   AllReduceTrainer(TrainerOptions options, AllReducer* reducer, Model* model,
                    DataSource* data, std::unique_ptr<Optimizer> optimizer);
 
-  // params_ -= optimizer update with the mean gradient in reduced_, at
+  // weights_ -= optimizer update with the mean gradient in reduced_, at
   // schedule step `step`.
   void ApplyOptimizer(int64_t step);
 
@@ -79,9 +79,11 @@ class AllReduceTrainer {
   Model* const model_;
   DataSource* const data_;
   const std::unique_ptr<Optimizer> optimizer_;
-  TensorList params_;
+  TensorList params_;  // initial, then final weights (Run copies them back)
   std::vector<std::vector<float>> slots_;  // per tensor, Optimizer layout
-  HostBuffer reduced_;  // num_params + 1 floats on the host, pinned on CUDA
+  // On the host, pinned on CUDA, during Run: the replica's weights
+  // (num_params floats) and the reduced gradient (num_params + 1).
+  HostBuffer weights_, reduced_;
 };
 
 // Replaces `grads` on every rank by the sample-weighted mean over all ranks,
