@@ -280,8 +280,7 @@ cudaError_t LaunchAdd(int64_t n, const float* x, float* y,
   return cudaGetLastError();
 }
 
-cudaError_t LaunchScale(int64_t n, float alpha, float* x,
-                        cudaStream_t stream) {
+cudaError_t LaunchScale(int64_t n, float alpha, float* x, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   ClearStaleError();
   ScaleKernel<<<Blocks(n), kThreads, 0, stream>>>(n, alpha, x);
