@@ -8,7 +8,8 @@
 #    not skip anything here.
 # 3. //tests/gpu:model_parity: models on CUDA vs CPU with odd shapes and a
 #    16.8 M-element activation (grid-stride loops wrap), the softmax kernel on
-#    large logits with a small loss, copies into pinned memory.
+#    large logits with a small loss, gradient accumulation on the device,
+#    copies into pinned memory.
 # 4. //tests:device_transfer_test on CUDA (it must not skip here): per
 #    training step the weights cross once (from the pinned pull buffer), the
 #    gradient once (into the pinned push buffer), and an on-device
