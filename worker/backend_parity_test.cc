@@ -104,6 +104,73 @@ TEST_P(BackendOpsTest, CopiesRoundTrip) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Add and Scale round once per element, like float host loops: exact
+// equality on every backend (gradient accumulation stays bit-identical).
+TEST_P(BackendOpsTest, AddAndScaleAreExactFloatOps) {
+  const int64_t n = 70001;  // several blocks, not a multiple of any
+  const std::vector<float> x = RandomVector(n, &rng_);
+  const std::vector<float> y = RandomVector(n, &rng_, 3.0f);
+  DeviceBuffer dx = Upload(x), dy = Upload(y);
+  ASSERT_TRUE(backend_->Add(n, dx, &dy).ok());
+  std::vector<float> want = y;
+  for (int64_t k = 0; k < n; ++k) want[k] += x[k];
+  EXPECT_EQ(Download(dy, n), want);
+  const float alpha = 1.0f / 3.0f;
+  ASSERT_TRUE(backend_->Scale(n - 1, alpha, &dy).ok());  // the last untouched
+  for (int64_t k = 0; k + 1 < n; ++k) want[k] *= alpha;
+  EXPECT_EQ(Download(dy, n), want);
+  EXPECT_EQ(backend_->Add(n + 1, dx, &dy).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_->Scale(n + 1, 2.0f, &dy).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// A view works on part of a buffer; one outside it is empty, so operations
+// on it fail their size checks instead of touching memory.
+TEST_P(BackendOpsTest, ViewsAddressPartOfABuffer) {
+  const std::vector<float> v = RandomVector(100, &rng_);
+  DeviceBuffer buffer = Upload(v);
+  DeviceBuffer middle = buffer.View(10, 20);
+  EXPECT_EQ(middle.size(), 20);
+  ASSERT_TRUE(backend_->Scale(20, 2.0f, &middle).ok());
+  std::vector<float> want = v;
+  for (int k = 10; k < 30; ++k) want[k] *= 2.0f;
+  EXPECT_EQ(Download(buffer, 100), want);
+  EXPECT_EQ(Download(middle, 20),
+            std::vector<float>(want.begin() + 10, want.begin() + 30));
+  DeviceBuffer outside = buffer.View(90, 11);
+  EXPECT_EQ(outside.size(), 0);
+  EXPECT_EQ(backend_->Scale(11, 2.0f, &outside).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(buffer.View(-1, 1).size(), 0);
+}
+
+// HostBuffers (pinned on CUDA): copies to and from them, whole and in part.
+TEST_P(BackendOpsTest, CopiesThroughHostBuffers) {
+  const int64_t n = 2500001;  // larger than the CUDA staging chunks
+  const std::vector<float> v = RandomVector(n, &rng_);
+  auto host = backend_->AllocateHost(n);
+  ASSERT_TRUE(host.ok()) << host.status();
+  ASSERT_EQ(host->size(), n);
+  std::copy(v.begin(), v.end(), host->data());
+  auto buffer = backend_->Allocate(n);
+  ASSERT_TRUE(buffer.ok());
+  ASSERT_TRUE(backend_->CopyToDevice(host->data(), n, &*buffer).ok());
+  std::fill(host->data(), host->data() + n, 0.0f);
+  // The source may be reused as soon as CopyToDevice returns.
+  EXPECT_EQ(Download(*buffer, n), v);
+  ASSERT_TRUE(backend_->CopyToHost(*buffer, n, host->data()).ok());
+  EXPECT_TRUE(std::equal(v.begin(), v.end(), host->data()));
+  ASSERT_TRUE(
+      backend_->CopyToHost(buffer->View(7, 1000), 1000, host->data() + 5).ok());
+  EXPECT_TRUE(std::equal(v.begin() + 7, v.begin() + 1007, host->data() + 5));
+  EXPECT_EQ(backend_->AllocateHost(-1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto empty = backend_->AllocateHost(0);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->size(), 0);
+}
+
 TEST_P(BackendOpsTest, GemmAllTransposes) {
   struct Size {
     int64_t m, n, k;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <new>
 #include <string>
 #include <utility>
 
@@ -50,9 +51,58 @@ class DeviceBuffer {
   const float* data() const { return data_; }
   int64_t size() const { return size_; }  // in floats
 
+  // A non-owning handle to floats [offset, offset + size) of this buffer, so
+  // that operations can work on a part of it (one tensor of a flat
+  // gradient). It must not outlive this buffer; destroying it frees nothing.
+  // A range outside the buffer gives an empty view (operations on it then
+  // fail their size checks).
+  DeviceBuffer View(int64_t offset, int64_t size) {
+    if (offset < 0 || size < 0 || offset > size_ || size > size_ - offset) {
+      return DeviceBuffer(nullptr, nullptr, 0);
+    }
+    return DeviceBuffer(nullptr, data_ + offset, size);
+  }
+
  private:
   friend class ComputeBackend;
   DeviceBuffer(ComputeBackend* owner, float* data, int64_t size)
+      : owner_(owner), data_(data), size_(size) {}
+  inline void Reset();
+
+  ComputeBackend* owner_ = nullptr;
+  float* data_ = nullptr;
+  int64_t size_ = 0;
+};
+
+// A move-only handle to `size()` floats of host memory that the backend
+// copies to and from without staging: page-locked (pinned) memory for CUDA,
+// so CopyToHost into it is one DMA; ordinary memory for the CPU backend. The
+// handle frees the memory when destroyed, so it must not outlive the backend
+// that allocated it. Unlike a DeviceBuffer, the host may read and write it.
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  HostBuffer(HostBuffer&& other) noexcept { *this = std::move(other); }
+  HostBuffer& operator=(HostBuffer&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      std::swap(owner_, other.owner_);
+      std::swap(data_, other.data_);
+      std::swap(size_, other.size_);
+    }
+    return *this;
+  }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  ~HostBuffer() { Reset(); }
+
+  float* data() { return data_; }
+  const float* data() const { return data_; }
+  int64_t size() const { return size_; }  // in floats
+
+ private:
+  friend class ComputeBackend;
+  HostBuffer(ComputeBackend* owner, float* data, int64_t size)
       : owner_(owner), data_(data), size_(size) {}
   inline void Reset();
 
@@ -90,10 +140,22 @@ class ComputeBackend {
     return DeviceBuffer(this, *data, size);
   }
 
+  // `size` >= 0 uninitialised floats of host memory for CopyToHost and
+  // CopyToDevice without staging (see HostBuffer). RESOURCE_EXHAUSTED when
+  // the memory is not available.
+  absl::StatusOr<HostBuffer> AllocateHost(int64_t size) {
+    if (size < 0) return absl::InvalidArgumentError("negative buffer size");
+    absl::StatusOr<float*> data = AllocateHostRaw(size);
+    if (!data.ok()) return data.status();
+    return HostBuffer(this, *data, size);
+  }
+
   // dst[0, n) = src[0, n). `src` may be reused as soon as the call returns.
+  // From a HostBuffer's memory the copy needs no staging.
   virtual absl::Status CopyToDevice(const float* src, int64_t n,
                                     DeviceBuffer* dst) = 0;
   // dst[0, n) = src[0, n); waits for every earlier operation to finish.
+  // Into a HostBuffer's memory the copy needs no staging.
   virtual absl::Status CopyToHost(const DeviceBuffer& src, int64_t n,
                                   float* dst) = 0;
   // Waits until every operation enqueued so far has finished.
@@ -145,6 +207,12 @@ class ComputeBackend {
                                     float grad_scale, DeviceBuffer* losses,
                                     DeviceBuffer* doutputs) = 0;
 
+  // y[k] += x[k] for k < n (gradient accumulation). `x` must not be `y`.
+  virtual absl::Status Add(int64_t n, const DeviceBuffer& x,
+                           DeviceBuffer* y) = 0;
+  // x[k] *= alpha for k < n.
+  virtual absl::Status Scale(int64_t n, float alpha, DeviceBuffer* x) = 0;
+
   // out[j] = sum_i x[i, j] for a rows x cols matrix x (bias gradients).
   virtual absl::Status ColumnSum(int64_t rows, int64_t cols,
                                  const DeviceBuffer& x, DeviceBuffer* out) = 0;
@@ -157,6 +225,18 @@ class ComputeBackend {
   // no-op; Free cannot report errors (it runs in destructors).
   virtual absl::StatusOr<float*> AllocateRaw(int64_t size) = 0;
   virtual void Free(float* data) = 0;
+  // The same for AllocateHost and ~HostBuffer; by default ordinary host
+  // memory (new[] / delete[]).
+  virtual absl::StatusOr<float*> AllocateHostRaw(int64_t size) {
+    if (size == 0) return nullptr;
+    float* data = new (std::nothrow) float[size];
+    if (data == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot allocate ", size, " floats of host memory"));
+    }
+    return data;
+  }
+  virtual void FreeHost(float* data) { delete[] data; }
 
   // Argument checks shared by the implementations: INVALID_ARGUMENT unless
   // `buffer` holds n floats (a rows x cols matrix); unless the Gemm operands
@@ -210,10 +290,18 @@ class ComputeBackend {
 
  private:
   friend class DeviceBuffer;
+  friend class HostBuffer;
 };
 
 void DeviceBuffer::Reset() {
   if (owner_ != nullptr) owner_->Free(data_);
+  owner_ = nullptr;
+  data_ = nullptr;
+  size_ = 0;
+}
+
+void HostBuffer::Reset() {
+  if (owner_ != nullptr) owner_->FreeHost(data_);
   owner_ = nullptr;
   data_ = nullptr;
   size_ = 0;

@@ -200,6 +200,22 @@ class CpuBackend : public ComputeBackend {
     return absl::OkStatus();
   }
 
+  absl::Status Add(int64_t n, const DeviceBuffer& x, DeviceBuffer* y) override {
+    PS_RETURN_IF_ERROR(CheckSize("Add", "x", x, n));
+    PS_RETURN_IF_ERROR(CheckSize("Add", "y", *y, n));
+    const float* in = x.data();
+    float* out = y->data();
+    for (int64_t k = 0; k < n; ++k) out[k] += in[k];
+    return absl::OkStatus();
+  }
+
+  absl::Status Scale(int64_t n, float alpha, DeviceBuffer* x) override {
+    PS_RETURN_IF_ERROR(CheckSize("Scale", "x", *x, n));
+    float* v = x->data();
+    for (int64_t k = 0; k < n; ++k) v[k] *= alpha;
+    return absl::OkStatus();
+  }
+
   absl::Status ColumnSum(int64_t rows, int64_t cols, const DeviceBuffer& x,
                          DeviceBuffer* out) override {
     PS_RETURN_IF_ERROR(CheckMatrix("ColumnSum", "x", x, rows, cols));

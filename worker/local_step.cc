@@ -5,9 +5,7 @@
 
 namespace pstrain {
 
-absl::StatusOr<double> LocalStep::Gradient(int64_t step,
-                                           const TensorList& params,
-                                           TensorList* grads) {
+absl::StatusOr<double> LocalStep::Gradient(int64_t step) {
   const absl::Time start = absl::Now();
   const JobConfig& c = config_;
   const uint64_t first = FirstExampleId(step, rank_, c.workers, slice());
@@ -17,23 +15,14 @@ absl::StatusOr<double> LocalStep::Gradient(int64_t step,
         Batch batch,
         data_->TrainBatch(first + a * c.local_batch, c.local_batch));
     PS_ASSIGN_OR_RETURN(double loss,
-                        model_->LossAndGradient(params, batch, &micro_));
+                        model_->ComputeGradient(batch, /*accumulate=*/a > 0));
     loss_sum += loss * batch.n;
-    if (a == 0) {
-      *grads = micro_;
-      continue;
-    }
-    for (size_t i = 0; i < grads->size(); ++i) {
-      for (size_t j = 0; j < (*grads)[i].size(); ++j)
-        (*grads)[i][j] += micro_[i][j];
-    }
   }
   // The mean over equal micro-batches.
   if (c.grad_accum_steps > 1) {
     const float inv = 1.0f / static_cast<float>(c.grad_accum_steps);
-    for (auto& g : *grads) {
-      for (float& v : g) v *= inv;
-    }
+    PS_RETURN_IF_ERROR(model_->backend()->Scale(model_->num_params(), inv,
+                                                model_->gradient()));
   }
   StretchCompute(start);
   return loss_sum;
@@ -50,11 +39,10 @@ void LocalStep::StretchCompute(absl::Time start) const {
   if (left > absl::ZeroDuration()) absl::SleepFor(left);
 }
 
-absl::Status LocalStep::Evaluate(const TensorList& params,
-                                 pstrain::v1::StepMetrics* m) {
+absl::Status LocalStep::Evaluate(pstrain::v1::StepMetrics* m) {
   PS_ASSIGN_OR_RETURN(Batch test, data_->TestSlice(rank_, config_.workers));
   if (test.n == 0) return absl::OkStatus();
-  PS_ASSIGN_OR_RETURN(EvalResult r, model_->Evaluate(params, test));
+  PS_ASSIGN_OR_RETURN(EvalResult r, model_->EvaluateResident(test));
   m->set_eval_correct(r.correct);
   m->set_eval_total(r.total);
   m->set_eval_loss_sum(r.loss_sum);

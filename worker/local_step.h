@@ -31,16 +31,19 @@ class LocalStep {
   }
 
   // Gradient of the mean loss over this rank's slice of step `step` (ids
-  // FirstExampleId(step, rank, workers, slice())), accumulated over
-  // grad_accum_steps micro-batches, into *grads. Returns the summed loss
+  // FirstExampleId(step, rank, workers, slice())) at the model's resident
+  // parameters (Model::SetParams), accumulated over grad_accum_steps
+  // micro-batches on the model's backend into model->gradient(): the first
+  // micro-batch's gradient, plus each later one (ComputeBackend::Add), then
+  // times 1 / grad_accum_steps (ComputeBackend::Scale) when that is > 1.
+  // Only the micro-batches cross to the backend. Returns the summed loss
   // (mean loss x slice()). Then waits as worker.compute_ms and the straggler
   // settings say (emulated compute; the math always runs).
-  absl::StatusOr<double> Gradient(int64_t step, const TensorList& params,
-                                  TensorList* grads);
+  absl::StatusOr<double> Gradient(int64_t step);
 
-  // Evaluates `params` on this rank's slice of the test set into m's eval
-  // fields (nothing when the slice is empty).
-  absl::Status Evaluate(const TensorList& params, pstrain::v1::StepMetrics* m);
+  // Evaluates the model's resident parameters on this rank's slice of the
+  // test set into m's eval fields (nothing when the slice is empty).
+  absl::Status Evaluate(pstrain::v1::StepMetrics* m);
 
  private:
   void StretchCompute(absl::Time start) const;
@@ -49,7 +52,6 @@ class LocalStep {
   const uint32_t rank_;
   Model* const model_;
   DataSource* const data_;
-  TensorList micro_;
 };
 
 }  // namespace pstrain

@@ -1,12 +1,25 @@
-// mlp_benchmark: throughput of one MLP training step (forward + backward,
-// Model::LossAndGradient, including the copies of parameters, batch and
-// gradients between host and backend) on a compute backend, and the GEMM
-// TFLOP/s achieved by the step's matrix products alone (the same shapes run
-// back to back on the backend, 2*m*n*k flops each, timed by wall clock around
-// a Synchronize). Not a test: it prints figures.
+// mlp_benchmark: throughput of one MLP training step (forward + backward) on
+// a compute backend, and the GEMM TFLOP/s achieved by the step's matrix
+// products alone (the same shapes run back to back on the backend, 2*m*n*k
+// flops each, timed by wall clock around a Synchronize). Not a test: it
+// prints figures.
+//
+// The step is timed three ways, side by side in interleaved rounds (median
+// over rounds, load average recorded per round), with the copies each
+// training path makes (issue 12, item 8):
+//   host:     Model::LossAndGradient: weights in, gradient out into pageable
+//             vectors, one copy per tensor (on CUDA through the staging
+//             halves): the path before the device-resident trainer;
+//   ps:       the parameter-server step: weights in from a pinned
+//             HostBuffer (the pull buffer), the gradient out once into
+//             another (the push buffer);
+//   resident: the gradient only, weights already on the backend, nothing
+//             out (the all-reduce on the device; the optimizer's copies not
+//             included).
 //
 //   mlp_benchmark [--device=cpu|cuda|auto]
 //                 [--sizes=64-128-10:128,512-1024-10:256] [--min_time_s=1]
+//                 [--rounds=3]
 #include <algorithm>
 #include <cstdio>
 #include <functional>
@@ -39,6 +52,8 @@ ABSL_FLAG(std::string, sizes, "64-128-10:128,512-1024-10:256",
 ABSL_FLAG(std::string, activation, "relu", "relu, tanh or gelu");
 ABSL_FLAG(double, min_time_s, 1.0,
           "time each measurement for at least this long (after warm-up)");
+ABSL_FLAG(int, rounds, 3,
+          "interleaved rounds of the three step variants (median reported)");
 
 namespace pstrain {
 namespace {
@@ -84,6 +99,23 @@ absl::StatusOr<double> TimePerCall(const std::function<absl::Status()>& step,
     ++calls;
   }
   return absl::ToDoubleSeconds(absl::Now() - start) / calls;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The first three fields of /proc/loadavg, or "unknown".
+std::string LoadAverage() {
+  std::FILE* f = std::fopen("/proc/loadavg", "r");
+  if (f == nullptr) return "unknown";
+  double a = 0, b = 0, c = 0;
+  const int got = std::fscanf(f, "%lf %lf %lf", &a, &b, &c);
+  std::fclose(f);
+  if (got != 3) return "unknown";
+  return absl::StrCat(a, " ", b, " ", c);
 }
 
 // One step's matrix products: per layer the forward product, the weight
@@ -176,25 +208,73 @@ absl::Status RunSize(ComputeBackend* backend, const Size& s,
     batch.y.push_back(config.num_classes >= 2 ? i % config.num_classes
                                               : normal(rng));
   }
+  // The three variants (see the top of this file), timed in interleaved
+  // rounds.
   std::vector<std::vector<float>> grads;
-  PS_ASSIGN_OR_RETURN(
-      const double step_s,
-      TimePerCall(
-          [&]() -> absl::Status {
-            return model->LossAndGradient(params, batch, &grads).status();
-          },
-          min_time));
+  const int64_t total = model->num_params();
+  PS_ASSIGN_OR_RETURN(HostBuffer pulled, backend->AllocateHost(total));
+  PS_ASSIGN_OR_RETURN(HostBuffer pushed, backend->AllocateHost(total));
+  TensorViews weights;  // in `pulled`, as the trainer's pull leaves them
+  int64_t offset = 0;
+  for (const std::vector<float>& p : params) {
+    std::copy(p.begin(), p.end(), pulled.data() + offset);
+    weights.emplace_back(pulled.data() + offset, p.size());
+    offset += p.size();
+  }
+  PS_RETURN_IF_ERROR(model->SetParams(weights));
+  const std::vector<std::pair<const char*, std::function<absl::Status()>>>
+      variants = {
+          {"host",
+           [&]() -> absl::Status {
+             return model->LossAndGradient(params, batch, &grads).status();
+           }},
+          {"ps",
+           [&]() -> absl::Status {
+             PS_RETURN_IF_ERROR(model->SetParams(weights));
+             PS_RETURN_IF_ERROR(model->ComputeGradient(batch, false).status());
+             return backend->CopyToHost(*model->gradient(), total,
+                                        pushed.data());
+           }},
+          {"resident",
+           [&]() -> absl::Status {
+             PS_RETURN_IF_ERROR(model->ComputeGradient(batch, false).status());
+             return backend->Synchronize();
+           }},
+      };
+  const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
+  std::vector<std::vector<double>> seconds(variants.size());
+  std::vector<std::vector<double>> ratios(variants.size());
+  for (int r = 0; r < rounds; ++r) {
+    std::printf("  round %d, load average %s\n", r + 1, LoadAverage().c_str());
+    for (size_t v = 0; v < variants.size(); ++v) {
+      PS_ASSIGN_OR_RETURN(const double t,
+                          TimePerCall(variants[v].second, min_time));
+      seconds[v].push_back(t);
+    }
+    for (size_t v = 0; v < variants.size(); ++v) {
+      ratios[v].push_back(seconds[0].back() / seconds[v].back());
+    }
+  }
+  const double step_s = Median(seconds[1]);  // the ps step, as trained
   model.reset();  // free its buffers before the GEMM operands
 
   const std::vector<GemmShape> gemms = StepGemms(s);
   PS_ASSIGN_OR_RETURN(const double gemm_s, TimeGemms(backend, gemms, min_time));
   const double flops = Flops(gemms);
   std::printf(
-      "mlp %s batch %lld: %.0f samples/s (%.3f ms/step, step GEMMs at %.3f "
-      "TFLOP/s); GEMMs alone: %.3f TFLOP/s (%.3f ms for %.2f GFLOP)\n",
+      "mlp %s batch %lld: %.0f samples/s (ps step, %.3f ms/step, step GEMMs "
+      "at %.3f TFLOP/s); GEMMs alone: %.3f TFLOP/s (%.3f ms for %.2f "
+      "GFLOP)\n",
       s.label.c_str(), static_cast<long long>(s.batch), s.batch / step_s,
       step_s * 1e3, flops / step_s * 1e-12, flops / gemm_s * 1e-12,
       gemm_s * 1e3, flops * 1e-9);
+  for (size_t v = 0; v < variants.size(); ++v) {
+    std::printf(
+        "  %-8s step: %.0f samples/s (median of %d rounds), %.2fx the host "
+        "step (median of per-round ratios)\n",
+        variants[v].first, s.batch / Median(seconds[v]), rounds,
+        Median(ratios[v]));
+  }
   std::fflush(stdout);
   return absl::OkStatus();
 }
@@ -206,7 +286,7 @@ absl::Status Run() {
                       CreateComputeBackend(absl::GetFlag(FLAGS_device)));
   std::printf(
       "compute backend: %s; activation %s; step = forward + backward "
-      "with host<->backend copies\n",
+      "with the host<->backend copies of each path (host, ps, resident)\n",
       backend->name().c_str(), absl::GetFlag(FLAGS_activation).c_str());
   const absl::Duration min_time =
       absl::Seconds(std::max(0.0, absl::GetFlag(FLAGS_min_time_s)));

@@ -18,7 +18,7 @@ using Params = std::vector<std::vector<float>>;
 using pstrain::v1::TensorSpec;
 
 absl::Status CheckParams(const std::vector<TensorSpec>& specs,
-                         const Params& params) {
+                         const TensorViews& params) {
   if (params.size() != specs.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "expected ", specs.size(), " parameter tensors, got ", params.size()));
@@ -67,49 +67,84 @@ absl::Status CheckBatch(const Batch& batch, int64_t dim, int64_t num_classes) {
 }
 
 // ---------------------------------------------------------------------------
-// "scalar": one weight w, per-example loss (w - y)^2.
+// "scalar": one weight w, per-example loss (w - y)^2. The loss is computed on
+// the host; only the gradient lives on the backend (like every model's).
 
 class ScalarModel : public Model {
  public:
-  explicit ScalarModel(std::vector<TensorSpec> specs)
-      : specs_(std::move(specs)) {}
+  ScalarModel(std::vector<TensorSpec> specs, ComputeBackend* backend,
+              std::unique_ptr<ComputeBackend> owned)
+      : owned_backend_(std::move(owned)),
+        backend_(backend),
+        specs_(std::move(specs)) {}
 
   const std::vector<TensorSpec>& params() const override { return specs_; }
   bool is_classifier() const override { return false; }
+  ComputeBackend* backend() const override { return backend_; }
 
-  absl::StatusOr<double> LossAndGradient(const Params& params,
-                                         const Batch& batch,
-                                         Params* grads) override {
-    PS_ASSIGN_OR_RETURN(EvalResult r, Evaluate(params, batch));
+  using Model::SetParams;
+  absl::Status SetParams(const TensorViews& params) override {
+    PS_RETURN_IF_ERROR(CheckParams(specs_, params));
+    w_ = params[0][0];
+    has_params_ = true;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<double> ComputeGradient(const Batch& batch,
+                                         bool accumulate) override {
+    PS_ASSIGN_OR_RETURN(EvalResult r, EvaluateResident(batch));
     if (batch.n == 0) return absl::InvalidArgumentError("empty batch");
     double dw = 0;
-    for (float y : batch.y) dw += 2.0 * (params[0][0] - y);
-    grads->assign(1, {static_cast<float>(dw / batch.n)});
+    for (float y : batch.y) dw += 2.0 * (w_ - y);
+    const float g = static_cast<float>(dw / batch.n);
+    if (grad_.size() == 0) {
+      PS_ASSIGN_OR_RETURN(grad_, backend_->Allocate(2));
+      PS_ASSIGN_OR_RETURN(micro_, backend_->Allocate(1));
+    }
+    if (accumulate) {
+      PS_RETURN_IF_ERROR(backend_->CopyToDevice(&g, 1, &micro_));
+      PS_RETURN_IF_ERROR(backend_->Add(1, micro_, &grad_));
+    } else {
+      PS_RETURN_IF_ERROR(backend_->CopyToDevice(&g, 1, &grad_));
+    }
     return r.loss_sum / batch.n;
   }
 
-  absl::StatusOr<EvalResult> Evaluate(const Params& params,
-                                      const Batch& batch) override {
-    PS_RETURN_IF_ERROR(CheckParams(specs_, params));
+  absl::StatusOr<EvalResult> EvaluateResident(const Batch& batch) override {
     PS_RETURN_IF_ERROR(CheckBatch(batch, /*dim=*/-1, /*num_classes=*/1));
+    if (!has_params_) return NoParams();
     EvalResult r;
     for (float y : batch.y) {
-      const double d = params[0][0] - y;
+      const double d = w_ - y;
       r.loss_sum += d * d;
     }
     r.total = batch.n;
     return r;
   }
 
+  DeviceBuffer* gradient() override {
+    return grad_.size() == 0 ? nullptr : &grad_;
+  }
+
  private:
-  std::vector<TensorSpec> specs_;
+  static absl::Status NoParams() {
+    return absl::FailedPreconditionError("the model has no parameters yet");
+  }
+
+  // Declared first so that it is destroyed after the buffers below.
+  const std::unique_ptr<ComputeBackend> owned_backend_;  // may be null
+  ComputeBackend* const backend_;
+  const std::vector<TensorSpec> specs_;
+  float w_ = 0;
+  bool has_params_ = false;
+  DeviceBuffer grad_, micro_;  // on the backend
 };
 
 // ---------------------------------------------------------------------------
 // "linear", "softmax" and "mlp": a stack of dense layers (weight [in, out] and
 // bias [out]); every layer but the last is followed by the activation. All
-// arithmetic runs on the backend; the host only moves parameters, the batch
-// and gradients, and counts correct predictions.
+// arithmetic runs on the backend; the host only moves parameters in, the
+// batch in, and counts correct predictions.
 
 class DenseModel : public Model {
  public:
@@ -124,31 +159,60 @@ class DenseModel : public Model {
     for (size_t l = 0; l < specs_.size(); l += 2) {
       widths_.push_back(specs_[l].shape(1));
     }
+    int64_t offset = 0;
+    for (const TensorSpec& spec : specs_) {
+      offsets_.push_back(offset);
+      offset += NumElements(spec);
+    }
+    total_ = offset;
     params_.resize(specs_.size());
-    grads_.resize(specs_.size());
     z_.resize(num_layers());
     a_.resize(num_layers());
   }
 
   const std::vector<TensorSpec>& params() const override { return specs_; }
   bool is_classifier() const override { return num_outputs() >= 2; }
+  ComputeBackend* backend() const override { return backend_; }
 
-  absl::StatusOr<double> LossAndGradient(const Params& params,
-                                         const Batch& batch,
-                                         Params* grads) override {
-    PS_RETURN_IF_ERROR(Check(params, batch));
+  using Model::SetParams;
+  absl::Status SetParams(const TensorViews& params) override {
+    PS_RETURN_IF_ERROR(CheckParams(specs_, params));
+    has_params_ = false;  // until every tensor is there
+    for (size_t t = 0; t < params.size(); ++t) {
+      PS_RETURN_IF_ERROR(Reserve(&params_[t], params[t].size()));
+      PS_RETURN_IF_ERROR(backend_->CopyToDevice(params[t].data(),
+                                                params[t].size(), &params_[t]));
+    }
+    has_params_ = true;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<double> ComputeGradient(const Batch& batch,
+                                         bool accumulate) override {
+    PS_RETURN_IF_ERROR(CheckBatch(batch, widths_[0], num_outputs()));
+    if (!has_params_) return NoParams();
     if (batch.n == 0) return absl::InvalidArgumentError("empty batch");
+    if (accumulate && grad_.size() == 0) {
+      return absl::FailedPreconditionError(
+          "ComputeGradient: nothing to accumulate into yet");
+    }
     const int64_t n = batch.n;
-    PS_RETURN_IF_ERROR(Forward(params, batch));
+    PS_RETURN_IF_ERROR(Reserve(&grad_, total_ + 1));
+    // Accumulation computes into micro_ and adds it; otherwise the gradient
+    // is computed in place.
+    DeviceBuffer* out = &grad_;
+    if (accumulate) {
+      PS_RETURN_IF_ERROR(Reserve(&micro_, total_));
+      out = &micro_;
+    }
+    PS_RETURN_IF_ERROR(Forward(batch));
     // delta = d(mean loss) / d(pre-activation) of the current layer.
     PS_RETURN_IF_ERROR(Reserve(&delta_, n * num_outputs()));
     PS_RETURN_IF_ERROR(Head(n, 1.0f / n, &delta_));
     for (int l = num_layers() - 1; l >= 0; --l) {
       const int64_t in = widths_[l], width = widths_[l + 1];
-      DeviceBuffer& dw = grads_[2 * l];
-      DeviceBuffer& db = grads_[2 * l + 1];
-      PS_RETURN_IF_ERROR(Reserve(&dw, in * width));
-      PS_RETURN_IF_ERROR(Reserve(&db, width));
+      DeviceBuffer dw = out->View(offsets_[2 * l], in * width);
+      DeviceBuffer db = out->View(offsets_[2 * l + 1], width);
       PS_RETURN_IF_ERROR(backend_->Gemm(true, false, in, width, n, 1.0f,
                                         Input(l), delta_, 0.0f, &dw));
       PS_RETURN_IF_ERROR(backend_->ColumnSum(n, width, delta_, &db));
@@ -161,23 +225,18 @@ class DenseModel : public Model {
                                                       a_[l - 1], &prev_delta_));
       std::swap(delta_, prev_delta_);
     }
-    grads->resize(specs_.size());
-    for (size_t t = 0; t < specs_.size(); ++t) {
-      (*grads)[t].resize(NumElements(specs_[t]));
-      PS_RETURN_IF_ERROR(backend_->CopyToHost(grads_[t], (*grads)[t].size(),
-                                              (*grads)[t].data()));
-    }
+    if (accumulate) PS_RETURN_IF_ERROR(backend_->Add(total_, micro_, &grad_));
     PS_ASSIGN_OR_RETURN(const double loss_sum, backend_->Sum(n, losses_));
     return loss_sum / n;
   }
 
-  absl::StatusOr<EvalResult> Evaluate(const Params& params,
-                                      const Batch& batch) override {
-    PS_RETURN_IF_ERROR(Check(params, batch));
+  absl::StatusOr<EvalResult> EvaluateResident(const Batch& batch) override {
+    PS_RETURN_IF_ERROR(CheckBatch(batch, widths_[0], num_outputs()));
+    if (!has_params_) return NoParams();
     EvalResult r;
     r.total = batch.n;
     if (batch.n == 0) return r;
-    PS_RETURN_IF_ERROR(Forward(params, batch));
+    PS_RETURN_IF_ERROR(Forward(batch));
     PS_RETURN_IF_ERROR(Head(batch.n, 0.0f, nullptr));
     PS_ASSIGN_OR_RETURN(r.loss_sum, backend_->Sum(batch.n, losses_));
     if (is_classifier()) {
@@ -193,14 +252,17 @@ class DenseModel : public Model {
     return r;
   }
 
+  DeviceBuffer* gradient() override {
+    return grad_.size() == 0 ? nullptr : &grad_;
+  }
+
  private:
   int num_layers() const { return static_cast<int>(specs_.size() / 2); }
   int64_t num_outputs() const { return widths_.back(); }
   const DeviceBuffer& Input(int l) const { return l == 0 ? x_ : a_[l - 1]; }
 
-  absl::Status Check(const Params& params, const Batch& batch) const {
-    PS_RETURN_IF_ERROR(CheckParams(specs_, params));
-    return CheckBatch(batch, widths_[0], num_outputs());
+  static absl::Status NoParams() {
+    return absl::FailedPreconditionError("the model has no parameters yet");
   }
 
   // Scratch grows to the largest batch seen and is then reused.
@@ -216,12 +278,10 @@ class DenseModel : public Model {
     return backend_->CopyToDevice(host.data(), host.size(), buffer);
   }
 
-  // Uploads parameters and batch, then fills z_[l] (pre-activations; z_.back()
-  // = outputs) and a_[l] (hidden activations) for every layer.
-  absl::Status Forward(const Params& params, const Batch& batch) {
-    for (size_t t = 0; t < params.size(); ++t) {
-      PS_RETURN_IF_ERROR(Upload(params[t], &params_[t]));
-    }
+  // Uploads the batch, then fills z_[l] (pre-activations; z_.back() =
+  // outputs) and a_[l] (hidden activations) for every layer from the
+  // resident parameters.
+  absl::Status Forward(const Batch& batch) {
     PS_RETURN_IF_ERROR(Upload(batch.x, &x_));
     PS_RETURN_IF_ERROR(Upload(batch.y, &labels_));
     const int64_t n = batch.n;
@@ -260,11 +320,16 @@ class DenseModel : public Model {
   const std::vector<TensorSpec> specs_;  // weight, bias per layer
   const Activation act_;
   const bool softmax_head_;
-  std::vector<int64_t> widths_;  // input, hidden..., outputs
-  // On the backend, reused across calls: parameters, batch, gradients,
-  // per-layer pre-activations and activations, deltas, per-example losses.
-  std::vector<DeviceBuffer> params_, grads_, z_, a_;
-  DeviceBuffer x_, labels_, delta_, prev_delta_, losses_;
+  std::vector<int64_t> widths_;   // input, hidden..., outputs
+  std::vector<int64_t> offsets_;  // of each tensor in the flat gradient
+  int64_t total_ = 0;             // floats in all tensors
+  bool has_params_ = false;
+  // On the backend, reused across calls: the resident parameters and
+  // gradient (total_ + 1 floats, see Model::gradient), the micro-batch
+  // gradient being accumulated, the batch, per-layer pre-activations and
+  // activations, deltas, per-example losses.
+  std::vector<DeviceBuffer> params_, z_, a_;
+  DeviceBuffer grad_, micro_, x_, labels_, delta_, prev_delta_, losses_;
   std::vector<float> logits_;  // host copy for Evaluate's argmax
 };
 
@@ -277,7 +342,8 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(
   }
   PS_ASSIGN_OR_RETURN(std::vector<TensorSpec> specs, ModelParamSpecs(config));
   if (config.type == "scalar") {
-    return std::unique_ptr<Model>(new ScalarModel(std::move(specs)));
+    return std::unique_ptr<Model>(
+        new ScalarModel(std::move(specs), backend, std::move(owned)));
   }
   Activation act = Activation::kIdentity;
   if (config.type == "mlp") {
@@ -292,6 +358,41 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(
 }
 
 }  // namespace
+
+absl::Status Model::SetParams(const Params& params) {
+  return SetParams(TensorViews(params.begin(), params.end()));
+}
+
+int64_t Model::num_params() const {
+  int64_t total = 0;
+  for (const TensorSpec& spec : params()) total += NumElements(spec);
+  return total;
+}
+
+absl::StatusOr<double> Model::LossAndGradient(const Params& params,
+                                              const Batch& batch,
+                                              Params* grads) {
+  PS_RETURN_IF_ERROR(SetParams(params));
+  PS_ASSIGN_OR_RETURN(const double loss,
+                      ComputeGradient(batch, /*accumulate=*/false));
+  DeviceBuffer* flat = gradient();
+  grads->resize(params.size());
+  int64_t offset = 0;
+  for (size_t t = 0; t < params.size(); ++t) {
+    const int64_t n = static_cast<int64_t>(params[t].size());
+    (*grads)[t].resize(n);
+    PS_RETURN_IF_ERROR(
+        backend()->CopyToHost(flat->View(offset, n), n, (*grads)[t].data()));
+    offset += n;
+  }
+  return loss;
+}
+
+absl::StatusOr<EvalResult> Model::Evaluate(const Params& params,
+                                           const Batch& batch) {
+  PS_RETURN_IF_ERROR(SetParams(params));
+  return EvaluateResident(batch);
+}
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Create(
     const ModelConfig& config) {

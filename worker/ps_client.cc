@@ -73,10 +73,27 @@ std::unique_ptr<PsOp> PsClient::StartPull(uint32_t worker, uint64_t clock,
   for (size_t i = 0; i < tensor_sizes_.size(); ++i) {
     (*params)[i].resize(tensor_sizes_[i]);
   }
+  return StartPull(worker, clock,
+                   MutableTensorViews(params->begin(), params->end()));
+}
+
+std::unique_ptr<PsOp> PsClient::StartPull(uint32_t worker, uint64_t clock,
+                                          MutableTensorViews views) {
   std::unique_ptr<PsOp> op(new PsOp);
+  op->pulled_ = std::move(views);
+  MutableTensorViews* params = &op->pulled_;
   const int n = num_shards();
   op->statuses_.resize(n);
   op->reads_.resize(n);
+  bool shapes_ok = params->size() == tensor_sizes_.size();
+  for (size_t i = 0; shapes_ok && i < params->size(); ++i) {
+    shapes_ok = (*params)[i].size() == tensor_sizes_[i];
+  }
+  if (!shapes_ok) {
+    op->statuses_.assign(n, absl::InvalidArgumentError(
+                                "pull destination does not match the model"));
+    return op;
+  }
   for (int s = 0; s < n; ++s) {
     op->threads_.emplace_back([this, s, worker, clock, params, op = op.get()] {
       op->statuses_[s] = PullShard(s, worker, clock, params, &op->reads_[s]);
@@ -89,7 +106,17 @@ std::unique_ptr<PsOp> PsClient::StartPush(uint32_t worker, uint64_t clock,
                                           uint64_t num_samples,
                                           const TensorList& grads,
                                           const std::vector<ShardRead>& reads) {
+  return StartPush(worker, clock, num_samples,
+                   TensorViews(grads.begin(), grads.end()), reads);
+}
+
+std::unique_ptr<PsOp> PsClient::StartPush(uint32_t worker, uint64_t clock,
+                                          uint64_t num_samples,
+                                          TensorViews views,
+                                          const std::vector<ShardRead>& reads) {
   std::unique_ptr<PsOp> op(new PsOp);
+  op->views_ = std::move(views);
+  const TensorViews& grads = op->views_;
   const int n = num_shards();
   op->statuses_.resize(n);
   bool shapes_ok = grads.size() == tensor_sizes_.size();
@@ -131,14 +158,14 @@ absl::Status PsClient::WithRetries(
 }
 
 absl::Status PsClient::PullShard(int shard, uint32_t worker, uint64_t clock,
-                                 TensorList* params, ShardRead* read) {
+                                 MutableTensorViews* params, ShardRead* read) {
   return WithRetries(
       /*push=*/false,
       [&] { return PullShardOnce(shard, worker, clock, params, read); });
 }
 
 absl::Status PsClient::PushShard(int shard, uint32_t worker, uint64_t clock,
-                                 uint64_t num_samples, const TensorList& grads,
+                                 uint64_t num_samples, const TensorViews& grads,
                                  const ShardRead& read) {
   return WithRetries(/*push=*/true, [&] {
     return PushShardOnce(shard, worker, clock, num_samples, grads, read);
@@ -146,7 +173,8 @@ absl::Status PsClient::PushShard(int shard, uint32_t worker, uint64_t clock,
 }
 
 absl::Status PsClient::PullShardOnce(int shard, uint32_t worker, uint64_t clock,
-                                     TensorList* params, ShardRead* read) {
+                                     MutableTensorViews* params,
+                                     ShardRead* read) {
   grpc::ClientContext context;
   SetTimeout(&context, options_.barrier_timeout + options_.rpc_timeout);
   pstrain::v1::PullRequest request;
@@ -195,7 +223,7 @@ absl::Status PsClient::PullShardOnce(int shard, uint32_t worker, uint64_t clock,
 
 absl::Status PsClient::PushShardOnce(int shard, uint32_t worker, uint64_t clock,
                                      uint64_t num_samples,
-                                     const TensorList& grads,
+                                     const TensorViews& grads,
                                      const ShardRead& read) {
   grpc::ClientContext context;
   SetTimeout(&context, options_.rpc_timeout);

@@ -21,11 +21,17 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "proto/pstrain.grpc.pb.h"
 
 namespace pstrain {
 
 using TensorList = std::vector<std::vector<float>>;
+// Read-only views of tensors shaped like a TensorList (e.g. slices of one
+// flat pinned buffer that a compute backend downloads gradients into).
+using TensorViews = std::vector<absl::Span<const float>>;
+// Writable views, for a pull into memory the caller provides.
+using MutableTensorViews = std::vector<absl::Span<float>>;
 
 struct PsClientOptions {
   absl::Duration rpc_timeout = absl::Seconds(30);
@@ -67,6 +73,8 @@ class PsOp {
   std::vector<std::thread> threads_;
   std::vector<absl::Status> statuses_;
   std::vector<ShardRead> reads_;
+  TensorViews views_;          // a push's gradients
+  MutableTensorViews pulled_;  // a pull's destination
   bool joined_ = false;
 };
 
@@ -88,11 +96,21 @@ class PsClient {
   // must stay alive and untouched until Wait() returns.
   std::unique_ptr<PsOp> StartPull(uint32_t worker, uint64_t clock,
                                   TensorList* params);
+  // The same into views shaped like the model (INVALID_ARGUMENT from Wait()
+  // otherwise); the chunks are decoded straight into the memory they show,
+  // which must stay alive and untouched until Wait() returns.
+  std::unique_ptr<PsOp> StartPull(uint32_t worker, uint64_t clock,
+                                  MutableTensorViews params);
 
   // Sends `grads` (shaped like the model) for `clock`, stamped with the reads
   // of the pull it was computed from. `grads` must outlive Wait().
   std::unique_ptr<PsOp> StartPush(uint32_t worker, uint64_t clock,
                                   uint64_t num_samples, const TensorList& grads,
+                                  const std::vector<ShardRead>& reads);
+  // The same from views: the memory they show must outlive Wait(); the
+  // chunks are encoded straight from it.
+  std::unique_ptr<PsOp> StartPush(uint32_t worker, uint64_t clock,
+                                  uint64_t num_samples, TensorViews grads,
                                   const std::vector<ShardRead>& reads);
 
   uint64_t bytes_pushed() const { return bytes_pushed_.load(); }
@@ -107,14 +125,14 @@ class PsClient {
   absl::Status WithRetries(bool push,
                            const std::function<absl::Status()>& attempt) const;
   absl::Status PullShard(int shard, uint32_t worker, uint64_t clock,
-                         TensorList* params, ShardRead* read);
+                         MutableTensorViews* params, ShardRead* read);
   absl::Status PushShard(int shard, uint32_t worker, uint64_t clock,
-                         uint64_t num_samples, const TensorList& grads,
+                         uint64_t num_samples, const TensorViews& grads,
                          const ShardRead& read);
   absl::Status PullShardOnce(int shard, uint32_t worker, uint64_t clock,
-                             TensorList* params, ShardRead* read);
+                             MutableTensorViews* params, ShardRead* read);
   absl::Status PushShardOnce(int shard, uint32_t worker, uint64_t clock,
-                             uint64_t num_samples, const TensorList& grads,
+                             uint64_t num_samples, const TensorViews& grads,
                              const ShardRead& read);
 
   const pstrain::v1::ShardMap map_;

@@ -2,6 +2,12 @@
 // weights for clock t, compute the gradient of the local slice (with
 // gradient accumulation), push it, report; at the end pull the final weights
 // and evaluate this rank's slice of the test set.
+//
+// Per step, between host and compute backend: the pull decodes the weights
+// into a HostBuffer (pinned on CUDA), which goes to the backend once
+// (Model::SetParams); the micro-batches go in; the gradient is accumulated
+// on the backend and comes out once, into a second HostBuffer that the push
+// encodes its chunks from. No staging copies for weights or gradients.
 #ifndef PSTRAIN_WORKER_TRAINER_H_
 #define PSTRAIN_WORKER_TRAINER_H_
 

@@ -8,14 +8,21 @@
 #    not skip anything here.
 # 3. //tests/gpu:model_parity: models on CUDA vs CPU with odd shapes and a
 #    16.8 M-element activation (grid-stride loops wrap), the softmax kernel on
-#    large logits with a small loss, copies into pinned memory.
-# 4. Jobs with allreduce.backend nccl through `psctl run`: 1 worker (NCCL with
+#    large logits with a small loss, gradient accumulation on the device,
+#    copies into pinned memory.
+# 4. //tests:device_transfer_test on CUDA (it must not skip here): per
+#    training step the weights cross once (from the pinned pull buffer), the
+#    gradient once (into the pinned push buffer), and an on-device
+#    all-reduce has no host round trip before the sum (issue 12, item 8).
+# 5. Jobs with allreduce.backend nccl through `psctl run`: 1 worker (NCCL with
 #    one rank), then 2 workers: on 2+ GPUs both over NCCL (replicas must
 #    agree); on one GPU NCCL needs distinct devices, so the 2-rank NCCL job
 #    must fail fast saying so (or pass, if this NCCL allows it), and a
 #    2-process job on the one GPU over the gRPC ring must pass.
-# 5. //worker:mlp_benchmark on cuda (MLP 4096-4096-4096-10, batch 1024:
-#    samples/s and GEMM TFLOP/s) and a small cpu run.
+# 6. //worker:mlp_benchmark on cuda (MLP 4096-4096-4096-10, batch 1024:
+#    samples/s of the host, ps and resident step side by side in 3
+#    interleaved rounds with their ratios, and GEMM TFLOP/s) and a small
+#    cpu run.
 # Never skips: exits non-zero on any failure. Bazel's output base:
 # $PSTRAIN_BAZEL_OUTPUT_BASE or /tmp/bazel_cuda.
 set -uo pipefail
@@ -42,6 +49,7 @@ FLAGS=(--color=no --curses=no)
 step "build with CUDA and NCCL"
 "${BAZEL[@]}" build "${FLAGS[@]}" //worker:backend_parity_test \
   //worker:worker_device_test //worker:mlp_benchmark //tests/gpu:model_parity \
+  //tests:device_transfer_test \
   //worker:ps_worker //coordinator:ps_coordinator //server:ps_server ||
   fail "build failed"
 BIN="$("${BAZEL[@]}" info "${FLAGS[@]}" bazel-bin 2>/dev/null)" ||
@@ -70,6 +78,8 @@ run_gtest "CUDA vs CPU parity (ops and models)" "$BIN/worker/backend_parity_test
 run_gtest "device choice" "$BIN/worker/worker_device_test"
 run_gtest "model parity: odd shapes, 16.8 M elements, large logits, pinned copies" \
   "$BIN/tests/gpu/model_parity"
+run_gtest "copies per step on CUDA (weights in once, gradient out once, pinned)" \
+  "$BIN/tests/device_transfer_test"
 
 # Jobs. The config: mode allreduce over NCCL, the MLP of the default job on
 # the GPU, a few steps.

@@ -2,8 +2,9 @@
 // the CUDA backend against the same models on the CPU backend, with odd
 // shapes and one activation of more than 2^24 elements (so every grid-stride
 // loop wraps: their grids are capped at 65536 blocks of 256 threads), the
-// softmax cross-entropy kernel on large logits with a small loss, and copies
-// into pinned host memory. Without a usable CUDA device every test FAILS:
+// softmax cross-entropy kernel on large logits with a small loss, the
+// device-resident gradient accumulation the trainers use, and copies into
+// pinned host memory. Without a usable CUDA device every test FAILS:
 // this binary is only run where a GPU must work.
 #include <cuda_runtime.h>
 
@@ -99,6 +100,7 @@ TEST_P(ModelParity, CudaMatchesCpu) {
     for (float& x : v) x += noise(rng);
     params.push_back(v);
   }
+  std::vector<Batch> batches;
   for (const int64_t n : c.batches) {
     Batch batch;
     batch.n = n;
@@ -127,7 +129,28 @@ TEST_P(ModelParity, CudaMatchesCpu) {
                 1e-4 * std::abs(e_cpu->loss_sum))
         << at;
     EXPECT_NEAR(e_cuda->correct, e_cpu->correct, 1) << at;  // near-ties
+    batches.push_back(std::move(batch));
   }
+  // The device-resident path the trainers take: the weights once, every
+  // batch's gradient accumulated on the backend (views of one flat
+  // gradient, Add), then scaled (Scale).
+  std::vector<std::vector<float>> flat;
+  for (Model* model : {on_cpu->get(), on_cuda->get()}) {
+    ASSERT_TRUE(model->SetParams(params).ok());
+    for (size_t b = 0; b < batches.size(); ++b) {
+      absl::StatusOr<double> loss = model->ComputeGradient(batches[b], b > 0);
+      ASSERT_TRUE(loss.ok()) << loss.status();
+    }
+    const int64_t total = model->num_params();
+    ASSERT_TRUE(model->backend()
+                    ->Scale(total, 1.0f / batches.size(), model->gradient())
+                    .ok());
+    std::vector<float> g(total);
+    ASSERT_TRUE(
+        model->backend()->CopyToHost(*model->gradient(), total, g.data()).ok());
+    flat.push_back(std::move(g));
+  }
+  ExpectClose(flat[1], flat[0], c.name + " accumulated on the device");
   std::printf("%s: %s matches the CPU\n", c.name.c_str(), cuda->name().c_str());
 }
 

@@ -1,5 +1,6 @@
 #include "worker/allreduce/allreduce_trainer.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -39,10 +40,14 @@ void AllReduceTrainer::ApplyOptimizer(int64_t step) {
   // As a sync shard: the schedule step and the update count are both the
   // step (one update per step). The optimizer is chunking-independent, so
   // updating whole tensors equals the shards' per-chunk updates.
+  const float* grad = reduced_.data();
+  float* w = weights_.data();
   for (size_t t = 0; t < params_.size(); ++t) {
-    optimizer_->Apply(step, step, params_[t].data(), grads_[t].data(),
+    optimizer_->Apply(step, step, w, grad,
                       slots_[t].empty() ? nullptr : slots_[t].data(),
                       params_[t].size());
+    grad += params_[t].size();
+    w += params_[t].size();
   }
 }
 
@@ -51,6 +56,19 @@ absl::Status AllReduceTrainer::Run(const StepCallback& on_step,
   const JobConfig& c = options_.config;
   LocalStep local(c, options_.rank, model_, data_);
   const int64_t slice = local.slice();
+  // The replica's weights live in pinned host memory while training, so
+  // that each step's upload is one DMA; params_ gets them back at the end.
+  const int64_t total = model_->num_params();
+  ComputeBackend* backend = model_->backend();
+  PS_ASSIGN_OR_RETURN(weights_, backend->AllocateHost(total));
+  PS_ASSIGN_OR_RETURN(reduced_, backend->AllocateHost(total + 1));
+  TensorViews weights;
+  float* w = weights_.data();
+  for (const std::vector<float>& p : params_) {
+    std::copy(p.begin(), p.end(), w);
+    weights.emplace_back(w, p.size());
+    w += p.size();
+  }
   for (int64_t step = 0; step < c.steps; ++step) {
     if (should_stop && should_stop()) {
       return absl::CancelledError(absl::StrCat("stopped before step ", step));
@@ -58,20 +76,22 @@ absl::Status AllReduceTrainer::Run(const StepCallback& on_step,
     pstrain::v1::StepMetrics m;
     m.set_worker(options_.rank);
     m.set_step(step);
+    // This step's weights cross once, for the evaluation and every
+    // micro-batch.
+    PS_RETURN_IF_ERROR(model_->SetParams(weights));
     if (c.eval_every > 0 && step > 0 && step % c.eval_every == 0) {
-      PS_RETURN_IF_ERROR(local.Evaluate(params_, &m));
+      PS_RETURN_IF_ERROR(local.Evaluate(&m));
     }
 
     absl::Time t0 = absl::Now();
-    PS_ASSIGN_OR_RETURN(double loss_sum,
-                        local.Gradient(step, params_, &grads_));
+    PS_ASSIGN_OR_RETURN(double loss_sum, local.Gradient(step));
     m.set_compute_s(absl::ToDoubleSeconds(absl::Now() - t0));
     m.set_loss(loss_sum / slice);
     m.set_samples(slice);
 
     t0 = absl::Now();
     PS_RETURN_IF_ERROR(
-        AllReduceWeightedMean(reducer_, step, slice, &grads_, &flat_));
+        AllReduceWeightedMeanOfModel(reducer_, step, slice, model_, &reduced_));
     ApplyOptimizer(step);
     m.set_pull_s(absl::ToDoubleSeconds(absl::Now() - t0));
     m.set_end_unix_s(UnixSeconds());
@@ -82,9 +102,48 @@ absl::Status AllReduceTrainer::Run(const StepCallback& on_step,
   pstrain::v1::StepMetrics m;  // the final evaluation
   m.set_worker(options_.rank);
   m.set_step(c.steps);
-  PS_RETURN_IF_ERROR(local.Evaluate(params_, &m));
+  for (size_t t = 0; t < params_.size(); ++t) {
+    std::copy(weights[t].begin(), weights[t].end(), params_[t].begin());
+  }
+  PS_RETURN_IF_ERROR(model_->SetParams(weights));
+  PS_RETURN_IF_ERROR(local.Evaluate(&m));
   m.set_end_unix_s(UnixSeconds());
   return on_step ? on_step(m) : absl::OkStatus();
+}
+
+absl::Status AllReduceWeightedMeanOfModel(AllReducer* reducer, uint64_t step,
+                                          uint64_t samples, Model* model,
+                                          HostBuffer* host) {
+  ComputeBackend* backend = model->backend();
+  DeviceBuffer* grad = model->gradient();
+  const int64_t total = model->num_params();
+  if (grad == nullptr || grad->size() < total + 1 || host->size() < total + 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "all-reduce of the model's gradient: it has ",
+        grad == nullptr ? 0 : grad->size(), " floats on the backend and ",
+        host->size(), " on the host, needs ", total + 1));
+  }
+  const float n = static_cast<float>(samples);
+  PS_RETURN_IF_ERROR(backend->Scale(total, n, grad));
+  if (reducer->sums_on_device()) {
+    DeviceBuffer count = grad->View(total, 1);
+    PS_RETURN_IF_ERROR(backend->CopyToDevice(&n, 1, &count));
+    PS_RETURN_IF_ERROR(reducer->SumInPlaceOnDevice(step, grad, total + 1));
+    PS_RETURN_IF_ERROR(backend->CopyToHost(*grad, total + 1, host->data()));
+  } else {
+    PS_RETURN_IF_ERROR(backend->CopyToHost(*grad, total, host->data()));
+    host->data()[total] = n;
+    PS_RETURN_IF_ERROR(
+        reducer->SumInPlace(step, absl::MakeSpan(host->data(), total + 1)));
+  }
+  float* out = host->data();
+  const float all = out[total];
+  if (!(all > 0)) {
+    return absl::InternalError(
+        absl::StrCat("all-reduced sample count is ", all));
+  }
+  for (int64_t k = 0; k < total; ++k) out[k] /= all;
+  return absl::OkStatus();
 }
 
 absl::Status AllReduceWeightedMean(AllReducer* reducer, uint64_t step,

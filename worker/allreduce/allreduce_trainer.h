@@ -4,6 +4,18 @@
 // sample-weighted gradients, divide by the total sample count, apply the
 // optimizer locally, report. At the end evaluate this rank's test slice.
 //
+// What crosses between host and backend per step: the weights in once from
+// pinned memory (Model::SetParams, num_params floats, for the evaluation and
+// every micro-batch), the micro-batches in, and the all-reduced gradient out
+// once (num_params + 1 floats, into pinned memory on CUDA, so one DMA). The
+// gradient is accumulated and weighted on the backend; with a reducer that
+// sums on the device (NCCL) it is reduced in place there, where only the
+// sample count (one float) goes in; with the ring it is downloaded first and
+// reduced in that host buffer. The optimizer runs on the host
+// (common/optimizer, shared with the shards so the modes are bit-equivalent),
+// which is why the reduced gradient comes out and the new weights go back
+// in; an optimizer on the device would remove both.
+//
 // It reproduces sync (BSP) parameter-server training: the same initial
 // weights (common/model_spec.h), the same gradient average weighted by
 // sample counts, and the same optimizer code with the same conventions as a
@@ -58,7 +70,8 @@ class AllReduceTrainer {
   AllReduceTrainer(TrainerOptions options, AllReducer* reducer, Model* model,
                    DataSource* data, std::unique_ptr<Optimizer> optimizer);
 
-  // params_ -= optimizer update with grads_, at schedule step `step`.
+  // weights_ -= optimizer update with the mean gradient in reduced_, at
+  // schedule step `step`.
   void ApplyOptimizer(int64_t step);
 
   const TrainerOptions options_;
@@ -66,9 +79,11 @@ class AllReduceTrainer {
   Model* const model_;
   DataSource* const data_;
   const std::unique_ptr<Optimizer> optimizer_;
-  TensorList params_, grads_;
+  TensorList params_;  // initial, then final weights (Run copies them back)
   std::vector<std::vector<float>> slots_;  // per tensor, Optimizer layout
-  std::vector<float> flat_;                // AllReduceWeightedMean scratch
+  // On the host, pinned on CUDA, during Run: the replica's weights
+  // (num_params floats) and the reduced gradient (num_params + 1).
+  HostBuffer weights_, reduced_;
 };
 
 // Replaces `grads` on every rank by the sample-weighted mean over all ranks,
@@ -80,6 +95,18 @@ class AllReduceTrainer {
 absl::Status AllReduceWeightedMean(AllReducer* reducer, uint64_t step,
                                    uint64_t samples, TensorList* grads,
                                    std::vector<float>* scratch);
+
+// The same for the model's gradient where it lies (Model::gradient(), the
+// mean gradient of this rank's `samples` > 0 examples): weighted by the
+// sample count and, with the count in the spare float, summed over all
+// ranks, on the device when `reducer` sums there, else in `host` after one
+// download. On success `host` (num_params + 1 floats, from the model's
+// backend) holds the sample-weighted mean gradient, tensors back to back, and
+// the total sample count last. With the CPU backend the numbers are those of
+// the host version above, bit for bit.
+absl::Status AllReduceWeightedMeanOfModel(AllReducer* reducer, uint64_t step,
+                                          uint64_t samples, Model* model,
+                                          HostBuffer* host);
 
 // FNV-1a of every weight's bytes, in tensor order: replicas that agree bit
 // for bit have equal fingerprints (logged by each worker at the end).

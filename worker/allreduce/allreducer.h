@@ -8,7 +8,9 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "worker/compute_backend.h"
 
 namespace pstrain {
 
@@ -27,6 +29,20 @@ class AllReducer {
   // (DEADLINE_EXCEEDED when a peer does not take part in time) leave `data`
   // unspecified and the reducer unusable.
   virtual absl::Status SumInPlace(uint64_t step, absl::Span<float> data) = 0;
+
+  // True when SumInPlaceOnDevice works: the sum then runs where the data
+  // already is (NCCL, on the GPU), with no host round trip.
+  virtual bool sums_on_device() const { return false; }
+  // SumInPlace for data[0, n) of a buffer of the compute backend the reducer
+  // was created with. UNIMPLEMENTED unless sums_on_device().
+  virtual absl::Status SumInPlaceOnDevice(uint64_t step, DeviceBuffer* data,
+                                          int64_t n) {
+    (void)step;
+    (void)data;
+    (void)n;
+    return absl::UnimplementedError(
+        absl::StrCat(name(), " sums host memory only"));
+  }
 
   // Ends the collective gracefully (the last data reaches every peer) after
   // the last SumInPlace.

@@ -97,38 +97,36 @@ class NcclAllReducer : public AllReducer {
                         ")");
   }
 
-  // The copy in, the all-reduce and the copy out are queued in order on the
-  // backend's stream, with no host wait between the first two; the host
-  // waits (polling, with the deadline) only before the copy out.
-  absl::Status SumInPlace(uint64_t step, absl::Span<float> data) override {
-    if (comm_ == nullptr) {
-      return absl::FailedPreconditionError(
-          closed_ ? "the NCCL reducer was closed"
-                  : "the NCCL communicator was aborted");
+  bool sums_on_device() const override { return true; }
+
+  // The training path: the all-reduce runs in place on the caller's device
+  // buffer (the model's flat gradient), on the backend's stream behind the
+  // work that computed it; the host only waits (polling, with the deadline)
+  // for it to finish. Nothing crosses to or from the host.
+  absl::Status SumInPlaceOnDevice(uint64_t step, DeviceBuffer* data,
+                                  int64_t n) override {
+    if (n < 0 || data == nullptr || data->size() < n) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "SumInPlaceOnDevice: ", n, " floats requested of a buffer of ",
+          data == nullptr ? 0 : data->size()));
     }
+    return Reduce(step, data->data(), n);
+  }
+
+  // For host memory: the copy in, the all-reduce and the copy out are queued
+  // in order on the backend's stream, with no host wait between the first
+  // two; the host waits (polling, with the deadline) only before the copy
+  // out.
+  absl::Status SumInPlace(uint64_t step, absl::Span<float> data) override {
     const int64_t n = data.size();
-    if (n == 0) return absl::OkStatus();
+    if (n == 0) return Usable();
+    PS_RETURN_IF_ERROR(Usable());
     PS_RETURN_IF_ERROR(scratch_.Reserve(n));
     DeviceBuffer& buffer = scratch_.buffer();
     PS_RETURN_IF_ERROR(
         scratch_.backend()->CopyToDevice(data.data(), n, &buffer));
-    // NCCL launches on the current device, which must be the communicator's.
-    const cudaError_t set = cudaSetDevice(device_);
-    if (set != cudaSuccess) return Abort(CudaError(set, "cudaSetDevice"));
-    const absl::Time deadline = absl::Now() + timeout_;
-    const ncclResult_t res = ncclAllReduce(buffer.data(), buffer.data(), n,
-                                           ncclFloat, ncclSum, comm_, stream_);
-    if (res != ncclSuccess && res != ncclInProgress) {
-      return Abort(NcclError(res, "ncclAllReduce", comm_));
-    }
-    PS_RETURN_IF_ERROR(Check(AwaitComm(comm_, deadline, "ncclAllReduce")));
-    PS_RETURN_IF_ERROR(AwaitStream(step, deadline));
-    PS_RETURN_IF_ERROR(scratch_.backend()->CopyToHost(buffer, n, data.data()));
-    // What a ring moves per rank: 2 (N - 1) / N of the vector each way.
-    const uint64_t bytes = 2ull * (size_ - 1) * n * sizeof(float) / size_;
-    sent_ += bytes;
-    received_ += bytes;
-    return absl::OkStatus();
+    PS_RETURN_IF_ERROR(Reduce(step, buffer.data(), n));
+    return scratch_.backend()->CopyToHost(buffer, n, data.data());
   }
 
   absl::Status Close() override {
@@ -144,6 +142,36 @@ class NcclAllReducer : public AllReducer {
   uint64_t bytes_received() const override { return received_.load(); }
 
  private:
+  absl::Status Usable() const {
+    if (comm_ != nullptr) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        closed_ ? "the NCCL reducer was closed"
+                : "the NCCL communicator was aborted");
+  }
+
+  // ncclAllReduce of device floats [data, data + n) in place, on the
+  // backend's stream; returns when it has finished on this rank.
+  absl::Status Reduce(uint64_t step, float* data, int64_t n) {
+    PS_RETURN_IF_ERROR(Usable());
+    if (n == 0) return absl::OkStatus();
+    // NCCL launches on the current device, which must be the communicator's.
+    const cudaError_t set = cudaSetDevice(device_);
+    if (set != cudaSuccess) return Abort(CudaError(set, "cudaSetDevice"));
+    const absl::Time deadline = absl::Now() + timeout_;
+    const ncclResult_t res =
+        ncclAllReduce(data, data, n, ncclFloat, ncclSum, comm_, stream_);
+    if (res != ncclSuccess && res != ncclInProgress) {
+      return Abort(NcclError(res, "ncclAllReduce", comm_));
+    }
+    PS_RETURN_IF_ERROR(Check(AwaitComm(comm_, deadline, "ncclAllReduce")));
+    PS_RETURN_IF_ERROR(AwaitStream(step, deadline));
+    // What a ring moves per rank: 2 (N - 1) / N of the vector each way.
+    const uint64_t bytes = 2ull * (size_ - 1) * n * sizeof(float) / size_;
+    sent_ += bytes;
+    received_ += bytes;
+    return absl::OkStatus();
+  }
+
   // Waits (polling, until `deadline`) for everything queued on the stream,
   // the all-reduce included. cudaStreamSynchronize could wait forever: a
   // missing rank leaves NCCL's kernel spinning.

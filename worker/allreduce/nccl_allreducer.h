@@ -1,6 +1,8 @@
 // allreduce.backend nccl: the all-reduce runs in GPU memory through NCCL
-// (ncclAllReduce on a buffer of the worker's CUDA ComputeBackend, on the
-// backend's device and stream) instead of the gRPC ring. Every worker needs a
+// (ncclAllReduce on the backend's device and stream) instead of the gRPC
+// ring. Training uses SumInPlaceOnDevice: the model's gradient is reduced in
+// place where it was computed, with no host round trip; SumInPlace (host
+// memory) copies through a device buffer of its own. Every worker needs a
 // CUDA device of its own (NCCL refuses two ranks on one GPU); rank 0 makes
 // the NCCL unique id and the coordinator's GetPeers hands it to the others.
 // Built only with CUDA and NCCL (worker/allreduce/BUILD,

@@ -56,6 +56,12 @@ class FakeBackend : public ComputeBackend {
                             DeviceBuffer*) override {
     return Unused();
   }
+  absl::Status Add(int64_t, const DeviceBuffer&, DeviceBuffer*) override {
+    return Unused();
+  }
+  absl::Status Scale(int64_t, float, DeviceBuffer*) override {
+    return Unused();
+  }
   absl::Status ColumnSum(int64_t, int64_t, const DeviceBuffer&,
                          DeviceBuffer*) override {
     return Unused();

@@ -96,6 +96,7 @@ class CudaBackend : public ComputeBackend {
       cudaFreeHost(staging_[h]);
       if (staging_free_[h] != nullptr) cudaEventDestroy(staging_free_[h]);
     }
+    if (direct_done_ != nullptr) cudaEventDestroy(direct_done_);
     if (cublas_ != nullptr) cublasDestroy(cublas_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
     cudaGetLastError();
@@ -122,6 +123,8 @@ class CudaBackend : public ComputeBackend {
       PS_CUDA_RETURN_IF_ERROR(
           cudaEventCreateWithFlags(&staging_free_[h], cudaEventDisableTiming));
     }
+    PS_CUDA_RETURN_IF_ERROR(
+        cudaEventCreateWithFlags(&direct_done_, cudaEventDisableTiming));
     PS_CUDA_RETURN_IF_ERROR(cudaMalloc(&sum_device_, sizeof(double)));
     PS_CUDA_RETURN_IF_ERROR(cudaMallocHost(&sum_host_, sizeof(double)));
     return absl::OkStatus();
@@ -131,12 +134,22 @@ class CudaBackend : public ComputeBackend {
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
 
-  // Chunks go through the two pinned halves in turn, so the host copy into
-  // one half overlaps the DMA out of the other.
+  // From pinned memory (a HostBuffer): one DMA straight from `src`, and a
+  // wait for it, since the caller may reuse `src` when the call returns.
+  // Otherwise chunks go through the two pinned halves in turn, so the host
+  // copy into one half overlaps the DMA out of the other.
   absl::Status CopyToDevice(const float* src, int64_t n,
                             DeviceBuffer* dst) override {
     PS_RETURN_IF_ERROR(CheckSize("CopyToDevice", "dst", *dst, n));
     PS_RETURN_IF_ERROR(Enter());
+    if (n > 0 && IsPinnedHost(src)) {
+      PS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst->data(), src,
+                                              n * sizeof(float),
+                                              cudaMemcpyHostToDevice, stream_));
+      PS_CUDA_RETURN_IF_ERROR(cudaEventRecord(direct_done_, stream_));
+      PS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(direct_done_));
+      return absl::OkStatus();
+    }
     for (int64_t off = 0; off < n; off += kStagingFloats) {
       const int64_t len = std::min(kStagingFloats, n - off);
       const int h = next_half_;
@@ -281,6 +294,21 @@ class CudaBackend : public ComputeBackend {
     return absl::OkStatus();
   }
 
+  absl::Status Add(int64_t n, const DeviceBuffer& x, DeviceBuffer* y) override {
+    PS_RETURN_IF_ERROR(CheckSize("Add", "x", x, n));
+    PS_RETURN_IF_ERROR(CheckSize("Add", "y", *y, n));
+    PS_RETURN_IF_ERROR(Enter());
+    PS_CUDA_RETURN_IF_ERROR(cuda::LaunchAdd(n, x.data(), y->data(), stream_));
+    return absl::OkStatus();
+  }
+
+  absl::Status Scale(int64_t n, float alpha, DeviceBuffer* x) override {
+    PS_RETURN_IF_ERROR(CheckSize("Scale", "x", *x, n));
+    PS_RETURN_IF_ERROR(Enter());
+    PS_CUDA_RETURN_IF_ERROR(cuda::LaunchScale(n, alpha, x->data(), stream_));
+    return absl::OkStatus();
+  }
+
   absl::Status ColumnSum(int64_t rows, int64_t cols, const DeviceBuffer& x,
                          DeviceBuffer* out) override {
     PS_RETURN_IF_ERROR(CheckMatrix("ColumnSum", "x", x, rows, cols));
@@ -326,6 +354,28 @@ class CudaBackend : public ComputeBackend {
     cudaGetLastError();
   }
 
+  // Pinned, so that copies to and from it are single DMAs (no staging).
+  absl::StatusOr<float*> AllocateHostRaw(int64_t size) override {
+    if (size == 0) return nullptr;
+    PS_RETURN_IF_ERROR(Enter());
+    float* data = nullptr;
+    const cudaError_t err = cudaMallocHost(&data, size * sizeof(float));
+    if (err != cudaSuccess) {
+      return CudaError(err, absl::StrCat("cudaMallocHost of ", size, " floats"),
+                       __FILE__, __LINE__);
+    }
+    return data;
+  }
+
+  // A copy still queued may use the memory: wait for it first.
+  void FreeHost(float* data) override {
+    if (data == nullptr) return;
+    cudaSetDevice(device_);
+    cudaStreamSynchronize(stream_);
+    cudaFreeHost(data);
+    cudaGetLastError();
+  }
+
  private:
   static constexpr int64_t kStagingFloats = int64_t{1} << 20;  // 4 MiB a half
 
@@ -367,6 +417,7 @@ class CudaBackend : public ComputeBackend {
   cublasHandle_t cublas_ = nullptr;
   float* staging_[2] = {nullptr, nullptr};  // pinned host memory
   cudaEvent_t staging_free_[2] = {nullptr, nullptr};
+  cudaEvent_t direct_done_ = nullptr;  // a direct copy from pinned memory
   int next_half_ = 0;
   double* sum_device_ = nullptr;
   double* sum_host_ = nullptr;       // pinned

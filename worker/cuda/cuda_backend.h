@@ -1,8 +1,9 @@
 // The CUDA ComputeBackend: cuBLAS for every matrix product, small kernels
 // (kernels.cu) for the rest, all on one CUDA stream per backend, on one
-// device chosen at creation. Host-to-device copies are staged through pinned
-// memory; device-to-host copies go straight into the destination when it is
-// pinned (cudaMallocHost / cudaHostRegister), else through the staging halves.
+// device chosen at creation. Copies to and from pinned host memory
+// (AllocateHost's HostBuffers, or any cudaMallocHost / cudaHostRegister
+// memory) are single DMAs; copies to and from pageable memory go through two
+// pinned staging halves (one extra host memcpy per chunk).
 // In builds without CUDA (--config=nocuda, or no toolkit at build time) every
 // function answers FAILED_PRECONDITION "built without CUDA".
 //

@@ -100,6 +100,19 @@ __global__ void ActivationBackwardKernel(KernelActivation act, int64_t n,
   }
 }
 
+// One rounding each, like the CPU twin's loops: bit-identical results.
+__global__ void AddKernel(int64_t n, const float* x, float* y) {
+  for (int64_t k = GlobalIndex(); k < n; k += GridStride()) {
+    y[k] = __fadd_rn(y[k], x[k]);
+  }
+}
+
+__global__ void ScaleKernel(int64_t n, float alpha, float* x) {
+  for (int64_t k = GlobalIndex(); k < n; k += GridStride()) {
+    x[k] = __fmul_rn(x[k], alpha);
+  }
+}
+
 // One warp per row: the row's maximum and its first index by warp shuffles,
 // then rest = sum of exp(z - max) over the other entries, then the loss and
 // probabilities of softmax_formula.h.
@@ -256,6 +269,21 @@ cudaError_t LaunchActivationBackward(KernelActivation act, int64_t n,
   ClearStaleError();
   ActivationBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(act, n, z, a,
                                                                delta);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAdd(int64_t n, const float* x, float* y,
+                      cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  ClearStaleError();
+  AddKernel<<<Blocks(n), kThreads, 0, stream>>>(n, x, y);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchScale(int64_t n, float alpha, float* x, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  ClearStaleError();
+  ScaleKernel<<<Blocks(n), kThreads, 0, stream>>>(n, alpha, x);
   return cudaGetLastError();
 }
 

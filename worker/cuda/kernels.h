@@ -27,6 +27,9 @@ cudaError_t LaunchActivationForward(KernelActivation act, int64_t n,
 cudaError_t LaunchActivationBackward(KernelActivation act, int64_t n,
                                      const float* z, const float* a,
                                      float* delta, cudaStream_t stream);
+// y[k] += x[k] and x[k] *= alpha for k < n (gradient accumulation).
+cudaError_t LaunchAdd(int64_t n, const float* x, float* y, cudaStream_t stream);
+cudaError_t LaunchScale(int64_t n, float alpha, float* x, cudaStream_t stream);
 // `dlogits` / `doutputs` may be null.
 cudaError_t LaunchSoftmaxCrossEntropy(int64_t rows, int64_t cols,
                                       const float* logits, const float* labels,
