@@ -14,7 +14,7 @@ absl::Status Trainer::Run(const StepCallback& on_step,
   const uint32_t rank = options_.rank;
   LocalStep local(c, rank, model_, data_);
   TensorList grads;
-  for (int64_t step = 0; step <= c.steps; ++step) {
+  for (int64_t step = options_.start_step; step <= c.steps; ++step) {
     if (should_stop && should_stop()) {
       return absl::CancelledError(absl::StrCat("stopped before step ", step));
     }
