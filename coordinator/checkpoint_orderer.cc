@@ -111,7 +111,7 @@ uint64_t CheckpointOrderer::MaxVersion(uint64_t floor) {
   return v;
 }
 
-absl::Status CheckpointOrderer::Round(uint64_t cut,
+absl::Status CheckpointOrderer::Round(uint64_t cut, absl::Duration wait,
                                       std::vector<CheckpointFile>* files,
                                       std::vector<bool>* have) {
   const size_t k = stubs_.size();
@@ -122,7 +122,7 @@ absl::Status CheckpointOrderer::Round(uint64_t cut,
     if ((*have)[i]) continue;
     calls.emplace_back([&, i] {
       grpc::ClientContext ctx;
-      SetTimeout(&ctx, options_.poll);
+      SetTimeout(&ctx, wait);
       pstrain::v1::CheckpointRequest req;
       req.set_step(cut);
       status[i] = FromGrpcStatus(stubs_[i]->Checkpoint(&ctx, req, &reply[i]));
@@ -214,7 +214,14 @@ absl::Status CheckpointOrderer::Run(const std::vector<std::string>& addresses) {
       have.assign(stubs_.size(), false);
     }
     const absl::Time round_start = absl::Now();
-    absl::Status st = Round(cut, &files, &have);
+    // A step cut is awaited no longer than until a time cut is due.
+    absl::Duration wait = options_.poll;
+    if (options_.every_seconds > 0 && !time_cut) {
+      const absl::Duration due =
+          last_time + absl::Seconds(options_.every_seconds) - absl::Now();
+      wait = std::max(absl::Milliseconds(20), std::min(wait, due));
+    }
+    absl::Status st = Round(cut, wait, &files, &have);
     if (st.ok()) {
       PS_RETURN_IF_ERROR(WriteManifestAndRetain(cut, std::move(files)));
     } else if (st.code() == absl::StatusCode::kAlreadyExists) {

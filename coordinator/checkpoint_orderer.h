@@ -88,11 +88,13 @@ class CheckpointOrderer {
   uint64_t last_saved() const;
 
  private:
-  // One round of Checkpoint(cut) calls to the shards not yet in `files`.
+  // One round of Checkpoint(cut) calls (each waiting up to `wait`) to the
+  // shards not yet in `files`.
   // Returns OK when all are in, UNAVAILABLE to retry, FAILED_PRECONDITION
   // when the cut is missed, ALREADY_EXISTS when it is already complete on
   // disk, anything else as a failure.
-  absl::Status Round(uint64_t cut, std::vector<CheckpointFile>* files,
+  absl::Status Round(uint64_t cut, absl::Duration wait,
+                     std::vector<CheckpointFile>* files,
                      std::vector<bool>* have);
   // The largest version over the shards (GetStats), or `floor` on errors.
   uint64_t MaxVersion(uint64_t floor);

@@ -187,6 +187,43 @@ TEST_F(CheckpointResumeTest, ResumedOnMoreServersEndsBitIdentical) {
   }
 }
 
+// checkpoint.every_seconds: cuts chosen by time (the next step the shards
+// can reach) are consistent cuts too: a job resumed from one ends
+// bit-identical to the job that wrote it.
+TEST(CheckpointTimeTest, TimedCheckpointsResumeBitIdentical) {
+  const std::string dir = TempDir("timed");
+  JobConfig c = MakeConfig(dir, 2);
+  c.checkpoint.every_steps = 0;
+  c.checkpoint.every_seconds = 0.1;
+  c.steps = 30;
+  c.worker.compute_ms = 15;
+  FinalizeJobConfig(&c);
+  auto full = RunInProcessJob(c);
+  ASSERT_TRUE(full.ok()) << full.status();
+  auto listing = ListCheckpoints(CheckpointEnv::Default(), dir);
+  ASSERT_TRUE(listing.ok()) << listing.status();
+  ASSERT_GE(listing->complete.size(), 2u) << "no checkpoint before the end";
+  EXPECT_EQ(listing->complete.back(), 30u);
+  const uint64_t first = listing->complete.front();
+  ASSERT_LT(first, 30u);
+
+  const std::string again = TempDir("timed-resumed");
+  CopyCheckpoint(dir, first, again);
+  c.checkpoint.dir = again;
+  auto resumed = RunInProcessJob(c, "latest");
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  for (size_t t = 0; t < full->finals[0].size(); ++t) {
+    EXPECT_TRUE(BitEqual(resumed->finals[0][t], full->finals[0][t]))
+        << "resumed at step " << first << ", tensor " << t;
+  }
+  const auto want = AllState(CheckpointDir(dir, 30));
+  const auto got = AllState(CheckpointDir(again, 30));
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_TRUE(BitEqual(got[i], want[i])) << "tensor/slots " << i;
+  }
+}
+
 TEST_F(CheckpointResumeTest, ResumeRefusesACheckpointThatDoesNotFit) {
   ASSERT_NE(full_, nullptr);
   const std::string dir = TempDir("misfit");
