@@ -3,7 +3,8 @@
 # job that checkpoints every 10 steps loses a server to SIGKILL mid-job
 # (psctl then fails the job and stops the rest); `psctl run --resume latest`
 # in the same folder continues from the newest complete checkpoint and ends
-# with a final checkpoint byte-identical to the undisturbed run's.
+# with a final checkpoint byte-identical to the undisturbed run's, which
+# `ps_checkpoint inspect` verifies.
 set -uo pipefail
 
 ROOT="$TEST_SRCDIR/pstrain"
@@ -39,6 +40,9 @@ if ! "$PSCTL" run --bin "$BIN" --config "$TMP/job.yaml" --out "$TMP/a" > "$TMP/a
   cat "$TMP/a.log"; echo "FAIL: the undisturbed job failed"; exit 1
 fi
 [[ -f "$TMP/a/$final/MANIFEST.json" ]] || fail "no final checkpoint in the undisturbed run"
+# The coordinator's manifest and the servers' files pass the tool's checks.
+"$ROOT/tools/checkpoint/ps_checkpoint" inspect "$TMP/a/ckpt" > "$TMP/inspect.log" 2>&1 ||
+  { cat "$TMP/inspect.log"; fail "ps_checkpoint inspect refused the job's checkpoints"; }
 kept=$(ls -d "$TMP/a/ckpt"/step-* | wc -l)
 [[ "$kept" == 3 ]] || fail "checkpoint.keep 3 left $kept checkpoints"
 
