@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Exact recovery after kill -9, as separate processes through psctl: a sync
-# job that checkpoints every 10 steps loses a server to SIGKILL mid-job
-# (psctl then fails the job and stops the rest); `psctl run --resume latest`
+# job that checkpoints every 10 steps loses a server (then, in a second run,
+# a worker) to SIGKILL mid-job (psctl then fails the job and stops the rest); `psctl run --resume latest`
 # in the same folder continues from the newest complete checkpoint and ends
 # with a final checkpoint byte-identical to the undisturbed run's, which
 # `ps_checkpoint inspect` verifies.
@@ -46,40 +46,51 @@ fi
 kept=$(ls -d "$TMP/a/ckpt"/step-* | wc -l)
 [[ "$kept" == 3 ]] || fail "checkpoint.keep 3 left $kept checkpoints"
 
-# 2. The same job; server 0 is killed with SIGKILL once step 20 is saved.
-"$PSCTL" run --bin "$BIN" --config "$TMP/job.yaml" --out "$TMP/b" > "$TMP/b1.log" 2>&1 &
-psctl_pid=$!
-for _ in $(seq 1 600); do
-  [[ -f "$TMP/b/ckpt/step-000000000020/MANIFEST.json" ]] && break
-  kill -0 "$psctl_pid" 2>/dev/null || break
-  sleep 0.05
-done
-# The server this test's psctl started for shard 0 (its unique token path).
-server=$(pgrep -f -- "--shard=0 --metrics_port=0 --token_file=$TMP/b/token" | head -1)
-if [[ -n "$server" ]]; then
-  kill -KILL "$server"
-  echo "killed server 0 (pid $server)"
-else
-  fail "no server 0 to kill (the job ended before step 20 was saved?)"
-fi
-if wait "$psctl_pid"; then
-  fail "the job with a killed server reported success"
-fi
-[[ ! -f "$TMP/b/$final/MANIFEST.json" ]] || fail "the killed job reached the final step"
-
-# 3. Resume in the same folder from the newest complete checkpoint.
-if "$PSCTL" run --bin "$BIN" --config "$TMP/job.yaml" --out "$TMP/b" --resume latest \
-    > "$TMP/b2.log" 2>&1; then
-  grep -o "resuming from .* at step [0-9]*" "$TMP/b/logs/coordinator.log" | head -1
-  for f in shard-00000-of-00002.ckpt shard-00001-of-00002.ckpt; do
-    cmp -s "$TMP/a/$final/$f" "$TMP/b/$final/$f" ||
-      fail "$f differs from the undisturbed run's"
+# 2. The same job, killed mid-job and resumed, twice: $1 names the victim
+# ("server" or "worker"), $2 the step whose checkpoint must exist first.
+kill_and_resume() {
+  local victim="$1" after="$2" dir="$TMP/$1"
+  "$PSCTL" run --bin "$BIN" --config "$TMP/job.yaml" --out "$dir" > "$dir.1.log" 2>&1 &
+  local psctl_pid=$! step
+  step=$(printf 'step-%012d' "$after")
+  for _ in $(seq 1 600); do
+    [[ -f "$dir/ckpt/$step/MANIFEST.json" ]] && break
+    kill -0 "$psctl_pid" 2>/dev/null || break
+    sleep 0.05
   done
-  ls "$TMP/b"/metrics-before-resume-*.csv > /dev/null 2>&1 ||
-    fail "the first attempt's metrics.csv was not kept"
-else
-  cat "$TMP/b2.log"; fail "the resumed job failed"
-fi
+  # The process this test's psctl started (found by its unique token path).
+  local pattern="--shard=0 --metrics_port=0 --token_file=$dir/token"
+  [[ "$victim" == worker ]] && pattern="--rank=1 --metrics_port=0 --token_file=$dir/token"
+  local pid
+  pid=$(pgrep -f -- "$pattern" | head -1)
+  if [[ -n "$pid" ]]; then
+    kill -KILL "$pid"
+    echo "$victim: killed pid $pid after the checkpoint of step $after"
+  else
+    fail "$victim: nothing to kill (the job ended before step $after was saved?)"
+  fi
+  if wait "$psctl_pid"; then
+    fail "$victim: the job with a killed process reported success"
+  fi
+  [[ ! -f "$dir/$final/MANIFEST.json" ]] || fail "$victim: the killed job reached the final step"
+
+  # Resume in the same folder from the newest complete checkpoint.
+  if "$PSCTL" run --bin "$BIN" --config "$TMP/job.yaml" --out "$dir" --resume latest \
+      > "$dir.2.log" 2>&1; then
+    grep -o "resuming from .* at step [0-9]*" "$dir/logs/coordinator.log" | head -1
+    local f
+    for f in shard-00000-of-00002.ckpt shard-00001-of-00002.ckpt; do
+      cmp -s "$TMP/a/$final/$f" "$dir/$final/$f" ||
+        fail "$victim: $f differs from the undisturbed run's"
+    done
+    ls "$dir"/metrics-before-resume-*.csv > /dev/null 2>&1 ||
+      fail "$victim: the first attempt's metrics.csv was not kept"
+  else
+    cat "$dir.2.log"; fail "$victim: the resumed job failed"
+  fi
+}
+kill_and_resume server 20
+kill_and_resume worker 40
 
 # 4. Bad input: a folder that is not there is refused by name.
 out=$("$PSCTL" run --bin "$BIN" --config "$TMP/job.yaml" --out "$TMP/c" \
