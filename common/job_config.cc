@@ -506,6 +506,14 @@ const std::vector<Key>& KeyTable() {
 
       Row("server", "chunk_bytes", IntCodec<int64_t>(), PS_MEMBER(chunk_bytes)),
 
+      Row("checkpoint", "dir", StringCodec(), PS_MEMBER(checkpoint.dir)),
+      Row("checkpoint", "every_steps", IntCodec<int64_t>(),
+          PS_MEMBER(checkpoint.every_steps)),
+      Row("checkpoint", "every_seconds", NumberCodec(),
+          PS_MEMBER(checkpoint.every_seconds)),
+      Row("checkpoint", "keep", IntCodec<int64_t>(),
+          PS_MEMBER(checkpoint.keep)),
+
       Row("network", "rpc_timeout_s", PositiveCodec(),
           PS_MEMBER(rpc_timeout_s)),
       Row("network", "barrier_timeout_s", PositiveCodec(),
@@ -823,6 +831,24 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
                     absl::StrCat("must be 0 (automatic) or a multiple of 4 in "
                                  "[64, ",
                                  kMaxChunkBytes, "], got ", c.chunk_bytes));
+  }
+  PS_RETURN_IF_ERROR(
+      AtLeast("checkpoint.every_steps", c.checkpoint.every_steps, 0));
+  PS_RETURN_IF_ERROR(
+      NonNegative("checkpoint.every_seconds", c.checkpoint.every_seconds));
+  PS_RETURN_IF_ERROR(AtLeast("checkpoint.keep", c.checkpoint.keep, 0));
+  if (c.checkpoint.every_steps > 0 || c.checkpoint.every_seconds > 0) {
+    if (c.mode == pstrain::v1::MODE_ASYNC) {
+      return KeyError(c.checkpoint.every_steps > 0 ? "checkpoint.every_steps"
+                                                   : "checkpoint.every_seconds",
+                      "checkpoints in mode async are not supported yet "
+                      "(only sync)");
+    }
+    if (c.mode == pstrain::v1::MODE_ALLREDUCE) {
+      return KeyError(c.checkpoint.every_steps > 0 ? "checkpoint.every_steps"
+                                                   : "checkpoint.every_seconds",
+                      "mode allreduce has no servers to checkpoint");
+    }
   }
   PS_RETURN_IF_ERROR(Positive("network.rpc_timeout_s", c.rpc_timeout_s));
   PS_RETURN_IF_ERROR(

@@ -107,6 +107,15 @@ struct JobConfig {
   int64_t eval_every = 0;  // steps between evaluations; 0 = only at the end
   // server:
   int64_t chunk_bytes = 0;  // bytes per chunk; 0 = automatic; max 4 MiB
+  // checkpoint: (server/checkpoint.h; sync mode only for now)
+  struct Checkpoint {
+    // Root of the step-NNN directories; "" = the coordinator's --out + /ckpt
+    // when every_* is set.
+    std::string dir;
+    int64_t every_steps = 0;   // a cut every k steps; 0 = off
+    double every_seconds = 0;  // a cut when this much time passed; 0 = off
+    int64_t keep = 0;          // newest k complete checkpoints; 0 = all
+  } checkpoint;
   // network:
   double rpc_timeout_s = 30;       // deadline of every unary call / stream
   double barrier_timeout_s = 300;  // longest a pull may block on a barrier

@@ -55,6 +55,10 @@ void ExpectSameConfig(const JobConfig& a, const JobConfig& b) {
   EXPECT_EQ(a.worker.device, b.worker.device);
   EXPECT_EQ(a.eval_every, b.eval_every);
   EXPECT_EQ(a.chunk_bytes, b.chunk_bytes);
+  EXPECT_EQ(a.checkpoint.dir, b.checkpoint.dir);
+  EXPECT_EQ(a.checkpoint.every_steps, b.checkpoint.every_steps);
+  EXPECT_EQ(a.checkpoint.every_seconds, b.checkpoint.every_seconds);
+  EXPECT_EQ(a.checkpoint.keep, b.checkpoint.keep);
   EXPECT_EQ(a.rpc_timeout_s, b.rpc_timeout_s);
   EXPECT_EQ(a.barrier_timeout_s, b.barrier_timeout_s);
   EXPECT_EQ(a.startup_timeout_s, b.startup_timeout_s);
@@ -224,6 +228,10 @@ TEST(JobConfigTest, YamlRoundTrips) {
   c.worker.device = "cuda";
   c.eval_every = 25;
   c.chunk_bytes = 1 << 20;
+  c.checkpoint.dir = "/ckpt dir";
+  c.checkpoint.every_steps = 10;
+  c.checkpoint.every_seconds = 1.5;
+  c.checkpoint.keep = 3;
   c.rpc_timeout_s = 2.5;
   c.barrier_timeout_s = 0.1;
   c.startup_timeout_s = 600;
@@ -384,6 +392,21 @@ TEST(JobConfigTest, ValidateErrorsNameTheKey) {
       {[](JobConfig* c) { c->chunk_bytes = 1002; }, "server.chunk_bytes"},
       {[](JobConfig* c) { c->chunk_bytes = (4 << 20) + 4; },
        "server.chunk_bytes"},
+      {[](JobConfig* c) { c->checkpoint.every_steps = -1; },
+       "checkpoint.every_steps"},
+      {[](JobConfig* c) { c->checkpoint.every_seconds = -1; },
+       "checkpoint.every_seconds"},
+      {[](JobConfig* c) { c->checkpoint.keep = -1; }, "checkpoint.keep"},
+      {[](JobConfig* c) {
+         c->mode = pstrain::v1::MODE_ASYNC;
+         c->checkpoint.every_steps = 5;
+       },
+       "checkpoints in mode async are not supported yet"},
+      {[](JobConfig* c) {
+         c->mode = pstrain::v1::MODE_ALLREDUCE;
+         c->checkpoint.every_seconds = 5;
+       },
+       "checkpoint.every_seconds"},
       {[](JobConfig* c) { c->rpc_timeout_s = 0; }, "network.rpc_timeout_s"},
       {[](JobConfig* c) { c->barrier_timeout_s = -1; },
        "network.barrier_timeout_s"},

@@ -23,6 +23,7 @@ constexpr char kCoordinatorRole[] = "coordinator";
 constexpr char kMemberRole[] = "member";
 constexpr char kHealthPrefix[] = "/grpc.health.v1.Health/";
 constexpr char kShutdownMethod[] = "/pstrain.v1.ParameterServer/Shutdown";
+constexpr char kCheckpointMethod[] = "/pstrain.v1.ParameterServer/Checkpoint";
 
 bool SameSecret(absl::string_view a, absl::string_view b) {
   // Constant time in the content, so timing does not reveal a prefix.
@@ -237,6 +238,10 @@ absl::Status CheckJobToken(absl::string_view method, absl::string_view token,
   if (method == kShutdownMethod && role != kCoordinatorRole) {
     return absl::PermissionDeniedError(
         "only the coordinator may shut a shard down");
+  }
+  if (method == kCheckpointMethod && role != kCoordinatorRole) {
+    return absl::PermissionDeniedError(
+        "only the coordinator may order a checkpoint");
   }
   return absl::OkStatus();
 }

@@ -28,6 +28,10 @@ ABSL_FLAG(std::string, workers, "", "override job.workers");
 ABSL_FLAG(std::string, servers, "", "override job.servers");
 ABSL_FLAG(std::string, steps, "", "override training.steps");
 ABSL_FLAG(bool, quiet, false, "no per-second progress lines");
+ABSL_FLAG(std::string, resume, "",
+          "resume from a checkpoint: 'latest' (the newest complete one under "
+          "checkpoint.dir, default --out/ckpt), a checkpoint directory "
+          "(step-N/) or a directory of them (its newest); sync mode only");
 ABSL_FLAG(bool, keep_serving_after_job, false,
           "after the job, keep answering status and metrics until SIGTERM "
           "(for a Kubernetes Deployment, which would restart an exited pod)");
@@ -83,6 +87,7 @@ absl::StatusOr<CoordinatorNodeOptions> CoordinatorOptionsFromFlags() {
   o.metrics_port = node.metrics_port;
   o.keep_serving_after_job = absl::GetFlag(FLAGS_keep_serving_after_job);
   o.tls = node.tls;
+  o.resume = absl::GetFlag(FLAGS_resume);
   return o;
 }
 

@@ -3,14 +3,17 @@
 #include <filesystem>
 #include <fstream>
 #include <system_error>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/process.h"
 #include "common/status_macros.h"
+#include "coordinator/job_spec.h"
 
 namespace pstrain {
 namespace {
@@ -119,6 +122,30 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Create(
   }
   CoordinatorOptions service_options;
   service_options.config = options.config;
+  PS_ASSIGN_OR_RETURN(node->checkpoint_root_,
+                      CheckpointRoot(options.config, options.out));
+  PS_ASSIGN_OR_RETURN(pstrain::v1::JobSpec job, MakeJobSpec(options.config));
+  if (!options.resume.empty()) {
+    PS_ASSIGN_OR_RETURN(ResumePoint resume,
+                        ResolveResume(CheckpointEnv::Default(), options.resume,
+                                      node->checkpoint_root_, job));
+    PS_LOG_INFO("resuming from %s at step %d", resume.dir, resume.step);
+    service_options.resume_from = resume.dir;
+    service_options.start_step = resume.step;
+  }
+  const JobConfig::Checkpoint& ckpt = options.config.checkpoint;
+  if (ckpt.every_steps > 0 || ckpt.every_seconds > 0) {
+    CheckpointOrdererOptions o;
+    o.root = node->checkpoint_root_;
+    o.every_steps = static_cast<uint64_t>(ckpt.every_steps);
+    o.every_seconds = ckpt.every_seconds;
+    o.keep = static_cast<uint32_t>(ckpt.keep);
+    o.start_step = service_options.start_step;
+    o.job = job;
+    o.credentials = node->client_credentials_;
+    node->orderer_ = std::make_unique<CheckpointOrderer>(std::move(o));
+    service_options.checkpoint_dir = node->checkpoint_root_;
+  }
   service_options.progress = options.progress;
   service_options.wait_cap = options.wait_cap;
   service_options.metrics = &node->metrics_;
@@ -171,6 +198,25 @@ absl::Status CoordinatorNode::Run(const std::function<bool()>& stop) {
   const JobConfig& config = options_.config;
   const absl::Time startup_deadline =
       absl::Now() + absl::Seconds(config.startup_timeout_s);
+  // Checkpoints are ordered on their own thread once every worker is in
+  // (the servers' addresses are known and their shards are built).
+  absl::Notification orderer_done;
+  std::thread orderer_thread;
+  if (orderer_ != nullptr) {
+    orderer_thread = std::thread([this, &orderer_done] {
+      // Until training starts or the job ends (the main loop ends it at the
+      // start-up timeout or on a signal).
+      service_->WaitForTrainingStart(absl::InfiniteFuture());
+      absl::Status st = service_->TrainingStarted()
+                            ? orderer_->Run(service_->ServerAddresses())
+                            : absl::OkStatus();
+      if (!st.ok()) {
+        service_->Fail({"coordinator", -1, -1,
+                        absl::StrCat("checkpoint: ", st.message())});
+      }
+      orderer_done.Notify();
+    });
+  }
   while (!service_->WaitForEnd(absl::Now() + absl::Milliseconds(200))) {
     if (stop()) {
       service_->Fail({"coordinator", -1, -1, "coordinator stopped by signal"});
@@ -183,6 +229,20 @@ absl::Status CoordinatorNode::Run(const std::function<bool()>& stop) {
                         config.startup_timeout_s, "s")});
       break;
     }
+  }
+  if (orderer_ != nullptr) {
+    // After a successful job the final checkpoint (cut training.steps) is
+    // reached already; let the orderer write it (bounded).
+    if (!service_->Outcome().failed &&
+        !orderer_done.WaitForNotificationWithTimeout(
+            absl::Seconds(config.rpc_timeout_s))) {
+      service_->Fail({"coordinator", -1, -1,
+                      absl::StrCat("checkpoint: the final checkpoint was not "
+                                   "written within ",
+                                   config.rpc_timeout_s, "s")});
+    }
+    orderer_->Stop();
+    orderer_thread.join();
   }
   const JobOutcome outcome = service_->Outcome();
   auto write_summary = [&](const std::vector<pstrain::v1::ShardStats>& stats) {

@@ -27,6 +27,7 @@
 #include "common/metrics.h"
 #include "common/metrics_http.h"
 #include "common/run_record.h"
+#include "coordinator/checkpoint_orderer.h"
 #include "coordinator/coordinator_service.h"
 #include "proto/pstrain.pb.h"
 
@@ -46,13 +47,17 @@ struct CoordinatorNodeOptions {
   bool keep_serving_after_job = false;
   // How long the service's waiting RPCs may block.
   absl::Duration wait_cap = absl::Seconds(30);
+  // --resume: "" (a fresh job), "latest" or a directory
+  // (coordinator/checkpoint_orderer.h, ResolveResume).
+  std::string resume;
 };
 
 class CoordinatorNode {
  public:
   // Validates the options, creates `out` (INVALID_ARGUMENT naming it when it
-  // cannot) and metrics.csv, and starts listening (UNAVAILABLE naming the
-  // address when the port is taken).
+  // cannot) and metrics.csv, resolves and verifies the checkpoint to resume
+  // from (errors start with "--resume"), and starts listening (UNAVAILABLE
+  // naming the address when the port is taken).
   static absl::StatusOr<std::unique_ptr<CoordinatorNode>> Create(
       CoordinatorNodeOptions options);
   ~CoordinatorNode();
@@ -61,7 +66,10 @@ class CoordinatorNode {
 
   // Serves until the job ends, the start-up timeout passes without every
   // server and worker registered, or `stop()` returns true (polled every
-  // 200 ms); then shuts the servers down and writes summary.json. Returns OK
+  // 200 ms); with checkpoint.every_* it orders checkpoints meanwhile (a
+  // checkpoint that cannot be written fails the job) and, after a successful
+  // job, waits up to the RPC timeout for the final one. Then it shuts the
+  // servers down and writes summary.json. Returns OK
   // when the job succeeded, else ABORTED with the first failure's
   // description (the summary's `message`).
   absl::Status Run(const std::function<bool()>& stop);
@@ -76,6 +84,9 @@ class CoordinatorNode {
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  // Checkpoints: the root ("" = none) and the orderer (null when off).
+  std::string checkpoint_root_;
+  std::unique_ptr<CheckpointOrderer> orderer_;
 };
 
 // summary.json's content for a job.

@@ -20,6 +20,12 @@ using grpc::ServerContext;
 absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
     CoordinatorOptions options) {
   PS_ASSIGN_OR_RETURN(pstrain::v1::JobSpec job, MakeJobSpec(options.config));
+  job.set_checkpoint_dir(options.checkpoint_dir);
+  if (!options.checkpoint_dir.empty()) {
+    job.set_checkpoint_every_steps(options.config.checkpoint.every_steps);
+  }
+  job.set_resume_from(options.resume_from);
+  job.set_start_step(options.start_step);
   std::unique_ptr<MetricsCsvWriter> csv;
   if (!options.metrics_csv.empty()) {
     PS_ASSIGN_OR_RETURN(csv, MetricsCsvWriter::Create(options.metrics_csv));
@@ -37,6 +43,7 @@ StepLogOptions MakeStepLogOptions(const CoordinatorOptions& o) {
   StepLogOptions s;
   s.num_workers = o.config.workers;
   s.steps = o.config.steps;
+  s.first_step = static_cast<int64_t>(o.start_step);
   s.classifier = IsClassifier(o.config.model);
   s.max_pending_steps = o.max_pending_steps;
   return s;
@@ -391,6 +398,18 @@ void CoordinatorService::FailLocked(const RunFailure& failure) {
 
 bool CoordinatorService::TrainingStarted() const {
   absl::MutexLock lock(&mu_);
+  return train_start_ != absl::InfinitePast();
+}
+
+bool CoordinatorService::StartedOrEndedLocked() const {
+  return ended_ || train_start_ != absl::InfinitePast();
+}
+
+bool CoordinatorService::WaitForTrainingStart(absl::Time deadline) const {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithDeadline(
+      absl::Condition(this, &CoordinatorService::StartedOrEndedLocked),
+      deadline);
   return train_start_ != absl::InfinitePast();
 }
 

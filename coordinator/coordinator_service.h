@@ -66,6 +66,13 @@ struct CoordinatorOptions {
   // Where to publish pstrain_coordinator_* metrics; may be null. Must
   // outlive the service.
   MetricsRegistry* metrics = nullptr;
+  // Checkpoints (coordinator/checkpoint_orderer.h), published in the JobSpec:
+  // where shards write them ("" = none) and, for a resumed job, the
+  // checkpoint every shard restores (resume_from) and its step, where
+  // workers and the step log start.
+  std::string checkpoint_dir;
+  std::string resume_from;
+  uint64_t start_step = 0;
 };
 
 // What the job produced, for summary.json.
@@ -129,6 +136,9 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   JobOutcome Outcome() const;
   // True once every worker has registered.
   bool TrainingStarted() const;
+  // Blocks until every worker has registered, the job ended or `deadline`;
+  // true if training started.
+  bool WaitForTrainingStart(absl::Time deadline) const;
   // Server addresses by shard (complete once all servers registered).
   std::vector<std::string> ServerAddresses() const;
 
@@ -164,6 +174,7 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   absl::Status EndedError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AllServersRegisteredLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AllServersReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool StartedOrEndedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every ring peer registered (and the NCCL id published when needed), or
   // the job ended.
   bool PeersKnownLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -8,7 +8,11 @@
 
 namespace pstrain {
 
-StepLog::StepLog(StepLogOptions options) : options_(std::move(options)) {}
+StepLog::StepLog(StepLogOptions options)
+    : options_(std::move(options)),
+      next_row_(static_cast<uint64_t>(options_.first_step)) {
+  totals_.steps = options_.first_step;
+}
 
 absl::Status StepLog::Add(
     uint32_t worker,

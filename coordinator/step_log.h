@@ -33,7 +33,10 @@ namespace pstrain {
 
 struct StepLogOptions {
   uint32_t num_workers = 1;
-  int64_t steps = 0;        // training steps; record `steps` is the final eval
+  int64_t steps = 0;  // training steps; record `steps` is the final eval
+  // A job resumed from a checkpoint at step k: rows start at k (earlier
+  // steps count as done; a record of one is ignored like a repeat).
+  int64_t first_step = 0;
   bool classifier = false;  // rows and totals carry an accuracy
   // Steps that may be waiting for reports at once. Async workers may run
   // ahead of the slowest by any number of steps (staleness inf), so this is

@@ -63,6 +63,22 @@ TEST(StepLogTest, RowsComeOutInStepOrderWithSampleWeightedLoss) {
 
 // Issue 11 #5: a repeated report of a step counted twice, so one worker's
 // two copies completed a step of two workers.
+TEST(StepLogTest, AResumedJobsRowsStartAtItsFirstStep) {
+  StepLogOptions o = Options(2, 6);
+  o.first_step = 4;
+  StepLog log(o);
+  EXPECT_EQ(log.totals().steps, 4);  // steps 0..3 were done before the resume
+  ASSERT_TRUE(log.Add(0, Batch({Record(0, 4, 1.0)})).ok());
+  ASSERT_TRUE(log.Add(1, Batch({Record(1, 4, 3.0)})).ok());
+  std::vector<MetricsRow> rows = log.TakeCompleteRows(kStart);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].step, 4);
+  EXPECT_EQ(log.totals().steps, 5);
+  // A record of a step before the resume is ignored, like a repeat.
+  ASSERT_TRUE(log.Add(0, Batch({Record(0, 2, 9.0)})).ok());
+  EXPECT_EQ(log.pending_steps(), 0u);
+}
+
 TEST(StepLogTest, RepeatedReportsOfAStepCountOnce) {
   StepLog log(Options(2, 3));
   ASSERT_TRUE(log.Add(0, Batch({Record(0, 0, 1.0)})).ok());

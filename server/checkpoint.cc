@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/optimizer.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -186,6 +187,23 @@ uint32_t Crc32c(absl::string_view data, uint32_t crc) {
   crc = ~crc;
   for (unsigned char b : data) crc = table->t[(crc ^ b) & 0xff] ^ (crc >> 8);
   return ~crc;
+}
+
+absl::StatusOr<CheckpointManifest> ManifestForJob(
+    const pstrain::v1::JobSpec& job, uint64_t step) {
+  CheckpointManifest m;
+  m.job = job.job_name();
+  m.step = step;
+  m.mode = job.mode() == pstrain::v1::MODE_SYNC ? "sync" : "async";
+  m.num_shards = job.num_servers();
+  m.num_workers = job.num_workers();
+  m.optimizer = pstrain::v1::OptimizerConfig::Kind_Name(job.optimizer().kind());
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
+                      Optimizer::Create(job.optimizer()));
+  m.num_slots = optimizer->num_slots();
+  m.shard_map = job.shard_map();
+  m.shard_map.clear_server_addresses();
+  return m;
 }
 
 std::string CheckpointDir(const std::string& root, uint64_t step) {

@@ -104,6 +104,12 @@ struct CheckpointManifest {
   std::vector<CheckpointFile> files;  // one per shard, by shard
 };
 
+// The manifest of a checkpoint of `job` at cut `step` (job, mode, shard and
+// worker counts, optimizer and its number of slots, shard map without
+// addresses), files still empty. INVALID_ARGUMENT for a bad optimizer.
+absl::StatusOr<CheckpointManifest> ManifestForJob(
+    const pstrain::v1::JobSpec& job, uint64_t step);
+
 // ROOT/step-NNNNNNNNNNNN (12 digits).
 std::string CheckpointDir(const std::string& root, uint64_t step);
 // "shard-KKKKK-of-NNNNN.ckpt".

@@ -494,6 +494,40 @@ TEST(ShardCutTest, SyncSnapshotAtCapturesTheStepBoundary) {
   EXPECT_THAT(now.status().message(), HasSubstr("step boundary"));
 }
 
+// Standing cuts: the shard captures cuts 2, 4 and the last (5) by itself
+// while nobody asks, keeps the newest two, and SnapshotAt hands them out
+// long after the shard passed them.
+TEST(ShardCutTest, SyncStandingCutsAreCapturedWithoutAnOrder) {
+  TestJob job = MustMake(OptimizerConfig::ADAM, true, 1, 8);
+  job.shards[0]->SetStandingCuts(2, 5);
+  ASSERT_TRUE(RunSteps(job, 0, 5).ok());
+  ASSERT_TRUE(PushToAll(job, 0, 5).ok());  // already past cut 5 too
+  for (uint64_t cut : {4, 5}) {
+    TestJob reference = MustMake(OptimizerConfig::ADAM, true, 1, 8);
+    ASSERT_TRUE(RunSteps(reference, 0, cut).ok());
+    absl::StatusOr<FullState> want = Gather(reference);
+    ASSERT_TRUE(want.ok());
+    absl::StatusOr<ShardState> got =
+        job.shards[0]->SnapshotAt(cut, absl::Now() + absl::Seconds(1));
+    ASSERT_TRUE(got.ok()) << cut << ": " << got.status();
+    EXPECT_EQ(got->cut, cut);
+    TestJob restored = MustMake(OptimizerConfig::ADAM, true, 1, 8);
+    ASSERT_TRUE(restored.shards[0]->Restore(*got).ok());
+    absl::StatusOr<FullState> have = Gather(restored);
+    ASSERT_TRUE(have.ok());
+    ExpectSameState(*want, *have);
+  }
+  // Cut 2 was dropped (two held at most), and a capture is handed out once.
+  for (uint64_t cut : {2, 4}) {
+    EXPECT_EQ(job.shards[0]
+                  ->SnapshotAt(cut, absl::Now() + absl::Seconds(1))
+                  .status()
+                  .code(),
+              absl::StatusCode::kFailedPrecondition)
+        << cut;
+  }
+}
+
 // Async: a waiting SnapshotAt(2) is served by the push that brings every
 // clock to 2; Close() ends a wait with UNAVAILABLE.
 TEST(ShardCutTest, AsyncSnapshotAtServedWhenEveryClockArrives) {

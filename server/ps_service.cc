@@ -12,6 +12,7 @@
 #include "common/grpc_util.h"
 #include "common/sharding.h"
 #include "common/tensor_codec.h"
+#include "server/checkpoint.h"
 
 namespace pstrain {
 
@@ -88,6 +89,13 @@ void ParameterServerService::SetShutdownCallback(
     std::function<void(const std::string&)> callback) {
   absl::MutexLock lock(&mu_);
   on_shutdown_ = std::move(callback);
+}
+
+void ParameterServerService::SetCheckpointRoot(std::string root,
+                                               uint32_t num_shards) {
+  absl::MutexLock lock(&mu_);
+  checkpoint_root_ = std::move(root);
+  num_shards_ = num_shards;
 }
 
 std::shared_ptr<Shard> ParameterServerService::shard() const {
@@ -407,6 +415,56 @@ grpc::Status ParameterServerService::Shutdown(
   if (s != nullptr) s->Close();
   if (callback) callback(request->reason());
   return grpc::Status::OK;
+}
+
+grpc::Status ParameterServerService::Checkpoint(
+    grpc::ServerContext* context, const pstrain::v1::CheckpointRequest* request,
+    pstrain::v1::CheckpointResponse* response) {
+  const absl::Time deadline =
+      ServerDeadline(*context, options_.barrier_timeout);
+  auto answer = [response](const CheckpointFile& file) {
+    response->set_shard(file.shard);
+    response->set_file(file.name);
+    response->set_bytes(file.bytes);
+    response->set_crc32c(file.crc32c);
+    return grpc::Status::OK;
+  };
+  std::shared_ptr<Shard> s;
+  std::string root;
+  uint32_t num_shards = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!mu_.AwaitWithDeadline(absl::Condition(&checkpoint_idle_), deadline)) {
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          "another checkpoint is being saved");
+    }
+    auto saved = checkpoints_saved_.find(request->step());
+    if (saved != checkpoints_saved_.end()) return answer(saved->second);
+    s = shard_;
+    root = checkpoint_root_;
+    num_shards = num_shards_;
+    if (s == nullptr) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "shard not initialised");
+    }
+    if (root.empty()) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "this job has no checkpoint.dir");
+    }
+    checkpoint_idle_ = false;
+  }
+  CheckpointEnv* env = options_.checkpoint_env != nullptr
+                           ? options_.checkpoint_env
+                           : CheckpointEnv::Default();
+  absl::StatusOr<CheckpointFile> file =
+      SaveShardAt(*s, num_shards, env, root, request->step(), deadline);
+  absl::MutexLock lock(&mu_);
+  checkpoint_idle_ = true;
+  if (!file.ok()) return ToGrpcStatus(file.status());
+  checkpoints_saved_[request->step()] = *file;
+  while (checkpoints_saved_.size() > 4)
+    checkpoints_saved_.erase(checkpoints_saved_.begin());
+  return answer(*file);
 }
 
 }  // namespace pstrain

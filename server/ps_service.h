@@ -26,6 +26,7 @@
 #include <atomic>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
@@ -33,6 +34,8 @@
 #include "absl/time/time.h"
 #include "common/metrics.h"
 #include "proto/pstrain.grpc.pb.h"
+#include "server/checkpoint.h"
+#include "server/checkpoint_env.h"
 #include "server/shard.h"
 #include "server/worker_sessions.h"
 
@@ -53,6 +56,9 @@ struct PsServiceOptions {
   // A push stream (waiting included) still open after this long is
   // cancelled, nothing applied, so a stalled client cannot hold a slot.
   absl::Duration push_timeout = absl::Minutes(2);
+  // Where Checkpoint writes files (may be null: CheckpointEnv::Default()).
+  // Must outlive the service.
+  CheckpointEnv* checkpoint_env = nullptr;
 };
 
 class PushReactor;  // ps_service.cc: one push stream
@@ -69,6 +75,10 @@ class ParameterServerService final
   // `sessions` (not null) checks every pull's and push's session id.
   void SetShard(std::shared_ptr<Shard> shard,
                 std::shared_ptr<WorkerSessions> sessions);
+  // Enables the Checkpoint RPC: files of a job of `num_shards` shards go
+  // under `root` (JobSpec.checkpoint_dir; never a path from the request).
+  // Until called, Checkpoint is FAILED_PRECONDITION.
+  void SetCheckpointRoot(std::string root, uint32_t num_shards);
   // Runs once, on the first Shutdown RPC (from the coordinator at job end).
   void SetShutdownCallback(std::function<void(const std::string&)> callback);
 
@@ -87,6 +97,12 @@ class ParameterServerService final
   grpc::Status Shutdown(grpc::ServerContext* context,
                         const pstrain::v1::ShutdownRequest* request,
                         pstrain::v1::ShutdownResponse* response) override;
+  // Waits (bounded by the call's deadline and barrier_timeout) for the shard
+  // to reach cut `step` and writes its file (server/checkpoint.h,
+  // SaveShardAt). Coordinator-only (common/job_token.h).
+  grpc::Status Checkpoint(grpc::ServerContext* context,
+                          const pstrain::v1::CheckpointRequest* request,
+                          pstrain::v1::CheckpointResponse* response) override;
 
  private:
   friend class PushReactor;
@@ -121,6 +137,13 @@ class ParameterServerService final
   std::shared_ptr<Shard> shard_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<WorkerSessions> sessions_ ABSL_GUARDED_BY(mu_);
   std::function<void(const std::string&)> on_shutdown_ ABSL_GUARDED_BY(mu_);
+  std::string checkpoint_root_ ABSL_GUARDED_BY(mu_);
+  uint32_t num_shards_ ABSL_GUARDED_BY(mu_) = 0;
+  // One Checkpoint call saves at a time; the last few saved files answer a
+  // repeated call (the coordinator's deadline may pass while a file is
+  // written, and the shard is then past the cut).
+  bool checkpoint_idle_ ABSL_GUARDED_BY(mu_) = true;
+  std::map<uint64_t, CheckpointFile> checkpoints_saved_ ABSL_GUARDED_BY(mu_);
   absl::Mutex push_mu_;
   int active_pushes_ ABSL_GUARDED_BY(push_mu_) = 0;
   std::deque<PushReactor*> waiting_pushes_ ABSL_GUARDED_BY(push_mu_);

@@ -14,6 +14,7 @@
 #include "common/retry.h"
 #include "common/status_macros.h"
 #include "proto/pstrain.grpc.pb.h"
+#include "server/checkpoint.h"
 #include "server/ps_service.h"
 #include "server/shard.h"
 #include "server/worker_sessions.h"
@@ -123,6 +124,27 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
     return absl::Status(
         shard.status().code(),
         absl::StrCat("cannot build shard: ", shard.status().message()));
+  }
+  if (!job.resume_from().empty()) {
+    // Resume: this shard's chunks, read by range from the checkpoint
+    // (whatever shard layout wrote it).
+    absl::StatusOr<std::unique_ptr<CheckpointReader>> reader =
+        CheckpointReader::Open(CheckpointEnv::Default(), job.resume_from());
+    absl::Status restored =
+        reader.ok() ? (*reader)->RestoreShard(
+                          ShardOptionsFromJob(job, reg.shard()), **shard)
+                    : reader.status();
+    if (!restored.ok()) {
+      return absl::Status(restored.code(), absl::StrCat("cannot restore from ",
+                                                        job.resume_from(), ": ",
+                                                        restored.message()));
+    }
+    PS_LOG_INFO("restored from %s (step %d)", job.resume_from(),
+                job.start_step());
+  }
+  if (!job.checkpoint_dir().empty()) {
+    service.SetCheckpointRoot(job.checkpoint_dir(), job.num_servers());
+    (*shard)->SetStandingCuts(job.checkpoint_every_steps(), job.steps());
   }
   PS_LOG_INFO("serving %d chunks (%d elements) at %s",
               (*shard)->chunks().size(), (*shard)->num_elements(), address);

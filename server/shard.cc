@@ -648,6 +648,12 @@ absl::StatusOr<ShardState> Shard::SnapshotAt(uint64_t cut,
                                              absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   if (closed_) return absl::UnavailableError("shard is shutting down");
+  for (auto it = standing_held_.begin(); it != standing_held_.end(); ++it) {
+    if (it->cut != cut) continue;
+    ShardState state = std::move(*it);
+    standing_held_.erase(it);
+    return state;
+  }
   if (AtCutLocked(cut)) return CaptureLocked(cut);
   if (PastCutLocked(cut)) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -682,7 +688,25 @@ size_t Shard::waiting_snapshots() const {
   return pending_snapshots_.size();
 }
 
+void Shard::SetStandingCuts(uint64_t every, uint64_t last, size_t max_held) {
+  absl::MutexLock lock(&mu_);
+  if (accumulator_.empty()) return;  // not sync
+  standing_every_ = every;
+  standing_last_ = last;
+  standing_max_held_ = max_held;
+}
+
 void Shard::ServeSnapshotsLocked() {
+  // Sync: a standing cut is the version the shard just reached.
+  const uint64_t v = version_;
+  if (standing_max_held_ > 0 && v > 0 &&
+      (v == standing_last_ ||
+       (standing_every_ > 0 && v % standing_every_ == 0)) &&
+      (standing_held_.empty() || standing_held_.back().cut < v) &&
+      AtCutLocked(v)) {
+    if (standing_held_.size() >= standing_max_held_) standing_held_.pop_front();
+    standing_held_.push_back(CaptureLocked(v));
+  }
   for (PendingSnapshot* p : pending_snapshots_) {
     if (p->done) continue;
     if (AtCutLocked(p->cut)) {

@@ -85,6 +85,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -355,6 +356,13 @@ class Shard {
   absl::Status Restore(const ShardState& state);
   // SnapshotAt calls now waiting (for tests and monitoring).
   size_t waiting_snapshots() const;
+  // Standing cuts (sync only; no-op otherwise): from now on the shard
+  // captures, by itself and the moment it reaches them, the cuts t > 0 with
+  // t % every == 0 (every > 0) or t == last, and holds at most `max_held`
+  // captures (the oldest dropped beyond) until SnapshotAt(t) takes one. So a
+  // coordinator ordering those cuts is never too late, however fast the
+  // steps. A capture copies weights and slots (memory: max_held copies).
+  void SetStandingCuts(uint64_t every, uint64_t last, size_t max_held = 2);
 
  private:
   struct PendingSnapshot {
@@ -370,6 +378,10 @@ class Shard {
   // Completes pending SnapshotAt calls whose cut is now or can no longer be.
   void ServeSnapshotsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<PendingSnapshot*> pending_snapshots_ ABSL_GUARDED_BY(mu_);
+  uint64_t standing_every_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t standing_last_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t standing_max_held_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<ShardState> standing_held_ ABSL_GUARDED_BY(mu_);  // by cut
 };
 
 }  // namespace pstrain

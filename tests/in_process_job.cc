@@ -18,7 +18,8 @@
 
 namespace pstrain {
 
-absl::StatusOr<InProcessJob> RunInProcessJob(const JobConfig& config) {
+absl::StatusOr<InProcessJob> RunInProcessJob(const JobConfig& config,
+                                             const std::string& resume) {
   std::string dir =
       (std::filesystem::temp_directory_path() / "pstrain-job-XXXXXX").string();
   if (mkdtemp(dir.data()) == nullptr) {
@@ -37,6 +38,7 @@ absl::StatusOr<InProcessJob> RunInProcessJob(const JobConfig& config) {
   coordinator_options.out = dir;
   coordinator_options.progress = false;
   coordinator_options.wait_cap = absl::Seconds(5);
+  coordinator_options.resume = resume;
   PS_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorNode> coordinator,
                       CoordinatorNode::Create(coordinator_options));
 

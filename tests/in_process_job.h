@@ -5,6 +5,7 @@
 #ifndef PSTRAIN_TESTS_IN_PROCESS_JOB_H_
 #define PSTRAIN_TESTS_IN_PROCESS_JOB_H_
 
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -25,7 +26,10 @@ struct InProcessJob {
 // must end the job OK; otherwise the first error, naming the node ("worker
 // 2: ...", "coordinator: ..."). Workers compute on the CPU backend; the run
 // record goes to a temporary folder, read back and removed.
-absl::StatusOr<InProcessJob> RunInProcessJob(const JobConfig& config);
+//
+// `resume` is the coordinator's --resume ("" for a fresh job).
+absl::StatusOr<InProcessJob> RunInProcessJob(const JobConfig& config,
+                                             const std::string& resume = "");
 
 }  // namespace pstrain
 

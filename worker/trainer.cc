@@ -31,7 +31,7 @@ absl::Status Trainer::Run(const StepCallback& on_step,
     grads.emplace_back(pushed.data() + offset, n);
     offset += n;
   }
-  for (int64_t step = 0; step <= c.steps; ++step) {
+  for (int64_t step = options_.start_step; step <= c.steps; ++step) {
     if (should_stop && should_stop()) {
       return absl::CancelledError(absl::StrCat("stopped before step ", step));
     }

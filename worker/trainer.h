@@ -27,13 +27,16 @@ namespace pstrain {
 struct TrainerOptions {
   uint32_t rank = 0;
   JobConfig config;  // workers, steps, local_batch, grad_accum_steps, eval
+  // The first step (JobSpec.start_step): a job resumed from a checkpoint
+  // continues there; data ids derive from the step, so nothing else moves.
+  int64_t start_step = 0;
 };
 
 // Wall clock in Unix seconds (StepMetrics.end_unix_s).
 double UnixSeconds();
 
-// Receives one record per step (step = 0..steps-1) and a final evaluation
-// record with step == steps. Returning an error stops training.
+// Receives one record per step (step = start_step..steps-1) and a final
+// evaluation record with step == steps. Returning an error stops training.
 using StepCallback =
     std::function<absl::Status(const pstrain::v1::StepMetrics&)>;
 

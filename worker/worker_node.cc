@@ -368,6 +368,7 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
     TrainerOptions options;
     options.rank = rank;
     options.config = config;
+    options.start_step = static_cast<int64_t>(reg.job().start_step());
     if (allreduce) {
       PS_RETURN_IF_ERROR(join_ring(config, backend, link));
       reporter->set_reducer(link->reducer.get());

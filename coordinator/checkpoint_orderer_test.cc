@@ -1,0 +1,60 @@
+#include "coordinator/checkpoint_orderer.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "coordinator/job_spec.h"
+
+namespace pstrain {
+namespace {
+
+TEST(CheckpointRootTest, DirOrOutOrNothing) {
+  JobConfig c = DefaultJobConfig();
+  EXPECT_EQ(*CheckpointRoot(c, "/runs/a"), "");  // off
+  c.checkpoint.every_steps = 10;
+  EXPECT_EQ(*CheckpointRoot(c, "/runs/a"), "/runs/a/ckpt");
+  c.checkpoint.dir = "/shared/ckpt";
+  EXPECT_EQ(*CheckpointRoot(c, "/runs/a"), "/shared/ckpt");
+  c.checkpoint.dir = "";
+  absl::StatusOr<std::string> none = CheckpointRoot(c, "");
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(none.status().message().find("checkpoint.dir"), std::string::npos)
+      << none.status();
+}
+
+TEST(ResolveResumeTest, BadRequestsAreNamed) {
+  const std::string tmp = ::testing::TempDir();
+  JobConfig c = DefaultJobConfig();
+  absl::StatusOr<pstrain::v1::JobSpec> job = MakeJobSpec(c);
+  ASSERT_TRUE(job.ok()) << job.status();
+  struct Case {
+    std::string resume, root;
+    absl::StatusCode code;
+  };
+  for (const Case& k : {
+           Case{"latest", "", absl::StatusCode::kInvalidArgument},
+           Case{"latest", tmp + "/no-such-root", absl::StatusCode::kNotFound},
+           Case{tmp + "/no-such-checkpoint", "", absl::StatusCode::kNotFound},
+       }) {
+    absl::StatusOr<ResumePoint> r =
+        ResolveResume(CheckpointEnv::Default(), k.resume, k.root, *job);
+    ASSERT_FALSE(r.ok()) << k.resume;
+    EXPECT_EQ(r.status().code(), k.code) << r.status();
+    EXPECT_EQ(r.status().message().rfind("--resume", 0), 0u) << r.status();
+  }
+  // Async jobs cannot resume yet.
+  c.mode = pstrain::v1::MODE_ASYNC;
+  absl::StatusOr<pstrain::v1::JobSpec> async = MakeJobSpec(c);
+  ASSERT_TRUE(async.ok());
+  absl::StatusOr<ResumePoint> r =
+      ResolveResume(CheckpointEnv::Default(), "latest", tmp, *async);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("sync only"), std::string::npos)
+      << r.status();
+}
+
+}  // namespace
+}  // namespace pstrain
