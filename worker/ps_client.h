@@ -38,6 +38,10 @@ struct PsClientOptions {
   // answers a retry of a push it applied (lost reply) with the original
   // result instead of applying it twice.
   int max_attempts = 5;  // backoff 50, 100, 200, 400 ms between them
+  // Dtype of pushed and pulled chunks (JobSpec.wire_dtype): DTYPE_F32,
+  // DTYPE_BF16 or DTYPE_F16; must be the servers'. Gradients are rounded to
+  // nearest even on the way out; pulled weights decode exactly to fp32.
+  pstrain::v1::DType wire_dtype = pstrain::v1::DTYPE_F32;
 };
 
 // What a pull read from one shard; stamps the next push to that shard.

@@ -385,6 +385,7 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
     PsClientOptions client_options;
     client_options.rpc_timeout = absl::Seconds(config.rpc_timeout_s);
     client_options.barrier_timeout = absl::Seconds(config.barrier_timeout_s);
+    client_options.wire_dtype = reg.job().wire_dtype();
     PS_ASSIGN_OR_RETURN(
         *client, PsClient::Create(reg.job().shard_map(), std::move(channels),
                                   client_options));
