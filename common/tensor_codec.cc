@@ -54,6 +54,12 @@ bool AnyNonFinite(const char* p, uint64_t n, Bits exponent) {
 
 }  // namespace
 
+std::string DtypeName(DType dtype) {
+  return pstrain::v1::DType_IsValid(dtype)
+             ? pstrain::v1::DType_Name(dtype)
+             : absl::StrCat(static_cast<int>(dtype));
+}
+
 bool IsWireDtype(DType dtype) { return WireElementBytes(dtype) != 0; }
 
 uint64_t WireElementBytes(DType dtype) {
@@ -103,12 +109,10 @@ absl::Status CheckChunk(const pstrain::v1::ChunkData& chunk,
                         chunk.index());
   };
   if (chunk.dtype() != dtype) {
-    const std::string got = pstrain::v1::DType_IsValid(chunk.dtype())
-                                ? pstrain::v1::DType_Name(chunk.dtype())
-                                : absl::StrCat(chunk.dtype());
-    return absl::InvalidArgumentError(absl::StrCat(
-        where(), ": dtype ", got, " does not match the job's wire dtype ",
-        pstrain::v1::DType_Name(dtype), " (network.wire_dtype)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where(), ": dtype ", DtypeName(chunk.dtype()),
+                     " does not match the job's wire dtype ",
+                     pstrain::v1::DType_Name(dtype), " (network.wire_dtype)"));
   }
   const uint64_t element_bytes = WireElementBytes(dtype);
   if (element_bytes == 0) {

@@ -18,6 +18,9 @@ namespace pstrain {
 // DTYPE_F16.
 bool IsWireDtype(pstrain::v1::DType dtype);
 
+// "DTYPE_BF16", or the number of a value outside the enum ("42").
+std::string DtypeName(pstrain::v1::DType dtype);
+
 // Bytes per element on the wire: 4 for DTYPE_F32, 2 for DTYPE_BF16 and
 // DTYPE_F16, 0 for anything else.
 uint64_t WireElementBytes(pstrain::v1::DType dtype);

@@ -44,7 +44,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
   }
   if (!IsWireDtype(options.wire_dtype)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("wire dtype ", pstrain::v1::DType_Name(options.wire_dtype),
+        absl::StrCat("wire dtype ", DtypeName(options.wire_dtype),
                      " is not one of DTYPE_F32, DTYPE_BF16, DTYPE_F16"));
   }
   std::unique_ptr<PsClient> client(new PsClient(map, options));
