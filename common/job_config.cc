@@ -94,6 +94,13 @@ const Names<std::string>& AllReduceBackendNames() {
   return *names;
 }
 
+const Names<v1::DType>& WireDtypeNames() {
+  static const auto* names = new Names<v1::DType>{{"fp32", v1::DTYPE_F32},
+                                                  {"bf16", v1::DTYPE_BF16},
+                                                  {"fp16", v1::DTYPE_F16}};
+  return *names;
+}
+
 const Names<std::string>& DeviceNames() {
   static const auto* names = new Names<std::string>{
       {"auto", "auto"}, {"cpu", "cpu"}, {"cuda", "cuda"}};
@@ -520,6 +527,8 @@ const std::vector<Key>& KeyTable() {
           PS_MEMBER(barrier_timeout_s)),
       Row("network", "startup_timeout_s", PositiveCodec(),
           PS_MEMBER(startup_timeout_s)),
+      Row("network", "wire_dtype", EnumCodec(WireDtypeNames()),
+          PS_MEMBER(wire_dtype)),
       Row("network", "tls_cert", StringCodec(), PS_MEMBER(tls_cert)),
       Row("network", "tls_key", StringCodec(), PS_MEMBER(tls_key)),
       Row("network", "tls_ca", StringCodec(), PS_MEMBER(tls_ca)),
@@ -855,6 +864,8 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
       Positive("network.barrier_timeout_s", c.barrier_timeout_s));
   PS_RETURN_IF_ERROR(
       Positive("network.startup_timeout_s", c.startup_timeout_s));
+  PS_RETURN_IF_ERROR(
+      Known("network.wire_dtype", WireDtypeNames(), c.wire_dtype));
   if (c.tls_cert.empty() != c.tls_key.empty()) {
     return KeyError(c.tls_cert.empty() ? "network.tls_cert" : "network.tls_key",
                     "network.tls_cert and network.tls_key go together");

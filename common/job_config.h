@@ -120,6 +120,10 @@ struct JobConfig {
   double rpc_timeout_s = 30;       // deadline of every unary call / stream
   double barrier_timeout_s = 300;  // longest a pull may block on a barrier
   double startup_timeout_s = 60;   // waiting for peers at start-up
+  // Gradients (push) and weights (pull) between workers and servers travel
+  // as fp32, bf16 or fp16 (round to nearest even); servers keep fp32 master
+  // weights and optimizer state. The ring all-reduce stays fp32.
+  pstrain::v1::DType wire_dtype = pstrain::v1::DTYPE_F32;
   // TLS for every gRPC connection when tls_cert/tls_key (servers) or tls_ca
   // (clients) are set; PEM file paths. Flags of the same name override.
   std::string tls_cert;

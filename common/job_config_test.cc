@@ -605,6 +605,23 @@ TEST(ConfigOverrideTest, EveryEmittedKeyOverridesToItself) {
   EXPECT_GT(seen, 60u);
 }
 
+TEST(JobConfigTest, WireDtype) {
+  EXPECT_EQ(DefaultJobConfig().wire_dtype, v1::DTYPE_F32);
+  absl::StatusOr<JobConfig> c =
+      ParseJobConfig("network:\n  wire_dtype: bf16\n", "job.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->wire_dtype, v1::DTYPE_BF16);
+  EXPECT_THAT(JobConfigToYaml(*c), HasSubstr("wire_dtype: bf16"));
+  JobConfig d = DefaultJobConfig();
+  ASSERT_TRUE(ApplyConfigOverride("network.wire_dtype", "fp16", &d).ok());
+  EXPECT_EQ(d.wire_dtype, v1::DTYPE_F16);
+  absl::StatusOr<JobConfig> bad =
+      ParseJobConfig("network:\n  wire_dtype: int8\n", "job.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("job.yaml:2: network.wire_dtype"));
+}
+
 TEST(ConfigOverrideTest, SetsTypedValues) {
   JobConfig c = DefaultJobConfig();
   ASSERT_TRUE(ApplyConfigOverride("training.staleness", "inf", &c).ok());

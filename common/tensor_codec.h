@@ -1,4 +1,8 @@
-// Encoding dense fp32 chunks as raw little-endian bytes, and checking them.
+// Encoding dense chunks as raw little-endian bytes, and checking them.
+//
+// Values are fp32 on both ends; on the wire they are fp32, bf16 or fp16
+// (network.wire_dtype, common/low_precision.h: round to nearest even on
+// encode, exact decode).
 #ifndef PSTRAIN_COMMON_TENSOR_CODEC_H_
 #define PSTRAIN_COMMON_TENSOR_CODEC_H_
 
@@ -10,22 +14,46 @@
 
 namespace pstrain {
 
-// Fills `out` with `n` floats from `values` (dtype F32, shape [n]).
+// True for the dtypes a chunk may travel in: DTYPE_F32, DTYPE_BF16,
+// DTYPE_F16.
+bool IsWireDtype(pstrain::v1::DType dtype);
+
+// "DTYPE_BF16", or the number of a value outside the enum ("42").
+std::string DtypeName(pstrain::v1::DType dtype);
+
+// Bytes per element on the wire: 4 for DTYPE_F32, 2 for DTYPE_BF16 and
+// DTYPE_F16, 0 for anything else.
+uint64_t WireElementBytes(pstrain::v1::DType dtype);
+
+// Fills `out` with `n` floats from `values`, shape [n], converted to `dtype`
+// (a wire dtype, else DTYPE_F32 is used).
 void EncodeChunk(const std::string& tensor, uint32_t index, const float* values,
-                 uint64_t n, pstrain::v1::ChunkData* out);
+                 uint64_t n, pstrain::v1::ChunkData* out,
+                 pstrain::v1::DType dtype = pstrain::v1::DTYPE_F32);
 
-// Checks that `chunk` is an fp32 payload of exactly `expected_len` elements
-// (dtype, shape and byte size all agree) and, when `require_finite`, that no
-// value is NaN or Inf (INVALID_ARGUMENT naming the tensor, chunk and element).
-// Copies nothing.
+// Checks that `chunk` is a payload of exactly `expected_len` elements in
+// `dtype` (dtype, shape and byte size all agree) and, when
+// `require_finite`, that no value is NaN or Inf (INVALID_ARGUMENT naming the
+// tensor, chunk and element; a wrong dtype names both dtypes). Copies nothing.
 absl::Status CheckChunk(const pstrain::v1::ChunkData& chunk,
-                        uint64_t expected_len, bool require_finite);
+                        uint64_t expected_len, bool require_finite,
+                        pstrain::v1::DType dtype = pstrain::v1::DTYPE_F32);
 
-// CheckChunk, then copies the `expected_len` floats to `out`. Writes nothing
-// to `out` on error.
+// CheckChunk, then decodes the `expected_len` values to fp32 in `out`.
+// Writes nothing to `out` on error.
 absl::Status DecodeChunk(const pstrain::v1::ChunkData& chunk,
-                         uint64_t expected_len, bool require_finite,
-                         float* out);
+                         uint64_t expected_len, bool require_finite, float* out,
+                         pstrain::v1::DType dtype = pstrain::v1::DTYPE_F32);
+
+// Decodes `n` elements of wire dtype `dtype` at `src` (n *
+// WireElementBytes(dtype) bytes, any alignment) to fp32. For payloads that
+// CheckChunk accepted.
+void DecodeElements(pstrain::v1::DType dtype, const char* src, uint64_t n,
+                    float* out);
+
+// Rounds `n` values in place to what `dtype` can carry (encode, then
+// decode): what the other end of the wire sees. A no-op for DTYPE_F32.
+void RoundToWire(pstrain::v1::DType dtype, float* values, uint64_t n);
 
 }  // namespace pstrain
 

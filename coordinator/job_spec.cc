@@ -24,6 +24,7 @@ absl::StatusOr<pstrain::v1::JobSpec> MakeJobSpec(const JobConfig& c) {
   job.set_backup_workers(c.backup_workers);
   job.set_staleness_aware_lr(c.staleness_aware_lr);
   job.set_dc_lambda(c.dc_lambda);
+  job.set_wire_dtype(c.wire_dtype);
   *job.mutable_optimizer() = c.optimizer;
   if (allreduce) {
     for (auto& t : tensors) *job.mutable_shard_map()->add_tensors() = t;

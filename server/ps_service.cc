@@ -360,10 +360,11 @@ grpc::Status ParameterServerService::Pull(
   }
   PullResponse msg;
   uint64_t payload = 0;
+  const uint64_t element_bytes = WireElementBytes(s->wire_dtype());
   for (size_t i = 0; i < s->chunks().size(); ++i) {
     const LocalChunk& c = s->chunks()[i];
     if (payload > 0 &&
-        payload + c.length * sizeof(float) > kMaxMessagePayloadBytes) {
+        payload + c.length * element_bytes > kMaxMessagePayloadBytes) {
       bytes += msg.ByteSizeLong();
       if (!writer->Write(msg)) {
         return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
@@ -371,9 +372,9 @@ grpc::Status ParameterServerService::Pull(
       msg.Clear();
       payload = 0;
     }
-    EncodeChunk(c.tensor, c.index, result->chunk(i), c.length,
-                msg.add_chunks());
-    payload += c.length * sizeof(float);
+    EncodeChunk(c.tensor, c.index, result->chunk(i), c.length, msg.add_chunks(),
+                s->wire_dtype());
+    payload += c.length * element_bytes;
   }
   if (msg.chunks_size() > 0) {
     bytes += msg.ByteSizeLong();

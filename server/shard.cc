@@ -167,6 +167,9 @@ ShardOptions ShardOptionsFromJob(const pstrain::v1::JobSpec& job,
   r.staleness = job.staleness();
   r.staleness_aware_lr = job.staleness_aware_lr();
   r.dc_lambda = job.dc_lambda();
+  o.wire_dtype = job.wire_dtype() == pstrain::v1::DTYPE_UNSPECIFIED
+                     ? pstrain::v1::DTYPE_F32
+                     : job.wire_dtype();
   return o;
 }
 
@@ -195,6 +198,11 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(ShardOptions options) {
   if (options.shard_id >= std::max<uint32_t>(options.num_shards, 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "shard id ", options.shard_id, " >= num_servers ", options.num_shards));
+  }
+  if (!IsWireDtype(options.wire_dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("wire dtype ", DtypeName(options.wire_dtype),
+                     " is not one of DTYPE_F32, DTYPE_BF16, DTYPE_F16"));
   }
   std::unique_ptr<Shard> shard(new Shard(std::move(options)));
   shard->rule_ = std::move(rule);
@@ -293,7 +301,7 @@ absl::Status Shard::ValidatePush(const PushHeader& header,
     }
     (*ordered)[it->second] = c;
     PS_RETURN_IF_ERROR(CheckChunk(*c, chunks_[it->second].length,
-                                  /*require_finite=*/true));
+                                  /*require_finite=*/true, wire_dtype()));
   }
   const size_t missing = std::count(ordered->begin(), ordered->end(), nullptr);
   if (missing > 0) {
@@ -357,7 +365,7 @@ void Shard::RecordLocked(const std::vector<const ChunkData*>& ordered,
                          uint64_t num_samples, PushResult* result) {
   const double n = static_cast<double>(num_samples);
   std::vector<uint64_t> clipped(chunks_.size(), 0);
-  ForEachChunkLocked([&](size_t k, int) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  ForEachChunkLocked([&](size_t k, int slot) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     const LocalChunk& lc = chunks_[k];
     const int e = chunk_exponent_[k];
     const int lsb = e - accumulator_bits_;
@@ -365,6 +373,12 @@ void Shard::RecordLocked(const std::vector<const ChunkData*>& ordered,
     const double limit = std::ldexp(1.0, e);
     const double largest = limit - std::ldexp(1.0, lsb);
     const char* src = ordered[k]->data().data();
+    if (wire_dtype() != pstrain::v1::DTYPE_F32) {
+      // Decoded exactly to fp32 first: the sum below sees the same floats as
+      // an fp32 push of the 16-bit values would carry.
+      DecodeElements(wire_dtype(), src, lc.length, scratch_[slot].data());
+      src = reinterpret_cast<const char*>(scratch_[slot].data());
+    }
     int64_t* acc = accumulator_.data() + lc.local_offset;
     double max_abs = chunk_max_[k];
     for (uint64_t i = 0; i < lc.length; ++i) {
@@ -420,7 +434,7 @@ void Shard::ApplyPushLocked(uint32_t worker,
   ForEachChunkLocked([&](size_t k, int slot) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     const LocalChunk& lc = chunks_[k];
     float* g = scratch_[slot].data();
-    std::memcpy(g, ordered[k]->data().data(), lc.length * sizeof(float));
+    DecodeElements(wire_dtype(), ordered[k]->data().data(), lc.length, g);
     float* w = MutableChunkLocked(k);
     if (compensate) {
       // DC-ASGD: a first-order Taylor correction of g towards the gradient
@@ -538,6 +552,7 @@ absl::StatusOr<PulledWeights> Shard::PullWeights(uint32_t worker,
       std::copy(weights_[k]->values.begin(), weights_[k]->values.end(),
                 read.begin() + chunks_[k].local_offset);
     }
+    RoundToWire(wire_dtype(), read.data(), read.size());
   }
   return result;
 }

@@ -65,6 +65,16 @@
 // changes nothing. A different push for an accepted clock is
 // FAILED_PRECONDITION.
 //
+// Wire dtype (ShardOptions.wire_dtype, network.wire_dtype): pushed chunks
+// must be in it (any other dtype is INVALID_ARGUMENT naming both, and
+// changes nothing), and the service encodes pulls in it. Weights, optimizer
+// slots and the applied gradient stay fp32: a bf16/fp16 gradient is decoded
+// exactly to fp32 before it is summed (so the sync sum stays exact and
+// order-independent) or applied, and a push of the 16-bit values v applies
+// exactly as an fp32 push of the values v. Non-finite values (fp16 overflow
+// included) are rejected as in fp32. DC-ASGD's read copy holds the weights
+// rounded to the wire dtype: what the worker actually read.
+//
 // Pulls copy nothing under the mutex (DC-ASGD's read copy aside): a pull pins
 // the current buffer of every chunk (PulledWeights) and releases the mutex;
 // an update that finds its chunk pinned writes to a fresh copy
@@ -113,6 +123,9 @@ struct ShardOptions {
   pstrain::v1::ShardMap shard_map;
   pstrain::v1::OptimizerConfig optimizer;
   ConsistencyOptions rule;  // num_workers included
+  // Dtype of pushed chunks and of pulls (the service encodes them):
+  // DTYPE_F32, DTYPE_BF16 or DTYPE_F16.
+  pstrain::v1::DType wire_dtype = pstrain::v1::DTYPE_F32;
   // Threads that apply an update across chunks (the caller included), at
   // most one per chunk; 0 picks min(4, hardware threads), or one for shards
   // under 256 Ki elements. Results do not depend on it (bit for bit).
@@ -185,7 +198,7 @@ class Shard {
   // Builds the shard's chunks from options.shard_map, initialises the
   // weights from each tensor's InitRule and the optimizer's slots.
   // INVALID_ARGUMENT for a bad rule (MakeConsistencyRule), optimizer config,
-  // shard id or shard map.
+  // shard id, shard map or wire dtype.
   static absl::StatusOr<std::unique_ptr<Shard>> Create(ShardOptions options);
 
   Shard(const Shard&) = delete;
@@ -197,6 +210,7 @@ class Shard {
   uint64_t num_elements() const { return num_elements_; }
   uint32_t shard_id() const { return options_.shard_id; }
   uint32_t num_workers() const { return options_.rule.num_workers; }
+  pstrain::v1::DType wire_dtype() const { return options_.wire_dtype; }
   // Upper bounds on one legitimate push stream to this shard (payload,
   // names, framing), for the service to reject a stream early.
   uint64_t max_push_bytes() const { return max_push_bytes_; }

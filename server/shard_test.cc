@@ -71,17 +71,17 @@ std::unique_ptr<Shard> MakeShard(const JobConfig& config) {
 }
 
 // Pushes `grad` (in the shard's flat layout) for every chunk of the shard.
-absl::StatusOr<PushResult> PushGrad(Shard& shard, uint32_t worker,
-                                    uint64_t clock, uint64_t read_min_clock,
-                                    uint64_t num_samples,
-                                    const std::vector<float>& grad) {
+absl::StatusOr<PushResult> PushGrad(
+    Shard& shard, uint32_t worker, uint64_t clock, uint64_t read_min_clock,
+    uint64_t num_samples, const std::vector<float>& grad,
+    pstrain::v1::DType dtype = pstrain::v1::DTYPE_F32) {
   EXPECT_EQ(grad.size(), shard.num_elements());
   std::vector<ChunkData> data(shard.chunks().size());
   std::vector<const ChunkData*> ptrs;
   for (size_t i = 0; i < shard.chunks().size(); ++i) {
     const LocalChunk& lc = shard.chunks()[i];
     EncodeChunk(lc.tensor, lc.index, grad.data() + lc.local_offset, lc.length,
-                &data[i]);
+                &data[i], dtype);
     ptrs.push_back(&data[i]);
   }
   PushHeader header;
@@ -1086,6 +1086,101 @@ TEST(DataPathTest, ConcurrentPullsSeeWholeVersions) {
   EXPECT_EQ(torn.load(), 0) << "over " << reads.load() << " pulls";
   EXPECT_GT(reads.load(), 0);
   EXPECT_EQ(Weights(*shard), want[kPushes]);
+}
+
+// ---- Low-precision wire (network.wire_dtype) ------------------------------
+
+class WireDtypeTest
+    : public testing::TestWithParam<
+          std::tuple<pstrain::v1::DType, pstrain::v1::ConsistencyMode>> {};
+
+// A push of 16-bit values applies exactly as the fp32 push of the same
+// (rounded) values: fp32 master weights and optimizer state, the exact sync
+// sum, bit for bit, over several steps with two workers and Adam.
+TEST_P(WireDtypeTest, PushAppliesAsTheFp32PushOfTheRoundedValues) {
+  const auto [dtype, mode] = GetParam();
+  JobConfig config =
+      SmallConfig(mode, 2, mode == pstrain::v1::MODE_ASYNC ? -1 : 0);
+  config.optimizer.set_kind(pstrain::v1::OptimizerConfig::ADAM);
+  config.optimizer.set_base_lr(0.01);
+  std::unique_ptr<Shard> fp32 = MakeShard(config);
+  config.wire_dtype = dtype;
+  std::unique_ptr<Shard> low = MakeShard(config);
+  ASSERT_NE(fp32, nullptr);
+  ASSERT_NE(low, nullptr);
+  EXPECT_EQ(low->wire_dtype(), dtype);
+  const size_t n = low->num_elements();
+  bool rounding_changed_something = false;
+  for (uint64_t step = 0; step < 4; ++step) {
+    for (uint32_t w : {1u, 0u}) {
+      const std::vector<float> g = RandomGrad(n, step * 2 + w);
+      std::vector<float> rounded = g;
+      RoundToWire(dtype, rounded.data(), rounded.size());
+      rounding_changed_something |= rounded != g;
+      absl::StatusOr<PushResult> a =
+          PushGrad(*low, w, step, 0, 3 + w, g, dtype);
+      ASSERT_TRUE(a.ok()) << a.status();
+      ASSERT_TRUE(PushGrad(*fp32, w, step, 0, 3 + w, rounded).ok());
+    }
+    ASSERT_TRUE(BitIdentical(Weights(*low), Weights(*fp32))) << "step " << step;
+  }
+  EXPECT_TRUE(rounding_changed_something);
+  EXPECT_EQ(low->Stats().version(), fp32->Stats().version());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    DtypesAndModes, WireDtypeTest,
+    testing::Combine(
+        testing::Values(pstrain::v1::DTYPE_BF16, pstrain::v1::DTYPE_F16),
+        testing::Values(pstrain::v1::MODE_SYNC, pstrain::v1::MODE_ASYNC)));
+
+TEST(WireDtypeTest, ChunkInAnotherDtypeIsRejectedAndChangesNothing) {
+  JobConfig config = SmallConfig(pstrain::v1::MODE_SYNC, 1, 0);
+  config.wire_dtype = pstrain::v1::DTYPE_BF16;
+  std::unique_ptr<Shard> shard = MakeShard(config);
+  ASSERT_NE(shard, nullptr);
+  const std::vector<float> w0 = Weights(*shard);
+  for (pstrain::v1::DType wrong :
+       {pstrain::v1::DTYPE_F32, pstrain::v1::DTYPE_F16}) {
+    absl::StatusOr<PushResult> r =
+        PushGrad(*shard, 0, 0, 0, 4, Constant(*shard, 0.5f), wrong);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(r.status().message()),
+                HasSubstr(pstrain::v1::DType_Name(wrong) +
+                          " does not match the job's wire dtype DTYPE_BF16"));
+    EXPECT_EQ(shard->Stats().version(), 0u);
+    EXPECT_EQ(Weights(*shard), w0);
+  }
+  // Clock 0 is still open: the rejected pushes advanced nothing.
+  absl::StatusOr<PushResult> ok = PushGrad(
+      *shard, 0, 0, 0, 4, Constant(*shard, 0.5f), pstrain::v1::DTYPE_BF16);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_TRUE(ok->applied);
+}
+
+TEST(WireDtypeTest, Fp16OverflowIsANonFiniteGradient) {
+  JobConfig config = SmallConfig(pstrain::v1::MODE_SYNC, 1, 0);
+  config.wire_dtype = pstrain::v1::DTYPE_F16;
+  std::unique_ptr<Shard> shard = MakeShard(config);
+  ASSERT_NE(shard, nullptr);
+  absl::StatusOr<PushResult> r = PushGrad(
+      *shard, 0, 0, 0, 4, Constant(*shard, 1e5f), pstrain::v1::DTYPE_F16);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("not finite"));
+  EXPECT_EQ(shard->Stats().version(), 0u);
+}
+
+TEST(WireDtypeTest, CreateRejectsADtypeThatCannotTravel) {
+  absl::StatusOr<pstrain::v1::JobSpec> job =
+      MakeJobSpec(SmallConfig(pstrain::v1::MODE_SYNC, 1, 0));
+  ASSERT_TRUE(job.ok()) << job.status();
+  ShardOptions options = ShardOptionsFromJob(*job, 0);
+  EXPECT_EQ(options.wire_dtype, pstrain::v1::DTYPE_F32);  // unset: fp32
+  options.wire_dtype = static_cast<pstrain::v1::DType>(9);
+  absl::StatusOr<std::unique_ptr<Shard>> shard = Shard::Create(options);
+  EXPECT_EQ(shard.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -39,6 +39,14 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
   if (channels.empty()) {
     return absl::InvalidArgumentError("no parameter-server shards");
   }
+  if (options.wire_dtype == pstrain::v1::DTYPE_UNSPECIFIED) {
+    options.wire_dtype = pstrain::v1::DTYPE_F32;
+  }
+  if (!IsWireDtype(options.wire_dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("wire dtype ", DtypeName(options.wire_dtype),
+                     " is not one of DTYPE_F32, DTYPE_BF16, DTYPE_F16"));
+  }
   std::unique_ptr<PsClient> client(new PsClient(map, options));
   for (const auto& t : map.tensors()) {
     client->tensor_index_[t.name()] = client->tensor_sizes_.size();
@@ -206,7 +214,8 @@ absl::Status PsClient::PullShardOnce(int shard, uint32_t worker, uint64_t clock,
       const ChunkInfo& info = map_.chunks(it->second);
       float* dst =
           (*params)[tensor_index_[info.tensor()]].data() + info.offset();
-      status = DecodeChunk(c, info.length(), /*require_finite=*/false, dst);
+      status = DecodeChunk(c, info.length(), /*require_finite=*/false, dst,
+                           options_.wire_dtype);
       ++received;
     }
   }
@@ -239,18 +248,20 @@ absl::Status PsClient::PushShardOnce(int shard, uint32_t worker, uint64_t clock,
   h->set_num_samples(num_samples);
   uint64_t payload = 0, bytes = 0;
   bool stream_ok = true;
+  const uint64_t element_bytes = WireElementBytes(options_.wire_dtype);
   for (int idx : shard_chunks_[shard]) {
     const ChunkInfo& c = map_.chunks(idx);
     if (payload > 0 &&
-        payload + c.length() * sizeof(float) > kMaxMessagePayloadBytes) {
+        payload + c.length() * element_bytes > kMaxMessagePayloadBytes) {
       bytes += msg.ByteSizeLong();
       if (!(stream_ok = writer->Write(msg))) break;
       msg.Clear();
       payload = 0;
     }
     const float* src = grads[tensor_index_[c.tensor()]].data() + c.offset();
-    EncodeChunk(c.tensor(), c.index(), src, c.length(), msg.add_chunks());
-    payload += c.length() * sizeof(float);
+    EncodeChunk(c.tensor(), c.index(), src, c.length(), msg.add_chunks(),
+                options_.wire_dtype);
+    payload += c.length() * element_bytes;
   }
   if (stream_ok && (msg.has_header() || msg.chunks_size() > 0)) {
     bytes += msg.ByteSizeLong();

@@ -49,6 +49,10 @@ struct PsClientOptions {
   // carries it; the shards refuse the rank's operations without its current
   // id (PERMISSION_DENIED, not retried).
   uint64_t session_id = 0;
+  // Dtype of pushed and pulled chunks (JobSpec.wire_dtype): DTYPE_F32,
+  // DTYPE_BF16 or DTYPE_F16; must be the servers'. Gradients are rounded to
+  // nearest even on the way out; pulled weights decode exactly to fp32.
+  pstrain::v1::DType wire_dtype = pstrain::v1::DTYPE_F32;
 };
 
 // What a pull read from one shard; stamps the next push to that shard.

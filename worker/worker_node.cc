@@ -396,6 +396,7 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
     client_options.rpc_timeout = absl::Seconds(config.rpc_timeout_s);
     client_options.barrier_timeout = absl::Seconds(config.barrier_timeout_s);
     client_options.session_id = reg.session_id();
+    client_options.wire_dtype = reg.job().wire_dtype();
     PS_ASSIGN_OR_RETURN(
         *client, PsClient::Create(reg.job().shard_map(), std::move(channels),
                                   client_options));

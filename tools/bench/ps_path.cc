@@ -75,7 +75,8 @@ class Cluster {
 // A client over its own connections (a local subchannel pool), like a
 // separate worker process.
 absl::StatusOr<std::unique_ptr<PsClient>> NewClient(
-    const pstrain::v1::ShardMap& map, uint32_t rank) {
+    const pstrain::v1::ShardMap& map, uint32_t rank,
+    pstrain::v1::DType wire_dtype) {
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   for (const std::string& address : map.server_addresses()) {
     grpc::ChannelArguments args = DefaultChannelArgs();
@@ -86,17 +87,19 @@ absl::StatusOr<std::unique_ptr<PsClient>> NewClient(
   PsClientOptions options;
   options.rpc_timeout = absl::Seconds(300);
   options.session_id = rank + 1;
+  options.wire_dtype = wire_dtype;
   return PsClient::Create(map, std::move(channels), options);
 }
 
 // `workers` clients driving sync steps together; Step() times each phase.
 class Workers {
  public:
-  static absl::StatusOr<Workers> Create(const pstrain::v1::ShardMap& map,
+  static absl::StatusOr<Workers> Create(const pstrain::v1::JobSpec& job,
                                         int workers, uint64_t elems) {
     Workers w;
     for (int i = 0; i < workers; ++i) {
-      absl::StatusOr<std::unique_ptr<PsClient>> c = NewClient(map, i);
+      absl::StatusOr<std::unique_ptr<PsClient>> c =
+          NewClient(job.shard_map(), i, job.wire_dtype());
       if (!c.ok()) return c.status();
       w.clients_.push_back(std::move(*c));
     }
@@ -144,8 +147,10 @@ class Workers {
 }  // namespace
 
 absl::StatusOr<JobSpec> OneTensorJob(uint64_t elems, int servers, int workers,
-                                     pstrain::v1::OptimizerConfig::Kind kind) {
+                                     pstrain::v1::OptimizerConfig::Kind kind,
+                                     pstrain::v1::DType wire_dtype) {
   JobSpec job;
+  job.set_wire_dtype(wire_dtype);
   job.set_job_name("bench");
   job.set_mode(pstrain::v1::MODE_SYNC);
   job.set_num_workers(workers);
@@ -169,14 +174,15 @@ absl::StatusOr<JobSpec> OneTensorJob(uint64_t elems, int servers, int workers,
 }
 
 absl::StatusOr<PsPathResult> MeasurePsPath(uint64_t elems, int servers,
-                                           int workers, int steps) {
-  absl::StatusOr<JobSpec> job =
-      OneTensorJob(elems, servers, workers, pstrain::v1::OptimizerConfig::SGD);
+                                           int workers, int steps,
+                                           pstrain::v1::DType wire_dtype) {
+  absl::StatusOr<JobSpec> job = OneTensorJob(
+      elems, servers, workers, pstrain::v1::OptimizerConfig::SGD, wire_dtype);
   if (!job.ok()) return job.status();
   absl::StatusOr<std::unique_ptr<Cluster>> cluster = Cluster::Start(*job);
   if (!cluster.ok()) return cluster.status();
   absl::StatusOr<Workers> w =
-      Workers::Create((*cluster)->job().shard_map(), workers, elems);
+      Workers::Create((*cluster)->job(), workers, elems);
   if (!w.ok()) return w.status();
   double pull_s = 0, push_s = 0, pull_total = 0, push_total = 0;
   for (int step = 0; step <= steps; ++step) {
@@ -236,8 +242,7 @@ absl::StatusOr<ServerMemory> MeasureServerMemory(const std::string& self,
   job->mutable_shard_map()->add_server_addresses(
       absl::StrCat("127.0.0.1:", *port));
   {
-    absl::StatusOr<Workers> w =
-        Workers::Create(job->shard_map(), workers, elems);
+    absl::StatusOr<Workers> w = Workers::Create(*job, workers, elems);
     if (!w.ok()) return w.status();
     double pull_s, push_s;
     for (int step = 0; step < steps; ++step) {

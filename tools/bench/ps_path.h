@@ -14,10 +14,12 @@
 namespace pstrain::bench {
 
 // A sync job of one fp32 tensor of `elems` elements over `servers` shards
-// (4 MiB chunks) for `workers` workers, with optimizer `kind` (lr 0.01).
+// (4 MiB chunks) for `workers` workers, with optimizer `kind` (lr 0.01),
+// whose chunks travel as `wire_dtype` (network.wire_dtype).
 absl::StatusOr<pstrain::v1::JobSpec> OneTensorJob(
     uint64_t elems, int servers, int workers,
-    pstrain::v1::OptimizerConfig::Kind kind);
+    pstrain::v1::OptimizerConfig::Kind kind,
+    pstrain::v1::DType wire_dtype = pstrain::v1::DTYPE_F32);
 
 struct PsPathResult {
   double push_bytes_per_s = 0;  // all workers together
@@ -26,9 +28,13 @@ struct PsPathResult {
 
 // Starts the shards, runs one warm-up step, then `steps` timed steps: every
 // worker pulls (concurrently; the pull phase is timed), then every worker
-// pushes its gradient (timed). Aggregate bytes / wall time of each phase.
-absl::StatusOr<PsPathResult> MeasurePsPath(uint64_t elems, int servers,
-                                           int workers, int steps);
+// pushes its gradient (timed). Aggregate bytes / wall time of each phase,
+// bytes counted as the fp32 model (elems * 4 per worker) whatever
+// `wire_dtype` carries them: a bf16 wire moving the same model twice as
+// fast shows twice the rate.
+absl::StatusOr<PsPathResult> MeasurePsPath(
+    uint64_t elems, int servers, int workers, int steps,
+    pstrain::v1::DType wire_dtype = pstrain::v1::DTYPE_F32);
 
 // Child role for the memory benchmark: serves one shard (momentum) of a
 // `elems`-element tensor for `workers` workers on 127.0.0.1 port 0, prints
