@@ -35,9 +35,9 @@ namespace {
 
 StepLogOptions MakeStepLogOptions(const CoordinatorOptions& o) {
   StepLogOptions s;
-  s.num_workers = o.config.workers;
-  s.steps = o.config.steps;
-  s.classifier = IsClassifier(o.config.model);
+  s.num_workers = o.config.job().workers();
+  s.steps = o.config.training().steps();
+  s.classifier = IsClassifier(o.config.model());
   s.max_pending_steps = o.max_pending_steps;
   return s;
 }
@@ -48,11 +48,11 @@ CoordinatorService::CoordinatorService(CoordinatorOptions options,
                                        pstrain::v1::JobSpec job)
     : options_(std::move(options)),
       job_(std::move(job)),
-      members_(job_.num_servers(), options_.config.workers,
+      members_(job_.num_servers(), options_.config.job().workers(),
                job_.mode() == pstrain::v1::MODE_ALLREDUCE),
       step_log_(MakeStepLogOptions(options_)) {
-  bytes_pushed_.assign(options_.config.workers, 0);
-  bytes_pulled_.assign(options_.config.workers, 0);
+  bytes_pushed_.assign(options_.config.job().workers(), 0);
+  bytes_pulled_.assign(options_.config.job().workers(), 0);
   if (MetricsRegistry* r = options_.metrics) {
     metrics_ = std::make_unique<Metrics>(Metrics{
         r->AddGauge("pstrain_coordinator_steps",
@@ -76,8 +76,8 @@ CoordinatorService::CoordinatorService(CoordinatorOptions options,
 CoordinatorService::~CoordinatorService() = default;
 
 absl::Status CoordinatorService::EndedError() const {
-  return absl::FailedPreconditionError(
-      absl::StrCat("job '", options_.config.name, "' has already finished"));
+  return absl::FailedPreconditionError(absl::StrCat(
+      "job '", options_.config.job().name(), "' has already finished"));
 }
 
 bool CoordinatorService::AllServersRegisteredLocked() const {
@@ -210,7 +210,7 @@ absl::Status CoordinatorService::ReportLocked(
     const std::string what =
         absl::StrCat("training diverged: ", d.eval ? "evaluation loss" : "loss",
                      " is ", d.value, " at step ", d.step);
-    if (options_.config.fail_on_divergence) {
+    if (options_.config.training().fail_on_divergence()) {
       FailLocked({"worker", static_cast<int64_t>(d.worker), -1,
                   absl::StrCat(what, " (training.fail_on_divergence)")});
     } else {
@@ -274,7 +274,7 @@ void CoordinatorService::FlushRows() {
     }
   }
   if (!options_.progress) return;
-  const int64_t total = options_.config.steps;
+  const int64_t total = options_.config.training().steps();
   for (const MetricsRow& r : rows) {
     if (!r.loss) continue;  // the final evaluation row
     const absl::Time now = absl::Now();
@@ -292,7 +292,7 @@ void CoordinatorService::FlushRows() {
 bool CoordinatorService::PeersKnownLocked() const {
   if (ended_) return true;
   if (!members_.AllPeersKnown()) return false;
-  return options_.config.allreduce.backend != "nccl" ||
+  return options_.config.allreduce().backend() != AllReduceConfig::NCCL ||
          !nccl_unique_id_.empty();
 }
 
@@ -328,8 +328,8 @@ absl::Status CoordinatorService::GetPeersLocked(
                            " have not registered yet"));
   }
   if (ended_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job '", options_.config.name, "' has already ended"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", options_.config.job().name(), "' has already ended"));
   }
   for (const auto& a : members_.peer_addresses())
     response->add_peer_addresses(a);

@@ -18,10 +18,11 @@ class CoordinatorTest : public ::testing::Test {
              const std::string& metrics_csv = "") {
     CoordinatorOptions options;
     options.config = DefaultJobConfig();
-    options.config.workers = workers;
-    options.config.servers = 1;
-    options.config.steps = steps;
-    options.config.fail_on_divergence = fail_on_divergence;
+    options.config.mutable_job()->set_workers(workers);
+    options.config.mutable_job()->set_servers(1);
+    options.config.mutable_training()->set_steps(steps);
+    options.config.mutable_training()->set_fail_on_divergence(
+        fail_on_divergence);
     FinalizeJobConfig(&options.config);
     options.progress = false;
     options.metrics_csv = metrics_csv;

@@ -8,9 +8,9 @@
 
 namespace pstrain {
 
-// Tensors from the model, shard map over config.servers with no addresses
-// yet, worker config YAML. Mode allreduce: no servers (num_servers 0,
-// config.servers ignored) and a shard map that only lists the tensors.
+// Tensors from the model, shard map over config.job().servers() with no
+// addresses yet, worker config YAML. Mode allreduce: no servers (num_servers 0,
+// config.job().servers() ignored) and a shard map that only lists the tensors.
 absl::StatusOr<pstrain::v1::JobSpec> MakeJobSpec(const JobConfig& config);
 
 }  // namespace pstrain

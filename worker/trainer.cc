@@ -14,7 +14,7 @@ absl::Status Trainer::Run(const StepCallback& on_step,
   const uint32_t rank = options_.rank;
   LocalStep local(c, rank, model_, data_);
   TensorList grads;
-  for (int64_t step = 0; step <= c.steps; ++step) {
+  for (int64_t step = 0; step <= c.training().steps(); ++step) {
     if (should_stop && should_stop()) {
       return absl::CancelledError(absl::StrCat("stopped before step ", step));
     }
@@ -26,12 +26,13 @@ absl::Status Trainer::Run(const StepCallback& on_step,
     std::unique_ptr<PsOp> pull = client_->StartPull(rank, step, &params_);
     PS_RETURN_IF_ERROR(pull->Wait());
     m.set_pull_s(absl::ToDoubleSeconds(absl::Now() - t0));
-    if (step == c.steps) {  // final weights: evaluate and finish
+    if (step == c.training().steps()) {  // final weights: evaluate and finish
       PS_RETURN_IF_ERROR(local.Evaluate(params_, &m));
       m.set_end_unix_s(UnixSeconds());
       return on_step ? on_step(m) : absl::OkStatus();
     }
-    if (c.eval_every > 0 && step > 0 && step % c.eval_every == 0) {
+    if (c.evaluation().every_steps() > 0 && step > 0 &&
+        step % c.evaluation().every_steps() == 0) {
       PS_RETURN_IF_ERROR(local.Evaluate(params_, &m));
     }
 

@@ -20,7 +20,8 @@ namespace pstrain {
 
 struct TrainerOptions {
   uint32_t rank = 0;
-  JobConfig config;  // workers, steps, local_batch, grad_accum_steps, eval
+  JobConfig config = DefaultJobConfig();  // workers, steps, local_batch,
+                                          // grad_accum_steps, eval
 };
 
 // Wall clock in Unix seconds (StepMetrics.end_unix_s).

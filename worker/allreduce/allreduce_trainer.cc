@@ -14,7 +14,7 @@ absl::StatusOr<std::unique_ptr<AllReduceTrainer>> AllReduceTrainer::Create(
     TrainerOptions options, AllReducer* reducer, Model* model,
     DataSource* data) {
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
-                      Optimizer::Create(options.config.optimizer));
+                      Optimizer::Create(options.config.training().optimizer()));
   return std::unique_ptr<AllReduceTrainer>(new AllReduceTrainer(
       std::move(options), reducer, model, data, std::move(optimizer)));
 }
@@ -51,14 +51,15 @@ absl::Status AllReduceTrainer::Run(const StepCallback& on_step,
   const JobConfig& c = options_.config;
   LocalStep local(c, options_.rank, model_, data_);
   const int64_t slice = local.slice();
-  for (int64_t step = 0; step < c.steps; ++step) {
+  for (int64_t step = 0; step < c.training().steps(); ++step) {
     if (should_stop && should_stop()) {
       return absl::CancelledError(absl::StrCat("stopped before step ", step));
     }
     pstrain::v1::StepMetrics m;
     m.set_worker(options_.rank);
     m.set_step(step);
-    if (c.eval_every > 0 && step > 0 && step % c.eval_every == 0) {
+    if (c.evaluation().every_steps() > 0 && step > 0 &&
+        step % c.evaluation().every_steps() == 0) {
       PS_RETURN_IF_ERROR(local.Evaluate(params_, &m));
     }
 
@@ -81,7 +82,7 @@ absl::Status AllReduceTrainer::Run(const StepCallback& on_step,
 
   pstrain::v1::StepMetrics m;  // the final evaluation
   m.set_worker(options_.rank);
-  m.set_step(c.steps);
+  m.set_step(c.training().steps());
   PS_RETURN_IF_ERROR(local.Evaluate(params_, &m));
   m.set_end_unix_s(UnixSeconds());
   return on_step ? on_step(m) : absl::OkStatus();
