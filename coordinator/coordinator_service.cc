@@ -49,7 +49,7 @@ CoordinatorService::CoordinatorService(CoordinatorOptions options,
     : options_(std::move(options)),
       job_(std::move(job)),
       members_(job_.num_servers(), options_.config.job().workers(),
-               job_.mode() == pstrain::v1::MODE_ALLREDUCE),
+               job_.config().training().mode() == pstrain::v1::MODE_ALLREDUCE),
       step_log_(MakeStepLogOptions(options_)) {
   bytes_pushed_.assign(options_.config.job().workers(), 0);
   bytes_pulled_.assign(options_.config.job().workers(), 0);
@@ -162,7 +162,7 @@ absl::Status CoordinatorService::RegisterWorkerLocked(
   PS_ASSIGN_OR_RETURN(int rank,
                       members_.RegisterWorker(request.requested_rank(),
                                               request.peer_address()));
-  if (job_.mode() == pstrain::v1::MODE_ALLREDUCE) {
+  if (job_.config().training().mode() == pstrain::v1::MODE_ALLREDUCE) {
     PS_LOG_INFO("worker %d's ring peer at %s", rank, request.peer_address());
   }
   if (metrics_ != nullptr) metrics_->live_workers->Set(members_.live_workers());
@@ -306,7 +306,7 @@ grpc::Status CoordinatorService::GetPeers(
 absl::Status CoordinatorService::GetPeersLocked(
     const ServerContext& context, const pstrain::v1::GetPeersRequest& request,
     pstrain::v1::GetPeersResponse* response) {
-  if (job_.mode() != pstrain::v1::MODE_ALLREDUCE) {
+  if (job_.config().training().mode() != pstrain::v1::MODE_ALLREDUCE) {
     return absl::FailedPreconditionError(
         "GetPeers: the job is not in mode allreduce");
   }

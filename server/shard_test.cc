@@ -732,9 +732,11 @@ TEST(ShardRulesTest, CreateRejectsRulesOutsideTheirMode) {
     absl::StatusOr<pstrain::v1::JobSpec> job =
         MakeJobSpec(SmallConfig(c.mode, 3, 0));
     ASSERT_TRUE(job.ok()) << job.status();
-    job->set_backup_workers(c.backup_workers);
-    job->set_staleness_aware_lr(c.staleness_aware_lr);
-    job->set_dc_lambda(c.dc_lambda);
+    job->mutable_config()->mutable_training()->set_backup_workers(
+        c.backup_workers);
+    job->mutable_config()->mutable_training()->set_staleness_aware_lr(
+        c.staleness_aware_lr);
+    job->mutable_config()->mutable_training()->set_dc_lambda(c.dc_lambda);
     absl::StatusOr<std::unique_ptr<Shard>> shard =
         Shard::Create(ShardOptionsFromJob(*job, 0));
     ASSERT_FALSE(shard.ok());

@@ -123,7 +123,7 @@ TEST(BackupWorkersGrpcTest, StepsCompleteWhileTheStragglerIsDropped) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   TestCluster& c = **cluster;
   ASSERT_EQ(c.num_shards(), 2);
-  ASSERT_EQ(c.job().backup_workers(), 1u);
+  ASSERT_EQ(c.job().config().training().backup_workers(), 1u);
 
   constexpr int kStraggler = kWorkers - 1;
   std::vector<WorkerResult> results(kWorkers);
@@ -213,8 +213,8 @@ TEST(AsyncRulesGrpcTest, StalenessAwareLrWithDelayCompensationTrains) {
       TestCluster::Start(config);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   TestCluster& c = **cluster;
-  ASSERT_TRUE(c.job().staleness_aware_lr());
-  ASSERT_EQ(c.job().dc_lambda(), 0.1);
+  ASSERT_TRUE(c.job().config().training().staleness_aware_lr());
+  ASSERT_EQ(c.job().config().training().dc_lambda(), 0.1);
 
   std::vector<WorkerResult> results(kWorkers);
   std::vector<std::thread> threads;

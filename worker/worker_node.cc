@@ -244,7 +244,8 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
         st.code(),
         absl::StrCat("cannot reach the coordinator: ", st.message()));
   }
-  const bool allreduce = job.mode() == pstrain::v1::MODE_ALLREDUCE;
+  const bool allreduce =
+      job.config().training().mode() == pstrain::v1::MODE_ALLREDUCE;
   PeerServer peer;
   if (allreduce) {
     PS_RETURN_IF_ERROR(StartPeerServer(options_, &peer));
@@ -326,8 +327,11 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
 
   auto run = [&](Reporter* reporter, std::unique_ptr<PsClient>* client,
                  AllReduceLink* link) -> absl::Status {
-    PS_ASSIGN_OR_RETURN(JobConfig config,
-                        ParseJobConfig(reg.job().worker_config(), "job spec"));
+    const JobConfig config = reg.job().config();
+    if (absl::Status valid = ValidateJobConfig(config); !valid.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job spec: ", valid.message()));
+    }
     // The flag wins over the job's worker.device. The backend outlives the
     // model, which computes through it, and is shared with a NCCL reducer,
     // which lives on in `link` after this scope.

@@ -140,15 +140,17 @@ class Workers {
 absl::StatusOr<JobSpec> OneTensorJob(uint64_t elems, int servers, int workers,
                                      pstrain::v1::OptimizerConfig::Kind kind) {
   JobSpec job;
-  job.set_job_name("bench");
-  job.set_mode(pstrain::v1::MODE_SYNC);
-  job.set_num_workers(workers);
+  job.mutable_config()->mutable_job()->set_name("bench");
+  job.mutable_config()->mutable_training()->set_mode(pstrain::v1::MODE_SYNC);
+  job.mutable_config()->mutable_job()->set_workers(workers);
   job.set_num_servers(servers);
-  job.set_steps(1000);
-  job.mutable_optimizer()->set_kind(kind);
-  job.mutable_optimizer()->set_base_lr(0.01);
+  job.mutable_config()->mutable_training()->set_steps(1000);
+  job.mutable_config()->mutable_training()->mutable_optimizer()->set_kind(kind);
+  job.mutable_config()->mutable_training()->mutable_optimizer()->set_base_lr(
+      0.01);
   if (kind == pstrain::v1::OptimizerConfig::MOMENTUM) {
-    job.mutable_optimizer()->set_momentum(0.9);
+    job.mutable_config()->mutable_training()->mutable_optimizer()->set_momentum(
+        0.9);
   }
   pstrain::v1::TensorSpec t;
   t.set_name("w");
