@@ -36,6 +36,18 @@ TEST(JobConfigTest, DefaultsAreFinalizedAndValid) {
   EXPECT_TRUE(ValidateJobConfig(c).ok());
 }
 
+// A config that never went through DefaultJobConfig (e.g. a JobSpec without
+// its config) has UNSPECIFIED enums and zero counts: validation rejects it.
+TEST(JobConfigTest, BareMessageIsInvalid) {
+  absl::Status status = ValidateJobConfig(JobConfig());
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("job.workers"));
+  JobConfig c = DefaultJobConfig();
+  c.mutable_data()->clear_source();
+  EXPECT_THAT(std::string(ValidateJobConfig(c).message()),
+              HasSubstr("data.source: must be one of synthetic, digits"));
+}
+
 TEST(JobConfigTest, EmptyTextAndEmptySectionsGiveDefaults) {
   for (const char* text : {"", "# nothing\n", "job:\ntraining:\n"}) {
     absl::StatusOr<JobConfig> c = ParseJobConfig(text, "job.yaml");
