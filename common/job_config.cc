@@ -64,33 +64,36 @@ const Names<bool>& ScalingNames() {
   return *names;
 }
 
-const Names<std::string>& ModelTypeNames() {
-  static const auto* names = new Names<std::string>{{"scalar", "scalar"},
-                                                    {"linear", "linear"},
-                                                    {"softmax", "softmax"},
-                                                    {"mlp", "mlp"}};
-  return *names;
-}
-
-const Names<std::string>& ActivationNames() {
-  static const auto* names = new Names<std::string>{
-      {"relu", "relu"}, {"tanh", "tanh"}, {"gelu", "gelu"}};
-  return *names;
-}
-
-const Names<std::string>& SourceNames() {
+const Names<ModelConfig::ModelType>& ModelTypeNames() {
   static const auto* names =
-      new Names<std::string>{{"synthetic", "synthetic"},
-                             {"digits", "digits"},
-                             {"breast_cancer", "breast_cancer"},
-                             {"csv", "csv"},
-                             {"libsvm", "libsvm"}};
+      new Names<ModelConfig::ModelType>{{"scalar", ModelConfig::SCALAR},
+                                        {"linear", ModelConfig::LINEAR},
+                                        {"softmax", ModelConfig::SOFTMAX},
+                                        {"mlp", ModelConfig::MLP}};
   return *names;
 }
 
-const Names<std::string>& AllReduceBackendNames() {
+const Names<ModelConfig::Activation>& ActivationNames() {
   static const auto* names =
-      new Names<std::string>{{"grpc", "grpc"}, {"nccl", "nccl"}};
+      new Names<ModelConfig::Activation>{{"relu", ModelConfig::RELU},
+                                         {"tanh", ModelConfig::TANH},
+                                         {"gelu", ModelConfig::GELU}};
+  return *names;
+}
+
+const Names<DataConfig::DataSource>& SourceNames() {
+  static const auto* names = new Names<DataConfig::DataSource>{
+      {"synthetic", DataConfig::SYNTHETIC},
+      {"digits", DataConfig::DIGITS},
+      {"breast_cancer", DataConfig::BREAST_CANCER},
+      {"csv", DataConfig::CSV},
+      {"libsvm", DataConfig::LIBSVM}};
+  return *names;
+}
+
+const Names<AllReduceConfig::Backend>& AllReduceBackendNames() {
+  static const auto* names = new Names<AllReduceConfig::Backend>{
+      {"grpc", AllReduceConfig::GRPC}, {"nccl", AllReduceConfig::NCCL}};
   return *names;
 }
 
@@ -101,9 +104,18 @@ const Names<v1::DType>& WireDtypeNames() {
   return *names;
 }
 
-const Names<std::string>& DeviceNames() {
-  static const auto* names = new Names<std::string>{
-      {"auto", "auto"}, {"cpu", "cpu"}, {"cuda", "cuda"}};
+const Names<v1::TrainingConfig::OnFailure>& OnFailureNames() {
+  using T = v1::TrainingConfig;
+  static const auto* names = new Names<T::OnFailure>{
+      {"fail", T::FAIL}, {"restart", T::RESTART}, {"elastic", T::ELASTIC}};
+  return *names;
+}
+
+const Names<WorkerConfig::Device>& DeviceNames() {
+  static const auto* names =
+      new Names<WorkerConfig::Device>{{"auto", WorkerConfig::AUTO},
+                                      {"cpu", WorkerConfig::CPU},
+                                      {"cuda", WorkerConfig::CUDA}};
   return *names;
 }
 
@@ -120,6 +132,13 @@ const std::string* NameOf(const Names<T>& names, const T& value) {
     if (v == value) return &name;
   }
   return nullptr;
+}
+
+template <typename T>
+const std::string& NameOrUnspecified(const Names<T>& names, const T& value) {
+  static const auto* unspecified = new std::string("unspecified");
+  const std::string* name = NameOf(names, value);
+  return name != nullptr ? *name : *unspecified;
 }
 
 // ---------------------------------------------------------------------------
@@ -285,6 +304,7 @@ std::string FormatFloat(float value) {
 
 template <typename T>
 struct Codec {
+  using value_type = T;
   std::function<absl::StatusOr<T>(const Field&)> parse;
   std::function<void(YAML::Emitter&, const T&)> emit;
 };
@@ -295,6 +315,8 @@ struct Key {
   std::function<absl::Status(const Field&, JobConfig&)> parse;
   // Writes "name: value" (or nothing, for an optional key left unset).
   std::function<void(const JobConfig&, YAML::Emitter&)> emit;
+  // Stores the key's default (DefaultJobConfig).
+  std::function<void(JobConfig&)> set_default;
 };
 
 template <typename T>
@@ -333,9 +355,8 @@ template <typename T>
 Codec<T> EnumCodec(const Names<T>& names) {
   return {[&names](const Field& f) { return Enum(f, names); },
           [&names](YAML::Emitter& out, const T& v) {
-            const std::string* name = NameOf(names, v);
             // An unknown value is written as is and rejected on the way in.
-            out << (name != nullptr ? *name : std::string("unspecified"));
+            out << NameOrUnspecified(names, v);
           }};
 }
 
@@ -373,11 +394,15 @@ Codec<std::vector<float>> FloatListCodec() {
           }};
 }
 
-// A row: `get` reads the value from a config, `set` stores a parsed one.
+// A row: the key's default, `get` reads the value from a config, `set`
+// stores a parsed one.
 template <typename T, typename Get, typename Set>
-Key Row(const char* section, const char* name, Codec<T> codec, Get get,
-        Set set) {
-  Key key{section, name, nullptr, nullptr};
+Key Row(const char* section, const char* name, Codec<T> codec,
+        const typename Codec<T>::value_type& default_value, Get get, Set set) {
+  Key key{section, name, nullptr, nullptr, nullptr};
+  key.set_default = [default_value, set](JobConfig& c) {
+    set(c, T(default_value));
+  };
   key.parse = [codec, set](const Field& f, JobConfig& c) -> absl::Status {
     PS_ASSIGN_OR_RETURN(T value, codec.parse(f));
     set(c, std::move(value));
@@ -390,154 +415,188 @@ Key Row(const char* section, const char* name, Codec<T> codec, Get get,
   return key;
 }
 
-// get/set pairs for Row: a JobConfig member, or an OptimizerConfig field.
-#define PS_MEMBER(expr)                                                       \
-  [](const JobConfig& c) { return c.expr; }, [](JobConfig& c, auto v) {       \
-    c.expr =                                                                  \
-        static_cast<std::remove_reference_t<decltype(c.expr)>>(std::move(v)); \
-  }
-#define PS_OPTIMIZER(field)                               \
-  [](const JobConfig& c) { return c.optimizer.field(); }, \
-      [](JobConfig& c, auto v) { c.optimizer.set_##field(v); }
+// get/set pairs for Row: field `field` of section message `section`, a
+// repeated one, or a training.optimizer field.
+#define PS_FIELD(section, field)                          \
+  [](const JobConfig& c) { return c.section().field(); }, \
+      [](JobConfig& c, auto v) {                          \
+        c.mutable_##section()->set_##field(std::move(v)); \
+      }
+#define PS_LIST(section, field)                                           \
+  [](const JobConfig& c) {                                                \
+    const auto& f = c.section().field();                                  \
+    return std::vector<std::decay_t<decltype(f[0])>>(f.begin(), f.end()); \
+  },                                                                      \
+      [](JobConfig& c, auto v) {                                          \
+        auto* f = c.mutable_##section()->mutable_##field();               \
+        f->Clear();                                                       \
+        f->Add(v.begin(), v.end());                                       \
+      }
+#define PS_OPTIMIZER(field)                                            \
+  [](const JobConfig& c) { return c.training().optimizer().field(); }, \
+      [](JobConfig& c, auto v) {                                       \
+        c.mutable_training()->mutable_optimizer()->set_##field(v);     \
+      }
 
-// Every key, in the order JobConfigToYaml writes them. Adding a key: a field
-// in JobConfig (common/job_config.h), a row here, its check in
-// ValidateJobConfig, a line in README "Configuration" (see CONTRIBUTING.md).
+// Every key, in the order JobConfigToYaml writes them, with its default.
+// Adding a key: a field in pstrain.v1.JobConfig (proto/pstrain.proto), a row
+// here, its check in ValidateJobConfig, a line in README "Configuration"
+// (see CONTRIBUTING.md).
 const std::vector<Key>& KeyTable() {
+  using OC = OptimizerConfig;
   static const auto* table = new std::vector<Key>{
-      Row("job", "name", StringCodec(), PS_MEMBER(name)),
-      Row("job", "workers", IntCodec<int>(), PS_MEMBER(workers)),
-      Row("job", "servers", IntCodec<int>(), PS_MEMBER(servers)),
+      Row("job", "name", StringCodec(), "pstrain", PS_FIELD(job, name)),
+      Row("job", "workers", IntCodec<int32_t>(), 2, PS_FIELD(job, workers)),
+      Row("job", "servers", IntCodec<int32_t>(), 2, PS_FIELD(job, servers)),
 
-      Row("training", "mode", EnumCodec(ModeNames()), PS_MEMBER(mode)),
-      Row("training", "staleness", StalenessCodec(), PS_MEMBER(staleness)),
-      Row("training", "backup_workers", IntCodec<int64_t>(),
-          PS_MEMBER(backup_workers)),
-      Row("training", "staleness_aware_lr", BoolCodec(),
-          PS_MEMBER(staleness_aware_lr)),
-      Row("training", "dc_lambda", NumberCodec(), PS_MEMBER(dc_lambda)),
-      Row("training", "fail_on_divergence", BoolCodec(),
-          PS_MEMBER(fail_on_divergence)),
-      Row("training", "optimizer", EnumCodec(OptimizerNames()),
+      Row("training", "mode", EnumCodec(ModeNames()), v1::MODE_SYNC,
+          PS_FIELD(training, mode)),
+      Row("training", "staleness", StalenessCodec(), 0,
+          PS_FIELD(training, staleness)),
+      Row("training", "backup_workers", IntCodec<int64_t>(), 0,
+          PS_FIELD(training, backup_workers)),
+      Row("training", "staleness_aware_lr", BoolCodec(), false,
+          PS_FIELD(training, staleness_aware_lr)),
+      Row("training", "dc_lambda", NumberCodec(), 0,
+          PS_FIELD(training, dc_lambda)),
+      Row("training", "fail_on_divergence", BoolCodec(), true,
+          PS_FIELD(training, fail_on_divergence)),
+      Row("training", "on_failure", EnumCodec(OnFailureNames()),
+          v1::TrainingConfig::FAIL, PS_FIELD(training, on_failure)),
+      Row("training", "optimizer", EnumCodec(OptimizerNames()), OC::SGD,
           PS_OPTIMIZER(kind)),
-      Row("training", "base_lr", PositiveCodec(), PS_OPTIMIZER(base_lr)),
-      Row("training", "momentum", NumberCodec(), PS_OPTIMIZER(momentum)),
-      Row("training", "nesterov", BoolCodec(), PS_OPTIMIZER(nesterov)),
-      Row("training", "beta1", NumberCodec(), PS_OPTIMIZER(beta1)),
-      Row("training", "beta2", NumberCodec(), PS_OPTIMIZER(beta2)),
+      Row("training", "base_lr", PositiveCodec(), 0.1, PS_OPTIMIZER(base_lr)),
+      Row("training", "momentum", NumberCodec(), 0.9, PS_OPTIMIZER(momentum)),
+      Row("training", "nesterov", BoolCodec(), false, PS_OPTIMIZER(nesterov)),
+      Row("training", "beta1", NumberCodec(), 0.9, PS_OPTIMIZER(beta1)),
+      Row("training", "beta2", NumberCodec(), 0.999, PS_OPTIMIZER(beta2)),
       // Optional: unset (0) means the optimizer's default, 1e-8 (AdaGrad
       // 1e-10); an explicit value must be > 0.
       [] {
-        Key key =
-            Row("training", "epsilon", PositiveCodec(), PS_OPTIMIZER(epsilon));
+        Key key = Row("training", "epsilon", PositiveCodec(), 0,
+                      PS_OPTIMIZER(epsilon));
         auto emit = key.emit;
         key.emit = [emit](const JobConfig& c, YAML::Emitter& out) {
-          if (c.optimizer.epsilon() != 0) emit(c, out);
+          if (c.training().optimizer().epsilon() != 0) emit(c, out);
         };
         return key;
       }(),
-      Row("training", "weight_decay", NumberCodec(),
+      Row("training", "weight_decay", NumberCodec(), 0,
           PS_OPTIMIZER(weight_decay)),
-      Row("training", "adagrad_init", NumberCodec(),
+      Row("training", "adagrad_init", NumberCodec(), 0.1,
           PS_OPTIMIZER(adagrad_init)),
-      Row("training", "lr_schedule", EnumCodec(ScheduleNames()),
+      Row("training", "lr_schedule", EnumCodec(ScheduleNames()), OC::CONSTANT,
           PS_OPTIMIZER(schedule)),
-      Row("training", "warmup_steps", IntCodec<uint64_t>(),
+      Row("training", "warmup_steps", IntCodec<uint64_t>(), 0,
           PS_OPTIMIZER(warmup_steps)),
-      Row("training", "step_size", IntCodec<uint64_t>(),
+      Row("training", "step_size", IntCodec<uint64_t>(), 0,
           PS_OPTIMIZER(step_size)),
-      Row("training", "gamma", NumberCodec(), PS_OPTIMIZER(gamma)),
-      Row("training", "min_lr_ratio", NumberCodec(),
+      Row("training", "gamma", NumberCodec(), 0.1, PS_OPTIMIZER(gamma)),
+      Row("training", "min_lr_ratio", NumberCodec(), 0,
           PS_OPTIMIZER(min_lr_ratio)),
-      Row("training", "lr_scaling", EnumCodec(ScalingNames()),
+      Row("training", "lr_scaling", EnumCodec(ScalingNames()), false,
           PS_OPTIMIZER(linear_scaling)),
-      Row("training", "reference_batch", IntCodec<uint64_t>(),
+      Row("training", "reference_batch", IntCodec<uint64_t>(), 256,
           PS_OPTIMIZER(reference_batch)),
-      Row("training", "local_batch", IntCodec<int64_t>(),
-          PS_MEMBER(local_batch)),
-      Row("training", "grad_accum_steps", IntCodec<int64_t>(),
-          PS_MEMBER(grad_accum_steps)),
-      Row("training", "steps", IntCodec<int64_t>(), PS_MEMBER(steps)),
+      Row("training", "local_batch", IntCodec<int64_t>(), 32,
+          PS_FIELD(training, local_batch)),
+      Row("training", "grad_accum_steps", IntCodec<int64_t>(), 1,
+          PS_FIELD(training, grad_accum_steps)),
+      Row("training", "steps", IntCodec<int64_t>(), 200,
+          PS_FIELD(training, steps)),
 
-      Row("model", "type", EnumCodec(ModelTypeNames()), PS_MEMBER(model.type)),
-      Row("model", "input_dim", IntCodec<int64_t>(),
-          PS_MEMBER(model.input_dim)),
-      Row("model", "num_classes", IntCodec<int64_t>(),
-          PS_MEMBER(model.num_classes)),
-      Row("model", "hidden", IntListCodec(), PS_MEMBER(model.hidden)),
+      Row("model", "type", EnumCodec(ModelTypeNames()), ModelConfig::MLP,
+          PS_FIELD(model, type)),
+      Row("model", "input_dim", IntCodec<int64_t>(), 32,
+          PS_FIELD(model, input_dim)),
+      Row("model", "num_classes", IntCodec<int64_t>(), 4,
+          PS_FIELD(model, num_classes)),
+      Row("model", "hidden", IntListCodec(), {64}, PS_LIST(model, hidden)),
       Row("model", "activation", EnumCodec(ActivationNames()),
-          PS_MEMBER(model.activation)),
-      Row("model", "classifier", BoolCodec(), PS_MEMBER(model.classifier)),
-      Row("model", "seed", IntCodec<uint64_t>(), PS_MEMBER(model.seed)),
-      Row("model", "init_value", FloatCodec(), PS_MEMBER(model.init_value)),
+          ModelConfig::RELU, PS_FIELD(model, activation)),
+      Row("model", "classifier", BoolCodec(), true,
+          PS_FIELD(model, classifier)),
+      Row("model", "seed", IntCodec<uint64_t>(), 1, PS_FIELD(model, seed)),
+      Row("model", "init_value", FloatCodec(), 0, PS_FIELD(model, init_value)),
 
-      Row("data", "source", EnumCodec(SourceNames()), PS_MEMBER(data.source)),
-      Row("data", "seed", IntCodec<uint64_t>(), PS_MEMBER(data.seed)),
-      Row("data", "num_features", IntCodec<int64_t>(),
-          PS_MEMBER(data.num_features)),
-      Row("data", "num_classes", IntCodec<int64_t>(),
-          PS_MEMBER(data.num_classes)),
-      Row("data", "noise", NumberCodec(), PS_MEMBER(data.noise)),
-      Row("data", "test_examples", IntCodec<int64_t>(),
-          PS_MEMBER(data.test_examples)),
-      Row("data", "targets", FloatListCodec(), PS_MEMBER(data.targets)),
-      Row("data", "num_categorical", IntCodec<int64_t>(),
-          PS_MEMBER(data.num_categorical)),
-      Row("data", "categories", IntCodec<int64_t>(),
-          PS_MEMBER(data.categories)),
-      Row("data", "missing_rate", NumberCodec(), PS_MEMBER(data.missing_rate)),
-      Row("data", "path", StringCodec(), PS_MEMBER(data.path)),
-      Row("data", "dir", StringCodec(), PS_MEMBER(data.dir)),
-      Row("data", "label_column", StringCodec(), PS_MEMBER(data.label_column)),
-      Row("data", "test_fraction", NumberCodec(),
-          PS_MEMBER(data.test_fraction)),
-      Row("data", "standardize", BoolCodec(), PS_MEMBER(data.standardize)),
+      Row("data", "source", EnumCodec(SourceNames()), DataConfig::SYNTHETIC,
+          PS_FIELD(data, source)),
+      Row("data", "seed", IntCodec<uint64_t>(), 7, PS_FIELD(data, seed)),
+      Row("data", "num_features", IntCodec<int64_t>(), 32,
+          PS_FIELD(data, num_features)),
+      Row("data", "num_classes", IntCodec<int64_t>(), 4,
+          PS_FIELD(data, num_classes)),
+      Row("data", "noise", NumberCodec(), 0.1, PS_FIELD(data, noise)),
+      Row("data", "test_examples", IntCodec<int64_t>(), 2000,
+          PS_FIELD(data, test_examples)),
+      Row("data", "targets", FloatListCodec(), {}, PS_LIST(data, targets)),
+      Row("data", "num_categorical", IntCodec<int64_t>(), 0,
+          PS_FIELD(data, num_categorical)),
+      Row("data", "categories", IntCodec<int64_t>(), 4,
+          PS_FIELD(data, categories)),
+      Row("data", "missing_rate", NumberCodec(), 0,
+          PS_FIELD(data, missing_rate)),
+      Row("data", "path", StringCodec(), "", PS_FIELD(data, path)),
+      Row("data", "dir", StringCodec(), ".cache/pstrain/datasets",
+          PS_FIELD(data, dir)),
+      Row("data", "label_column", StringCodec(), "label",
+          PS_FIELD(data, label_column)),
+      Row("data", "test_fraction", NumberCodec(), 0.2,
+          PS_FIELD(data, test_fraction)),
+      Row("data", "standardize", BoolCodec(), true,
+          PS_FIELD(data, standardize)),
 
-      Row("worker", "device", EnumCodec(DeviceNames()),
-          PS_MEMBER(worker.device)),
-      Row("worker", "compute_ms", NumberCodec(), PS_MEMBER(worker.compute_ms)),
-      Row("worker", "straggler_rank", IntCodec<int64_t>(-1),
-          PS_MEMBER(worker.straggler_rank)),
-      Row("worker", "straggler_factor", NumberCodec(),
-          PS_MEMBER(worker.straggler_factor)),
+      Row("worker", "device", EnumCodec(DeviceNames()), WorkerConfig::AUTO,
+          PS_FIELD(worker, device)),
+      Row("worker", "compute_ms", NumberCodec(), 0,
+          PS_FIELD(worker, compute_ms)),
+      Row("worker", "straggler_rank", IntCodec<int64_t>(-1), -1,
+          PS_FIELD(worker, straggler_rank)),
+      Row("worker", "straggler_factor", NumberCodec(), 1,
+          PS_FIELD(worker, straggler_factor)),
 
-      Row("allreduce", "segment_bytes", IntCodec<int64_t>(),
-          PS_MEMBER(allreduce.segment_bytes)),
+      Row("allreduce", "segment_bytes", IntCodec<int64_t>(), 1 << 20,
+          PS_FIELD(allreduce, segment_bytes)),
       Row("allreduce", "backend", EnumCodec(AllReduceBackendNames()),
-          PS_MEMBER(allreduce.backend)),
-      Row("allreduce", "timeout_s", PositiveCodec(),
-          PS_MEMBER(allreduce.timeout_s)),
+          AllReduceConfig::GRPC, PS_FIELD(allreduce, backend)),
+      Row("allreduce", "timeout_s", PositiveCodec(), 60,
+          PS_FIELD(allreduce, timeout_s)),
 
-      Row("evaluation", "every_steps", IntCodec<int64_t>(),
-          PS_MEMBER(eval_every)),
+      Row("evaluation", "every_steps", IntCodec<int64_t>(), 0,
+          PS_FIELD(evaluation, every_steps)),
 
-      Row("server", "chunk_bytes", IntCodec<int64_t>(), PS_MEMBER(chunk_bytes)),
+      Row("server", "chunk_bytes", IntCodec<int64_t>(), 0,
+          PS_FIELD(server, chunk_bytes)),
 
-      Row("checkpoint", "dir", StringCodec(), PS_MEMBER(checkpoint.dir)),
-      Row("checkpoint", "every_steps", IntCodec<int64_t>(),
-          PS_MEMBER(checkpoint.every_steps)),
-      Row("checkpoint", "every_seconds", NumberCodec(),
-          PS_MEMBER(checkpoint.every_seconds)),
-      Row("checkpoint", "keep", IntCodec<int64_t>(),
-          PS_MEMBER(checkpoint.keep)),
+      Row("checkpoint", "dir", StringCodec(), "", PS_FIELD(checkpoint, dir)),
+      Row("checkpoint", "every_steps", IntCodec<int64_t>(), 0,
+          PS_FIELD(checkpoint, every_steps)),
+      Row("checkpoint", "every_seconds", NumberCodec(), 0,
+          PS_FIELD(checkpoint, every_seconds)),
+      Row("checkpoint", "keep", IntCodec<int64_t>(), 0,
+          PS_FIELD(checkpoint, keep)),
 
-      Row("network", "rpc_timeout_s", PositiveCodec(),
-          PS_MEMBER(rpc_timeout_s)),
-      Row("network", "barrier_timeout_s", PositiveCodec(),
-          PS_MEMBER(barrier_timeout_s)),
-      Row("network", "startup_timeout_s", PositiveCodec(),
-          PS_MEMBER(startup_timeout_s)),
-      Row("network", "wire_dtype", EnumCodec(WireDtypeNames()),
-          PS_MEMBER(wire_dtype)),
-      Row("network", "tls_cert", StringCodec(), PS_MEMBER(tls_cert)),
-      Row("network", "tls_key", StringCodec(), PS_MEMBER(tls_key)),
-      Row("network", "tls_ca", StringCodec(), PS_MEMBER(tls_ca)),
-      Row("network", "token_file", StringCodec(), PS_MEMBER(token_file)),
+      Row("network", "rpc_timeout_s", PositiveCodec(), 30,
+          PS_FIELD(network, rpc_timeout_s)),
+      Row("network", "barrier_timeout_s", PositiveCodec(), 300,
+          PS_FIELD(network, barrier_timeout_s)),
+      Row("network", "startup_timeout_s", PositiveCodec(), 60,
+          PS_FIELD(network, startup_timeout_s)),
+      Row("network", "lease_s", PositiveCodec(), 5, PS_FIELD(network, lease_s)),
+      Row("network", "wire_dtype", EnumCodec(WireDtypeNames()), v1::DTYPE_F32,
+          PS_FIELD(network, wire_dtype)),
+      Row("network", "tls_cert", StringCodec(), "",
+          PS_FIELD(network, tls_cert)),
+      Row("network", "tls_key", StringCodec(), "", PS_FIELD(network, tls_key)),
+      Row("network", "tls_ca", StringCodec(), "", PS_FIELD(network, tls_ca)),
+      Row("network", "token_file", StringCodec(), "",
+          PS_FIELD(network, token_file)),
   };
   return *table;
 }
 
-#undef PS_MEMBER
+#undef PS_FIELD
+#undef PS_LIST
 #undef PS_OPTIMIZER
 
 // Section names in table order.
@@ -655,32 +714,19 @@ absl::Status Known(const std::string& key, const Names<T>& names,
 
 JobConfig DefaultJobConfig() {
   JobConfig config;
-  OptimizerConfig& o = config.optimizer;
-  o.set_kind(OptimizerConfig::SGD);
-  o.set_base_lr(0.1);
-  o.set_momentum(0.9);
-  o.set_nesterov(false);
-  o.set_beta1(0.9);
-  o.set_beta2(0.999);
-  // epsilon stays 0: the optimizer's own default (1e-8, AdaGrad 1e-10).
-  o.set_weight_decay(0);
-  o.set_adagrad_init(0.1);
-  o.set_schedule(OptimizerConfig::CONSTANT);
-  o.set_warmup_steps(0);
-  o.set_step_size(0);
-  o.set_gamma(0.1);
-  o.set_min_lr_ratio(0);
-  o.set_linear_scaling(false);
-  o.set_reference_batch(256);
+  for (const Key& key : KeyTable()) key.set_default(config);
   FinalizeJobConfig(&config);
   return config;
 }
 
 void FinalizeJobConfig(JobConfig* config) {
-  config->optimizer.set_total_steps(
-      static_cast<uint64_t>(std::max<int64_t>(config->steps, 0)));
-  config->optimizer.set_global_batch(static_cast<uint64_t>(std::max<int64_t>(
-      config->local_batch * config->workers * config->grad_accum_steps, 0)));
+  v1::TrainingConfig* t = config->mutable_training();
+  t->mutable_optimizer()->set_total_steps(
+      static_cast<uint64_t>(std::max<int64_t>(t->steps(), 0)));
+  t->mutable_optimizer()->set_global_batch(
+      static_cast<uint64_t>(std::max<int64_t>(
+          t->local_batch() * config->job().workers() * t->grad_accum_steps(),
+          0)));
 }
 
 absl::StatusOr<JobConfig> ParseJobConfig(const std::string& yaml_text,
@@ -711,14 +757,19 @@ absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
 }
 
 absl::Status ValidateJobConfig(const JobConfig& c) {
-  const OptimizerConfig& o = c.optimizer;
-  const ModelConfig& m = c.model;
-  const DataConfig& d = c.data;
-  PS_RETURN_IF_ERROR(AtLeast("job.workers", c.workers, 1));
-  PS_RETURN_IF_ERROR(AtLeast("job.servers", c.servers, 1));
+  const v1::JobSection& j = c.job();
+  const v1::TrainingConfig& t = c.training();
+  const OptimizerConfig& o = t.optimizer();
+  const ModelConfig& m = c.model();
+  const DataConfig& d = c.data();
+  const WorkerConfig& w = c.worker();
+  const AllReduceConfig& a = c.allreduce();
+  const v1::NetworkConfig& n = c.network();
+  PS_RETURN_IF_ERROR(AtLeast("job.workers", j.workers(), 1));
+  PS_RETURN_IF_ERROR(AtLeast("job.servers", j.servers(), 1));
 
-  PS_RETURN_IF_ERROR(Known("training.mode", ModeNames(), c.mode));
-  PS_RETURN_IF_ERROR(AtLeast("training.staleness", c.staleness, -1));
+  PS_RETURN_IF_ERROR(Known("training.mode", ModeNames(), t.mode()));
+  PS_RETURN_IF_ERROR(AtLeast("training.staleness", t.staleness(), -1));
   PS_RETURN_IF_ERROR(Known("training.optimizer", OptimizerNames(), o.kind()));
   PS_RETURN_IF_ERROR(Positive("training.base_lr", o.base_lr()));
   PS_RETURN_IF_ERROR(InRange("training.momentum", o.momentum(), 0, 1, false));
@@ -743,132 +794,147 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
     return KeyError("training.reference_batch",
                     "must be >= 1 with lr_scaling linear");
   }
-  PS_RETURN_IF_ERROR(AtLeast("training.local_batch", c.local_batch, 1));
+  PS_RETURN_IF_ERROR(AtLeast("training.local_batch", t.local_batch(), 1));
   PS_RETURN_IF_ERROR(
-      AtLeast("training.grad_accum_steps", c.grad_accum_steps, 1));
-  PS_RETURN_IF_ERROR(AtLeast("training.steps", c.steps, 1));
+      AtLeast("training.grad_accum_steps", t.grad_accum_steps(), 1));
+  PS_RETURN_IF_ERROR(AtLeast("training.steps", t.steps(), 1));
 
-  PS_RETURN_IF_ERROR(Known("model.type", ModelTypeNames(), m.type));
+  PS_RETURN_IF_ERROR(Known("model.type", ModelTypeNames(), m.type()));
   PS_RETURN_IF_ERROR(
-      Known("model.activation", ActivationNames(), m.activation));
-  PS_RETURN_IF_ERROR(AtLeast("model.num_classes", m.num_classes, 1));
-  for (size_t i = 0; i < m.hidden.size(); ++i) {
+      Known("model.activation", ActivationNames(), m.activation()));
+  PS_RETURN_IF_ERROR(AtLeast("model.num_classes", m.num_classes(), 1));
+  for (int i = 0; i < m.hidden_size(); ++i) {
     PS_RETURN_IF_ERROR(
-        AtLeast(absl::StrCat("model.hidden[", i, "]"), m.hidden[i], 1));
+        AtLeast(absl::StrCat("model.hidden[", i, "]"), m.hidden(i), 1));
   }
-  PS_RETURN_IF_ERROR(Known("data.source", SourceNames(), d.source));
-  PS_RETURN_IF_ERROR(AtLeast("data.num_classes", d.num_classes, 1));
-  PS_RETURN_IF_ERROR(AtLeast("data.test_examples", d.test_examples, 0));
-  PS_RETURN_IF_ERROR(NonNegative("data.noise", d.noise));
-  if (m.type == "scalar") {
-    if (d.targets.empty()) {
+  PS_RETURN_IF_ERROR(Known("data.source", SourceNames(), d.source()));
+  PS_RETURN_IF_ERROR(AtLeast("data.num_classes", d.num_classes(), 1));
+  PS_RETURN_IF_ERROR(AtLeast("data.test_examples", d.test_examples(), 0));
+  PS_RETURN_IF_ERROR(NonNegative("data.noise", d.noise()));
+  if (m.type() == ModelConfig::SCALAR) {
+    if (d.targets().empty()) {
       return KeyError("data.targets",
                       "must be non-empty for model.type scalar");
     }
   } else {
-    PS_RETURN_IF_ERROR(AtLeast("model.input_dim", m.input_dim, 1));
+    PS_RETURN_IF_ERROR(AtLeast("model.input_dim", m.input_dim(), 1));
     // File data knows its width only once loaded; the worker checks then.
-    if (d.source == "synthetic" && m.input_dim != d.num_features) {
+    if (d.source() == DataConfig::SYNTHETIC &&
+        m.input_dim() != d.num_features()) {
       return KeyError(
           "model.input_dim",
-          absl::StrCat("is ", m.input_dim, " but data.num_features is ",
-                       d.num_features, "; they must match"));
+          absl::StrCat("is ", m.input_dim(), " but data.num_features is ",
+                       d.num_features(), "; they must match"));
     }
   }
-  PS_RETURN_IF_ERROR(AtLeast("data.num_categorical", d.num_categorical, 0));
-  if (d.num_categorical > d.num_features) {
+  PS_RETURN_IF_ERROR(AtLeast("data.num_categorical", d.num_categorical(), 0));
+  if (d.num_categorical() > d.num_features()) {
     return KeyError(
         "data.num_categorical",
-        absl::StrCat("is ", d.num_categorical,
-                     " but data.num_features is only ", d.num_features));
+        absl::StrCat("is ", d.num_categorical(),
+                     " but data.num_features is only ", d.num_features()));
   }
-  PS_RETURN_IF_ERROR(AtLeast("data.categories", d.categories, 2));
-  PS_RETURN_IF_ERROR(InRange("data.missing_rate", d.missing_rate, 0, 1, false));
+  PS_RETURN_IF_ERROR(AtLeast("data.categories", d.categories(), 2));
   PS_RETURN_IF_ERROR(
-      InRange("data.test_fraction", d.test_fraction, 0, 1, false));
-  if ((d.source == "csv" || d.source == "libsvm") && d.path.empty()) {
-    return KeyError("data.path",
-                    absl::StrCat("is required with data.source ", d.source));
+      InRange("data.missing_rate", d.missing_rate(), 0, 1, false));
+  PS_RETURN_IF_ERROR(
+      InRange("data.test_fraction", d.test_fraction(), 0, 1, false));
+  if ((d.source() == DataConfig::CSV || d.source() == DataConfig::LIBSVM) &&
+      d.path().empty()) {
+    return KeyError("data.path", absl::StrCat("is required with data.source ",
+                                              ConfigName(d.source())));
   }
-  PS_RETURN_IF_ERROR(Known("worker.device", DeviceNames(), c.worker.device));
-  PS_RETURN_IF_ERROR(NonNegative("worker.compute_ms", c.worker.compute_ms));
-  if (c.worker.straggler_rank < -1 || c.worker.straggler_rank >= c.workers) {
+  PS_RETURN_IF_ERROR(Known("worker.device", DeviceNames(), w.device()));
+  PS_RETURN_IF_ERROR(NonNegative("worker.compute_ms", w.compute_ms()));
+  if (w.straggler_rank() < -1 || w.straggler_rank() >= j.workers()) {
     return KeyError(
         "worker.straggler_rank",
         absl::StrCat("must be -1 (none) or a rank below job.workers (",
-                     c.workers, "), got ", c.worker.straggler_rank));
+                     j.workers(), "), got ", w.straggler_rank()));
   }
-  if (!(c.worker.straggler_factor >= 1)) {
-    return KeyError(
-        "worker.straggler_factor",
-        absl::StrCat("must be >= 1, got ", c.worker.straggler_factor));
+  if (!(w.straggler_factor() >= 1)) {
+    return KeyError("worker.straggler_factor",
+                    absl::StrCat("must be >= 1, got ", w.straggler_factor()));
   }
-  PS_RETURN_IF_ERROR(AtLeast("training.backup_workers", c.backup_workers, 0));
-  if (c.backup_workers > 0 &&
-      (c.mode != v1::MODE_SYNC || c.backup_workers >= c.workers)) {
+  PS_RETURN_IF_ERROR(AtLeast("training.backup_workers", t.backup_workers(), 0));
+  if (t.backup_workers() > 0 &&
+      (t.mode() != v1::MODE_SYNC || t.backup_workers() >= j.workers())) {
     return KeyError("training.backup_workers",
                     absl::StrCat("needs mode sync and fewer than job.workers (",
-                                 c.workers, "), got ", c.backup_workers));
+                                 j.workers(), "), got ", t.backup_workers()));
   }
-  if ((c.staleness_aware_lr || c.dc_lambda != 0) && c.mode != v1::MODE_ASYNC) {
-    return KeyError(c.staleness_aware_lr ? "training.staleness_aware_lr"
-                                         : "training.dc_lambda",
+  if ((t.staleness_aware_lr() || t.dc_lambda() != 0) &&
+      t.mode() != v1::MODE_ASYNC) {
+    return KeyError(t.staleness_aware_lr() ? "training.staleness_aware_lr"
+                                           : "training.dc_lambda",
                     "applies to mode async only");
   }
-  PS_RETURN_IF_ERROR(NonNegative("training.dc_lambda", c.dc_lambda));
-  if (c.allreduce.segment_bytes < 4096 ||
-      c.allreduce.segment_bytes > (4 << 20) || c.allreduce.segment_bytes % 4) {
+  PS_RETURN_IF_ERROR(NonNegative("training.dc_lambda", t.dc_lambda()));
+  if (a.segment_bytes() < 4096 || a.segment_bytes() > (4 << 20) ||
+      a.segment_bytes() % 4) {
     return KeyError(
         "allreduce.segment_bytes",
         absl::StrCat("must be a multiple of 4 in [4096, 4 MiB], got ",
-                     c.allreduce.segment_bytes));
+                     a.segment_bytes()));
   }
   PS_RETURN_IF_ERROR(
-      Known("allreduce.backend", AllReduceBackendNames(), c.allreduce.backend));
-  if (d.source == "synthetic" && m.num_classes != d.num_classes) {
+      Known("allreduce.backend", AllReduceBackendNames(), a.backend()));
+  if (d.source() == DataConfig::SYNTHETIC &&
+      m.num_classes() != d.num_classes()) {
     return KeyError(
         "model.num_classes",
-        absl::StrCat("is ", m.num_classes, " but data.num_classes is ",
-                     d.num_classes, "; they must match"));
+        absl::StrCat("is ", m.num_classes(), " but data.num_classes is ",
+                     d.num_classes(), "; they must match"));
   }
 
-  PS_RETURN_IF_ERROR(AtLeast("evaluation.every_steps", c.eval_every, 0));
-  if (c.chunk_bytes != 0 &&
-      (c.chunk_bytes < 64 || c.chunk_bytes > kMaxChunkBytes ||
-       c.chunk_bytes % 4 != 0)) {
-    return KeyError("server.chunk_bytes",
-                    absl::StrCat("must be 0 (automatic) or a multiple of 4 in "
-                                 "[64, ",
-                                 kMaxChunkBytes, "], got ", c.chunk_bytes));
+  PS_RETURN_IF_ERROR(
+      AtLeast("evaluation.every_steps", c.evaluation().every_steps(), 0));
+  if (c.server().chunk_bytes() != 0 &&
+      (c.server().chunk_bytes() < 64 ||
+       c.server().chunk_bytes() > kMaxChunkBytes ||
+       c.server().chunk_bytes() % 4 != 0)) {
+    return KeyError(
+        "server.chunk_bytes",
+        absl::StrCat("must be 0 (automatic) or a multiple of 4 in "
+                     "[64, ",
+                     kMaxChunkBytes, "], got ", c.server().chunk_bytes()));
   }
+  const v1::CheckpointConfig& k = c.checkpoint();
+  PS_RETURN_IF_ERROR(AtLeast("checkpoint.every_steps", k.every_steps(), 0));
   PS_RETURN_IF_ERROR(
-      AtLeast("checkpoint.every_steps", c.checkpoint.every_steps, 0));
-  PS_RETURN_IF_ERROR(
-      NonNegative("checkpoint.every_seconds", c.checkpoint.every_seconds));
-  PS_RETURN_IF_ERROR(AtLeast("checkpoint.keep", c.checkpoint.keep, 0));
-  if (c.checkpoint.every_steps > 0 || c.checkpoint.every_seconds > 0) {
-    if (c.mode == pstrain::v1::MODE_ASYNC) {
-      return KeyError(c.checkpoint.every_steps > 0 ? "checkpoint.every_steps"
-                                                   : "checkpoint.every_seconds",
+      NonNegative("checkpoint.every_seconds", k.every_seconds()));
+  PS_RETURN_IF_ERROR(AtLeast("checkpoint.keep", k.keep(), 0));
+  if (k.every_steps() > 0 || k.every_seconds() > 0) {
+    const char* key = k.every_steps() > 0 ? "checkpoint.every_steps"
+                                          : "checkpoint.every_seconds";
+    if (t.mode() == v1::MODE_ASYNC) {
+      return KeyError(key,
                       "checkpoints in mode async are not supported yet "
                       "(only sync)");
     }
-    if (c.mode == pstrain::v1::MODE_ALLREDUCE) {
-      return KeyError(c.checkpoint.every_steps > 0 ? "checkpoint.every_steps"
-                                                   : "checkpoint.every_seconds",
-                      "mode allreduce has no servers to checkpoint");
+    if (t.mode() == v1::MODE_ALLREDUCE) {
+      return KeyError(key, "mode allreduce has no servers to checkpoint");
     }
   }
-  PS_RETURN_IF_ERROR(Positive("network.rpc_timeout_s", c.rpc_timeout_s));
+  PS_RETURN_IF_ERROR(Positive("network.rpc_timeout_s", n.rpc_timeout_s()));
   PS_RETURN_IF_ERROR(
-      Positive("network.barrier_timeout_s", c.barrier_timeout_s));
+      Positive("network.barrier_timeout_s", n.barrier_timeout_s()));
   PS_RETURN_IF_ERROR(
-      Positive("network.startup_timeout_s", c.startup_timeout_s));
+      Positive("network.startup_timeout_s", n.startup_timeout_s()));
+  PS_RETURN_IF_ERROR(Positive("network.lease_s", n.lease_s()));
   PS_RETURN_IF_ERROR(
-      Known("network.wire_dtype", WireDtypeNames(), c.wire_dtype));
-  if (c.tls_cert.empty() != c.tls_key.empty()) {
-    return KeyError(c.tls_cert.empty() ? "network.tls_cert" : "network.tls_key",
-                    "network.tls_cert and network.tls_key go together");
+      Known("network.wire_dtype", WireDtypeNames(), n.wire_dtype()));
+  PS_RETURN_IF_ERROR(
+      Known("training.on_failure", OnFailureNames(), t.on_failure()));
+  if (t.on_failure() != v1::TrainingConfig::FAIL) {
+    return KeyError("training.on_failure",
+                    absl::StrCat("'", ConfigName(t.on_failure()),
+                                 "' is not implemented yet; use 'fail'"));
+  }
+  if (n.tls_cert().empty() != n.tls_key().empty()) {
+    return KeyError(
+        n.tls_cert().empty() ? "network.tls_cert" : "network.tls_key",
+        "network.tls_cert and network.tls_key go together");
   }
   return absl::OkStatus();
 }
@@ -895,6 +961,31 @@ absl::StatusOr<int64_t> ParseStaleness(absl::string_view text) {
         absl::StrCat("expected an integer >= 0 or 'inf', got '", text, "'"));
   }
   return value;
+}
+
+const std::string& ConfigName(ModelConfig::ModelType value) {
+  return NameOrUnspecified(ModelTypeNames(), value);
+}
+const std::string& ConfigName(ModelConfig::Activation value) {
+  return NameOrUnspecified(ActivationNames(), value);
+}
+const std::string& ConfigName(DataConfig::DataSource value) {
+  return NameOrUnspecified(SourceNames(), value);
+}
+const std::string& ConfigName(WorkerConfig::Device value) {
+  return NameOrUnspecified(DeviceNames(), value);
+}
+const std::string& ConfigName(AllReduceConfig::Backend value) {
+  return NameOrUnspecified(AllReduceBackendNames(), value);
+}
+const std::string& ConfigName(v1::ConsistencyMode value) {
+  return NameOrUnspecified(ModeNames(), value);
+}
+const std::string& ConfigName(v1::TrainingConfig::OnFailure value) {
+  return NameOrUnspecified(OnFailureNames(), value);
+}
+const std::string& ConfigName(v1::DType value) {
+  return NameOrUnspecified(WireDtypeNames(), value);
 }
 
 std::vector<std::string> ConfigKeys() {

@@ -16,63 +16,36 @@ namespace pstrain {
 namespace {
 
 using ::pstrain::v1::OptimizerConfig;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-// Field-by-field equality, so a failure names the field that differs.
+// Every field: a failure prints both configs as text, field by field.
 void ExpectSameConfig(const JobConfig& a, const JobConfig& b) {
-  EXPECT_EQ(a.name, b.name);
-  EXPECT_EQ(a.workers, b.workers);
-  EXPECT_EQ(a.servers, b.servers);
-  EXPECT_EQ(a.mode, b.mode);
-  EXPECT_EQ(a.staleness, b.staleness);
-  EXPECT_EQ(a.optimizer.DebugString(), b.optimizer.DebugString());
-  EXPECT_EQ(a.local_batch, b.local_batch);
-  EXPECT_EQ(a.grad_accum_steps, b.grad_accum_steps);
-  EXPECT_EQ(a.steps, b.steps);
-  EXPECT_EQ(a.model.type, b.model.type);
-  EXPECT_EQ(a.model.input_dim, b.model.input_dim);
-  EXPECT_EQ(a.model.num_classes, b.model.num_classes);
-  EXPECT_EQ(a.model.hidden, b.model.hidden);
-  EXPECT_EQ(a.model.activation, b.model.activation);
-  EXPECT_EQ(a.model.classifier, b.model.classifier);
-  EXPECT_EQ(a.model.seed, b.model.seed);
-  EXPECT_EQ(a.model.init_value, b.model.init_value);
-  EXPECT_EQ(a.data.source, b.data.source);
-  EXPECT_EQ(a.data.seed, b.data.seed);
-  EXPECT_EQ(a.data.num_features, b.data.num_features);
-  EXPECT_EQ(a.data.num_classes, b.data.num_classes);
-  EXPECT_EQ(a.data.noise, b.data.noise);
-  EXPECT_EQ(a.data.test_examples, b.data.test_examples);
-  EXPECT_EQ(a.data.targets, b.data.targets);
-  EXPECT_EQ(a.data.num_categorical, b.data.num_categorical);
-  EXPECT_EQ(a.data.categories, b.data.categories);
-  EXPECT_EQ(a.data.missing_rate, b.data.missing_rate);
-  EXPECT_EQ(a.data.path, b.data.path);
-  EXPECT_EQ(a.data.dir, b.data.dir);
-  EXPECT_EQ(a.data.label_column, b.data.label_column);
-  EXPECT_EQ(a.data.test_fraction, b.data.test_fraction);
-  EXPECT_EQ(a.data.standardize, b.data.standardize);
-  EXPECT_EQ(a.worker.device, b.worker.device);
-  EXPECT_EQ(a.eval_every, b.eval_every);
-  EXPECT_EQ(a.chunk_bytes, b.chunk_bytes);
-  EXPECT_EQ(a.checkpoint.dir, b.checkpoint.dir);
-  EXPECT_EQ(a.checkpoint.every_steps, b.checkpoint.every_steps);
-  EXPECT_EQ(a.checkpoint.every_seconds, b.checkpoint.every_seconds);
-  EXPECT_EQ(a.checkpoint.keep, b.checkpoint.keep);
-  EXPECT_EQ(a.rpc_timeout_s, b.rpc_timeout_s);
-  EXPECT_EQ(a.barrier_timeout_s, b.barrier_timeout_s);
-  EXPECT_EQ(a.startup_timeout_s, b.startup_timeout_s);
+  EXPECT_EQ(a.DebugString(), b.DebugString());
 }
 
 TEST(JobConfigTest, DefaultsAreFinalizedAndValid) {
   JobConfig c = DefaultJobConfig();
-  EXPECT_EQ(c.optimizer.kind(), OptimizerConfig::SGD);
-  EXPECT_EQ(c.optimizer.base_lr(), 0.1);
-  EXPECT_EQ(c.optimizer.schedule(), OptimizerConfig::CONSTANT);
-  EXPECT_EQ(c.optimizer.reference_batch(), 256u);
-  EXPECT_EQ(c.optimizer.total_steps(), 200u);
-  EXPECT_EQ(c.optimizer.global_batch(), 64u);  // 32 x 2 workers x 1
+  EXPECT_EQ(c.training().optimizer().kind(), OptimizerConfig::SGD);
+  EXPECT_EQ(c.training().optimizer().base_lr(), 0.1);
+  EXPECT_EQ(c.training().optimizer().schedule(), OptimizerConfig::CONSTANT);
+  EXPECT_EQ(c.training().optimizer().reference_batch(), 256u);
+  EXPECT_EQ(c.training().optimizer().total_steps(), 200u);
+  EXPECT_EQ(c.training().optimizer().global_batch(),
+            64u);  // 32 x 2 workers x 1
   EXPECT_TRUE(ValidateJobConfig(c).ok());
+}
+
+// A config that never went through DefaultJobConfig (e.g. a JobSpec without
+// its config) has UNSPECIFIED enums and zero counts: validation rejects it.
+TEST(JobConfigTest, BareMessageIsInvalid) {
+  absl::Status status = ValidateJobConfig(JobConfig());
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("job.workers"));
+  JobConfig c = DefaultJobConfig();
+  c.mutable_data()->clear_source();
+  EXPECT_THAT(std::string(ValidateJobConfig(c).message()),
+              HasSubstr("data.source: must be one of synthetic, digits"));
 }
 
 TEST(JobConfigTest, EmptyTextAndEmptySectionsGiveDefaults) {
@@ -120,12 +93,12 @@ network: {rpc_timeout_s: 5, barrier_timeout_s: 7.5, startup_timeout_s: 9}
   absl::StatusOr<JobConfig> parsed = ParseJobConfig(text, "job.yaml");
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   const JobConfig& c = *parsed;
-  const OptimizerConfig& o = c.optimizer;
-  EXPECT_EQ(c.name, "big");
-  EXPECT_EQ(c.workers, 4);
-  EXPECT_EQ(c.servers, 3);
-  EXPECT_EQ(c.mode, v1::MODE_ASYNC);
-  EXPECT_EQ(c.staleness, -1);
+  const OptimizerConfig& o = c.training().optimizer();
+  EXPECT_EQ(c.job().name(), "big");
+  EXPECT_EQ(c.job().workers(), 4);
+  EXPECT_EQ(c.job().servers(), 3);
+  EXPECT_EQ(c.training().mode(), v1::MODE_ASYNC);
+  EXPECT_EQ(c.training().staleness(), -1);
   EXPECT_EQ(o.kind(), OptimizerConfig::ADAMW);
   EXPECT_EQ(o.base_lr(), 0.002);
   EXPECT_EQ(o.momentum(), 0.8);
@@ -142,99 +115,110 @@ network: {rpc_timeout_s: 5, barrier_timeout_s: 7.5, startup_timeout_s: 9}
   EXPECT_EQ(o.min_lr_ratio(), 0.1);
   EXPECT_TRUE(o.linear_scaling());
   EXPECT_EQ(o.reference_batch(), 128u);
-  EXPECT_EQ(c.local_batch, 8);
-  EXPECT_EQ(c.grad_accum_steps, 3);
-  EXPECT_EQ(c.steps, 90);
+  EXPECT_EQ(c.training().local_batch(), 8);
+  EXPECT_EQ(c.training().grad_accum_steps(), 3);
+  EXPECT_EQ(c.training().steps(), 90);
   EXPECT_EQ(o.total_steps(), 90u);
   EXPECT_EQ(o.global_batch(), 96u);  // 8 x 4 workers x 3
-  EXPECT_EQ(c.model.type, "softmax");
-  EXPECT_EQ(c.model.input_dim, 10);
-  EXPECT_EQ(c.model.num_classes, 3);
-  EXPECT_TRUE(c.model.hidden.empty());
-  EXPECT_EQ(c.model.activation, "gelu");
-  EXPECT_FALSE(c.model.classifier);
-  EXPECT_EQ(c.model.seed, 9u);
-  EXPECT_EQ(c.model.init_value, -1.5f);
-  EXPECT_EQ(c.data.seed, 11u);
-  EXPECT_EQ(c.data.num_features, 10);
-  EXPECT_EQ(c.data.num_classes, 3);
-  EXPECT_EQ(c.data.noise, 0.25);
-  EXPECT_EQ(c.data.test_examples, 100);
-  EXPECT_EQ(c.data.targets, (std::vector<float>{1.0f, 2.5f}));
-  EXPECT_EQ(c.data.num_categorical, 2);
-  EXPECT_EQ(c.data.categories, 3);
-  EXPECT_EQ(c.data.missing_rate, 0.05);
-  EXPECT_EQ(c.data.path, "x.csv");
-  EXPECT_EQ(c.data.dir, "/d");
-  EXPECT_EQ(c.data.label_column, "y");
-  EXPECT_EQ(c.data.test_fraction, 0.3);
-  EXPECT_FALSE(c.data.standardize);
-  EXPECT_EQ(c.worker.device, "cpu");
-  EXPECT_EQ(c.eval_every, 10);
-  EXPECT_EQ(c.chunk_bytes, 4096);
-  EXPECT_EQ(c.rpc_timeout_s, 5);
-  EXPECT_EQ(c.barrier_timeout_s, 7.5);
-  EXPECT_EQ(c.startup_timeout_s, 9);
+  EXPECT_EQ(c.model().type(), ModelConfig::SOFTMAX);
+  EXPECT_EQ(c.model().input_dim(), 10);
+  EXPECT_EQ(c.model().num_classes(), 3);
+  EXPECT_TRUE(c.model().hidden().empty());
+  EXPECT_EQ(c.model().activation(), ModelConfig::GELU);
+  EXPECT_FALSE(c.model().classifier());
+  EXPECT_EQ(c.model().seed(), 9u);
+  EXPECT_EQ(c.model().init_value(), -1.5f);
+  EXPECT_EQ(c.data().seed(), 11u);
+  EXPECT_EQ(c.data().num_features(), 10);
+  EXPECT_EQ(c.data().num_classes(), 3);
+  EXPECT_EQ(c.data().noise(), 0.25);
+  EXPECT_EQ(c.data().test_examples(), 100);
+  EXPECT_THAT(c.data().targets(), ElementsAre(1.0f, 2.5f));
+  EXPECT_EQ(c.data().num_categorical(), 2);
+  EXPECT_EQ(c.data().categories(), 3);
+  EXPECT_EQ(c.data().missing_rate(), 0.05);
+  EXPECT_EQ(c.data().path(), "x.csv");
+  EXPECT_EQ(c.data().dir(), "/d");
+  EXPECT_EQ(c.data().label_column(), "y");
+  EXPECT_EQ(c.data().test_fraction(), 0.3);
+  EXPECT_FALSE(c.data().standardize());
+  EXPECT_EQ(c.worker().device(), WorkerConfig::CPU);
+  EXPECT_EQ(c.evaluation().every_steps(), 10);
+  EXPECT_EQ(c.server().chunk_bytes(), 4096);
+  EXPECT_EQ(c.network().rpc_timeout_s(), 5);
+  EXPECT_EQ(c.network().barrier_timeout_s(), 7.5);
+  EXPECT_EQ(c.network().startup_timeout_s(), 9);
   EXPECT_TRUE(ValidateJobConfig(c).ok()) << ValidateJobConfig(c);
 }
 
 TEST(JobConfigTest, FinalizeDerivesTotalStepsAndGlobalBatch) {
   JobConfig c = DefaultJobConfig();
-  c.steps = 17;
-  c.workers = 3;
-  c.local_batch = 5;
-  c.grad_accum_steps = 2;
+  c.mutable_training()->set_steps(17);
+  c.mutable_job()->set_workers(3);
+  c.mutable_training()->set_local_batch(5);
+  c.mutable_training()->set_grad_accum_steps(2);
   FinalizeJobConfig(&c);
-  EXPECT_EQ(c.optimizer.total_steps(), 17u);
-  EXPECT_EQ(c.optimizer.global_batch(), 30u);
+  EXPECT_EQ(c.training().optimizer().total_steps(), 17u);
+  EXPECT_EQ(c.training().optimizer().global_batch(), 30u);
 }
 
 TEST(JobConfigTest, YamlRoundTrips) {
   JobConfig c = DefaultJobConfig();
-  c.name = "round trip: yes";
-  c.workers = 5;
-  c.servers = 3;
-  c.mode = v1::MODE_ASYNC;
-  c.staleness = -1;
-  c.optimizer.set_kind(OptimizerConfig::ADAM);
-  c.optimizer.set_base_lr(0.0123456789);
-  c.optimizer.set_nesterov(true);
-  c.optimizer.set_beta2(0.9999);
-  c.optimizer.set_epsilon(1e-7);
-  c.optimizer.set_weight_decay(1.0 / 3.0);
-  c.optimizer.set_schedule(OptimizerConfig::COSINE);
-  c.optimizer.set_warmup_steps(12);
-  c.optimizer.set_min_lr_ratio(0.05);
-  c.optimizer.set_linear_scaling(true);
-  c.optimizer.set_reference_batch(512);
-  c.local_batch = 7;
-  c.grad_accum_steps = 4;
-  c.steps = 1234;
-  c.model = ModelConfig{"mlp", 20, 5, {16, 8}, "tanh", true, 42, 0.3f};
-  c.data.seed = 99;
-  c.data.num_features = 20;
-  c.data.num_classes = 5;
-  c.data.noise = 0.7;
-  c.data.test_examples = 0;
-  c.data.targets = {0.1f, -2.0f, 1e-3f};
-  c.data.num_categorical = 3;
-  c.data.categories = 7;
-  c.data.missing_rate = 0.125;
-  c.data.path = "/data/my table: v2.csv";
-  c.data.dir = "";
-  c.data.label_column = "# class";
-  c.data.test_fraction = 1.0 / 3.0;
-  c.data.standardize = false;
-  c.worker.device = "cuda";
-  c.eval_every = 25;
-  c.chunk_bytes = 1 << 20;
-  c.checkpoint.dir = "/ckpt dir";
-  c.checkpoint.every_steps = 10;
-  c.checkpoint.every_seconds = 1.5;
-  c.checkpoint.keep = 3;
-  c.rpc_timeout_s = 2.5;
-  c.barrier_timeout_s = 0.1;
-  c.startup_timeout_s = 600;
+  c.mutable_job()->set_name("round trip: yes");
+  c.mutable_job()->set_workers(5);
+  c.mutable_job()->set_servers(3);
+  c.mutable_training()->set_mode(v1::MODE_ASYNC);
+  c.mutable_training()->set_staleness(-1);
+  c.mutable_training()->mutable_optimizer()->set_kind(OptimizerConfig::ADAM);
+  c.mutable_training()->mutable_optimizer()->set_base_lr(0.0123456789);
+  c.mutable_training()->mutable_optimizer()->set_nesterov(true);
+  c.mutable_training()->mutable_optimizer()->set_beta2(0.9999);
+  c.mutable_training()->mutable_optimizer()->set_epsilon(1e-7);
+  c.mutable_training()->mutable_optimizer()->set_weight_decay(1.0 / 3.0);
+  c.mutable_training()->mutable_optimizer()->set_schedule(
+      OptimizerConfig::COSINE);
+  c.mutable_training()->mutable_optimizer()->set_warmup_steps(12);
+  c.mutable_training()->mutable_optimizer()->set_min_lr_ratio(0.05);
+  c.mutable_training()->mutable_optimizer()->set_linear_scaling(true);
+  c.mutable_training()->mutable_optimizer()->set_reference_batch(512);
+  c.mutable_training()->set_local_batch(7);
+  c.mutable_training()->set_grad_accum_steps(4);
+  c.mutable_training()->set_steps(1234);
+  ModelConfig* m = c.mutable_model();
+  m->set_type(ModelConfig::MLP);
+  m->set_input_dim(20);
+  m->set_num_classes(5);
+  SetList(m->mutable_hidden(), {16, 8});
+  m->set_activation(ModelConfig::TANH);
+  m->set_classifier(true);
+  m->set_seed(42);
+  m->set_init_value(0.3f);
+  c.mutable_data()->set_seed(99);
+  c.mutable_data()->set_num_features(20);
+  c.mutable_data()->set_num_classes(5);
+  c.mutable_data()->set_noise(0.7);
+  c.mutable_data()->set_test_examples(0);
+  SetList(c.mutable_data()->mutable_targets(), {0.1f, -2.0f, 1e-3f});
+  c.mutable_data()->set_num_categorical(3);
+  c.mutable_data()->set_categories(7);
+  c.mutable_data()->set_missing_rate(0.125);
+  c.mutable_data()->set_path("/data/my table: v2.csv");
+  c.mutable_data()->set_dir("");
+  c.mutable_data()->set_label_column("# class");
+  c.mutable_data()->set_test_fraction(1.0 / 3.0);
+  c.mutable_data()->set_standardize(false);
+  c.mutable_worker()->set_device(WorkerConfig::CUDA);
+  c.mutable_evaluation()->set_every_steps(25);
+  c.mutable_server()->set_chunk_bytes(1 << 20);
+  c.mutable_network()->set_rpc_timeout_s(2.5);
+  c.mutable_network()->set_barrier_timeout_s(0.1);
+  c.mutable_network()->set_startup_timeout_s(600);
+  c.mutable_checkpoint()->set_dir("/ckpt dir");
+  c.mutable_checkpoint()->set_every_steps(10);
+  c.mutable_checkpoint()->set_every_seconds(1.5);
+  c.mutable_checkpoint()->set_keep(3);
+  c.mutable_network()->set_lease_s(2.5);
+  c.mutable_network()->set_wire_dtype(v1::DTYPE_BF16);
   FinalizeJobConfig(&c);
 
   const std::string yaml = JobConfigToYaml(c);
@@ -243,10 +227,10 @@ TEST(JobConfigTest, YamlRoundTrips) {
   ExpectSameConfig(*back, c);
   EXPECT_THAT(yaml, HasSubstr("staleness: inf"));
 
-  c.staleness = 3;
+  c.mutable_training()->set_staleness(3);
   back = ParseJobConfig(JobConfigToYaml(c), "roundtrip");
   ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(back->staleness, 3);
+  EXPECT_EQ(back->training().staleness(), 3);
 
   back = ParseJobConfig(JobConfigToYaml(DefaultJobConfig()), "roundtrip");
   ASSERT_TRUE(back.ok()) << back.status();
@@ -345,72 +329,116 @@ struct BadConfig {
 
 TEST(JobConfigTest, ValidateErrorsNameTheKey) {
   const std::vector<BadConfig> cases = {
-      {[](JobConfig* c) { c->workers = 0; }, "job.workers"},
-      {[](JobConfig* c) { c->servers = 0; }, "job.servers"},
-      {[](JobConfig* c) { c->steps = 0; }, "training.steps"},
-      {[](JobConfig* c) { c->local_batch = 0; }, "training.local_batch"},
-      {[](JobConfig* c) { c->grad_accum_steps = 0; },
+      {[](JobConfig* c) { c->mutable_job()->set_workers(0); }, "job.workers"},
+      {[](JobConfig* c) { c->mutable_job()->set_servers(0); }, "job.servers"},
+      {[](JobConfig* c) { c->mutable_training()->set_steps(0); },
+       "training.steps"},
+      {[](JobConfig* c) { c->mutable_training()->set_local_batch(0); },
+       "training.local_batch"},
+      {[](JobConfig* c) { c->mutable_training()->set_grad_accum_steps(0); },
        "training.grad_accum_steps"},
-      {[](JobConfig* c) { c->staleness = -2; }, "training.staleness"},
-      {[](JobConfig* c) { c->mode = v1::MODE_UNSPECIFIED; }, "training.mode"},
+      {[](JobConfig* c) { c->mutable_training()->set_staleness(-2); },
+       "training.staleness"},
       {[](JobConfig* c) {
-         c->optimizer.set_kind(OptimizerConfig::KIND_UNSPECIFIED);
+         c->mutable_training()->set_mode(v1::MODE_UNSPECIFIED);
+       },
+       "training.mode"},
+      {[](JobConfig* c) {
+         c->mutable_training()->mutable_optimizer()->set_kind(
+             OptimizerConfig::KIND_UNSPECIFIED);
        },
        "training.optimizer"},
-      {[](JobConfig* c) { c->optimizer.set_base_lr(-1); }, "training.base_lr"},
-      {[](JobConfig* c) { c->optimizer.set_momentum(1.0); },
+      {[](JobConfig* c) {
+         c->mutable_training()->mutable_optimizer()->set_base_lr(-1);
+       },
+       "training.base_lr"},
+      {[](JobConfig* c) {
+         c->mutable_training()->mutable_optimizer()->set_momentum(1.0);
+       },
        "training.momentum"},
-      {[](JobConfig* c) { c->optimizer.set_beta2(-0.1); }, "training.beta2"},
-      {[](JobConfig* c) { c->optimizer.set_epsilon(-1); }, "training.epsilon"},
-      {[](JobConfig* c) { c->optimizer.set_weight_decay(-1); },
+      {[](JobConfig* c) {
+         c->mutable_training()->mutable_optimizer()->set_beta2(-0.1);
+       },
+       "training.beta2"},
+      {[](JobConfig* c) {
+         c->mutable_training()->mutable_optimizer()->set_epsilon(-1);
+       },
+       "training.epsilon"},
+      {[](JobConfig* c) {
+         c->mutable_training()->mutable_optimizer()->set_weight_decay(-1);
+       },
        "training.weight_decay"},
       {[](JobConfig* c) {
-         c->optimizer.set_schedule(OptimizerConfig::STEP);
-         c->optimizer.set_step_size(0);
+         c->mutable_training()->mutable_optimizer()->set_schedule(
+             OptimizerConfig::STEP);
+         c->mutable_training()->mutable_optimizer()->set_step_size(0);
        },
        "training.step_size"},
-      {[](JobConfig* c) { c->optimizer.set_min_lr_ratio(2); },
+      {[](JobConfig* c) {
+         c->mutable_training()->mutable_optimizer()->set_min_lr_ratio(2);
+       },
        "training.min_lr_ratio"},
       {[](JobConfig* c) {
-         c->optimizer.set_linear_scaling(true);
-         c->optimizer.set_reference_batch(0);
+         c->mutable_training()->mutable_optimizer()->set_linear_scaling(true);
+         c->mutable_training()->mutable_optimizer()->set_reference_batch(0);
        },
        "training.reference_batch"},
-      {[](JobConfig* c) { c->model.type = "cnn"; }, "model.type"},
       {[](JobConfig* c) {
-         c->model.hidden = {64, 0};
+         c->mutable_model()->set_type(ModelConfig::MODEL_TYPE_UNSPECIFIED);
+       },
+       "model.type"},
+      {[](JobConfig* c) {
+         SetList(c->mutable_model()->mutable_hidden(), {64, 0});
        },
        "model.hidden[1]"},
-      {[](JobConfig* c) { c->model.input_dim = 16; }, "model.input_dim"},
-      {[](JobConfig* c) { c->data.num_features = 16; }, "data.num_features"},
-      {[](JobConfig* c) { c->model.num_classes = 3; }, "model.num_classes"},
-      {[](JobConfig* c) { c->data.num_classes = 3; }, "data.num_classes"},
-      {[](JobConfig* c) { c->model.type = "scalar"; }, "data.targets"},
-      {[](JobConfig* c) { c->data.noise = -0.5; }, "data.noise"},
-      {[](JobConfig* c) { c->eval_every = -1; }, "evaluation.every_steps"},
-      {[](JobConfig* c) { c->chunk_bytes = 32; }, "server.chunk_bytes"},
-      {[](JobConfig* c) { c->chunk_bytes = 1002; }, "server.chunk_bytes"},
-      {[](JobConfig* c) { c->chunk_bytes = (4 << 20) + 4; },
+      {[](JobConfig* c) { c->mutable_model()->set_input_dim(16); },
+       "model.input_dim"},
+      {[](JobConfig* c) { c->mutable_data()->set_num_features(16); },
+       "data.num_features"},
+      {[](JobConfig* c) { c->mutable_model()->set_num_classes(3); },
+       "model.num_classes"},
+      {[](JobConfig* c) { c->mutable_data()->set_num_classes(3); },
+       "data.num_classes"},
+      {[](JobConfig* c) { c->mutable_model()->set_type(ModelConfig::SCALAR); },
+       "data.targets"},
+      {[](JobConfig* c) { c->mutable_data()->set_noise(-0.5); }, "data.noise"},
+      {[](JobConfig* c) { c->mutable_evaluation()->set_every_steps(-1); },
+       "evaluation.every_steps"},
+      {[](JobConfig* c) { c->mutable_server()->set_chunk_bytes(32); },
        "server.chunk_bytes"},
-      {[](JobConfig* c) { c->checkpoint.every_steps = -1; },
+      {[](JobConfig* c) { c->mutable_checkpoint()->set_every_steps(-1); },
        "checkpoint.every_steps"},
-      {[](JobConfig* c) { c->checkpoint.every_seconds = -1; },
+      {[](JobConfig* c) { c->mutable_checkpoint()->set_every_seconds(-1); },
        "checkpoint.every_seconds"},
-      {[](JobConfig* c) { c->checkpoint.keep = -1; }, "checkpoint.keep"},
+      {[](JobConfig* c) { c->mutable_checkpoint()->set_keep(-1); },
+       "checkpoint.keep"},
       {[](JobConfig* c) {
-         c->mode = pstrain::v1::MODE_ASYNC;
-         c->checkpoint.every_steps = 5;
+         c->mutable_training()->set_mode(v1::MODE_ASYNC);
+         c->mutable_checkpoint()->set_every_steps(5);
        },
        "checkpoints in mode async are not supported yet"},
       {[](JobConfig* c) {
-         c->mode = pstrain::v1::MODE_ALLREDUCE;
-         c->checkpoint.every_seconds = 5;
+         c->mutable_training()->set_mode(v1::MODE_ALLREDUCE);
+         c->mutable_checkpoint()->set_every_seconds(5);
        },
        "checkpoint.every_seconds"},
-      {[](JobConfig* c) { c->rpc_timeout_s = 0; }, "network.rpc_timeout_s"},
-      {[](JobConfig* c) { c->barrier_timeout_s = -1; },
+      {[](JobConfig* c) { c->mutable_network()->set_lease_s(0); },
+       "network.lease_s"},
+      {[](JobConfig* c) {
+         c->mutable_training()->set_on_failure(v1::TrainingConfig::ELASTIC);
+       },
+       "not implemented yet"},
+      {[](JobConfig* c) { c->mutable_server()->set_chunk_bytes(1002); },
+       "server.chunk_bytes"},
+      {[](JobConfig* c) {
+         c->mutable_server()->set_chunk_bytes((4 << 20) + 4);
+       },
+       "server.chunk_bytes"},
+      {[](JobConfig* c) { c->mutable_network()->set_rpc_timeout_s(0); },
+       "network.rpc_timeout_s"},
+      {[](JobConfig* c) { c->mutable_network()->set_barrier_timeout_s(-1); },
        "network.barrier_timeout_s"},
-      {[](JobConfig* c) { c->startup_timeout_s = 0; },
+      {[](JobConfig* c) { c->mutable_network()->set_startup_timeout_s(0); },
        "network.startup_timeout_s"},
   };
   for (const BadConfig& bad : cases) {
@@ -425,16 +453,17 @@ TEST(JobConfigTest, ValidateErrorsNameTheKey) {
 
 TEST(JobConfigTest, ValidateAcceptsBoundaryValues) {
   JobConfig c = DefaultJobConfig();
-  c.staleness = -1;
-  c.chunk_bytes = 64;
+  c.mutable_training()->set_staleness(-1);
+  c.mutable_server()->set_chunk_bytes(64);
   EXPECT_TRUE(ValidateJobConfig(c).ok());
-  c.chunk_bytes = 4 << 20;
+  c.mutable_server()->set_chunk_bytes(4 << 20);
   EXPECT_TRUE(ValidateJobConfig(c).ok());
   // A scalar model ignores input_dim / num_features.
-  c.model.type = "scalar";
-  c.model.input_dim = 1;
-  c.model.num_classes = c.data.num_classes = 1;
-  c.data.targets = {1, 3};
+  c.mutable_model()->set_type(ModelConfig::SCALAR);
+  c.mutable_model()->set_input_dim(1);
+  c.mutable_model()->set_num_classes(1);
+  c.mutable_data()->set_num_classes(1);
+  SetList(c.mutable_data()->mutable_targets(), {1, 3});
   EXPECT_TRUE(ValidateJobConfig(c).ok()) << ValidateJobConfig(c);
 }
 
@@ -463,7 +492,7 @@ TEST(JobConfigTest, LoadNamesTheFileInErrors) {
   }
   c = LoadJobConfig(path);
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->workers, 3);
+  EXPECT_EQ(c->job().workers(), 3);
   std::remove(path.c_str());
 }
 
@@ -492,46 +521,46 @@ TEST(JobConfigTest, ExampleConfigsParseAndValidate) {
 TEST(JobConfigTest, WorkedExampleConfig) {
   absl::StatusOr<JobConfig> c = LoadJobConfig("configs/worked_example.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->model.type, "scalar");
-  EXPECT_EQ(c->model.init_value, 2.0f);
-  EXPECT_EQ(c->data.targets, (std::vector<float>{1, 3, 5, 7}));
-  EXPECT_EQ(c->workers, 2);
-  EXPECT_EQ(c->servers, 1);
-  EXPECT_EQ(c->local_batch, 2);
-  EXPECT_EQ(c->steps, 1);
-  EXPECT_EQ(c->optimizer.kind(), OptimizerConfig::SGD);
-  EXPECT_EQ(c->optimizer.base_lr(), 0.1);
-  EXPECT_EQ(c->optimizer.global_batch(), 4u);
+  EXPECT_EQ(c->model().type(), ModelConfig::SCALAR);
+  EXPECT_EQ(c->model().init_value(), 2.0f);
+  EXPECT_THAT(c->data().targets(), ElementsAre(1, 3, 5, 7));
+  EXPECT_EQ(c->job().workers(), 2);
+  EXPECT_EQ(c->job().servers(), 1);
+  EXPECT_EQ(c->training().local_batch(), 2);
+  EXPECT_EQ(c->training().steps(), 1);
+  EXPECT_EQ(c->training().optimizer().kind(), OptimizerConfig::SGD);
+  EXPECT_EQ(c->training().optimizer().base_lr(), 0.1);
+  EXPECT_EQ(c->training().optimizer().global_batch(), 4u);
 }
 
 TEST(JobConfigTest, RealDataConfigs) {
   absl::StatusOr<JobConfig> c = LoadJobConfig("configs/digits.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->data.source, "digits");
-  EXPECT_EQ(c->data.dir, ".cache/pstrain/datasets");
-  EXPECT_EQ(c->mode, v1::MODE_SYNC);
-  EXPECT_EQ(c->workers, 4);
-  EXPECT_EQ(c->servers, 2);
-  EXPECT_EQ(c->model.input_dim, 64);
-  EXPECT_EQ(c->model.hidden, (std::vector<int64_t>{128}));
-  EXPECT_EQ(c->model.num_classes, 10);
-  EXPECT_EQ(c->optimizer.kind(), OptimizerConfig::MOMENTUM);
-  EXPECT_EQ(c->optimizer.schedule(), OptimizerConfig::COSINE);
-  EXPECT_GT(c->optimizer.warmup_steps(), 0u);
-  EXPECT_EQ(c->optimizer.global_batch(), 128u);
+  EXPECT_EQ(c->data().source(), DataConfig::DIGITS);
+  EXPECT_EQ(c->data().dir(), ".cache/pstrain/datasets");
+  EXPECT_EQ(c->training().mode(), v1::MODE_SYNC);
+  EXPECT_EQ(c->job().workers(), 4);
+  EXPECT_EQ(c->job().servers(), 2);
+  EXPECT_EQ(c->model().input_dim(), 64);
+  EXPECT_THAT(c->model().hidden(), ElementsAre(128));
+  EXPECT_EQ(c->model().num_classes(), 10);
+  EXPECT_EQ(c->training().optimizer().kind(), OptimizerConfig::MOMENTUM);
+  EXPECT_EQ(c->training().optimizer().schedule(), OptimizerConfig::COSINE);
+  EXPECT_GT(c->training().optimizer().warmup_steps(), 0u);
+  EXPECT_EQ(c->training().optimizer().global_batch(), 128u);
 
   c = LoadJobConfig("configs/breast_cancer.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->data.source, "breast_cancer");
-  EXPECT_EQ(c->model.input_dim, 30);
-  EXPECT_EQ(c->model.num_classes, 2);
+  EXPECT_EQ(c->data().source(), DataConfig::BREAST_CANCER);
+  EXPECT_EQ(c->model().input_dim(), 30);
+  EXPECT_EQ(c->model().num_classes(), 2);
 }
 
 TEST(JobConfigTest, AsyncConfigHasBoundedStaleness) {
   absl::StatusOr<JobConfig> c = LoadJobConfig("configs/async.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->mode, v1::MODE_ASYNC);
-  EXPECT_EQ(c->staleness, 2);
+  EXPECT_EQ(c->training().mode(), v1::MODE_ASYNC);
+  EXPECT_EQ(c->training().staleness(), 2);
 }
 
 // Issue 11 #6: AdaGrad's own epsilon default (1e-10) is what a job file
@@ -540,15 +569,15 @@ TEST(JobConfigTest, EpsilonUnsetMeansTheOptimizersDefault) {
   absl::StatusOr<JobConfig> c =
       ParseJobConfig("training:\n  optimizer: adagrad\n", "job.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->optimizer.epsilon(), 0);  // unset
+  EXPECT_EQ(c->training().optimizer().epsilon(), 0);  // unset
   EXPECT_TRUE(ValidateJobConfig(*c).ok());
   absl::StatusOr<std::unique_ptr<Optimizer>> adagrad =
-      Optimizer::Create(c->optimizer);
+      Optimizer::Create(c->training().optimizer());
   ASSERT_TRUE(adagrad.ok()) << adagrad.status();
   EXPECT_EQ((*adagrad)->config().epsilon(), 1e-10);
-  c->optimizer.set_kind(OptimizerConfig::ADAM);
+  c->mutable_training()->mutable_optimizer()->set_kind(OptimizerConfig::ADAM);
   absl::StatusOr<std::unique_ptr<Optimizer>> adam =
-      Optimizer::Create(c->optimizer);
+      Optimizer::Create(c->training().optimizer());
   ASSERT_TRUE(adam.ok()) << adam.status();
   EXPECT_EQ((*adam)->config().epsilon(), 1e-8);
   // Unset is omitted from the emitted YAML and stays unset.
@@ -562,11 +591,11 @@ TEST(JobConfigTest, EpsilonUnsetMeansTheOptimizersDefault) {
   absl::StatusOr<JobConfig> explicit_default =
       ParseJobConfig("training:\n  epsilon: 1e-10\n", "job.yaml");
   ASSERT_TRUE(explicit_default.ok()) << explicit_default.status();
-  EXPECT_EQ(explicit_default->optimizer.epsilon(), 1e-10);
+  EXPECT_EQ(explicit_default->training().optimizer().epsilon(), 1e-10);
   absl::StatusOr<JobConfig> back =
       ParseJobConfig(JobConfigToYaml(*explicit_default), "emitted");
   ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(back->optimizer.epsilon(), 1e-10);
+  EXPECT_EQ(back->training().optimizer().epsilon(), 1e-10);
 }
 
 TEST(ParseStalenessTest, CountsAndInf) {
@@ -585,9 +614,10 @@ TEST(ParseStalenessTest, CountsAndInf) {
 // can be set back through ApplyConfigOverride with its emitted value.
 TEST(ConfigOverrideTest, EveryEmittedKeyOverridesToItself) {
   JobConfig c = DefaultJobConfig();
-  c.optimizer.set_epsilon(1e-7);  // optional key: present when set
-  c.data.targets = {1, 3};
-  c.model.hidden = {16, 8};
+  c.mutable_training()->mutable_optimizer()->set_epsilon(
+      1e-7);  // optional key: present when set
+  SetList(c.mutable_data()->mutable_targets(), {1, 3});
+  SetList(c.mutable_model()->mutable_hidden(), {16, 8});
   const YAML::Node root = YAML::Load(JobConfigToYaml(c));
   size_t seen = 0;
   for (const std::string& key : ConfigKeys()) {
@@ -606,15 +636,15 @@ TEST(ConfigOverrideTest, EveryEmittedKeyOverridesToItself) {
 }
 
 TEST(JobConfigTest, WireDtype) {
-  EXPECT_EQ(DefaultJobConfig().wire_dtype, v1::DTYPE_F32);
+  EXPECT_EQ(DefaultJobConfig().network().wire_dtype(), v1::DTYPE_F32);
   absl::StatusOr<JobConfig> c =
       ParseJobConfig("network:\n  wire_dtype: bf16\n", "job.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->wire_dtype, v1::DTYPE_BF16);
+  EXPECT_EQ(c->network().wire_dtype(), v1::DTYPE_BF16);
   EXPECT_THAT(JobConfigToYaml(*c), HasSubstr("wire_dtype: bf16"));
   JobConfig d = DefaultJobConfig();
   ASSERT_TRUE(ApplyConfigOverride("network.wire_dtype", "fp16", &d).ok());
-  EXPECT_EQ(d.wire_dtype, v1::DTYPE_F16);
+  EXPECT_EQ(d.network().wire_dtype(), v1::DTYPE_F16);
   absl::StatusOr<JobConfig> bad =
       ParseJobConfig("network:\n  wire_dtype: int8\n", "job.yaml");
   ASSERT_FALSE(bad.ok());
@@ -625,13 +655,13 @@ TEST(JobConfigTest, WireDtype) {
 TEST(ConfigOverrideTest, SetsTypedValues) {
   JobConfig c = DefaultJobConfig();
   ASSERT_TRUE(ApplyConfigOverride("training.staleness", "inf", &c).ok());
-  EXPECT_EQ(c.staleness, -1);
+  EXPECT_EQ(c.training().staleness(), -1);
   ASSERT_TRUE(ApplyConfigOverride("training.mode", "allreduce", &c).ok());
-  EXPECT_EQ(c.mode, v1::MODE_ALLREDUCE);
+  EXPECT_EQ(c.training().mode(), v1::MODE_ALLREDUCE);
   ASSERT_TRUE(ApplyConfigOverride("model.hidden", "[16, 8]", &c).ok());
-  EXPECT_EQ(c.model.hidden, (std::vector<int64_t>{16, 8}));
+  EXPECT_THAT(c.model().hidden(), ElementsAre(16, 8));
   ASSERT_TRUE(ApplyConfigOverride("job.name", "", &c).ok());
-  EXPECT_EQ(c.name, "");
+  EXPECT_EQ(c.job().name(), "");
 }
 
 TEST(ConfigOverrideTest, ErrorsNameTheKeyAndLeaveTheConfig) {
@@ -690,11 +720,12 @@ TEST(ConfigOverrideTest, FlagErrorsNameTheFlag) {
                                   {"--steps", "training.steps", "7"}},
                                  &c)
                   .ok());
-  EXPECT_EQ(c.workers, 3);
-  EXPECT_EQ(c.steps, 7);
-  EXPECT_EQ(c.optimizer.total_steps(), 7u);  // finalized
-  EXPECT_EQ(c.optimizer.global_batch(),
-            static_cast<uint64_t>(3 * c.local_batch * c.grad_accum_steps));
+  EXPECT_EQ(c.job().workers(), 3);
+  EXPECT_EQ(c.training().steps(), 7);
+  EXPECT_EQ(c.training().optimizer().total_steps(), 7u);  // finalized
+  EXPECT_EQ(c.training().optimizer().global_batch(),
+            static_cast<uint64_t>(3 * c.training().local_batch() *
+                                  c.training().grad_accum_steps()));
 }
 
 }  // namespace

@@ -77,19 +77,21 @@ absl::Status Invalid(const std::string& field, const std::string& why) {
 absl::StatusOr<std::vector<TensorSpec>> ModelParamSpecs(
     const ModelConfig& config) {
   std::vector<TensorSpec> specs;
-  const uint64_t seed = config.seed;
-  if (config.type == "scalar") {
+  const uint64_t seed = config.seed();
+  if (config.type() == ModelConfig::SCALAR) {
     specs.push_back(MakeSpec("w", {1}, InitRule::CONSTANT, 0, seed));
-    specs.back().mutable_init()->set_value(config.init_value);
+    specs.back().mutable_init()->set_value(config.init_value());
     return specs;
   }
-  if (config.type != "linear" && config.type != "softmax" &&
-      config.type != "mlp") {
-    return Invalid("model.type",
-                   absl::StrCat("unknown model type '", config.type,
-                                "' (expected scalar, linear, softmax or mlp)"));
+  if (config.type() != ModelConfig::LINEAR &&
+      config.type() != ModelConfig::SOFTMAX &&
+      config.type() != ModelConfig::MLP) {
+    return Invalid(
+        "model.type",
+        absl::StrCat("unknown model type '", ConfigName(config.type()),
+                     "' (expected scalar, linear, softmax or mlp)"));
   }
-  const int64_t in = config.input_dim, out = config.num_classes;
+  const int64_t in = config.input_dim(), out = config.num_classes();
   if (in <= 0) {
     return Invalid("model.input_dim", absl::StrCat("must be > 0, got ", in));
   }
@@ -97,32 +99,33 @@ absl::StatusOr<std::vector<TensorSpec>> ModelParamSpecs(
     return Invalid("model.num_classes", absl::StrCat("must be > 0, got ", out));
   }
   const bool classifier =
-      config.type == "softmax" || (config.type == "mlp" && config.classifier);
+      config.type() == ModelConfig::SOFTMAX ||
+      (config.type() == ModelConfig::MLP && config.classifier());
   if (classifier && out < 2) {
     return Invalid("model.num_classes",
                    absl::StrCat("a classifier needs >= 2 classes, got ", out));
   }
-  if (config.type != "mlp") {
-    const std::string prefix = config.type;
+  if (config.type() != ModelConfig::MLP) {
+    const std::string prefix = ConfigName(config.type());
     specs.push_back(MakeSpec(prefix + "/weight", {in, out}, InitRule::UNIFORM,
                              1.0 / std::sqrt(static_cast<double>(in)), seed));
     specs.push_back(
         MakeSpec(prefix + "/bias", {out}, InitRule::ZEROS, 0, seed));
     return specs;
   }
-  const std::string& act = config.activation;
+  const std::string& act = ConfigName(config.activation());
   if (act != "relu" && act != "tanh" && act != "gelu") {
     return Invalid("model.activation",
                    absl::StrCat("unknown activation '", act,
                                 "' (expected relu, tanh or gelu)"));
   }
   std::vector<int64_t> widths = {in};
-  for (size_t i = 0; i < config.hidden.size(); ++i) {
-    if (config.hidden[i] <= 0) {
+  for (int i = 0; i < config.hidden_size(); ++i) {
+    if (config.hidden(i) <= 0) {
       return Invalid(absl::StrCat("model.hidden[", i, "]"),
-                     absl::StrCat("must be > 0, got ", config.hidden[i]));
+                     absl::StrCat("must be > 0, got ", config.hidden(i)));
     }
-    widths.push_back(config.hidden[i]);
+    widths.push_back(config.hidden(i));
   }
   widths.push_back(out);
   for (size_t i = 0; i + 1 < widths.size(); ++i) {
@@ -159,7 +162,7 @@ void InitialValues(const TensorSpec& spec, uint64_t offset, uint64_t length,
 }
 
 bool IsClassifier(const ModelConfig& config) {
-  return config.type != "scalar" && config.num_classes >= 2;
+  return config.type() != ModelConfig::SCALAR && config.num_classes() >= 2;
 }
 
 }  // namespace pstrain

@@ -27,9 +27,9 @@ std::vector<int64_t> Shape(const TensorSpec& spec) {
 }
 
 TEST(ModelParamSpecsTest, Scalar) {
-  ModelConfig config;
-  config.type = "scalar";
-  config.init_value = 2.5f;
+  ModelConfig config = DefaultJobConfig().model();
+  config.set_type(ModelConfig::SCALAR);
+  config.set_init_value(2.5f);
   auto specs = ModelParamSpecs(config);
   ASSERT_TRUE(specs.ok()) << specs.status();
   ASSERT_EQ(specs->size(), 1u);
@@ -41,14 +41,15 @@ TEST(ModelParamSpecsTest, Scalar) {
 
 TEST(ModelParamSpecsTest, LinearAndSoftmax) {
   for (std::string type : {"linear", "softmax"}) {
-    ModelConfig config;
-    config.type = type;
-    config.input_dim = 16;
-    config.num_classes = type == "linear" ? 1 : 3;
+    ModelConfig config = DefaultJobConfig().model();
+    config.set_type(type == "linear" ? ModelConfig::LINEAR
+                                     : ModelConfig::SOFTMAX);
+    config.set_input_dim(16);
+    config.set_num_classes(type == "linear" ? 1 : 3);
     auto specs = ModelParamSpecs(config);
     ASSERT_TRUE(specs.ok()) << specs.status();
     EXPECT_THAT(Names(*specs), ElementsAre(type + "/weight", type + "/bias"));
-    EXPECT_THAT(Shape((*specs)[0]), ElementsAre(16, config.num_classes));
+    EXPECT_THAT(Shape((*specs)[0]), ElementsAre(16, config.num_classes()));
     EXPECT_EQ((*specs)[0].init().kind(), InitRule::UNIFORM);
     EXPECT_FLOAT_EQ((*specs)[0].init().scale(), 0.25f);
     EXPECT_EQ((*specs)[1].init().kind(), InitRule::ZEROS);
@@ -56,12 +57,12 @@ TEST(ModelParamSpecsTest, LinearAndSoftmax) {
 }
 
 TEST(ModelParamSpecsTest, Mlp) {
-  ModelConfig config;
-  config.type = "mlp";
-  config.input_dim = 10;
-  config.hidden = {20, 30};
-  config.num_classes = 4;
-  config.activation = "relu";
+  ModelConfig config = DefaultJobConfig().model();
+  config.set_type(ModelConfig::MLP);
+  config.set_input_dim(10);
+  SetList(config.mutable_hidden(), {20, 30});
+  config.set_num_classes(4);
+  config.set_activation(ModelConfig::RELU);
   auto specs = ModelParamSpecs(config);
   ASSERT_TRUE(specs.ok()) << specs.status();
   EXPECT_THAT(Names(*specs),
@@ -74,11 +75,11 @@ TEST(ModelParamSpecsTest, Mlp) {
   EXPECT_FLOAT_EQ((*specs)[0].init().scale(), std::sqrt(6.0f / 10));
   EXPECT_FLOAT_EQ((*specs)[2].init().scale(), std::sqrt(6.0f / 20));
   EXPECT_FLOAT_EQ((*specs)[4].init().scale(), std::sqrt(6.0f / 34));  // Glorot
-  config.activation = "tanh";
+  config.set_activation(ModelConfig::TANH);
   specs = ModelParamSpecs(config);
   ASSERT_TRUE(specs.ok());
   EXPECT_FLOAT_EQ((*specs)[0].init().scale(), std::sqrt(6.0f / 30));
-  for (const auto& s : *specs) EXPECT_EQ(s.init().seed(), config.seed);
+  for (const auto& s : *specs) EXPECT_EQ(s.init().seed(), config.seed());
 }
 
 TEST(ModelParamSpecsTest, InvalidConfigsNameTheField) {
@@ -87,26 +88,30 @@ TEST(ModelParamSpecsTest, InvalidConfigsNameTheField) {
     std::string field;
   };
   const std::vector<Case> cases = {
-      {[](ModelConfig* c) { c->type = "cnn"; }, "model.type"},
-      {[](ModelConfig* c) { c->input_dim = 0; }, "model.input_dim"},
-      {[](ModelConfig* c) { c->num_classes = -1; }, "model.num_classes"},
-      {[](ModelConfig* c) { c->num_classes = 1; }, "model.num_classes"},
+      {[](ModelConfig* c) { c->set_type(ModelConfig::MODEL_TYPE_UNSPECIFIED); },
+       "model.type"},
+      {[](ModelConfig* c) { c->set_input_dim(0); }, "model.input_dim"},
+      {[](ModelConfig* c) { c->set_num_classes(-1); }, "model.num_classes"},
+      {[](ModelConfig* c) { c->set_num_classes(1); }, "model.num_classes"},
       {[](ModelConfig* c) {
-         c->hidden = {8, 0};
+         SetList(c->mutable_hidden(), {8, 0});
        },
        "model.hidden[1]"},
-      {[](ModelConfig* c) { c->activation = "swish"; }, "model.activation"},
+      {[](ModelConfig* c) {
+         c->set_activation(ModelConfig::ACTIVATION_UNSPECIFIED);
+       },
+       "model.activation"},
   };
   for (const Case& c : cases) {
-    ModelConfig config;  // mlp classifier
+    ModelConfig config = DefaultJobConfig().model();  // mlp classifier
     c.edit(&config);
     auto specs = ModelParamSpecs(config);
     EXPECT_EQ(specs.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(specs.status().message(), HasSubstr(c.field));
   }
-  ModelConfig regressor;
-  regressor.classifier = false;
-  regressor.num_classes = 1;
+  ModelConfig regressor = DefaultJobConfig().model();
+  regressor.set_classifier(false);
+  regressor.set_num_classes(1);
   EXPECT_TRUE(ModelParamSpecs(regressor).ok());
 }
 

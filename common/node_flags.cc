@@ -73,14 +73,14 @@ absl::StatusOr<NodeOptions> NodeOptionsFromFlags(NodeRole role) {
   PS_ASSIGN_OR_RETURN(
       const double rpc_s,
       TimeoutFlag("rpc_timeout_s", absl::GetFlag(FLAGS_rpc_timeout_s),
-                  is_coordinator ? file.rpc_timeout_s : 30));
+                  is_coordinator ? file.network().rpc_timeout_s() : 30));
   PS_ASSIGN_OR_RETURN(
       const double startup_s,
       TimeoutFlag("startup_timeout_s", absl::GetFlag(FLAGS_startup_timeout_s),
-                  is_coordinator ? file.startup_timeout_s : 120));
+                  is_coordinator ? file.network().startup_timeout_s() : 120));
   if (is_coordinator) {
-    file.rpc_timeout_s = rpc_s;
-    file.startup_timeout_s = startup_s;
+    file.mutable_network()->set_rpc_timeout_s(rpc_s);
+    file.mutable_network()->set_startup_timeout_s(startup_s);
   }
   options.rpc_timeout = absl::Seconds(rpc_s);
   options.startup_timeout = absl::Seconds(startup_s);

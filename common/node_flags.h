@@ -22,7 +22,7 @@ struct NodeOptions {
   // The job file named by --config (defaults when absent). Servers and
   // workers read only its network section; the job comes from the
   // coordinator.
-  JobConfig file_config;
+  JobConfig file_config = DefaultJobConfig();
   // --coordinator host:port (required for servers and workers; the
   // coordinator rejects it).
   std::string coordinator;

@@ -23,8 +23,8 @@ absl::StatusOr<JobConfig> LoadConfigFlag(const std::string& path) {
 TlsFiles ResolveTls(const JobConfig& config, const std::string& cert_flag,
                     const std::string& key_flag, const std::string& ca_flag,
                     const std::string& token_flag) {
-  TlsFiles tls{config.tls_cert, config.tls_key, config.tls_ca,
-               config.token_file};
+  TlsFiles tls{config.network().tls_cert(), config.network().tls_key(),
+               config.network().tls_ca(), config.network().token_file()};
   if (!token_flag.empty()) tls.token_file = token_flag;
   if (!cert_flag.empty()) tls.cert = cert_flag;
   if (!key_flag.empty()) tls.key = key_flag;

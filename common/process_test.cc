@@ -25,9 +25,9 @@ TEST(ProcessTest, IndexFromEnv) {
 
 TEST(ProcessTest, TlsFlagsOverrideTheJobFile) {
   JobConfig c = DefaultJobConfig();
-  c.tls_cert = "/file/cert";
-  c.tls_key = "/file/key";
-  c.tls_ca = "/file/ca";
+  c.mutable_network()->set_tls_cert("/file/cert");
+  c.mutable_network()->set_tls_key("/file/key");
+  c.mutable_network()->set_tls_ca("/file/ca");
   TlsFiles t = ResolveTls(c, "/flag/cert", "", "/flag/ca");
   EXPECT_EQ(t.cert, "/flag/cert");
   EXPECT_EQ(t.key, "/file/key");

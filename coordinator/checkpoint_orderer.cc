@@ -16,9 +16,9 @@ namespace pstrain {
 
 absl::StatusOr<std::string> CheckpointRoot(const JobConfig& config,
                                            const std::string& out) {
-  const JobConfig::Checkpoint& c = config.checkpoint;
-  if (!c.dir.empty()) return c.dir;
-  if (c.every_steps == 0 && c.every_seconds == 0) return std::string();
+  const pstrain::v1::CheckpointConfig& c = config.checkpoint();
+  if (!c.dir().empty()) return c.dir();
+  if (c.every_steps() == 0 && c.every_seconds() == 0) return std::string();
   if (out.empty()) {
     return absl::InvalidArgumentError(
         "checkpoint.dir: checkpoint.every_steps/every_seconds are set but "
@@ -36,7 +36,7 @@ absl::StatusOr<ResumePoint> ResolveResume(CheckpointEnv* env,
     return absl::Status(st.code(),
                         absl::StrCat("--resume ", resume, ": ", st.message()));
   };
-  if (job.mode() != pstrain::v1::MODE_SYNC) {
+  if (job.config().training().mode() != pstrain::v1::MODE_SYNC) {
     return absl::InvalidArgumentError(
         absl::StrCat("--resume ", resume,
                      ": resuming is supported in training.mode sync only"));
@@ -65,9 +65,10 @@ absl::StatusOr<ResumePoint> ResolveResume(CheckpointEnv* env,
     return prefixed(absl::FailedPreconditionError(absl::StrCat(
         dir, " is a checkpoint of a job in mode ", m.mode, ", not sync")));
   }
-  if (m.step > job.steps()) {
-    return prefixed(absl::FailedPreconditionError(absl::StrCat(
-        dir, " is at step ", m.step, " but training.steps is ", job.steps())));
+  if (m.step > job.config().training().steps()) {
+    return prefixed(absl::FailedPreconditionError(
+        absl::StrCat(dir, " is at step ", m.step, " but training.steps is ",
+                     job.config().training().steps())));
   }
   absl::Status fits = (*reader)->CheckCompatible(ShardOptionsFromJob(job, 0));
   if (!fits.ok()) {
@@ -180,7 +181,7 @@ absl::Status CheckpointOrderer::Run(const std::vector<std::string>& addresses) {
     stubs_.push_back(pstrain::v1::ParameterServer::NewStub(
         MakeChannel(a, options_.credentials)));
   }
-  const uint64_t steps = options_.job.steps();
+  const uint64_t steps = options_.job.config().training().steps();
   const uint64_t every = options_.every_steps;
   uint64_t last = last_saved();
   uint64_t floor = last;  // cuts at or below it are taken or missed

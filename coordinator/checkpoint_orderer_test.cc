@@ -12,11 +12,11 @@ namespace {
 TEST(CheckpointRootTest, DirOrOutOrNothing) {
   JobConfig c = DefaultJobConfig();
   EXPECT_EQ(*CheckpointRoot(c, "/runs/a"), "");  // off
-  c.checkpoint.every_steps = 10;
+  c.mutable_checkpoint()->set_every_steps(10);
   EXPECT_EQ(*CheckpointRoot(c, "/runs/a"), "/runs/a/ckpt");
-  c.checkpoint.dir = "/shared/ckpt";
+  c.mutable_checkpoint()->set_dir("/shared/ckpt");
   EXPECT_EQ(*CheckpointRoot(c, "/runs/a"), "/shared/ckpt");
-  c.checkpoint.dir = "";
+  c.mutable_checkpoint()->set_dir("");
   absl::StatusOr<std::string> none = CheckpointRoot(c, "");
   ASSERT_FALSE(none.ok());
   EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
@@ -45,7 +45,7 @@ TEST(ResolveResumeTest, BadRequestsAreNamed) {
     EXPECT_EQ(r.status().message().rfind("--resume", 0), 0u) << r.status();
   }
   // Async jobs cannot resume yet.
-  c.mode = pstrain::v1::MODE_ASYNC;
+  c.mutable_training()->set_mode(pstrain::v1::MODE_ASYNC);
   absl::StatusOr<pstrain::v1::JobSpec> async = MakeJobSpec(c);
   ASSERT_TRUE(async.ok());
   absl::StatusOr<ResumePoint> r =

@@ -96,11 +96,13 @@ bool DryRunRequested() { return absl::GetFlag(FLAGS_dry_run); }
 absl::Status WritePlanIfRequested(const JobConfig& config) {
   const std::string dir = absl::GetFlag(FLAGS_plan_dir);
   if (dir.empty()) return absl::OkStatus();
-  const int servers =
-      config.mode == pstrain::v1::MODE_ALLREDUCE ? 0 : config.servers;
+  const int servers = config.training().mode() == pstrain::v1::MODE_ALLREDUCE
+                          ? 0
+                          : config.job().servers();
   std::ofstream job(dir + "/job.yaml"), plan(dir + "/plan.env");
   job << JobConfigToYaml(config);
-  plan << "workers=" << config.workers << "\nservers=" << servers << "\n";
+  plan << "workers=" << config.job().workers() << "\nservers=" << servers
+       << "\n";
   if (!job.flush() || !plan.flush()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--plan_dir: cannot write '", dir, "'"));

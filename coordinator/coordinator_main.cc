@@ -25,8 +25,10 @@ int Main() {
   if (DryRunRequested()) {
     const JobConfig& c = options->config;
     // Servers the job needs: none in mode allreduce (job.servers ignored).
-    std::printf("workers=%d servers=%d\n%s", c.workers,
-                c.mode == pstrain::v1::MODE_ALLREDUCE ? 0 : c.servers,
+    std::printf("workers=%d servers=%d\n%s", c.job().workers(),
+                c.training().mode() == pstrain::v1::MODE_ALLREDUCE
+                    ? 0
+                    : c.job().servers(),
                 JobConfigToYaml(c).c_str());
     const absl::Status plan = WritePlanIfRequested(c);
     if (!plan.ok())

@@ -75,18 +75,20 @@ RunSummary MakeRunSummary(const JobConfig& config, const JobOutcome& o,
     for (int i = 0; i < shard.staleness_histogram_size(); ++i)
       s.staleness_histogram[i] += shard.staleness_histogram(i);
   }
-  const bool allreduce = config.mode == pstrain::v1::MODE_ALLREDUCE;
-  s.job = config.name;
-  s.mode = ModeName(config.mode);
-  s.staleness = config.mode != pstrain::v1::MODE_ASYNC ? "0"
-                : config.staleness < 0                 ? "inf"
-                                       : absl::StrCat(config.staleness);
-  s.workers = config.workers;
-  s.servers = allreduce ? 0 : config.servers;
+  const bool allreduce =
+      config.training().mode() == pstrain::v1::MODE_ALLREDUCE;
+  s.job = config.job().name();
+  s.mode = ModeName(config.training().mode());
+  s.staleness = config.training().mode() != pstrain::v1::MODE_ASYNC ? "0"
+                : config.training().staleness() < 0
+                    ? "inf"
+                    : absl::StrCat(config.training().staleness());
+  s.workers = config.job().workers();
+  s.servers = allreduce ? 0 : config.job().servers();
   s.steps = static_cast<int64_t>(o.steps);
-  s.local_batch = config.local_batch;
-  s.global_batch =
-      config.local_batch * config.workers * config.grad_accum_steps;
+  s.local_batch = config.training().local_batch();
+  s.global_batch = config.training().local_batch() * config.job().workers() *
+                   config.training().grad_accum_steps();
   s.wall_s = o.wall_s;
   s.samples = o.samples;
   s.samples_per_s = o.wall_s > 0 ? o.samples / o.wall_s : 0.0;
@@ -133,13 +135,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Create(
     service_options.resume_from = resume.dir;
     service_options.start_step = resume.step;
   }
-  const JobConfig::Checkpoint& ckpt = options.config.checkpoint;
-  if (ckpt.every_steps > 0 || ckpt.every_seconds > 0) {
+  const pstrain::v1::CheckpointConfig& ckpt = options.config.checkpoint();
+  if (ckpt.every_steps() > 0 || ckpt.every_seconds() > 0) {
     CheckpointOrdererOptions o;
     o.root = node->checkpoint_root_;
-    o.every_steps = static_cast<uint64_t>(ckpt.every_steps);
-    o.every_seconds = ckpt.every_seconds;
-    o.keep = static_cast<uint32_t>(ckpt.keep);
+    o.every_steps = static_cast<uint64_t>(ckpt.every_steps());
+    o.every_seconds = ckpt.every_seconds();
+    o.keep = static_cast<uint32_t>(ckpt.keep());
     o.start_step = service_options.start_step;
     o.job = job;
     o.credentials = node->client_credentials_;
@@ -171,20 +173,27 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Create(
   }
   node->options_ = std::move(options);
   const JobConfig& c = node->options_.config;
-  const int servers = c.mode == pstrain::v1::MODE_ALLREDUCE ? 0 : c.servers;
+  const int servers = c.training().mode() == pstrain::v1::MODE_ALLREDUCE
+                          ? 0
+                          : c.job().servers();
   PS_LOG_INFO(
       "job '%s': %s, %d workers, %d servers, %d steps; listening on %s:%d",
-      c.name,
-      c.mode == pstrain::v1::MODE_SYNC ? "sync"
-      : c.mode == pstrain::v1::MODE_ALLREDUCE
-          ? absl::StrCat("allreduce (", c.allreduce.backend, ")")
-      : c.staleness < 0 ? std::string("async staleness inf")
-                        : absl::StrCat("async staleness ", c.staleness),
-      c.workers, servers, c.steps, node->options_.bind, node->port_);
+      c.job().name(),
+      c.training().mode() == pstrain::v1::MODE_SYNC ? "sync"
+      : c.training().mode() == pstrain::v1::MODE_ALLREDUCE
+          ? absl::StrCat("allreduce (", ConfigName(c.allreduce().backend()),
+                         ")")
+      : c.training().staleness() < 0
+          ? std::string("async staleness inf")
+          : absl::StrCat("async staleness ", c.training().staleness()),
+      c.job().workers(), servers, c.training().steps(), node->options_.bind,
+      node->port_);
   PS_LOG_INFO(
       "global batch %d = local batch %d x %d workers x %d accumulation steps",
-      c.local_batch * c.workers * c.grad_accum_steps, c.local_batch, c.workers,
-      c.grad_accum_steps);
+      c.training().local_batch() * c.job().workers() *
+          c.training().grad_accum_steps(),
+      c.training().local_batch(), c.job().workers(),
+      c.training().grad_accum_steps());
   return node;
 }
 
@@ -197,7 +206,7 @@ CoordinatorNode::~CoordinatorNode() {
 absl::Status CoordinatorNode::Run(const std::function<bool()>& stop) {
   const JobConfig& config = options_.config;
   const absl::Time startup_deadline =
-      absl::Now() + absl::Seconds(config.startup_timeout_s);
+      absl::Now() + absl::Seconds(config.network().startup_timeout_s());
   // Checkpoints are ordered on their own thread once every worker is in
   // (the servers' addresses are known and their shards are built).
   absl::Notification orderer_done;
@@ -226,7 +235,7 @@ absl::Status CoordinatorNode::Run(const std::function<bool()>& stop) {
       service_->Fail(
           {"coordinator", -1, -1,
            absl::StrCat("not every server and worker registered within ",
-                        config.startup_timeout_s, "s")});
+                        config.network().startup_timeout_s(), "s")});
       break;
     }
   }
@@ -235,11 +244,11 @@ absl::Status CoordinatorNode::Run(const std::function<bool()>& stop) {
     // reached already; let the orderer write it (bounded).
     if (!service_->Outcome().failed &&
         !orderer_done.WaitForNotificationWithTimeout(
-            absl::Seconds(config.rpc_timeout_s))) {
+            absl::Seconds(config.network().rpc_timeout_s()))) {
       service_->Fail({"coordinator", -1, -1,
                       absl::StrCat("checkpoint: the final checkpoint was not "
                                    "written within ",
-                                   config.rpc_timeout_s, "s")});
+                                   config.network().rpc_timeout_s(), "s")});
     }
     orderer_->Stop();
     orderer_thread.join();
@@ -256,7 +265,7 @@ absl::Status CoordinatorNode::Run(const std::function<bool()>& stop) {
   if (outcome.failed) write_summary({});
   write_summary(
       CollectStatsAndShutdown(service_->ServerAddresses(), client_credentials_,
-                              absl::Seconds(config.rpc_timeout_s),
+                              absl::Seconds(config.network().rpc_timeout_s()),
                               outcome.failed ? "job failed" : "job finished"));
   if (options_.keep_serving_after_job && !stop()) {
     PS_LOG_INFO("job over; serving status and metrics until terminated");

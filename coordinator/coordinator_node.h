@@ -34,7 +34,8 @@
 namespace pstrain {
 
 struct CoordinatorNodeOptions {
-  JobConfig config;  // the effective job (validated by Create)
+  JobConfig config =
+      DefaultJobConfig();  // the effective job (validated by Create)
   std::string bind = "127.0.0.1";
   int port = 0;           // 0 picks a free one
   std::string port_file;  // when set, the bound port is written there

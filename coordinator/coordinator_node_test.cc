@@ -24,10 +24,10 @@ class CoordinatorNodeTest : public ::testing::Test {
     out_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
     CoordinatorNodeOptions o;
     o.config = DefaultJobConfig();
-    o.config.mode = v1::MODE_ALLREDUCE;
-    o.config.workers = 1;
-    o.config.steps = 2;
-    o.config.fail_on_divergence = fail_on_divergence;
+    o.config.mutable_training()->set_mode(v1::MODE_ALLREDUCE);
+    o.config.mutable_job()->set_workers(1);
+    o.config.mutable_training()->set_steps(2);
+    o.config.mutable_training()->set_fail_on_divergence(fail_on_divergence);
     FinalizeJobConfig(&o.config);
     o.out = out_;
     o.progress = false;

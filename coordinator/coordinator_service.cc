@@ -21,9 +21,6 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
     CoordinatorOptions options) {
   PS_ASSIGN_OR_RETURN(pstrain::v1::JobSpec job, MakeJobSpec(options.config));
   job.set_checkpoint_dir(options.checkpoint_dir);
-  if (!options.checkpoint_dir.empty()) {
-    job.set_checkpoint_every_steps(options.config.checkpoint.every_steps);
-  }
   job.set_resume_from(options.resume_from);
   job.set_start_step(options.start_step);
   std::unique_ptr<MetricsCsvWriter> csv;
@@ -41,10 +38,10 @@ namespace {
 
 StepLogOptions MakeStepLogOptions(const CoordinatorOptions& o) {
   StepLogOptions s;
-  s.num_workers = o.config.workers;
-  s.steps = o.config.steps;
+  s.num_workers = o.config.job().workers();
+  s.steps = o.config.training().steps();
   s.first_step = static_cast<int64_t>(o.start_step);
-  s.classifier = IsClassifier(o.config.model);
+  s.classifier = IsClassifier(o.config.model());
   s.max_pending_steps = o.max_pending_steps;
   return s;
 }
@@ -55,11 +52,11 @@ CoordinatorService::CoordinatorService(CoordinatorOptions options,
                                        pstrain::v1::JobSpec job)
     : options_(std::move(options)),
       job_(std::move(job)),
-      members_(job_.num_servers(), options_.config.workers,
-               job_.mode() == pstrain::v1::MODE_ALLREDUCE),
+      members_(job_.num_servers(), options_.config.job().workers(),
+               job_.config().training().mode() == pstrain::v1::MODE_ALLREDUCE),
       step_log_(MakeStepLogOptions(options_)) {
-  bytes_pushed_.assign(options_.config.workers, 0);
-  bytes_pulled_.assign(options_.config.workers, 0);
+  bytes_pushed_.assign(options_.config.job().workers(), 0);
+  bytes_pulled_.assign(options_.config.job().workers(), 0);
   if (MetricsRegistry* r = options_.metrics) {
     metrics_ = std::make_unique<Metrics>(Metrics{
         r->AddGauge("pstrain_coordinator_steps",
@@ -83,8 +80,8 @@ CoordinatorService::CoordinatorService(CoordinatorOptions options,
 CoordinatorService::~CoordinatorService() = default;
 
 absl::Status CoordinatorService::EndedError() const {
-  return absl::FailedPreconditionError(
-      absl::StrCat("job '", options_.config.name, "' has already finished"));
+  return absl::FailedPreconditionError(absl::StrCat(
+      "job '", options_.config.job().name(), "' has already finished"));
 }
 
 bool CoordinatorService::AllServersRegisteredLocked() const {
@@ -172,7 +169,7 @@ absl::Status CoordinatorService::RegisterWorkerLocked(
   PS_ASSIGN_OR_RETURN(int rank,
                       members_.RegisterWorker(request.requested_rank(),
                                               request.peer_address()));
-  if (job_.mode() == pstrain::v1::MODE_ALLREDUCE) {
+  if (job_.config().training().mode() == pstrain::v1::MODE_ALLREDUCE) {
     PS_LOG_INFO("worker %d's ring peer at %s", rank, request.peer_address());
   }
   if (metrics_ != nullptr) metrics_->live_workers->Set(members_.live_workers());
@@ -222,7 +219,7 @@ absl::Status CoordinatorService::ReportLocked(
     const std::string what =
         absl::StrCat("training diverged: ", d.eval ? "evaluation loss" : "loss",
                      " is ", d.value, " at step ", d.step);
-    if (options_.config.fail_on_divergence) {
+    if (options_.config.training().fail_on_divergence()) {
       FailLocked({"worker", static_cast<int64_t>(d.worker), -1,
                   absl::StrCat(what, " (training.fail_on_divergence)")});
     } else {
@@ -286,7 +283,7 @@ void CoordinatorService::FlushRows() {
     }
   }
   if (!options_.progress) return;
-  const int64_t total = options_.config.steps;
+  const int64_t total = options_.config.training().steps();
   for (const MetricsRow& r : rows) {
     if (!r.loss) continue;  // the final evaluation row
     const absl::Time now = absl::Now();
@@ -304,7 +301,7 @@ void CoordinatorService::FlushRows() {
 bool CoordinatorService::PeersKnownLocked() const {
   if (ended_) return true;
   if (!members_.AllPeersKnown()) return false;
-  return options_.config.allreduce.backend != "nccl" ||
+  return options_.config.allreduce().backend() != AllReduceConfig::NCCL ||
          !nccl_unique_id_.empty();
 }
 
@@ -318,7 +315,7 @@ grpc::Status CoordinatorService::GetPeers(
 absl::Status CoordinatorService::GetPeersLocked(
     const ServerContext& context, const pstrain::v1::GetPeersRequest& request,
     pstrain::v1::GetPeersResponse* response) {
-  if (job_.mode() != pstrain::v1::MODE_ALLREDUCE) {
+  if (job_.config().training().mode() != pstrain::v1::MODE_ALLREDUCE) {
     return absl::FailedPreconditionError(
         "GetPeers: the job is not in mode allreduce");
   }
@@ -342,8 +339,8 @@ absl::Status CoordinatorService::GetPeersLocked(
                            " have not registered yet"));
   }
   if (ended_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job '", options_.config.name, "' has already ended"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", options_.config.job().name(), "' has already ended"));
   }
   for (const auto& a : members_.peer_addresses())
     response->add_peer_addresses(a);

@@ -57,7 +57,8 @@
 namespace pstrain {
 
 struct CoordinatorOptions {
-  JobConfig config;         // effective config (after flag overrides)
+  JobConfig config =
+      DefaultJobConfig();   // effective config (after flag overrides)
   std::string metrics_csv;  // path, or empty for none
   absl::Duration wait_cap = absl::Seconds(30);  // longest a waiting RPC blocks
   bool progress = true;  // log a progress line about every second

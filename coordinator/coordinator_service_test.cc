@@ -21,10 +21,11 @@ class CoordinatorTest : public ::testing::Test {
              const std::string& metrics_csv = "") {
     CoordinatorOptions options;
     options.config = DefaultJobConfig();
-    options.config.workers = workers;
-    options.config.servers = 1;
-    options.config.steps = steps;
-    options.config.fail_on_divergence = fail_on_divergence;
+    options.config.mutable_job()->set_workers(workers);
+    options.config.mutable_job()->set_servers(1);
+    options.config.mutable_training()->set_steps(steps);
+    options.config.mutable_training()->set_fail_on_divergence(
+        fail_on_divergence);
     FinalizeJobConfig(&options.config);
     options.progress = false;
     options.metrics_csv = metrics_csv;
@@ -257,8 +258,8 @@ TEST_F(CoordinatorTest, WorkerSessionsOnlyForTheShardsCurrentSession) {
 TEST(CoordinatorRingTest, GetPeersNeedsTheSessionIdAndGivesTheLeftOne) {
   CoordinatorOptions options;
   options.config = DefaultJobConfig();
-  options.config.mode = v1::MODE_ALLREDUCE;
-  options.config.workers = 3;
+  options.config.mutable_training()->set_mode(v1::MODE_ALLREDUCE);
+  options.config.mutable_job()->set_workers(3);
   FinalizeJobConfig(&options.config);
   options.progress = false;
   options.wait_cap = absl::Seconds(5);

@@ -8,9 +8,11 @@
 
 namespace pstrain {
 
-// Tensors from the model, shard map over config.servers with no addresses
-// yet, worker config YAML. Mode allreduce: no servers (num_servers 0,
-// config.servers ignored) and a shard map that only lists the tensors.
+// The validated `config` itself (JobSpec.config: servers and workers read
+// the job from it), the tensors from the model and a shard map over
+// job.servers shards with no addresses yet. Mode allreduce: no servers
+// (num_servers 0, job.servers ignored) and a shard map that only lists the
+// tensors.
 absl::StatusOr<pstrain::v1::JobSpec> MakeJobSpec(const JobConfig& config);
 
 }  // namespace pstrain

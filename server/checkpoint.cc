@@ -192,14 +192,16 @@ uint32_t Crc32c(absl::string_view data, uint32_t crc) {
 absl::StatusOr<CheckpointManifest> ManifestForJob(
     const pstrain::v1::JobSpec& job, uint64_t step) {
   CheckpointManifest m;
-  m.job = job.job_name();
+  m.job = job.config().job().name();
   m.step = step;
-  m.mode = job.mode() == pstrain::v1::MODE_SYNC ? "sync" : "async";
+  m.mode = job.config().training().mode() == pstrain::v1::MODE_SYNC ? "sync"
+                                                                    : "async";
   m.num_shards = job.num_servers();
-  m.num_workers = job.num_workers();
-  m.optimizer = pstrain::v1::OptimizerConfig::Kind_Name(job.optimizer().kind());
+  m.num_workers = job.config().job().workers();
+  m.optimizer = pstrain::v1::OptimizerConfig::Kind_Name(
+      job.config().training().optimizer().kind());
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
-                      Optimizer::Create(job.optimizer()));
+                      Optimizer::Create(job.config().training().optimizer()));
   m.num_slots = optimizer->num_slots();
   m.shard_map = job.shard_map();
   m.shard_map.clear_server_addresses();

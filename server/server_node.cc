@@ -144,14 +144,15 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
   }
   if (!job.checkpoint_dir().empty()) {
     service.SetCheckpointRoot(job.checkpoint_dir(), job.num_servers());
-    (*shard)->SetStandingCuts(job.checkpoint_every_steps(), job.steps());
+    (*shard)->SetStandingCuts(job.config().checkpoint().every_steps(),
+                              job.config().training().steps());
   }
   PS_LOG_INFO("serving %d chunks (%d elements) at %s",
               (*shard)->chunks().size(), (*shard)->num_elements(), address);
   const uint32_t shard_id = reg.shard();
   const uint64_t session_id = reg.session_id();
   auto sessions = std::make_shared<WorkerSessions>(
-      job.num_workers(),
+      job.config().job().workers(),
       [coord, shard_id, session_id, rpc_timeout](
           absl::Time deadline) -> absl::StatusOr<std::vector<uint64_t>> {
         grpc::ClientContext ctx;

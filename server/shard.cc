@@ -150,9 +150,10 @@ ShardOptions ShardOptionsFromJob(const pstrain::v1::JobSpec& job,
   o.shard_id = shard_id;
   o.num_shards = std::max<uint32_t>(job.num_servers(), 1);
   o.shard_map = job.shard_map();
-  o.optimizer = job.optimizer();
+  const v1::TrainingConfig& t = job.config().training();
+  o.optimizer = t.optimizer();
   ConsistencyOptions& r = o.rule;
-  switch (job.mode()) {
+  switch (t.mode()) {
     case pstrain::v1::MODE_SYNC:
       r.kind = ConsistencyOptions::Kind::kBsp;
       break;
@@ -162,14 +163,15 @@ ShardOptions ShardOptionsFromJob(const pstrain::v1::JobSpec& job,
     default:
       r.kind = ConsistencyOptions::Kind::kUnspecified;
   }
-  r.num_workers = job.num_workers();
-  r.backup_workers = job.backup_workers();
-  r.staleness = job.staleness();
-  r.staleness_aware_lr = job.staleness_aware_lr();
-  r.dc_lambda = job.dc_lambda();
-  o.wire_dtype = job.wire_dtype() == pstrain::v1::DTYPE_UNSPECIFIED
-                     ? pstrain::v1::DTYPE_F32
-                     : job.wire_dtype();
+  r.num_workers = job.config().job().workers();
+  r.backup_workers = t.backup_workers();
+  r.staleness = t.staleness();
+  r.staleness_aware_lr = t.staleness_aware_lr();
+  r.dc_lambda = t.dc_lambda();
+  o.wire_dtype =
+      job.config().network().wire_dtype() == pstrain::v1::DTYPE_UNSPECIFIED
+          ? pstrain::v1::DTYPE_F32
+          : job.config().network().wire_dtype();
   return o;
 }
 

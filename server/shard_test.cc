@@ -42,19 +42,20 @@ constexpr absl::Duration kLongWait = absl::Seconds(20);
 JobConfig SmallConfig(pstrain::v1::ConsistencyMode mode, int workers,
                       int64_t staleness) {
   JobConfig config = DefaultJobConfig();
-  config.workers = workers;
-  config.servers = 1;
-  config.mode = mode;
-  config.staleness = staleness;
-  config.model.type = "softmax";
-  config.model.input_dim = 8;
-  config.model.num_classes = 3;
-  config.model.hidden.clear();
-  config.data.num_features = 8;
-  config.data.num_classes = 3;
-  config.chunk_bytes = 64;
-  config.steps = 1000;
-  config.optimizer.set_base_lr(1.0);  // SGD: w_new = w - g exactly
+  config.mutable_job()->set_workers(workers);
+  config.mutable_job()->set_servers(1);
+  config.mutable_training()->set_mode(mode);
+  config.mutable_training()->set_staleness(staleness);
+  config.mutable_model()->set_type(ModelConfig::SOFTMAX);
+  config.mutable_model()->set_input_dim(8);
+  config.mutable_model()->set_num_classes(3);
+  config.mutable_model()->clear_hidden();
+  config.mutable_data()->set_num_features(8);
+  config.mutable_data()->set_num_classes(3);
+  config.mutable_server()->set_chunk_bytes(64);
+  config.mutable_training()->set_steps(1000);
+  config.mutable_training()->mutable_optimizer()->set_base_lr(
+      1.0);  // SGD: w_new = w - g exactly
   FinalizeJobConfig(&config);
   return config;
 }
@@ -488,7 +489,7 @@ PullResult MustPull(Shard& shard, uint32_t worker, uint64_t clock) {
 
 JobConfig BackupConfig(int workers, int64_t backup) {
   JobConfig config = SmallConfig(pstrain::v1::MODE_SYNC, workers, 0);
-  config.backup_workers = backup;
+  config.mutable_training()->set_backup_workers(backup);
   return config;
 }
 
@@ -731,9 +732,11 @@ TEST(ShardRulesTest, CreateRejectsRulesOutsideTheirMode) {
     absl::StatusOr<pstrain::v1::JobSpec> job =
         MakeJobSpec(SmallConfig(c.mode, 3, 0));
     ASSERT_TRUE(job.ok()) << job.status();
-    job->set_backup_workers(c.backup_workers);
-    job->set_staleness_aware_lr(c.staleness_aware_lr);
-    job->set_dc_lambda(c.dc_lambda);
+    job->mutable_config()->mutable_training()->set_backup_workers(
+        c.backup_workers);
+    job->mutable_config()->mutable_training()->set_staleness_aware_lr(
+        c.staleness_aware_lr);
+    job->mutable_config()->mutable_training()->set_dc_lambda(c.dc_lambda);
     absl::StatusOr<std::unique_ptr<Shard>> shard =
         Shard::Create(ShardOptionsFromJob(*job, 0));
     ASSERT_FALSE(shard.ok());
@@ -746,8 +749,8 @@ TEST(ShardRulesTest, CreateRejectsRulesOutsideTheirMode) {
 
 JobConfig AsyncRulesConfig(bool staleness_aware_lr, double dc_lambda) {
   JobConfig config = SmallConfig(pstrain::v1::MODE_ASYNC, 2, -1);
-  config.staleness_aware_lr = staleness_aware_lr;
-  config.dc_lambda = dc_lambda;
+  config.mutable_training()->set_staleness_aware_lr(staleness_aware_lr);
+  config.mutable_training()->set_dc_lambda(dc_lambda);
   return config;
 }
 
@@ -785,8 +788,9 @@ TEST(StalenessAwareLrTest, ScalesAdamLearningRateNotGradient) {
   std::vector<float> delta[2];
   for (bool aware : {false, true}) {
     JobConfig config = AsyncRulesConfig(aware, 0);
-    config.optimizer.set_kind(pstrain::v1::OptimizerConfig::ADAM);
-    config.optimizer.set_base_lr(0.01);
+    config.mutable_training()->mutable_optimizer()->set_kind(
+        pstrain::v1::OptimizerConfig::ADAM);
+    config.mutable_training()->mutable_optimizer()->set_base_lr(0.01);
     std::unique_ptr<Shard> shard = MakeShard(config);
     ASSERT_NE(shard, nullptr);
     // Two zero gradients (no movement), then g = 2 with staleness 2.
@@ -884,7 +888,7 @@ TEST(DcAsgdTest, LambdaZeroEqualsPlainAsync) {
   for (double lambda : {0.0, 0.5}) {
     JobConfig config = AsyncRulesConfig(false, 0);
     std::unique_ptr<Shard> plain = MakeShard(config);
-    config.dc_lambda = lambda;
+    config.mutable_training()->set_dc_lambda(lambda);
     std::unique_ptr<Shard> dc = MakeShard(config);
     ASSERT_NE(plain, nullptr);
     ASSERT_NE(dc, nullptr);
@@ -941,8 +945,9 @@ std::vector<float> RandomGrad(size_t n, uint32_t seed) {
 // threads change nothing, bit for bit, over several steps.
 TEST(DataPathTest, SyncIsIndependentOfArrivalOrderAndThreads) {
   JobConfig config = SmallConfig(pstrain::v1::MODE_SYNC, 3, 0);
-  config.optimizer.set_kind(pstrain::v1::OptimizerConfig::ADAM);
-  config.optimizer.set_base_lr(0.01);
+  config.mutable_training()->mutable_optimizer()->set_kind(
+      pstrain::v1::OptimizerConfig::ADAM);
+  config.mutable_training()->mutable_optimizer()->set_base_lr(0.01);
   std::unique_ptr<Shard> a = MakeShardWithThreads(config, 1);
   std::unique_ptr<Shard> b = MakeShardWithThreads(config, 3);
   ASSERT_NE(a, nullptr);
@@ -971,7 +976,7 @@ TEST(DataPathTest, SyncIsIndependentOfArrivalOrderAndThreads) {
 // equals the optimizer run on the gradient itself.
 TEST(DataPathTest, SyncSingleWorkerStepEqualsPlainOptimizer) {
   JobConfig config = SmallConfig(pstrain::v1::MODE_SYNC, 1, 0);
-  config.optimizer.set_base_lr(0.1);
+  config.mutable_training()->mutable_optimizer()->set_base_lr(0.1);
   std::unique_ptr<Shard> shard = MakeShard(config);
   ASSERT_NE(shard, nullptr);
   const std::vector<float> w0 = Weights(*shard);
@@ -986,9 +991,10 @@ TEST(DataPathTest, SyncSingleWorkerStepEqualsPlainOptimizer) {
 // Async with apply threads equals one thread, bit for bit.
 TEST(DataPathTest, AsyncApplyThreadsChangeNothing) {
   JobConfig config = SmallConfig(pstrain::v1::MODE_ASYNC, 2, -1);
-  config.optimizer.set_kind(pstrain::v1::OptimizerConfig::MOMENTUM);
-  config.optimizer.set_momentum(0.9);
-  config.optimizer.set_base_lr(0.05);
+  config.mutable_training()->mutable_optimizer()->set_kind(
+      pstrain::v1::OptimizerConfig::MOMENTUM);
+  config.mutable_training()->mutable_optimizer()->set_momentum(0.9);
+  config.mutable_training()->mutable_optimizer()->set_base_lr(0.05);
   std::unique_ptr<Shard> a = MakeShardWithThreads(config, 1);
   std::unique_ptr<Shard> b = MakeShardWithThreads(config, 3);
   ASSERT_NE(a, nullptr);
@@ -1101,10 +1107,11 @@ TEST_P(WireDtypeTest, PushAppliesAsTheFp32PushOfTheRoundedValues) {
   const auto [dtype, mode] = GetParam();
   JobConfig config =
       SmallConfig(mode, 2, mode == pstrain::v1::MODE_ASYNC ? -1 : 0);
-  config.optimizer.set_kind(pstrain::v1::OptimizerConfig::ADAM);
-  config.optimizer.set_base_lr(0.01);
+  config.mutable_training()->mutable_optimizer()->set_kind(
+      pstrain::v1::OptimizerConfig::ADAM);
+  config.mutable_training()->mutable_optimizer()->set_base_lr(0.01);
   std::unique_ptr<Shard> fp32 = MakeShard(config);
-  config.wire_dtype = dtype;
+  config.mutable_network()->set_wire_dtype(dtype);
   std::unique_ptr<Shard> low = MakeShard(config);
   ASSERT_NE(fp32, nullptr);
   ASSERT_NE(low, nullptr);
@@ -1136,7 +1143,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(WireDtypeTest, ChunkInAnotherDtypeIsRejectedAndChangesNothing) {
   JobConfig config = SmallConfig(pstrain::v1::MODE_SYNC, 1, 0);
-  config.wire_dtype = pstrain::v1::DTYPE_BF16;
+  config.mutable_network()->set_wire_dtype(pstrain::v1::DTYPE_BF16);
   std::unique_ptr<Shard> shard = MakeShard(config);
   ASSERT_NE(shard, nullptr);
   const std::vector<float> w0 = Weights(*shard);
@@ -1161,7 +1168,7 @@ TEST(WireDtypeTest, ChunkInAnotherDtypeIsRejectedAndChangesNothing) {
 
 TEST(WireDtypeTest, Fp16OverflowIsANonFiniteGradient) {
   JobConfig config = SmallConfig(pstrain::v1::MODE_SYNC, 1, 0);
-  config.wire_dtype = pstrain::v1::DTYPE_F16;
+  config.mutable_network()->set_wire_dtype(pstrain::v1::DTYPE_F16);
   std::unique_ptr<Shard> shard = MakeShard(config);
   ASSERT_NE(shard, nullptr);
   absl::StatusOr<PushResult> r = PushGrad(

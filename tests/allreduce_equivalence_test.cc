@@ -59,29 +59,29 @@ JobConfig MakeConfig(const OptimizerCase& opt,
                      pstrain::v1::ConsistencyMode mode, int workers,
                      int64_t local_batch) {
   JobConfig config = DefaultJobConfig();
-  config.name = "allreduce-equivalence";
-  config.mode = mode;
-  config.workers = workers;
-  config.servers = 2;
-  config.local_batch = local_batch;
-  config.steps = kSteps;
-  config.optimizer.set_kind(opt.kind);
-  config.optimizer.set_base_lr(opt.lr);
-  config.optimizer.set_nesterov(opt.nesterov);
-  config.model.type = "mlp";
-  config.model.input_dim = 16;
-  config.model.hidden = {32};
-  config.model.num_classes = 4;
-  config.model.seed = 3;
-  config.data.source = "synthetic";
-  config.data.num_features = 16;
-  config.data.num_classes = 4;
-  config.data.seed = 11;
-  config.data.test_examples = 0;
-  config.chunk_bytes = 256;
-  config.rpc_timeout_s = 10;
-  config.barrier_timeout_s = 20;
-  config.allreduce.timeout_s = 10;
+  config.mutable_job()->set_name("allreduce-equivalence");
+  config.mutable_training()->set_mode(mode);
+  config.mutable_job()->set_workers(workers);
+  config.mutable_job()->set_servers(2);
+  config.mutable_training()->set_local_batch(local_batch);
+  config.mutable_training()->set_steps(kSteps);
+  config.mutable_training()->mutable_optimizer()->set_kind(opt.kind);
+  config.mutable_training()->mutable_optimizer()->set_base_lr(opt.lr);
+  config.mutable_training()->mutable_optimizer()->set_nesterov(opt.nesterov);
+  config.mutable_model()->set_type(ModelConfig::MLP);
+  config.mutable_model()->set_input_dim(16);
+  SetList(config.mutable_model()->mutable_hidden(), {32});
+  config.mutable_model()->set_num_classes(4);
+  config.mutable_model()->set_seed(3);
+  config.mutable_data()->set_source(DataConfig::SYNTHETIC);
+  config.mutable_data()->set_num_features(16);
+  config.mutable_data()->set_num_classes(4);
+  config.mutable_data()->set_seed(11);
+  config.mutable_data()->set_test_examples(0);
+  config.mutable_server()->set_chunk_bytes(256);
+  config.mutable_network()->set_rpc_timeout_s(10);
+  config.mutable_network()->set_barrier_timeout_s(20);
+  config.mutable_allreduce()->set_timeout_s(10);
   FinalizeJobConfig(&config);
   return config;
 }
@@ -91,9 +91,9 @@ absl::StatusOr<TensorList> TrainAllReduce(const JobConfig& config, int rank,
                                           AllReducer* reducer,
                                           const StepCallback& on_step) {
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
-                      Model::Create(config.model));
+                      Model::Create(config.model()));
   PS_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data,
-                      DataSource::Create(config.data));
+                      DataSource::Create(config.data()));
   TrainerOptions options;
   options.rank = rank;
   options.config = config;
@@ -108,15 +108,16 @@ absl::StatusOr<TensorList> TrainAllReduce(const JobConfig& config, int rank,
 absl::StatusOr<std::vector<TensorList>> RunAllReduceInMemory(
     const JobConfig& config, RingOptions ring = {}) {
   PS_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Transport>> transports,
-                      CreateInMemoryRing(config.workers));
-  ring.timeout = absl::Seconds(config.allreduce.timeout_s);
-  std::vector<TensorList> finals(config.workers);
-  PS_RETURN_IF_ERROR(OnThreads(config.workers, [&](int r) -> absl::Status {
-    RingAllReducer reducer(transports[r].get(), ring);
-    PS_ASSIGN_OR_RETURN(finals[r],
-                        TrainAllReduce(config, r, &reducer, nullptr));
-    return absl::OkStatus();
-  }));
+                      CreateInMemoryRing(config.job().workers()));
+  ring.timeout = absl::Seconds(config.allreduce().timeout_s());
+  std::vector<TensorList> finals(config.job().workers());
+  PS_RETURN_IF_ERROR(
+      OnThreads(config.job().workers(), [&](int r) -> absl::Status {
+        RingAllReducer reducer(transports[r].get(), ring);
+        PS_ASSIGN_OR_RETURN(finals[r],
+                            TrainAllReduce(config, r, &reducer, nullptr));
+        return absl::OkStatus();
+      }));
   return finals;
 }
 
@@ -153,7 +154,7 @@ TEST_P(AllReduceEquivalenceTest, MatchesSyncPsAndOneWorkerWithNTimesTheBatch) {
   ExpectReplicasIdentical(*ar);
   const JobConfig base =
       MakeConfig(opt, pstrain::v1::MODE_SYNC, n, kLocalBatch);
-  EXPECT_GT(MaxAbsDiff((*ar)[0], *InitialParams(base.model)), 1e-3)
+  EXPECT_GT(MaxAbsDiff((*ar)[0], *InitialParams(base.model())), 1e-3)
       << "training did not move the weights";
 
   absl::StatusOr<std::vector<TensorList>> ps = RunParameterServerJob(base);
@@ -194,8 +195,9 @@ TEST(AllReduceOverGrpcTest, CoordinatorRendezvousAndGrpcRing) {
   const OptimizerCase adam{"adam", OptimizerConfig::ADAM, 0.01, false};
   JobConfig config =
       MakeConfig(adam, pstrain::v1::MODE_ALLREDUCE, 3, kLocalBatch);
-  config.model.hidden = {256};  // 5,380 weights: several segments per chunk
-  config.allreduce.segment_bytes = 4096;
+  SetList(config.mutable_model()->mutable_hidden(),
+          {256});  // 5,380 weights: several segments per chunk
+  config.mutable_allreduce()->set_segment_bytes(4096);
   absl::StatusOr<InProcessJob> run = RunInProcessJob(config);
   ASSERT_TRUE(run.ok()) << run.status();
   ExpectReplicasIdentical(run->finals);
@@ -203,7 +205,7 @@ TEST(AllReduceOverGrpcTest, CoordinatorRendezvousAndGrpcRing) {
   ASSERT_TRUE(mem.ok()) << mem.status();
   EXPECT_EQ(ParamsFingerprint(run->finals[0]), ParamsFingerprint((*mem)[0]));
   JobConfig sync = config;
-  sync.mode = pstrain::v1::MODE_SYNC;
+  sync.mutable_training()->set_mode(pstrain::v1::MODE_SYNC);
   absl::StatusOr<std::vector<TensorList>> ps = RunParameterServerJob(sync);
   ASSERT_TRUE(ps.ok()) << ps.status();
   EXPECT_LE(MaxAbsDiff(run->finals[0], (*ps)[0]), kTolerance);

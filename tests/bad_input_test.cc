@@ -23,12 +23,14 @@ using grpc::StatusCode;
 // two shards; async SGD so a valid push applies at once.
 v1::JobSpec Job() {
   v1::JobSpec job;
-  job.set_mode(v1::MODE_ASYNC);
-  job.set_staleness(-1);
-  job.set_num_workers(2);
+  job.mutable_config()->mutable_training()->set_mode(v1::MODE_ASYNC);
+  job.mutable_config()->mutable_training()->set_staleness(-1);
+  job.mutable_config()->mutable_job()->set_workers(2);
   job.set_num_servers(2);
-  job.mutable_optimizer()->set_kind(v1::OptimizerConfig::SGD);
-  job.mutable_optimizer()->set_base_lr(1.0);
+  job.mutable_config()->mutable_training()->mutable_optimizer()->set_kind(
+      v1::OptimizerConfig::SGD);
+  job.mutable_config()->mutable_training()->mutable_optimizer()->set_base_lr(
+      1.0);
   auto* map = job.mutable_shard_map();
   for (auto [name, n] : {std::pair<const char*, int>{"w", 10}, {"b", 4}}) {
     auto* t = map->add_tensors();

@@ -27,37 +27,39 @@ constexpr int64_t kSteps = 12;
 
 JobConfig MakeConfig(const std::string& dir, int servers) {
   JobConfig c = DefaultJobConfig();
-  c.name = "checkpoint-resume";
-  c.mode = pstrain::v1::MODE_SYNC;
-  c.workers = 2;
-  c.servers = servers;
-  c.local_batch = 8;
-  c.steps = kSteps;
+  c.mutable_job()->set_name("checkpoint-resume");
+  c.mutable_training()->set_mode(pstrain::v1::MODE_SYNC);
+  c.mutable_job()->set_workers(2);
+  c.mutable_job()->set_servers(servers);
+  c.mutable_training()->set_local_batch(8);
+  c.mutable_training()->set_steps(kSteps);
   // Adam (two slots) on a cosine schedule with warm-up: the resumed job
   // must get the moments and the schedule step right, not only weights.
-  c.optimizer.set_kind(pstrain::v1::OptimizerConfig::ADAM);
-  c.optimizer.set_base_lr(0.01);
-  c.optimizer.set_schedule(pstrain::v1::OptimizerConfig::COSINE);
-  c.optimizer.set_warmup_steps(3);
-  c.model.type = "mlp";
-  c.model.input_dim = 16;
-  c.model.hidden = {24};
-  c.model.num_classes = 4;
-  c.model.seed = 5;
-  c.data.source = "synthetic";
-  c.data.num_features = 16;
-  c.data.num_classes = 4;
-  c.data.seed = 9;
-  c.data.test_examples = 64;
-  c.chunk_bytes = 256;  // several chunks per shard
+  c.mutable_training()->mutable_optimizer()->set_kind(
+      pstrain::v1::OptimizerConfig::ADAM);
+  c.mutable_training()->mutable_optimizer()->set_base_lr(0.01);
+  c.mutable_training()->mutable_optimizer()->set_schedule(
+      pstrain::v1::OptimizerConfig::COSINE);
+  c.mutable_training()->mutable_optimizer()->set_warmup_steps(3);
+  c.mutable_model()->set_type(ModelConfig::MLP);
+  c.mutable_model()->set_input_dim(16);
+  SetList(c.mutable_model()->mutable_hidden(), {24});
+  c.mutable_model()->set_num_classes(4);
+  c.mutable_model()->set_seed(5);
+  c.mutable_data()->set_source(DataConfig::SYNTHETIC);
+  c.mutable_data()->set_num_features(16);
+  c.mutable_data()->set_num_classes(4);
+  c.mutable_data()->set_seed(9);
+  c.mutable_data()->set_test_examples(64);
+  c.mutable_server()->set_chunk_bytes(256);  // several chunks per shard
   // Steps of at least 10 ms: the coordinator's orderer (a thread) keeps up
   // with the shards' standing cuts (at most 2 held) even on a loaded machine.
-  c.worker.compute_ms = 10;
-  c.rpc_timeout_s = 10;
-  c.barrier_timeout_s = 20;
-  c.startup_timeout_s = 20;
-  c.checkpoint.dir = dir;
-  c.checkpoint.every_steps = 4;
+  c.mutable_worker()->set_compute_ms(10);
+  c.mutable_network()->set_rpc_timeout_s(10);
+  c.mutable_network()->set_barrier_timeout_s(20);
+  c.mutable_network()->set_startup_timeout_s(20);
+  c.mutable_checkpoint()->set_dir(dir);
+  c.mutable_checkpoint()->set_every_steps(4);
   FinalizeJobConfig(&c);
   return c;
 }
@@ -193,10 +195,10 @@ TEST_F(CheckpointResumeTest, ResumedOnMoreServersEndsBitIdentical) {
 TEST(CheckpointTimeTest, TimedCheckpointsResumeBitIdentical) {
   const std::string dir = TempDir("timed");
   JobConfig c = MakeConfig(dir, 2);
-  c.checkpoint.every_steps = 0;
-  c.checkpoint.every_seconds = 0.1;
-  c.steps = 30;
-  c.worker.compute_ms = 15;
+  c.mutable_checkpoint()->set_every_steps(0);
+  c.mutable_checkpoint()->set_every_seconds(0.1);
+  c.mutable_training()->set_steps(30);
+  c.mutable_worker()->set_compute_ms(15);
   FinalizeJobConfig(&c);
   auto full = RunInProcessJob(c);
   ASSERT_TRUE(full.ok()) << full.status();
@@ -209,7 +211,7 @@ TEST(CheckpointTimeTest, TimedCheckpointsResumeBitIdentical) {
 
   const std::string again = TempDir("timed-resumed");
   CopyCheckpoint(dir, first, again);
-  c.checkpoint.dir = again;
+  c.mutable_checkpoint()->set_dir(again);
   auto resumed = RunInProcessJob(c, "latest");
   ASSERT_TRUE(resumed.ok()) << resumed.status();
   for (size_t t = 0; t < full->finals[0].size(); ++t) {
@@ -229,7 +231,8 @@ TEST_F(CheckpointResumeTest, ResumeRefusesACheckpointThatDoesNotFit) {
   const std::string dir = TempDir("misfit");
   CopyCheckpoint(*full_dir_, 4, dir);
   JobConfig other = MakeConfig(dir, 2);
-  other.model.hidden = {16};  // other tensor shapes
+  SetList(other.mutable_model()->mutable_hidden(),
+          {16});  // other tensor shapes
   auto job = RunInProcessJob(other, "latest");
   ASSERT_FALSE(job.ok());
   EXPECT_EQ(job.status().code(), absl::StatusCode::kFailedPrecondition)

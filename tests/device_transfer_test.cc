@@ -44,27 +44,27 @@ constexpr int64_t kSteps = 4;
 
 JobConfig MakeConfig(pstrain::v1::ConsistencyMode mode) {
   JobConfig config = DefaultJobConfig();
-  config.name = "device-transfer";
-  config.mode = mode;
-  config.workers = 1;
-  config.servers = 2;
-  config.local_batch = kBatch;
-  config.grad_accum_steps = kAccum;
-  config.steps = kSteps;
-  config.model.type = "mlp";
-  config.model.input_dim = kDim;
-  config.model.hidden = {32};
-  config.model.num_classes = 4;
-  config.model.seed = 3;
-  config.data.source = "synthetic";
-  config.data.num_features = kDim;
-  config.data.num_classes = 4;
-  config.data.seed = 11;
-  config.data.test_examples = 0;
-  config.chunk_bytes = 256;
-  config.rpc_timeout_s = 10;
-  config.barrier_timeout_s = 20;
-  config.allreduce.timeout_s = 10;
+  config.mutable_job()->set_name("device-transfer");
+  config.mutable_training()->set_mode(mode);
+  config.mutable_job()->set_workers(1);
+  config.mutable_job()->set_servers(2);
+  config.mutable_training()->set_local_batch(kBatch);
+  config.mutable_training()->set_grad_accum_steps(kAccum);
+  config.mutable_training()->set_steps(kSteps);
+  config.mutable_model()->set_type(ModelConfig::MLP);
+  config.mutable_model()->set_input_dim(kDim);
+  SetList(config.mutable_model()->mutable_hidden(), {32});
+  config.mutable_model()->set_num_classes(4);
+  config.mutable_model()->set_seed(3);
+  config.mutable_data()->set_source(DataConfig::SYNTHETIC);
+  config.mutable_data()->set_num_features(kDim);
+  config.mutable_data()->set_num_classes(4);
+  config.mutable_data()->set_seed(11);
+  config.mutable_data()->set_test_examples(0);
+  config.mutable_server()->set_chunk_bytes(256);
+  config.mutable_network()->set_rpc_timeout_s(10);
+  config.mutable_network()->set_barrier_timeout_s(20);
+  config.mutable_allreduce()->set_timeout_s(10);
   FinalizeJobConfig(&config);
   return config;
 }
@@ -107,16 +107,17 @@ TEST_P(Transfers, ParameterServerStepMovesWeightsInOnceAndGradientOutOnce) {
       TestCluster::Start(config);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   PsClientOptions client_options;
-  client_options.rpc_timeout = absl::Seconds(config.rpc_timeout_s);
-  client_options.barrier_timeout = absl::Seconds(config.barrier_timeout_s);
+  client_options.rpc_timeout = absl::Seconds(config.network().rpc_timeout_s());
+  client_options.barrier_timeout =
+      absl::Seconds(config.network().barrier_timeout_s());
   absl::StatusOr<std::unique_ptr<PsClient>> client =
       (*cluster)->NewClient(client_options);
   ASSERT_TRUE(client.ok()) << client.status();
   absl::StatusOr<std::unique_ptr<Model>> model =
-      Model::Create(config.model, counting_.get());
+      Model::Create(config.model(), counting_.get());
   ASSERT_TRUE(model.ok()) << model.status();
   absl::StatusOr<std::unique_ptr<DataSource>> data =
-      DataSource::Create(config.data);
+      DataSource::Create(config.data());
   ASSERT_TRUE(data.ok()) << data.status();
 
   TrainerOptions options;
@@ -197,12 +198,12 @@ std::vector<CopyCounts> RunAllReduce(CountingBackend* counting,
                                      TensorList* final) {
   const JobConfig config = MakeConfig(pstrain::v1::MODE_ALLREDUCE);
   absl::StatusOr<std::unique_ptr<Model>> created =
-      Model::Create(config.model, counting);
+      Model::Create(config.model(), counting);
   EXPECT_TRUE(created.ok()) << created.status();
   if (!created.ok()) return {};
   *model = std::move(*created);
   absl::StatusOr<std::unique_ptr<DataSource>> data =
-      DataSource::Create(config.data);
+      DataSource::Create(config.data());
   EXPECT_TRUE(data.ok()) << data.status();
   if (!data.ok()) return {};
   TrainerOptions options;
@@ -295,10 +296,11 @@ INSTANTIATE_TEST_SUITE_P(Devices, Transfers, ::testing::Values("cpu", "cuda"),
 // accumulation of per-micro-batch gradients it replaced (copy, +=, *= 1/A).
 TEST(CpuTwin, AccumulatedGradientIsBitIdenticalToTheHostAccumulation) {
   const JobConfig config = MakeConfig(pstrain::v1::MODE_SYNC);
-  absl::StatusOr<std::unique_ptr<Model>> resident = Model::Create(config.model);
-  absl::StatusOr<std::unique_ptr<Model>> host = Model::Create(config.model);
+  absl::StatusOr<std::unique_ptr<Model>> resident =
+      Model::Create(config.model());
+  absl::StatusOr<std::unique_ptr<Model>> host = Model::Create(config.model());
   absl::StatusOr<std::unique_ptr<DataSource>> data =
-      DataSource::Create(config.data);
+      DataSource::Create(config.data());
   ASSERT_TRUE(resident.ok() && host.ok() && data.ok());
   TensorList params;
   for (const auto& spec : (*host)->params()) {

@@ -45,11 +45,12 @@ absl::StatusOr<InProcessJob> RunInProcessJob(const JobConfig& config,
   NodeOptions node;
   node.file_config = config;
   node.coordinator = absl::StrCat("127.0.0.1:", coordinator->port());
-  node.rpc_timeout = absl::Seconds(config.rpc_timeout_s);
-  node.startup_timeout = absl::Seconds(config.startup_timeout_s);
-  const int servers =
-      config.mode == pstrain::v1::MODE_ALLREDUCE ? 0 : config.servers;
-  const int workers = config.workers;
+  node.rpc_timeout = absl::Seconds(config.network().rpc_timeout_s());
+  node.startup_timeout = absl::Seconds(config.network().startup_timeout_s());
+  const int servers = config.training().mode() == pstrain::v1::MODE_ALLREDUCE
+                          ? 0
+                          : config.job().servers();
+  const int workers = config.job().workers();
 
   // Nodes are created up front, so a bad option fails before any thread.
   std::vector<std::unique_ptr<ServerNode>> server_nodes;
@@ -57,7 +58,7 @@ absl::StatusOr<InProcessJob> RunInProcessJob(const JobConfig& config,
     ServerNodeOptions o;
     o.node = node;
     o.requested_shard = k;
-    o.barrier_timeout = absl::Seconds(config.barrier_timeout_s);
+    o.barrier_timeout = absl::Seconds(config.network().barrier_timeout_s());
     o.set_log_role = false;
     PS_ASSIGN_OR_RETURN(std::unique_ptr<ServerNode> s, ServerNode::Create(o));
     server_nodes.push_back(std::move(s));

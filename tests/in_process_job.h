@@ -21,11 +21,11 @@ struct InProcessJob {
   std::vector<TensorList> finals;  // each worker's final weights, by rank
 };
 
-// Runs `config` (mode sync, async or allreduce; config.servers shards except
-// in mode allreduce) to the end. Every node must end OK and the coordinator
-// must end the job OK; otherwise the first error, naming the node ("worker
-// 2: ...", "coordinator: ..."). Workers compute on the CPU backend; the run
-// record goes to a temporary folder, read back and removed.
+// Runs `config` (mode sync, async or allreduce; config.job().servers() shards
+// except in mode allreduce) to the end. Every node must end OK and the
+// coordinator must end the job OK; otherwise the first error, naming the node
+// ("worker 2: ...", "coordinator: ..."). Workers compute on the CPU backend;
+// the run record goes to a temporary folder, read back and removed.
 //
 // `resume` is the coordinator's --resume ("" for a fresh job).
 absl::StatusOr<InProcessJob> RunInProcessJob(const JobConfig& config,

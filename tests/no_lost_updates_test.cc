@@ -63,13 +63,15 @@ TEST(NoLostUpdatesTest, ConcurrentAsyncPushesAllLand) {
   ASSERT_TRUE(map.ok()) << map.status();
 
   JobSpec job;
-  job.set_job_name("no-lost-updates");
-  job.set_mode(pstrain::v1::MODE_ASYNC);
-  job.set_staleness(-1);  // unbounded: pulls never block
-  job.set_num_workers(kWorkers);
+  job.mutable_config()->mutable_job()->set_name("no-lost-updates");
+  job.mutable_config()->mutable_training()->set_mode(pstrain::v1::MODE_ASYNC);
+  job.mutable_config()->mutable_training()->set_staleness(
+      -1);  // unbounded: pulls never block
+  job.mutable_config()->mutable_job()->set_workers(kWorkers);
   job.set_num_servers(kServers);
-  job.set_steps(kPushes);
-  OptimizerConfig* opt = job.mutable_optimizer();
+  job.mutable_config()->mutable_training()->set_steps(kPushes);
+  OptimizerConfig* opt =
+      job.mutable_config()->mutable_training()->mutable_optimizer();
   opt->set_kind(OptimizerConfig::SGD);
   opt->set_base_lr(1.0);
   opt->set_schedule(OptimizerConfig::CONSTANT);

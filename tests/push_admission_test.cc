@@ -21,12 +21,14 @@ namespace {
 // Async SGD, two workers, one shard holding tensor "w" of 4 floats.
 v1::JobSpec Job() {
   v1::JobSpec job;
-  job.set_mode(v1::MODE_ASYNC);
-  job.set_staleness(-1);
-  job.set_num_workers(2);
+  job.mutable_config()->mutable_training()->set_mode(v1::MODE_ASYNC);
+  job.mutable_config()->mutable_training()->set_staleness(-1);
+  job.mutable_config()->mutable_job()->set_workers(2);
   job.set_num_servers(1);
-  job.mutable_optimizer()->set_kind(v1::OptimizerConfig::SGD);
-  job.mutable_optimizer()->set_base_lr(1.0);
+  job.mutable_config()->mutable_training()->mutable_optimizer()->set_kind(
+      v1::OptimizerConfig::SGD);
+  job.mutable_config()->mutable_training()->mutable_optimizer()->set_base_lr(
+      1.0);
   auto* map = job.mutable_shard_map();
   auto* t = map->add_tensors();
   t->set_name("w");

@@ -47,20 +47,21 @@ constexpr int64_t kLocalBatch = 8;
 // over two shards.
 JobConfig RulesConfig(pstrain::v1::ConsistencyMode mode) {
   JobConfig config = DefaultJobConfig();
-  config.workers = kWorkers;
-  config.servers = 2;
-  config.mode = mode;
-  config.staleness = mode == pstrain::v1::MODE_ASYNC ? -1 : 0;
-  config.model.type = "softmax";
-  config.model.input_dim = 16;
-  config.model.num_classes = 4;
-  config.model.hidden.clear();
-  config.data.num_features = 16;
-  config.data.num_classes = 4;
-  config.local_batch = kLocalBatch;
-  config.steps = kSteps;
-  config.chunk_bytes = 64;
-  config.optimizer.set_base_lr(0.1);
+  config.mutable_job()->set_workers(kWorkers);
+  config.mutable_job()->set_servers(2);
+  config.mutable_training()->set_mode(mode);
+  config.mutable_training()->set_staleness(mode == pstrain::v1::MODE_ASYNC ? -1
+                                                                           : 0);
+  config.mutable_model()->set_type(ModelConfig::SOFTMAX);
+  config.mutable_model()->set_input_dim(16);
+  config.mutable_model()->set_num_classes(4);
+  config.mutable_model()->clear_hidden();
+  config.mutable_data()->set_num_features(16);
+  config.mutable_data()->set_num_classes(4);
+  config.mutable_training()->set_local_batch(kLocalBatch);
+  config.mutable_training()->set_steps(kSteps);
+  config.mutable_server()->set_chunk_bytes(64);
+  config.mutable_training()->mutable_optimizer()->set_base_lr(0.1);
   FinalizeJobConfig(&config);
   return config;
 }
@@ -117,13 +118,13 @@ struct WorkerResult {
 
 TEST(BackupWorkersGrpcTest, StepsCompleteWhileTheStragglerIsDropped) {
   JobConfig config = RulesConfig(pstrain::v1::MODE_SYNC);
-  config.backup_workers = 1;
+  config.mutable_training()->set_backup_workers(1);
   absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
       TestCluster::Start(config);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   TestCluster& c = **cluster;
   ASSERT_EQ(c.num_shards(), 2);
-  ASSERT_EQ(c.job().backup_workers(), 1u);
+  ASSERT_EQ(c.job().config().training().backup_workers(), 1u);
 
   constexpr int kStraggler = kWorkers - 1;
   std::vector<WorkerResult> results(kWorkers);
@@ -207,14 +208,14 @@ TEST(BackupWorkersGrpcTest, StepsCompleteWhileTheStragglerIsDropped) {
 
 TEST(AsyncRulesGrpcTest, StalenessAwareLrWithDelayCompensationTrains) {
   JobConfig config = RulesConfig(pstrain::v1::MODE_ASYNC);
-  config.staleness_aware_lr = true;
-  config.dc_lambda = 0.1;
+  config.mutable_training()->set_staleness_aware_lr(true);
+  config.mutable_training()->set_dc_lambda(0.1);
   absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
       TestCluster::Start(config);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   TestCluster& c = **cluster;
-  ASSERT_TRUE(c.job().staleness_aware_lr());
-  ASSERT_EQ(c.job().dc_lambda(), 0.1);
+  ASSERT_TRUE(c.job().config().training().staleness_aware_lr());
+  ASSERT_EQ(c.job().config().training().dc_lambda(), 0.1);
 
   std::vector<WorkerResult> results(kWorkers);
   std::vector<std::thread> threads;

@@ -47,13 +47,14 @@ absl::StatusOr<JobSpec> MakeJob(const std::vector<TensorSpec>& tensors,
       BuildShardMap(tensors, servers, chunk_elems);
   if (!map.ok()) return map.status();
   JobSpec job;
-  job.set_job_name("sharding-roundtrip");
-  job.set_mode(pstrain::v1::MODE_ASYNC);
-  job.set_staleness(-1);
-  job.set_num_workers(1);
+  job.mutable_config()->mutable_job()->set_name("sharding-roundtrip");
+  job.mutable_config()->mutable_training()->set_mode(pstrain::v1::MODE_ASYNC);
+  job.mutable_config()->mutable_training()->set_staleness(-1);
+  job.mutable_config()->mutable_job()->set_workers(1);
   job.set_num_servers(servers);
-  job.set_steps(1);
-  OptimizerConfig* opt = job.mutable_optimizer();
+  job.mutable_config()->mutable_training()->set_steps(1);
+  OptimizerConfig* opt =
+      job.mutable_config()->mutable_training()->mutable_optimizer();
   opt->set_kind(OptimizerConfig::SGD);
   opt->set_base_lr(1.0);
   opt->set_schedule(OptimizerConfig::CONSTANT);

@@ -44,33 +44,34 @@ struct OptimizerCase {
 JobConfig MakeConfig(const OptimizerCase& opt, int workers, int servers,
                      int64_t local_batch, int64_t grad_accum_steps) {
   JobConfig config = DefaultJobConfig();
-  config.name = "sync-equivalence";
-  config.mode = pstrain::v1::MODE_SYNC;
-  config.staleness = 0;
-  config.workers = workers;
-  config.servers = servers;
-  config.local_batch = local_batch;
-  config.grad_accum_steps = grad_accum_steps;
-  config.steps = kSteps;
-  config.optimizer.set_kind(opt.kind);
-  config.optimizer.set_base_lr(opt.lr);
-  config.optimizer.set_nesterov(opt.nesterov);
-  config.model.type = "mlp";
-  config.model.input_dim = 16;
-  config.model.hidden = {32};
-  config.model.num_classes = 4;
-  config.model.activation = "relu";
-  config.model.classifier = true;
-  config.model.seed = 3;
-  config.data.source = "synthetic";
-  config.data.num_features = 16;
-  config.data.num_classes = 4;
-  config.data.seed = 11;
-  config.data.test_examples = 0;
-  config.eval_every = 0;
-  config.chunk_bytes = 256;  // 64 elements: several chunks per shard
-  config.rpc_timeout_s = 10;
-  config.barrier_timeout_s = 20;
+  config.mutable_job()->set_name("sync-equivalence");
+  config.mutable_training()->set_mode(pstrain::v1::MODE_SYNC);
+  config.mutable_training()->set_staleness(0);
+  config.mutable_job()->set_workers(workers);
+  config.mutable_job()->set_servers(servers);
+  config.mutable_training()->set_local_batch(local_batch);
+  config.mutable_training()->set_grad_accum_steps(grad_accum_steps);
+  config.mutable_training()->set_steps(kSteps);
+  config.mutable_training()->mutable_optimizer()->set_kind(opt.kind);
+  config.mutable_training()->mutable_optimizer()->set_base_lr(opt.lr);
+  config.mutable_training()->mutable_optimizer()->set_nesterov(opt.nesterov);
+  config.mutable_model()->set_type(ModelConfig::MLP);
+  config.mutable_model()->set_input_dim(16);
+  SetList(config.mutable_model()->mutable_hidden(), {32});
+  config.mutable_model()->set_num_classes(4);
+  config.mutable_model()->set_activation(ModelConfig::RELU);
+  config.mutable_model()->set_classifier(true);
+  config.mutable_model()->set_seed(3);
+  config.mutable_data()->set_source(DataConfig::SYNTHETIC);
+  config.mutable_data()->set_num_features(16);
+  config.mutable_data()->set_num_classes(4);
+  config.mutable_data()->set_seed(11);
+  config.mutable_data()->set_test_examples(0);
+  config.mutable_evaluation()->set_every_steps(0);
+  config.mutable_server()->set_chunk_bytes(
+      256);  // 64 elements: several chunks per shard
+  config.mutable_network()->set_rpc_timeout_s(10);
+  config.mutable_network()->set_barrier_timeout_s(20);
   FinalizeJobConfig(&config);
   return config;
 }
@@ -97,7 +98,7 @@ TEST_P(SyncEquivalenceTest, FourWorkersMatchOneWorkerWithFourTimesTheBatch) {
 
   // Training actually moved the weights (otherwise equality is vacuous).
   const TensorList init =
-      *InitialParams(MakeConfig(opt, 4, 2, kLocalBatch, 1).model);
+      *InitialParams(MakeConfig(opt, 4, 2, kLocalBatch, 1).model());
   EXPECT_GT(MaxAbsDiff((*multi)[0], init), 1e-3);
 
   for (int servers : {2, 1}) {

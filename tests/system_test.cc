@@ -23,29 +23,31 @@ constexpr int64_t kLocalBatch = 8;
 // MLP 16-64-4 on synthetic data; small chunks, so every shard holds several.
 JobConfig SystemConfig(const std::string& mode) {
   JobConfig c = DefaultJobConfig();
-  c.name = "system-" + mode;
-  c.workers = kWorkers;
-  c.servers = 2;
-  c.steps = kSteps;
-  c.local_batch = kLocalBatch;
-  c.optimizer.set_kind(pstrain::v1::OptimizerConfig::ADAM);
-  c.optimizer.set_base_lr(0.01);
-  c.model.input_dim = 16;
-  c.model.hidden = {64};
-  c.model.num_classes = 4;
-  c.data.num_features = 16;
-  c.data.num_classes = 4;
-  c.data.test_examples = 60;
-  c.eval_every = 4;
-  c.chunk_bytes = 1024;
-  c.allreduce.segment_bytes = 4096;  // several segments per ring chunk
-  c.rpc_timeout_s = 10;
-  c.barrier_timeout_s = 20;
-  c.startup_timeout_s = 30;
-  c.allreduce.timeout_s = 10;
+  c.mutable_job()->set_name("system-" + mode);
+  c.mutable_job()->set_workers(kWorkers);
+  c.mutable_job()->set_servers(2);
+  c.mutable_training()->set_steps(kSteps);
+  c.mutable_training()->set_local_batch(kLocalBatch);
+  c.mutable_training()->mutable_optimizer()->set_kind(
+      pstrain::v1::OptimizerConfig::ADAM);
+  c.mutable_training()->mutable_optimizer()->set_base_lr(0.01);
+  c.mutable_model()->set_input_dim(16);
+  SetList(c.mutable_model()->mutable_hidden(), {64});
+  c.mutable_model()->set_num_classes(4);
+  c.mutable_data()->set_num_features(16);
+  c.mutable_data()->set_num_classes(4);
+  c.mutable_data()->set_test_examples(60);
+  c.mutable_evaluation()->set_every_steps(4);
+  c.mutable_server()->set_chunk_bytes(1024);
+  c.mutable_allreduce()->set_segment_bytes(
+      4096);  // several segments per ring chunk
+  c.mutable_network()->set_rpc_timeout_s(10);
+  c.mutable_network()->set_barrier_timeout_s(20);
+  c.mutable_network()->set_startup_timeout_s(30);
+  c.mutable_allreduce()->set_timeout_s(10);
   const std::string mode_key = mode == "async:2" ? "async" : mode;
   EXPECT_TRUE(ApplyConfigOverride("training.mode", mode_key, &c).ok());
-  if (mode == "async:2") c.staleness = 2;
+  if (mode == "async:2") c.mutable_training()->set_staleness(2);
   FinalizeJobConfig(&c);
   EXPECT_TRUE(ValidateJobConfig(c).ok()) << ValidateJobConfig(c);
   return c;
@@ -68,7 +70,7 @@ TEST_P(SystemTest, JobRunsToTheEndOnTheRealNodes) {
   EXPECT_GT(o.bytes_pushed, 0u);
   EXPECT_GT(o.bytes_pulled, 0u);
   ASSERT_EQ(job->finals.size(), static_cast<size_t>(kWorkers));
-  absl::StatusOr<TensorList> init = InitialParams(config.model);
+  absl::StatusOr<TensorList> init = InitialParams(config.model());
   ASSERT_TRUE(init.ok()) << init.status();
   EXPECT_GT(MaxAbsDiff(job->finals[0], *init), 1e-3) << "no training happened";
   std::printf("[%s] final loss %.6f, accuracy %.4f, %llu bytes pushed\n",

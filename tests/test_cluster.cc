@@ -35,7 +35,8 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(
   for (const auto& a : addresses)
     job.mutable_shard_map()->add_server_addresses(a);
   std::mt19937_64 rng(std::random_device{}());
-  for (uint32_t r = 0; r < job.num_workers(); ++r) {
+  for (uint32_t r = 0; r < static_cast<uint32_t>(job.config().job().workers());
+       ++r) {
     uint64_t id = 0;
     while (id == 0) id = rng();
     c->session_ids_.push_back(id);

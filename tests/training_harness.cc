@@ -34,31 +34,33 @@ absl::StatusOr<std::vector<TensorList>> RunParameterServerJob(
   PS_ASSIGN_OR_RETURN(std::unique_ptr<TestCluster> cluster,
                       TestCluster::Start(config));
   PsClientOptions client_options;
-  client_options.rpc_timeout = absl::Seconds(config.rpc_timeout_s);
-  client_options.barrier_timeout = absl::Seconds(config.barrier_timeout_s);
-  std::vector<TensorList> finals(config.workers);
-  PS_RETURN_IF_ERROR(OnThreads(config.workers, [&](int r) -> absl::Status {
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client,
-                        cluster->NewClient(client_options, r));
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
-                        Model::Create(config.model));
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data,
-                        DataSource::Create(config.data));
-    TrainerOptions options;
-    options.rank = r;
-    options.config = config;
-    Trainer trainer(options, client.get(), model.get(), data.get());
-    PS_RETURN_IF_ERROR(trainer.Run(nullptr, nullptr));
-    finals[r] = trainer.final_params();
-    return absl::OkStatus();
-  }));
+  client_options.rpc_timeout = absl::Seconds(config.network().rpc_timeout_s());
+  client_options.barrier_timeout =
+      absl::Seconds(config.network().barrier_timeout_s());
+  std::vector<TensorList> finals(config.job().workers());
+  PS_RETURN_IF_ERROR(
+      OnThreads(config.job().workers(), [&](int r) -> absl::Status {
+        PS_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client,
+                            cluster->NewClient(client_options, r));
+        PS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                            Model::Create(config.model()));
+        PS_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data,
+                            DataSource::Create(config.data()));
+        TrainerOptions options;
+        options.rank = r;
+        options.config = config;
+        Trainer trainer(options, client.get(), model.get(), data.get());
+        PS_RETURN_IF_ERROR(trainer.Run(nullptr, nullptr));
+        finals[r] = trainer.final_params();
+        return absl::OkStatus();
+      }));
   return finals;
 }
 
 absl::StatusOr<Learner> Learner::Create(const JobConfig& config) {
   Learner l;
-  PS_ASSIGN_OR_RETURN(l.model_, Model::Create(config.model));
-  PS_ASSIGN_OR_RETURN(l.data_, DataSource::Create(config.data));
+  PS_ASSIGN_OR_RETURN(l.model_, Model::Create(config.model()));
+  PS_ASSIGN_OR_RETURN(l.data_, DataSource::Create(config.data()));
   return l;
 }
 

@@ -21,8 +21,9 @@ namespace pstrain {
 // error, prefixed with its rank.
 absl::Status OnThreads(int n, const std::function<absl::Status(int)>& body);
 
-// A parameter-server job (config.mode sync or async) on a TestCluster with
-// config.workers Trainer threads; the final weights each worker pulled.
+// A parameter-server job (config.training().mode() sync or async) on a
+// TestCluster with config.job().workers() Trainer threads; the final weights
+// each worker pulled.
 absl::StatusOr<std::vector<TensorList>> RunParameterServerJob(
     const JobConfig& config);
 

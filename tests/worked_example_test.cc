@@ -17,19 +17,19 @@ namespace {
 
 JobConfig WorkedExampleConfig() {
   JobConfig c = DefaultJobConfig();
-  c.workers = 2;
-  c.servers = 1;
-  c.mode = v1::MODE_SYNC;
-  c.optimizer.set_kind(v1::OptimizerConfig::SGD);
-  c.optimizer.set_base_lr(0.1);
-  c.local_batch = 2;
-  c.steps = 1;
-  c.model.type = "scalar";
-  c.model.num_classes = 1;
-  c.model.classifier = false;
-  c.model.init_value = 2.0f;
-  c.data.num_classes = 1;
-  c.data.targets = {1, 3, 5, 7};
+  c.mutable_job()->set_workers(2);
+  c.mutable_job()->set_servers(1);
+  c.mutable_training()->set_mode(v1::MODE_SYNC);
+  c.mutable_training()->mutable_optimizer()->set_kind(v1::OptimizerConfig::SGD);
+  c.mutable_training()->mutable_optimizer()->set_base_lr(0.1);
+  c.mutable_training()->set_local_batch(2);
+  c.mutable_training()->set_steps(1);
+  c.mutable_model()->set_type(ModelConfig::SCALAR);
+  c.mutable_model()->set_num_classes(1);
+  c.mutable_model()->set_classifier(false);
+  c.mutable_model()->set_init_value(2.0f);
+  c.mutable_data()->set_num_classes(1);
+  SetList(c.mutable_data()->mutable_targets(), {1, 3, 5, 7});
   FinalizeJobConfig(&c);
   return c;
 }
@@ -48,8 +48,8 @@ TEST(WorkedExampleTest, TwoWorkersAverageToMinusFourAndPull2Point4) {
     auto run = [&]() -> absl::Status {
       auto client = (*cluster)->NewClient({}, rank);
       if (!client.ok()) return client.status();
-      auto model = Model::Create(config.model);
-      auto data = DataSource::Create(config.data);
+      auto model = Model::Create(config.model());
+      auto data = DataSource::Create(config.data());
       if (!model.ok()) return model.status();
       if (!data.ok()) return data.status();
       TensorList params, grads;

@@ -429,10 +429,10 @@ TEST(CreateComputeBackendTest, Devices) {
 
 struct ModelCase {
   std::string name;
-  std::string type;
+  ModelConfig::ModelType type;
   int64_t classes;
   bool classifier;
-  std::string activation;
+  ModelConfig::Activation activation;
 };
 
 class ModelParityTest : public ::testing::TestWithParam<ModelCase> {};
@@ -463,14 +463,14 @@ TEST_P(ModelParityTest, CudaMatchesCpu) {
   ASSERT_NE(cpu, nullptr);
 
   const ModelCase& c = GetParam();
-  ModelConfig config;
-  config.type = c.type;
-  config.input_dim = 64;
-  config.num_classes = c.classes;
-  config.hidden = {128, 48};
-  config.activation = c.activation;
-  config.classifier = c.classifier;
-  config.seed = 9;
+  ModelConfig config = DefaultJobConfig().model();
+  config.set_type(c.type);
+  config.set_input_dim(64);
+  config.set_num_classes(c.classes);
+  SetList(config.mutable_hidden(), {128, 48});
+  config.set_activation(c.activation);
+  config.set_classifier(c.classifier);
+  config.set_seed(9);
   auto on_cpu = Model::Create(config, cpu.get());
   auto on_cuda = Model::Create(config, cuda.get());
   ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
@@ -492,7 +492,7 @@ TEST_P(ModelParityTest, CudaMatchesCpu) {
   for (const int64_t n : {96, 50, 130}) {
     Batch batch;
     batch.n = n;
-    batch.dim = config.input_dim;
+    batch.dim = config.input_dim();
     batch.x = RandomVector(n * batch.dim, &rng);
     for (int64_t i = 0; i < n; ++i) {
       batch.y.push_back(c.classes >= 2 ? (i * 7) % c.classes : noise(rng));
@@ -520,14 +520,21 @@ TEST_P(ModelParityTest, CudaMatchesCpu) {
 
 INSTANTIATE_TEST_SUITE_P(
     Models, ModelParityTest,
-    ::testing::Values(ModelCase{"mlp_relu_cls", "mlp", 10, true, "relu"},
-                      ModelCase{"mlp_tanh_cls", "mlp", 10, true, "tanh"},
-                      ModelCase{"mlp_gelu_cls", "mlp", 10, true, "gelu"},
-                      ModelCase{"mlp_relu_reg", "mlp", 1, false, "relu"},
-                      ModelCase{"mlp_gelu_reg", "mlp", 1, false, "gelu"},
-                      ModelCase{"mlp_tanh_onehot", "mlp", 4, false, "tanh"},
-                      ModelCase{"softmax", "softmax", 10, true, "relu"},
-                      ModelCase{"linear", "linear", 3, false, "relu"}),
+    ::testing::Values(
+        ModelCase{"mlp_relu_cls", ModelConfig::MLP, 10, true,
+                  ModelConfig::RELU},
+        ModelCase{"mlp_tanh_cls", ModelConfig::MLP, 10, true,
+                  ModelConfig::TANH},
+        ModelCase{"mlp_gelu_cls", ModelConfig::MLP, 10, true,
+                  ModelConfig::GELU},
+        ModelCase{"mlp_relu_reg", ModelConfig::MLP, 1, false,
+                  ModelConfig::RELU},
+        ModelCase{"mlp_gelu_reg", ModelConfig::MLP, 1, false,
+                  ModelConfig::GELU},
+        ModelCase{"mlp_tanh_onehot", ModelConfig::MLP, 4, false,
+                  ModelConfig::TANH},
+        ModelCase{"softmax", ModelConfig::SOFTMAX, 10, true, ModelConfig::RELU},
+        ModelCase{"linear", ModelConfig::LINEAR, 3, false, ModelConfig::RELU}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -61,11 +61,11 @@ class TargetsSource : public DataSource {
 
   int64_t num_features() const override { return 0; }
   int64_t num_classes() const override { return 1; }
-  int64_t train_size() const override { return config_.targets.size(); }
+  int64_t train_size() const override { return config_.targets().size(); }
   std::string Describe() const override {
-    return absl::StrCat("targets: ", config_.targets.size(),
+    return absl::StrCat("targets: ", config_.targets().size(),
                         " featureless examples cycled by id; ",
-                        config_.test_examples, " test examples");
+                        config_.test_examples(), " test examples");
   }
 
   absl::StatusOr<Batch> TrainBatch(uint64_t first_id, int64_t n) override {
@@ -74,13 +74,13 @@ class TargetsSource : public DataSource {
     batch.n = n;
     for (int64_t i = 0; i < n; ++i) {
       batch.y.push_back(
-          config_.targets[(first_id + i) % config_.targets.size()]);
+          config_.targets()[(first_id + i) % config_.targets().size()]);
     }
     return batch;
   }
 
   absl::StatusOr<Batch> TestSlice(int rank, int world) override {
-    auto range = TestSliceRange(config_.test_examples, rank, world);
+    auto range = TestSliceRange(config_.test_examples(), rank, world);
     if (!range.ok()) return range.status();
     return TrainBatch(range->first, range->second - range->first);
   }
@@ -114,10 +114,10 @@ struct Layout {
 
 absl::StatusOr<Layout> MakeLayout(const DataConfig& config) {
   Layout l;
-  l.width = config.num_features;
-  l.categorical = config.num_categorical;
-  l.levels = config.categories;
-  l.indicators = config.missing_rate > 0;
+  l.width = config.num_features();
+  l.categorical = config.num_categorical();
+  l.levels = config.categories();
+  l.indicators = config.missing_rate() > 0;
   if (l.categorical < 0) {
     return Invalid("data.num_categorical",
                    absl::StrCat("must be >= 0, got ", l.categorical));
@@ -126,9 +126,9 @@ absl::StatusOr<Layout> MakeLayout(const DataConfig& config) {
     return Invalid("data.categories",
                    absl::StrCat("must be >= 2, got ", l.levels));
   }
-  if (!(config.missing_rate >= 0 && config.missing_rate < 1)) {
+  if (!(config.missing_rate() >= 0 && config.missing_rate() < 1)) {
     return Invalid("data.missing_rate", absl::StrCat("must be in [0, 1), got ",
-                                                     config.missing_rate));
+                                                     config.missing_rate()));
   }
   const int64_t categorical_slots =
       l.categorical * (l.levels + (l.indicators ? 1 : 0));
@@ -151,11 +151,11 @@ class SyntheticSource : public DataSource {
   SyntheticSource(const DataConfig& config, const Layout& layout)
       : config_(config),
         layout_(layout),
-        dim_(config.num_features),
-        outputs_(config.num_classes),
-        train_(MakeStreams("train", config.seed)),
-        test_(MakeStreams("test", config.seed)) {
-    const uint64_t seed = config.seed;
+        dim_(config.num_features()),
+        outputs_(config.num_classes()),
+        train_(MakeStreams("train", config.seed())),
+        test_(MakeStreams("test", config.seed())) {
+    const uint64_t seed = config.seed();
     linear_ = Draw("teacher/linear", seed, dim_ * outputs_, 1.0f);
     // Unit-norm columns: every class's logit has the same spread, so the
     // argmax labels are balanced.
@@ -188,16 +188,16 @@ class SyntheticSource : public DataSource {
     if (l.indicators) {
       absl::StrAppend(&encoding, " + ", l.missing_columns(),
                       " missing indicators (missing_rate ",
-                      config_.missing_rate, ")");
+                      config_.missing_rate(), ")");
     }
-    return absl::StrCat("synthetic: seed ", config_.seed, ", ", dim_,
-                        " encoded features (", encoding, "), ",
-                        outputs_ == 1 ? std::string("regression")
-                                      : absl::StrCat(outputs_, " classes"),
-                        " from a random teacher (linear + tanh), noise ",
-                        config_.noise, "; unlimited training examples by id, ",
-                        config_.test_examples,
-                        " test examples from a separate stream");
+    return absl::StrCat(
+        "synthetic: seed ", config_.seed(), ", ", dim_, " encoded features (",
+        encoding, "), ",
+        outputs_ == 1 ? std::string("regression")
+                      : absl::StrCat(outputs_, " classes"),
+        " from a random teacher (linear + tanh), noise ", config_.noise(),
+        "; unlimited training examples by id, ", config_.test_examples(),
+        " test examples from a separate stream");
   }
 
   absl::StatusOr<Batch> TrainBatch(uint64_t first_id, int64_t n) override {
@@ -205,7 +205,7 @@ class SyntheticSource : public DataSource {
   }
 
   absl::StatusOr<Batch> TestSlice(int rank, int world) override {
-    auto range = TestSliceRange(config_.test_examples, rank, world);
+    auto range = TestSliceRange(config_.test_examples(), rank, world);
     if (!range.ok()) return range.status();
     return Generate(test_, range->first, range->second - range->first);
   }
@@ -237,7 +237,7 @@ class SyntheticSource : public DataSource {
     InitialValues(s.x, id * dim_, l.numeric, x);
     const int64_t m = l.missing_columns();
     auto missing = [&](int64_t j) {
-      return Unit(s.missing, id * m + j) < config_.missing_rate;
+      return Unit(s.missing, id * m + j) < config_.missing_rate();
     };
     for (int64_t j = 0; j < l.missable; ++j) {
       if (missing(j)) {
@@ -287,12 +287,12 @@ class SyntheticSource : public DataSource {
         }
       }
       if (outputs_ == 1) {
-        batch.y[i] = logits[0] + config_.noise * InitialValue(s.noise, id);
+        batch.y[i] = logits[0] + config_.noise() * InitialValue(s.noise, id);
         continue;
       }
       int64_t label =
           std::max_element(logits.begin(), logits.end()) - logits.begin();
-      if (Unit(s.flip, id) < config_.noise) {
+      if (Unit(s.flip, id) < config_.noise()) {
         label = std::min<int64_t>(Unit(s.label, id) * outputs_, outputs_ - 1);
       }
       batch.y[i] = static_cast<float>(label);
@@ -318,38 +318,41 @@ class SyntheticSource : public DataSource {
 
 absl::StatusOr<std::unique_ptr<DataSource>> DataSource::Create(
     const DataConfig& config) {
-  if (config.source == "digits" || config.source == "breast_cancer" ||
-      config.source == "csv" || config.source == "libsvm") {
+  if (config.source() == DataConfig::DIGITS ||
+      config.source() == DataConfig::BREAST_CANCER ||
+      config.source() == DataConfig::CSV ||
+      config.source() == DataConfig::LIBSVM) {
     return CreateFileSource(config);
   }
-  if (config.source != "synthetic") {
+  if (config.source() != DataConfig::SYNTHETIC) {
     return Invalid("data.source",
-                   absl::StrCat("unknown source '", config.source,
+                   absl::StrCat("unknown source '", ConfigName(config.source()),
                                 "' (expected synthetic, digits, breast_cancer, "
                                 "csv or libsvm)"));
   }
-  if (config.test_examples < 0) {
+  if (config.test_examples() < 0) {
     return Invalid("data.test_examples",
-                   absl::StrCat("must be >= 0, got ", config.test_examples));
+                   absl::StrCat("must be >= 0, got ", config.test_examples()));
   }
-  if (!config.targets.empty()) {
-    for (float t : config.targets) {
+  if (!config.targets().empty()) {
+    for (float t : config.targets()) {
       if (!std::isfinite(t)) return Invalid("data.targets", "must be finite");
     }
     return std::unique_ptr<DataSource>(new TargetsSource(config));
   }
-  if (config.num_features <= 0) {
+  if (config.num_features() <= 0) {
     return Invalid("data.num_features",
-                   absl::StrCat("must be > 0, got ", config.num_features));
+                   absl::StrCat("must be > 0, got ", config.num_features()));
   }
-  if (config.num_classes <= 0) {
+  if (config.num_classes() <= 0) {
     return Invalid("data.num_classes",
-                   absl::StrCat("must be > 0, got ", config.num_classes));
+                   absl::StrCat("must be > 0, got ", config.num_classes()));
   }
-  if (!(config.noise >= 0) || (config.num_classes >= 2 && config.noise > 1)) {
+  if (!(config.noise() >= 0) ||
+      (config.num_classes() >= 2 && config.noise() > 1)) {
     return Invalid("data.noise",
                    absl::StrCat("must be >= 0 (and <= 1 for classes), got ",
-                                config.noise));
+                                config.noise()));
   }
   absl::StatusOr<Layout> layout = MakeLayout(config);
   if (!layout.ok()) return layout.status();

@@ -13,16 +13,16 @@ namespace pstrain {
 absl::StatusOr<std::unique_ptr<DataSource>> LoadJobData(
     const JobConfig& config) {
   PS_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data,
-                      DataSource::Create(config.data));
-  if (config.model.type != "scalar" &&
-      (data->num_features() != config.model.input_dim ||
-       data->num_classes() != config.model.num_classes)) {
-    const std::string file = DataFilePath(config.data);
+                      DataSource::Create(config.data()));
+  if (config.model().type() != ModelConfig::SCALAR &&
+      (data->num_features() != config.model().input_dim() ||
+       data->num_classes() != config.model().num_classes())) {
+    const std::string file = DataFilePath(config.data());
     return absl::InvalidArgumentError(absl::StrCat(
         "the data", file.empty() ? "" : absl::StrCat(" ('", file, "')"),
         " has ", data->num_features(), " features and ", data->num_classes(),
-        " classes but model.input_dim is ", config.model.input_dim,
-        " and model.num_classes is ", config.model.num_classes));
+        " classes but model.input_dim is ", config.model().input_dim(),
+        " and model.num_classes is ", config.model().num_classes()));
   }
   return data;
 }

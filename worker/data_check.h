@@ -15,7 +15,7 @@
 
 namespace pstrain {
 
-// DataSource::Create(config.data) (errors name the file and line of a bad
+// DataSource::Create(config.data()) (errors name the file and line of a bad
 // row; NOT_FOUND names a missing file), then, except for the scalar model,
 // checks that the data's feature and class counts equal model.input_dim and
 // model.num_classes (INVALID_ARGUMENT naming both and the data file).

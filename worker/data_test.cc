@@ -50,7 +50,7 @@ void ExpectSame(const Batch& a, const Batch& b) {
 }
 
 TEST(DataSourceTest, SameIdsGiveIdenticalRows) {
-  DataConfig config;
+  DataConfig config = DefaultJobConfig().data();
   auto one = MustCreate(config), two = MustCreate(config);
   const Batch a = MustBatch(one->TrainBatch(100, 8));
   ExpectSame(a, MustBatch(two->TrainBatch(100, 8)));
@@ -61,12 +61,12 @@ TEST(DataSourceTest, SameIdsGiveIdenticalRows) {
   EXPECT_EQ(std::vector<float>(a.y.begin() + 4, a.y.end()), tail.y);
   EXPECT_NE(a.x, MustBatch(one->TrainBatch(200, 8)).x);
 
-  config.seed = 8;  // another task
+  config.set_seed(8);  // another task
   EXPECT_NE(a.x, MustBatch(MustCreate(config)->TrainBatch(100, 8)).x);
 }
 
 TEST(DataSourceTest, WorkerSlicesConcatenateToTheGlobalBatch) {
-  auto source = MustCreate(DataConfig());
+  auto source = MustCreate(DefaultJobConfig().data());
   const int64_t b = 5;
   for (uint64_t step : {0, 3, 17}) {
     Batch all;
@@ -81,8 +81,8 @@ TEST(DataSourceTest, WorkerSlicesConcatenateToTheGlobalBatch) {
 }
 
 TEST(DataSourceTest, TestSlicesPartitionTheTestSet) {
-  DataConfig config;
-  config.test_examples = 1003;
+  DataConfig config = DefaultJobConfig().data();
+  config.set_test_examples(1003);
   auto source = MustCreate(config);
   const Batch whole = MustBatch(source->TestSlice(0, 1));
   EXPECT_EQ(whole.n, 1003);
@@ -103,9 +103,9 @@ TEST(DataSourceTest, TestSlicesPartitionTheTestSet) {
 TEST(DataSourceTest, ClassesAreRoughlyBalanced) {
   for (uint64_t seed : {1, 7, 42, 1234}) {
     for (double noise : {0.0, 0.1}) {
-      DataConfig config;
-      config.seed = seed;
-      config.noise = noise;
+      DataConfig config = DefaultJobConfig().data();
+      config.set_seed(seed);
+      config.set_noise(noise);
       const Batch batch = MustBatch(MustCreate(config)->TrainBatch(0, 4000));
       std::vector<int> count(4);
       for (float y : batch.y) ++count.at(static_cast<int>(y));
@@ -117,9 +117,9 @@ TEST(DataSourceTest, ClassesAreRoughlyBalanced) {
 }
 
 TEST(DataSourceTest, Regression) {
-  DataConfig config;
-  config.num_classes = 1;
-  config.num_features = 8;
+  DataConfig config = DefaultJobConfig().data();
+  config.set_num_classes(1);
+  config.set_num_features(8);
   auto source = MustCreate(config);
   EXPECT_EQ(source->num_classes(), 1);
   const Batch batch = MustBatch(source->TrainBatch(0, 1000));
@@ -134,9 +134,9 @@ TEST(DataSourceTest, Regression) {
 }
 
 TEST(DataSourceTest, TargetsMode) {
-  DataConfig config;
-  config.targets = {1, 3, 5, 7};
-  config.test_examples = 6;
+  DataConfig config = DefaultJobConfig().data();
+  SetList(config.mutable_targets(), {1, 3, 5, 7});
+  config.set_test_examples(6);
   auto source = MustCreate(config);
   EXPECT_EQ(source->num_features(), 0);
   EXPECT_EQ(source->num_classes(), 1);
@@ -150,32 +150,33 @@ TEST(DataSourceTest, TargetsMode) {
 }
 
 TEST(DataSourceTest, InvalidConfigsNameTheField) {
-  DataConfig config;
-  config.source = "mnist";
+  DataConfig config = DefaultJobConfig().data();
+  config.set_source(DataConfig::DATA_SOURCE_UNSPECIFIED);
   EXPECT_THAT(DataSource::Create(config).status().message(),
               HasSubstr("data.source"));
-  config = DataConfig();
-  config.num_features = 0;
+  config = DefaultJobConfig().data();
+  config.set_num_features(0);
   EXPECT_THAT(DataSource::Create(config).status().message(),
               HasSubstr("data.num_features"));
-  config = DataConfig();
-  config.num_classes = 0;
+  config = DefaultJobConfig().data();
+  config.set_num_classes(0);
   EXPECT_THAT(DataSource::Create(config).status().message(),
               HasSubstr("data.num_classes"));
-  config = DataConfig();
-  config.noise = -0.5;
+  config = DefaultJobConfig().data();
+  config.set_noise(-0.5);
   EXPECT_EQ(DataSource::Create(config).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(MustCreate(DataConfig())->TrainBatch(0, -1).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      MustCreate(DefaultJobConfig().data())->TrainBatch(0, -1).status().code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 // Plain SGD on a softmax regression reaches well above chance (25%).
 TEST(DataSourceTest, Learnable) {
-  DataConfig data;
+  DataConfig data = DefaultJobConfig().data();
   auto source = MustCreate(data);
-  ModelConfig model_config;
-  model_config.type = "softmax";
+  ModelConfig model_config = DefaultJobConfig().model();
+  model_config.set_type(ModelConfig::SOFTMAX);
   auto model = Model::Create(model_config);
   ASSERT_TRUE(model.ok()) << model.status();
   std::vector<std::vector<float>> params, grads;
@@ -205,11 +206,11 @@ TEST(DataSourceTest, Learnable) {
 // Synthetic tables: categorical and missing columns inside num_features.
 
 TEST(SyntheticTableTest, CategoricalAndMissingEncoding) {
-  DataConfig config;
-  config.num_features = 24;
-  config.num_categorical = 3;
-  config.categories = 4;
-  config.missing_rate = 0.25;
+  DataConfig config = DefaultJobConfig().data();
+  config.set_num_features(24);
+  config.set_num_categorical(3);
+  config.set_categories(4);
+  config.set_missing_rate(0.25);
   // Layout: 3 x (4 one-hot + 1 indicator) = 15 slots, W = 9 left: 5 numeric
   // columns, the first 4 of which can be missing (4 indicators).
   auto source = MustCreate(config);
@@ -266,10 +267,10 @@ TEST(SyntheticTableTest, CategoricalAndMissingEncoding) {
 }
 
 TEST(SyntheticTableTest, WithoutMissingEverySlotIsUsed) {
-  DataConfig config;
-  config.num_features = 10;
-  config.num_categorical = 2;
-  config.categories = 3;
+  DataConfig config = DefaultJobConfig().data();
+  config.set_num_features(10);
+  config.set_num_categorical(2);
+  config.set_categories(3);
   auto source = MustCreate(config);
   ASSERT_NE(source, nullptr);
   // 4 numeric + 2 x 3 one-hot, no indicators.
@@ -283,19 +284,19 @@ TEST(SyntheticTableTest, WithoutMissingEverySlotIsUsed) {
   }
   // The plain generator is unchanged: with no categorical columns the
   // numeric slots equal those of the default config.
-  DataConfig plain;
-  plain.num_features = 10;
+  DataConfig plain = DefaultJobConfig().data();
+  plain.set_num_features(10);
   const Batch a = MustBatch(MustCreate(plain)->TrainBatch(5, 3));
   EXPECT_EQ(std::vector<float>(a.x.begin(), a.x.begin() + 4),
             std::vector<float>(batch.x.begin() + 50, batch.x.begin() + 54));
 }
 
 TEST(SyntheticTableTest, TooNarrowLayoutNamesTheField) {
-  DataConfig config;
-  config.num_features = 10;
-  config.num_categorical = 3;
-  config.categories = 3;
-  config.missing_rate = 0.1;  // needs 3 x (3 + 1) = 12 slots
+  DataConfig config = DefaultJobConfig().data();
+  config.set_num_features(10);
+  config.set_num_categorical(3);
+  config.set_categories(3);
+  config.set_missing_rate(0.1);  // needs 3 x (3 + 1) = 12 slots
   absl::StatusOr<std::unique_ptr<DataSource>> source =
       DataSource::Create(config);
   EXPECT_EQ(source.status().code(), absl::StatusCode::kInvalidArgument);
@@ -303,21 +304,21 @@ TEST(SyntheticTableTest, TooNarrowLayoutNamesTheField) {
               HasSubstr("data.num_features: 10 encoded features cannot hold 3 "
                         "categorical columns x 3 levels + their missing "
                         "indicators (needs >= 12)"));
-  config.missing_rate = 1.0;
+  config.set_missing_rate(1.0);
   EXPECT_THAT(DataSource::Create(config).status().message(),
               HasSubstr("data.missing_rate"));
 }
 
 TEST(SyntheticTableTest, CategoricalTaskIsLearnable) {
-  DataConfig data;
-  data.num_features = 24;
-  data.num_categorical = 3;
-  data.categories = 4;
-  data.missing_rate = 0.1;
+  DataConfig data = DefaultJobConfig().data();
+  data.set_num_features(24);
+  data.set_num_categorical(3);
+  data.set_categories(4);
+  data.set_missing_rate(0.1);
   auto source = MustCreate(data);
-  ModelConfig model_config;
-  model_config.type = "softmax";
-  model_config.input_dim = 24;
+  ModelConfig model_config = DefaultJobConfig().model();
+  model_config.set_type(ModelConfig::SOFTMAX);
+  model_config.set_input_dim(24);
   auto model = Model::Create(model_config);
   ASSERT_TRUE(model.ok()) << model.status();
   std::vector<std::vector<float>> params, grads;
@@ -365,11 +366,11 @@ Table IdTable(int64_t rows) {
 }
 
 DataConfig IdConfig() {
-  DataConfig config;
-  config.source = "csv";
-  config.num_classes = 1;  // labels are the raw row ids
-  config.standardize = false;
-  config.test_fraction = 0.2;
+  DataConfig config = DefaultJobConfig().data();
+  config.set_source(DataConfig::CSV);
+  config.set_num_classes(1);  // labels are the raw row ids
+  config.set_standardize(false);
+  config.set_test_fraction(0.2);
   return config;
 }
 
@@ -420,11 +421,11 @@ TEST(FileDataTest, SplitIsSeededAndTheSameOnEveryWorker) {
   EXPECT_FALSE(a->TestSlice(3, 3).ok());
   // Another seed, another split; test_fraction 0: everything trains.
   DataConfig other = config;
-  other.seed = 8;
+  other.set_seed(8);
   EXPECT_NE(
       Ids(MustBatch(MustCreateTable(IdTable(100), other)->TestSlice(0, 1))),
       test);
-  other.test_fraction = 0;
+  other.set_test_fraction(0);
   auto full = MustCreateTable(IdTable(100), other);
   EXPECT_EQ(full->train_size(), 100);
   EXPECT_EQ(MustBatch(full->TestSlice(0, 1)).n, 0);
@@ -498,7 +499,7 @@ TEST(FileDataTest, EpochSamplerCachesThePermutation) {
 
 TEST(FileDataTest, StandardizesWithTrainStatistics) {
   DataConfig config = IdConfig();
-  config.standardize = true;
+  config.set_standardize(true);
   auto source = MustCreateTable(IdTable(100), config);
   const int64_t n = source->train_size();
   const Batch train = MustBatch(source->TrainBatch(0, n));
@@ -547,8 +548,8 @@ TEST(FileDataTest, CsvMissingValuesGetTheTrainMean) {
             "," + std::to_string(r % 3) + "\n";
   }
   DataConfig config = IdConfig();
-  config.path = WriteFile("missing.csv", text);
-  config.label_column = "id";
+  config.set_path(WriteFile("missing.csv", text));
+  config.set_label_column("id");
   auto source = DataSource::Create(config);
   ASSERT_TRUE(source.ok()) << source.status();
   const int64_t n = (*source)->train_size();
@@ -582,11 +583,11 @@ TEST(FileDataTest, ClassLabelsMapToSortedIds) {
   t.cols = 1;
   t.x = {0, 1, 2, 3, 4, 5};
   t.y = {5, -1, 10, 5, -1, 10};
-  DataConfig config;
-  config.source = "csv";
-  config.test_fraction = 0;
-  config.standardize = false;
-  config.num_classes = 4;  // file data decides: 3 distinct labels
+  DataConfig config = DefaultJobConfig().data();
+  config.set_source(DataConfig::CSV);
+  config.set_test_fraction(0);
+  config.set_standardize(false);
+  config.set_num_classes(4);  // file data decides: 3 distinct labels
   auto source = MustCreateTable(t, config);
   ASSERT_NE(source, nullptr);
   EXPECT_EQ(source->num_classes(), 3);
@@ -598,7 +599,7 @@ TEST(FileDataTest, ClassLabelsMapToSortedIds) {
   EXPECT_THAT(source->Describe(),
               HasSubstr("3 classes (labels -1, 5, 10 -> 0..2)"));
 
-  config.num_classes = 1;  // regression keeps the raw label
+  config.set_num_classes(1);  // regression keeps the raw label
   source = MustCreateTable(t, config);
   EXPECT_EQ(source->num_classes(), 1);
   const Batch raw = MustBatch(source->TrainBatch(0, 6));
@@ -606,7 +607,7 @@ TEST(FileDataTest, ClassLabelsMapToSortedIds) {
     EXPECT_EQ(raw.y[i], t.y[static_cast<int>(raw.x[i])]);
   }
 
-  config.num_classes = 2;
+  config.set_num_classes(2);
   t.y.assign(6, 1.0);  // one label only
   auto bad = CreateTableSource(t, config, "one.csv");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
@@ -614,21 +615,21 @@ TEST(FileDataTest, ClassLabelsMapToSortedIds) {
               HasSubstr("data.num_classes: one.csv has 1 distinct labels"));
   t.text_labels = true;
   t.label_names = {"cat"};
-  config.num_classes = 1;
+  config.set_num_classes(1);
   EXPECT_THAT(CreateTableSource(t, config, "pets.csv").status().message(),
               HasSubstr("regression"));
-  config.test_fraction = 0.5;  // 1 row: no training row left
+  config.set_test_fraction(0.5);  // 1 row: no training row left
   EXPECT_THAT(CreateTableSource(IdTable(1), config, "x").status().message(),
               HasSubstr("data.test_fraction: 0.5 leaves no training rows"));
 }
 
 TEST(FileDataTest, FileErrorsPassThroughCreate) {
-  DataConfig config;
-  config.source = "libsvm";
-  config.path = "/nonexistent/a.libsvm";
+  DataConfig config = DefaultJobConfig().data();
+  config.set_source(DataConfig::LIBSVM);
+  config.set_path("/nonexistent/a.libsvm");
   EXPECT_EQ(DataSource::Create(config).status().code(),
             absl::StatusCode::kNotFound);
-  config.path = WriteFile("bad.libsvm", "1 1:1\n1 2:2\n0 0:1\n");
+  config.set_path(WriteFile("bad.libsvm", "1 1:1\n1 2:2\n0 0:1\n"));
   absl::StatusOr<std::unique_ptr<DataSource>> source =
       DataSource::Create(config);
   EXPECT_EQ(source.status().code(), absl::StatusCode::kInvalidArgument);
@@ -637,10 +638,10 @@ TEST(FileDataTest, FileErrorsPassThroughCreate) {
 }
 
 TEST(FileDataTest, LibsvmSource) {
-  DataConfig config;
-  config.source = "libsvm";
-  config.path = WriteFile("ok.libsvm", "1 1:1 4:2\n-1 2:2\n1 3:1\n-1 1:3\n");
-  config.test_fraction = 0.25;
+  DataConfig config = DefaultJobConfig().data();
+  config.set_source(DataConfig::LIBSVM);
+  config.set_path(WriteFile("ok.libsvm", "1 1:1 4:2\n-1 2:2\n1 3:1\n-1 1:3\n"));
+  config.set_test_fraction(0.25);
   auto source = MustCreate(config);
   ASSERT_NE(source, nullptr);
   EXPECT_EQ(source->num_features(), 4);
@@ -650,9 +651,9 @@ TEST(FileDataTest, LibsvmSource) {
 }
 
 TEST(FileDataTest, DigitsFixture) {
-  DataConfig config;
-  config.source = "digits";
-  config.path = "worker/testdata/digits_5.csv";
+  DataConfig config = DefaultJobConfig().data();
+  config.set_source(DataConfig::DIGITS);
+  config.set_path("worker/testdata/digits_5.csv");
   auto source = MustCreate(config);
   ASSERT_NE(source, nullptr);
   EXPECT_EQ(source->num_features(), 64);
@@ -677,7 +678,7 @@ std::string WorkspaceRoot() {
   return fixture.parent_path().parent_path().parent_path().string();
 }
 
-// data.dir of the extracted sets, or empty (with the reason in *why).
+// data.dir() of the extracted sets, or empty (with the reason in *why).
 std::string DatasetDir(const std::string& file, std::string* why) {
   const std::string root = WorkspaceRoot();
   const std::string dir = root + "/.cache/pstrain/datasets";
@@ -692,9 +693,9 @@ TEST(RealDataTest, DigitsAndBreastCancerShapes) {
   std::string why;
   const std::string dir = DatasetDir("digits.csv", &why);
   if (dir.empty()) GTEST_SKIP() << why;
-  DataConfig config;
-  config.source = "digits";
-  config.dir = dir;
+  DataConfig config = DefaultJobConfig().data();
+  config.set_source(DataConfig::DIGITS);
+  config.set_dir(dir);
   auto digits = MustCreate(config);
   ASSERT_NE(digits, nullptr);
   EXPECT_EQ(digits->num_features(), 64);
@@ -703,7 +704,7 @@ TEST(RealDataTest, DigitsAndBreastCancerShapes) {
   EXPECT_EQ(MustBatch(digits->TestSlice(0, 1)).n, 359);
   std::printf("%s\n", digits->Describe().c_str());
 
-  config.source = "breast_cancer";
+  config.set_source(DataConfig::BREAST_CANCER);
   auto cancer = MustCreate(config);
   ASSERT_NE(cancer, nullptr);
   EXPECT_EQ(cancer->num_features(), 30);
@@ -720,9 +721,9 @@ TEST(RealDataTest, DigitsAndBreastCancerShapes) {
 // the workers' slices), then the configured optimizer. Returns the test
 // accuracy of the final weights.
 double TrainInProcess(const JobConfig& config, DataSource* data) {
-  auto model = Model::Create(config.model);
+  auto model = Model::Create(config.model());
   EXPECT_TRUE(model.ok()) << model.status();
-  auto optimizer = Optimizer::Create(config.optimizer);
+  auto optimizer = Optimizer::Create(config.training().optimizer());
   EXPECT_TRUE(optimizer.ok()) << optimizer.status();
   if (!model.ok() || !optimizer.ok()) return 0;
   std::vector<std::vector<float>> params, slots, grads;
@@ -731,9 +732,10 @@ double TrainInProcess(const JobConfig& config, DataSource* data) {
     InitialValues(spec, 0, params.back().size(), params.back().data());
     slots.push_back((*optimizer)->InitSlots(params.back().size()));
   }
-  const int64_t global =
-      config.local_batch * config.workers * config.grad_accum_steps;
-  for (int64_t step = 0; step < config.steps; ++step) {
+  const int64_t global = config.training().local_batch() *
+                         config.job().workers() *
+                         config.training().grad_accum_steps();
+  for (int64_t step = 0; step < config.training().steps(); ++step) {
     const Batch batch =
         MustBatch(data->TrainBatch(FirstExampleId(step, 0, 1, global), global));
     auto loss = (*model)->LossAndGradient(params, batch, &grads);
@@ -759,17 +761,18 @@ void ExpectConfigReaches(const std::string& name, double target) {
   absl::StatusOr<JobConfig> config = LoadJobConfig("configs/" + name + ".yaml");
   ASSERT_TRUE(config.ok()) << config.status();
   ASSERT_TRUE(ValidateJobConfig(*config).ok()) << ValidateJobConfig(*config);
-  config->data.dir = dir;
-  auto data = MustCreate(config->data);
+  config->mutable_data()->set_dir(dir);
+  auto data = MustCreate(config->data());
   ASSERT_NE(data, nullptr);
-  EXPECT_EQ(data->num_features(), config->model.input_dim);
-  EXPECT_EQ(data->num_classes(), config->model.num_classes);
+  EXPECT_EQ(data->num_features(), config->model().input_dim());
+  EXPECT_EQ(data->num_classes(), config->model().num_classes());
   const double accuracy = TrainInProcess(*config, data.get());
   std::printf(
       "configs/%s.yaml in process: %lld steps, global batch %llu, "
       "test accuracy %.4f\n",
-      name.c_str(), static_cast<long long>(config->steps),
-      static_cast<unsigned long long>(config->optimizer.global_batch()),
+      name.c_str(), static_cast<long long>(config->training().steps()),
+      static_cast<unsigned long long>(
+          config->training().optimizer().global_batch()),
       accuracy);
   EXPECT_GE(accuracy, target);
 }

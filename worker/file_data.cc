@@ -157,21 +157,21 @@ absl::StatusOr<std::unique_ptr<DataSource>> CreateTableSource(
                     absl::StrCat(origin, " has ", rows, " rows and ", dim,
                                  " feature columns"));
   }
-  if (!(config.test_fraction >= 0 && config.test_fraction < 1)) {
+  if (!(config.test_fraction() >= 0 && config.test_fraction() < 1)) {
     return KeyError(
         "data.test_fraction",
-        absl::StrCat("must be in [0, 1), got ", config.test_fraction));
+        absl::StrCat("must be in [0, 1), got ", config.test_fraction()));
   }
-  if (config.num_classes < 1) {
+  if (config.num_classes() < 1) {
     return KeyError("data.num_classes",
-                    absl::StrCat("must be >= 1, got ", config.num_classes));
+                    absl::StrCat("must be >= 1, got ", config.num_classes()));
   }
 
   // Labels: class ids 0..K-1 in sorted label order, or regression targets.
   std::vector<float> labels(rows);
   int64_t classes = 1;
   std::string label_text;
-  if (config.num_classes == 1) {
+  if (config.num_classes() == 1) {
     if (table.text_labels) {
       return KeyError(
           "data.num_classes",
@@ -212,10 +212,10 @@ absl::StatusOr<std::unique_ptr<DataSource>> CreateTableSource(
   // The split: the first round(rows * test_fraction) rows of a seeded
   // permutation are the test set; both sets keep file order.
   const std::vector<int64_t> order =
-      SeededPermutation(rows, Hash(config.seed, kSplitTag));
-  const int64_t test_rows = std::llround(rows * config.test_fraction);
+      SeededPermutation(rows, Hash(config.seed(), kSplitTag));
+  const int64_t test_rows = std::llround(rows * config.test_fraction());
   if (rows - test_rows < 1) {
-    return KeyError("data.test_fraction", absl::StrCat(config.test_fraction,
+    return KeyError("data.test_fraction", absl::StrCat(config.test_fraction(),
                                                        " leaves no training "
                                                        "rows of ",
                                                        rows));
@@ -246,7 +246,7 @@ absl::StatusOr<std::unique_ptr<DataSource>> CreateTableSource(
     const float v = x[r * dim + k];
     return std::isnan(v) ? fill[k] : v;
   };
-  if (config.standardize) {
+  if (config.standardize()) {
     for (int64_t k = 0; k < dim; ++k) {
       double sum = 0, lo = value(train[0], k), hi = lo;
       for (int64_t r : train) {
@@ -287,17 +287,17 @@ absl::StatusOr<std::unique_ptr<DataSource>> CreateTableSource(
                          " train, ", missing_test,
                          " test) imputed with train column means");
   std::string description = absl::StrCat(
-      config.source, " from ", origin, ": ", rows, " rows x ", dim,
-      " features, ", label_text, "; split seed ", config.seed,
-      ", test_fraction ", config.test_fraction, ": ", train.size(), " train / ",
-      test.size(), " test rows; ", missing_text, "; ",
-      config.standardize ? "features standardized with train mean/std"
-                         : "features not standardized",
-      "; training order reshuffled every epoch (seed ", config.seed,
+      ConfigName(config.source()), " from ", origin, ": ", rows, " rows x ",
+      dim, " features, ", label_text, "; split seed ", config.seed(),
+      ", test_fraction ", config.test_fraction(), ": ", train.size(),
+      " train / ", test.size(), " test rows; ", missing_text, "; ",
+      config.standardize() ? "features standardized with train mean/std"
+                           : "features not standardized",
+      "; training order reshuffled every epoch (seed ", config.seed(),
       ", epoch)");
   return std::unique_ptr<DataSource>(new FileSource(
       dim, classes, std::move(train_x), std::move(train_y), std::move(test_x),
-      std::move(test_y), config.seed, std::move(description)));
+      std::move(test_y), config.seed(), std::move(description)));
 }
 
 }  // namespace pstrain

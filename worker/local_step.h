@@ -27,7 +27,8 @@ class LocalStep {
 
   // Examples behind one gradient: local_batch x grad_accum_steps.
   int64_t slice() const {
-    return config_.local_batch * config_.grad_accum_steps;
+    return config_.training().local_batch() *
+           config_.training().grad_accum_steps();
   }
 
   // Gradient of the mean loss over this rank's slice of step `step` (ids

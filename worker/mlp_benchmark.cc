@@ -181,13 +181,20 @@ absl::StatusOr<double> TimeGemms(ComputeBackend* backend,
 
 absl::Status RunSize(ComputeBackend* backend, const Size& s,
                      absl::Duration min_time) {
-  ModelConfig config;
-  config.type = "mlp";
-  config.input_dim = s.widths.front();
-  config.hidden.assign(s.widths.begin() + 1, s.widths.end() - 1);
-  config.num_classes = s.widths.back();
-  config.classifier = config.num_classes >= 2;
-  config.activation = absl::GetFlag(FLAGS_activation);
+  JobConfig job = DefaultJobConfig();
+  absl::Status activation = ApplyConfigOverride(
+      "model.activation", absl::GetFlag(FLAGS_activation), &job);
+  if (!activation.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--activation: ", activation.message()));
+  }
+  ModelConfig config = job.model();
+  config.set_type(ModelConfig::MLP);
+  config.set_input_dim(s.widths.front());
+  config.mutable_hidden()->Clear();
+  config.mutable_hidden()->Add(s.widths.begin() + 1, s.widths.end() - 1);
+  config.set_num_classes(s.widths.back());
+  config.set_classifier(config.num_classes() >= 2);
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
                       Model::Create(config, backend));
 
@@ -201,12 +208,12 @@ absl::Status RunSize(ComputeBackend* backend, const Size& s,
   std::normal_distribution<float> normal(0, 1);
   Batch batch;
   batch.n = s.batch;
-  batch.dim = config.input_dim;
+  batch.dim = config.input_dim();
   batch.x.resize(batch.n * batch.dim);
   for (float& x : batch.x) x = normal(rng);
   for (int64_t i = 0; i < batch.n; ++i) {
-    batch.y.push_back(config.num_classes >= 2 ? i % config.num_classes
-                                              : normal(rng));
+    batch.y.push_back(config.num_classes() >= 2 ? i % config.num_classes()
+                                                : normal(rng));
   }
   // The three variants (see the top of this file), timed in interleaved
   // rounds.

@@ -341,18 +341,19 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(
     return absl::InvalidArgumentError("Model::Create: null compute backend");
   }
   PS_ASSIGN_OR_RETURN(std::vector<TensorSpec> specs, ModelParamSpecs(config));
-  if (config.type == "scalar") {
+  if (config.type() == ModelConfig::SCALAR) {
     return std::unique_ptr<Model>(
         new ScalarModel(std::move(specs), backend, std::move(owned)));
   }
   Activation act = Activation::kIdentity;
-  if (config.type == "mlp") {
-    act = config.activation == "relu"   ? Activation::kRelu
-          : config.activation == "tanh" ? Activation::kTanh
-                                        : Activation::kGelu;
+  if (config.type() == ModelConfig::MLP) {
+    act = config.activation() == ModelConfig::RELU   ? Activation::kRelu
+          : config.activation() == ModelConfig::TANH ? Activation::kTanh
+                                                     : Activation::kGelu;
   }
   const bool softmax_head =
-      config.type == "softmax" || (config.type == "mlp" && config.classifier);
+      config.type() == ModelConfig::SOFTMAX ||
+      (config.type() == ModelConfig::MLP && config.classifier());
   return std::unique_ptr<Model>(new DenseModel(
       std::move(specs), act, softmax_head, backend, std::move(owned)));
 }

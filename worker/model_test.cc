@@ -18,9 +18,9 @@ using Params = std::vector<std::vector<float>>;
 // ---------------------------------------------------------------------------
 // A float64 reference of the dense models, written with plain loops.
 
-double RefActivate(const std::string& act, double z) {
-  if (act == "relu") return z > 0 ? z : 0;
-  if (act == "tanh") return std::tanh(z);
+double RefActivate(ModelConfig::Activation act, double z) {
+  if (act == ModelConfig::RELU) return z > 0 ? z : 0;
+  if (act == ModelConfig::TANH) return std::tanh(z);
   const double c = std::sqrt(2 / M_PI);
   return 0.5 * z * (1 + std::tanh(c * (z + 0.044715 * z * z * z)));
 }
@@ -29,7 +29,8 @@ double RefActivate(const std::string& act, double z) {
 double RefLoss(const ModelConfig& config,
                const std::vector<std::vector<double>>& p, const Batch& batch) {
   const bool softmax =
-      config.type == "softmax" || (config.type == "mlp" && config.classifier);
+      config.type() == ModelConfig::SOFTMAX ||
+      (config.type() == ModelConfig::MLP && config.classifier());
   const size_t layers = p.size() / 2;
   double total = 0;
   for (int64_t i = 0; i < batch.n; ++i) {
@@ -44,7 +45,7 @@ double RefLoss(const ModelConfig& config,
         for (size_t k = 0; k < in; ++k) z[j] += a[k] * w[k * out + j];
       }
       if (l + 1 < layers) {
-        for (double& v : z) v = RefActivate(config.activation, v);
+        for (double& v : z) v = RefActivate(config.activation(), v);
       }
       a = z;
     }
@@ -90,22 +91,23 @@ Batch RandomBatch(int64_t n, int64_t dim, int64_t classes, std::mt19937* rng) {
   return batch;
 }
 
-ModelConfig Config(std::string type, int64_t classes, bool classifier = true,
-                   std::string activation = "relu") {
-  ModelConfig config;
-  config.type = type;
-  config.input_dim = 5;
-  config.num_classes = classes;
-  config.hidden = {6, 4};
-  config.activation = activation;
-  config.classifier = classifier;
-  config.seed = 3;
+ModelConfig Config(ModelConfig::ModelType type, int64_t classes,
+                   bool classifier = true,
+                   ModelConfig::Activation activation = ModelConfig::RELU) {
+  ModelConfig config = DefaultJobConfig().model();
+  config.set_type(type);
+  config.set_input_dim(5);
+  config.set_num_classes(classes);
+  SetList(config.mutable_hidden(), {6, 4});
+  config.set_activation(activation);
+  config.set_classifier(classifier);
+  config.set_seed(3);
   return config;
 }
 
 struct GradCase {
   std::string name;
-  ModelConfig config;
+  ModelConfig config = DefaultJobConfig().model();
 };
 
 void PrintTo(const GradCase& c, std::ostream* os) { *os << c.name; }
@@ -121,7 +123,7 @@ TEST_P(GradientTest, MatchesFiniteDifferences) {
   std::mt19937 rng(11);
   const Params params = RandomParams(**model, &rng);
   const Batch batch =
-      RandomBatch(7, config.input_dim, config.num_classes, &rng);
+      RandomBatch(7, config.input_dim(), config.num_classes(), &rng);
 
   Params grads;
   auto loss = (*model)->LossAndGradient(params, batch, &grads);
@@ -157,17 +159,24 @@ TEST_P(GradientTest, MatchesFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllModels, GradientTest,
-    ::testing::Values(GradCase{"linear1", Config("linear", 1)},
-                      GradCase{"linear3", Config("linear", 3)},
-                      GradCase{"softmax", Config("softmax", 4)},
-                      GradCase{"mlp_relu_cls", Config("mlp", 3, true, "relu")},
-                      GradCase{"mlp_tanh_cls", Config("mlp", 3, true, "tanh")},
-                      GradCase{"mlp_gelu_cls", Config("mlp", 3, true, "gelu")},
-                      GradCase{"mlp_relu_reg", Config("mlp", 1, false, "relu")},
-                      GradCase{"mlp_tanh_reg", Config("mlp", 1, false, "tanh")},
-                      GradCase{"mlp_gelu_reg", Config("mlp", 1, false, "gelu")},
-                      GradCase{"mlp_gelu_onehot",
-                               Config("mlp", 3, false, "gelu")}),
+    ::testing::Values(
+        GradCase{"linear1", Config(ModelConfig::LINEAR, 1)},
+        GradCase{"linear3", Config(ModelConfig::LINEAR, 3)},
+        GradCase{"softmax", Config(ModelConfig::SOFTMAX, 4)},
+        GradCase{"mlp_relu_cls",
+                 Config(ModelConfig::MLP, 3, true, ModelConfig::RELU)},
+        GradCase{"mlp_tanh_cls",
+                 Config(ModelConfig::MLP, 3, true, ModelConfig::TANH)},
+        GradCase{"mlp_gelu_cls",
+                 Config(ModelConfig::MLP, 3, true, ModelConfig::GELU)},
+        GradCase{"mlp_relu_reg",
+                 Config(ModelConfig::MLP, 1, false, ModelConfig::RELU)},
+        GradCase{"mlp_tanh_reg",
+                 Config(ModelConfig::MLP, 1, false, ModelConfig::TANH)},
+        GradCase{"mlp_gelu_reg",
+                 Config(ModelConfig::MLP, 1, false, ModelConfig::GELU)},
+        GradCase{"mlp_gelu_onehot",
+                 Config(ModelConfig::MLP, 3, false, ModelConfig::GELU)}),
     [](const auto& info) { return info.param.name; });
 
 Batch TargetsBatch(std::vector<float> y) {
@@ -178,8 +187,8 @@ Batch TargetsBatch(std::vector<float> y) {
 }
 
 TEST(ScalarModelTest, WorkedExample) {
-  ModelConfig config;
-  config.type = "scalar";
+  ModelConfig config = DefaultJobConfig().model();
+  config.set_type(ModelConfig::SCALAR);
   auto model = Model::Create(config);
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_FALSE((*model)->is_classifier());
@@ -209,10 +218,10 @@ TEST(ScalarModelTest, WorkedExample) {
 }
 
 TEST(EvaluateTest, CountsCorrectPredictions) {
-  ModelConfig config;
-  config.type = "softmax";
-  config.input_dim = 2;
-  config.num_classes = 2;
+  ModelConfig config = DefaultJobConfig().model();
+  config.set_type(ModelConfig::SOFTMAX);
+  config.set_input_dim(2);
+  config.set_num_classes(2);
   auto model = Model::Create(config);
   ASSERT_TRUE(model.ok());
   EXPECT_TRUE((*model)->is_classifier());
@@ -237,10 +246,10 @@ TEST(EvaluateTest, CountsCorrectPredictions) {
 }
 
 TEST(EvaluateTest, StableForHugeLogits) {
-  ModelConfig config;
-  config.type = "softmax";
-  config.input_dim = 1;
-  config.num_classes = 2;
+  ModelConfig config = DefaultJobConfig().model();
+  config.set_type(ModelConfig::SOFTMAX);
+  config.set_input_dim(1);
+  config.set_num_classes(2);
   auto model = Model::Create(config);
   ASSERT_TRUE(model.ok());
   Batch batch;
@@ -258,8 +267,10 @@ TEST(EvaluateTest, StableForHugeLogits) {
 TEST(ModelTest, ComputesThroughTheGivenBackend) {
   auto cpu = CreateCpuBackend();
   ASSERT_TRUE(cpu.ok());
-  auto shared = Model::Create(Config("mlp", 3, true, "gelu"), cpu->get());
-  auto owning = Model::Create(Config("mlp", 3, true, "gelu"));
+  auto shared = Model::Create(
+      Config(ModelConfig::MLP, 3, true, ModelConfig::GELU), cpu->get());
+  auto owning =
+      Model::Create(Config(ModelConfig::MLP, 3, true, ModelConfig::GELU));
   ASSERT_TRUE(shared.ok() && owning.ok());
   std::mt19937 rng(4);
   const Params params = RandomParams(**shared, &rng);
@@ -270,12 +281,12 @@ TEST(ModelTest, ComputesThroughTheGivenBackend) {
   ASSERT_TRUE(l1.ok() && l2.ok());
   EXPECT_EQ(*l1, *l2);
   EXPECT_EQ(g1, g2);
-  EXPECT_EQ(Model::Create(Config("mlp", 3), nullptr).status().code(),
+  EXPECT_EQ(Model::Create(Config(ModelConfig::MLP, 3), nullptr).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ModelTest, BadInputsAreInvalidArgument) {
-  auto model = Model::Create(Config("mlp", 3));
+  auto model = Model::Create(Config(ModelConfig::MLP, 3));
   ASSERT_TRUE(model.ok());
   std::mt19937 rng(1);
   const Params params = RandomParams(**model, &rng);
@@ -313,7 +324,7 @@ TEST(ModelTest, BadInputsAreInvalidArgument) {
   }
   expect_invalid(params, Batch());  // empty batch has no mean loss
 
-  auto scalar = Model::Create(Config("scalar", 1));
+  auto scalar = Model::Create(Config(ModelConfig::SCALAR, 1));
   ASSERT_TRUE(scalar.ok());
   EXPECT_EQ((*scalar)
                 ->LossAndGradient({{1.0f}}, TargetsBatch({INFINITY}), &grads)
@@ -324,8 +335,8 @@ TEST(ModelTest, BadInputsAreInvalidArgument) {
       (*scalar)->Evaluate({{1.0f, 2.0f}}, TargetsBatch({1})).status().code(),
       absl::StatusCode::kInvalidArgument);
 
-  ModelConfig bad = Config("mlp", 3);
-  bad.activation = "sigmoid";
+  ModelConfig bad = Config(ModelConfig::MLP, 3);
+  bad.set_activation(ModelConfig::ACTIVATION_UNSPECIFIED);
   EXPECT_EQ(Model::Create(bad).status().code(),
             absl::StatusCode::kInvalidArgument);
 }

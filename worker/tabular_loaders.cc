@@ -306,24 +306,27 @@ absl::StatusOr<Table> ParseLibsvm(absl::string_view text,
 }
 
 std::string DataFilePath(const DataConfig& config) {
-  if (!config.path.empty()) return config.path;
-  if (config.source == "digits" || config.source == "breast_cancer") {
-    return absl::StrCat(config.dir, "/", config.source, ".csv");
+  if (!config.path().empty()) return config.path();
+  if (config.source() == DataConfig::DIGITS ||
+      config.source() == DataConfig::BREAST_CANCER) {
+    return absl::StrCat(config.dir(), "/", ConfigName(config.source()), ".csv");
   }
   return "";
 }
 
 absl::StatusOr<Table> LoadTable(const DataConfig& config) {
   const std::string path = DataFilePath(config);
-  const bool builtin =
-      config.source == "digits" || config.source == "breast_cancer";
-  if (!builtin && config.source != "csv" && config.source != "libsvm") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data.source: '", config.source, "' is not file data"));
+  const bool builtin = config.source() == DataConfig::DIGITS ||
+                       config.source() == DataConfig::BREAST_CANCER;
+  if (!builtin && config.source() != DataConfig::CSV &&
+      config.source() != DataConfig::LIBSVM) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.source: '", ConfigName(config.source()), "' is not file data"));
   }
   if (path.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data.path: is required with data.source ", config.source));
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.path: is required with data.source ",
+                     ConfigName(config.source())));
   }
   std::error_code error;
   if (std::filesystem::is_directory(path, error)) {
@@ -335,7 +338,7 @@ absl::StatusOr<Table> LoadTable(const DataConfig& config) {
   if (!in) {
     const std::string message =
         absl::StrCat("cannot open data file '", path, "'",
-                     builtin && config.path.empty()
+                     builtin && config.path().empty()
                          ? " (run ./psctl setup to extract it from Debian's "
                            "python3-sklearn, or set data.path)"
                          : "");
@@ -348,10 +351,12 @@ absl::StatusOr<Table> LoadTable(const DataConfig& config) {
     return absl::DataLossError(absl::StrCat("error reading '", path, "'"));
   }
   const std::string contents = text.str();
-  if (config.source == "digits") return ParseDigitsCsv(contents, path);
-  if (config.source == "breast_cancer") return ParseSklearnCsv(contents, path);
-  if (config.source == "csv") {
-    return ParseCsv(contents, path, config.label_column);
+  if (config.source() == DataConfig::DIGITS)
+    return ParseDigitsCsv(contents, path);
+  if (config.source() == DataConfig::BREAST_CANCER)
+    return ParseSklearnCsv(contents, path);
+  if (config.source() == DataConfig::CSV) {
+    return ParseCsv(contents, path, config.label_column());
   }
   return ParseLibsvm(contents, path);
 }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -32,9 +33,13 @@ Table MustLoad(const DataConfig& config) {
 }
 
 DataConfig FileConfig(const std::string& source, const std::string& path) {
-  DataConfig config;
-  config.source = source;
-  config.path = path;
+  DataConfig config = DefaultJobConfig().data();
+  DataConfig::DataSource value;  // the proto name is the YAML one upper-cased
+  EXPECT_TRUE(
+      DataConfig::DataSource_Parse(absl::AsciiStrToUpper(source), &value))
+      << source;
+  config.set_source(value);
+  config.set_path(path);
   return config;
 }
 
@@ -80,18 +85,18 @@ TEST(TabularLoadersTest, DigitsErrorsNameFileAndLine) {
 }
 
 TEST(TabularLoadersTest, BuiltInFilesComeFromDirAndMissingIsNotFound) {
-  DataConfig config;
-  config.source = "digits";
-  config.dir = "/nonexistent/datasets";
+  DataConfig config = DefaultJobConfig().data();
+  config.set_source(DataConfig::DIGITS);
+  config.set_dir("/nonexistent/datasets");
   EXPECT_EQ(DataFilePath(config), "/nonexistent/datasets/digits.csv");
   absl::StatusOr<Table> t = LoadTable(config);
   EXPECT_EQ(t.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(t.status().message()),
               HasSubstr("'/nonexistent/datasets/digits.csv'"));
   EXPECT_THAT(std::string(t.status().message()), HasSubstr("psctl setup"));
-  config.source = "breast_cancer";
+  config.set_source(DataConfig::BREAST_CANCER);
   EXPECT_EQ(DataFilePath(config), "/nonexistent/datasets/breast_cancer.csv");
-  config.path = "/elsewhere/bc.csv";  // path wins
+  config.set_path("/elsewhere/bc.csv");  // path wins
   EXPECT_EQ(DataFilePath(config), "/elsewhere/bc.csv");
 
   t = LoadTable(FileConfig("csv", "/nonexistent/x.csv"));
@@ -145,7 +150,7 @@ TEST(TabularLoadersTest, CsvHeaderLabelByNameAndMissingValues) {
 
   // Any column can be the label.
   config = FileConfig("csv", WriteFile("y.csv", "y,label\n1,2\n3,4\n"));
-  config.label_column = "y";
+  config.set_label_column("y");
   t = MustLoad(config);
   EXPECT_THAT(t.feature_names, ElementsAre("label"));
   EXPECT_THAT(t.x, ElementsAre(2, 4));
@@ -156,7 +161,7 @@ TEST(TabularLoadersTest, CsvTextLabelsAreSortedClassNames) {
   const std::string path = WriteFile(
       "iris.csv", "a,b,species\n1,2,virginica\n3,4,setosa\n5,6,virginica\n");
   DataConfig config = FileConfig("csv", path);
-  config.label_column = "species";
+  config.set_label_column("species");
   const Table t = MustLoad(config);
   EXPECT_TRUE(t.text_labels);
   EXPECT_THAT(t.label_names, ElementsAre("setosa", "virginica"));

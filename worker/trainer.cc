@@ -31,7 +31,8 @@ absl::Status Trainer::Run(const StepCallback& on_step,
     grads.emplace_back(pushed.data() + offset, n);
     offset += n;
   }
-  for (int64_t step = options_.start_step; step <= c.steps; ++step) {
+  for (int64_t step = options_.start_step; step <= c.training().steps();
+       ++step) {
     if (should_stop && should_stop()) {
       return absl::CancelledError(absl::StrCat("stopped before step ", step));
     }
@@ -46,7 +47,7 @@ absl::Status Trainer::Run(const StepCallback& on_step,
     // every micro-batch of the step.
     PS_RETURN_IF_ERROR(model_->SetParams(weights));
     m.set_pull_s(absl::ToDoubleSeconds(absl::Now() - t0));
-    if (step == c.steps) {  // final weights: evaluate and finish
+    if (step == c.training().steps()) {  // final weights: evaluate and finish
       params_.clear();
       for (absl::Span<const float> w : weights) {
         params_.emplace_back(w.begin(), w.end());
@@ -55,7 +56,8 @@ absl::Status Trainer::Run(const StepCallback& on_step,
       m.set_end_unix_s(UnixSeconds());
       return on_step ? on_step(m) : absl::OkStatus();
     }
-    if (c.eval_every > 0 && step > 0 && step % c.eval_every == 0) {
+    if (c.evaluation().every_steps() > 0 && step > 0 &&
+        step % c.evaluation().every_steps() == 0) {
       PS_RETURN_IF_ERROR(local.Evaluate(&m));
     }
 

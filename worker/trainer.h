@@ -26,7 +26,8 @@ namespace pstrain {
 
 struct TrainerOptions {
   uint32_t rank = 0;
-  JobConfig config;  // workers, steps, local_batch, grad_accum_steps, eval
+  JobConfig config = DefaultJobConfig();  // workers, steps, local_batch,
+                                          // grad_accum_steps, eval
   // The first step (JobSpec.start_step): a job resumed from a checkpoint
   // continues there; data ids derive from the step, so nothing else moves.
   int64_t start_step = 0;

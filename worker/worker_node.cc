@@ -251,7 +251,8 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
         st.code(),
         absl::StrCat("cannot reach the coordinator: ", st.message()));
   }
-  const bool allreduce = job.mode() == pstrain::v1::MODE_ALLREDUCE;
+  const bool allreduce =
+      job.config().training().mode() == pstrain::v1::MODE_ALLREDUCE;
   PeerServer peer;
   if (allreduce) {
     PS_RETURN_IF_ERROR(StartPeerServer(options_, &peer));
@@ -287,7 +288,7 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
   auto join_ring = [&](const JobConfig& config,
                        const std::shared_ptr<ComputeBackend>& backend,
                        AllReduceLink* link) -> absl::Status {
-    const bool nccl = config.allreduce.backend == "nccl";
+    const bool nccl = config.allreduce().backend() == AllReduceConfig::NCCL;
     std::string nccl_id;
     if (nccl) {
       PS_RETURN_IF_ERROR(NcclUsable(*backend));
@@ -296,19 +297,20 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
       }
     }
     pstrain::v1::GetPeersResponse peers;
-    PS_RETURN_IF_ERROR(
-        RetryUntil(absl::Now() + absl::Seconds(config.startup_timeout_s),
-                   "the other workers", [&] {
-                     grpc::ClientContext ctx;
-                     SetTimeout(&ctx, rpc_timeout);
-                     pstrain::v1::GetPeersRequest req;
-                     req.set_rank(rank);
-                     req.set_session_id(reg.session_id());
-                     req.set_nccl_unique_id(nccl_id);
-                     return FromGrpcStatus(coord->GetPeers(&ctx, req, &peers));
-                   }));
+    PS_RETURN_IF_ERROR(RetryUntil(
+        absl::Now() + absl::Seconds(config.network().startup_timeout_s()),
+        "the other workers", [&] {
+          grpc::ClientContext ctx;
+          SetTimeout(&ctx, rpc_timeout);
+          pstrain::v1::GetPeersRequest req;
+          req.set_rank(rank);
+          req.set_session_id(reg.session_id());
+          req.set_nccl_unique_id(nccl_id);
+          return FromGrpcStatus(coord->GetPeers(&ctx, req, &peers));
+        }));
     const int n = peers.peer_addresses_size();
-    const absl::Duration timeout = absl::Seconds(config.allreduce.timeout_s);
+    const absl::Duration timeout =
+        absl::Seconds(config.allreduce().timeout_s());
     if (nccl) {
       PS_ASSIGN_OR_RETURN(
           link->reducer, CreateNcclAllReducer(backend, rank, n,
@@ -321,7 +323,7 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
                                 peer.service.get(), reg.session_id(),
                                 peers.left_session_id()));
       RingOptions ring;
-      ring.segment_elems = config.allreduce.segment_bytes / sizeof(float);
+      ring.segment_elems = config.allreduce().segment_bytes() / sizeof(float);
       ring.timeout = timeout;
       link->reducer =
           std::make_unique<RingAllReducer>(link->transport.get(), ring);
@@ -334,14 +336,18 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
 
   auto run = [&](Reporter* reporter, std::unique_ptr<PsClient>* client,
                  AllReduceLink* link) -> absl::Status {
-    PS_ASSIGN_OR_RETURN(JobConfig config,
-                        ParseJobConfig(reg.job().worker_config(), "job spec"));
+    const JobConfig config = reg.job().config();
+    if (absl::Status valid = ValidateJobConfig(config); !valid.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job spec: ", valid.message()));
+    }
     // The flag wins over the job's worker.device. The backend outlives the
     // model, which computes through it, and is shared with a NCCL reducer,
     // which lives on in `link` after this scope.
     WorkerDeviceOptions device_options;
-    device_options.device =
-        options_.device.empty() ? config.worker.device : options_.device;
+    device_options.device = options_.device.empty()
+                                ? ConfigName(config.worker().device())
+                                : options_.device;
     device_options.cuda_device = options_.cuda_device;
     device_options.local_rank = options_.local_rank;
     device_options.cuda_visible_devices = options_.cuda_visible_devices;
@@ -350,7 +356,7 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
     const std::shared_ptr<ComputeBackend> backend = chosen.backend;
     PS_LOG_INFO("compute backend: %s", chosen.description);
     PS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
-                        Model::Create(config.model, backend.get()));
+                        Model::Create(config.model(), backend.get()));
     PS_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data, LoadJobData(config));
     PS_LOG_INFO("data: %s", data->Describe());
     absl::Time last_line = absl::InfinitePast();
@@ -360,7 +366,8 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
         last_line = absl::Now();
         std::fprintf(stderr, "\r  worker/%u step %llu/%lld  loss %.4f ", rank,
                      static_cast<unsigned long long>(m.step() + 1),
-                     static_cast<long long>(config.steps), m.loss());
+                     static_cast<long long>(config.training().steps()),
+                     m.loss());
       }
       return reporter->Add(m);
     };
@@ -376,8 +383,9 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
       PS_LOG_INFO(
           "rank %d of %d (allreduce): %s model, %d steps, local batch %d x %d "
           "accumulation",
-          rank, config.workers, config.model.type, config.steps,
-          config.local_batch, config.grad_accum_steps);
+          rank, config.job().workers(), ConfigName(config.model().type()),
+          config.training().steps(), config.training().local_batch(),
+          config.training().grad_accum_steps());
       PS_ASSIGN_OR_RETURN(std::unique_ptr<AllReduceTrainer> trainer,
                           AllReduceTrainer::Create(options, link->reducer.get(),
                                                    model.get(), data.get()));
@@ -393,10 +401,12 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
       channels.push_back(MakeChannel(a, creds_));
     }
     PsClientOptions client_options;
-    client_options.rpc_timeout = absl::Seconds(config.rpc_timeout_s);
-    client_options.barrier_timeout = absl::Seconds(config.barrier_timeout_s);
+    client_options.rpc_timeout =
+        absl::Seconds(config.network().rpc_timeout_s());
+    client_options.barrier_timeout =
+        absl::Seconds(config.network().barrier_timeout_s());
     client_options.session_id = reg.session_id();
-    client_options.wire_dtype = reg.job().wire_dtype();
+    client_options.wire_dtype = config.network().wire_dtype();
     PS_ASSIGN_OR_RETURN(
         *client, PsClient::Create(reg.job().shard_map(), std::move(channels),
                                   client_options));
@@ -405,8 +415,9 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
     PS_LOG_INFO(
         "rank %d of %d: %s model, %d steps, local batch %d x %d "
         "accumulation",
-        rank, config.workers, config.model.type, config.steps,
-        config.local_batch, config.grad_accum_steps);
+        rank, config.job().workers(), ConfigName(config.model().type()),
+        config.training().steps(), config.training().local_batch(),
+        config.training().grad_accum_steps());
     Trainer trainer(options, client->get(), model.get(), data.get());
     PS_RETURN_IF_ERROR(trainer.Run(on_step, should_stop));
     final_params_ = trainer.final_params();

@@ -8,6 +8,8 @@
 namespace pstrain {
 namespace {
 
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
@@ -69,24 +71,26 @@ TEST(DeriveConfigTest, OverridesChangeOnlyTheirKeys) {
                          "job.workers=4", "worker.compute_ms=20",
                          "worker.straggler_rank=1", "worker.straggler_factor=3",
                          "evaluation.every_steps=5", "training.steps=40"})));
-  EXPECT_EQ(c.mode, pstrain::v1::MODE_ASYNC);
-  EXPECT_EQ(c.staleness, -1);
-  EXPECT_EQ(c.workers, 4);
-  EXPECT_EQ(c.worker.compute_ms, 20);  // section absent from the base
-  EXPECT_EQ(c.worker.straggler_rank, 1);
-  EXPECT_EQ(c.worker.straggler_factor, 3);
-  EXPECT_EQ(c.eval_every, 5);
-  EXPECT_EQ(c.steps, 40);
+  EXPECT_EQ(c.training().mode(), pstrain::v1::MODE_ASYNC);
+  EXPECT_EQ(c.training().staleness(), -1);
+  EXPECT_EQ(c.job().workers(), 4);
+  EXPECT_EQ(c.worker().compute_ms(), 20);  // section absent from the base
+  EXPECT_EQ(c.worker().straggler_rank(), 1);
+  EXPECT_EQ(c.worker().straggler_factor(), 3);
+  EXPECT_EQ(c.evaluation().every_steps(), 5);
+  EXPECT_EQ(c.training().steps(), 40);
   // Everything else as in the base: same data, seeds and model.
-  EXPECT_EQ(c.name, before.name);
-  EXPECT_EQ(c.servers, before.servers);
-  EXPECT_EQ(c.local_batch, before.local_batch);
-  EXPECT_EQ(c.model.hidden, before.model.hidden);
-  EXPECT_EQ(c.model.seed, before.model.seed);
-  EXPECT_EQ(c.data.seed, before.data.seed);
-  EXPECT_EQ(c.data.source, before.data.source);
-  EXPECT_EQ(c.optimizer.base_lr(), before.optimizer.base_lr());
-  EXPECT_EQ(c.optimizer.kind(), before.optimizer.kind());
+  EXPECT_EQ(c.job().name(), before.job().name());
+  EXPECT_EQ(c.job().servers(), before.job().servers());
+  EXPECT_EQ(c.training().local_batch(), before.training().local_batch());
+  EXPECT_THAT(c.model().hidden(), ElementsAreArray(before.model().hidden()));
+  EXPECT_EQ(c.model().seed(), before.model().seed());
+  EXPECT_EQ(c.data().seed(), before.data().seed());
+  EXPECT_EQ(c.data().source(), before.data().source());
+  EXPECT_EQ(c.training().optimizer().base_lr(),
+            before.training().optimizer().base_lr());
+  EXPECT_EQ(c.training().optimizer().kind(),
+            before.training().optimizer().kind());
 }
 
 TEST(DeriveConfigTest, ListsLaterOverridesAndAllReduce) {
@@ -94,14 +98,14 @@ TEST(DeriveConfigTest, ListsLaterOverridesAndAllReduce) {
       DeriveConfig(DefaultYaml(), "default.yaml",
                    Sets({"model.hidden=[16, 8]", "training.mode=async",
                          "training.mode=allreduce"})));
-  EXPECT_EQ(c.model.hidden, (std::vector<int64_t>{16, 8}));
-  EXPECT_EQ(c.mode, pstrain::v1::MODE_ALLREDUCE);
+  EXPECT_THAT(c.model().hidden(), ElementsAre(16, 8));
+  EXPECT_EQ(c.training().mode(), pstrain::v1::MODE_ALLREDUCE);
 }
 
 TEST(DeriveConfigTest, EmptyBaseGetsSections) {
   const JobConfig c =
       MustParse(DeriveConfig("", "empty.yaml", Sets({"job.workers=3"})));
-  EXPECT_EQ(c.workers, 3);
+  EXPECT_EQ(c.job().workers(), 3);
 }
 
 std::string DeriveError(const std::vector<std::string>& sets,
@@ -167,8 +171,8 @@ TEST(PlanRunsTest, ModesAndRepeats) {
   EXPECT_EQ((*plan)[3].mode_sets.size(), 1u);  // the base's staleness
   const JobConfig c = MustParse(
       DeriveConfig(DefaultYaml(), "default.yaml", (*plan)[2].mode_sets));
-  EXPECT_EQ(c.mode, pstrain::v1::MODE_ASYNC);
-  EXPECT_EQ(c.staleness, -1);
+  EXPECT_EQ(c.training().mode(), pstrain::v1::MODE_ASYNC);
+  EXPECT_EQ(c.training().staleness(), -1);
 
   plan = PlanRuns("sync,allreduce", 3);
   ASSERT_TRUE(plan.ok()) << plan.status();

@@ -14,16 +14,17 @@ void LoadJobFile(RunMetrics* m) {
         LoadJobConfig(absl::StrCat(m->dir, "/", name));
     if (!c.ok()) continue;
     m->config_loaded = true;
-    m->config_mode = c->mode == pstrain::v1::MODE_SYNC    ? "sync"
-                     : c->mode == pstrain::v1::MODE_ASYNC ? "async"
-                                                          : "allreduce";
-    m->config_workers = c->workers;
-    m->config_servers = c->servers;
-    m->config_steps = c->steps;
-    m->eval_every = c->eval_every;
-    m->compute_ms = c->worker.compute_ms;
-    m->straggler_rank = c->worker.straggler_rank;
-    m->straggler_factor = c->worker.straggler_factor;
+    m->config_mode = c->training().mode() == pstrain::v1::MODE_SYNC ? "sync"
+                     : c->training().mode() == pstrain::v1::MODE_ASYNC
+                         ? "async"
+                         : "allreduce";
+    m->config_workers = c->job().workers();
+    m->config_servers = c->job().servers();
+    m->config_steps = c->training().steps();
+    m->eval_every = c->evaluation().every_steps();
+    m->compute_ms = c->worker().compute_ms();
+    m->straggler_rank = c->worker().straggler_rank();
+    m->straggler_factor = c->worker().straggler_factor();
     return;
   }
 }

@@ -60,20 +60,23 @@ inline pstrain::v1::JobSpec SmallJob(int num_servers, uint8_t variant) {
   pstrain::v1::JobSpec job;
   switch (variant % 3) {
     case 0:
-      job.set_mode(pstrain::v1::MODE_SYNC);
+      job.mutable_config()->mutable_training()->set_mode(
+          pstrain::v1::MODE_SYNC);
       break;
     case 1:
-      job.set_mode(pstrain::v1::MODE_ASYNC);
-      job.set_staleness(1);
+      job.mutable_config()->mutable_training()->set_mode(
+          pstrain::v1::MODE_ASYNC);
+      job.mutable_config()->mutable_training()->set_staleness(1);
       break;
     default:
-      job.set_mode(pstrain::v1::MODE_ASYNC);
-      job.set_staleness(-1);
+      job.mutable_config()->mutable_training()->set_mode(
+          pstrain::v1::MODE_ASYNC);
+      job.mutable_config()->mutable_training()->set_staleness(-1);
       break;
   }
-  job.set_num_workers(2);
+  job.mutable_config()->mutable_job()->set_workers(2);
   job.set_num_servers(num_servers);
-  auto* opt = job.mutable_optimizer();
+  auto* opt = job.mutable_config()->mutable_training()->mutable_optimizer();
   opt->set_kind((variant / 3) % 2 == 0 ? pstrain::v1::OptimizerConfig::SGD
                                        : pstrain::v1::OptimizerConfig::ADAM);
   opt->set_base_lr(0.1);

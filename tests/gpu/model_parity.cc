@@ -58,12 +58,12 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
 
 struct Case {
   std::string name;
-  std::string type;
+  ModelConfig::ModelType type;
   int64_t input;
   std::vector<int64_t> hidden;
   int64_t classes;
   bool classifier;
-  std::string activation;
+  ModelConfig::Activation activation;
   std::vector<int64_t> batches;
 };
 
@@ -77,14 +77,15 @@ TEST_P(ModelParity, CudaMatchesCpu) {
   std::unique_ptr<ComputeBackend> cpu = Backend("cpu");
   ASSERT_NE(cpu, nullptr);
   const Case& c = GetParam();
-  ModelConfig config;
-  config.type = c.type;
-  config.input_dim = c.input;
-  config.num_classes = c.classes;
-  config.hidden = c.hidden;
-  config.activation = c.activation;
-  config.classifier = c.classifier;
-  config.seed = 5;
+  ModelConfig config = DefaultJobConfig().model();
+  config.set_type(c.type);
+  config.set_input_dim(c.input);
+  config.set_num_classes(c.classes);
+  config.mutable_hidden()->Clear();
+  config.mutable_hidden()->Add(c.hidden.begin(), c.hidden.end());
+  config.set_activation(c.activation);
+  config.set_classifier(c.classifier);
+  config.set_seed(5);
   auto on_cpu = Model::Create(config, cpu.get());
   auto on_cuda = Model::Create(config, cuda.get());
   ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
@@ -160,13 +161,48 @@ TEST_P(ModelParity, CudaMatchesCpu) {
 INSTANTIATE_TEST_SUITE_P(
     Models, ModelParity,
     ::testing::Values(
-        Case{"gelu_odd", "mlp", 37, {129, 33}, 7, true, "gelu", {61, 1, 257}},
-        Case{"tanh_regressor", "mlp", 19, {45}, 1, false, "tanh", {3, 100}},
-        Case{"tanh_onehot", "mlp", 23, {31}, 5, false, "tanh", {77}},
-        Case{"softmax_wide", "softmax", 1000, {}, 3, true, "gelu", {33}},
+        Case{"gelu_odd",
+             ModelConfig::MLP,
+             37,
+             {129, 33},
+             7,
+             true,
+             ModelConfig::GELU,
+             {61, 1, 257}},
+        Case{"tanh_regressor",
+             ModelConfig::MLP,
+             19,
+             {45},
+             1,
+             false,
+             ModelConfig::TANH,
+             {3, 100}},
+        Case{"tanh_onehot",
+             ModelConfig::MLP,
+             23,
+             {31},
+             5,
+             false,
+             ModelConfig::TANH,
+             {77}},
+        Case{"softmax_wide",
+             ModelConfig::SOFTMAX,
+             1000,
+             {},
+             3,
+             true,
+             ModelConfig::GELU,
+             {33}},
         // 4100 x 4100 = 16,810,000 > 2^24 hidden activations: the bias,
         // activation and column-sum kernels wrap their grids.
-        Case{"gelu_16_8M", "mlp", 64, {4100}, 10, true, "gelu", {4100}}),
+        Case{"gelu_16_8M",
+             ModelConfig::MLP,
+             64,
+             {4100},
+             10,
+             true,
+             ModelConfig::GELU,
+             {4100}}),
     [](const auto& info) { return info.param.name; });
 
 TEST(SoftmaxKernel, LargeLogitsSmallLoss) {

@@ -48,7 +48,8 @@ class Cluster {
       c->shards_.push_back(std::shared_ptr<Shard>(std::move(*shard)));
       // Worker w's session id is w + 1 (NewClient below).
       std::vector<uint64_t> sessions;
-      for (uint32_t w = 0; w < job.num_workers(); ++w)
+      for (uint32_t w = 0;
+           w < static_cast<uint32_t>(job.config().job().workers()); ++w)
         sessions.push_back(w + 1);
       c->services_[i]->SetShard(c->shards_[i],
                                 WorkerSessions::Fixed(std::move(sessions)));
@@ -99,7 +100,7 @@ class Workers {
     Workers w;
     for (int i = 0; i < workers; ++i) {
       absl::StatusOr<std::unique_ptr<PsClient>> c =
-          NewClient(job.shard_map(), i, job.wire_dtype());
+          NewClient(job.shard_map(), i, job.config().network().wire_dtype());
       if (!c.ok()) return c.status();
       w.clients_.push_back(std::move(*c));
     }
@@ -150,16 +151,18 @@ absl::StatusOr<JobSpec> OneTensorJob(uint64_t elems, int servers, int workers,
                                      pstrain::v1::OptimizerConfig::Kind kind,
                                      pstrain::v1::DType wire_dtype) {
   JobSpec job;
-  job.set_wire_dtype(wire_dtype);
-  job.set_job_name("bench");
-  job.set_mode(pstrain::v1::MODE_SYNC);
-  job.set_num_workers(workers);
+  job.mutable_config()->mutable_job()->set_name("bench");
+  job.mutable_config()->mutable_training()->set_mode(pstrain::v1::MODE_SYNC);
+  job.mutable_config()->mutable_job()->set_workers(workers);
+  job.mutable_config()->mutable_network()->set_wire_dtype(wire_dtype);
   job.set_num_servers(servers);
-  job.set_steps(1000);
-  job.mutable_optimizer()->set_kind(kind);
-  job.mutable_optimizer()->set_base_lr(0.01);
+  job.mutable_config()->mutable_training()->set_steps(1000);
+  job.mutable_config()->mutable_training()->mutable_optimizer()->set_kind(kind);
+  job.mutable_config()->mutable_training()->mutable_optimizer()->set_base_lr(
+      0.01);
   if (kind == pstrain::v1::OptimizerConfig::MOMENTUM) {
-    job.mutable_optimizer()->set_momentum(0.9);
+    job.mutable_config()->mutable_training()->mutable_optimizer()->set_momentum(
+        0.9);
   }
   pstrain::v1::TensorSpec t;
   t.set_name("w");

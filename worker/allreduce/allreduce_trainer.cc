@@ -15,7 +15,7 @@ absl::StatusOr<std::unique_ptr<AllReduceTrainer>> AllReduceTrainer::Create(
     TrainerOptions options, AllReducer* reducer, Model* model,
     DataSource* data) {
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
-                      Optimizer::Create(options.config.optimizer));
+                      Optimizer::Create(options.config.training().optimizer()));
   return std::unique_ptr<AllReduceTrainer>(new AllReduceTrainer(
       std::move(options), reducer, model, data, std::move(optimizer)));
 }
@@ -69,7 +69,7 @@ absl::Status AllReduceTrainer::Run(const StepCallback& on_step,
     weights.emplace_back(w, p.size());
     w += p.size();
   }
-  for (int64_t step = 0; step < c.steps; ++step) {
+  for (int64_t step = 0; step < c.training().steps(); ++step) {
     if (should_stop && should_stop()) {
       return absl::CancelledError(absl::StrCat("stopped before step ", step));
     }
@@ -79,7 +79,8 @@ absl::Status AllReduceTrainer::Run(const StepCallback& on_step,
     // This step's weights cross once, for the evaluation and every
     // micro-batch.
     PS_RETURN_IF_ERROR(model_->SetParams(weights));
-    if (c.eval_every > 0 && step > 0 && step % c.eval_every == 0) {
+    if (c.evaluation().every_steps() > 0 && step > 0 &&
+        step % c.evaluation().every_steps() == 0) {
       PS_RETURN_IF_ERROR(local.Evaluate(&m));
     }
 
@@ -101,7 +102,7 @@ absl::Status AllReduceTrainer::Run(const StepCallback& on_step,
 
   pstrain::v1::StepMetrics m;  // the final evaluation
   m.set_worker(options_.rank);
-  m.set_step(c.steps);
+  m.set_step(c.training().steps());
   for (size_t t = 0; t < params_.size(); ++t) {
     std::copy(weights[t].begin(), weights[t].end(), params_[t].begin());
   }
