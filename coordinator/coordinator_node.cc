@@ -110,6 +110,28 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Create(
       node->client_credentials_,
       MakeChannelCredentials(options.tls, CallerRole::kCoordinator));
   if (!options.out.empty()) {
+    // A finished job's results are never touched again (a coordinator
+    // restarted after the end, e.g. by Kubernetes): "job already over".
+    const std::string summary = options.out + "/summary.json";
+    std::error_code exists_error;
+    if (std::filesystem::exists(summary, exists_error)) {
+      absl::StatusOr<std::string> text = ReadFileText(summary);
+      absl::StatusOr<RunSummary> old =
+          text.ok() ? ParseSummaryJson(*text, summary)
+                    : absl::StatusOr<RunSummary>(text.status());
+      if (!old.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--out: ", old.status().message(),
+                         "; not starting over it (nothing was changed)"));
+      }
+      if (!old->failed) {
+        return JobOverError(absl::StrCat(
+            "--out: ", summary, " records a finished job ('", old->job, "', ",
+            old->steps, " steps); its results are kept and nothing is done"));
+      }
+      PS_LOG_INFO("%s records a failed run; it is kept until this one ends",
+                  summary);
+    }
     std::error_code error;
     std::filesystem::create_directories(options.out, error);
     if (error) {
@@ -171,7 +193,8 @@ absl::Status CoordinatorNode::Run(const std::function<bool()>& stop) {
   const JobConfig& config = options_.config;
   const absl::Time startup_deadline =
       absl::Now() + absl::Seconds(config.startup_timeout_s);
-  while (!service_->WaitForEnd(absl::Now() + absl::Milliseconds(200))) {
+  while (!service_->WaitForEnd(absl::Now() + absl::Milliseconds(100))) {
+    if (service_->CheckLeases(absl::Now())) break;
     if (stop()) {
       service_->Fail({"coordinator", -1, -1, "coordinator stopped by signal"});
       break;
@@ -202,8 +225,10 @@ absl::Status CoordinatorNode::Run(const std::function<bool()>& stop) {
     PS_LOG_INFO("job over; serving status and metrics until terminated");
     while (!stop()) absl::SleepFor(absl::Milliseconds(200));
   }
-  // Let workers' final reports get their answers before the port closes.
-  server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  // Calls in flight (workers' final reports) get their answers; new ones
+  // are refused at once. A call from a stopped process never completes:
+  // cancelled after 0.5 s, so the coordinator exits promptly.
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
   if (outcome.failed) return absl::AbortedError(outcome.message);
   PS_LOG_INFO("job finished: %d steps in %.2fs, final loss %.5f%s%s",
               outcome.steps, outcome.wall_s, outcome.final_loss,
