@@ -19,7 +19,7 @@ using pstrain::v1::PullResponse;
 using pstrain::v1::PushRequest;
 
 ParameterServerService::ParameterServerService(PsServiceOptions options)
-    : options_(options) {
+    : options_(options), barrier_timeout_(options.barrier_timeout) {
   MetricsRegistry* r = options_.metrics;
   if (r == nullptr) return;
   const auto latency = ExponentialBuckets(1e-4, 2, 18);  // 0.1 ms .. 13 s
@@ -58,6 +58,17 @@ void ParameterServerService::SetShard(std::shared_ptr<Shard> shard) {
   }
   absl::MutexLock lock(&mu_);
   shard_ = std::move(shard);
+}
+
+void ParameterServerService::SetBarrierTimeout(absl::Duration timeout) {
+  if (!(timeout > absl::ZeroDuration())) return;
+  absl::MutexLock lock(&mu_);
+  barrier_timeout_ = timeout;
+}
+
+void ParameterServerService::CloseShard() {
+  std::shared_ptr<Shard> s = shard();
+  if (s != nullptr) s->Close();
 }
 
 void ParameterServerService::RecordPush(absl::Duration took,
@@ -298,10 +309,15 @@ grpc::Status ParameterServerService::Pull(
   if (s == nullptr) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "shard not initialised");
   }
+  absl::Duration barrier_timeout;
+  {
+    absl::MutexLock lock(&mu_);
+    barrier_timeout = barrier_timeout_;
+  }
   const absl::Time start = absl::Now();
   absl::StatusOr<PulledWeights> result =
       s->PullWeights(request->worker(), request->clock(),
-                     ServerDeadline(*context, options_.barrier_timeout));
+                     ServerDeadline(*context, barrier_timeout));
   if (!result.ok()) return ToGrpcStatus(result.status());
 
   PullResponse head;

@@ -59,6 +59,12 @@ class ParameterServerService final
   explicit ParameterServerService(PsServiceOptions options);
 
   void SetShard(std::shared_ptr<Shard> shard);
+  // The job's network.barrier_timeout_s (JobSpec), which replaces
+  // options.barrier_timeout from then on; ignored unless > 0.
+  void SetBarrierTimeout(absl::Duration timeout);
+  // Closes the shard (if any): every pull blocked on a barrier returns
+  // UNAVAILABLE at once, so grpc::Server::Shutdown does not wait for them.
+  void CloseShard();
   // Runs once, on the first Shutdown RPC (from the coordinator at job end).
   void SetShutdownCallback(std::function<void(const std::string&)> callback);
 
@@ -108,6 +114,7 @@ class ParameterServerService final
   std::unique_ptr<Metrics> metrics_;
   mutable absl::Mutex mu_;
   std::shared_ptr<Shard> shard_ ABSL_GUARDED_BY(mu_);
+  absl::Duration barrier_timeout_ ABSL_GUARDED_BY(mu_);
   std::function<void(const std::string&)> on_shutdown_ ABSL_GUARDED_BY(mu_);
   absl::Mutex push_mu_;
   int active_pushes_ ABSL_GUARDED_BY(push_mu_) = 0;
