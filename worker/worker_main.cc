@@ -1,6 +1,7 @@
 // ps_worker: one worker (worker/worker_node.h): flags -> options ->
 // WorkerNode::Run. Exit 0 when its share of the job is done, 1 on failure
-// (the coordinator is told why), 2 on bad flags or a job that cannot run.
+// (the coordinator is told why), 2 on bad flags or a job that cannot run, 3
+// when the job was already over (common/process.h).
 #include <unistd.h>
 
 #include <cstdlib>
@@ -67,7 +68,7 @@ int Main() {
                                 (*worker)->options().node.metrics_port);
   absl::Status st = http.ok() ? (*worker)->Run(StopRequested) : http.status();
   if (!st.ok()) PS_LOG_ERROR("%s", st.message());
-  return st.ok() ? 0 : 1;
+  return ExitCodeFor(st);
 }
 
 }  // namespace
