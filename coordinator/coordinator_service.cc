@@ -359,10 +359,22 @@ grpc::Status CoordinatorService::JobStatus(
   absl::MutexLock lock(&mu_);
   if (request->process() == "server" || request->process() == "worker") {
     const bool server = request->process() == "server";
+    const LeaseHolder holder =
+        server ? LeaseHolder::kServer : LeaseHolder::kWorker;
+    // A heartbeat from a process this coordinator never admitted (it was
+    // restarted, or the process belongs to another run): NOT_FOUND, so the
+    // process leaves instead of serving a job nobody runs.
+    if (!ended_ && !leases_.Held(holder, request->id())) {
+      return grpc::Status(
+          grpc::StatusCode::NOT_FOUND,
+          absl::StrCat("job '", options_.config.name, "': ",
+                       server ? "server shard " : "worker ", request->id(),
+                       " holds no lease here (was the coordinator "
+                       "restarted?)"));
+    }
     std::optional<uint64_t> step;
     if (!server) step = request->step();
-    leases_.Renew(server ? LeaseHolder::kServer : LeaseHolder::kWorker,
-                  request->id(), absl::Now(), step);
+    leases_.Renew(holder, request->id(), absl::Now(), step);
   }
   response->set_finished(ended_);
   response->set_failed(outcome_.failed);

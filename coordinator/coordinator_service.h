@@ -29,7 +29,9 @@
 // a worker from RegisterWorker until its final report; reports and
 // JobStatus calls that name the caller renew it. CheckLeases() (the node
 // calls it a few times a second) fails the job naming the first process
-// silent for network.lease_s (training.on_failure: fail).
+// silent for network.lease_s (training.on_failure: fail). A heartbeat from
+// a process that holds no lease (a coordinator restarted under it) is
+// NOT_FOUND while the job runs.
 //
 // Thread-safe. Every wait is bounded by the call's deadline and wait_cap.
 #ifndef PSTRAIN_COORDINATOR_COORDINATOR_SERVICE_H_

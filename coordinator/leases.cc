@@ -64,6 +64,12 @@ void LeaseTable::Renew(LeaseHolder holder, int id, absl::Time now,
   }
 }
 
+bool LeaseTable::Held(LeaseHolder holder, int id) const {
+  const std::vector<Entry>& entries =
+      holder == LeaseHolder::kServer ? servers_ : workers_;
+  return id >= 0 && id < static_cast<int>(entries.size()) && entries[id].held;
+}
+
 void LeaseTable::Release(LeaseHolder holder, int id) {
   std::vector<Entry>* entries = Of(holder);
   if (id < 0 || id >= static_cast<int>(entries->size())) return;

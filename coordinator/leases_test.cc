@@ -58,7 +58,9 @@ TEST(LeaseTableTest, ReleasedLeasesNeverExpire) {
   LeaseTable t(1, 1, absl::Seconds(1));
   t.Hold(LeaseHolder::kServer, 0, kT0, "s");
   t.Hold(LeaseHolder::kWorker, 0, kT0, "w");
+  EXPECT_TRUE(t.Held(LeaseHolder::kWorker, 0));
   t.Release(LeaseHolder::kWorker, 0);
+  EXPECT_FALSE(t.Held(LeaseHolder::kWorker, 0));
   // A finished worker that still says hello does not take its lease back.
   t.Renew(LeaseHolder::kWorker, 0, kT0 + absl::Seconds(1), 9);
   std::optional<ExpiredLease> dead = t.Expired(kT0 + absl::Seconds(3));

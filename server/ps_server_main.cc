@@ -48,11 +48,12 @@ absl::StatusOr<std::unique_ptr<ServerNode>> NodeFromFlags(MetricsRegistry* m) {
 }
 
 int Main() {
+  // First: SIGTERM during start-up is a clean stop too.
+  InstallStopSignalHandlers();
   MetricsRegistry metrics;
   absl::StatusOr<std::unique_ptr<ServerNode>> server = NodeFromFlags(&metrics);
   if (!server.ok()) return FailStartup("ps_server", server.status());
   SetLogRole("server");
-  InstallStopSignalHandlers();
   auto http = MaybeServeMetrics(&metrics, absl::GetFlag(FLAGS_bind),
                                 (*server)->options().node.metrics_port);
   absl::Status st = http.ok() ? (*server)->Run(StopRequested) : http.status();

@@ -204,6 +204,10 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
             std::min(node.rpc_timeout, absl::Seconds(5)));
         break;
       }
+    } else if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the coordinator at ", coordinator,
+          " does not know this shard: ", s.error_message(), "; exiting"));
     } else if (absl::Now() - last_contact > lease) {
       return absl::UnavailableError(absl::StrFormat(
           "the coordinator at %s has been silent for %.1f s "

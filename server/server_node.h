@@ -51,7 +51,8 @@ class ServerNode {
   // job status followed by Shutdown within min(rpc timeout, 5 s), so the
   // coordinator can collect the shard's statistics first), `stop` returns true
   // (OK; polled every 100 ms, also while waiting at start-up) or the
-  // coordinator stays silent for the job's network.lease_s (UNAVAILABLE).
+  // coordinator stays silent for the job's network.lease_s (UNAVAILABLE) or
+  // no longer knows the shard (FAILED_PRECONDITION: it was restarted).
   // While serving it heartbeats the coordinator (JobStatus naming its shard)
   // about every min(1 s, lease / 4). A job that is already over when it
   // registers: JobOverError (common/process.h; exit code 3). Start-up

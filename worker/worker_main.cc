@@ -57,13 +57,14 @@ absl::StatusOr<std::unique_ptr<WorkerNode>> NodeFromFlags(MetricsRegistry* m) {
 }
 
 int Main() {
+  // First: SIGTERM during start-up is a clean stop too.
+  InstallStopSignalHandlers();
   const std::string check = absl::GetFlag(FLAGS_check_config);
   if (!check.empty()) return CheckJobFileMain(check);
   MetricsRegistry metrics;
   absl::StatusOr<std::unique_ptr<WorkerNode>> worker = NodeFromFlags(&metrics);
   if (!worker.ok()) return FailStartup("ps_worker", worker.status());
   SetLogRole("worker");
-  InstallStopSignalHandlers();
   auto http = MaybeServeMetrics(&metrics, absl::GetFlag(FLAGS_metrics_bind),
                                 (*worker)->options().node.metrics_port);
   absl::Status st = http.ok() ? (*worker)->Run(StopRequested) : http.status();

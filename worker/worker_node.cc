@@ -166,6 +166,12 @@ class Liveness {
           End(absl::StrCat("the job failed: ", status.message()), false);
           return;
         }
+      } else if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
+        const std::string why = absl::StrCat(
+            "the coordinator does not know this worker: ", st.error_message());
+        PS_LOG_ERROR("%s", why);
+        End(why, true);
+        return;
       } else if (absl::Now() - last_contact > lease_) {
         const std::string why = absl::StrFormat(
             "the coordinator has been silent for %.1f s (network.lease_s = "
