@@ -5,8 +5,8 @@
 #  1. A SIGSTOPped worker is declared dead after the lease: the coordinator
 #     fails the job at once, naming the worker in its log and in
 #     summary.json's failure; every other process exits.
-#  2. A killed coordinator: every server and worker exits within
-#     lease_s + 1 s (plus a small scheduling allowance).
+#  2. A killed or hung (SIGSTOPped) coordinator: every server and worker
+#     exits within lease_s + 1 s (plus a small scheduling allowance).
 #  3. network.barrier_timeout_s bounds a pull on servers and workers alike
 #     (no server flag of 300 s, no rpc_timeout_s on top): with a long lease,
 #     a stopped worker fails the job within the barrier timeout.
@@ -146,6 +146,24 @@ elapsed=$(( $(now_ms) - t0 ))
 ok "servers and workers exited $elapsed ms after the coordinator was killed"
 grep -q "silent for .* (network.lease_s = 2)" "$dir/server-0.log" ||
   fail "server 0 does not say why it left: $(tail -2 "$dir/server-0.log")"
+
+# 2b. A hung (SIGSTOPped) coordinator: the same, its calls hang instead of
+#     failing.
+dir="$TMP/coordinator_stopped"
+mkdir -p "$dir"
+write_config "$dir/job.yaml" 2 60 1000000
+start_job "$dir" "$dir/job.yaml" || exit 1
+wait_steps "$dir" 3
+kill -STOP "$coord"
+for p in "${servers[@]}" "${workers[@]}"; do
+  if exited_within "$p" 4; then
+    ((rc != 0)) || fail "pid $p exited 0 after its coordinator hung"
+  else
+    fail "pid $p still running 4 s after the coordinator hung"
+  fi
+done
+ok "servers and workers left a hung coordinator within lease_s + 1 s"
+kill -KILL "$coord"
 
 # 3. One barrier timeout for servers and workers.
 dir="$TMP/barrier"

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -42,6 +43,9 @@ class Reporter {
       : stub_(stub), timeout_(timeout), interval_(interval) {}
 
   void set_worker(uint32_t rank) { worker_ = rank; }
+  // A report in flight is cancelled once `cancel()` turns true (a hung
+  // coordinator must not hold the worker for rpc_timeout_s); null: never.
+  void set_cancel(std::function<bool()> cancel) { cancel_ = std::move(cancel); }
 
   // Byte counters come from `client` (PS modes) or `reducer` (mode
   // allreduce: sent, received) once it exists (may stay null).
@@ -66,6 +70,7 @@ class Reporter {
                                          : 0);
     grpc::ClientContext ctx;
     SetTimeout(&ctx, timeout_);
+    CancelOnStop cancel(&ctx, cancel_);
     pstrain::v1::ReportResponse resp;
     PS_RETURN_IF_ERROR(FromGrpcStatus(stub_->Report(&ctx, pending_, &resp)));
     pending_.Clear();
@@ -82,6 +87,7 @@ class Reporter {
   const PsClient* client_ = nullptr;
   const AllReducer* reducer_ = nullptr;
   pstrain::v1::ReportRequest pending_;
+  std::function<bool()> cancel_;
   uint32_t worker_ = 0;
   absl::Time last_ = absl::Now();
   bool stop_ = false;
@@ -556,7 +562,9 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
     const absl::Duration lease =
         absl::Seconds(reg.job().lease_s() > 0 ? reg.job().lease_s() : 5.0);
     Liveness liveness(coord.get(), rank, lease, rpc_timeout, stop);
+    reporter.set_cancel([&liveness] { return liveness.lost_coordinator(); });
     st = run(&reporter, &client, &link, &liveness);
+    reporter.set_cancel(nullptr);
     if (liveness.lost_coordinator()) {
       if (tty) std::fprintf(stderr, "\n");
       // Nobody to report to: exit.
