@@ -17,6 +17,7 @@
 #     leaves summary.json and metrics.csv as they were.
 #  6. A coordinator restarted mid-job appends to metrics.csv, and the old
 #     run's servers and workers, which it does not know, leave.
+#  7. psctl run: summary.json names a SIGKILLed worker (its lease ran out).
 set -uo pipefail
 
 ROOT="$TEST_SRCDIR/pstrain"
@@ -285,6 +286,36 @@ rows_after=$(wc -l < "$dir/metrics.csv")
 [[ ! -e "$dir/summary.json" ]] || fail "summary.json written before the restarted job ended"
 kill -TERM "$coord"
 exited_within "$coord" 2 || fail "restarted coordinator did not stop on SIGTERM"
+
+# 7. psctl run: a worker killed with SIGKILL (it cannot report) fails the
+#    job, and summary.json names it (its lease ran out), not a symptom such
+#    as "coordinator stopped by signal".
+dir="$TMP/psctl"
+mkdir -p "$dir"
+sed 's/^\( *lease_s:\).*/\1 1/' "$ROOT/configs/default.yaml" > "$dir/job.yaml"
+"$ROOT/psctl" run --bin "$ROOT" --config "$dir/job.yaml" --steps 1000000 \
+  --out "$dir/out" > "$dir/psctl.log" 2>&1 &
+psctl_pid=$!
+pids+=("$psctl_pid")
+for _ in $(seq 1 200); do
+  grep -q "step " "$dir/out/logs/coordinator.log" 2>/dev/null && break
+  sleep 0.05
+done
+port=$(cat "$dir/out/logs/coordinator.port" 2>/dev/null)
+victim=$(pgrep -f -- "ps_worker.*--coordinator=127.0.0.1:$port --rank=1")
+if [[ -n "$victim" ]]; then
+  kill -KILL "$victim"
+  if exited_within "$psctl_pid" 10; then
+    ((rc == 1)) || fail "psctl run exited $rc after a killed worker, want 1"
+    why=$("$REPORT" failure "$dir/out" 2>&1)
+    [[ "$why" == "worker 1: dead"* ]] && ok "psctl run: summary.json names the killed worker: $why" ||
+      fail "psctl run: summary.json failure is '$why'"
+  else
+    fail "psctl run still running 10 s after a worker was killed"
+  fi
+else
+  fail "psctl run: no worker 1 to kill: $(tail -3 "$dir/psctl.log")"
+fi
 
 if ((failures)); then
   echo "$failures check(s) failed"
