@@ -4,7 +4,9 @@
 # ports, network.lease_s = 2.
 #  1. A SIGSTOPped worker is declared dead after the lease: the coordinator
 #     fails the job at once, naming the worker in its log and in
-#     summary.json's failure; every other process exits.
+#     summary.json's failure; every other process exits. The same for a
+#     SIGKILLed worker in async mode with staleness inf (the survivor could
+#     go on alone: the job used to hang without a summary).
 #  2. A killed or hung (SIGSTOPped) coordinator: every server and worker
 #     exits within lease_s + 1 s (plus a small scheduling allowance).
 #  3. network.barrier_timeout_s bounds a pull on servers and workers alike
@@ -36,10 +38,10 @@ trap cleanup EXIT
 now_ms() { date +%s%3N; }
 
 # The job file: lease and barrier timeout are the arguments.
-write_config() {  # FILE LEASE_S BARRIER_TIMEOUT_S STEPS
+write_config() {  # FILE LEASE_S BARRIER_TIMEOUT_S STEPS [MODE [STALENESS]]
   cat > "$1" <<YAML
 job: {name: liveness, workers: 2, servers: 2}
-training: {mode: sync, steps: $4, local_batch: 8, on_failure: fail}
+training: {mode: ${5:-sync}, staleness: ${6:-0}, steps: $4, local_batch: 8, on_failure: fail}
 model: {type: mlp, input_dim: 8, hidden: [8], num_classes: 2, seed: 1}
 data: {source: synthetic, num_features: 8, num_classes: 2, seed: 3}
 network: {lease_s: $2, barrier_timeout_s: $3, rpc_timeout_s: 10}
@@ -125,6 +127,25 @@ for p in "${servers[@]}" "${workers[0]}"; do
   exited_within "$p" 3 || fail "pid $p still running 3 s after the job failed"
 done
 kill -KILL "${workers[1]}" 2>/dev/null
+
+# 1b. Async with staleness inf: a killed worker (the survivor goes on alone)
+#     still ends the job, with summary.json naming it; nothing hangs.
+dir="$TMP/async_killed"
+mkdir -p "$dir"
+write_config "$dir/job.yaml" 2 60 1000000 async inf
+start_job "$dir" "$dir/job.yaml" || exit 1
+wait_steps "$dir" 3
+kill -KILL "${workers[1]}"
+if exited_within "$coord" 6; then
+  why=$("$REPORT" failure "$dir" 2>&1)
+  [[ "$why" == "worker 1: dead"* ]] && ok "async inf: a killed worker fails the job: $why" ||
+    fail "async inf: summary.json failure is '$why'"
+else
+  fail "async inf: the job still runs 6 s after a worker was killed"
+fi
+for p in "${servers[@]}" "${workers[0]}"; do
+  exited_within "$p" 3 || fail "async inf: pid $p still running after the job failed"
+done
 
 # 2. A killed coordinator: everyone exits within lease_s + 1 s.
 dir="$TMP/coordinator_killed"
