@@ -1,7 +1,9 @@
 #include "coordinator/coordinator_node.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <system_error>
 #include <utility>
 
@@ -217,9 +219,20 @@ absl::Status CoordinatorNode::Run(const std::function<bool()>& stop) {
   // A failed job's record first: collecting statistics from servers that
   // are being stopped may outlast a launcher's patience.
   if (outcome.failed) write_summary({});
+  std::vector<std::string> addresses = service_->ServerAddresses();
+  absl::Duration timeout = absl::Seconds(config.rpc_timeout_s);
+  if (outcome.failed) {
+    // A shard declared dead may be hung, not gone: do not wait on it; and
+    // a failed job's statistics are not worth a long wait on the others.
+    const std::optional<RunFailure>& f = outcome.failure;
+    if (f.has_value() && f->process == "server" && f->shard >= 0 &&
+        f->shard < static_cast<int64_t>(addresses.size())) {
+      addresses[f->shard].clear();
+    }
+    timeout = std::min(timeout, absl::Seconds(2));
+  }
   write_summary(
-      CollectStatsAndShutdown(service_->ServerAddresses(), client_credentials_,
-                              absl::Seconds(config.rpc_timeout_s),
+      CollectStatsAndShutdown(addresses, client_credentials_, timeout,
                               outcome.failed ? "job failed" : "job finished"));
   if (options_.keep_serving_after_job && !stop()) {
     PS_LOG_INFO("job over; serving status and metrics until terminated");

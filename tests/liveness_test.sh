@@ -6,7 +6,8 @@
 #     fails the job at once, naming the worker in its log and in
 #     summary.json's failure; every other process exits. The same for a
 #     SIGKILLed worker in async mode with staleness inf (the survivor could
-#     go on alone: the job used to hang without a summary).
+#     go on alone: the job used to hang without a summary), and for a
+#     SIGSTOPped server.
 #  2. A killed or hung (SIGSTOPped) coordinator: every server and worker
 #     exits within lease_s + 1 s (plus a small scheduling allowance).
 #  3. network.barrier_timeout_s bounds a pull on servers and workers alike
@@ -146,6 +147,26 @@ fi
 for p in "${servers[@]}" "${workers[0]}"; do
   exited_within "$p" 3 || fail "async inf: pid $p still running after the job failed"
 done
+
+# 1c. A SIGSTOPped server: declared dead and named; the coordinator does not
+#     wait on it, the workers blocked on it are cancelled.
+dir="$TMP/server_stopped"
+mkdir -p "$dir"
+write_config "$dir/job.yaml" 2 60 1000000
+start_job "$dir" "$dir/job.yaml" || exit 1
+wait_steps "$dir" 3
+kill -STOP "${servers[1]}"
+if exited_within "$coord" 6; then
+  why=$("$REPORT" failure "$dir" 2>&1)
+  [[ "$why" == "server 1: dead"* ]] && ok "a stopped server is named: $why" ||
+    fail "stopped server: summary.json failure is '$why'"
+else
+  fail "the job still runs 6 s after a server was stopped"
+fi
+for p in "${servers[0]}" "${workers[@]}"; do
+  exited_within "$p" 3 || fail "stopped server: pid $p still running after the job failed"
+done
+kill -KILL "${servers[1]}" 2>/dev/null
 
 # 2. A killed coordinator: everyone exits within lease_s + 1 s.
 dir="$TMP/coordinator_killed"
