@@ -101,6 +101,12 @@ const Names<v1::DType>& WireDtypeNames() {
   return *names;
 }
 
+const Names<std::string>& OnFailureNames() {
+  static const auto* names = new Names<std::string>{
+      {"fail", "fail"}, {"restart", "restart"}, {"elastic", "elastic"}};
+  return *names;
+}
+
 const Names<std::string>& DeviceNames() {
   static const auto* names = new Names<std::string>{
       {"auto", "auto"}, {"cpu", "cpu"}, {"cuda", "cuda"}};
@@ -418,6 +424,8 @@ const std::vector<Key>& KeyTable() {
       Row("training", "dc_lambda", NumberCodec(), PS_MEMBER(dc_lambda)),
       Row("training", "fail_on_divergence", BoolCodec(),
           PS_MEMBER(fail_on_divergence)),
+      Row("training", "on_failure", EnumCodec(OnFailureNames()),
+          PS_MEMBER(on_failure)),
       Row("training", "optimizer", EnumCodec(OptimizerNames()),
           PS_OPTIMIZER(kind)),
       Row("training", "base_lr", PositiveCodec(), PS_OPTIMIZER(base_lr)),
@@ -529,6 +537,7 @@ const std::vector<Key>& KeyTable() {
           PS_MEMBER(startup_timeout_s)),
       Row("network", "wire_dtype", EnumCodec(WireDtypeNames()),
           PS_MEMBER(wire_dtype)),
+      Row("network", "lease_s", PositiveCodec(), PS_MEMBER(lease_s)),
       Row("network", "tls_cert", StringCodec(), PS_MEMBER(tls_cert)),
       Row("network", "tls_key", StringCodec(), PS_MEMBER(tls_key)),
       Row("network", "tls_ca", StringCodec(), PS_MEMBER(tls_ca)),
@@ -866,6 +875,14 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
       Positive("network.startup_timeout_s", c.startup_timeout_s));
   PS_RETURN_IF_ERROR(
       Known("network.wire_dtype", WireDtypeNames(), c.wire_dtype));
+  PS_RETURN_IF_ERROR(Positive("network.lease_s", c.lease_s));
+  PS_RETURN_IF_ERROR(
+      Known("training.on_failure", OnFailureNames(), c.on_failure));
+  if (c.on_failure != "fail") {
+    return KeyError("training.on_failure",
+                    absl::StrCat("'", c.on_failure,
+                                 "' is not implemented yet; use 'fail'"));
+  }
   if (c.tls_cert.empty() != c.tls_key.empty()) {
     return KeyError(c.tls_cert.empty() ? "network.tls_cert" : "network.tls_key",
                     "network.tls_cert and network.tls_key go together");

@@ -96,6 +96,10 @@ struct JobConfig {
   int64_t steps = 200;
   // A NaN or infinite loss fails the job (else it is only marked diverged).
   bool fail_on_divergence = true;
+  // What a dead process (lease expired, see network.lease_s) does to the
+  // job: "fail" ends it at once; "restart" and "elastic" are not
+  // implemented yet (rejected by validation).
+  std::string on_failure = "fail";
   // model:, data:, worker:
   ModelConfig model;
   DataConfig data;
@@ -124,6 +128,9 @@ struct JobConfig {
   // as fp32, bf16 or fp16 (round to nearest even); servers keep fp32 master
   // weights and optimizer state. The ring all-reduce stays fp32.
   pstrain::v1::DType wire_dtype = pstrain::v1::DTYPE_F32;
+  // A registered process silent this long is dead (the coordinator's view);
+  // the coordinator silent this long ends every server and worker.
+  double lease_s = 5;
   // TLS for every gRPC connection when tls_cert/tls_key (servers) or tls_ca
   // (clients) are set; PEM file paths. Flags of the same name override.
   std::string tls_cert;

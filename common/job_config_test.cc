@@ -62,6 +62,8 @@ void ExpectSameConfig(const JobConfig& a, const JobConfig& b) {
   EXPECT_EQ(a.rpc_timeout_s, b.rpc_timeout_s);
   EXPECT_EQ(a.barrier_timeout_s, b.barrier_timeout_s);
   EXPECT_EQ(a.startup_timeout_s, b.startup_timeout_s);
+  EXPECT_EQ(a.lease_s, b.lease_s);
+  EXPECT_EQ(a.on_failure, b.on_failure);
 }
 
 TEST(JobConfigTest, DefaultsAreFinalizedAndValid) {
@@ -412,6 +414,11 @@ TEST(JobConfigTest, ValidateErrorsNameTheKey) {
        "network.barrier_timeout_s"},
       {[](JobConfig* c) { c->startup_timeout_s = 0; },
        "network.startup_timeout_s"},
+      {[](JobConfig* c) { c->lease_s = 0; }, "network.lease_s"},
+      {[](JobConfig* c) { c->on_failure = "retry"; }, "training.on_failure"},
+      // Not implemented yet: a clear error rather than a silent "fail".
+      {[](JobConfig* c) { c->on_failure = "restart"; }, "training.on_failure"},
+      {[](JobConfig* c) { c->on_failure = "elastic"; }, "training.on_failure"},
   };
   for (const BadConfig& bad : cases) {
     SCOPED_TRACE(bad.key);

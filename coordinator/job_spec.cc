@@ -25,6 +25,8 @@ absl::StatusOr<pstrain::v1::JobSpec> MakeJobSpec(const JobConfig& c) {
   job.set_staleness_aware_lr(c.staleness_aware_lr);
   job.set_dc_lambda(c.dc_lambda);
   job.set_wire_dtype(c.wire_dtype);
+  job.set_barrier_timeout_s(c.barrier_timeout_s);
+  job.set_lease_s(c.lease_s);
   *job.mutable_optimizer() = c.optimizer;
   if (allreduce) {
     for (auto& t : tensors) *job.mutable_shard_map()->add_tensors() = t;
