@@ -72,10 +72,47 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MaybeServeMetrics(
   return server;
 }
 
+namespace {
+constexpr char kJobOverPayload[] = "type.pstrain/job_over";
+}  // namespace
+
+absl::Status JobOverError(absl::string_view message) {
+  absl::Status status = absl::FailedPreconditionError(message);
+  status.SetPayload(kJobOverPayload, absl::Cord("1"));
+  return status;
+}
+
+bool IsJobOver(const absl::Status& status) {
+  return status.GetPayload(kJobOverPayload).has_value();
+}
+
+int ExitCodeFor(const absl::Status& status) {
+  if (status.ok()) return kExitOk;
+  return IsJobOver(status) ? kExitJobOver : kExitFailed;
+}
+
+CancelOnStop::CancelOnStop(grpc::ClientContext* context,
+                           std::function<bool()> stop) {
+  if (!stop) return;
+  thread_ = std::thread([this, context, stop = std::move(stop)] {
+    while (!done_.WaitForNotificationWithTimeout(absl::Milliseconds(50))) {
+      if (stop()) {
+        context->TryCancel();
+        return;
+      }
+    }
+  });
+}
+
+CancelOnStop::~CancelOnStop() {
+  done_.Notify();
+  if (thread_.joinable()) thread_.join();
+}
+
 int FailStartup(const char* program, const absl::Status& status) {
   std::fprintf(stderr, "%s: %s\n", program,
                std::string(status.message()).c_str());
-  return 2;
+  return kExitBadStart;
 }
 
 absl::StatusOr<int> RankFromFlags(int rank, const std::string& env_var) {

@@ -4,10 +4,15 @@
 #ifndef PSTRAIN_COMMON_PROCESS_H_
 #define PSTRAIN_COMMON_PROCESS_H_
 
+#include <grpcpp/grpcpp.h>
+
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
 #include "common/grpc_util.h"
 #include "common/job_config.h"
 #include "common/metrics.h"
@@ -32,9 +37,41 @@ absl::StatusOr<int> OrdinalFromHostname(const std::string& hostname);
 // Kubernetes Indexed Job's JOB_COMPLETION_INDEX); `value` null = unset.
 absl::StatusOr<int> IndexFromEnv(const std::string& name, const char* value);
 
+// Exit codes of ps_coordinator, ps_server and ps_worker (README "Failures
+// and recovery"):
+inline constexpr int kExitOk = 0;        // the job succeeded (or stopped)
+inline constexpr int kExitFailed = 1;    // the job or this process failed
+inline constexpr int kExitBadStart = 2;  // bad flags, config or port
+// The job was already over when this process started: orchestrators must
+// not count it as success, nor restart it forever.
+inline constexpr int kExitJobOver = 3;
+
+// "The job is already over" (FAILED_PRECONDITION with a payload that
+// IsJobOver() recognises), e.g. a worker started after its job ended.
+absl::Status JobOverError(absl::string_view message);
+bool IsJobOver(const absl::Status& status);
+// kExitOk, kExitJobOver or kExitFailed for a node's final status.
+int ExitCodeFor(const absl::Status& status);
+
 // A node's start-up failure: prints "program: message" to stderr and returns
 // 2, the exit code of bad flags, configs and ports.
 int FailStartup(const char* program, const absl::Status& status);
+
+// Cancels `context` (TryCancel) as soon as `stop()` returns true, polled
+// every 50 ms on a thread of its own, until destroyed: a blocking RPC then
+// ends within about 50 ms of SIGTERM. A null `stop` watches nothing. The
+// context must outlive this object.
+class CancelOnStop {
+ public:
+  CancelOnStop(grpc::ClientContext* context, std::function<bool()> stop);
+  ~CancelOnStop();
+  CancelOnStop(const CancelOnStop&) = delete;
+  CancelOnStop& operator=(const CancelOnStop&) = delete;
+
+ private:
+  absl::Notification done_;
+  std::thread thread_;
+};
 
 // The rank a node claims: `env_var` (--rank_from_env) when non-empty, read
 // from the environment with errors naming --rank_from_env, else `rank`.

@@ -53,5 +53,19 @@ TEST(ProcessTest, MetricsOffByDefault) {
   EXPECT_GT((*on)->port(), 0);
 }
 
+TEST(ProcessTest, ExitCodes) {
+  EXPECT_EQ(ExitCodeFor(absl::OkStatus()), kExitOk);
+  EXPECT_EQ(ExitCodeFor(absl::UnavailableError("x")), kExitFailed);
+  // Only the marked status is "job over", not any FAILED_PRECONDITION.
+  EXPECT_EQ(ExitCodeFor(absl::FailedPreconditionError("x")), kExitFailed);
+  const absl::Status over = JobOverError("job 'j' has already finished");
+  EXPECT_EQ(over.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(over.message(), "job 'j' has already finished");
+  EXPECT_TRUE(IsJobOver(over));
+  EXPECT_EQ(ExitCodeFor(over), kExitJobOver);
+  EXPECT_EQ(kExitJobOver, 3);
+  EXPECT_EQ(kExitBadStart, 2);
+}
+
 }  // namespace
 }  // namespace pstrain

@@ -12,9 +12,14 @@
 
 namespace pstrain {
 
-// `what` names the peer in the single "waiting for ..." log line.
+// `what` names the peer in the single "waiting for ..." log line. `stop`
+// (may be null) is polled between attempts, every 50 ms of the back-off:
+// when it returns true the wait ends with CANCELLED ("stopped while waiting
+// for ..."). A call in flight is not interrupted here (see CancelOnStop in
+// common/process.h).
 absl::Status RetryUntil(absl::Time deadline, const std::string& what,
-                        const std::function<absl::Status()>& call);
+                        const std::function<absl::Status()>& call,
+                        const std::function<bool()>& stop = nullptr);
 
 }  // namespace pstrain
 

@@ -44,12 +44,13 @@ std::string FormatMetricsRow(const MetricsRow& r) {
 
 absl::StatusOr<std::unique_ptr<MetricsCsvWriter>> MetricsCsvWriter::Create(
     const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "w");
+  std::FILE* f = std::fopen(path.c_str(), "a");
   if (f == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot write metrics file ", path));
   }
   std::unique_ptr<MetricsCsvWriter> w(new MetricsCsvWriter(path, f));
+  if (std::fseek(f, 0, SEEK_END) == 0 && std::ftell(f) > 0) return w;
   const std::string header = MetricsCsvHeader();
   if (std::fputs(header.c_str(), f) < 0 || std::fflush(f) != 0) {
     return absl::DataLossError(absl::StrCat("cannot write ", path));

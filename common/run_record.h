@@ -88,8 +88,9 @@ std::string FormatMetricsRow(const MetricsRow& row);
 // Appends rows to metrics.csv. Not thread-safe: callers serialise.
 class MetricsCsvWriter {
  public:
-  // Creates (truncates) `path` and writes the header; INVALID_ARGUMENT
-  // naming the path when it cannot.
+  // Opens `path` for appending (creating it and writing the header when it
+  // is new or empty: a restarted coordinator never truncates what an
+  // earlier one wrote); INVALID_ARGUMENT naming the path when it cannot.
   static absl::StatusOr<std::unique_ptr<MetricsCsvWriter>> Create(
       const std::string& path);
   ~MetricsCsvWriter();

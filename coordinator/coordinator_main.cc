@@ -1,7 +1,8 @@
 // ps_coordinator: registers servers and workers, publishes the shard map,
 // aggregates metrics and ends the job. See README "Running as services".
 // Flags -> options (coordinator_flags.cc) -> CoordinatorNode -> exit code:
-// 0 the job succeeded, 1 it failed, 2 bad flags, config or port.
+// 0 the job succeeded, 1 it failed, 2 bad flags, config or port, 3 --out
+// holds a finished job (common/process.h).
 #include <cstdio>
 #include <string>
 
@@ -37,10 +38,16 @@ int Main() {
   }
   absl::StatusOr<std::unique_ptr<CoordinatorNode>> node =
       CoordinatorNode::Create(*std::move(options));
-  if (!node.ok()) return FailStartup("ps_coordinator", node.status());
+  if (!node.ok()) {
+    if (!IsJobOver(node.status())) {
+      return FailStartup("ps_coordinator", node.status());
+    }
+    PS_LOG_ERROR("%s", node.status().message());
+    return kExitJobOver;
+  }
   InstallStopSignalHandlers();
   absl::Status job = (*node)->Run(StopRequested);
-  return job.ok() ? 0 : 1;
+  return job.ok() ? kExitOk : kExitFailed;
 }
 
 }  // namespace

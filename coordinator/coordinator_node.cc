@@ -1,7 +1,9 @@
 #include "coordinator/coordinator_node.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -115,6 +117,28 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Create(
       node->client_credentials_,
       MakeChannelCredentials(options.tls, CallerRole::kCoordinator));
   if (!options.out.empty()) {
+    // A finished job's results are never touched again (a coordinator
+    // restarted after the end, e.g. by Kubernetes): "job already over".
+    const std::string summary = options.out + "/summary.json";
+    std::error_code exists_error;
+    if (std::filesystem::exists(summary, exists_error)) {
+      absl::StatusOr<std::string> text = ReadFileText(summary);
+      absl::StatusOr<RunSummary> old =
+          text.ok() ? ParseSummaryJson(*text, summary)
+                    : absl::StatusOr<RunSummary>(text.status());
+      if (!old.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--out: ", old.status().message(),
+                         "; not starting over it (nothing was changed)"));
+      }
+      if (!old->failed) {
+        return JobOverError(absl::StrCat(
+            "--out: ", summary, " records a finished job ('", old->job, "', ",
+            old->steps, " steps); its results are kept and nothing is done"));
+      }
+      PS_LOG_INFO("%s records a failed run; it is kept until this one ends",
+                  summary);
+    }
     std::error_code error;
     std::filesystem::create_directories(options.out, error);
     if (error) {
@@ -226,7 +250,8 @@ absl::Status CoordinatorNode::Run(const std::function<bool()>& stop) {
       orderer_done.Notify();
     });
   }
-  while (!service_->WaitForEnd(absl::Now() + absl::Milliseconds(200))) {
+  while (!service_->WaitForEnd(absl::Now() + absl::Milliseconds(100))) {
+    if (service_->CheckLeases(absl::Now())) break;
     if (stop()) {
       service_->Fail({"coordinator", -1, -1, "coordinator stopped by signal"});
       break;
@@ -263,16 +288,29 @@ absl::Status CoordinatorNode::Run(const std::function<bool()>& stop) {
   // A failed job's record first: collecting statistics from servers that
   // are being stopped may outlast a launcher's patience.
   if (outcome.failed) write_summary({});
+  std::vector<std::string> addresses = service_->ServerAddresses();
+  absl::Duration timeout = absl::Seconds(config.network().rpc_timeout_s());
+  if (outcome.failed) {
+    // A shard declared dead may be hung, not gone: do not wait on it; and
+    // a failed job's statistics are not worth a long wait on the others.
+    const std::optional<RunFailure>& f = outcome.failure;
+    if (f.has_value() && f->process == "server" && f->shard >= 0 &&
+        f->shard < static_cast<int64_t>(addresses.size())) {
+      addresses[f->shard].clear();
+    }
+    timeout = std::min(timeout, absl::Seconds(2));
+  }
   write_summary(
-      CollectStatsAndShutdown(service_->ServerAddresses(), client_credentials_,
-                              absl::Seconds(config.network().rpc_timeout_s()),
+      CollectStatsAndShutdown(addresses, client_credentials_, timeout,
                               outcome.failed ? "job failed" : "job finished"));
   if (options_.keep_serving_after_job && !stop()) {
     PS_LOG_INFO("job over; serving status and metrics until terminated");
     while (!stop()) absl::SleepFor(absl::Milliseconds(200));
   }
-  // Let workers' final reports get their answers before the port closes.
-  server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  // Calls in flight (workers' final reports) get their answers; new ones
+  // are refused at once. A call from a stopped process never completes:
+  // cancelled after 0.5 s, so the coordinator exits promptly.
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
   if (outcome.failed) return absl::AbortedError(outcome.message);
   PS_LOG_INFO("job finished: %d steps in %.2fs, final loss %.5f%s%s",
               outcome.steps, outcome.wall_s, outcome.final_loss,

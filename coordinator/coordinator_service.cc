@@ -54,6 +54,8 @@ CoordinatorService::CoordinatorService(CoordinatorOptions options,
       job_(std::move(job)),
       members_(job_.num_servers(), options_.config.job().workers(),
                job_.config().training().mode() == pstrain::v1::MODE_ALLREDUCE),
+      leases_(job_.num_servers(), options_.config.job().workers(),
+              absl::Seconds(options_.config.network().lease_s())),
       step_log_(MakeStepLogOptions(options_)) {
   bytes_pushed_.assign(options_.config.job().workers(), 0);
   bytes_pulled_.assign(options_.config.job().workers(), 0);
@@ -143,6 +145,11 @@ grpc::Status CoordinatorService::ServerReady(
   absl::Status st = members_.CheckServerSession(
       request->shard(), request->session_id(), "ServerReady");
   if (st.ok()) st = members_.MarkServerReady(request->shard());
+  if (st.ok() && !ended_) {
+    const std::vector<std::string> addresses = members_.server_addresses();
+    leases_.Hold(LeaseHolder::kServer, static_cast<int>(request->shard()),
+                 absl::Now(), addresses[request->shard()]);
+  }
   if (st.ok() && members_.AllServersReady())
     PS_LOG_INFO("all %d server shards ready", members_.num_servers());
   return ToGrpcStatus(st);
@@ -178,6 +185,7 @@ absl::Status CoordinatorService::RegisterWorkerLocked(
     PS_LOG_INFO("all %d workers registered; training starts",
                 members_.num_workers());
   }
+  leases_.Hold(LeaseHolder::kWorker, rank, absl::Now(), context.peer());
   response->set_rank(rank);
   response->set_session_id(members_.worker_session(rank));
   *response->mutable_job() = job_;
@@ -203,6 +211,12 @@ absl::Status CoordinatorService::ReportLocked(
   PS_RETURN_IF_ERROR(
       members_.CheckWorkerSession(worker, request.session_id(), "Report"));
   PS_RETURN_IF_ERROR(step_log_.Add(worker, request.steps()));
+  std::optional<uint64_t> last_step;
+  for (const auto& m : request.steps()) {
+    if (m.samples() > 0) last_step = std::max(last_step.value_or(0), m.step());
+  }
+  leases_.Renew(LeaseHolder::kWorker, static_cast<int>(worker), absl::Now(),
+                last_step);
   if (request.steps_size() > 0) {
     bytes_pushed_[worker] = request.bytes_pushed();
     bytes_pulled_[worker] = request.bytes_pulled();
@@ -240,10 +254,12 @@ absl::Status CoordinatorService::ReportLocked(
   // before), so the sender is named by `worker`, not by its records.
   if (request.done()) {
     members_.MarkWorkerDone(worker);
+    leases_.Release(LeaseHolder::kWorker, static_cast<int>(worker));
     if (metrics_ != nullptr)
       metrics_->live_workers->Set(members_.live_workers());
     if (members_.AllWorkersDone() && !ended_) {
       ended_ = true;
+      leases_.ReleaseAll();
       PS_LOG_INFO("all %d workers finished", members_.num_workers());
     }
   }
@@ -367,6 +383,25 @@ grpc::Status CoordinatorService::JobStatus(
     ServerContext* context, const pstrain::v1::JobStatusRequest* request,
     pstrain::v1::JobStatusResponse* response) {
   absl::MutexLock lock(&mu_);
+  if (request->process() == "server" || request->process() == "worker") {
+    const bool server = request->process() == "server";
+    const LeaseHolder holder =
+        server ? LeaseHolder::kServer : LeaseHolder::kWorker;
+    // A heartbeat from a process this coordinator never admitted (it was
+    // restarted, or the process belongs to another run): NOT_FOUND, so the
+    // process leaves instead of serving a job nobody runs.
+    if (!ended_ && !leases_.Held(holder, request->id())) {
+      return grpc::Status(
+          grpc::StatusCode::NOT_FOUND,
+          absl::StrCat("job '", options_.config.job().name(), "': ",
+                       server ? "server shard " : "worker ", request->id(),
+                       " holds no lease here (was the coordinator "
+                       "restarted?)"));
+    }
+    std::optional<uint64_t> step;
+    if (!server) step = request->step();
+    leases_.Renew(holder, request->id(), absl::Now(), step);
+  }
   response->set_finished(ended_);
   response->set_failed(outcome_.failed);
   response->set_message(outcome_.message);
@@ -391,6 +426,23 @@ void CoordinatorService::FailLocked(const RunFailure& failure) {
     PS_LOG_ERROR("job failed: %s", outcome_.message);
   }
   ended_ = true;
+  leases_.ReleaseAll();
+}
+
+bool CoordinatorService::CheckLeases(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  if (ended_) return false;
+  const std::optional<ExpiredLease> dead = leases_.Expired(now);
+  if (!dead.has_value()) return false;
+  const std::string what = dead->Describe(leases_.lease());
+  PS_LOG_ERROR("%s", what);
+  // training.on_failure: fail (the only policy so far) ends the job now.
+  const bool server = dead->holder == LeaseHolder::kServer;
+  FailLocked({server ? "server" : "worker", server ? -1 : dead->id,
+              server ? dead->id : -1,
+              absl::StrCat(dead->Cause(leases_.lease()),
+                           " (training.on_failure: fail)")});
+  return true;
 }
 
 bool CoordinatorService::TrainingStarted() const {

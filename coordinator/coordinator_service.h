@@ -32,6 +32,14 @@
 // The first failure is kept with its cause (which process, what it said);
 // later ones do not overwrite it.
 //
+// Liveness (coordinator/leases.h): a server holds a lease from ServerReady,
+// a worker from RegisterWorker until its final report; reports and
+// JobStatus calls that name the caller renew it. CheckLeases() (the node
+// calls it a few times a second) fails the job naming the first process
+// silent for network.lease_s (training.on_failure: fail). A heartbeat from
+// a process that holds no lease (a coordinator restarted under it) is
+// NOT_FOUND while the job runs.
+//
 // Thread-safe. Every wait is bounded by the call's deadline and wait_cap.
 #ifndef PSTRAIN_COORDINATOR_COORDINATOR_SERVICE_H_
 #define PSTRAIN_COORDINATOR_COORDINATOR_SERVICE_H_
@@ -50,6 +58,7 @@
 #include "common/job_config.h"
 #include "common/metrics.h"
 #include "common/run_record.h"
+#include "coordinator/leases.h"
 #include "coordinator/membership.h"
 #include "coordinator/step_log.h"
 #include "proto/pstrain.grpc.pb.h"
@@ -135,6 +144,10 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   // start-up timeout, a signal). Only the first failure is kept.
   void Fail(const RunFailure& failure);
   JobOutcome Outcome() const;
+  // Declares dead the process whose lease expired at `now`, if any: one log
+  // line naming it, and the job fails with it as the cause. True if one
+  // did. No-op once the job is over.
+  bool CheckLeases(absl::Time now);
   // True once every worker has registered.
   bool TrainingStarted() const;
   // Blocks until every worker has registered, the job ended or `deadline`;
@@ -191,6 +204,7 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   mutable absl::Mutex mu_;
   pstrain::v1::JobSpec job_ ABSL_GUARDED_BY(mu_);  // shard map filled at start
   Membership members_ ABSL_GUARDED_BY(mu_);
+  LeaseTable leases_ ABSL_GUARDED_BY(mu_);
   StepLog step_log_ ABSL_GUARDED_BY(mu_);
   std::string nccl_unique_id_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> bytes_pushed_ ABSL_GUARDED_BY(mu_);

@@ -80,10 +80,83 @@ class CoordinatorTest : public ::testing::Test {
     return coord_->Report(&ctx, &req, &resp);
   }
 
+  grpc::Status Heartbeat(const std::string& process, int id, uint64_t step,
+                         v1::JobStatusResponse* resp) {
+    grpc::ServerContext ctx;
+    v1::JobStatusRequest req;
+    req.set_process(process);
+    req.set_id(id);
+    req.set_step(step);
+    return coord_->JobStatus(&ctx, &req, resp);
+  }
+
   std::unique_ptr<CoordinatorService> coord_;
   uint64_t server_session_ = 0;     // shard 0's
   std::vector<uint64_t> sessions_;  // by rank
 };
+
+// A worker whose heartbeats stop is declared dead after network.lease_s
+// (default 5 s) and fails the job naming it and its last step; the others,
+// still beating, are not.
+TEST_F(CoordinatorTest, SilentWorkerIsDeclaredDeadAfterTheLease) {
+  Start(2);
+  v1::JobStatusResponse resp;
+  ASSERT_TRUE(Heartbeat("worker", 1, 7, &resp).ok());
+  // Nobody is silent for 5 s yet.
+  EXPECT_FALSE(coord_->CheckLeases(absl::Now() + absl::Seconds(4)));
+  absl::SleepFor(absl::Milliseconds(50));
+  // Shard 0 and worker 0 beat later than worker 1's last word.
+  ASSERT_TRUE(Heartbeat("server", 0, 0, &resp).ok());
+  ASSERT_TRUE(Heartbeat("worker", 0, 9, &resp).ok());
+  EXPECT_FALSE(resp.finished());
+  // 5 s after worker 1's beat but not after the others'.
+  EXPECT_TRUE(coord_->CheckLeases(absl::Now() + absl::Seconds(5) -
+                                  absl::Milliseconds(20)));
+  EXPECT_TRUE(coord_->WaitForEnd(absl::Now()));
+  const JobOutcome o = coord_->Outcome();
+  ASSERT_TRUE(o.failed);
+  ASSERT_TRUE(o.failure.has_value());
+  EXPECT_EQ(o.failure->process, "worker");
+  EXPECT_EQ(o.failure->rank, 1);
+  EXPECT_NE(o.failure->message.find("last step 7"), std::string::npos)
+      << o.failure->message;
+  EXPECT_NE(o.failure->message.find("network.lease_s = 5"), std::string::npos);
+  // Once the job is over nothing else dies, and heartbeats learn the end.
+  EXPECT_FALSE(coord_->CheckLeases(absl::Now() + absl::Hours(1)));
+  ASSERT_TRUE(Heartbeat("worker", 0, 9, &resp).ok());
+  EXPECT_TRUE(resp.finished());
+  EXPECT_TRUE(resp.failed());
+}
+
+// A finished worker's silence is no death.
+TEST_F(CoordinatorTest, FinishedWorkerHoldsNoLease) {
+  Start(2);
+  ASSERT_TRUE(Report(0, {0, 1}, true, 0).ok());
+  v1::JobStatusResponse resp;
+  ASSERT_TRUE(Heartbeat("server", 0, 0, &resp).ok());
+  ASSERT_TRUE(Heartbeat("worker", 1, 1, &resp).ok());
+  EXPECT_FALSE(coord_->CheckLeases(absl::Now() + absl::Seconds(4)));
+  // Its late hello is refused: it holds no lease any more.
+  EXPECT_EQ(Heartbeat("worker", 0, 2, &resp).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+// Heartbeats from processes this coordinator never admitted (it was
+// restarted under them) are NOT_FOUND, so they leave; an anonymous status
+// query is always answered.
+TEST_F(CoordinatorTest, HeartbeatFromAStrangerIsNotFound) {
+  Start(1);
+  v1::JobStatusResponse resp;
+  grpc::Status st = Heartbeat("worker", 5, 0, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(st.error_message().find("worker 5 holds no lease"),
+            std::string::npos)
+      << st.error_message();
+  EXPECT_EQ(Heartbeat("server", 3, 0, &resp).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_TRUE(Heartbeat("", 0, 0, &resp).ok());
+  EXPECT_FALSE(resp.finished());
+}
 
 // The final report may carry no step records (they went out in the previous
 // batch): the job must still end. (This once hung every process.)

@@ -1,6 +1,7 @@
 // ps_server: one parameter-server shard (server/server_node.h): flags ->
 // options -> ServerNode::Run. Exit 0 when the job ends, 1 when the node
-// fails, 2 on bad flags.
+// fails, 2 on bad flags, 3 when the job was already over (common/process.h).
+// The barrier timeout is the job's network.barrier_timeout_s.
 #include <unistd.h>
 
 #include <cstdio>
@@ -25,7 +26,6 @@ ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
 ABSL_FLAG(int, shard, -1, "shard id to claim; -1 lets the coordinator assign");
 ABSL_FLAG(bool, shard_from_hostname, false,
           "claim the shard of the host name's -<ordinal> (pod ps-3: shard 3)");
-ABSL_FLAG(double, barrier_timeout_s, 300, "longest a pull may block (s)");
 
 namespace pstrain {
 namespace {
@@ -40,10 +40,6 @@ absl::StatusOr<std::unique_ptr<ServerNode>> NodeFromFlags(MetricsRegistry* m) {
     gethostname(host, sizeof(host) - 1);
     PS_ASSIGN_OR_RETURN(o.requested_shard, OrdinalFromHostname(host));
   }
-  if (!(absl::GetFlag(FLAGS_barrier_timeout_s) > 0)) {
-    return absl::InvalidArgumentError("--barrier_timeout_s: must be > 0");
-  }
-  o.barrier_timeout = absl::Seconds(absl::GetFlag(FLAGS_barrier_timeout_s));
   o.bind = absl::GetFlag(FLAGS_bind);
   o.port = absl::GetFlag(FLAGS_port);
   o.advertise_host = absl::GetFlag(FLAGS_advertise_host);
@@ -52,16 +48,17 @@ absl::StatusOr<std::unique_ptr<ServerNode>> NodeFromFlags(MetricsRegistry* m) {
 }
 
 int Main() {
+  // First: SIGTERM during start-up is a clean stop too.
+  InstallStopSignalHandlers();
   MetricsRegistry metrics;
   absl::StatusOr<std::unique_ptr<ServerNode>> server = NodeFromFlags(&metrics);
   if (!server.ok()) return FailStartup("ps_server", server.status());
   SetLogRole("server");
-  InstallStopSignalHandlers();
   auto http = MaybeServeMetrics(&metrics, absl::GetFlag(FLAGS_bind),
                                 (*server)->options().node.metrics_port);
   absl::Status st = http.ok() ? (*server)->Run(StopRequested) : http.status();
   if (!st.ok()) PS_LOG_ERROR("%s", st.message());
-  return st.ok() ? 0 : 1;
+  return ExitCodeFor(st);
 }
 
 }  // namespace

@@ -25,7 +25,7 @@ constexpr absl::Duration kSessionRefreshCap = absl::Seconds(10);
 }  // namespace
 
 ParameterServerService::ParameterServerService(PsServiceOptions options)
-    : options_(options) {
+    : options_(options), barrier_timeout_(options.barrier_timeout) {
   MetricsRegistry* r = options_.metrics;
   if (r == nullptr) return;
   const auto latency = ExponentialBuckets(1e-4, 2, 18);  // 0.1 ms .. 13 s
@@ -68,6 +68,17 @@ void ParameterServerService::SetShard(
   if (sessions == nullptr) shard = nullptr;
   shard_ = std::move(shard);
   sessions_ = std::move(sessions);
+}
+
+void ParameterServerService::SetBarrierTimeout(absl::Duration timeout) {
+  if (!(timeout > absl::ZeroDuration())) return;
+  absl::MutexLock lock(&mu_);
+  barrier_timeout_ = timeout;
+}
+
+void ParameterServerService::CloseShard() {
+  std::shared_ptr<Shard> s = shard();
+  if (s != nullptr) s->Close();
 }
 
 void ParameterServerService::RecordPush(absl::Duration took,
@@ -339,6 +350,11 @@ grpc::Status ParameterServerService::Pull(
   if (s == nullptr) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "shard not initialised");
   }
+  absl::Duration barrier_timeout;
+  {
+    absl::MutexLock lock(&mu_);
+    barrier_timeout = barrier_timeout_;
+  }
   const absl::Time start = absl::Now();
   if (absl::Status st = sessions()->CheckOrRefresh(
           request->worker(), request->session_id(), "Pull",
@@ -348,7 +364,7 @@ grpc::Status ParameterServerService::Pull(
   }
   absl::StatusOr<PulledWeights> result =
       s->PullWeights(request->worker(), request->clock(),
-                     ServerDeadline(*context, options_.barrier_timeout));
+                     ServerDeadline(*context, barrier_timeout));
   if (!result.ok()) return ToGrpcStatus(result.status());
 
   PullResponse head;

@@ -79,6 +79,12 @@ class ParameterServerService final
   // under `root` (JobSpec.checkpoint_dir; never a path from the request).
   // Until called, Checkpoint is FAILED_PRECONDITION.
   void SetCheckpointRoot(std::string root, uint32_t num_shards);
+  // The job's network.barrier_timeout_s (JobSpec), which replaces
+  // options.barrier_timeout from then on; ignored unless > 0.
+  void SetBarrierTimeout(absl::Duration timeout);
+  // Closes the shard (if any): every pull blocked on a barrier returns
+  // UNAVAILABLE at once, so grpc::Server::Shutdown does not wait for them.
+  void CloseShard();
   // Runs once, on the first Shutdown RPC (from the coordinator at job end).
   void SetShutdownCallback(std::function<void(const std::string&)> callback);
 
@@ -136,6 +142,7 @@ class ParameterServerService final
   mutable absl::Mutex mu_;
   std::shared_ptr<Shard> shard_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<WorkerSessions> sessions_ ABSL_GUARDED_BY(mu_);
+  absl::Duration barrier_timeout_ ABSL_GUARDED_BY(mu_);
   std::function<void(const std::string&)> on_shutdown_ ABSL_GUARDED_BY(mu_);
   std::string checkpoint_root_ ABSL_GUARDED_BY(mu_);
   uint32_t num_shards_ ABSL_GUARDED_BY(mu_) = 0;

@@ -6,11 +6,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
 #include "common/host_name.h"
 #include "common/logging.h"
+#include "common/process.h"
 #include "common/retry.h"
 #include "common/status_macros.h"
 #include "proto/pstrain.grpc.pb.h"
@@ -20,14 +22,22 @@
 #include "server/worker_sessions.h"
 
 namespace pstrain {
+namespace {
+
+// Whether the coordinator says the job is over (finished or failed).
+bool JobIsOver(pstrain::v1::Coordinator::Stub& coord, absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, timeout);
+  pstrain::v1::JobStatusResponse status;
+  return coord.JobStatus(&ctx, {}, &status).ok() && status.finished();
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ServerNode>> ServerNode::Create(
     ServerNodeOptions options) {
   if (options.node.coordinator.empty()) {
     return absl::InvalidArgumentError("coordinator address required");
-  }
-  if (!(options.barrier_timeout > absl::ZeroDuration())) {
-    return absl::InvalidArgumentError("barrier timeout must be > 0");
   }
   std::unique_ptr<ServerNode> node(new ServerNode());
   PS_ASSIGN_OR_RETURN(node->server_credentials_,
@@ -41,7 +51,6 @@ absl::StatusOr<std::unique_ptr<ServerNode>> ServerNode::Create(
   PS_RETURN_IF_ERROR(
       ValidateHostName("--advertise_host", options.advertise_host));
   PsServiceOptions service_options;
-  service_options.barrier_timeout = options.barrier_timeout;
   service_options.metrics = options.metrics;
   node->service_ = std::make_unique<ParameterServerService>(service_options);
   node->service_->SetShutdownCallback([n = node.get()](const std::string& r) {
@@ -71,14 +80,18 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
   absl::Notification& shutdown = shutdown_;
   grpc::Server* server = server_.get();
   const std::string address = absl::StrCat(options_.advertise_host, ":", port_);
-  // Stops serving on every way out.
+  // Stops serving on every way out: pulls blocked on a barrier are woken
+  // first, so that Shutdown does not wait for their deadlines.
   struct Stopper {
     grpc::Server* server;
+    ParameterServerService* service;
     ~Stopper() {
       server->GetHealthCheckService()->SetServingStatus(false);
-      server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+      service->CloseShard();
+      server->Shutdown(
+          absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
     }
-  } stopper{server};
+  } stopper{server, &service};
 
   // Shared with the session table's fetch, which pulls may still run while
   // the server shuts down.
@@ -86,21 +99,27 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
       pstrain::v1::Coordinator::NewStub(
           MakeChannel(coordinator, channel_credentials_));
   pstrain::v1::RegisterServerResponse reg;
-  absl::Status st =
-      RetryUntil(startup_deadline, "coordinator at " + coordinator, [&] {
+  absl::Status st = RetryUntil(
+      startup_deadline, "coordinator at " + coordinator,
+      [&] {
         grpc::ClientContext ctx;
         SetTimeout(&ctx, rpc_timeout);
+        CancelOnStop cancel(&ctx, stop);
         pstrain::v1::RegisterServerRequest req;
         req.set_address(address);
         req.set_requested_shard(options_.requested_shard);
         return FromGrpcStatus(coord->RegisterServer(&ctx, req, &reg));
-      });
-  if (st.code() == absl::StatusCode::kFailedPrecondition) {
-    // The job is over (e.g. a StatefulSet restarted this pod after the end):
-    // idle instead of crash-looping, until stopped.
-    PS_LOG_INFO("%s; idling until terminated", st.message());
-    while (!stop()) absl::SleepFor(absl::Milliseconds(200));
+      },
+      stop);
+  if (stop()) {
+    PS_LOG_INFO("stopped while registering");
     return absl::OkStatus();
+  }
+  if (st.code() == absl::StatusCode::kFailedPrecondition &&
+      JobIsOver(*coord, rpc_timeout)) {
+    // E.g. a StatefulSet restarted this pod after the end: a distinct exit
+    // code, so that nobody counts it as a success.
+    return JobOverError(absl::StrCat("registration refused: ", st.message()));
   }
   if (!st.ok()) {
     return absl::Status(st.code(),
@@ -108,13 +127,21 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
   }
   if (options_.set_log_role) SetLogRole(absl::StrCat("server/", reg.shard()));
   pstrain::v1::JobSpec job;
-  st = RetryUntil(startup_deadline, "all server shards to register", [&] {
-    grpc::ClientContext ctx;
-    SetTimeout(&ctx, rpc_timeout);
-    pstrain::v1::GetJobRequest req;
-    req.set_wait_for_servers(true);
-    return FromGrpcStatus(coord->GetJob(&ctx, req, &job));
-  });
+  st = RetryUntil(
+      startup_deadline, "all server shards to register",
+      [&] {
+        grpc::ClientContext ctx;
+        SetTimeout(&ctx, rpc_timeout);
+        CancelOnStop cancel(&ctx, stop);
+        pstrain::v1::GetJobRequest req;
+        req.set_wait_for_servers(true);
+        return FromGrpcStatus(coord->GetJob(&ctx, req, &job));
+      },
+      stop);
+  if (stop()) {
+    PS_LOG_INFO("stopped while waiting for the other shards");
+    return absl::OkStatus();
+  }
   if (!st.ok()) {
     return absl::Status(st.code(), absl::StrCat("no job: ", st.message()));
   }
@@ -167,35 +194,56 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
         return std::vector<uint64_t>(resp.session_ids().begin(),
                                      resp.session_ids().end());
       });
+  service.SetBarrierTimeout(
+      absl::Seconds(job.config().network().barrier_timeout_s()));
   service.SetShard(std::shared_ptr<Shard>(std::move(*shard)),
                    std::move(sessions));
   server->GetHealthCheckService()->SetServingStatus(true);
-  st = RetryUntil(startup_deadline, "coordinator", [&] {
-    grpc::ClientContext ctx;
-    SetTimeout(&ctx, rpc_timeout);
-    pstrain::v1::ServerReadyRequest req;
-    req.set_shard(reg.shard());
-    req.set_session_id(reg.session_id());
-    pstrain::v1::ServerReadyResponse resp;
-    return FromGrpcStatus(coord->ServerReady(&ctx, req, &resp));
-  });
+  st = RetryUntil(
+      startup_deadline, "coordinator",
+      [&] {
+        grpc::ClientContext ctx;
+        SetTimeout(&ctx, rpc_timeout);
+        CancelOnStop cancel(&ctx, stop);
+        pstrain::v1::ServerReadyRequest req;
+        req.set_shard(reg.shard());
+        req.set_session_id(reg.session_id());
+        pstrain::v1::ServerReadyResponse resp;
+        return FromGrpcStatus(coord->ServerReady(&ctx, req, &resp));
+      },
+      stop);
+  if (stop()) {
+    PS_LOG_INFO("stopped while reporting ready");
+    return absl::OkStatus();
+  }
   if (!st.ok()) {
     return absl::Status(st.code(),
                         absl::StrCat("cannot report ready: ", st.message()));
   }
 
-  // Serve until the coordinator says the job is over. If the coordinator
-  // vanishes for longer than the start-up timeout, give up.
+  // Serve until the coordinator says the job is over, heartbeating it. If
+  // the coordinator stays silent for the lease, it is gone: exit.
+  const absl::Duration lease =
+      job.config().network().lease_s() > 0
+          ? absl::Seconds(job.config().network().lease_s())
+          : absl::Seconds(5);
+  const absl::Duration beat = std::min(absl::Seconds(1), lease / 4);
   absl::Time last_contact = absl::Now();
-  while (!shutdown.WaitForNotificationWithTimeout(absl::Seconds(1))) {
+  absl::Time next_beat = absl::Now();
+  while (!shutdown.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
     if (stop()) {
       PS_LOG_INFO("stopping on request");
       break;
     }
+    if (absl::Now() < next_beat) continue;
+    next_beat = absl::Now() + beat;
     grpc::ClientContext ctx;
-    SetTimeout(&ctx, absl::Seconds(5));
+    SetTimeout(&ctx, std::min(beat, rpc_timeout));
+    pstrain::v1::JobStatusRequest req;
+    req.set_process("server");
+    req.set_id(reg.shard());
     pstrain::v1::JobStatusResponse status;
-    grpc::Status s = coord->JobStatus(&ctx, {}, &status);
+    grpc::Status s = coord->JobStatus(&ctx, req, &status);
     if (s.ok()) {
       last_contact = absl::Now();
       if (status.finished()) {
@@ -206,10 +254,16 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
             std::min(node.rpc_timeout, absl::Seconds(5)));
         break;
       }
-    } else if (absl::Now() - last_contact > node.startup_timeout) {
-      return absl::UnavailableError(
-          absl::StrCat("coordinator unreachable since ",
-                       absl::FormatTime(last_contact), "; exiting"));
+    } else if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the coordinator at ", coordinator,
+          " does not know this shard: ", s.error_message(), "; exiting"));
+    } else if (absl::Now() - last_contact > lease) {
+      return absl::UnavailableError(absl::StrFormat(
+          "the coordinator at %s has been silent for %.1f s "
+          "(network.lease_s = %g): it is gone; exiting (%s)",
+          coordinator, absl::ToDoubleSeconds(absl::Now() - last_contact),
+          absl::ToDoubleSeconds(lease), s.error_message()));
     }
   }
   PS_LOG_INFO("exiting");

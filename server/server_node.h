@@ -28,7 +28,8 @@ struct ServerNodeOptions {
   // Host name workers dial (with the bound port), e.g. "ps-0.ps".
   std::string advertise_host = "127.0.0.1";
   int requested_shard = -1;  // -1: the coordinator assigns one
-  absl::Duration barrier_timeout = absl::Seconds(300);
+  // The barrier timeout and the lease come from the job (JobSpec), so that
+  // one network.barrier_timeout_s / network.lease_s holds for every node.
   // Where the pstrain_server_* metrics go (may be null: a private registry).
   // Must outlive the node.
   MetricsRegistry* metrics = nullptr;
@@ -49,10 +50,15 @@ class ServerNode {
   // until the coordinator ends the job (OK: its Shutdown, or the finished
   // job status followed by Shutdown within min(rpc timeout, 5 s), so the
   // coordinator can collect the shard's statistics first), `stop` returns true
-  // (OK; polled about every second) or the coordinator stays unreachable for
-  // the start-up timeout (UNAVAILABLE). A job that is already over when it
-  // registers: idles until `stop` (OK). Every wait is bounded by the
-  // start-up timeout. Call once; `stop` must be thread-safe.
+  // (OK; polled every 100 ms, also while waiting at start-up) or the
+  // coordinator stays silent for the job's network.lease_s (UNAVAILABLE) or
+  // no longer knows the shard (FAILED_PRECONDITION: it was restarted).
+  // While serving it heartbeats the coordinator (JobStatus naming its shard)
+  // about every min(1 s, lease / 4). A job that is already over when it
+  // registers: JobOverError (common/process.h; exit code 3). Start-up
+  // waits are bounded by the start-up timeout. On every way out the shard is
+  // closed first (blocked pulls return at once), then the gRPC server shuts
+  // down within 0.5 s. Call once; `stop` must be thread-safe.
   absl::Status Run(const std::function<bool()>& stop);
 
   const ServerNodeOptions& options() const { return options_; }

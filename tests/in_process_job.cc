@@ -58,7 +58,6 @@ absl::StatusOr<InProcessJob> RunInProcessJob(const JobConfig& config,
     ServerNodeOptions o;
     o.node = node;
     o.requested_shard = k;
-    o.barrier_timeout = absl::Seconds(config.network().barrier_timeout_s());
     o.set_log_role = false;
     PS_ASSIGN_OR_RETURN(std::unique_ptr<ServerNode> s, ServerNode::Create(o));
     server_nodes.push_back(std::move(s));

@@ -145,6 +145,30 @@ std::unique_ptr<PsOp> PsClient::StartPush(uint32_t worker, uint64_t clock,
   return op;
 }
 
+class PsClient::ActiveCall {
+ public:
+  ActiveCall(PsClient* client, grpc::ClientContext* context)
+      : client_(client), context_(context) {
+    absl::MutexLock lock(&client_->cancel_mu_);
+    if (client_->cancelled_) context_->TryCancel();
+    client_->active_.insert(context_);
+  }
+  ~ActiveCall() {
+    absl::MutexLock lock(&client_->cancel_mu_);
+    client_->active_.erase(context_);
+  }
+
+ private:
+  PsClient* const client_;
+  grpc::ClientContext* const context_;
+};
+
+void PsClient::Cancel() {
+  absl::MutexLock lock(&cancel_mu_);
+  cancelled_ = true;
+  for (grpc::ClientContext* c : active_) c->TryCancel();
+}
+
 absl::Status PsClient::WithRetries(
     bool push, const std::function<absl::Status()>& attempt) const {
   absl::Status status;
@@ -155,6 +179,10 @@ absl::Status PsClient::WithRetries(
       backoff *= 2;
     }
     status = attempt();
+    {
+      absl::MutexLock lock(&cancel_mu_);
+      if (cancelled_) return absl::CancelledError("the worker is stopping");
+    }
     const bool retryable = absl::IsUnavailable(status) ||
                            (push && (absl::IsDeadlineExceeded(status) ||
                                      absl::IsCancelled(status)));
@@ -184,7 +212,8 @@ absl::Status PsClient::PullShardOnce(int shard, uint32_t worker, uint64_t clock,
                                      MutableTensorViews* params,
                                      ShardRead* read) {
   grpc::ClientContext context;
-  SetTimeout(&context, options_.barrier_timeout + options_.rpc_timeout);
+  SetTimeout(&context, options_.barrier_timeout);
+  ActiveCall active(this, &context);
   pstrain::v1::PullRequest request;
   request.set_worker(worker);
   request.set_clock(clock);
@@ -236,6 +265,7 @@ absl::Status PsClient::PushShardOnce(int shard, uint32_t worker, uint64_t clock,
                                      const ShardRead& read) {
   grpc::ClientContext context;
   SetTimeout(&context, options_.rpc_timeout);
+  ActiveCall active(this, &context);
   pstrain::v1::PushResponse response;
   auto writer = stubs_[shard]->Push(&context, &response);
   pstrain::v1::PushRequest msg;

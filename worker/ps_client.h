@@ -19,7 +19,9 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "proto/pstrain.grpc.pb.h"
@@ -35,7 +37,8 @@ using MutableTensorViews = std::vector<absl::Span<float>>;
 
 struct PsClientOptions {
   absl::Duration rpc_timeout = absl::Seconds(30);
-  // A pull may wait this long on a barrier (on top of rpc_timeout).
+  // The whole pull (barrier wait and transfer) ends within this: the job's
+  // network.barrier_timeout_s, the same bound the servers apply.
   absl::Duration barrier_timeout = absl::Minutes(5);
   // Attempts per shard and operation, every one with its own timeouts,
   // 50 ms, 100 ms, ... apart. Pulls are retried on UNAVAILABLE (a barrier
@@ -49,9 +52,10 @@ struct PsClientOptions {
   // carries it; the shards refuse the rank's operations without its current
   // id (PERMISSION_DENIED, not retried).
   uint64_t session_id = 0;
-  // Dtype of pushed and pulled chunks (JobSpec.wire_dtype): DTYPE_F32,
-  // DTYPE_BF16 or DTYPE_F16; must be the servers'. Gradients are rounded to
-  // nearest even on the way out; pulled weights decode exactly to fp32.
+  // Dtype of pushed and pulled chunks (network.wire_dtype in JobSpec.config):
+  // DTYPE_F32, DTYPE_BF16 or DTYPE_F16; must be the servers'. Gradients are
+  // rounded to nearest even on the way out; pulled weights decode exactly to
+  // fp32.
   pstrain::v1::DType wire_dtype = pstrain::v1::DTYPE_F32;
 };
 
@@ -117,6 +121,11 @@ class PsClient {
                                   uint64_t num_samples, TensorViews grads,
                                   const std::vector<ShardRead>& reads);
 
+  // Cancels every call in flight and every later one (CANCELLED, not
+  // retried): for a worker that must stop now (SIGTERM, coordinator gone).
+  // Thread-safe; irreversible.
+  void Cancel();
+
   uint64_t bytes_pushed() const { return bytes_pushed_.load(); }
   uint64_t bytes_pulled() const { return bytes_pulled_.load(); }
 
@@ -139,8 +148,14 @@ class PsClient {
                              uint64_t num_samples, const TensorViews& grads,
                              const ShardRead& read);
 
+  // Tracks `context` while a call runs, for Cancel().
+  class ActiveCall;
+
   const pstrain::v1::ShardMap map_;
   const PsClientOptions options_;
+  mutable absl::Mutex cancel_mu_;
+  bool cancelled_ ABSL_GUARDED_BY(cancel_mu_) = false;
+  absl::flat_hash_set<grpc::ClientContext*> active_ ABSL_GUARDED_BY(cancel_mu_);
   std::vector<std::unique_ptr<pstrain::v1::ParameterServer::Stub>> stubs_;
   std::vector<std::vector<int>> shard_chunks_;  // shard -> indices into chunks
   std::vector<uint64_t> tensor_sizes_;

@@ -1,6 +1,7 @@
 // ps_worker: one worker (worker/worker_node.h): flags -> options ->
 // WorkerNode::Run. Exit 0 when its share of the job is done, 1 on failure
-// (the coordinator is told why), 2 on bad flags or a job that cannot run.
+// (the coordinator is told why), 2 on bad flags or a job that cannot run, 3
+// when the job was already over (common/process.h).
 #include <unistd.h>
 
 #include <cstdlib>
@@ -56,18 +57,19 @@ absl::StatusOr<std::unique_ptr<WorkerNode>> NodeFromFlags(MetricsRegistry* m) {
 }
 
 int Main() {
+  // First: SIGTERM during start-up is a clean stop too.
+  InstallStopSignalHandlers();
   const std::string check = absl::GetFlag(FLAGS_check_config);
   if (!check.empty()) return CheckJobFileMain(check);
   MetricsRegistry metrics;
   absl::StatusOr<std::unique_ptr<WorkerNode>> worker = NodeFromFlags(&metrics);
   if (!worker.ok()) return FailStartup("ps_worker", worker.status());
   SetLogRole("worker");
-  InstallStopSignalHandlers();
   auto http = MaybeServeMetrics(&metrics, absl::GetFlag(FLAGS_metrics_bind),
                                 (*worker)->options().node.metrics_port);
   absl::Status st = http.ok() ? (*worker)->Run(StopRequested) : http.status();
   if (!st.ok()) PS_LOG_ERROR("%s", st.message());
-  return st.ok() ? 0 : 1;
+  return ExitCodeFor(st);
 }
 
 }  // namespace

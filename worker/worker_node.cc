@@ -2,15 +2,21 @@
 
 #include <atomic>
 #include <cstdio>
+#include <functional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
 #include "common/host_name.h"
 #include "common/logging.h"
+#include "common/process.h"
 #include "common/retry.h"
 #include "common/status_macros.h"
 #include "proto/pstrain.grpc.pb.h"
@@ -42,6 +48,9 @@ class Reporter {
     worker_ = rank;
     session_id_ = session_id;
   }
+  // A report in flight is cancelled once `cancel()` turns true (a hung
+  // coordinator must not hold the worker for rpc_timeout_s); null: never.
+  void set_cancel(std::function<bool()> cancel) { cancel_ = std::move(cancel); }
 
   // Byte counters come from `client` (PS modes) or `reducer` (mode
   // allreduce: sent, received) once it exists (may stay null).
@@ -67,6 +76,7 @@ class Reporter {
                                          : 0);
     grpc::ClientContext ctx;
     SetTimeout(&ctx, timeout_);
+    CancelOnStop cancel(&ctx, cancel_);
     pstrain::v1::ReportResponse resp;
     PS_RETURN_IF_ERROR(FromGrpcStatus(stub_->Report(&ctx, pending_, &resp)));
     pending_.Clear();
@@ -83,10 +93,123 @@ class Reporter {
   const PsClient* client_ = nullptr;
   const AllReducer* reducer_ = nullptr;
   pstrain::v1::ReportRequest pending_;
+  std::function<bool()> cancel_;
   uint32_t worker_ = 0;
   uint64_t session_id_ = 0;
   absl::Time last_ = absl::Now();
   bool stop_ = false;
+};
+
+// The worker's heartbeat and its watch on stopping: a thread that renews the
+// worker's lease (JobStatus naming its rank and step) about every
+// min(1 s, lease / 4), and polls `stop` every 50 ms. When `stop` turns true,
+// the coordinator stays silent for the lease, or it says the job is over,
+// every parameter-server call in flight is cancelled, so that no wait (a
+// pull blocked on a barrier) outlasts it by more than ~50 ms.
+class Liveness {
+ public:
+  Liveness(pstrain::v1::Coordinator::Stub* coord, uint32_t rank,
+           absl::Duration lease, absl::Duration rpc_timeout,
+           std::function<bool()> stop)
+      : coord_(coord),
+        rank_(rank),
+        lease_(lease),
+        beat_(std::min(absl::Seconds(1), lease / 4)),
+        rpc_timeout_(rpc_timeout),
+        stop_(std::move(stop)),
+        thread_([this] { Loop(); }) {}
+  ~Liveness() {
+    done_.Notify();
+    thread_.join();
+  }
+
+  void set_step(uint64_t step) { step_.store(step); }
+  // The client to cancel when stopping (null: none); must outlive this.
+  void set_client(PsClient* client) {
+    absl::MutexLock lock(&mu_);
+    client_ = client;
+    if (client_ != nullptr && ended_) client_->Cancel();
+  }
+  // True once training must end: stopped, coordinator gone or job over.
+  bool ended() const {
+    absl::MutexLock lock(&mu_);
+    return ended_;
+  }
+  // Why (empty while !ended()); lost_coordinator() when it was silent.
+  std::string reason() const {
+    absl::MutexLock lock(&mu_);
+    return reason_;
+  }
+  bool lost_coordinator() const {
+    absl::MutexLock lock(&mu_);
+    return lost_;
+  }
+
+ private:
+  void End(const std::string& reason, bool lost) {
+    absl::MutexLock lock(&mu_);
+    if (ended_) return;
+    ended_ = true;
+    lost_ = lost;
+    reason_ = reason;
+    if (client_ != nullptr) client_->Cancel();
+  }
+
+  void Loop() {
+    absl::Time last_contact = absl::Now();
+    absl::Time next_beat = absl::Now();
+    while (!done_.WaitForNotificationWithTimeout(absl::Milliseconds(50))) {
+      if (stop_()) {
+        End("stopped on request", false);
+        return;
+      }
+      if (absl::Now() < next_beat) continue;
+      next_beat = absl::Now() + beat_;
+      grpc::ClientContext ctx;
+      SetTimeout(&ctx, std::min(beat_, rpc_timeout_));
+      pstrain::v1::JobStatusRequest req;
+      req.set_process("worker");
+      req.set_id(static_cast<int32_t>(rank_));
+      req.set_step(step_.load());
+      pstrain::v1::JobStatusResponse status;
+      const grpc::Status st = coord_->JobStatus(&ctx, req, &status);
+      if (st.ok()) {
+        last_contact = absl::Now();
+        if (status.failed()) {
+          End(absl::StrCat("the job failed: ", status.message()), false);
+          return;
+        }
+      } else if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
+        const std::string why = absl::StrCat(
+            "the coordinator does not know this worker: ", st.error_message());
+        PS_LOG_ERROR("%s", why);
+        End(why, true);
+        return;
+      } else if (absl::Now() - last_contact > lease_) {
+        const std::string why = absl::StrFormat(
+            "the coordinator has been silent for %.1f s (network.lease_s = "
+            "%g): it is gone (%s)",
+            absl::ToDoubleSeconds(absl::Now() - last_contact),
+            absl::ToDoubleSeconds(lease_), st.error_message());
+        PS_LOG_ERROR("%s", why);
+        End(why, true);
+        return;
+      }
+    }
+  }
+
+  pstrain::v1::Coordinator::Stub* const coord_;
+  const uint32_t rank_;
+  const absl::Duration lease_, beat_, rpc_timeout_;
+  const std::function<bool()> stop_;
+  std::atomic<uint64_t> step_{0};
+  mutable absl::Mutex mu_;
+  PsClient* client_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool lost_ ABSL_GUARDED_BY(mu_) = false;
+  std::string reason_ ABSL_GUARDED_BY(mu_);
+  absl::Notification done_;
+  std::thread thread_;  // last: starts once everything above exists
 };
 
 // pstrain_worker_* metrics, updated from the trainer's per-step records.
@@ -240,12 +363,19 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
   // The mode first: in mode allreduce the worker serves its ring peer before
   // it registers, so that it can register the address.
   pstrain::v1::JobSpec job;
-  absl::Status st =
-      RetryUntil(startup_deadline, "coordinator at " + coordinator, [&] {
+  absl::Status st = RetryUntil(
+      startup_deadline, "coordinator at " + coordinator,
+      [&] {
         grpc::ClientContext ctx;
         SetTimeout(&ctx, rpc_timeout);
+        CancelOnStop cancel(&ctx, stop);
         return FromGrpcStatus(coord->GetJob(&ctx, {}, &job));
-      });
+      },
+      stop);
+  if (stop()) {
+    PS_LOG_INFO("stopped while waiting for the coordinator");
+    return absl::OkStatus();
+  }
   if (!st.ok()) {
     return absl::Status(
         st.code(),
@@ -266,14 +396,27 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
       [&] {
         grpc::ClientContext ctx;
         SetTimeout(&ctx, rpc_timeout);
+        CancelOnStop cancel(&ctx, stop);
         pstrain::v1::RegisterWorkerRequest req;
         req.set_requested_rank(options_.requested_rank);
         req.set_peer_address(peer.address);
         return FromGrpcStatus(coord->RegisterWorker(&ctx, req, &reg));
-      });
-  if (st.code() == absl::StatusCode::kFailedPrecondition) {
-    PS_LOG_INFO("%s; nothing to do", st.message());
+      },
+      stop);
+  if (stop()) {
+    PS_LOG_INFO("stopped while registering");
     return absl::OkStatus();
+  }
+  if (st.code() == absl::StatusCode::kFailedPrecondition) {
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, rpc_timeout);
+    pstrain::v1::JobStatusResponse status;
+    if (coord->JobStatus(&ctx, {}, &status).ok() && status.finished()) {
+      // A distinct exit code: an orchestrator must not count a worker that
+      // started after its job ended as a success.
+      return JobOverError(absl::StrCat("registration refused: ", st.message(),
+                                       status.failed() ? " (it failed)" : ""));
+    }
   }
   if (!st.ok()) {
     return absl::Status(st.code(),
@@ -299,15 +442,18 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
     pstrain::v1::GetPeersResponse peers;
     PS_RETURN_IF_ERROR(RetryUntil(
         absl::Now() + absl::Seconds(config.network().startup_timeout_s()),
-        "the other workers", [&] {
+        "the other workers",
+        [&] {
           grpc::ClientContext ctx;
           SetTimeout(&ctx, rpc_timeout);
+          CancelOnStop cancel(&ctx, stop);
           pstrain::v1::GetPeersRequest req;
           req.set_rank(rank);
           req.set_session_id(reg.session_id());
           req.set_nccl_unique_id(nccl_id);
           return FromGrpcStatus(coord->GetPeers(&ctx, req, &peers));
-        }));
+        },
+        stop));
     const int n = peers.peer_addresses_size();
     const absl::Duration timeout =
         absl::Seconds(config.allreduce().timeout_s());
@@ -335,7 +481,7 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
   };
 
   auto run = [&](Reporter* reporter, std::unique_ptr<PsClient>* client,
-                 AllReduceLink* link) -> absl::Status {
+                 AllReduceLink* link, Liveness* liveness) -> absl::Status {
     const JobConfig config = reg.job().config();
     if (absl::Status valid = ValidateJobConfig(config); !valid.ok()) {
       return absl::InvalidArgumentError(
@@ -369,9 +515,12 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
                      static_cast<long long>(config.training().steps()),
                      m.loss());
       }
+      liveness->set_step(m.step() + 1);
       return reporter->Add(m);
     };
-    auto should_stop = [&] { return stop() || reporter->stop(); };
+    auto should_stop = [&] {
+      return stop() || reporter->stop() || liveness->ended();
+    };
     TrainerOptions options;
     options.rank = rank;
     options.config = config;
@@ -403,6 +552,8 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
     PsClientOptions client_options;
     client_options.rpc_timeout =
         absl::Seconds(config.network().rpc_timeout_s());
+    // The coordinator's value (JobSpec.config) is the one every server
+    // applies.
     client_options.barrier_timeout =
         absl::Seconds(config.network().barrier_timeout_s());
     client_options.session_id = reg.session_id();
@@ -410,6 +561,7 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
     PS_ASSIGN_OR_RETURN(
         *client, PsClient::Create(reg.job().shard_map(), std::move(channels),
                                   client_options));
+    liveness->set_client(client->get());
     reporter->set_client(client->get());
     metrics.set_client(client->get());
     PS_LOG_INFO(
@@ -427,7 +579,28 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
   reporter.set_worker(rank, reg.session_id());
   std::unique_ptr<PsClient> client;
   AllReduceLink link;
-  st = run(&reporter, &client, &link);
+  {
+    // Destroyed (joined) before the client it may cancel.
+    const absl::Duration lease =
+        absl::Seconds(reg.job().config().network().lease_s() > 0
+                          ? reg.job().config().network().lease_s()
+                          : 5.0);
+    Liveness liveness(coord.get(), rank, lease, rpc_timeout, stop);
+    reporter.set_cancel([&liveness] { return liveness.lost_coordinator(); });
+    st = run(&reporter, &client, &link, &liveness);
+    reporter.set_cancel(nullptr);
+    if (liveness.lost_coordinator()) {
+      if (tty) std::fprintf(stderr, "\n");
+      // Nobody to report to: exit.
+      return absl::UnavailableError(liveness.reason());
+    }
+    if (stop() && !st.ok()) {
+      PS_LOG_INFO("stopped on request (%s)", st.message());
+      reporter.Flush(true, absl::StrCat("worker ", rank, ": stopped by signal"))
+          .IgnoreError();
+      return absl::OkStatus();
+    }
+  }
   if (tty) std::fprintf(stderr, "\n");
   if (!st.ok()) {
     reporter.Flush(true, absl::StrCat("worker ", rank, ": ", st.ToString()))

@@ -1,0 +1,369 @@
+#!/usr/bin/env bash
+# Liveness with real processes (README "Failures and recovery"): a
+# coordinator, 2 ps_server and 2 ps_worker processes on loopback ephemeral
+# ports, network.lease_s = 2.
+#  1. A SIGSTOPped worker is declared dead after the lease: the coordinator
+#     fails the job at once, naming the worker in its log and in
+#     summary.json's failure; every other process exits. The same for a
+#     SIGKILLed worker in async mode with staleness inf (the survivor could
+#     go on alone: the job used to hang without a summary), and for a
+#     SIGSTOPped server.
+#  2. A killed or hung (SIGSTOPped) coordinator: every server and worker
+#     exits within lease_s + 1 s (plus a small scheduling allowance).
+#  3. network.barrier_timeout_s bounds a pull on servers and workers alike
+#     (no server flag of 300 s, no rpc_timeout_s on top): with a long lease,
+#     a stopped worker fails the job within the barrier timeout (5 s).
+#  4. SIGTERM ends a server and a worker waiting for an absent coordinator
+#     within 1 s.
+#  5. Servers exit within 1 s of the job's end. A worker or server started
+#     after the job ended exits 3 ("job already over"); a coordinator restarted on a finished job's folder exits 3 and
+#     leaves summary.json and metrics.csv as they were.
+#  6. A coordinator restarted mid-job appends to metrics.csv, and the old
+#     run's servers and workers, which it does not know, leave.
+#  7. psctl run: summary.json names a SIGKILLed worker (its lease ran out).
+set -uo pipefail
+
+ROOT="$TEST_SRCDIR/pstrain"
+COORD="$ROOT/coordinator/ps_coordinator"
+SERVER="$ROOT/server/ps_server"
+WORKER="$ROOT/worker/ps_worker"
+REPORT="$ROOT/common/report/ps_report"
+TMP="${TEST_TMPDIR:-$(mktemp -d)}"
+failures=0
+pids=()
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+ok() { echo "ok: $*"; }
+cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done; }
+trap cleanup EXIT
+now_ms() { date +%s%3N; }
+
+# The job file: lease and barrier timeout are the arguments.
+write_config() {  # FILE LEASE_S BARRIER_TIMEOUT_S STEPS [MODE [STALENESS]]
+  cat > "$1" <<YAML
+job: {name: liveness, workers: 2, servers: 2}
+training: {mode: ${5:-sync}, staleness: ${6:-0}, steps: $4, local_batch: 8, on_failure: fail}
+model: {type: mlp, input_dim: 8, hidden: [8], num_classes: 2, seed: 1}
+data: {source: synthetic, num_features: 8, num_classes: 2, seed: 3}
+network: {lease_s: $2, barrier_timeout_s: $3, rpc_timeout_s: 10}
+YAML
+}
+
+# start_job DIR CONFIG: pids in $coord, ${servers[@]}, ${workers[@]}.
+start_job() {
+  local dir="$1" config="$2" k
+  mkdir -p "$dir"
+  "$COORD" --config="$config" --port=0 --port_file="$dir/port" --out="$dir" \
+    --quiet 2> "$dir/coordinator.log" &
+  coord=$!
+  pids+=("$coord")
+  for _ in $(seq 1 200); do [[ -s "$dir/port" ]] && break; sleep 0.05; done
+  [[ -s "$dir/port" ]] || { fail "coordinator did not start"; return 1; }
+  addr="127.0.0.1:$(cat "$dir/port")"
+  servers=() workers=()
+  for k in 0 1; do
+    "$SERVER" --coordinator="$addr" --shard="$k" 2> "$dir/server-$k.log" &
+    servers+=($!)
+    pids+=($!)
+  done
+  for k in 0 1; do
+    "$WORKER" --coordinator="$addr" --rank="$k" 2> "$dir/worker-$k.log" &
+    workers+=($!)
+    pids+=($!)
+  done
+}
+
+# wait_steps DIR N: until metrics.csv has N rows (training is under way).
+wait_steps() {
+  for _ in $(seq 1 400); do
+    (($(wc -l < "$1/metrics.csv" 2>/dev/null || echo 0) > $2)) && return 0
+    sleep 0.05
+  done
+  fail "no training progress in $1"
+  return 1
+}
+
+# exited_within PID SECONDS: waits for PID (a child) up to SECONDS; sets rc.
+exited_within() {
+  local pid="$1" limit_ms=$(( $(now_ms) + $2 * 1000 ))
+  while kill -0 "$pid" 2>/dev/null; do
+    if (($(now_ms) > limit_ms)); then return 1; fi
+    # A zombie counts as exited.
+    [[ "$(ps -o stat= -p "$pid" 2>/dev/null)" == Z* ]] && break
+    sleep 0.02
+  done
+  wait "$pid"
+  rc=$?
+  return 0
+}
+
+# 1. A SIGSTOPped worker is declared dead after lease_s.
+dir="$TMP/stopped"
+mkdir -p "$dir"
+write_config "$dir/job.yaml" 2 60 1000000
+start_job "$dir" "$dir/job.yaml" || exit 1
+wait_steps "$dir" 3
+kill -STOP "${workers[1]}"
+t0=$(now_ms)
+if exited_within "$coord" 6; then
+  elapsed=$(( $(now_ms) - t0 ))
+  ((rc == 1)) || fail "coordinator exited with $rc, want 1"
+  # lease 2 s + a heartbeat interval + the 100 ms check.
+  # The silence counts from the last heartbeat, up to 0.5 s before the stop.
+  if ((elapsed >= 1400 && elapsed <= 4500)); then
+    ok "stopped worker declared dead after $elapsed ms (lease 2 s)"
+  else
+    fail "stopped worker declared dead after $elapsed ms, want ~2 s"
+  fi
+else
+  fail "coordinator did not end the job within 6 s of SIGSTOP"
+fi
+grep -q "worker 1 at .* is dead: silent for .* (network.lease_s = 2); last step" \
+  "$dir/coordinator.log" && ok "one log line names worker 1, its address and last step" ||
+  fail "no log line naming the dead worker: $(grep -i dead "$dir/coordinator.log")"
+why=$("$REPORT" failure "$dir" 2>&1)
+[[ "$why" == "worker 1: dead (at "*"silent for"*"training.on_failure: fail)" ]] &&
+  ok "summary.json failure: $why" || fail "summary.json failure: '$why'"
+for p in "${servers[@]}" "${workers[0]}"; do
+  exited_within "$p" 3 || fail "pid $p still running 3 s after the job failed"
+done
+kill -KILL "${workers[1]}" 2>/dev/null
+
+# 1b. Async with staleness inf: a killed worker (the survivor goes on alone)
+#     still ends the job, with summary.json naming it; nothing hangs.
+dir="$TMP/async_killed"
+mkdir -p "$dir"
+write_config "$dir/job.yaml" 2 60 1000000 async inf
+start_job "$dir" "$dir/job.yaml" || exit 1
+wait_steps "$dir" 3
+kill -KILL "${workers[1]}"
+if exited_within "$coord" 6; then
+  why=$("$REPORT" failure "$dir" 2>&1)
+  [[ "$why" == "worker 1: dead"* ]] && ok "async inf: a killed worker fails the job: $why" ||
+    fail "async inf: summary.json failure is '$why'"
+else
+  fail "async inf: the job still runs 6 s after a worker was killed"
+fi
+for p in "${servers[@]}" "${workers[0]}"; do
+  exited_within "$p" 3 || fail "async inf: pid $p still running after the job failed"
+done
+
+# 1c. A SIGSTOPped server: declared dead and named; the coordinator does not
+#     wait on it, the workers blocked on it are cancelled.
+dir="$TMP/server_stopped"
+mkdir -p "$dir"
+write_config "$dir/job.yaml" 2 60 1000000
+start_job "$dir" "$dir/job.yaml" || exit 1
+wait_steps "$dir" 3
+kill -STOP "${servers[1]}"
+if exited_within "$coord" 6; then
+  why=$("$REPORT" failure "$dir" 2>&1)
+  [[ "$why" == "server 1: dead"* ]] && ok "a stopped server is named: $why" ||
+    fail "stopped server: summary.json failure is '$why'"
+else
+  fail "the job still runs 6 s after a server was stopped"
+fi
+for p in "${servers[0]}" "${workers[@]}"; do
+  exited_within "$p" 3 || fail "stopped server: pid $p still running after the job failed"
+done
+kill -KILL "${servers[1]}" 2>/dev/null
+
+# 2. A killed coordinator: everyone exits within lease_s + 1 s.
+dir="$TMP/coordinator_killed"
+mkdir -p "$dir"
+write_config "$dir/job.yaml" 2 60 1000000
+start_job "$dir" "$dir/job.yaml" || exit 1
+wait_steps "$dir" 3
+kill -KILL "$coord"
+t0=$(now_ms)
+for p in "${servers[@]}" "${workers[@]}"; do
+  # lease 2 s + 1 s, + 0.5 s for a loaded test machine.
+  if exited_within "$p" 4; then
+    ((rc != 0)) || fail "pid $p exited 0 after losing its coordinator"
+  else
+    fail "pid $p still running 4 s after the coordinator was killed"
+  fi
+done
+elapsed=$(( $(now_ms) - t0 ))
+((elapsed >= 1400)) || fail "processes left after $elapsed ms: before the lease (2 s, less one 0.5 s heartbeat)"
+ok "servers and workers exited $elapsed ms after the coordinator was killed"
+grep -q "silent for .* (network.lease_s = 2)" "$dir/server-0.log" ||
+  fail "server 0 does not say why it left: $(tail -2 "$dir/server-0.log")"
+
+# 2b. A hung (SIGSTOPped) coordinator: the same, its calls hang instead of
+#     failing.
+dir="$TMP/coordinator_stopped"
+mkdir -p "$dir"
+write_config "$dir/job.yaml" 2 60 1000000
+start_job "$dir" "$dir/job.yaml" || exit 1
+wait_steps "$dir" 3
+kill -STOP "$coord"
+for p in "${servers[@]}" "${workers[@]}"; do
+  if exited_within "$p" 4; then
+    ((rc != 0)) || fail "pid $p exited 0 after its coordinator hung"
+  else
+    fail "pid $p still running 4 s after the coordinator hung"
+  fi
+done
+ok "servers and workers left a hung coordinator within lease_s + 1 s"
+kill -KILL "$coord"
+
+# 3. One barrier timeout for servers and workers.
+dir="$TMP/barrier"
+mkdir -p "$dir"
+# 5 s, not less: the first barrier also waits for the other worker's
+# start-up, which takes seconds on a loaded machine.
+write_config "$dir/job.yaml" 60 5 1000000
+start_job "$dir" "$dir/job.yaml" || exit 1
+wait_steps "$dir" 3
+kill -STOP "${workers[1]}"
+t0=$(now_ms)
+if exited_within "$coord" 12; then
+  elapsed=$(( $(now_ms) - t0 ))
+  # 5 s of barrier wait (less the server's margin), then the failure report
+  # and shutdown; the old bound was barrier + rpc_timeout_s (10 s) = 15 s.
+  ((elapsed <= 7500)) && ok "barrier_timeout_s 5 ended the job after $elapsed ms" ||
+    fail "barrier_timeout_s 5 ended the job only after $elapsed ms"
+else
+  fail "job still running 12 s after a worker stopped (barrier_timeout_s 5)"
+fi
+kill -KILL "${workers[1]}" 2>/dev/null
+
+# 4. SIGTERM while waiting for an absent coordinator.
+dir="$TMP/sigterm"
+mkdir -p "$dir"
+"$SERVER" --coordinator=127.0.0.1:1 --startup_timeout_s=60 2> "$dir/server.log" &
+s=$!
+"$WORKER" --coordinator=127.0.0.1:1 --startup_timeout_s=60 2> "$dir/worker.log" &
+w=$!
+pids+=("$s" "$w")
+# Both are waiting once they say so.
+for _ in $(seq 1 200); do
+  grep -q "waiting for coordinator" "$dir/server.log" &&
+    grep -q "waiting for coordinator" "$dir/worker.log" && break
+  sleep 0.05
+done
+kill -TERM "$s" "$w"
+for p in "$s" "$w"; do
+  if exited_within "$p" 1; then
+    ((rc == 0)) && ok "pid $p ended within 1 s of SIGTERM, cleanly" ||
+      fail "pid $p ended with status $rc after SIGTERM, want 0"
+  else
+    fail "pid $p still running 1 s after SIGTERM"
+  fi
+done
+grep -q "stopped while" "$dir/server.log" || fail "server: $(tail -1 "$dir/server.log")"
+grep -q "stopped while" "$dir/worker.log" || fail "worker: $(tail -1 "$dir/worker.log")"
+
+# 5. Started after the job ended.
+dir="$TMP/over"
+mkdir -p "$dir"
+write_config "$dir/job.yaml" 2 60 5
+"$COORD" --config="$dir/job.yaml" --port=0 --port_file="$dir/port" --out="$dir" \
+  --quiet --keep_serving_after_job 2> "$dir/coordinator.log" &
+coord=$!
+pids+=("$coord")
+for _ in $(seq 1 200); do [[ -s "$dir/port" ]] && break; sleep 0.05; done
+addr="127.0.0.1:$(cat "$dir/port")"
+servers=()
+for k in 0 1; do
+  "$SERVER" --coordinator="$addr" --shard="$k" 2> "$dir/server-$k.log" &
+  servers+=($!)
+  pids+=($!)
+done
+for k in 0 1; do "$WORKER" --coordinator="$addr" --rank="$k" 2> "$dir/worker-$k.log" & pids+=($!); done
+for _ in $(seq 1 400); do [[ -s "$dir/summary.json" ]] && break; sleep 0.02; done
+[[ -s "$dir/summary.json" ]] || fail "the short job did not finish"
+# The servers were told to shut down before summary.json was written.
+for p in "${servers[@]}"; do
+  if exited_within "$p" 1; then
+    ((rc == 0)) || fail "server pid $p exited $rc after a finished job"
+  else
+    fail "server pid $p still running 1 s after the job's end"
+  fi
+done
+ok "servers exited within 1 s of the job's end"
+timeout 10 "$WORKER" --coordinator="$addr" 2> "$dir/late-worker.log"
+rc=$?
+((rc == 3)) && ok "a worker started after the end exits 3" ||
+  fail "late worker exited $rc, want 3: $(tail -1 "$dir/late-worker.log")"
+timeout 10 "$SERVER" --coordinator="$addr" 2> "$dir/late-server.log"
+rc=$?
+((rc == 3)) && ok "a server started after the end exits 3" ||
+  fail "late server exited $rc, want 3: $(tail -1 "$dir/late-server.log")"
+kill -TERM "$coord"
+exited_within "$coord" 2 || fail "coordinator did not stop on SIGTERM"
+before=$(md5sum "$dir/summary.json" "$dir/metrics.csv")
+timeout 10 "$COORD" --config="$dir/job.yaml" --port=0 --out="$dir" --quiet \
+  2> "$dir/restarted.log"
+rc=$?
+((rc == 3)) && ok "a coordinator restarted on a finished job exits 3" ||
+  fail "restarted coordinator exited $rc, want 3: $(tail -1 "$dir/restarted.log")"
+[[ "$(md5sum "$dir/summary.json" "$dir/metrics.csv")" == "$before" ]] &&
+  ok "the finished job's summary.json and metrics.csv are untouched" ||
+  fail "the finished job's results changed"
+
+# 6. A coordinator restarted mid-job on the same port and folder: it appends
+#    to metrics.csv (never truncates it), and the old run's servers and
+#    workers, unknown to it, leave at their next heartbeat.
+dir="$TMP/restarted"
+mkdir -p "$dir"
+write_config "$dir/job.yaml" 10 60 1000000
+start_job "$dir" "$dir/job.yaml" || exit 1
+wait_steps "$dir" 5
+port=$(cat "$dir/port")
+kill -KILL "$coord"
+wait "$coord" 2>/dev/null
+rows_before=$(wc -l < "$dir/metrics.csv")
+"$COORD" --config="$dir/job.yaml" --port="$port" --out="$dir" --quiet \
+  --startup_timeout_s=30 2> "$dir/coordinator-2.log" &
+coord=$!
+pids+=("$coord")
+for p in "${servers[@]}" "${workers[@]}"; do
+  # Well before the 10 s lease: the new coordinator answers NOT_FOUND.
+  exited_within "$p" 5 || fail "pid $p still running 5 s after the coordinator restarted"
+done
+ok "the old run's processes left the restarted coordinator"
+rows_after=$(wc -l < "$dir/metrics.csv")
+((rows_after >= rows_before && rows_before > 5)) &&
+  ok "metrics.csv kept its $rows_before lines" ||
+  fail "metrics.csv went from $rows_before to $rows_after lines"
+[[ ! -e "$dir/summary.json" ]] || fail "summary.json written before the restarted job ended"
+kill -TERM "$coord"
+exited_within "$coord" 2 || fail "restarted coordinator did not stop on SIGTERM"
+
+# 7. psctl run: a worker killed with SIGKILL (it cannot report) fails the
+#    job, and summary.json names it (its lease ran out), not a symptom such
+#    as "coordinator stopped by signal".
+dir="$TMP/psctl"
+mkdir -p "$dir"
+sed 's/^\( *lease_s:\).*/\1 2/' "$ROOT/configs/default.yaml" > "$dir/job.yaml"
+"$ROOT/psctl" run --bin "$ROOT" --config "$dir/job.yaml" --steps 1000000 \
+  --out "$dir/out" > "$dir/psctl.log" 2>&1 &
+psctl_pid=$!
+pids+=("$psctl_pid")
+for _ in $(seq 1 200); do
+  grep -q "step " "$dir/out/logs/coordinator.log" 2>/dev/null && break
+  sleep 0.05
+done
+port=$(cat "$dir/out/logs/coordinator.port" 2>/dev/null)
+victim=$(pgrep -f -- "ps_worker.*--coordinator=127.0.0.1:$port --rank=1")
+if [[ -n "$victim" ]]; then
+  kill -KILL "$victim"
+  if exited_within "$psctl_pid" 10; then
+    ((rc == 1)) || fail "psctl run exited $rc after a killed worker, want 1"
+    why=$("$REPORT" failure "$dir/out" 2>&1)
+    [[ "$why" == "worker 1: dead"* ]] && ok "psctl run: summary.json names the killed worker: $why" ||
+      fail "psctl run: summary.json failure is '$why'"
+  else
+    fail "psctl run still running 10 s after a worker was killed"
+  fi
+else
+  fail "psctl run: no worker 1 to kill: $(tail -3 "$dir/psctl.log")"
+fi
+
+if ((failures)); then
+  echo "$failures check(s) failed"
+  exit 1
+fi
+echo "all liveness checks passed"
