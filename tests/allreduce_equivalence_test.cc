@@ -33,10 +33,10 @@
 #include "worker/allreduce/grpc_transport.h"
 #include "worker/allreduce/in_memory_transport.h"
 #include "worker/allreduce/ring_allreduce.h"
-#include "worker/data.h"
-#include "worker/model.h"
-#include "worker/ps_client.h"
-#include "worker/trainer.h"
+#include "worker/data/data.h"
+#include "worker/model/model.h"
+#include "worker/ps/ps_client.h"
+#include "worker/ps/trainer.h"
 
 namespace pstrain {
 namespace {

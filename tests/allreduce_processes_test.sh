@@ -9,7 +9,7 @@ set -uo pipefail
 ROOT="$TEST_SRCDIR/pstrain"
 COORD="$ROOT/coordinator/ps_coordinator"
 WORKER="$ROOT/worker/ps_worker"
-REPORT="$ROOT/common/report/ps_report"
+REPORT="$ROOT/tools/report/ps_report"
 TMP="${TEST_TMPDIR:-$(mktemp -d)}"
 failures=0
 pids=()

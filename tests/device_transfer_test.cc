@@ -27,12 +27,12 @@
 #include "tests/test_cluster.h"
 #include "worker/allreduce/allreduce_trainer.h"
 #include "worker/allreduce/allreducer.h"
-#include "worker/compute_backend.h"
-#include "worker/data.h"
-#include "worker/local_step.h"
-#include "worker/model.h"
-#include "worker/ps_client.h"
-#include "worker/trainer.h"
+#include "worker/compute/compute_backend.h"
+#include "worker/data/data.h"
+#include "worker/model/local_step.h"
+#include "worker/model/model.h"
+#include "worker/ps/ps_client.h"
+#include "worker/ps/trainer.h"
 
 namespace pstrain {
 namespace {

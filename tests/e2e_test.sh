@@ -7,7 +7,7 @@ set -uo pipefail
 ROOT="$TEST_SRCDIR/pstrain"
 PSCTL="$ROOT/psctl"
 BIN="$ROOT"
-REPORT="$ROOT/common/report/ps_report"
+REPORT="$ROOT/tools/report/ps_report"
 TMP="${TEST_TMPDIR:-$(mktemp -d)}"
 failures=0 passed=0
 

@@ -11,7 +11,7 @@ set -uo pipefail
 ROOT="$TEST_SRCDIR/pstrain"
 PSCTL="$ROOT/psctl"
 BIN="$ROOT"
-REPORT="$ROOT/common/report/ps_report"
+REPORT="$ROOT/tools/report/ps_report"
 TMP="${TEST_TMPDIR:-$(mktemp -d)}"
 STEPS=20
 failures=0 passed=0

@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "common/job_config.h"
 #include "common/run_record.h"
-#include "worker/local_step.h"
+#include "worker/model/local_step.h"
 
 namespace pstrain {
 

@@ -19,7 +19,7 @@
 #include "gtest/gtest.h"
 #include "proto/pstrain.pb.h"
 #include "tests/test_cluster.h"
-#include "worker/ps_client.h"
+#include "worker/ps/ps_client.h"
 
 namespace pstrain {
 namespace {

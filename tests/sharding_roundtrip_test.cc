@@ -18,7 +18,7 @@
 #include "proto/pstrain.grpc.pb.h"
 #include "proto/pstrain.pb.h"
 #include "tests/test_cluster.h"
-#include "worker/ps_client.h"
+#include "worker/ps/ps_client.h"
 
 namespace pstrain {
 namespace {

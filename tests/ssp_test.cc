@@ -25,9 +25,9 @@
 #include "proto/pstrain.pb.h"
 #include "tests/test_cluster.h"
 #include "tests/training_harness.h"
-#include "worker/data.h"
-#include "worker/model.h"
-#include "worker/ps_client.h"
+#include "worker/data/data.h"
+#include "worker/model/model.h"
+#include "worker/ps/ps_client.h"
 
 namespace pstrain {
 namespace {

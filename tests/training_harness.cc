@@ -7,9 +7,9 @@
 #include "common/model_spec.h"
 #include "common/status_macros.h"
 #include "tests/test_cluster.h"
-#include "worker/data.h"
-#include "worker/model.h"
-#include "worker/trainer.h"
+#include "worker/data/data.h"
+#include "worker/model/model.h"
+#include "worker/ps/trainer.h"
 
 namespace pstrain {
 

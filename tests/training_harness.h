@@ -11,9 +11,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/job_config.h"
-#include "worker/data.h"
-#include "worker/model.h"
-#include "worker/ps_client.h"
+#include "worker/data/data.h"
+#include "worker/model/model.h"
+#include "worker/ps/ps_client.h"
 
 namespace pstrain {
 

@@ -8,9 +8,9 @@
 
 #include "common/job_config.h"
 #include "tests/test_cluster.h"
-#include "worker/data.h"
-#include "worker/model.h"
-#include "worker/ps_client.h"
+#include "worker/data/data.h"
+#include "worker/model/model.h"
+#include "worker/ps/ps_client.h"
 
 namespace pstrain {
 namespace {

@@ -14,7 +14,7 @@
 #include "common/process.h"
 #include "common/signals.h"
 #include "common/status_macros.h"
-#include "worker/data_check.h"
+#include "worker/data/data_check.h"
 #include "worker/worker_node.h"
 
 // Shared flags (--config, --coordinator, --metrics_port, --tls_*,

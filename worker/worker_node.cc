@@ -24,13 +24,13 @@
 #include "worker/allreduce/grpc_transport.h"
 #include "worker/allreduce/nccl_allreducer.h"
 #include "worker/allreduce/ring_allreduce.h"
-#include "worker/compute_backend.h"
-#include "worker/data.h"
-#include "worker/data_check.h"
-#include "worker/model.h"
-#include "worker/ps_client.h"
-#include "worker/trainer.h"
-#include "worker/worker_device.h"
+#include "worker/compute/compute_backend.h"
+#include "worker/compute/worker_device.h"
+#include "worker/data/data.h"
+#include "worker/data/data_check.h"
+#include "worker/model/model.h"
+#include "worker/ps/ps_client.h"
+#include "worker/ps/trainer.h"
 
 namespace pstrain {
 namespace {

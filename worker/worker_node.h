@@ -17,7 +17,7 @@
 #include "absl/time/time.h"
 #include "common/metrics.h"
 #include "common/node_flags.h"
-#include "worker/local_step.h"
+#include "worker/model/local_step.h"
 
 namespace pstrain {
 
@@ -27,7 +27,7 @@ struct WorkerNodeOptions {
   // Compute backend: auto, cpu or cuda; empty = the job's worker.device.
   std::string device;
   // CUDA device ordinal among the visible ones; -1 picks the local rank
-  // modulo the visible devices (worker/worker_device.h).
+  // modulo the visible devices (worker/compute/worker_device.h).
   int cuda_device = -1;
   // This worker's index among the workers on its host; -1 uses the rank.
   int local_rank = -1;

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "tests/fuzz/fuzz_input.h"
-#include "worker/tabular_loaders.h"
+#include "worker/data/tabular_loaders.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace pstrain;

@@ -19,7 +19,7 @@
 #include "server/ps_service.h"
 #include "server/shard.h"
 #include "tests/fuzz/fuzz_input.h"
-#include "worker/ps_client.h"
+#include "worker/ps/ps_client.h"
 
 namespace pstrain {
 namespace fuzz {

@@ -4,7 +4,7 @@
 #   tests/gpu/check.sh
 # 1. nvidia-smi; build ps_worker, the servers and the checks with CUDA and
 #    NCCL (fails when the build found no NCCL: ldd must show libnccl).
-# 2. //worker:backend_parity_test and //worker:worker_device_test, which must
+# 2. //worker/compute:backend_parity_test and //worker/compute:worker_device_test, which must
 #    not skip anything here.
 # 3. //tests/gpu:model_parity: models on CUDA vs CPU with odd shapes and a
 #    16.8 M-element activation (grid-stride loops wrap), the softmax kernel on
@@ -19,7 +19,7 @@
 #    agree); on one GPU NCCL needs distinct devices, so the 2-rank NCCL job
 #    must fail fast saying so (or pass, if this NCCL allows it), and a
 #    2-process job on the one GPU over the gRPC ring must pass.
-# 6. //worker:mlp_benchmark on cuda (MLP 4096-4096-4096-10, batch 1024:
+# 6. //worker/compute:mlp_benchmark on cuda (MLP 4096-4096-4096-10, batch 1024:
 #    samples/s of the host, ps and resident step side by side in 3
 #    interleaved rounds with their ratios, and GEMM TFLOP/s) and a small
 #    cpu run.
@@ -47,8 +47,8 @@ fi
 BAZEL=(bazel "--output_base=${PSTRAIN_BAZEL_OUTPUT_BASE:-/tmp/bazel_cuda}")
 FLAGS=(--color=no --curses=no)
 step "build with CUDA and NCCL"
-"${BAZEL[@]}" build "${FLAGS[@]}" //worker:backend_parity_test \
-  //worker:worker_device_test //worker:mlp_benchmark //tests/gpu:model_parity \
+"${BAZEL[@]}" build "${FLAGS[@]}" //worker/compute:backend_parity_test \
+  //worker/compute:worker_device_test //worker/compute:mlp_benchmark //tests/gpu:model_parity \
   //tests:device_transfer_test \
   //worker:ps_worker //coordinator:ps_coordinator //server:ps_server ||
   fail "build failed"

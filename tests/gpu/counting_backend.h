@@ -14,7 +14,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "worker/compute_backend.h"
+#include "worker/compute/compute_backend.h"
 
 namespace pstrain {
 

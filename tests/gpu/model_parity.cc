@@ -20,8 +20,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/model_spec.h"
 #include "gtest/gtest.h"
-#include "worker/compute_backend.h"
-#include "worker/model.h"
+#include "worker/compute/compute_backend.h"
+#include "worker/model/model.h"
 
 namespace pstrain {
 namespace {
@@ -156,8 +156,8 @@ TEST_P(ModelParity, CudaMatchesCpu) {
 }
 
 // Smooth activations only: a ReLU derivative may flip between backends for a
-// pre-activation within rounding of 0 (worker:backend_parity_test covers
-// ReLU with seeds that avoid it).
+// pre-activation within rounding of 0 (worker/compute:backend_parity_test
+// covers ReLU with seeds that avoid it).
 INSTANTIATE_TEST_SUITE_P(
     Models, ModelParity,
     ::testing::Values(

@@ -17,7 +17,7 @@
 #include "server/ps_service.h"
 #include "server/shard.h"
 #include "tools/bench/subprocess.h"
-#include "worker/ps_client.h"
+#include "worker/ps/ps_client.h"
 
 namespace pstrain::bench {
 namespace {

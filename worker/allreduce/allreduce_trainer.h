@@ -36,11 +36,11 @@
 #include "common/optimizer.h"
 #include "proto/pstrain.pb.h"
 #include "worker/allreduce/allreducer.h"
-#include "worker/data.h"
-#include "worker/local_step.h"
-#include "worker/model.h"
-#include "worker/ps_client.h"
-#include "worker/trainer.h"
+#include "worker/data/data.h"
+#include "worker/model/local_step.h"
+#include "worker/model/model.h"
+#include "worker/ps/ps_client.h"
+#include "worker/ps/trainer.h"
 
 namespace pstrain {
 

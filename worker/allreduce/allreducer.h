@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
-#include "worker/compute_backend.h"
+#include "worker/compute/compute_backend.h"
 
 namespace pstrain {
 

@@ -14,7 +14,7 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "worker/allreduce/shared_backend_buffer.h"
-#include "worker/cuda/cuda_backend.h"
+#include "worker/compute/cuda/cuda_backend.h"
 
 // Non-blocking communicators (ncclConfig_t) and ncclCommFinalize.
 #if !defined(NCCL_VERSION_CODE) || NCCL_VERSION_CODE < NCCL_VERSION(2, 14, 0)

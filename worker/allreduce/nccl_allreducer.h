@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "worker/allreduce/allreducer.h"
-#include "worker/compute_backend.h"
+#include "worker/compute/compute_backend.h"
 
 namespace pstrain {
 

@@ -25,7 +25,7 @@
 #include "worker/allreduce/grpc_transport.h"
 #include "worker/allreduce/in_memory_transport.h"
 #include "worker/allreduce/nccl_allreducer.h"
-#include "worker/compute_backend.h"
+#include "worker/compute/compute_backend.h"
 
 namespace pstrain {
 namespace {

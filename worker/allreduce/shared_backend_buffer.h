@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "worker/compute_backend.h"
+#include "worker/compute/compute_backend.h"
 
 namespace pstrain {
 

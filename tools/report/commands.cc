@@ -1,0 +1,354 @@
+#include "tools/report/commands.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/run_record.h"
+#include "tools/report/compare_report.h"
+#include "tools/report/derive_config.h"
+#include "tools/report/plots.h"
+
+namespace pstrain {
+namespace report_cli {
+
+const char kUsage[] =
+    "usage: ps_report derive-config --base FILE [--set KEY=VALUE]... [--out "
+    "FILE]\n"
+    "       ps_report plan --base FILE --modes LIST [--repeats R] "
+    "[--set KEY=VALUE]... --out DIR\n"
+    "       ps_report compare --out DIR --run LABEL=RUN_DIR [--run ...]\n"
+    "                 [--target-accuracy A | --target-loss L] [--base-config "
+    "NAME]\n"
+    "                 [--shaping TEXT] [--gnuplot PATH]\n"
+    "                 [--wire-gb-per-s RATE --wire TEXT]\n"
+    "       ps_report summary-get RUN_DIR|summary.json KEY\n"
+    "       ps_report metrics-get RUN_DIR|metrics.csv COLUMN\n"
+    "       ps_report failure RUN_DIR|summary.json\n";
+
+int Usage(const std::string& error) {
+  std::fprintf(stderr, "ps_report: %s\n%s", error.c_str(), kUsage);
+  return 2;
+}
+
+int Error(const std::string& message) {
+  std::fprintf(stderr, "ps_report: %s\n", message.c_str());
+  return 2;
+}
+
+// Walks "--name value" pairs; `on` returns false for an unknown name.
+template <typename F>
+bool Options(int argc, char** argv, std::string* error, F on) {
+  for (int i = 0; i < argc; i += 2) {
+    const std::string name = argv[i];
+    if (i + 1 >= argc) {
+      *error = absl::StrCat(name, " needs a value");
+      return false;
+    }
+    if (!on(name, std::string(argv[i + 1]))) {
+      *error = absl::StrCat("unknown option '", name, "'");
+      return false;
+    }
+  }
+  return true;
+}
+
+int DeriveConfigMain(int argc, char** argv) {
+  std::string base, out, error;
+  std::vector<ConfigOverride> overrides;
+  bool bad_set = false;
+  const bool parsed = Options(
+      argc, argv, &error, [&](const std::string& n, const std::string& v) {
+        if (n == "--base") {
+          base = v;
+        } else if (n == "--out") {
+          out = v;
+        } else if (n == "--set") {
+          absl::StatusOr<ConfigOverride> o = ParseOverride(v);
+          if (!o.ok()) {
+            if (!bad_set) error = std::string(o.status().message());
+            bad_set = true;
+          } else {
+            overrides.push_back(*o);
+          }
+        } else {
+          return false;
+        }
+        return true;
+      });
+  if (!parsed) return Usage(error);
+  if (bad_set) return Error(error);
+  if (base.empty()) return Usage("derive-config needs --base FILE");
+  absl::StatusOr<std::string> text = ReadFileText(base);
+  if (!text.ok())
+    return Error(absl::StrCat("--base: ", text.status().message()));
+  absl::StatusOr<std::string> derived = DeriveConfig(*text, base, overrides);
+  if (!derived.ok()) return Error(std::string(derived.status().message()));
+  std::string header =
+      absl::StrCat("# Derived from ", base, " by ps_report derive-config");
+  for (const ConfigOverride& o : overrides)
+    absl::StrAppend(&header, " --set ", o.key, "=", o.value);
+  const std::string result = absl::StrCat(header, "\n", *derived);
+  if (out.empty()) {
+    std::fputs(result.c_str(), stdout);
+    return 0;
+  }
+  std::ofstream file(out);
+  file << result;
+  if (!file.flush()) return Error(absl::StrCat("cannot write ", out));
+  return 0;
+}
+
+int PlanMain(int argc, char** argv) {
+  std::string base, out, modes, error;
+  int repeats = 1;
+  std::vector<std::string> sets;
+  const bool parsed = Options(argc, argv, &error,
+                              [&](const std::string& n, const std::string& v) {
+                                if (n == "--base") {
+                                  base = v;
+                                } else if (n == "--out") {
+                                  out = v;
+                                } else if (n == "--modes") {
+                                  modes = v;
+                                } else if (n == "--repeats") {
+                                  if (!absl::SimpleAtoi(v, &repeats))
+                                    repeats = 0;
+                                } else if (n == "--set") {
+                                  sets.push_back(v);
+                                } else {
+                                  return false;
+                                }
+                                return true;
+                              });
+  if (!parsed) return Usage(error);
+  if (base.empty() || out.empty()) return Usage("plan needs --base and --out");
+  absl::StatusOr<std::vector<PlannedRun>> runs = PlanRuns(modes, repeats);
+  if (!runs.ok()) return Error(std::string(runs.status().message()));
+  std::vector<ConfigOverride> common;
+  for (const std::string& set : sets) {
+    absl::StatusOr<ConfigOverride> o = ParseOverride(set);
+    if (!o.ok()) return Error(std::string(o.status().message()));
+    common.push_back(*o);
+  }
+  absl::StatusOr<std::string> text = ReadFileText(base);
+  if (!text.ok())
+    return Error(absl::StrCat("--base: ", text.status().message()));
+  // Every job first, so a bad key fails before anything is written.
+  std::vector<std::string> derived;
+  for (const PlannedRun& run : *runs) {
+    std::vector<ConfigOverride> all = common;
+    all.insert(all.end(), run.mode_sets.begin(), run.mode_sets.end());
+    absl::StatusOr<std::string> job = DeriveConfig(*text, base, all);
+    if (!job.ok()) {
+      return Error(
+          absl::StrCat("mode ", run.label, ": ", job.status().message()));
+    }
+    std::string header =
+        absl::StrCat("# Derived from ", base, " by ps_report plan");
+    for (const ConfigOverride& o : all)
+      absl::StrAppend(&header, " --set ", o.key, "=", o.value);
+    derived.push_back(absl::StrCat(header, "\n", *job));
+  }
+  std::string tsv;
+  for (size_t i = 0; i < runs->size(); ++i) {
+    const std::filesystem::path dir =
+        std::filesystem::path(out) / "runs" / (*runs)[i].name;
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    std::filesystem::create_directories(dir, ec);
+    std::ofstream file(dir / "derived.yaml");
+    file << derived[i];
+    if (ec || !file.flush()) {
+      return Error(
+          absl::StrCat("cannot write ", (dir / "derived.yaml").string()));
+    }
+    absl::StrAppend(&tsv, (*runs)[i].name, "\t", (*runs)[i].label, "\n");
+  }
+  std::ofstream plan(std::filesystem::path(out) / "plan.tsv");
+  plan << tsv;
+  if (!plan.flush())
+    return Error(absl::StrCat("cannot write ", out, "/plan.tsv"));
+  return 0;
+}
+
+int CompareMain(int argc, char** argv) {
+  CompareInputs in;
+  std::string gnuplot, error;
+  std::vector<std::pair<std::string, std::string>> runs;
+  std::string bad_value;
+  const bool parsed = Options(
+      argc, argv, &error, [&](const std::string& n, const std::string& v) {
+        double x = 0;
+        if (n == "--out") {
+          in.out_dir = v;
+        } else if (n == "--run") {
+          const size_t eq = v.find('=');
+          if (eq == std::string::npos || eq == 0 || eq + 1 == v.size()) {
+            bad_value = absl::StrCat("--run ", v, ": expected LABEL=RUN_DIR");
+          } else {
+            runs.emplace_back(v.substr(0, eq), v.substr(eq + 1));
+          }
+        } else if (n == "--target-accuracy" || n == "--target-loss") {
+          const bool acc = n == "--target-accuracy";
+          if (!absl::SimpleAtod(v, &x) || !(x > 0) || (acc && x > 1)) {
+            bad_value =
+                absl::StrCat(n, ": expected a number in ",
+                             acc ? "(0, 1]" : "(0, inf)", ", got '", v, "'");
+          } else if (in.target.kind != Target::kNone) {
+            bad_value = "give one of --target-accuracy and --target-loss";
+          } else {
+            in.target = {acc ? Target::kAccuracy : Target::kLoss, x};
+          }
+        } else if (n == "--base-config") {
+          in.base_config = v;
+        } else if (n == "--shaping") {
+          in.shaping = v;
+        } else if (n == "--wire-gb-per-s") {
+          if (!absl::SimpleAtod(v, &x) || !(x > 0)) {
+            bad_value = absl::StrCat(
+                "--wire-gb-per-s: expected a rate in GB/s (> 0), got '", v,
+                "'");
+          } else {
+            in.wire_bytes_per_s = x * 1e9;
+          }
+        } else if (n == "--wire") {
+          in.wire = v;
+        } else if (n == "--gnuplot") {
+          gnuplot = v;
+        } else {
+          return false;
+        }
+        return true;
+      });
+  if (!parsed) return Usage(error);
+  if (!bad_value.empty()) return Error(bad_value);
+  if (in.out_dir.empty()) return Usage("compare needs --out DIR");
+  if (runs.empty())
+    return Usage("compare needs at least one --run LABEL=RUN_DIR");
+  while (in.out_dir.size() > 1 && in.out_dir.back() == '/')
+    in.out_dir.pop_back();
+  int failed = 0;
+  for (const auto& [label, dir] : runs) {
+    ModeRuns* mode = nullptr;
+    for (ModeRuns& m : in.modes) {
+      if (m.label == label) mode = &m;
+    }
+    if (mode == nullptr) {
+      in.modes.push_back({label, {}});
+      mode = &in.modes.back();
+    }
+    mode->runs.push_back(LoadRunMetrics(label, dir, in.target));
+    RunMetrics& run = mode->runs.back();
+    run.wire_share = WireShare(
+        run.bytes_sent_per_worker_step + run.bytes_received_per_worker_step,
+        run.comm_s_per_step, in.wire_bytes_per_s);
+    failed += mode->runs.back().failed;
+  }
+  const PlotOutcome plots = WritePlots(in, gnuplot);
+  if (!plots.made)
+    std::fprintf(stderr, "ps_report: plots skipped: %s\n",
+                 plots.skipped.c_str());
+  absl::Status st = WriteReport(in, plots);
+  if (!st.ok()) return Error(std::string(st.message()));
+  std::fputs(ReportTable(in).c_str(), stdout);
+  for (const ModeRuns& m : in.modes) {
+    for (const RunMetrics& r : m.runs) {
+      if (r.failed)
+        std::printf("%s FAILED: %s\n", m.label.c_str(), r.message.c_str());
+    }
+  }
+  return failed ? 1 : 0;
+}
+
+// summary.json of a run directory, or the file itself.
+absl::StatusOr<std::string> SummaryText(const std::string& where,
+                                        std::string* path) {
+  *path = where;
+  if (std::filesystem::is_directory(where)) *path = where + "/summary.json";
+  return ReadFileText(*path);
+}
+
+int SummaryGetMain(int argc, char** argv) {
+  if (argc != 2) return Usage("summary-get needs RUN_DIR and KEY");
+  std::string path;
+  absl::StatusOr<std::string> text = SummaryText(argv[0], &path);
+  if (!text.ok()) return Error(std::string(text.status().message()));
+  absl::StatusOr<std::string> value = SummaryValue(*text, argv[1], path);
+  if (!value.ok()) {
+    std::fprintf(stderr, "ps_report: %s\n",
+                 std::string(value.status().message()).c_str());
+    return value.status().code() == absl::StatusCode::kNotFound ? 1 : 2;
+  }
+  std::printf("%s\n", value->c_str());
+  return 0;
+}
+
+int MetricsGetMain(int argc, char** argv) {
+  if (argc != 2) return Usage("metrics-get needs RUN_DIR and COLUMN");
+  std::string path = argv[0];
+  if (std::filesystem::is_directory(path)) path += "/metrics.csv";
+  absl::StatusOr<std::string> text = ReadFileText(path);
+  if (!text.ok()) return Error(std::string(text.status().message()));
+  absl::StatusOr<std::vector<MetricsRow>> rows = ParseMetricsCsv(*text, path);
+  if (!rows.ok()) return Error(std::string(rows.status().message()));
+  const std::string column = argv[1];
+  auto num = [](double v) { return absl::StrCat(v); };
+  auto opt = [&](const std::optional<double>& v) {
+    return v ? num(*v) : std::string();
+  };
+  const std::map<std::string, std::function<std::string(const MetricsRow&)>>
+      columns = {
+          {"step", [&](const MetricsRow& r) { return absl::StrCat(r.step); }},
+          {"wall_s", [&](const MetricsRow& r) { return num(r.wall_s); }},
+          {"loss", [&](const MetricsRow& r) { return opt(r.loss); }},
+          {"samples",
+           [&](const MetricsRow& r) { return absl::StrCat(r.samples); }},
+          {"samples_per_s",
+           [&](const MetricsRow& r) { return num(r.samples_per_s); }},
+          {"compute_s", [&](const MetricsRow& r) { return num(r.compute_s); }},
+          {"pull_s", [&](const MetricsRow& r) { return num(r.pull_s); }},
+          {"push_s", [&](const MetricsRow& r) { return num(r.push_s); }},
+          {"comm_s", [&](const MetricsRow& r) { return num(r.comm_s); }},
+          {"eval_accuracy",
+           [&](const MetricsRow& r) { return opt(r.eval_accuracy); }},
+          {"eval_loss", [&](const MetricsRow& r) { return opt(r.eval_loss); }},
+      };
+  auto it = columns.find(column);
+  if (it == columns.end()) {
+    std::fprintf(stderr, "ps_report: %s: no column '%s'\n", path.c_str(),
+                 column.c_str());
+    return 1;
+  }
+  for (const MetricsRow& r : *rows) {
+    std::printf("%s\n", it->second(r).c_str());
+  }
+  return 0;
+}
+
+int FailureMain(int argc, char** argv) {
+  if (argc != 1) return Usage("failure needs RUN_DIR");
+  std::string path;
+  absl::StatusOr<std::string> text = SummaryText(argv[0], &path);
+  if (!text.ok()) return Error(std::string(text.status().message()));
+  absl::StatusOr<RunSummary> summary = ParseSummaryJson(*text, path);
+  if (!summary.ok()) return Error(std::string(summary.status().message()));
+  if (summary->failure) {
+    std::printf("%s\n", DescribeFailure(*summary->failure).c_str());
+    return 0;
+  }
+  if (summary->failed) {
+    std::printf("%s\n", summary->message.c_str());
+    return 0;
+  }
+  return 1;
+}
+
+}  // namespace report_cli
+}  // namespace pstrain

@@ -1,0 +1,58 @@
+// ps_report's subcommands (the binary's main only dispatches to them): the
+// report side of `psctl compare`.
+//
+//   ps_report derive-config --base FILE [--set KEY=VALUE]... [--out FILE]
+//       the base job file with overrides applied (stdout unless --out);
+//       errors name the file and line, or the bad key.
+//   ps_report plan --base FILE --modes LIST [--repeats R]
+//       [--set KEY=VALUE]... --out DIR
+//       the compare plan: for every mode of LIST (sync, async, async:S,
+//       async:inf, allreduce) and repeat, a fresh DIR/runs/<name>/ with
+//       derived.yaml (the base, the --set overrides, the mode's); then
+//       DIR/plan.tsv, one "name<TAB>label" line per run in order. Nothing
+//       is written when a mode or override is bad (exit 2, naming it).
+//   ps_report compare --out DIR --run LABEL=RUN_DIR [--run ...]
+//       [--target-accuracy A | --target-loss L] [--base-config NAME]
+//       [--shaping TEXT] [--gnuplot PATH] [--wire-gb-per-s RATE --wire TEXT]
+//       reads every run directory (repeats of a mode share its LABEL) and
+//       writes DIR/report.md, DIR/compare.json and DIR/plots/; prints the
+//       table. Exit status 0, or 1 when some run failed (the report is
+//       still written).
+//   ps_report summary-get RUN_DIR|summary.json KEY
+//       prints one summary.json value (strings bare, null as "null"; a
+//       dotted KEY walks into objects: failure.process). Exit 1 when the
+//       key is absent, 2 when the file is missing or malformed.
+//   ps_report metrics-get RUN_DIR|metrics.csv COLUMN
+//       prints COLUMN of every metrics.csv row, one per line (an empty
+//       line where the row has no value, e.g. the final evaluation's loss).
+//   ps_report failure RUN_DIR|summary.json
+//       prints the job's first failure ("worker 2: <message>"); exit 1
+//       (printing nothing) when the summary records none.
+//
+// Subcommands repeat options (--set, --run), so arguments are parsed here
+// rather than with absl flags.
+#ifndef PSTRAIN_TOOLS_REPORT_COMMANDS_H_
+#define PSTRAIN_TOOLS_REPORT_COMMANDS_H_
+
+#include <string>
+
+namespace pstrain {
+namespace report_cli {
+
+// The usage text above, and its printer: "ps_report: ERROR" and the usage
+// on stderr, exit status 2.
+extern const char kUsage[];
+int Usage(const std::string& error);
+
+// Each takes the arguments after the subcommand and returns the exit status.
+int DeriveConfigMain(int argc, char** argv);
+int PlanMain(int argc, char** argv);
+int CompareMain(int argc, char** argv);
+int SummaryGetMain(int argc, char** argv);
+int MetricsGetMain(int argc, char** argv);
+int FailureMain(int argc, char** argv);
+
+}  // namespace report_cli
+}  // namespace pstrain
+
+#endif  // PSTRAIN_TOOLS_REPORT_COMMANDS_H_

@@ -1,0 +1,96 @@
+#include "tools/report/derive_config.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/job_config.h"
+#include "common/status_macros.h"
+
+namespace pstrain {
+namespace {
+
+std::string Quote(const ConfigOverride& o) {
+  return absl::StrCat("--set ", o.key, "=", o.value);
+}
+
+}  // namespace
+
+absl::StatusOr<ConfigOverride> ParseOverride(const std::string& arg) {
+  const size_t eq = arg.find('=');
+  if (eq == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--set ", arg, ": expected KEY=VALUE"));
+  }
+  ConfigOverride o{arg.substr(0, eq), arg.substr(eq + 1)};
+  for (absl::string_view part : absl::StrSplit(o.key, '.')) {
+    if (part.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--set ", arg, ": bad key '", o.key, "' (expected section.key)"));
+    }
+  }
+  return o;
+}
+
+absl::StatusOr<std::string> DeriveConfig(
+    const std::string& base, const std::string& source_name,
+    const std::vector<ConfigOverride>& overrides) {
+  // The base on its own first, so its errors keep its own lines.
+  PS_ASSIGN_OR_RETURN(JobConfig config, ParseJobConfig(base, source_name));
+  for (const ConfigOverride& o : overrides) {
+    // Each override is checked as it is applied, so an error names it.
+    absl::Status st = ApplyConfigOverride(o.key, o.value, &config);
+    if (!st.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Quote(o), ": ", st.message()));
+    }
+  }
+  FinalizeJobConfig(&config);
+  absl::Status valid = ValidateJobConfig(config);
+  if (!valid.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("derived config: ", valid.message()));
+  }
+  return JobConfigToYaml(config);
+}
+
+absl::StatusOr<std::vector<PlannedRun>> PlanRuns(const std::string& modes,
+                                                 int repeats) {
+  if (repeats < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--repeats: must be >= 1, got ", repeats));
+  }
+  std::vector<std::string> labels = absl::StrSplit(modes, ',');
+  if (modes.empty()) return absl::InvalidArgumentError("--modes: empty");
+  std::vector<PlannedRun> runs;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    const std::string& m = labels[i];
+    std::vector<ConfigOverride> sets;
+    const size_t colon = m.find(':');
+    if (m == "sync" || m == "async" || m == "allreduce") {
+      sets.push_back({"training.mode", m});
+    } else if (colon != std::string::npos && m.substr(0, colon) == "async" &&
+               ParseStaleness(m.substr(colon + 1)).ok()) {
+      sets.push_back({"training.mode", "async"});
+      sets.push_back({"training.staleness", m.substr(colon + 1)});
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--modes: unknown mode '", m,
+                       "' (sync, async, async:S, async:inf, allreduce)"));
+    }
+    if (std::find(labels.begin(), labels.begin() + i, m) !=
+        labels.begin() + i) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--modes: '", m, "' given twice"));
+    }
+    std::string name = m;
+    std::replace(name.begin(), name.end(), ':', '-');
+    for (int r = 1; r <= repeats; ++r) {
+      runs.push_back(
+          {repeats == 1 ? name : absl::StrCat(name, "-r", r), m, sets});
+    }
+  }
+  return runs;
+}
+
+}  // namespace pstrain

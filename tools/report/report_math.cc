@@ -1,0 +1,89 @@
+#include "tools/report/report_math.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace pstrain {
+
+std::optional<int64_t> HistogramPercentile(const std::vector<uint64_t>& hist,
+                                           double p) {
+  uint64_t total = 0;
+  for (uint64_t c : hist) total += c;
+  if (total == 0) return std::nullopt;
+  p = std::clamp(p, 0.0, 1.0);
+  const uint64_t rank = std::max<uint64_t>(
+      1, static_cast<uint64_t>(std::ceil(p * static_cast<double>(total))));
+  uint64_t seen = 0;
+  for (size_t i = 0; i < hist.size(); ++i) {
+    seen += hist[i];
+    if (seen >= rank) return static_cast<int64_t>(i);
+  }
+  return HistogramMax(hist);  // not reached: rank <= total
+}
+
+std::optional<int64_t> HistogramMax(const std::vector<uint64_t>& hist) {
+  for (size_t i = hist.size(); i > 0; --i) {
+    if (hist[i - 1] > 0) return static_cast<int64_t>(i - 1);
+  }
+  return std::nullopt;
+}
+
+std::optional<TargetHit> TimeToTarget(const std::vector<MetricsRow>& rows,
+                                      const Target& target) {
+  for (const MetricsRow& r : rows) {
+    const bool hit = (target.kind == Target::kAccuracy && r.eval_accuracy &&
+                      *r.eval_accuracy >= target.value) ||
+                     (target.kind == Target::kLoss && r.eval_loss &&
+                      *r.eval_loss <= target.value);
+    if (hit) return TargetHit{r.step, r.wall_s};
+  }
+  return std::nullopt;
+}
+
+std::optional<Spread> MedianSpread(std::vector<double> values) {
+  if (values.empty()) return std::nullopt;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  Spread s;
+  s.count = static_cast<int>(n);
+  s.min = values.front();
+  s.max = values.back();
+  s.median = n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+  return s;
+}
+
+double PerWorkerPerStep(uint64_t total_bytes, int workers, int64_t steps) {
+  if (workers <= 0 || steps <= 0) return 0;
+  return static_cast<double>(total_bytes) / workers /
+         static_cast<double>(steps);
+}
+
+std::optional<double> BarrierWaitShare(double barrier_wait_s, int servers,
+                                       int workers, double wall_s) {
+  if (servers <= 0 || workers <= 0 || !(wall_s > 0)) return std::nullopt;
+  return barrier_wait_s / (static_cast<double>(servers) * workers * wall_s);
+}
+
+std::optional<double> MeanCommPerStep(const std::vector<MetricsRow>& rows) {
+  double sum = 0;
+  int n = 0;
+  for (const MetricsRow& r : rows) {
+    if (!r.loss) continue;
+    sum += r.pull_s + r.push_s;
+    ++n;
+  }
+  if (n == 0) return std::nullopt;
+  return sum / n;
+}
+
+std::optional<double> WireShare(double bytes_per_worker_step,
+                                std::optional<double> comm_s_per_step,
+                                double wire_bytes_per_s) {
+  if (!comm_s_per_step || !(*comm_s_per_step > 0) || !(wire_bytes_per_s > 0) ||
+      !(bytes_per_worker_step > 0)) {
+    return std::nullopt;
+  }
+  return bytes_per_worker_step / *comm_s_per_step / wire_bytes_per_s;
+}
+
+}  // namespace pstrain

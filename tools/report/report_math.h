@@ -1,0 +1,75 @@
+// The figures of `psctl compare`, as pure functions of one run's data (see
+// common/run_record.h). Each function documents its definition; the
+// report repeats them for its readers.
+#ifndef PSTRAIN_TOOLS_REPORT_REPORT_MATH_H_
+#define PSTRAIN_TOOLS_REPORT_REPORT_MATH_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "common/run_record.h"
+
+namespace pstrain {
+
+// Nearest-rank percentile of a histogram whose bucket i counts value i: the
+// smallest i whose cumulative count reaches ceil(p * total) (at least 1).
+// `p` in [0, 1]; nullopt for an empty or all-zero histogram.
+std::optional<int64_t> HistogramPercentile(const std::vector<uint64_t>& hist,
+                                           double p);
+// The largest value with a non-zero count; nullopt when there is none.
+std::optional<int64_t> HistogramMax(const std::vector<uint64_t>& hist);
+
+// A quality goal on the evaluation rows of metrics.csv.
+struct Target {
+  enum Kind { kNone, kAccuracy, kLoss };
+  Kind kind = kNone;
+  double value = 0;  // eval_accuracy >= value, or eval_loss <= value
+};
+
+struct TargetHit {
+  int64_t step = 0;   // the row's step: updates behind the evaluated weights
+  double wall_s = 0;  // the row's wall time since training started
+};
+
+// The first row (in file order) whose evaluation meets `target`; nullopt if
+// none does or the target is kNone.
+std::optional<TargetHit> TimeToTarget(const std::vector<MetricsRow>& rows,
+                                      const Target& target);
+
+// Median (mean of the middle two for an even count), minimum and maximum.
+// Infinite values (a target not reached) sort last. nullopt when empty.
+struct Spread {
+  double median = 0;
+  double min = 0;
+  double max = 0;
+  int count = 0;
+};
+std::optional<Spread> MedianSpread(std::vector<double> values);
+
+// total / (workers * steps); 0 when either is 0.
+double PerWorkerPerStep(uint64_t total_bytes, int workers, int64_t steps);
+
+// The mean share of a worker's wall time spent blocked on the consistency
+// barrier: barrier_wait_s / (servers * workers * wall_s). Every shard adds
+// up the waits of all pulls, and a worker's pull waits on all shards at
+// once, so the shards' sum counts each worker's wait `servers` times.
+// nullopt without servers, workers or wall time (all-reduce has no barrier
+// on a shard).
+std::optional<double> BarrierWaitShare(double barrier_wait_s, int servers,
+                                       int workers, double wall_s);
+
+// Mean over training rows (those with a loss) of pull_s + push_s, each a
+// worker mean: communication time per step. nullopt without training rows.
+std::optional<double> MeanCommPerStep(const std::vector<MetricsRow>& rows);
+
+// The share of the wire a run used: its effective rate, (bytes sent +
+// received) per worker per step / communication seconds per step, over the
+// wire's rate (bytes per second). nullopt when either rate is not positive.
+std::optional<double> WireShare(double bytes_per_worker_step,
+                                std::optional<double> comm_s_per_step,
+                                double wire_bytes_per_s);
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_TOOLS_REPORT_REPORT_MATH_H_

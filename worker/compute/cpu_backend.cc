@@ -1,0 +1,258 @@
+#include "worker/compute/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace pstrain {
+namespace {
+
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluA = 0.044715f;
+
+float Activate(Activation act, float z) {
+  switch (act) {
+    case Activation::kRelu:
+      return z > 0 ? z : 0;
+    case Activation::kTanh:
+      return std::tanh(z);
+    case Activation::kGelu:
+      return 0.5f * z * (1 + std::tanh(kGeluC * (z + kGeluA * z * z * z)));
+    default:
+      return z;
+  }
+}
+
+// d act(z) / dz, given z and a = act(z).
+float Derivative(Activation act, float z, float a) {
+  switch (act) {
+    case Activation::kRelu:
+      return z > 0 ? 1 : 0;
+    case Activation::kTanh:
+      return 1 - a * a;
+    case Activation::kGelu: {
+      const float t = std::tanh(kGeluC * (z + kGeluA * z * z * z));
+      return 0.5f * (1 + t) +
+             0.5f * z * (1 - t * t) * kGeluC * (1 + 3 * kGeluA * z * z);
+    }
+    default:
+      return 1;
+  }
+}
+
+// The loops below take the activation as a template argument, so that the
+// switches in Activate and Derivative fold away and the loops vectorise.
+template <Activation kAct>
+void ForwardLoop(int64_t n, const float* z, float* a) {
+  for (int64_t k = 0; k < n; ++k) a[k] = Activate(kAct, z[k]);
+}
+
+template <Activation kAct>
+void BackwardLoop(int64_t n, const float* z, const float* a, float* delta) {
+  for (int64_t k = 0; k < n; ++k) delta[k] *= Derivative(kAct, z[k], a[k]);
+}
+
+class CpuBackend : public ComputeBackend {
+ public:
+  std::string name() const override {
+    return absl::StrCat("cpu (OpenBLAS, ", openblas_get_num_threads(),
+                        " threads)");
+  }
+
+  absl::Status CopyToDevice(const float* src, int64_t n,
+                            DeviceBuffer* dst) override {
+    PS_RETURN_IF_ERROR(CheckSize("CopyToDevice", "dst", *dst, n));
+    if (n > 0) std::memcpy(dst->data(), src, n * sizeof(float));
+    return absl::OkStatus();
+  }
+
+  absl::Status CopyToHost(const DeviceBuffer& src, int64_t n,
+                          float* dst) override {
+    PS_RETURN_IF_ERROR(CheckSize("CopyToHost", "src", src, n));
+    if (n > 0) std::memcpy(dst, src.data(), n * sizeof(float));
+    return absl::OkStatus();
+  }
+
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+  absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                    float alpha, const DeviceBuffer& a, const DeviceBuffer& b,
+                    float beta, DeviceBuffer* c) override {
+    PS_RETURN_IF_ERROR(CheckGemm(m, n, k, a, b, *c));
+    if (m == 0 || n == 0) return absl::OkStatus();
+    // Leading dimensions must be >= 1 even when a matrix is empty.
+    const int lda = std::max<int64_t>(1, trans_a ? m : k);
+    const int ldb = std::max<int64_t>(1, trans_b ? k : n);
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a.data(),
+                lda, b.data(), ldb, beta, c->data(), n);
+    return absl::OkStatus();
+  }
+
+  absl::Status BiasAdd(int64_t rows, int64_t cols, const DeviceBuffer& bias,
+                       DeviceBuffer* z) override {
+    PS_RETURN_IF_ERROR(CheckSize("BiasAdd", "bias", bias, cols));
+    PS_RETURN_IF_ERROR(CheckMatrix("BiasAdd", "z", *z, rows, cols));
+    float* out = z->data();
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < cols; ++j) out[i * cols + j] += bias.data()[j];
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ActivationForward(Activation act, int64_t n,
+                                 const DeviceBuffer& z,
+                                 DeviceBuffer* a) override {
+    PS_RETURN_IF_ERROR(CheckSize("ActivationForward", "z", z, n));
+    PS_RETURN_IF_ERROR(CheckSize("ActivationForward", "a", *a, n));
+    const float* in = z.data();
+    float* out = a->data();
+    switch (act) {
+      case Activation::kRelu:
+        ForwardLoop<Activation::kRelu>(n, in, out);
+        break;
+      case Activation::kTanh:
+        ForwardLoop<Activation::kTanh>(n, in, out);
+        break;
+      case Activation::kGelu:
+        ForwardLoop<Activation::kGelu>(n, in, out);
+        break;
+      default:
+        ForwardLoop<Activation::kIdentity>(n, in, out);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ActivationBackward(Activation act, int64_t n,
+                                  const DeviceBuffer& z, const DeviceBuffer& a,
+                                  DeviceBuffer* delta) override {
+    PS_RETURN_IF_ERROR(CheckSize("ActivationBackward", "z", z, n));
+    PS_RETURN_IF_ERROR(CheckSize("ActivationBackward", "a", a, n));
+    PS_RETURN_IF_ERROR(CheckSize("ActivationBackward", "delta", *delta, n));
+    float* d = delta->data();
+    switch (act) {
+      case Activation::kRelu:
+        BackwardLoop<Activation::kRelu>(n, z.data(), a.data(), d);
+        break;
+      case Activation::kTanh:
+        BackwardLoop<Activation::kTanh>(n, z.data(), a.data(), d);
+        break;
+      case Activation::kGelu:
+        BackwardLoop<Activation::kGelu>(n, z.data(), a.data(), d);
+        break;
+      default:
+        break;  // identity: derivative 1
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status SoftmaxCrossEntropy(int64_t rows, int64_t cols,
+                                   const DeviceBuffer& logits,
+                                   const DeviceBuffer& labels, float grad_scale,
+                                   DeviceBuffer* losses,
+                                   DeviceBuffer* dlogits) override {
+    PS_RETURN_IF_ERROR(CheckHead("SoftmaxCrossEntropy", rows, cols, logits,
+                                 labels, *losses, dlogits));
+    for (int64_t i = 0; i < rows; ++i) {
+      const float* z = logits.data() + i * cols;
+      const int64_t y = static_cast<int64_t>(labels.data()[i]);
+      const float max = *std::max_element(z, z + cols);
+      double sum = 0;
+      for (int64_t j = 0; j < cols; ++j) sum += std::exp(double{z[j]} - max);
+      losses->data()[i] = static_cast<float>(std::log(sum) + max - z[y]);
+      if (dlogits == nullptr) continue;
+      float* g = dlogits->data() + i * cols;
+      for (int64_t j = 0; j < cols; ++j) {
+        const float p = static_cast<float>(std::exp(double{z[j]} - max) / sum);
+        g[j] = grad_scale * (p - (j == y ? 1.0f : 0.0f));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status SquaredError(int64_t rows, int64_t cols,
+                            const DeviceBuffer& outputs,
+                            const DeviceBuffer& labels, float grad_scale,
+                            DeviceBuffer* losses,
+                            DeviceBuffer* doutputs) override {
+    PS_RETURN_IF_ERROR(CheckHead("SquaredError", rows, cols, outputs, labels,
+                                 *losses, doutputs));
+    for (int64_t i = 0; i < rows; ++i) {
+      const float label = labels.data()[i];
+      double loss = 0;
+      for (int64_t j = 0; j < cols; ++j) {
+        const float target =
+            cols == 1 ? label : (j == static_cast<int64_t>(label) ? 1.0f : 0);
+        const float d = outputs.data()[i * cols + j] - target;
+        loss += 0.5 * double{d} * d;
+        if (doutputs != nullptr)
+          doutputs->data()[i * cols + j] = grad_scale * d;
+      }
+      losses->data()[i] = static_cast<float>(loss);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Add(int64_t n, const DeviceBuffer& x, DeviceBuffer* y) override {
+    PS_RETURN_IF_ERROR(CheckSize("Add", "x", x, n));
+    PS_RETURN_IF_ERROR(CheckSize("Add", "y", *y, n));
+    const float* in = x.data();
+    float* out = y->data();
+    for (int64_t k = 0; k < n; ++k) out[k] += in[k];
+    return absl::OkStatus();
+  }
+
+  absl::Status Scale(int64_t n, float alpha, DeviceBuffer* x) override {
+    PS_RETURN_IF_ERROR(CheckSize("Scale", "x", *x, n));
+    float* v = x->data();
+    for (int64_t k = 0; k < n; ++k) v[k] *= alpha;
+    return absl::OkStatus();
+  }
+
+  absl::Status ColumnSum(int64_t rows, int64_t cols, const DeviceBuffer& x,
+                         DeviceBuffer* out) override {
+    PS_RETURN_IF_ERROR(CheckMatrix("ColumnSum", "x", x, rows, cols));
+    PS_RETURN_IF_ERROR(CheckSize("ColumnSum", "out", *out, cols));
+    float* o = out->data();
+    std::fill(o, o + cols, 0.0f);
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < cols; ++j) o[j] += x.data()[i * cols + j];
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<double> Sum(int64_t n, const DeviceBuffer& x) override {
+    PS_RETURN_IF_ERROR(CheckSize("Sum", "x", x, n));
+    double sum = 0;
+    for (int64_t k = 0; k < n; ++k) sum += x.data()[k];
+    return sum;
+  }
+
+ protected:
+  absl::StatusOr<float*> AllocateRaw(int64_t size) override {
+    if (size == 0) return nullptr;
+    float* data = new (std::nothrow) float[size];
+    if (data == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot allocate ", size, " floats of host memory"));
+    }
+    return data;
+  }
+
+  void Free(float* data) override { delete[] data; }
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCpuBackend() {
+  return std::unique_ptr<ComputeBackend>(new CpuBackend());
+}
+
+}  // namespace pstrain

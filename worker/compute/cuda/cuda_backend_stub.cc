@@ -1,0 +1,27 @@
+// CPU-only builds: the CUDA backend's entry points without CUDA.
+#include "worker/compute/cuda/cuda_backend.h"
+
+namespace pstrain {
+namespace {
+
+absl::Status BuiltWithoutCuda() {
+  return absl::FailedPreconditionError(
+      "built without CUDA (--config=nocuda, or no CUDA toolkit at "
+      "/usr/local/cuda when it was built)");
+}
+
+}  // namespace
+
+absl::Status CudaAvailable() { return BuiltWithoutCuda(); }
+
+absl::StatusOr<int> CudaDeviceCount() { return BuiltWithoutCuda(); }
+
+absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(int) {
+  return BuiltWithoutCuda();
+}
+
+absl::StatusOr<CudaPlacement> CudaPlacementOf(const ComputeBackend&) {
+  return BuiltWithoutCuda();
+}
+
+}  // namespace pstrain

@@ -1,0 +1,56 @@
+#include "worker/model/local_step.h"
+
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+
+namespace pstrain {
+
+absl::StatusOr<double> LocalStep::Gradient(int64_t step) {
+  const absl::Time start = absl::Now();
+  const JobConfig& c = config_;
+  const uint64_t first =
+      FirstExampleId(step, rank_, c.job().workers(), slice());
+  double loss_sum = 0;
+  for (int64_t a = 0; a < c.training().grad_accum_steps(); ++a) {
+    PS_ASSIGN_OR_RETURN(
+        Batch batch, data_->TrainBatch(first + a * c.training().local_batch(),
+                                       c.training().local_batch()));
+    PS_ASSIGN_OR_RETURN(double loss,
+                        model_->ComputeGradient(batch, /*accumulate=*/a > 0));
+    loss_sum += loss * batch.n;
+  }
+  // The mean over equal micro-batches.
+  if (c.training().grad_accum_steps() > 1) {
+    const float inv =
+        1.0f / static_cast<float>(c.training().grad_accum_steps());
+    PS_RETURN_IF_ERROR(model_->backend()->Scale(model_->num_params(), inv,
+                                                model_->gradient()));
+  }
+  StretchCompute(start);
+  return loss_sum;
+}
+
+void LocalStep::StretchCompute(absl::Time start) const {
+  const WorkerConfig& w = config_.worker();
+  const bool straggler = w.straggler_rank() == static_cast<int64_t>(rank_);
+  if (w.compute_ms() <= 0 && !straggler) return;
+  absl::Duration target = w.compute_ms() > 0
+                              ? absl::Milliseconds(w.compute_ms())
+                              : absl::Now() - start;
+  if (straggler) target *= w.straggler_factor();
+  const absl::Duration left = start + target - absl::Now();
+  if (left > absl::ZeroDuration()) absl::SleepFor(left);
+}
+
+absl::Status LocalStep::Evaluate(pstrain::v1::StepMetrics* m) {
+  PS_ASSIGN_OR_RETURN(Batch test,
+                      data_->TestSlice(rank_, config_.job().workers()));
+  if (test.n == 0) return absl::OkStatus();
+  PS_ASSIGN_OR_RETURN(EvalResult r, model_->EvaluateResident(test));
+  m->set_eval_correct(r.correct);
+  m->set_eval_total(r.total);
+  m->set_eval_loss_sum(r.loss_sum);
+  return absl::OkStatus();
+}
+
+}  // namespace pstrain

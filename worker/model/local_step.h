@@ -1,0 +1,60 @@
+// The work every training mode does on its own rank, whatever moves the
+// gradients afterwards (parameter servers or a ring): the gradient of this
+// rank's slice of the global batch, and evaluation of its slice of the test
+// set. Shared by Trainer and AllReduceTrainer so the modes compute the same
+// thing.
+#ifndef PSTRAIN_WORKER_MODEL_LOCAL_STEP_H_
+#define PSTRAIN_WORKER_MODEL_LOCAL_STEP_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "common/job_config.h"
+#include "proto/pstrain.pb.h"
+#include "worker/data/data.h"
+#include "worker/model/model.h"
+
+namespace pstrain {
+
+using TensorList = std::vector<std::vector<float>>;
+
+// Thread-compatible. Borrows `model` and `data`, which must outlive it.
+class LocalStep {
+ public:
+  LocalStep(const JobConfig& config, uint32_t rank, Model* model,
+            DataSource* data)
+      : config_(config), rank_(rank), model_(model), data_(data) {}
+
+  // Examples behind one gradient: local_batch x grad_accum_steps.
+  int64_t slice() const {
+    return config_.training().local_batch() *
+           config_.training().grad_accum_steps();
+  }
+
+  // Gradient of the mean loss over this rank's slice of step `step` (ids
+  // FirstExampleId(step, rank, workers, slice())) at the model's resident
+  // parameters (Model::SetParams), accumulated over grad_accum_steps
+  // micro-batches on the model's backend into model->gradient(): the first
+  // micro-batch's gradient, plus each later one (ComputeBackend::Add), then
+  // times 1 / grad_accum_steps (ComputeBackend::Scale) when that is > 1.
+  // Only the micro-batches cross to the backend. Returns the summed loss
+  // (mean loss x slice()). Then waits as worker.compute_ms and the straggler
+  // settings say (emulated compute; the math always runs).
+  absl::StatusOr<double> Gradient(int64_t step);
+
+  // Evaluates the model's resident parameters on this rank's slice of the
+  // test set into m's eval fields (nothing when the slice is empty).
+  absl::Status Evaluate(pstrain::v1::StepMetrics* m);
+
+ private:
+  void StretchCompute(absl::Time start) const;
+
+  const JobConfig& config_;
+  const uint32_t rank_;
+  Model* const model_;
+  DataSource* const data_;
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_WORKER_MODEL_LOCAL_STEP_H_

@@ -1,0 +1,170 @@
+// Worker-side client of the parameter-server shards: pulls and pushes a
+// whole model, every shard in parallel, as small asynchronous operations
+// (start, then Wait), in the spirit of ps-lite's KVWorker.
+//
+// Tensors are addressed in ShardMap.tensors() order: `TensorList[i]` holds
+// the flat fp32 values of tensor i.
+#ifndef PSTRAIN_WORKER_PS_PS_CLIENT_H_
+#define PSTRAIN_WORKER_PS_PS_CLIENT_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "proto/pstrain.grpc.pb.h"
+
+namespace pstrain {
+
+using TensorList = std::vector<std::vector<float>>;
+// Read-only views of tensors shaped like a TensorList (e.g. slices of one
+// flat pinned buffer that a compute backend downloads gradients into).
+using TensorViews = std::vector<absl::Span<const float>>;
+// Writable views, for a pull into memory the caller provides.
+using MutableTensorViews = std::vector<absl::Span<float>>;
+
+struct PsClientOptions {
+  absl::Duration rpc_timeout = absl::Seconds(30);
+  // The whole pull (barrier wait and transfer) ends within this: the job's
+  // network.barrier_timeout_s, the same bound the servers apply.
+  absl::Duration barrier_timeout = absl::Minutes(5);
+  // Attempts per shard and operation, every one with its own timeouts,
+  // 50 ms, 100 ms, ... apart. Pulls are retried on UNAVAILABLE (a barrier
+  // wait that ran out is not retried); pushes also on DEADLINE_EXCEEDED and
+  // CANCELLED: the server applies a push only after a clean half-close, and
+  // answers a retry of a push it applied (lost reply) with the original
+  // result instead of applying it twice.
+  int max_attempts = 5;  // backoff 50, 100, 200, 400 ms between them
+  // The session id the coordinator gave this worker's process when it
+  // registered (RegisterWorkerResponse.session_id). Every pull and push
+  // carries it; the shards refuse the rank's operations without its current
+  // id (PERMISSION_DENIED, not retried).
+  uint64_t session_id = 0;
+  // Dtype of pushed and pulled chunks (network.wire_dtype in JobSpec.config):
+  // DTYPE_F32, DTYPE_BF16 or DTYPE_F16; must be the servers'. Gradients are
+  // rounded to nearest even on the way out; pulled weights decode exactly to
+  // fp32.
+  pstrain::v1::DType wire_dtype = pstrain::v1::DTYPE_F32;
+};
+
+// What a pull read from one shard; stamps the next push to that shard.
+struct ShardRead {
+  uint64_t version = 0;
+  uint64_t min_clock = 0;
+};
+
+// One in-flight pull or push over all shards. Wait() joins it and returns the
+// first error (prefixed with the shard); it must be called before the
+// operation is destroyed or its buffers are touched. Not thread-safe.
+class PsOp {
+ public:
+  ~PsOp();
+  absl::Status Wait();
+  // Valid after a successful Wait() of a pull.
+  const std::vector<ShardRead>& reads() const { return reads_; }
+
+ private:
+  friend class PsClient;
+  PsOp() = default;
+  std::vector<std::thread> threads_;
+  std::vector<absl::Status> statuses_;
+  std::vector<ShardRead> reads_;
+  TensorViews views_;          // a push's gradients
+  MutableTensorViews pulled_;  // a pull's destination
+  bool joined_ = false;
+};
+
+// Thread-safe for concurrent operations as long as their buffers differ.
+// Channels are shared and must outlive nothing beyond this object.
+class PsClient {
+ public:
+  // `channels[i]` reaches shard i. Validates the map (every chunk inside its
+  // tensor, shard ids below channels.size()).
+  static absl::StatusOr<std::unique_ptr<PsClient>> Create(
+      const pstrain::v1::ShardMap& map,
+      std::vector<std::shared_ptr<grpc::Channel>> channels,
+      PsClientOptions options);
+
+  const pstrain::v1::ShardMap& shard_map() const { return map_; }
+  int num_shards() const { return static_cast<int>(stubs_.size()); }
+
+  // Resizes *params to the model and fills it from every shard. `params`
+  // must stay alive and untouched until Wait() returns.
+  std::unique_ptr<PsOp> StartPull(uint32_t worker, uint64_t clock,
+                                  TensorList* params);
+  // The same into views shaped like the model (INVALID_ARGUMENT from Wait()
+  // otherwise); the chunks are decoded straight into the memory they show,
+  // which must stay alive and untouched until Wait() returns.
+  std::unique_ptr<PsOp> StartPull(uint32_t worker, uint64_t clock,
+                                  MutableTensorViews params);
+
+  // Sends `grads` (shaped like the model) for `clock`, stamped with the reads
+  // of the pull it was computed from. `grads` must outlive Wait().
+  std::unique_ptr<PsOp> StartPush(uint32_t worker, uint64_t clock,
+                                  uint64_t num_samples, const TensorList& grads,
+                                  const std::vector<ShardRead>& reads);
+  // The same from views: the memory they show must outlive Wait(); the
+  // chunks are encoded straight from it.
+  std::unique_ptr<PsOp> StartPush(uint32_t worker, uint64_t clock,
+                                  uint64_t num_samples, TensorViews grads,
+                                  const std::vector<ShardRead>& reads);
+
+  // Cancels every call in flight and every later one (CANCELLED, not
+  // retried): for a worker that must stop now (SIGTERM, coordinator gone).
+  // Thread-safe; irreversible.
+  void Cancel();
+
+  uint64_t bytes_pushed() const { return bytes_pushed_.load(); }
+  uint64_t bytes_pulled() const { return bytes_pulled_.load(); }
+
+ private:
+  PsClient(pstrain::v1::ShardMap map, PsClientOptions options)
+      : map_(std::move(map)), options_(options) {}
+
+  // Runs `attempt` up to options_.max_attempts times while it fails with a
+  // retryable status (see PsClientOptions::max_attempts).
+  absl::Status WithRetries(bool push,
+                           const std::function<absl::Status()>& attempt) const;
+  absl::Status PullShard(int shard, uint32_t worker, uint64_t clock,
+                         MutableTensorViews* params, ShardRead* read);
+  absl::Status PushShard(int shard, uint32_t worker, uint64_t clock,
+                         uint64_t num_samples, const TensorViews& grads,
+                         const ShardRead& read);
+  absl::Status PullShardOnce(int shard, uint32_t worker, uint64_t clock,
+                             MutableTensorViews* params, ShardRead* read);
+  absl::Status PushShardOnce(int shard, uint32_t worker, uint64_t clock,
+                             uint64_t num_samples, const TensorViews& grads,
+                             const ShardRead& read);
+
+  // Tracks `context` while a call runs, for Cancel().
+  class ActiveCall;
+
+  const pstrain::v1::ShardMap map_;
+  const PsClientOptions options_;
+  mutable absl::Mutex cancel_mu_;
+  bool cancelled_ ABSL_GUARDED_BY(cancel_mu_) = false;
+  absl::flat_hash_set<grpc::ClientContext*> active_ ABSL_GUARDED_BY(cancel_mu_);
+  std::vector<std::unique_ptr<pstrain::v1::ParameterServer::Stub>> stubs_;
+  std::vector<std::vector<int>> shard_chunks_;  // shard -> indices into chunks
+  std::vector<uint64_t> tensor_sizes_;
+  absl::flat_hash_map<std::string, int> tensor_index_;
+  absl::flat_hash_map<std::pair<std::string, uint32_t>, int> chunk_index_;
+  std::atomic<uint64_t> bytes_pushed_{0};
+  std::atomic<uint64_t> bytes_pulled_{0};
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_WORKER_PS_PS_CLIENT_H_
