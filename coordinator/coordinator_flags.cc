@@ -1,5 +1,6 @@
 #include "coordinator/coordinator_flags.h"
 
+#include <cmath>
 #include <fstream>
 #include <string>
 #include <tuple>
@@ -40,8 +41,8 @@ ABSL_FLAG(bool, dry_run, false,
           "'workers=N servers=K') and exit");
 ABSL_FLAG(std::string, plan_dir, "",
           "with --dry_run: also write DIR/job.yaml (the effective job) and "
-          "DIR/plan.env ('workers=N' and 'servers=K' lines: the processes to "
-          "launch)");
+          "DIR/plan.env ('workers=N', 'servers=K' and 'lease_s=S' lines: the "
+          "processes to launch and the lease in whole seconds)");
 
 namespace pstrain {
 
@@ -101,8 +102,11 @@ absl::Status WritePlanIfRequested(const JobConfig& config) {
                           : config.job().servers();
   std::ofstream job(dir + "/job.yaml"), plan(dir + "/plan.env");
   job << JobConfigToYaml(config);
+  // lease_s in whole seconds, rounded up (psctl waits that long for the
+  // coordinator to record why a process died).
   plan << "workers=" << config.job().workers() << "\nservers=" << servers
-       << "\n";
+       << "\nlease_s="
+       << static_cast<int64_t>(std::ceil(config.network().lease_s())) << "\n";
   if (!job.flush() || !plan.flush()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--plan_dir: cannot write '", dir, "'"));

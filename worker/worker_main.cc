@@ -1,7 +1,6 @@
-// ps_worker: one worker (worker/worker_node.h): flags -> options ->
-// WorkerNode::Run. Exit 0 when its share of the job is done, 1 on failure
-// (the coordinator is told why), 2 on bad flags or a job that cannot run, 3
-// when the job was already over (common/process.h).
+// ps_worker: one worker (worker/worker_node.h): flags -> options -> Run.
+// Exit 0: its share of the job is done; 1: failure (the coordinator is told
+// why); 2: bad flags or a job that cannot run; 3: job already over.
 #include <unistd.h>
 
 #include <cstdlib>
