@@ -25,16 +25,21 @@ class ComputeBackend;
 // 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))).
 enum class Activation { kIdentity, kRelu, kTanh, kGelu };
 
-// A move-only handle to `size()` floats in a backend's memory (host memory
-// for the CPU backend, device memory for CUDA). The handle frees the memory
-// when destroyed, so it must not outlive the backend that allocated it. The
-// pointer is only meaningful to that backend: never dereference it on the
-// host unless the backend is the CPU one.
-class DeviceBuffer {
+// How the two handles below give their memory back (defined after
+// ComputeBackend: its Free and FreeHost).
+inline void FreeDeviceFloats(ComputeBackend* owner, float* data);
+inline void FreeHostFloats(ComputeBackend* owner, float* data);
+
+// The move-only ownership DeviceBuffer and HostBuffer share: `size()` floats
+// of the backend `owner` that `Release(owner, data)` frees when the handle is
+// destroyed or assigned over. A handle without an owner (a view, or an empty
+// handle) frees nothing.
+template <void (*Release)(ComputeBackend*, float*)>
+class BackendFloats {
  public:
-  DeviceBuffer() = default;
-  DeviceBuffer(DeviceBuffer&& other) noexcept { *this = std::move(other); }
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+  BackendFloats() = default;
+  BackendFloats(BackendFloats&& other) noexcept { *this = std::move(other); }
+  BackendFloats& operator=(BackendFloats&& other) noexcept {
     if (this != &other) {
       Reset();
       std::swap(owner_, other.owner_);
@@ -43,13 +48,39 @@ class DeviceBuffer {
     }
     return *this;
   }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { Reset(); }
+  BackendFloats(const BackendFloats&) = delete;
+  BackendFloats& operator=(const BackendFloats&) = delete;
+  ~BackendFloats() { Reset(); }
 
   float* data() { return data_; }
   const float* data() const { return data_; }
   int64_t size() const { return size_; }  // in floats
+
+ protected:
+  BackendFloats(ComputeBackend* owner, float* data, int64_t size)
+      : owner_(owner), data_(data), size_(size) {}
+
+ private:
+  void Reset() {
+    if (owner_ != nullptr) Release(owner_, data_);
+    owner_ = nullptr;
+    data_ = nullptr;
+    size_ = 0;
+  }
+
+  ComputeBackend* owner_ = nullptr;
+  float* data_ = nullptr;
+  int64_t size_ = 0;
+};
+
+// A move-only handle to `size()` floats in a backend's memory (host memory
+// for the CPU backend, device memory for CUDA). The handle frees the memory
+// when destroyed, so it must not outlive the backend that allocated it. The
+// pointer is only meaningful to that backend: never dereference it on the
+// host unless the backend is the CPU one.
+class DeviceBuffer : public BackendFloats<&FreeDeviceFloats> {
+ public:
+  DeviceBuffer() = default;
 
   // A non-owning handle to floats [offset, offset + size) of this buffer, so
   // that operations can work on a part of it (one tensor of a flat
@@ -57,21 +88,17 @@ class DeviceBuffer {
   // A range outside the buffer gives an empty view (operations on it then
   // fail their size checks).
   DeviceBuffer View(int64_t offset, int64_t size) {
-    if (offset < 0 || size < 0 || offset > size_ || size > size_ - offset) {
+    if (offset < 0 || size < 0 || offset > this->size() ||
+        size > this->size() - offset) {
       return DeviceBuffer(nullptr, nullptr, 0);
     }
-    return DeviceBuffer(nullptr, data_ + offset, size);
+    return DeviceBuffer(nullptr, data() + offset, size);
   }
 
  private:
   friend class ComputeBackend;
   DeviceBuffer(ComputeBackend* owner, float* data, int64_t size)
-      : owner_(owner), data_(data), size_(size) {}
-  inline void Reset();
-
-  ComputeBackend* owner_ = nullptr;
-  float* data_ = nullptr;
-  int64_t size_ = 0;
+      : BackendFloats(owner, data, size) {}
 };
 
 // A move-only handle to `size()` floats of host memory that the backend
@@ -79,36 +106,14 @@ class DeviceBuffer {
 // so CopyToHost into it is one DMA; ordinary memory for the CPU backend. The
 // handle frees the memory when destroyed, so it must not outlive the backend
 // that allocated it. Unlike a DeviceBuffer, the host may read and write it.
-class HostBuffer {
+class HostBuffer : public BackendFloats<&FreeHostFloats> {
  public:
   HostBuffer() = default;
-  HostBuffer(HostBuffer&& other) noexcept { *this = std::move(other); }
-  HostBuffer& operator=(HostBuffer&& other) noexcept {
-    if (this != &other) {
-      Reset();
-      std::swap(owner_, other.owner_);
-      std::swap(data_, other.data_);
-      std::swap(size_, other.size_);
-    }
-    return *this;
-  }
-  HostBuffer(const HostBuffer&) = delete;
-  HostBuffer& operator=(const HostBuffer&) = delete;
-  ~HostBuffer() { Reset(); }
-
-  float* data() { return data_; }
-  const float* data() const { return data_; }
-  int64_t size() const { return size_; }  // in floats
 
  private:
   friend class ComputeBackend;
   HostBuffer(ComputeBackend* owner, float* data, int64_t size)
-      : owner_(owner), data_(data), size_(size) {}
-  inline void Reset();
-
-  ComputeBackend* owner_ = nullptr;
-  float* data_ = nullptr;
-  int64_t size_ = 0;
+      : BackendFloats(owner, data, size) {}
 };
 
 // All matrices are row-major and dense. Every operation takes explicit sizes
@@ -289,22 +294,13 @@ class ComputeBackend {
   }
 
  private:
-  friend class DeviceBuffer;
-  friend class HostBuffer;
+  friend void FreeDeviceFloats(ComputeBackend* owner, float* data);
+  friend void FreeHostFloats(ComputeBackend* owner, float* data);
 };
 
-void DeviceBuffer::Reset() {
-  if (owner_ != nullptr) owner_->Free(data_);
-  owner_ = nullptr;
-  data_ = nullptr;
-  size_ = 0;
-}
-
-void HostBuffer::Reset() {
-  if (owner_ != nullptr) owner_->FreeHost(data_);
-  owner_ = nullptr;
-  data_ = nullptr;
-  size_ = 0;
+void FreeDeviceFloats(ComputeBackend* owner, float* data) { owner->Free(data); }
+void FreeHostFloats(ComputeBackend* owner, float* data) {
+  owner->FreeHost(data);
 }
 
 // Creates the backend for `device`:
