@@ -124,7 +124,8 @@ MakeChannelCredentials(const TlsFiles& tls, CallerRole role) {
 absl::StatusOr<StartedServer> StartGrpcServer(
     const std::string& bind, int port,
     std::shared_ptr<grpc::ServerCredentials> credentials,
-    const std::vector<grpc::Service*>& services) {
+    const std::vector<grpc::Service*>& services,
+    const std::vector<std::pair<std::string, int>>& int_args) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -136,6 +137,9 @@ absl::StatusOr<StartedServer> StartGrpcServer(
   // gRPC turns SO_REUSEPORT on by default: a second process could then bind
   // the same port and the kernel would split the clients between the two.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  for (const auto& [key, value] : int_args) {
+    builder.AddChannelArgument(key, value);
+  }
   for (grpc::Service* service : services) builder.RegisterService(service);
   started.server = builder.BuildAndStart();
   if (started.server == nullptr || started.port == 0) {

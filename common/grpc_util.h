@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -62,10 +63,13 @@ struct StartedServer {
 // Port reuse (SO_REUSEPORT) is off, so a port another process holds is an
 // error rather than a silent split of its clients.
 // UNAVAILABLE naming the address when it cannot listen.
+// `int_args`: extra integer channel arguments of the server (e.g.
+// grpc.http2.bdp_probe).
 absl::StatusOr<StartedServer> StartGrpcServer(
     const std::string& bind, int port,
     std::shared_ptr<grpc::ServerCredentials> credentials,
-    const std::vector<grpc::Service*>& services);
+    const std::vector<grpc::Service*>& services,
+    const std::vector<std::pair<std::string, int>>& int_args = {});
 
 // Sets `context`'s deadline to now + timeout.
 void SetTimeout(grpc::ClientContext* context, absl::Duration timeout);

@@ -463,6 +463,12 @@ const std::vector<Key>& KeyTable() {
           PS_FIELD(training, fail_on_divergence)),
       Row("training", "on_failure", EnumCodec(OnFailureNames()),
           v1::TrainingConfig::FAIL, PS_FIELD(training, on_failure)),
+      Row("training", "restart_timeout_s", PositiveCodec(), 60,
+          PS_FIELD(training, restart_timeout_s)),
+      Row("training", "max_restarts", IntCodec<int64_t>(), 3,
+          PS_FIELD(training, max_restarts)),
+      Row("training", "min_workers", IntCodec<int64_t>(), 1,
+          PS_FIELD(training, min_workers)),
       Row("training", "optimizer", EnumCodec(OptimizerNames()), OC::SGD,
           PS_OPTIMIZER(kind)),
       Row("training", "base_lr", PositiveCodec(), 0.1, PS_OPTIMIZER(base_lr)),
@@ -554,6 +560,7 @@ const std::vector<Key>& KeyTable() {
           PS_FIELD(worker, straggler_rank)),
       Row("worker", "straggler_factor", NumberCodec(), 1,
           PS_FIELD(worker, straggler_factor)),
+      Row("worker", "overlap", BoolCodec(), false, PS_FIELD(worker, overlap)),
 
       Row("allreduce", "segment_bytes", IntCodec<int64_t>(), 1 << 20,
           PS_FIELD(allreduce, segment_bytes)),
@@ -708,6 +715,23 @@ absl::Status Known(const std::string& key, const Names<T>& names,
                    const T& value) {
   if (NameOf(names, value) != nullptr) return absl::OkStatus();
   return KeyError(key, absl::StrCat("must be one of ", AllowedNames(names)));
+}
+
+// training.on_failure: restart rolls every shard back to a checkpoint (a
+// sync step cut or an async clock cut; README "Failures and recovery"); in
+// mode allreduce every rank reloads rank 0's checkpoint and the ring
+// re-forms, which the NCCL backend cannot do (its communicator is built
+// once from one unique id).
+absl::Status ValidateRestartPolicy(const JobConfig& c) {
+  if (c.training().mode() == v1::MODE_ALLREDUCE &&
+      c.allreduce().backend() == AllReduceConfig::NCCL) {
+    return KeyError("training.on_failure",
+                    "'restart' in mode allreduce needs allreduce.backend: "
+                    "grpc (a NCCL communicator is not re-formed after a "
+                    "loss); use 'fail' and resume from a checkpoint (psctl "
+                    "run --resume latest)");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -904,18 +928,9 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   PS_RETURN_IF_ERROR(
       NonNegative("checkpoint.every_seconds", k.every_seconds()));
   PS_RETURN_IF_ERROR(AtLeast("checkpoint.keep", k.keep(), 0));
-  if (k.every_steps() > 0 || k.every_seconds() > 0) {
-    const char* key = k.every_steps() > 0 ? "checkpoint.every_steps"
-                                          : "checkpoint.every_seconds";
-    if (t.mode() == v1::MODE_ASYNC) {
-      return KeyError(key,
-                      "checkpoints in mode async are not supported yet "
-                      "(only sync)");
-    }
-    if (t.mode() == v1::MODE_ALLREDUCE) {
-      return KeyError(key, "mode allreduce has no servers to checkpoint");
-    }
-  }
+  // Every mode checkpoints: sync and async at consistent cuts the
+  // coordinator orders (async: clock cuts, time cuts at the next clock), mode
+  // allreduce by rank 0 writing its replica (worker/allreduce/checkpointing.h).
   PS_RETURN_IF_ERROR(Positive("network.rpc_timeout_s", n.rpc_timeout_s()));
   PS_RETURN_IF_ERROR(
       Positive("network.barrier_timeout_s", n.barrier_timeout_s()));
@@ -924,12 +939,49 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   PS_RETURN_IF_ERROR(Positive("network.lease_s", n.lease_s()));
   PS_RETURN_IF_ERROR(
       Known("network.wire_dtype", WireDtypeNames(), n.wire_dtype()));
+  // Mode allreduce: the gRPC ring sends fp32 or bf16
+  // (worker/allreduce/ring_allreduce.h); fp16 partial sums could overflow,
+  // and NCCL reduces in fp32 only here.
+  if (t.mode() == v1::MODE_ALLREDUCE && n.wire_dtype() == v1::DTYPE_F16) {
+    return KeyError("network.wire_dtype",
+                    "mode allreduce sends fp32 or bf16, not fp16 (partial "
+                    "sums may exceed fp16's range)");
+  }
+  if (t.mode() == v1::MODE_ALLREDUCE && n.wire_dtype() == v1::DTYPE_BF16 &&
+      a.backend() == AllReduceConfig::NCCL) {
+    return KeyError("network.wire_dtype",
+                    "bf16 applies to allreduce.backend grpc (the ring); the "
+                    "nccl backend reduces in fp32");
+  }
   PS_RETURN_IF_ERROR(
       Known("training.on_failure", OnFailureNames(), t.on_failure()));
-  if (t.on_failure() != v1::TrainingConfig::FAIL) {
+  PS_RETURN_IF_ERROR(
+      Positive("training.restart_timeout_s", t.restart_timeout_s()));
+  PS_RETURN_IF_ERROR(AtLeast("training.max_restarts", t.max_restarts(), 0));
+  if (t.on_failure() == v1::TrainingConfig::RESTART) {
+    PS_RETURN_IF_ERROR(ValidateRestartPolicy(c));
+  }
+  if (t.on_failure() == v1::TrainingConfig::ELASTIC &&
+      t.mode() == v1::MODE_ALLREDUCE) {
     return KeyError("training.on_failure",
-                    absl::StrCat("'", ConfigName(t.on_failure()),
-                                 "' is not implemented yet; use 'fail'"));
+                    "'elastic' is not supported in mode allreduce (the ring "
+                    "cannot go on without a rank; use mode sync or async)");
+  }
+  // Mode sync: a live worker takes a dead rank over and re-pushes its steps
+  // (coordinator/elastic.h); backup workers would let a step complete
+  // without the rank, so the takeover could no longer keep it bit-exact.
+  if (t.on_failure() == v1::TrainingConfig::ELASTIC &&
+      t.mode() == v1::MODE_SYNC && t.backup_workers() > 0) {
+    return KeyError("training.on_failure",
+                    "'elastic' in mode sync needs training.backup_workers: "
+                    "0 (a taken-over rank's steps are exact only when every "
+                    "step waits for every rank)");
+  }
+  if (t.min_workers() < 1 || t.min_workers() > c.job().workers()) {
+    return KeyError(
+        "training.min_workers",
+        absl::StrCat("must be in [1, job.workers = ", c.job().workers(),
+                     "], got ", t.min_workers()));
   }
   if (n.tls_cert().empty() != n.tls_key().empty()) {
     return KeyError(

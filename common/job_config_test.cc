@@ -412,22 +412,33 @@ TEST(JobConfigTest, ValidateErrorsNameTheKey) {
        "checkpoint.every_seconds"},
       {[](JobConfig* c) { c->mutable_checkpoint()->set_keep(-1); },
        "checkpoint.keep"},
-      {[](JobConfig* c) {
-         c->mutable_training()->set_mode(v1::MODE_ASYNC);
-         c->mutable_checkpoint()->set_every_steps(5);
-       },
-       "checkpoints in mode async are not supported yet"},
-      {[](JobConfig* c) {
-         c->mutable_training()->set_mode(v1::MODE_ALLREDUCE);
-         c->mutable_checkpoint()->set_every_seconds(5);
-       },
-       "checkpoint.every_seconds"},
       {[](JobConfig* c) { c->mutable_network()->set_lease_s(0); },
        "network.lease_s"},
       {[](JobConfig* c) {
+         c->mutable_training()->set_on_failure(v1::TrainingConfig::RESTART);
+         c->mutable_training()->set_mode(v1::MODE_ALLREDUCE);
+         c->mutable_allreduce()->set_backend(v1::AllReduceConfig::NCCL);
+       },
+       "'restart' in mode allreduce needs allreduce.backend: grpc"},
+      {[](JobConfig* c) { c->mutable_training()->set_restart_timeout_s(0); },
+       "training.restart_timeout_s"},
+      {[](JobConfig* c) { c->mutable_training()->set_max_restarts(-1); },
+       "training.max_restarts"},
+      {[](JobConfig* c) {
+         c->mutable_training()->set_mode(v1::MODE_ALLREDUCE);
          c->mutable_training()->set_on_failure(v1::TrainingConfig::ELASTIC);
        },
-       "not implemented yet"},
+       "'elastic' is not supported in mode allreduce"},
+      {[](JobConfig* c) {
+         c->mutable_job()->set_workers(3);
+         c->mutable_training()->set_on_failure(v1::TrainingConfig::ELASTIC);
+         c->mutable_training()->set_backup_workers(1);
+       },
+       "'elastic' in mode sync needs training.backup_workers: 0"},
+      {[](JobConfig* c) { c->mutable_training()->set_min_workers(0); },
+       "training.min_workers"},
+      {[](JobConfig* c) { c->mutable_training()->set_min_workers(3); },
+       "training.min_workers"},
       {[](JobConfig* c) { c->mutable_server()->set_chunk_bytes(1002); },
        "server.chunk_bytes"},
       {[](JobConfig* c) {
@@ -451,6 +462,47 @@ TEST(JobConfigTest, ValidateErrorsNameTheKey) {
   }
 }
 
+TEST(JobConfigTest, RestartPolicyIsAcceptedInModesSyncAndAsync) {
+  JobConfig c = DefaultJobConfig();
+  c.mutable_training()->set_on_failure(v1::TrainingConfig::RESTART);
+  EXPECT_TRUE(ValidateJobConfig(c).ok());
+  EXPECT_EQ(c.training().restart_timeout_s(), 60);
+  EXPECT_EQ(c.training().max_restarts(), 3);
+  // Async rolls back to the newest clock cut (README "Failures and
+  // recovery").
+  c.mutable_training()->set_mode(v1::MODE_ASYNC);
+  c.mutable_training()->set_staleness(2);
+  EXPECT_TRUE(ValidateJobConfig(c).ok()) << ValidateJobConfig(c);
+}
+
+// Mode allreduce checkpoints (rank 0 writes its replica), by steps and by
+// time; the automatic restart with the gRPC ring (not with NCCL).
+TEST(JobConfigTest, CheckpointsAreAcceptedInModeAllreduce) {
+  JobConfig c = DefaultJobConfig();
+  c.mutable_training()->set_mode(v1::MODE_ALLREDUCE);
+  c.mutable_checkpoint()->set_every_steps(10);
+  c.mutable_checkpoint()->set_every_seconds(30);
+  c.mutable_checkpoint()->set_keep(2);
+  EXPECT_TRUE(ValidateJobConfig(c).ok()) << ValidateJobConfig(c);
+  c.mutable_training()->set_on_failure(v1::TrainingConfig::RESTART);
+  EXPECT_TRUE(ValidateJobConfig(c).ok()) << ValidateJobConfig(c);
+  c.mutable_allreduce()->set_backend(v1::AllReduceConfig::NCCL);
+  EXPECT_THAT(std::string(ValidateJobConfig(c).message()),
+              HasSubstr("training.on_failure: 'restart' in mode allreduce "
+                        "needs allreduce.backend: grpc"));
+}
+
+TEST(JobConfigTest, ElasticPolicyIsAcceptedInModesSyncAndAsync) {
+  for (v1::ConsistencyMode mode : {v1::MODE_SYNC, v1::MODE_ASYNC}) {
+    JobConfig c = DefaultJobConfig();
+    c.mutable_job()->set_workers(3);
+    c.mutable_training()->set_mode(mode);
+    c.mutable_training()->set_on_failure(v1::TrainingConfig::ELASTIC);
+    c.mutable_training()->set_min_workers(2);
+    EXPECT_TRUE(ValidateJobConfig(c).ok()) << ValidateJobConfig(c);
+  }
+}
+
 TEST(JobConfigTest, ValidateAcceptsBoundaryValues) {
   JobConfig c = DefaultJobConfig();
   c.mutable_training()->set_staleness(-1);
@@ -465,6 +517,14 @@ TEST(JobConfigTest, ValidateAcceptsBoundaryValues) {
   c.mutable_data()->set_num_classes(1);
   SetList(c.mutable_data()->mutable_targets(), {1, 3});
   EXPECT_TRUE(ValidateJobConfig(c).ok()) << ValidateJobConfig(c);
+  // Async jobs checkpoint at clock cuts.
+  JobConfig a = DefaultJobConfig();
+  a.mutable_training()->set_mode(v1::MODE_ASYNC);
+  a.mutable_checkpoint()->set_every_steps(5);
+  EXPECT_TRUE(ValidateJobConfig(a).ok()) << ValidateJobConfig(a);
+  // ... and at time cuts (the next clock the shards can hold).
+  a.mutable_checkpoint()->set_every_seconds(30);
+  EXPECT_TRUE(ValidateJobConfig(a).ok()) << ValidateJobConfig(a);
 }
 
 TEST(JobConfigTest, LoadMissingFileIsNotFound) {
@@ -650,6 +710,21 @@ TEST(JobConfigTest, WireDtype) {
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(std::string(bad.status().message()),
               HasSubstr("job.yaml:2: network.wire_dtype"));
+  // Mode allreduce: the ring takes bf16, not fp16; nccl takes neither.
+  JobConfig ring = DefaultJobConfig();
+  ring.mutable_training()->set_mode(v1::MODE_ALLREDUCE);
+  ring.mutable_network()->set_wire_dtype(v1::DTYPE_BF16);
+  EXPECT_TRUE(ValidateJobConfig(ring).ok()) << ValidateJobConfig(ring);
+  ring.mutable_network()->set_wire_dtype(v1::DTYPE_F16);
+  absl::Status fp16 = ValidateJobConfig(ring);
+  EXPECT_EQ(fp16.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(fp16.message()),
+              HasSubstr("network.wire_dtype: mode allreduce sends fp32 or "
+                        "bf16, not fp16"));
+  ring.mutable_network()->set_wire_dtype(v1::DTYPE_BF16);
+  ring.mutable_allreduce()->set_backend(v1::AllReduceConfig::NCCL);
+  EXPECT_THAT(std::string(ValidateJobConfig(ring).message()),
+              HasSubstr("the nccl backend reduces in fp32"));
 }
 
 TEST(ConfigOverrideTest, SetsTypedValues) {

@@ -24,6 +24,7 @@ constexpr char kMemberRole[] = "member";
 constexpr char kHealthPrefix[] = "/grpc.health.v1.Health/";
 constexpr char kShutdownMethod[] = "/pstrain.v1.ParameterServer/Shutdown";
 constexpr char kCheckpointMethod[] = "/pstrain.v1.ParameterServer/Checkpoint";
+constexpr char kRollbackMethod[] = "/pstrain.v1.ParameterServer/Rollback";
 
 bool SameSecret(absl::string_view a, absl::string_view b) {
   // Constant time in the content, so timing does not reveal a prefix.
@@ -242,6 +243,10 @@ absl::Status CheckJobToken(absl::string_view method, absl::string_view token,
   if (method == kCheckpointMethod && role != kCoordinatorRole) {
     return absl::PermissionDeniedError(
         "only the coordinator may order a checkpoint");
+  }
+  if (method == kRollbackMethod && role != kCoordinatorRole) {
+    return absl::PermissionDeniedError(
+        "only the coordinator may order a rollback");
   }
   return absl::OkStatus();
 }

@@ -8,10 +8,10 @@
 // remember to. Exceptions and limits:
 //   - the standard health service (grpc.health.v1.Health) stays open, so
 //     kubelet probes need no secret; /metrics (plain HTTP) stays open too;
-//   - coordinator-only methods (ParameterServer/Shutdown, Checkpoint) also need
-//   the
-//     coordinator role. The role is a claim made by a holder of the token:
-//     it stops a buggy or misdirected worker, not a malicious token holder;
+//   - coordinator-only methods (ParameterServer/Shutdown, Checkpoint,
+//     Rollback) also need the coordinator role. The role is a claim made by a
+//     holder of the token: it stops a buggy or misdirected worker, not a
+//     malicious token holder;
 //   - without TLS the token travels in clear text: it stops accidents and
 //     strangers on a trusted network, not eavesdroppers.
 // The check runs in gRPC's server auth filter (an auth metadata processor on

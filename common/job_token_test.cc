@@ -128,7 +128,8 @@ TEST_F(JobTokenTest, TheRightTokenGetsThrough) {
   auto member = Channel(token_file_, CallerRole::kMember);
   for (const std::string& method : AllPstrainMethods()) {
     if (method == "/pstrain.v1.ParameterServer/Shutdown" ||
-        method == "/pstrain.v1.ParameterServer/Checkpoint") {
+        method == "/pstrain.v1.ParameterServer/Checkpoint" ||
+        method == "/pstrain.v1.ParameterServer/Rollback") {
       continue;
     }
     // Past the check, the generated base class answers UNIMPLEMENTED.
@@ -140,7 +141,8 @@ TEST_F(JobTokenTest, TheRightTokenGetsThrough) {
 
 TEST_F(JobTokenTest, OnlyTheCoordinatorMayShutAShardDownOrCheckpoint) {
   for (const std::string method : {"/pstrain.v1.ParameterServer/Shutdown",
-                                   "/pstrain.v1.ParameterServer/Checkpoint"}) {
+                                   "/pstrain.v1.ParameterServer/Checkpoint",
+                                   "/pstrain.v1.ParameterServer/Rollback"}) {
     const grpc::Status worker =
         Call(Channel(token_file_, CallerRole::kMember), method);
     EXPECT_EQ(worker.error_code(), grpc::StatusCode::PERMISSION_DENIED)

@@ -36,11 +36,20 @@ absl::StatusOr<ResumePoint> ResolveResume(CheckpointEnv* env,
     return absl::Status(st.code(),
                         absl::StrCat("--resume ", resume, ": ", st.message()));
   };
-  if (job.config().training().mode() != pstrain::v1::MODE_SYNC) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--resume ", resume,
-                     ": resuming is supported in training.mode sync only"));
+  const pstrain::v1::ConsistencyMode mode = job.config().training().mode();
+  if (mode != pstrain::v1::MODE_SYNC && mode != pstrain::v1::MODE_ASYNC &&
+      mode != pstrain::v1::MODE_ALLREDUCE) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--resume ", resume,
+        ": resuming is supported in training.mode sync, async and allreduce "
+        "only"));
   }
+  // Mode allreduce: one replica saved as one shard by rank 0
+  // (worker/allreduce/checkpointing.h); like sync and async, its checkpoints
+  // resume jobs of its own mode only.
+  const std::string mode_name = mode == pstrain::v1::MODE_SYNC    ? "sync"
+                                : mode == pstrain::v1::MODE_ASYNC ? "async"
+                                                                  : "allreduce";
   std::string dir = resume;
   if (resume == "latest") {
     if (root.empty()) {
@@ -61,9 +70,11 @@ absl::StatusOr<ResumePoint> ResolveResume(CheckpointEnv* env,
       CheckpointReader::Open(env, dir);
   if (!reader.ok()) return prefixed(reader.status());
   const CheckpointManifest& m = (*reader)->manifest();
-  if (m.mode != "sync") {
-    return prefixed(absl::FailedPreconditionError(absl::StrCat(
-        dir, " is a checkpoint of a job in mode ", m.mode, ", not sync")));
+  if (m.mode != mode_name) {
+    // A sync cut and an async cut mean different things (server/shard.h).
+    return prefixed(absl::FailedPreconditionError(
+        absl::StrCat(dir, " is a checkpoint of a job in mode ", m.mode,
+                     ", not ", mode_name)));
   }
   if (m.step > job.config().training().steps()) {
     return prefixed(absl::FailedPreconditionError(
@@ -93,7 +104,38 @@ void CheckpointOrderer::Stop() {
 
 bool CheckpointOrderer::stopping() const {
   absl::MutexLock lock(&mu_);
-  return stop_;
+  return stop_ || interrupted_;
+}
+
+void CheckpointOrderer::Interrupt() {
+  absl::MutexLock lock(&mu_);
+  interrupted_ = true;
+}
+
+bool CheckpointOrderer::interrupted() const {
+  absl::MutexLock lock(&mu_);
+  return interrupted_;
+}
+
+bool CheckpointOrderer::WaitIdle(absl::Time deadline) const {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !running_; };
+  return mu_.AwaitWithDeadline(absl::Condition(&idle), deadline);
+}
+
+void CheckpointOrderer::Resume(uint64_t step) {
+  absl::MutexLock lock(&mu_);
+  interrupted_ = false;
+  last_saved_ = step;
+}
+
+bool CheckpointOrderer::WaitResumed() const {
+  absl::MutexLock lock(&mu_);
+  auto resumed = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return stop_ || !interrupted_;
+  };
+  mu_.Await(absl::Condition(&resumed));
+  return !stop_;
 }
 
 uint64_t CheckpointOrderer::last_saved() const {
@@ -102,12 +144,18 @@ uint64_t CheckpointOrderer::last_saved() const {
 }
 
 uint64_t CheckpointOrderer::MaxVersion(uint64_t floor) {
+  // Sync: the version is the step; async: the clocks are (the version
+  // counts pushes there).
+  const bool async =
+      options_.job.config().training().mode() == pstrain::v1::MODE_ASYNC;
   uint64_t v = floor;
   for (auto& stub : stubs_) {
     grpc::ClientContext ctx;
     SetTimeout(&ctx, options_.poll);
     pstrain::v1::ShardStats stats;
-    if (stub->GetStats(&ctx, {}, &stats).ok()) v = std::max(v, stats.version());
+    if (stub->GetStats(&ctx, {}, &stats).ok()) {
+      v = std::max(v, async ? stats.max_clock() : stats.version());
+    }
   }
   return v;
 }
@@ -176,6 +224,18 @@ absl::Status CheckpointOrderer::WriteManifestAndRetain(
 }
 
 absl::Status CheckpointOrderer::Run(const std::vector<std::string>& addresses) {
+  {
+    absl::MutexLock lock(&mu_);
+    running_ = true;
+  }
+  absl::Status st = RunCuts(addresses);
+  absl::MutexLock lock(&mu_);
+  running_ = false;
+  return st;
+}
+
+absl::Status CheckpointOrderer::RunCuts(
+    const std::vector<std::string>& addresses) {
   stubs_.clear();
   for (const std::string& a : addresses) {
     stubs_.push_back(pstrain::v1::ParameterServer::NewStub(

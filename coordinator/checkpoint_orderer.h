@@ -2,11 +2,16 @@
 // which one a resumed job starts from, and the loop that orders consistent
 // cuts and writes each manifest once every shard saved its file.
 //
-// Ordering (sync; async jobs are refused by the config until the coordinator
-// can hold workers at a clock): the next cut t is the next multiple of
+// Ordering (sync and async; async shards hold reads at the cuts:
+// server/shard.h, "Checkpoints"): the next cut t is the next multiple of
 // checkpoint.every_steps (or, when checkpoint.every_seconds has passed since
-// the last checkpoint, the largest shard version + 1, whichever is smaller;
-// the last cut is always training.steps, the final state). The orderer asks
+// the last checkpoint, the next step the shards can reach, whichever is
+// smaller: in sync the largest shard version + 1; in async the largest
+// worker clock + 1, which the fastest worker reads only after its next
+// push, so the order is normally in first; an async shard keeps holding an
+// ordered cut between the orderer's calls, Shard::SnapshotAt, so a slow
+// worker does not make it miss). The last cut is always training.steps, the
+// final state. The orderer asks
 // every shard for cut t (ParameterServer/Checkpoint) before the shards reach
 // it; each shard captures the cut itself in the critical section that
 // completes step t - 1, so training never pauses. Calls are short (`poll`)
@@ -54,7 +59,7 @@ struct ResumePoint {
 // `root`; a checkpoint directory (with MANIFEST.json); or a root holding
 // step directories (its newest complete one). Reads and verifies every file
 // (DATA_LOSS naming a bad one) and checks that it fits `job` (same tensors,
-// workers, optimizer, mode sync, step <= training.steps):
+// workers, optimizer, the job's mode (sync or async), step <= training.steps):
 // FAILED_PRECONDITION naming the difference. Errors start with "--resume".
 absl::StatusOr<ResumePoint> ResolveResume(CheckpointEnv* env,
                                           const std::string& resume,
@@ -87,6 +92,18 @@ class CheckpointOrderer {
   // The last cut whose manifest is written (start_step before any).
   uint64_t last_saved() const;
 
+  // training.on_failure: restart. Interrupt() makes Run return OK within
+  // about `poll` (interrupted() then true), so that the node can choose the
+  // rollback checkpoint while no manifest is being written; WaitIdle waits
+  // (bounded) until Run is not running. Resume(step) after the rollback:
+  // cuts continue after `step`. WaitResumed blocks until Resume or Stop;
+  // true after Resume.
+  void Interrupt();
+  bool interrupted() const;
+  bool WaitIdle(absl::Time deadline) const;
+  void Resume(uint64_t step);
+  bool WaitResumed() const;
+
  private:
   // One round of Checkpoint(cut) calls (each waiting up to `wait`) to the
   // shards not yet in `files`.
@@ -96,17 +113,21 @@ class CheckpointOrderer {
   absl::Status Round(uint64_t cut, absl::Duration wait,
                      std::vector<CheckpointFile>* files,
                      std::vector<bool>* have);
-  // The largest version over the shards (GetStats), or `floor` on errors.
+  // The largest version (sync) or worker clock (async) over the shards
+  // (GetStats), at least `floor`.
   uint64_t MaxVersion(uint64_t floor);
   absl::Status WriteManifestAndRetain(uint64_t cut,
                                       std::vector<CheckpointFile> files);
-  bool stopping() const;
+  bool stopping() const;  // stopped or interrupted
+  absl::Status RunCuts(const std::vector<std::string>& addresses);
 
   const CheckpointOrdererOptions options_;
   CheckpointEnv* const env_;
   std::vector<std::unique_ptr<pstrain::v1::ParameterServer::Stub>> stubs_;
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool interrupted_ ABSL_GUARDED_BY(mu_) = false;
+  bool running_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t last_saved_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

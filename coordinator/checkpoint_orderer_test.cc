@@ -44,16 +44,17 @@ TEST(ResolveResumeTest, BadRequestsAreNamed) {
     EXPECT_EQ(r.status().code(), k.code) << r.status();
     EXPECT_EQ(r.status().message().rfind("--resume", 0), 0u) << r.status();
   }
-  // Async jobs cannot resume yet.
-  c.mutable_training()->set_mode(pstrain::v1::MODE_ASYNC);
-  absl::StatusOr<pstrain::v1::JobSpec> async = MakeJobSpec(c);
-  ASSERT_TRUE(async.ok());
-  absl::StatusOr<ResumePoint> r =
-      ResolveResume(CheckpointEnv::Default(), "latest", tmp, *async);
+  // All-reduce jobs resume from their own checkpoints
+  // (worker/allreduce/checkpointing.h; tests:allreduce_checkpoint_test):
+  // none here.
+  c.mutable_training()->set_mode(pstrain::v1::MODE_ALLREDUCE);
+  absl::StatusOr<pstrain::v1::JobSpec> ring = MakeJobSpec(c);
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  absl::StatusOr<ResumePoint> r = ResolveResume(
+      CheckpointEnv::Default(), "latest", tmp + "/no-such-root", *ring);
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("sync only"), std::string::npos)
-      << r.status();
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound) << r.status();
+  EXPECT_EQ(r.status().message().rfind("--resume latest", 0), 0u) << r.status();
 }
 
 }  // namespace

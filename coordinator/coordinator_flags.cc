@@ -94,7 +94,8 @@ absl::StatusOr<CoordinatorNodeOptions> CoordinatorOptionsFromFlags() {
 
 bool DryRunRequested() { return absl::GetFlag(FLAGS_dry_run); }
 
-absl::Status WritePlanIfRequested(const JobConfig& config) {
+absl::Status WritePlanIfRequested(const JobConfig& config,
+                                  const ResumePoint* resume) {
   const std::string dir = absl::GetFlag(FLAGS_plan_dir);
   if (dir.empty()) return absl::OkStatus();
   const int servers = config.training().mode() == pstrain::v1::MODE_ALLREDUCE
@@ -107,6 +108,13 @@ absl::Status WritePlanIfRequested(const JobConfig& config) {
   plan << "workers=" << config.job().workers() << "\nservers=" << servers
        << "\nlease_s="
        << static_cast<int64_t>(std::ceil(config.network().lease_s())) << "\n";
+  // psctl run supervises restarts by these (training.on_failure: restart).
+  plan << "on_failure=" << ConfigName(config.training().on_failure())
+       << "\nmax_restarts=" << config.training().max_restarts() << "\n";
+  if (resume != nullptr) {
+    plan << "resume_step=" << resume->step << "\nresume_from=" << resume->dir
+         << "\n";
+  }
   if (!job.flush() || !plan.flush()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--plan_dir: cannot write '", dir, "'"));

@@ -21,8 +21,11 @@ absl::StatusOr<CoordinatorNodeOptions> CoordinatorOptionsFromFlags();
 bool DryRunRequested();
 
 // --plan_dir DIR (with --dry_run): writes DIR/job.yaml and DIR/plan.env
-// ("workers=N", "servers=K"); nothing without the flag.
-absl::Status WritePlanIfRequested(const JobConfig& config);
+// ("workers=N", "servers=K", "lease_s=S", "on_failure=P",
+// "max_restarts=M", and with `resume` "resume_step=T", "resume_from=DIR");
+// nothing without the flag.
+absl::Status WritePlanIfRequested(const JobConfig& config,
+                                  const ResumePoint* resume = nullptr);
 
 }  // namespace pstrain
 

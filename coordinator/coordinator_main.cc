@@ -1,19 +1,17 @@
 // ps_coordinator: registers servers and workers, publishes the shard map,
 // aggregates metrics and ends the job. See README "Running as services".
-// Flags -> options (coordinator_flags.cc) -> CoordinatorNode -> exit code:
+// Flags -> options (coordinator_flags.cc) -> CoordinatorNode (or DryRun,
+// coordinator/dry_run.h) -> exit code:
 // 0 the job succeeded, 1 it failed, 2 bad flags, config or port, 3 --out
 // holds a finished job (common/process.h).
-#include <cstdio>
-#include <string>
-
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "common/job_config.h"
 #include "common/logging.h"
 #include "common/process.h"
 #include "common/signals.h"
 #include "coordinator/coordinator_flags.h"
 #include "coordinator/coordinator_node.h"
+#include "coordinator/dry_run.h"
 
 namespace pstrain {
 namespace {
@@ -23,19 +21,7 @@ int Main() {
   absl::StatusOr<CoordinatorNodeOptions> options =
       CoordinatorOptionsFromFlags();
   if (!options.ok()) return FailStartup("ps_coordinator", options.status());
-  if (DryRunRequested()) {
-    const JobConfig& c = options->config;
-    // Servers the job needs: none in mode allreduce (job.servers ignored).
-    std::printf("workers=%d servers=%d\n%s", c.job().workers(),
-                c.training().mode() == pstrain::v1::MODE_ALLREDUCE
-                    ? 0
-                    : c.job().servers(),
-                JobConfigToYaml(c).c_str());
-    const absl::Status plan = WritePlanIfRequested(c);
-    if (!plan.ok())
-      std::fprintf(stderr, "ps_coordinator: %s\n", plan.ToString().c_str());
-    return plan.ok() ? 0 : 2;
-  }
+  if (DryRunRequested()) return DryRun(*options);
   absl::StatusOr<std::unique_ptr<CoordinatorNode>> node =
       CoordinatorNode::Create(*std::move(options));
   if (!node.ok()) {

@@ -138,6 +138,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Create(
       }
       PS_LOG_INFO("%s records a failed run; it is kept until this one ends",
                   summary);
+      // A resumed job's summary counts the earlier parts' time too.
+      if (!options.resume.empty()) node->earlier_wall_s_ = old->wall_s;
     }
     std::error_code error;
     std::filesystem::create_directories(options.out, error);
@@ -151,6 +153,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Create(
   PS_ASSIGN_OR_RETURN(node->checkpoint_root_,
                       CheckpointRoot(options.config, options.out));
   PS_ASSIGN_OR_RETURN(pstrain::v1::JobSpec job, MakeJobSpec(options.config));
+  node->job_spec_ = job;
   if (!options.resume.empty()) {
     PS_ASSIGN_OR_RETURN(ResumePoint resume,
                         ResolveResume(CheckpointEnv::Default(), options.resume,
@@ -160,7 +163,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Create(
     service_options.start_step = resume.step;
   }
   const pstrain::v1::CheckpointConfig& ckpt = options.config.checkpoint();
-  if (ckpt.every_steps() > 0 || ckpt.every_seconds() > 0) {
+  if (options.config.training().mode() == pstrain::v1::MODE_ALLREDUCE) {
+    // No shards to order: rank 0 writes whole checkpoints itself
+    // (worker/allreduce/checkpointing.h) under the root published here, and
+    // names each in its step records (the service logs them).
+    if (ckpt.every_steps() > 0 || ckpt.every_seconds() > 0) {
+      service_options.checkpoint_dir = node->checkpoint_root_;
+    }
+  } else if (ckpt.every_steps() > 0 || ckpt.every_seconds() > 0) {
     CheckpointOrdererOptions o;
     o.root = node->checkpoint_root_;
     o.every_steps = static_cast<uint64_t>(ckpt.every_steps());
@@ -240,9 +250,14 @@ absl::Status CoordinatorNode::Run(const std::function<bool()>& stop) {
       // Until training starts or the job ends (the main loop ends it at the
       // start-up timeout or on a signal).
       service_->WaitForTrainingStart(absl::InfiniteFuture());
-      absl::Status st = service_->TrainingStarted()
-                            ? orderer_->Run(service_->ServerAddresses())
-                            : absl::OkStatus();
+      absl::Status st;
+      // Interrupted for a rollback (training.on_failure: restart): again
+      // once it is done, with the shards' new addresses.
+      while (service_->TrainingStarted()) {
+        st = orderer_->Run(service_->ServerAddresses());
+        if (!st.ok() || !orderer_->interrupted() || !orderer_->WaitResumed())
+          break;
+      }
       if (!st.ok()) {
         service_->Fail({"coordinator", -1, -1,
                         absl::StrCat("checkpoint: ", st.message())});
@@ -252,6 +267,7 @@ absl::Status CoordinatorNode::Run(const std::function<bool()>& stop) {
   }
   while (!service_->WaitForEnd(absl::Now() + absl::Milliseconds(100))) {
     if (service_->CheckLeases(absl::Now())) break;
+    MaybeRollBack(stop);
     if (stop()) {
       service_->Fail({"coordinator", -1, -1, "coordinator stopped by signal"});
       break;
@@ -278,7 +294,18 @@ absl::Status CoordinatorNode::Run(const std::function<bool()>& stop) {
     orderer_->Stop();
     orderer_thread.join();
   }
-  const JobOutcome outcome = service_->Outcome();
+  JobOutcome outcome = service_->Outcome();
+  if (!options_.resume.empty()) {
+    // The whole job (README "Checkpoints and resume"): the steps before the
+    // resume point processed the global batch each; the earlier parts' wall
+    // time is what their summary.json in --out recorded.
+    const JobConfig& c = options_.config;
+    const uint64_t global_batch =
+        static_cast<uint64_t>(c.training().local_batch() * c.job().workers() *
+                              c.training().grad_accum_steps());
+    outcome.samples += service_->start_step() * global_batch;
+    outcome.wall_s += earlier_wall_s_;
+  }
   auto write_summary = [&](const std::vector<pstrain::v1::ShardStats>& stats) {
     if (options_.out.empty()) return;
     absl::Status st = WriteSummaryJson(options_.out + "/summary.json",
@@ -319,6 +346,63 @@ absl::Status CoordinatorNode::Run(const std::function<bool()>& stop) {
                                    : "",
               outcome.diverged ? " (diverged)" : "");
   return absl::OkStatus();
+}
+
+void CoordinatorNode::MaybeRollBack(const std::function<bool()>& stop) {
+  const std::optional<CoordinatorService::RollbackOrder> order =
+      service_->RollbackDue();
+  if (!order.has_value()) return;
+  // No manifest may be written while the rollback point is chosen.
+  if (orderer_ != nullptr) {
+    orderer_->Interrupt();
+    // At most one short Checkpoint round (1 s); else again next round, so
+    // that `stop` is still polled.
+    if (!orderer_->WaitIdle(absl::Now() + absl::Seconds(1))) return;
+  }
+  std::string checkpoint = service_->start_checkpoint();
+  uint64_t step = service_->start_step();
+  if (!checkpoint_root_.empty()) {
+    absl::StatusOr<ResumePoint> latest = ResolveResume(
+        CheckpointEnv::Default(), "latest", checkpoint_root_, job_spec_);
+    if (latest.ok()) {
+      checkpoint = latest->dir;
+      step = latest->step;
+    } else if (latest.status().code() != absl::StatusCode::kNotFound) {
+      PS_LOG_WARN("rollback: %s; using the job's start (step %d)",
+                  latest.status().message(), step);
+    }
+  }
+  PS_LOG_INFO("rolling every shard back to step %d (generation %d)", step,
+              order->generation);
+  // Bounded well below the RPC timeout: a hung shard must not keep the
+  // loop (leases, the restart deadline) waiting; it is retried.
+  const absl::Duration timeout = std::min(
+      absl::Seconds(options_.config.network().rpc_timeout_s()),
+      std::max(absl::Seconds(5),
+               2 * absl::Seconds(options_.config.network().lease_s())));
+  for (size_t k = 0; k < order->addresses.size(); ++k) {
+    auto stub = pstrain::v1::ParameterServer::NewStub(
+        MakeChannel(order->addresses[k], client_credentials_));
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, timeout);
+    CancelOnStop cancel(&ctx, stop);
+    pstrain::v1::RollbackRequest req;
+    req.set_generation(order->generation);
+    req.set_checkpoint(checkpoint);
+    req.set_step(step);
+    pstrain::v1::RollbackResponse resp;
+    const grpc::Status st = stub->Rollback(&ctx, req, &resp);
+    if (!st.ok()) {
+      // Retried on the next round; a dead shard is caught by its lease.
+      PS_LOG_WARN("rollback of shard %d at %s: %s", k, order->addresses[k],
+                  st.error_message());
+      return;
+    }
+  }
+  if (service_->FinishRollback(order->generation, checkpoint, step) &&
+      orderer_ != nullptr) {
+    orderer_->Resume(step);
+  }
 }
 
 }  // namespace pstrain

@@ -69,7 +69,8 @@ class CoordinatorNode {
   // server and worker registered, or `stop()` returns true (polled every
   // 200 ms); with checkpoint.every_* it orders checkpoints meanwhile (a
   // checkpoint that cannot be written fails the job) and, after a successful
-  // job, waits up to the RPC timeout for the final one. Then it shuts the
+  // job, waits up to the RPC timeout for the final one (mode allreduce: rank
+  // 0 writes them, worker/allreduce/checkpointing.h). Then it shuts the
   // servers down and writes summary.json. Returns OK
   // when the job succeeded, else ABORTED with the first failure's
   // description (the summary's `message`).
@@ -77,6 +78,11 @@ class CoordinatorNode {
 
  private:
   CoordinatorNode() = default;
+  // training.on_failure: restart: when every replacement is in, rolls every
+  // shard back to the newest complete checkpoint (coordinator/recovery.h);
+  // called from Run's loop. A shard that cannot is retried on the next call
+  // (the recovery's deadline bounds it). `stop` cancels a call in flight.
+  void MaybeRollBack(const std::function<bool()>& stop);
 
   CoordinatorNodeOptions options_;
   std::shared_ptr<grpc::ChannelCredentials> client_credentials_;
@@ -88,6 +94,9 @@ class CoordinatorNode {
   // Checkpoints: the root ("" = none) and the orderer (null when off).
   std::string checkpoint_root_;
   std::unique_ptr<CheckpointOrderer> orderer_;
+  pstrain::v1::JobSpec job_spec_;  // as published at start (ResolveResume)
+  // A resumed job: the wall time of its earlier parts (their summary.json).
+  double earlier_wall_s_ = 0;
 };
 
 // summary.json's content for a job.

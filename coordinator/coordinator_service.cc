@@ -56,8 +56,22 @@ CoordinatorService::CoordinatorService(CoordinatorOptions options,
                job_.config().training().mode() == pstrain::v1::MODE_ALLREDUCE),
       leases_(job_.num_servers(), options_.config.job().workers(),
               absl::Seconds(options_.config.network().lease_s())),
-      step_log_(MakeStepLogOptions(options_)) {
+      step_log_(MakeStepLogOptions(options_)),
+      restart_(options_.config.training().on_failure() ==
+               pstrain::v1::TrainingConfig::RESTART),
+      recovery_(options_.config.training().max_restarts(),
+                absl::Seconds(options_.config.training().restart_timeout_s())) {
   bytes_pushed_.assign(options_.config.job().workers(), 0);
+  start_steps_.assign(options_.config.job().workers(), job_.start_step());
+  const pstrain::v1::TrainingConfig& training = options_.config.training();
+  if (training.on_failure() == pstrain::v1::TrainingConfig::ELASTIC) {
+    ElasticOptions e;
+    e.num_workers = options_.config.job().workers();
+    e.min_workers =
+        static_cast<int>(std::max<int64_t>(training.min_workers(), 1));
+    e.takeover = training.mode() == pstrain::v1::MODE_SYNC;
+    elastic_ = std::make_unique<ElasticWorkers>(e);
+  }
   bytes_pulled_.assign(options_.config.job().workers(), 0);
   if (MetricsRegistry* r = options_.metrics) {
     metrics_ = std::make_unique<Metrics>(Metrics{
@@ -105,6 +119,23 @@ absl::Status CoordinatorService::RegisterServerLocked(
     const pstrain::v1::RegisterServerRequest& request,
     pstrain::v1::RegisterServerResponse* response) {
   if (ended_) return EndedError();
+  if (restart_) {
+    // A replacement (restart): the shard it asks for, or the one its
+    // address held, is freed first; a holder with a lease (ready) is lost.
+    const int held = members_.ShardOf(request.address());
+    const int shard = held >= 0 ? held : request.requested_shard();
+    if (members_.ServerHeld(shard) &&
+        recovery_.Covers(LeaseHolder::kServer, shard)) {
+      recovery_.Refill(LeaseHolder::kServer, shard);
+      members_.VacateServer(shard);
+    } else if (members_.ServerHeld(shard) &&
+               leases_.Held(LeaseHolder::kServer, shard)) {
+      LoseLocked(LeaseHolder::kServer, shard,
+                 absl::StrCat("replaced: a new server registered for it from ",
+                              request.address()));
+      if (ended_) return EndedError();
+    }
+  }
   const int before = members_.registered_servers();
   PS_ASSIGN_OR_RETURN(
       int shard,
@@ -134,6 +165,21 @@ grpc::Status CoordinatorService::GetJob(
     return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                         "not every server shard has registered yet");
   }
+  if (request->wait_for_generation() > 0) {
+    // A worker waiting for its rollback (training.on_failure: restart).
+    const uint64_t g = request->wait_for_generation();
+    GenerationWait wait{this, g};
+    if (!mu_.AwaitWithDeadline(absl::Condition(&GenerationReady, &wait),
+                               ServerDeadline(*context, options_.wait_cap))) {
+      return grpc::Status(
+          grpc::StatusCode::DEADLINE_EXCEEDED,
+          absl::StrCat("generation ", g, " has not started yet (waiting for ",
+                       recovery_.recovering() ? recovery_.Missing()
+                                              : std::string("a failure"),
+                       ")"));
+    }
+    if (ended_) return ToGrpcStatus(EndedError());
+  }
   *response = job_;
   return grpc::Status::OK;
 }
@@ -149,6 +195,11 @@ grpc::Status CoordinatorService::ServerReady(
     const std::vector<std::string> addresses = members_.server_addresses();
     leases_.Hold(LeaseHolder::kServer, static_cast<int>(request->shard()),
                  absl::Now(), addresses[request->shard()]);
+  }
+  if (st.ok() && recovery_.Covers(LeaseHolder::kServer,
+                                  static_cast<int>(request->shard()))) {
+    recovery_.Filled(LeaseHolder::kServer, static_cast<int>(request->shard()));
+    PS_LOG_INFO("replacement of server shard %d is ready", request->shard());
   }
   if (st.ok() && members_.AllServersReady())
     PS_LOG_INFO("all %d server shards ready", members_.num_servers());
@@ -172,6 +223,29 @@ absl::Status CoordinatorService::RegisterWorkerLocked(
     return absl::DeadlineExceededError("server shards are not ready yet");
   }
   if (ended_) return EndedError();
+  const int asked = request.requested_rank();
+  if (restart_ && members_.WorkerHeld(asked)) {
+    // A replacement (restart): the rank's holder, if it holds a lease, is
+    // lost; if it is part of the recovery under way, this is its
+    // replacement registering again.
+    if (recovery_.Covers(LeaseHolder::kWorker, asked)) {
+      members_.VacateWorker(asked);
+    } else if (leases_.Held(LeaseHolder::kWorker, asked)) {
+      LoseLocked(LeaseHolder::kWorker, asked,
+                 "replaced: a new worker registered for its rank");
+      if (ended_) return EndedError();
+    }
+  }
+  if (elastic_ != nullptr && elastic_->Handles(request.requested_rank(),
+                                               members_.registered_workers())) {
+    return RejoinLocked(context, request, response);
+  }
+  if (request.adopt()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "RegisterWorker: adopt is only for a rank whose worker was declared "
+        "dead (training.on_failure: elastic); rank ",
+        request.requested_rank(), " is not one"));
+  }
   const bool was_complete = members_.AllWorkersRegistered();
   PS_ASSIGN_OR_RETURN(int rank,
                       members_.RegisterWorker(request.requested_rank(),
@@ -180,16 +254,265 @@ absl::Status CoordinatorService::RegisterWorkerLocked(
     PS_LOG_INFO("worker %d's ring peer at %s", rank, request.peer_address());
   }
   if (metrics_ != nullptr) metrics_->live_workers->Set(members_.live_workers());
-  if (!was_complete && members_.AllWorkersRegistered()) {
+  if (!was_complete && members_.AllWorkersRegistered() &&
+      train_start_ == absl::InfinitePast()) {  // not a replacement
     train_start_ = absl::Now();
     PS_LOG_INFO("all %d workers registered; training starts",
                 members_.num_workers());
   }
   leases_.Hold(LeaseHolder::kWorker, rank, absl::Now(), context.peer());
+  if (recovery_.Covers(LeaseHolder::kWorker, rank)) {
+    recovery_.Filled(LeaseHolder::kWorker, rank);
+    PS_LOG_INFO("replacement of worker %d registered (generation %d)", rank,
+                recovery_.generation());
+  }
   response->set_rank(rank);
   response->set_session_id(members_.worker_session(rank));
   *response->mutable_job() = job_;
+  response->set_start_step(job_.start_step());
   return absl::OkStatus();
+}
+
+absl::Status CoordinatorService::RejoinLocked(
+    const ServerContext& context,
+    const pstrain::v1::RegisterWorkerRequest& request,
+    pstrain::v1::RegisterWorkerResponse* response) {
+  PS_ASSIGN_OR_RETURN(
+      const int rank,
+      elastic_->RankFor(request.requested_rank(), request.adopt()));
+  const bool handover = !request.adopt() && elastic_->options().takeover;
+  if (handover && !elastic_->Ready(rank)) {
+    PS_RETURN_IF_ERROR(AwaitHandoverLocked(context, rank));
+  }
+  // Sync: the first step nobody reported for the rank; the shards
+  // acknowledge pushes of steps the rank's earlier process already pushed
+  // without applying them again (server/shard.h, "Elastic workers").
+  const uint64_t unreported =
+      std::max(step_log_.NextStep(rank), job_.start_step());
+  uint64_t start = unreported;
+  if (request.adopt()) {
+    // The stand-in starts at the step whose weights it holds: the rank's
+    // dead process pushed the steps before it (the shards completed them)
+    // but its records of them are lost.
+    start = std::max(start, request.adopt_from_step());
+  }
+  if (handover) {
+    // The first step the stand-in did not push (it reported the others).
+    start = elastic_->released_step(rank);
+  }
+  if (!elastic_->options().takeover) {
+    // Async: where the slowest live worker is, so nobody waits for the
+    // newcomer; the rank's micro-batches in between are skipped.
+    const std::vector<bool> done = members_.done_workers();
+    std::optional<uint64_t> slowest;
+    for (int r = 0; r < members_.num_workers(); ++r) {
+      if (r == rank || done[r] ||
+          elastic_->state(r) != ElasticWorkers::State::kLive) {
+        continue;
+      }
+      if (std::optional<uint64_t> s = leases_.Step(r); s.has_value()) {
+        slowest = std::min(slowest.value_or(*s), *s);
+      }
+    }
+    start = std::max(start, slowest.value_or(0));
+  }
+  const ElasticWorkers::State before = elastic_->state(rank);
+  elastic_->Registered(rank, request.adopt());
+  const uint64_t session = members_.RenewWorkerSession(rank);
+  start_steps_[rank] = start;
+  if ((request.adopt() || handover) && start > unreported) {
+    step_log_.Excuse(rank, unreported);
+    PS_LOG_WARN(
+        "worker rank %d: steps %d to %d were pushed by its dead process but "
+        "not reported; their metrics rows count the other workers' records",
+        rank, unreported, start - 1);
+  }
+  step_log_.Expect(rank, start);
+  leases_.Hold(LeaseHolder::kWorker, rank, absl::Now(), context.peer());
+  if (metrics_ != nullptr) metrics_->live_workers->Set(members_.live_workers());
+  if (request.adopt()) {
+    PS_LOG_INFO(
+        "worker rank %d taken over from step %d by a live worker at %s "
+        "(training.on_failure: elastic; global batch kept)",
+        rank, start, context.peer());
+  } else {
+    PS_LOG_INFO(
+        "worker rank %d joined again at %s from step %d with a new session%s "
+        "(training.on_failure: elastic)",
+        rank, context.peer(), start,
+        before == ElasticWorkers::State::kReleased
+            ? " (handover: its stand-in pushed every step before it)"
+            : "");
+  }
+  response->set_rank(rank);
+  response->set_session_id(session);
+  *response->mutable_job() = job_;
+  response->set_start_step(start);
+  response->set_rejoined(true);
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorService::AwaitHandoverLocked(
+    const ServerContext& context, int rank) {
+  if (members_.done_workers()[rank]) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker rank ", rank,
+                     " has finished (its stand-in did its last step)"));
+  }
+  if (elastic_->state(rank) == ElasticWorkers::State::kAbandoned) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker rank ", rank,
+        " was abandoned (every live worker finished): nobody holds weights "
+        "it could start from"));
+  }
+  if (!elastic_->ReleaseRequested(rank)) {
+    elastic_->Want(rank);
+    PS_LOG_INFO(
+        "worker rank %d: a new worker at %s asks for it; %s (training."
+        "on_failure: elastic, handover)",
+        rank, context.peer(),
+        elastic_->ReleaseRequested(rank)
+            ? "its stand-in releases it at its next step boundary"
+            : "it is handed over once a live worker has taken it over");
+  }
+  HandoverWait wait{this, rank};
+  mu_.AwaitWithDeadline(absl::Condition(&HandoverOver, &wait),
+                        ServerDeadline(context, options_.wait_cap));
+  if (ended_) return EndedError();
+  if (context.IsCancelled()) {
+    return absl::CancelledError("RegisterWorker: cancelled by the caller");
+  }
+  switch (elastic_->state(rank)) {
+    case ElasticWorkers::State::kReleased:
+      return absl::OkStatus();
+    case ElasticWorkers::State::kLive:
+      return absl::AlreadyExistsError(absl::StrCat(
+          "worker rank ", rank, " was given to another new worker meanwhile"));
+    default:
+      break;
+  }
+  if (members_.done_workers()[rank] ||
+      elastic_->state(rank) == ElasticWorkers::State::kAbandoned) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker rank ", rank,
+        " finished while it was being handed over (its stand-in did its "
+        "last step)"));
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "worker rank ", rank,
+      " is being handed over: its stand-in has not released it yet (it does "
+      "so between two steps); retry"));
+}
+
+bool CoordinatorService::HandoverOver(HandoverWait* wait) {
+  const CoordinatorService& s = *wait->service;
+  const ElasticWorkers::State state = s.elastic_->state(wait->rank);
+  return s.ended_ || state == ElasticWorkers::State::kReleased ||
+         state == ElasticWorkers::State::kLive ||
+         state == ElasticWorkers::State::kAbandoned ||
+         s.members_.done_workers()[wait->rank];
+}
+
+grpc::Status CoordinatorService::ReleaseRank(
+    ServerContext* context, const pstrain::v1::ReleaseRankRequest* request,
+    pstrain::v1::ReleaseRankResponse* response) {
+  absl::MutexLock lock(&mu_);
+  return ToGrpcStatus(ReleaseRankLocked(*request));
+}
+
+absl::Status CoordinatorService::ReleaseRankLocked(
+    const pstrain::v1::ReleaseRankRequest& request) {
+  if (elastic_ == nullptr || !elastic_->options().takeover) {
+    return absl::FailedPreconditionError(
+        "ReleaseRank: only for training.on_failure: elastic in mode sync");
+  }
+  if (ended_) return EndedError();
+  const int rank = static_cast<int>(request.rank());
+  PS_RETURN_IF_ERROR(members_.CheckWorkerSession(
+      request.rank(), request.session_id(), "ReleaseRank"));
+  PS_RETURN_IF_ERROR(elastic_->Release(rank, request.next_step()));
+  // The stand-in stops: its session for the rank ends. The rank's lease now
+  // waits for the new worker: if it does not register within lease_s, the
+  // rank departs again and is taken over.
+  members_.EndWorkerSession(rank);
+  leases_.Hold(LeaseHolder::kWorker, rank, absl::Now(),
+               "(released by its stand-in, for a new worker)");
+  PS_LOG_INFO(
+      "worker rank %d released by its stand-in, which pushed every step "
+      "before %d; the new worker starts there (training.on_failure: "
+      "elastic, handover)",
+      rank, request.next_step());
+  return absl::OkStatus();
+}
+
+bool CoordinatorService::DepartLocked(const ExpiredLease& dead) {
+  const int rank = dead.id;
+  const std::vector<bool> done = members_.done_workers();
+  members_.EndWorkerSession(rank);
+  leases_.Release(LeaseHolder::kWorker, rank);
+  const absl::Status st = elastic_->Depart(rank, done);
+  if (metrics_ != nullptr) metrics_->live_workers->Set(members_.live_workers());
+  if (!st.ok()) {
+    FailLocked({"worker", rank, -1,
+                absl::StrCat(dead.Cause(leases_.lease()), "; ", st.message(),
+                             " (training.on_failure: elastic)")});
+    return false;
+  }
+  const uint64_t from = step_log_.NextStep(rank);
+  const int adopter = elastic_->AdopterOf(rank, done);
+  if (adopter >= 0) {
+    PS_LOG_WARN(
+        "training.on_failure: elastic: worker %d takes rank %d's "
+        "micro-batches over from step %d (global batch kept, same "
+        "gradients); %d live workers",
+        adopter, rank, from, elastic_->live_workers());
+  } else if (!elastic_->options().takeover) {
+    PS_LOG_WARN(
+        "training.on_failure: elastic: the job goes on without worker %d "
+        "from step %d (mode async: its micro-batches are skipped, so the "
+        "global batch shrinks; the learning rate is unchanged); %d live "
+        "workers",
+        rank, from, elastic_->live_workers());
+  }
+  AbandonLocked();
+  return true;
+}
+
+void CoordinatorService::AbandonLocked() {
+  for (int r : elastic_->Abandon(members_.done_workers())) {
+    const uint64_t from = step_log_.NextStep(r);
+    step_log_.Excuse(r, from);
+    PS_LOG_INFO(
+        "worker rank %d: nobody takes it over; its reports from step %d on "
+        "are not expected",
+        r, from);
+  }
+  QueueRowsLocked();
+  if (!ended_ && AllWorkersDoneLocked()) {
+    ended_ = true;
+    leases_.ReleaseAll();
+    PS_LOG_INFO("every worker finished (%d live)", elastic_->live_workers());
+  }
+}
+
+bool CoordinatorService::AllWorkersDoneLocked() const {
+  const std::vector<bool> done = members_.done_workers();
+  for (int r = 0; r < static_cast<int>(done.size()); ++r) {
+    if (done[r]) continue;
+    if (elastic_ != nullptr &&
+        elastic_->state(r) == ElasticWorkers::State::kAbandoned) {
+      continue;
+    }
+    return false;
+  }
+  return true;
+}
+
+void CoordinatorService::QueueRowsLocked() {
+  std::vector<MetricsRow> rows = step_log_.TakeCompleteRows(train_start_);
+  UpdateGaugesLocked(rows);
+  absl::MutexLock q(&queue_mu_);
+  queue_.insert(queue_.end(), rows.begin(), rows.end());
 }
 
 grpc::Status CoordinatorService::Report(
@@ -210,10 +533,22 @@ absl::Status CoordinatorService::ReportLocked(
   const uint32_t worker = request.worker();
   PS_RETURN_IF_ERROR(
       members_.CheckWorkerSession(worker, request.session_id(), "Report"));
+  if (request.generation() != recovery_.generation()) {
+    return absl::AbortedError(
+        absl::StrCat("report of generation ", request.generation(),
+                     " refused: the job is in generation ",
+                     recovery_.generation(), " (rolled back to step ",
+                     recovery_.generation_step(), "); nothing changed"));
+  }
   PS_RETURN_IF_ERROR(step_log_.Add(worker, request.steps()));
   std::optional<uint64_t> last_step;
   for (const auto& m : request.steps()) {
     if (m.samples() > 0) last_step = std::max(last_step.value_or(0), m.step());
+    // Mode allreduce: rank 0 wrote this checkpoint after the step.
+    if (!m.checkpoint().empty()) {
+      PS_LOG_INFO("checkpoint of step %d saved: %s (by worker %d)",
+                  m.step() + 1, m.checkpoint(), worker);
+    }
   }
   leases_.Renew(LeaseHolder::kWorker, static_cast<int>(worker), absl::Now(),
                 last_step);
@@ -221,12 +556,7 @@ absl::Status CoordinatorService::ReportLocked(
     bytes_pushed_[worker] = request.bytes_pushed();
     bytes_pulled_[worker] = request.bytes_pulled();
   }
-  std::vector<MetricsRow> rows = step_log_.TakeCompleteRows(train_start_);
-  UpdateGaugesLocked(rows);
-  {
-    absl::MutexLock q(&queue_mu_);
-    queue_.insert(queue_.end(), rows.begin(), rows.end());
-  }
+  QueueRowsLocked();
   if (step_log_.divergence() && !outcome_.diverged) {
     const Divergence& d = *step_log_.divergence();
     outcome_.diverged = true;
@@ -257,7 +587,10 @@ absl::Status CoordinatorService::ReportLocked(
     leases_.Release(LeaseHolder::kWorker, static_cast<int>(worker));
     if (metrics_ != nullptr)
       metrics_->live_workers->Set(members_.live_workers());
-    if (members_.AllWorkersDone() && !ended_) {
+    // Elastic: a finished worker may leave a dead rank without anybody to
+    // take it over.
+    if (elastic_ != nullptr) AbandonLocked();
+    if (AllWorkersDoneLocked() && !ended_) {
       ended_ = true;
       leases_.ReleaseAll();
       PS_LOG_INFO("all %d workers finished", members_.num_workers());
@@ -376,6 +709,10 @@ grpc::Status CoordinatorService::GetWorkerSessions(
       request->shard(), request->session_id(), "GetWorkerSessions");
   if (!st.ok()) return ToGrpcStatus(st);
   for (uint64_t id : members_.worker_sessions()) response->add_session_ids(id);
+  for (int r = 0; r < members_.num_workers(); ++r) {
+    response->add_departed(elastic_ != nullptr && elastic_->vacant(r));
+    response->add_start_steps(start_steps_[r]);
+  }
   return grpc::Status::OK;
 }
 
@@ -387,6 +724,21 @@ grpc::Status CoordinatorService::JobStatus(
     const bool server = request->process() == "server";
     const LeaseHolder holder =
         server ? LeaseHolder::kServer : LeaseHolder::kWorker;
+    // A worker whose rank was declared dead (elastic) or given to another
+    // process: PERMISSION_DENIED, so it stops.
+    if (!server && !ended_ && request->session_id() != 0 &&
+        members_.CheckWorker(request->id()).ok()) {
+      const absl::Status st = members_.CheckWorkerSession(
+          request->id(), request->session_id(), "JobStatus");
+      if (!st.ok()) return ToGrpcStatus(st);
+      if (elastic_ != nullptr) {
+        for (uint32_t d :
+             elastic_->AdoptionsFor(request->id(), members_.done_workers())) {
+          response->add_adopt_ranks(d);
+        }
+        response->set_release_rank(elastic_->ReleaseRequested(request->id()));
+      }
+    }
     // A heartbeat from a process this coordinator never admitted (it was
     // restarted, or the process belongs to another run): NOT_FOUND, so the
     // process leaves instead of serving a job nobody runs.
@@ -405,6 +757,10 @@ grpc::Status CoordinatorService::JobStatus(
   response->set_finished(ended_);
   response->set_failed(outcome_.failed);
   response->set_message(outcome_.message);
+  response->set_generation(recovery_.generation());
+  response->set_recovering(recovery_.recovering());
+  response->set_generation_step(recovery_.generation_step());
+  if (elastic_ != nullptr) response->set_membership_epoch(elastic_->epoch());
   return grpc::Status::OK;
 }
 
@@ -430,18 +786,52 @@ void CoordinatorService::FailLocked(const RunFailure& failure) {
 }
 
 bool CoordinatorService::CheckLeases(absl::Time now) {
-  absl::MutexLock lock(&mu_);
-  if (ended_) return false;
-  const std::optional<ExpiredLease> dead = leases_.Expired(now);
-  if (!dead.has_value()) return false;
-  const std::string what = dead->Describe(leases_.lease());
-  PS_LOG_ERROR("%s", what);
-  // training.on_failure: fail (the only policy so far) ends the job now.
-  const bool server = dead->holder == LeaseHolder::kServer;
-  FailLocked({server ? "server" : "worker", server ? -1 : dead->id,
-              server ? dead->id : -1,
-              absl::StrCat(dead->Cause(leases_.lease()),
-                           " (training.on_failure: fail)")});
+  {
+    absl::MutexLock lock(&mu_);
+    if (ended_) return false;
+    if (recovery_.recovering() && now > recovery_.deadline()) {
+      // The failure names the first process whose replacement did not come.
+      const auto [holder, id] = recovery_.FirstMissing();
+      const bool server = holder == LeaseHolder::kServer;
+      FailLocked({id < 0   ? "coordinator"
+                  : server ? "server"
+                           : "worker",
+                  server ? -1 : id, server ? id : -1,
+                  absl::StrCat("no replacement for ", recovery_.Missing(),
+                               " within training.restart_timeout_s = ",
+                               options_.config.training().restart_timeout_s(),
+                               " s (training.on_failure: restart)")});
+      return true;
+    }
+    const std::optional<ExpiredLease> dead = leases_.Expired(now);
+    if (!dead.has_value()) return false;
+    if (restart_) {
+      PS_LOG_ERROR("%s", dead->Describe(leases_.lease()));
+      LoseLocked(dead->holder, dead->id, dead->Cause(leases_.lease()));
+      return ended_;
+    }
+    if (dead->holder != LeaseHolder::kWorker || elastic_ == nullptr) {
+      return FailOnLeaseLocked(*dead);
+    }
+    PS_LOG_ERROR("%s", dead->Describe(leases_.lease()));
+    if (!DepartLocked(*dead)) return true;
+  }
+  FlushRows();  // rows that completed without the departed rank
+  return false;
+}
+
+bool CoordinatorService::FailOnLeaseLocked(const ExpiredLease& dead) {
+  PS_LOG_ERROR("%s", dead.Describe(leases_.lease()));
+  // training.on_failure: fail ends the job now; so does a dead server under
+  // elastic, which covers workers only.
+  const bool server = dead.holder == LeaseHolder::kServer;
+  FailLocked({server ? "server" : "worker", server ? -1 : dead.id,
+              server ? dead.id : -1,
+              absl::StrCat(dead.Cause(leases_.lease()),
+                           elastic_ != nullptr
+                               ? " (training.on_failure: elastic covers "
+                                 "workers only)"
+                               : " (training.on_failure: fail)")});
   return true;
 }
 
@@ -481,6 +871,83 @@ JobOutcome CoordinatorService::Outcome() const {
 std::vector<std::string> CoordinatorService::ServerAddresses() const {
   absl::MutexLock lock(&mu_);
   return members_.server_addresses();
+}
+
+// ---------------------------------------------------------------------------
+// training.on_failure: restart (coordinator/recovery.h).
+
+void CoordinatorService::LoseLocked(LeaseHolder holder, int id,
+                                    const std::string& why) {
+  const bool server = holder == LeaseHolder::kServer;
+  const RunFailure failure{server ? "server" : "worker", server ? -1 : id,
+                           server ? id : -1, why};
+  if (members_.AnyWorkerDone()) {
+    // A finished worker's process is gone: nobody could redo its steps.
+    FailLocked({failure.process, failure.rank, failure.shard,
+                absl::StrCat(why,
+                             "; a worker has already finished, so the job "
+                             "cannot roll back (training.on_failure: "
+                             "restart)")});
+    return;
+  }
+  if (absl::Status st = recovery_.Lost(holder, id, absl::Now()); !st.ok()) {
+    FailLocked({failure.process, failure.rank, failure.shard,
+                absl::StrCat(why, "; ", st.message())});
+    return;
+  }
+  if (server) {
+    members_.VacateServer(id);
+  } else {
+    members_.VacateWorker(id);
+  }
+  leases_.Release(holder, id);
+  job_.set_generation(recovery_.generation());
+  PS_LOG_WARN(
+      "%s %d lost (%s); generation %d: waiting up to %g s for its "
+      "replacement (restart %d of training.max_restarts = %d)",
+      server ? "server shard" : "worker", id, why, recovery_.generation(),
+      options_.config.training().restart_timeout_s(), recovery_.restarts(),
+      options_.config.training().max_restarts());
+}
+
+bool CoordinatorService::GenerationReady(GenerationWait* wait) {
+  return wait->service->ended_ ||
+         wait->service->RecoveredLocked(wait->generation);
+}
+
+bool CoordinatorService::RecoveredLocked(uint64_t generation) const {
+  return recovery_.generation() >= generation && !recovery_.recovering();
+}
+
+std::optional<CoordinatorService::RollbackOrder>
+CoordinatorService::RollbackDue() const {
+  absl::MutexLock lock(&mu_);
+  if (ended_ || !recovery_.recovering() || !recovery_.AllFilled() ||
+      !members_.AllServersReady() || !members_.AllWorkersRegistered()) {
+    return std::nullopt;
+  }
+  return RollbackOrder{recovery_.generation(), members_.server_addresses()};
+}
+
+bool CoordinatorService::FinishRollback(uint64_t generation,
+                                        const std::string& checkpoint,
+                                        uint64_t step) {
+  absl::MutexLock lock(&mu_);
+  if (ended_ || !recovery_.recovering() ||
+      recovery_.generation() != generation || !recovery_.AllFilled()) {
+    return false;
+  }
+  recovery_.Done(step);
+  // Every worker did the steps below `step`; unreported records of them
+  // never come (README "Failures and recovery", "What is lost").
+  step_log_.RolledBack(step);
+  job_.set_resume_from(checkpoint);
+  job_.set_start_step(step);
+  PS_LOG_WARN(
+      "rolled back to step %d (generation %d, from %s); training "
+      "resumes",
+      step, generation, checkpoint.empty() ? "the initial state" : checkpoint);
+  return true;
 }
 
 }  // namespace pstrain

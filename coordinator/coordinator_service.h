@@ -40,6 +40,33 @@
 // a process that holds no lease (a coordinator restarted under it) is
 // NOT_FOUND while the job runs.
 //
+// training.on_failure: restart (coordinator/recovery.h): a process declared
+// dead, or a replacement registering for a slot whose holder holds a lease
+// (a server from ServerReady, a worker from its registration), starts a new
+// generation (JobSpec and
+// JobStatusResponse.generation) and frees the slot; CheckLeases fails the
+// job when the replacement is not in within training.restart_timeout_s.
+// Once every replacement is in, RollbackDue() tells the node to roll every
+// shard back (ParameterServer/Rollback) and FinishRollback() ends the
+// recovery: JobSpec.resume_from/start_step name the rollback point, and
+// GetJob with wait_for_generation returns to the waiting workers. Reports
+// of another generation are ABORTED and change nothing.
+// Elastic workers (training.on_failure: elastic, coordinator/elastic.h): a
+// dead worker does not end the job (unless fewer than training.min_workers
+// remain). Its rank departs: its session ends (its process is refused
+// everywhere, heartbeats included when they carry the session id) and
+// servers learn it from the membership epoch in JobStatus answers, through
+// GetWorkerSessions (departed ranks, start steps). Mode sync: a live
+// worker is asked, in its heartbeat answers, to take the rank over
+// (JobStatusResponse.adopt_ranks; it registers for the rank with `adopt`
+// and starts at the rank's first unreported step). Mode async, or nobody
+// left to take over: the step log stops expecting the rank's reports. A
+// worker registering later for a dead (or taken over) rank gets it: in
+// async at once, from the slowest live worker's step; in sync after the
+// handover (coordinator/elastic.h): its registration waits until the
+// rank's stand-in released it (ReleaseRank) and starts at the first step
+// the stand-in did not push.
+//
 // Thread-safe. Every wait is bounded by the call's deadline and wait_cap.
 #ifndef PSTRAIN_COORDINATOR_COORDINATOR_SERVICE_H_
 #define PSTRAIN_COORDINATOR_COORDINATOR_SERVICE_H_
@@ -58,8 +85,10 @@
 #include "common/job_config.h"
 #include "common/metrics.h"
 #include "common/run_record.h"
+#include "coordinator/elastic.h"
 #include "coordinator/leases.h"
 #include "coordinator/membership.h"
+#include "coordinator/recovery.h"
 #include "coordinator/step_log.h"
 #include "proto/pstrain.grpc.pb.h"
 
@@ -137,6 +166,9 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
       grpc::ServerContext* context,
       const pstrain::v1::GetWorkerSessionsRequest* request,
       pstrain::v1::GetWorkerSessionsResponse* response) override;
+  grpc::Status ReleaseRank(grpc::ServerContext* context,
+                           const pstrain::v1::ReleaseRankRequest* request,
+                           pstrain::v1::ReleaseRankResponse* response) override;
 
   // Blocks until the job ends or `deadline`; true if it ended.
   bool WaitForEnd(absl::Time deadline);
@@ -145,8 +177,9 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   void Fail(const RunFailure& failure);
   JobOutcome Outcome() const;
   // Declares dead the process whose lease expired at `now`, if any: one log
-  // line naming it, and the job fails with it as the cause. True if one
-  // did. No-op once the job is over.
+  // line naming it, and the job fails with it as the cause (a worker with
+  // training.on_failure elastic: its rank departs, see above). True if the
+  // job failed. No-op once the job is over.
   bool CheckLeases(absl::Time now);
   // True once every worker has registered.
   bool TrainingStarted() const;
@@ -155,6 +188,22 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   bool WaitForTrainingStart(absl::Time deadline) const;
   // Server addresses by shard (complete once all servers registered).
   std::vector<std::string> ServerAddresses() const;
+
+  // training.on_failure: restart. A rollback the node should order now:
+  // every replacement is in (set while recovering, not ended).
+  struct RollbackOrder {
+    uint64_t generation = 0;
+    std::vector<std::string> addresses;  // by shard
+  };
+  std::optional<RollbackOrder> RollbackDue() const;
+  // Every shard rolled back to `checkpoint` ("" = the initial state) at
+  // `step` for `generation`: the recovery ends and the workers resume. False
+  // (nothing changed) if another failure started a newer generation.
+  bool FinishRollback(uint64_t generation, const std::string& checkpoint,
+                      uint64_t step);
+  // Where the job started: the rollback point when no checkpoint exists.
+  const std::string& start_checkpoint() const { return options_.resume_from; }
+  uint64_t start_step() const { return options_.start_step; }
 
  private:
   struct Metrics {
@@ -185,6 +234,51 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
                               pstrain::v1::GetPeersResponse* response)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(const RunFailure& failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // training.on_failure: restart: `holder` `id` is gone (`why`, for the log
+  // and the failure): a new generation, its slot freed; or the job fails
+  // when no restart is left or a worker already finished.
+  void LoseLocked(LeaseHolder holder, int id, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool RecoveredLocked(uint64_t generation) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A GetJob waiting for generation `generation` (absl::Condition, called
+  // with mu_ held).
+  struct GenerationWait {
+    const CoordinatorService* service;
+    uint64_t generation;
+  };
+  static bool GenerationReady(GenerationWait* wait)
+      ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  // Fails the job naming the process whose lease expired; true.
+  bool FailOnLeaseLocked(const ExpiredLease& dead)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Elastic: worker `dead` departs; false when the job fails instead.
+  bool DepartLocked(const ExpiredLease& dead)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Elastic: a registration for a rank that was registered before.
+  absl::Status RejoinLocked(const grpc::ServerContext& context,
+                            const pstrain::v1::RegisterWorkerRequest& request,
+                            pstrain::v1::RegisterWorkerResponse* response)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Elastic sync: a new worker's registration for `rank` (not live) waits,
+  // bounded by the call's deadline and wait_cap, until the rank's stand-in
+  // released it; UNAVAILABLE (retry) while it has not.
+  absl::Status AwaitHandoverLocked(const grpc::ServerContext& context, int rank)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  struct HandoverWait {
+    const CoordinatorService* service;
+    int rank;
+  };
+  static bool HandoverOver(HandoverWait* wait) ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  absl::Status ReleaseRankLocked(const pstrain::v1::ReleaseRankRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Elastic: stops expecting reports of ranks nobody can take over, then
+  // queues the rows that completed and ends the job when every worker is
+  // done.
+  void AbandonLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every rank finished, or (elastic) abandoned.
+  bool AllWorkersDoneLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void QueueRowsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status EndedError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AllServersRegisteredLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AllServersReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -206,12 +300,18 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   Membership members_ ABSL_GUARDED_BY(mu_);
   LeaseTable leases_ ABSL_GUARDED_BY(mu_);
   StepLog step_log_ ABSL_GUARDED_BY(mu_);
+  // Null unless training.on_failure is elastic.
+  std::unique_ptr<ElasticWorkers> elastic_ ABSL_GUARDED_BY(mu_);
+  // By rank: the step its current registration starts at.
+  std::vector<uint64_t> start_steps_ ABSL_GUARDED_BY(mu_);
   std::string nccl_unique_id_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> bytes_pushed_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> bytes_pulled_ ABSL_GUARDED_BY(mu_);
   absl::Time train_start_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   JobOutcome outcome_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  const bool restart_;  // training.on_failure: restart
+  Recovery recovery_ ABSL_GUARDED_BY(mu_);
 
   // Rows handed from the handlers (queued in step order under mu_) to the
   // writer. Lock order: mu_ before queue_mu_; write_mu_ before queue_mu_.

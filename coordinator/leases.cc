@@ -64,6 +64,14 @@ void LeaseTable::Renew(LeaseHolder holder, int id, absl::Time now,
   }
 }
 
+std::optional<uint64_t> LeaseTable::Step(int rank) const {
+  if (rank < 0 || rank >= static_cast<int>(workers_.size()) ||
+      !workers_[rank].has_step) {
+    return std::nullopt;
+  }
+  return workers_[rank].step;
+}
+
 bool LeaseTable::Held(LeaseHolder holder, int id) const {
   const std::vector<Entry>& entries =
       holder == LeaseHolder::kServer ? servers_ : workers_;

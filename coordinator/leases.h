@@ -52,6 +52,8 @@ class LeaseTable {
   // forward.
   void Renew(LeaseHolder holder, int id, absl::Time now,
              std::optional<uint64_t> step = std::nullopt);
+  // The last step worker `rank` said it works on, if any.
+  std::optional<uint64_t> Step(int rank) const;
   // Whether `id` holds a lease now.
   bool Held(LeaseHolder holder, int id) const;
   // Ends the lease (the process is done; its silence is no death).

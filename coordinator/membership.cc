@@ -106,6 +106,10 @@ absl::StatusOr<int> Membership::RegisterWorker(
 absl::Status Membership::CheckWorkerSession(int64_t rank, uint64_t session_id,
                                             const char* what) const {
   if (absl::Status st = CheckWorker(rank); !st.ok()) return st;
+  if (workers_[rank].session_id == 0) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        what, ": worker ", rank, " was declared dead and its session ended"));
+  }
   if (session_id == 0 || session_id != workers_[rank].session_id) {
     return absl::PermissionDeniedError(absl::StrCat(
         what, ": the session id for worker ", rank,
@@ -156,6 +160,29 @@ absl::Status Membership::CheckWorker(int64_t rank) const {
 
 void Membership::MarkWorkerDone(int rank) {
   if (CheckWorker(rank).ok()) workers_[rank].done = true;
+}
+
+void Membership::EndWorkerSession(int rank) {
+  if (CheckWorker(rank).ok()) workers_[rank].session_id = 0;
+}
+
+uint64_t Membership::RenewWorkerSession(int rank) {
+  if (!CheckWorker(rank).ok()) return 0;
+  workers_[rank].done = false;
+  workers_[rank].session_id = new_session_id_();
+  return workers_[rank].session_id;
+}
+
+std::vector<bool> Membership::registered_workers() const {
+  std::vector<bool> out;
+  for (const Worker& w : workers_) out.push_back(w.registered);
+  return out;
+}
+
+std::vector<bool> Membership::done_workers() const {
+  std::vector<bool> out;
+  for (const Worker& w : workers_) out.push_back(w.done);
+  return out;
 }
 
 bool Membership::AllServersRegistered() const {
@@ -218,6 +245,39 @@ std::vector<int> Membership::missing_peers() const {
     if (workers_[r].peer_address.empty()) out.push_back(r);
   }
   return out;
+}
+
+void Membership::VacateServer(int shard) {
+  if (shard < 0 || shard >= num_servers()) return;
+  servers_[shard] = Server{};
+}
+
+void Membership::VacateWorker(int rank) {
+  if (rank < 0 || rank >= num_workers()) return;
+  workers_[rank] = Worker{};
+}
+
+int Membership::ShardOf(const std::string& address) const {
+  for (int s = 0; s < num_servers(); ++s) {
+    if (!address.empty() && servers_[s].address == address) return s;
+  }
+  return -1;
+}
+
+bool Membership::ServerHeld(int shard) const {
+  return shard >= 0 && shard < num_servers() &&
+         !servers_[shard].address.empty();
+}
+
+bool Membership::WorkerHeld(int rank) const {
+  return rank >= 0 && rank < num_workers() && workers_[rank].registered;
+}
+
+bool Membership::AnyWorkerDone() const {
+  for (const Worker& w : workers_) {
+    if (w.done) return true;
+  }
+  return false;
 }
 
 }  // namespace pstrain

@@ -71,6 +71,25 @@ class Membership {
   std::vector<uint64_t> worker_sessions() const;
   // Marks a registered worker finished (idempotent).
   void MarkWorkerDone(int rank);
+  // training.on_failure: restart (coordinator/recovery.h): frees the slot of
+  // a dead server shard / worker rank for its replacement (address, ready,
+  // done and session id cleared; the old id stops being accepted). Ids out
+  // of range are ignored.
+  void VacateServer(int shard);
+  void VacateWorker(int rank);
+  // The shard `address` holds (-1: none).
+  int ShardOf(const std::string& address) const;
+  bool ServerHeld(int shard) const;  // registered (an address holds it)
+  bool WorkerHeld(int rank) const;   // registered
+  bool AnyWorkerDone() const;
+  // Elastic workers (coordinator/elastic.h), for a registered rank: ends
+  // its session (its id is refused from now on, and listed as 0), or gives
+  // it a new one (a worker registered for it again; not done). The new id.
+  void EndWorkerSession(int rank);
+  uint64_t RenewWorkerSession(int rank);
+  // By rank: registered (at least once), done.
+  std::vector<bool> registered_workers() const;
+  std::vector<bool> done_workers() const;
 
   bool AllServersRegistered() const;
   bool AllServersReady() const;

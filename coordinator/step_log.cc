@@ -12,6 +12,58 @@ StepLog::StepLog(StepLogOptions options)
     : options_(std::move(options)),
       next_row_(static_cast<uint64_t>(options_.first_step)) {
   totals_.steps = options_.first_step;
+  excused_.resize(options_.num_workers);
+}
+
+uint64_t StepLog::NextStep(uint32_t worker) const {
+  uint64_t step = next_row_;
+  for (auto it = pending_.find(step);
+       it != pending_.end() && worker < it->second.reported.size() &&
+       it->second.reported[worker];
+       it = pending_.find(++step)) {
+  }
+  return step;
+}
+
+void StepLog::Excuse(uint32_t worker, uint64_t from) {
+  if (worker >= excused_.size()) return;
+  auto& ranges = excused_[worker];
+  if (!ranges.empty() && ranges.back().second == UINT64_MAX) return;
+  ranges.emplace_back(from, UINT64_MAX);
+}
+
+void StepLog::Expect(uint32_t worker, uint64_t from) {
+  if (worker >= excused_.size()) return;
+  auto& ranges = excused_[worker];
+  if (ranges.empty() || ranges.back().second != UINT64_MAX) return;
+  ranges.back().second = std::max(from, ranges.back().first);
+  if (ranges.back().first == ranges.back().second) ranges.pop_back();
+}
+
+void StepLog::RolledBack(uint64_t step) {
+  rolled_back_to_ = std::max(rolled_back_to_, step);
+}
+
+std::map<uint64_t, StepLog::Pending>::iterator StepLog::NextRow() {
+  auto it = pending_.find(next_row_);
+  while (it == pending_.end() && next_row_ < rolled_back_to_) {
+    it = pending_.find(++next_row_);
+  }
+  return it;
+}
+
+bool StepLog::Complete(uint64_t step, const Pending& p) const {
+  if (p.reports == 0) return false;
+  if (step < rolled_back_to_) return true;
+  for (uint32_t w = 0; w < options_.num_workers; ++w) {
+    if (p.reported[w]) continue;
+    bool excused = false;
+    for (const auto& [from, to] : excused_[w]) {
+      excused = excused || (step >= from && step < to);
+    }
+    if (!excused) return false;
+  }
+  return true;
 }
 
 absl::Status StepLog::Add(
@@ -73,11 +125,11 @@ std::vector<MetricsRow> StepLog::TakeCompleteRows(absl::Time train_start) {
   std::vector<MetricsRow> rows;
   const double start = absl::ToUnixNanos(train_start) * 1e-9;
   const uint64_t last = static_cast<uint64_t>(options_.steps);
-  const uint32_t n = options_.num_workers;
-  for (auto it = pending_.find(next_row_);
-       it != pending_.end() && it->second.reports == n;
-       it = pending_.find(++next_row_)) {
+  for (auto it = NextRow();
+       it != pending_.end() && Complete(it->first, it->second);
+       ++next_row_, it = NextRow()) {
     const Pending& p = it->second;
+    const uint32_t n = p.reports;
     // Record `steps` is the final evaluation, not a training step.
     const bool final_eval = it->first == last;
     const double wall = std::max(0.0, p.end_unix_s - start);

@@ -14,6 +14,10 @@
 //   bound. A batch is checked whole before any record is counted.
 // - Divergence: the first record with a non-finite loss or evaluation loss
 //   is remembered (divergence()).
+// - Elastic workers (coordinator/elastic.h): a worker can be excused from a
+//   step on (its rank was abandoned): rows then complete without its
+//   records, and are averaged over the records they have; Expect() makes it
+//   count again from a later step (a worker joined the rank).
 #ifndef PSTRAIN_COORDINATOR_STEP_LOG_H_
 #define PSTRAIN_COORDINATOR_STEP_LOG_H_
 
@@ -76,6 +80,21 @@ class StepLog {
   // is when every worker had registered (the zero of wall_s).
   std::vector<MetricsRow> TakeCompleteRows(absl::Time train_start);
 
+  // The first step `worker` has not reported (records come in step order).
+  uint64_t NextStep(uint32_t worker) const;
+  // `worker` reports no step >= `from` (until Expect).
+  void Excuse(uint32_t worker, uint64_t from);
+  // `worker` reports again from step `from` on.
+  void Expect(uint32_t worker, uint64_t from);
+  // training.on_failure: restart rolled the job back to `step`: every worker
+  // did every step below it, but records of those steps that were not
+  // reported (a killed worker's, or those a survivor dropped at the
+  // generation change) never will be. So steps below `step` become rows
+  // with the records they have, and steps below it without any record are
+  // skipped (no row). Steps at or above `step` are redone and complete as
+  // usual (a record already counted stays counted).
+  void RolledBack(uint64_t step);
+
   const StepTotals& totals() const { return totals_; }
   const std::optional<Divergence>& divergence() const { return divergence_; }
   size_t pending_steps() const { return pending_.size(); }
@@ -91,9 +110,17 @@ class StepLog {
     uint64_t eval_correct = 0, eval_total = 0;
     double eval_loss_sum = 0;
   };
+  // Whether every worker expected at `step` reported it.
+  bool Complete(uint64_t step, const Pending& p) const;
+  // The pending step of the next row, past steps RolledBack skips.
+  std::map<uint64_t, Pending>::iterator NextRow();
+
   const StepLogOptions options_;
   std::map<uint64_t, Pending> pending_;
-  uint64_t next_row_ = 0;  // steps below this are rows already
+  // By worker: [from, to) step ranges it is excused from (to = max: open).
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> excused_;
+  uint64_t next_row_ = 0;        // steps below this are rows already
+  uint64_t rolled_back_to_ = 0;  // steps below it need no further record
   StepTotals totals_;
   std::optional<Divergence> divergence_;
 };

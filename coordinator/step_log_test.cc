@@ -166,3 +166,73 @@ TEST(StepLogTest, FinalEvaluationSetsAccuracyNotATrainingStep) {
 
 }  // namespace
 }  // namespace pstrain
+
+namespace pstrain {
+namespace {
+
+TEST(StepLogTest, ExcusedWorkerIsNotWaitedForUntilExpectedAgain) {
+  StepLog log(Options(2, 10));
+  ASSERT_TRUE(log.Add(0, Batch({Record(0, 0, 1.0), Record(0, 1, 1.0),
+                                Record(0, 2, 1.0), Record(0, 3, 1.0)}))
+                  .ok());
+  ASSERT_TRUE(log.Add(1, Batch({Record(1, 0, 3.0)})).ok());
+  EXPECT_EQ(log.TakeCompleteRows(kStart).size(), 1u);
+  EXPECT_EQ(log.NextStep(1), 1u);
+  EXPECT_EQ(log.NextStep(0), 4u);
+  log.Excuse(1, log.NextStep(1));
+  std::vector<MetricsRow> rows = log.TakeCompleteRows(kStart);
+  ASSERT_EQ(rows.size(), 3u);  // steps 1..3 with worker 0 alone
+  EXPECT_EQ(rows[0].samples, 10);
+  EXPECT_DOUBLE_EQ(rows[0].comm_s, 0.75);  // averaged over one record
+  // Worker 1 counts again from step 5: step 4 alone, step 5 needs both.
+  log.Expect(1, 5);
+  ASSERT_TRUE(log.Add(0, Batch({Record(0, 4, 1.0), Record(0, 5, 1.0)})).ok());
+  EXPECT_EQ(log.TakeCompleteRows(kStart).size(), 1u);
+  ASSERT_TRUE(log.Add(1, Batch({Record(1, 5, 3.0)})).ok());
+  rows = log.TakeCompleteRows(kStart);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].samples, 20);
+}
+
+}  // namespace
+}  // namespace pstrain
+
+namespace pstrain {
+namespace {
+
+// training.on_failure: restart (coordinator/coordinator_service.cc,
+// FinishRollback).
+TEST(StepLogTest, ARollbackTurnsTheStepsBelowItIntoRowsWithWhatTheyHave) {
+  StepLog log(Options(2, 10));
+  // Worker 0 reported steps 0..2, 4 and 5 (its report of step 3 was lost),
+  // worker 1 (then killed) only step 0: the job rolls back to step 5.
+  ASSERT_TRUE(
+      log.Add(0, Batch({Record(0, 0, 1.0), Record(0, 1, 1.0), Record(0, 2, 1.0),
+                        Record(0, 4, 1.0), Record(0, 5, 1.0)}))
+          .ok());
+  ASSERT_TRUE(log.Add(1, Batch({Record(1, 0, 3.0)})).ok());
+  EXPECT_EQ(log.TakeCompleteRows(kStart).size(), 1u);
+  EXPECT_TRUE(log.TakeCompleteRows(kStart).empty());  // stuck at step 1
+  log.RolledBack(5);
+  std::vector<MetricsRow> rows = log.TakeCompleteRows(kStart);
+  // Steps 1, 2 and 4 with worker 0's records; step 3 has none: no row.
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].step, 1);
+  EXPECT_EQ(rows[1].step, 2);
+  EXPECT_EQ(rows[2].step, 4);
+  EXPECT_EQ(rows[2].samples, 10);
+  // Step 5 is redone: worker 0's record stays counted, and the row waits
+  // for worker 1's.
+  ASSERT_TRUE(log.Add(0, Batch({Record(0, 5, 7.0)})).ok());
+  EXPECT_TRUE(log.TakeCompleteRows(kStart).empty());
+  ASSERT_TRUE(log.Add(1, Batch({Record(1, 5, 3.0), Record(1, 6, 3.0)})).ok());
+  rows = log.TakeCompleteRows(kStart);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].step, 5);
+  EXPECT_DOUBLE_EQ(*rows[0].loss, 2.0);  // (1.0 + 3.0) / 2: the first 5 kept
+  EXPECT_EQ(log.totals().steps, 6);
+  EXPECT_EQ(log.NextStep(0), 6u);
+}
+
+}  // namespace
+}  // namespace pstrain

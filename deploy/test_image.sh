@@ -7,8 +7,8 @@
 #   1. debootstrap a minimal Debian 12 root file system from the mirror in
 #      /etc/apt/sources.list* and import it as localhost/debian:bookworm;
 #   2. build deploy/docker/Dockerfile on it with buildah: the CPU image, or
-#      the GPU variant (CUDA runtime libraries added) when ps_worker links
-#      CUDA;
+#      the GPU variant (CUDA runtime libraries and libpstrain_cuda.so added)
+#      when the build made libpstrain_cuda.so;
 #   3. check the image: runs as uid 10001, ldd finds every library;
 #   4. run coordinator, server and worker as three containers sharing one
 #      loopback (like a pod), locked down as in Kubernetes (read-only root,
@@ -146,9 +146,13 @@ fi
 # A worker built with CUDA needs the GPU variant: the CUDA runtime libraries
 # come from where the worker finds them on this host.
 CTX="$WORK/context"
-cudart="$(ldd "$BIN/worker/ps_worker" | awk '$1 ~ /^libcudart\.so/ {print $3}')"
+# The CUDA libraries come with libpstrain_cuda.so, the backend ps_worker
+# loads on demand from beside it.
+cudart=""
+[[ -f "$BIN/worker/libpstrain_cuda.so" ]] &&
+  cudart="$(ldd "$BIN/worker/libpstrain_cuda.so" | awk '$1 ~ /^libcudart\.so/ {print $3}')"
 if [[ -n "$cudart" ]]; then
-  [[ -f "$cudart" ]] || fail "ps_worker links libcudart, but ldd does not find it on this host"
+  [[ -f "$cudart" ]] || fail "libpstrain_cuda.so links libcudart, but ldd does not find it on this host"
   VARIANT=gpu
   TAG="localhost/pstrain-gpu:test"
   "$ROOT/deploy/docker/prepare_context.sh" "$BIN" "$CTX" --cuda "$(dirname "$cudart")" >&2
@@ -207,7 +211,7 @@ check_libs() {  # IMAGE FILES...
   [[ -z "$missing_libs" ]] || fail "libraries missing in $image:"$'\n'"$missing_libs"
 }
 libs=()
-[[ "$VARIANT" == gpu ]] && mapfile -t libs < <(cd "$CTX/cuda/lib64" && printf '/usr/local/cuda/lib64/%s\n' *)
+[[ "$VARIANT" == gpu ]] && mapfile -t libs < <(cd "$CTX/cuda/lib64" && printf '/usr/local/cuda/lib64/%s\n' * && echo /usr/local/bin/libpstrain_cuda.so)
 check_libs "$TAG" /usr/local/bin/ps_coordinator /usr/local/bin/ps_server /usr/local/bin/ps_worker "${libs[@]}"
 log "image: runs as uid 10001; ldd finds every library of the three binaries${libs[*]:+ and the CUDA libraries}"
 

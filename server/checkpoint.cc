@@ -195,7 +195,9 @@ absl::StatusOr<CheckpointManifest> ManifestForJob(
   m.job = job.config().job().name();
   m.step = step;
   m.mode = job.config().training().mode() == pstrain::v1::MODE_SYNC ? "sync"
-                                                                    : "async";
+           : job.config().training().mode() == pstrain::v1::MODE_ALLREDUCE
+               ? "allreduce"  // worker/allreduce/checkpointing.h
+               : "async";
   m.num_shards = job.num_servers();
   m.num_workers = job.config().job().workers();
   m.optimizer = pstrain::v1::OptimizerConfig::Kind_Name(

@@ -31,7 +31,9 @@
 // shards and one chunk size restores onto K' shards with another.
 //
 // MANIFEST.json is
-//   {"format": 1, "job": name, "step": cut, "mode": "sync"|"async",
+//   {"format": 1, "job": name, "step": cut,
+//    "mode": "sync"|"async"|"allreduce" (worker/allreduce/checkpointing.h:
+//    one replica as one shard),
 //    "num_shards": K, "num_workers": N, "optimizer": "ADAM", "num_slots": S,
 //    "shard_map": {"tensors": [{"name", "shape": [...],
 //                  "dtype": "F32"}], "chunks": [{"tensor", "index", "offset",
@@ -94,7 +96,7 @@ struct CheckpointManifest {
   int format = kCheckpointFormat;
   std::string job;
   uint64_t step = 0;  // the cut
-  std::string mode;   // "sync" or "async"
+  std::string mode;   // "sync", "async" or "allreduce"
   uint32_t num_shards = 0;
   uint32_t num_workers = 0;
   std::string optimizer;  // OptimizerConfig.Kind name

@@ -18,7 +18,9 @@ class Bsp : public ConsistencyRule {
   bool Readable(uint64_t clock, const ShardProgress& p) const override {
     return p.version >= clock;
   }
-  uint64_t RequiredClock(uint64_t clock) const override { return clock; }
+  uint64_t RequiredClock(uint64_t clock, const ShardProgress&) const override {
+    return clock;
+  }
   uint64_t ReadMinClock(uint64_t clock, const ShardProgress& p) const override {
     return std::min(p.version, clock);
   }
@@ -63,14 +65,22 @@ class Ssp : public ConsistencyRule {
         dc_lambda_(o.dc_lambda) {}
 
   bool Readable(uint64_t clock, const ShardProgress& p) const override {
-    if (staleness_ < 0 || clock <= static_cast<uint64_t>(staleness_)) {
-      return true;
-    }
-    return p.min_clock >= clock - static_cast<uint64_t>(staleness_);
+    return p.min_clock >= RequiredClock(clock, p);
   }
-  uint64_t RequiredClock(uint64_t clock) const override {
-    const uint64_t s = static_cast<uint64_t>(std::max<int64_t>(staleness_, 0));
-    return clock > s ? clock - s : 0;
+  // The SSP bound, and at a checkpoint cut c not yet captured a read at
+  // clock >= c waits for every worker to reach c: no push of clock >= c can
+  // then arrive before the cut (every push follows its read), so the shard
+  // passes through the state "every clock == c" and captures it there.
+  uint64_t RequiredClock(uint64_t clock,
+                         const ShardProgress& p) const override {
+    uint64_t need = 0;
+    if (staleness_ >= 0 && clock > static_cast<uint64_t>(staleness_)) {
+      need = clock - static_cast<uint64_t>(staleness_);
+    }
+    if (p.next_cut > 0 && clock >= p.next_cut) {
+      need = std::max(need, p.next_cut);
+    }
+    return need;
   }
   uint64_t ReadMinClock(uint64_t, const ShardProgress& p) const override {
     return p.min_clock;

@@ -34,6 +34,10 @@ struct ConsistencyOptions {
 struct ShardProgress {
   uint64_t version = 0;    // optimizer steps applied
   uint64_t min_clock = 0;  // the slowest worker's clock (pushes accepted)
+  // Async checkpoints: the next checkpoint cut c > min_clock the shard has
+  // not captured yet (0: none). Ssp holds reads at clocks >= c until every
+  // worker reached c (server/shard.h, "Checkpoints"); Bsp ignores it.
+  uint64_t next_cut = 0;
 };
 
 // What the shard does with one validated push.
@@ -57,7 +61,8 @@ class ConsistencyRule {
   virtual bool Readable(uint64_t clock, const ShardProgress& p) const = 0;
   // The clock every worker must have pushed before Readable(clock) holds
   // (a deadline error names the workers below it).
-  virtual uint64_t RequiredClock(uint64_t clock) const = 0;
+  virtual uint64_t RequiredClock(uint64_t clock,
+                                 const ShardProgress& p) const = 0;
   // The min_clock a pull at `clock` reports (and the next push echoes).
   virtual uint64_t ReadMinClock(uint64_t clock,
                                 const ShardProgress& p) const = 0;

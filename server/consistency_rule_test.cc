@@ -63,7 +63,7 @@ TEST(ConsistencyRuleTest, SspGatesOnTheSlowestWorkerAndScalesTheRate) {
   ShardProgress p{/*version=*/7, /*min_clock=*/3};
   EXPECT_TRUE(rule->Readable(4, p));
   EXPECT_FALSE(rule->Readable(5, p));
-  EXPECT_EQ(rule->RequiredClock(5), 4u);
+  EXPECT_EQ(rule->RequiredClock(5, p), 4u);
   EXPECT_EQ(rule->ReadMinClock(5, p), 3u);
   absl::StatusOr<PushDecision> d = rule->OnPush(4, 3, p);
   ASSERT_TRUE(d.ok());
@@ -79,6 +79,34 @@ TEST(ConsistencyRuleTest, SspGatesOnTheSlowestWorkerAndScalesTheRate) {
   EXPECT_EQ(scaled->OnPush(4, 4, p)->lr_scale, 0.25);
   EXPECT_EQ(scaled->OnPush(4, 1, p)->lr_scale, 1.0);
   EXPECT_EQ(scaled->OnPush(4, 0, p)->lr_scale, 1.0);
+}
+
+// An async checkpoint cut c not yet captured: reads at clocks >= c wait for
+// every worker to reach c, whatever the staleness (inf included); reads
+// below c keep the SSP bound. Bsp ignores the cut (it cuts at steps).
+TEST(ConsistencyRuleTest, SspHoldsReadsAtACheckpointCut) {
+  for (int64_t staleness : {0, 2, -1}) {
+    auto rule = Make(Ssp(3, staleness));
+    ASSERT_NE(rule, nullptr);
+    ShardProgress p{/*version=*/10, /*min_clock=*/4, /*next_cut=*/6};
+    EXPECT_TRUE(rule->Readable(4, p)) << staleness;
+    EXPECT_EQ(rule->Readable(5, p), staleness != 0) << staleness;
+    EXPECT_FALSE(rule->Readable(6, p)) << staleness;
+    EXPECT_FALSE(rule->Readable(7, p)) << staleness;
+    EXPECT_EQ(rule->RequiredClock(6, p), 6u) << staleness;
+    EXPECT_EQ(rule->RequiredClock(5, p),
+              staleness < 0 ? 0u : 5u - static_cast<uint64_t>(staleness))
+        << staleness;
+    p.min_clock = 6;  // every worker reached the cut
+    p.next_cut = 0;   // and the shard captured it
+    EXPECT_TRUE(rule->Readable(6, p)) << staleness;
+    EXPECT_EQ(rule->Readable(8, p), staleness != 0) << staleness;
+  }
+  auto bsp = Make(Bsp(3));
+  ASSERT_NE(bsp, nullptr);
+  ShardProgress p{/*version=*/6, /*min_clock=*/5, /*next_cut=*/6};
+  EXPECT_TRUE(bsp->Readable(6, p));
+  EXPECT_EQ(bsp->RequiredClock(6, p), 6u);
 }
 
 TEST(ConsistencyRuleTest, RejectsOptionsOutsideTheirRule) {

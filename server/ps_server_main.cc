@@ -15,6 +15,7 @@
 #include "common/process.h"
 #include "common/signals.h"
 #include "common/status_macros.h"
+#include "server/process_memory.h"
 #include "server/server_node.h"
 
 // Shared flags (--config, --coordinator, --metrics_port, --tls_*,
@@ -26,6 +27,11 @@ ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
 ABSL_FLAG(int, shard, -1, "shard id to claim; -1 lets the coordinator assign");
 ABSL_FLAG(bool, shard_from_hostname, false,
           "claim the shard of the host name's -<ordinal> (pod ps-3: shard 3)");
+ABSL_FLAG(bool, tune_memory, true,
+          "one malloc arena, a fixed 1 MiB mmap threshold and bounded gRPC "
+          "read buffers, so peak RSS does not grow with the number of "
+          "workers (server/process_memory.h); false: glibc's and gRPC's "
+          "defaults");
 
 namespace pstrain {
 namespace {
@@ -48,7 +54,12 @@ absl::StatusOr<std::unique_ptr<ServerNode>> NodeFromFlags(MetricsRegistry* m) {
 }
 
 int Main() {
-  // First: SIGTERM during start-up is a clean stop too.
+  // Before any thread and any gRPC call (server/process_memory.h).
+  if (absl::GetFlag(FLAGS_tune_memory)) {
+    absl::Status st = ConfigureProcessMemory(ProcessMemoryOptions{});
+    if (!st.ok()) return FailStartup("ps_server --tune_memory", st);
+  }
+  // SIGTERM during start-up is a clean stop too.
   InstallStopSignalHandlers();
   MetricsRegistry metrics;
   absl::StatusOr<std::unique_ptr<ServerNode>> server = NodeFromFlags(&metrics);

@@ -4,11 +4,14 @@
 #include <grpcpp/alarm.h>
 
 #include <algorithm>
+#include <deque>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/chunk_frames.h"
 #include "common/grpc_util.h"
 #include "common/sharding.h"
 #include "common/tensor_codec.h"
@@ -24,8 +27,31 @@ namespace {
 constexpr absl::Duration kSessionRefreshCap = absl::Seconds(10);
 }  // namespace
 
+std::vector<std::pair<std::string, int>> PsServerChannelArgs() {
+  // Without the HTTP/2 BDP probe, flow-control windows keep their initial
+  // size, so push streams waiting for admission buffer almost nothing: peak
+  // memory stops growing with the number of workers, for a measured cost
+  // in push throughput (README "Performance", ps_bench's memory variants).
+  // Each connection's TCP read buffer is at most 64 KiB (it is kept while
+  // the connection lives); it takes effect where gRPC's tcp_read_chunks
+  // experiment is off, as ps_server turns it (server/process_memory.h).
+  return {{GRPC_ARG_HTTP2_BDP_PROBE, 0},
+          {GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 64 << 10}};
+}
+
 ParameterServerService::ParameterServerService(PsServiceOptions options)
     : options_(options), barrier_timeout_(options.barrier_timeout) {
+  // Pull (method 1) writes pre-built messages whose payloads point into the
+  // shard's chunk buffers (common/chunk_frames.h): no copy on this side.
+  MarkMethodStreamed(
+      1,
+      new grpc::internal::SplitServerStreamingHandler<pstrain::v1::PullRequest,
+                                                      grpc::ByteBuffer>(
+          [this](grpc::ServerContext* context,
+                 grpc::ServerSplitStreamer<pstrain::v1::PullRequest,
+                                           grpc::ByteBuffer>* stream) {
+            return StreamedPull(context, stream);
+          }));
   MetricsRegistry* r = options_.metrics;
   if (r == nullptr) return;
   const auto latency = ExponentialBuckets(1e-4, 2, 18);  // 0.1 ms .. 13 s
@@ -109,6 +135,32 @@ void ParameterServerService::SetCheckpointRoot(std::string root,
   num_shards_ = num_shards;
 }
 
+void ParameterServerService::SetRollbackFactory(RollbackFactory factory) {
+  absl::MutexLock lock(&mu_);
+  rollback_factory_ = std::move(factory);
+}
+
+void ParameterServerService::SetGeneration(uint64_t generation) {
+  absl::MutexLock lock(&mu_);
+  generation_ = generation;
+}
+
+uint64_t ParameterServerService::generation() const {
+  absl::MutexLock lock(&mu_);
+  return generation_;
+}
+
+absl::Status ParameterServerService::CheckGeneration(uint64_t generation,
+                                                     const char* what) const {
+  absl::MutexLock lock(&mu_);
+  if (generation == generation_) return absl::OkStatus();
+  return absl::AbortedError(
+      absl::StrCat(what, " of generation ", generation,
+                   " refused: this shard serves generation ", generation_,
+                   " (the job rolled back to step ", generation_step_,
+                   "); nothing changed"));
+}
+
 std::shared_ptr<Shard> ParameterServerService::shard() const {
   absl::MutexLock lock(&mu_);
   return shard_;
@@ -119,9 +171,12 @@ std::shared_ptr<WorkerSessions> ParameterServerService::sessions() const {
   return sessions_;
 }
 
-// One push stream: frames are parsed and kept (bounded) until the client
-// half-closes, then the whole push goes to the shard at once. Deletes itself
-// in OnDone.
+// One push stream. On a shard that sums on arrival (plain sync) each frame
+// is parsed into one reused message and its chunks go to the shard's
+// IncomingPush at once; the push commits at the clean half-close. Otherwise
+// (async, backup workers) frames are parsed and kept (bounded) until the
+// client half-closes, then the whole push goes to the shard at once.
+// Deletes itself in OnDone.
 class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   PushReactor(ParameterServerService* service, std::shared_ptr<Shard> shard,
@@ -133,6 +188,7 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         context_(context),
         response_(response),
         start_(absl::Now()),
+        on_arrival_(shard_->sums_on_arrival()),
         watch_(std::make_shared<Watch>()) {
     watch_->context = context;
     alarm_.Set(absl::ToChronoTime(start_ + service_->options_.push_timeout),
@@ -141,12 +197,20 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
                  absl::MutexLock lock(&watch->mu);
                  if (watch->context != nullptr) watch->context->TryCancel();
                });
-    if (service_->AdmitPush(this)) Begin();
+    if (service_->AdmitPush(this, on_arrival_)) Begin();
   }
 
-  // Admitted: start reading.
+  // Admitted: start reading, into message objects reused from earlier
+  // pushes (their payload strings keep their capacity: no allocation and
+  // no page faults per push once the first push has been received).
   void Begin() {
     admitted_ = true;
+    messages_ = service_->TakePushBuffers();
+    if (on_arrival_) {
+      while (messages_->size() < 2) messages_->emplace_back();
+      absl::MutexLock lock(&pipe_mu_);
+      free_ = {1, 0};
+    }
     StartRead(&frame_);
   }
 
@@ -159,6 +223,10 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   }
 
   void OnReadDone(bool ok) override {
+    if (on_arrival_) {
+      OnArrivalReadDone(ok);
+      return;
+    }
     if (!ok) {
       Complete();
       return;
@@ -172,7 +240,7 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
                        " can receive; nothing applied")));
       return;
     }
-    if (messages_.size() >= shard_->max_push_messages()) {
+    if (count_ >= shard_->max_push_messages()) {
       Fail(grpc::Status(
           grpc::StatusCode::INVALID_ARGUMENT,
           absl::StrCat("push stream has more than ",
@@ -180,19 +248,21 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
                        shard_->shard_id(), "; nothing applied")));
       return;
     }
-    messages_.emplace_back();
-    if (!grpc::SerializationTraits<PushRequest>::Deserialize(&frame_,
-                                                             &messages_.back())
+    if (count_ == messages_->size()) messages_->emplace_back();
+    PushRequest& message = (*messages_)[count_];
+    ++count_;
+    if (!grpc::SerializationTraits<PushRequest>::Deserialize(&frame_, &message)
              .ok()) {
       Fail(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("push message ", messages_.size() - 1,
+                        absl::StrCat("push message ", count_ - 1,
                                      " is not a valid PushRequest; nothing "
                                      "applied")));
       return;
     }
-    if (messages_.size() == 1 && messages_.front().has_header()) {
-      const pstrain::v1::PushHeader& h = messages_.front().header();
+    if (count_ == 1 && message.has_header()) {
+      const pstrain::v1::PushHeader& h = message.header();
       absl::Status st = sessions_->Check(h.worker(), h.session_id(), "Push");
+      if (st.ok()) st = service_->CheckGeneration(h.generation(), "push");
       if (!st.ok()) {
         Fail(ToGrpcStatus(absl::Status(
             st.code(), absl::StrCat(st.message(), "; nothing applied"))));
@@ -201,6 +271,156 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     }
     frame_.Clear();
     StartRead(&frame_);
+  }
+
+  // Summing on arrival, pipelined: a parsed message is summed while the
+  // next one is read (two message slots, so at most two messages are held),
+  // by one thread at a time (the "summer"), in arrival order. Whoever ends
+  // the call (Finish) is the summer, or the last reaction when none sums.
+  void OnArrivalReadDone(bool ok) {
+    if (!ok) {
+      {
+        absl::MutexLock lock(&pipe_mu_);
+        if (done_) return;  // already finished (failure)
+        half_closed_ = true;
+        if (summing_) return;  // the summer completes the push
+        done_ = true;
+      }
+      Complete();
+      return;
+    }
+    std::optional<grpc::Status> failure;
+    size_t slot = 0;
+    {
+      absl::MutexLock lock(&pipe_mu_);
+      if (done_) return;
+      bytes_ += frame_.Length();
+      if (bytes_ > shard_->max_push_bytes()) {
+        failure = grpc::Status(
+            grpc::StatusCode::RESOURCE_EXHAUSTED,
+            absl::StrCat("push stream exceeds the ", shard_->max_push_bytes(),
+                         " bytes shard ", shard_->shard_id(),
+                         " can receive; nothing applied"));
+      } else if (count_ >= shard_->max_push_messages()) {
+        failure = grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            absl::StrCat("push stream has more than ",
+                         shard_->max_push_messages(), " messages for shard ",
+                         shard_->shard_id(), "; nothing applied"));
+      } else {
+        slot = free_.back();
+        free_.pop_back();
+      }
+      ++count_;
+    }
+    if (!failure.has_value() &&
+        !grpc::SerializationTraits<PushRequest>::Deserialize(
+             &frame_, &(*messages_)[slot])
+             .ok()) {
+      failure = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                             absl::StrCat("push message ", count_ - 1,
+                                          " is not a valid PushRequest; "
+                                          "nothing applied"));
+    }
+    bool read_next = false;
+    bool become_summer = false;
+    {
+      absl::MutexLock lock(&pipe_mu_);
+      if (failure.has_value()) {
+        if (!failure_.has_value()) failure_ = failure;
+        if (summing_) return;  // the summer fails the push
+        done_ = true;
+      } else {
+        parsed_.push_back(slot);
+        read_next = !free_.empty();
+        read_deferred_ = !read_next;  // the summer reads when a slot frees
+        become_summer = !summing_;
+        summing_ = true;
+      }
+    }
+    if (failure.has_value()) {
+      Fail(*failure);
+      return;
+    }
+    if (read_next) {
+      frame_.Clear();
+      StartRead(&frame_);
+    }
+    if (become_summer) SumParsed();
+  }
+
+  // Sums parsed messages until none is left, then ends the call if the
+  // stream failed or half-closed meanwhile.
+  void SumParsed() {
+    while (true) {
+      size_t slot = 0;
+      {
+        absl::MutexLock lock(&pipe_mu_);
+        if (failure_.has_value() || parsed_.empty()) {
+          summing_ = false;
+          if (!failure_.has_value() && !half_closed_) return;
+          done_ = true;
+          break;
+        }
+        slot = parsed_.front();
+        parsed_.pop_front();
+      }
+      absl::Status st = SumMessage((*messages_)[slot]);
+      bool read_next = false;
+      {
+        absl::MutexLock lock(&pipe_mu_);
+        free_.push_back(slot);
+        if (!st.ok() && !failure_.has_value()) failure_ = ToGrpcStatus(st);
+        read_next = read_deferred_ && !failure_.has_value();
+        if (read_next) read_deferred_ = false;
+      }
+      if (read_next) {
+        frame_.Clear();
+        StartRead(&frame_);
+      }
+    }
+    std::optional<grpc::Status> failure;
+    {
+      absl::MutexLock lock(&pipe_mu_);
+      failure = failure_;
+    }
+    if (failure.has_value()) {
+      Fail(*failure);
+    } else {
+      Complete();
+    }
+  }
+
+  // The first message's header opens the shard's IncomingPush (after the
+  // session and generation checks); every chunk goes to it.
+  absl::Status SumMessage(const PushRequest& message) {
+    if (!first_seen_) {
+      first_seen_ = true;
+      if (!message.has_header()) {
+        return absl::InvalidArgumentError(
+            "the first push message must carry a header");
+      }
+      const pstrain::v1::PushHeader& h = message.header();
+      absl::Status st = sessions_->Check(h.worker(), h.session_id(), "Push");
+      if (st.ok()) st = service_->CheckGeneration(h.generation(), "push");
+      if (!st.ok()) {
+        return absl::Status(st.code(),
+                            absl::StrCat(st.message(), "; nothing applied"));
+      }
+      absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> incoming =
+          shard_->BeginPush(h);
+      if (!incoming.ok()) return incoming.status();
+      incoming_ = *std::move(incoming);
+      header_generation_ = h.generation();
+    }
+    if (incoming_ == nullptr) {
+      return absl::InvalidArgumentError(
+          "the first push message must carry a header");
+    }
+    for (const pstrain::v1::ChunkData& c : message.chunks()) {
+      if (absl::Status st = incoming_->Add(c); !st.ok()) return st;
+    }
+    return absl::OkStatus();
   }
 
   void OnDone() override {
@@ -221,7 +441,13 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 
   // Frees the admission slot and the buffers, then finishes the call.
   void End(const grpc::Status& status) {
-    messages_.clear();
+    // A push that fails after some chunks were summed leaves them as the
+    // worker's uncommitted contribution (server/shard.h): nothing applied.
+    incoming_.reset();
+    if (messages_ != nullptr) {
+      service_->ReturnPushBuffers(std::move(messages_));
+    }
+    count_ = 0;
     if (admitted_) service_->EndPush();
     Finish(status);
   }
@@ -236,17 +462,38 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
                         "nothing applied"));
       return;
     }
-    if (messages_.empty() || !messages_.front().has_header()) {
+    if (on_arrival_) {
+      if (incoming_ == nullptr) {
+        Fail(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "the first push message must carry a header"));
+        return;
+      }
+      // A rollback while the stream was open: the shard it was summed into
+      // is gone, and the generation check answers.
+      const absl::Status generation =
+          service_->CheckGeneration(header_generation_, "push");
+      Reply(generation.ok() ? incoming_->Finish()
+                            : absl::StatusOr<PushResult>(generation));
+      return;
+    }
+    if (count_ == 0 || !messages_->front().has_header()) {
       Fail(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "the first push message must carry a header"));
       return;
     }
     std::vector<const pstrain::v1::ChunkData*> chunks;
-    for (const PushRequest& m : messages_) {
-      for (const auto& c : m.chunks()) chunks.push_back(&c);
+    for (size_t i = 0; i < count_; ++i) {
+      for (const auto& c : (*messages_)[i].chunks()) chunks.push_back(&c);
     }
-    absl::StatusOr<PushResult> result =
-        shard_->Push(messages_.front().header(), chunks);
+    // A rollback while the stream was open: the shard it was read for is
+    // gone, and the generation check answers.
+    const absl::Status generation = service_->CheckGeneration(
+        messages_->front().header().generation(), "push");
+    Reply(generation.ok() ? shard_->Push(messages_->front().header(), chunks)
+                          : absl::StatusOr<PushResult>(generation));
+  }
+
+  void Reply(const absl::StatusOr<PushResult>& result) {
     service_->bytes_in_ += bytes_;
     service_->RecordPush(absl::Now() - start_, result);
     if (!result.ok()) {
@@ -279,17 +526,64 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   grpc::ByteBuffer* const response_;
   const absl::Time start_;
   grpc::ByteBuffer frame_;
-  std::vector<PushRequest> messages_;
+  // Messages [0, count_) of this push, in objects reused across pushes
+  // (null until admitted).
+  std::unique_ptr<std::vector<PushRequest>> messages_;
+  size_t count_ = 0;
   uint64_t bytes_ = 0;
   bool admitted_ = false;
+  const bool on_arrival_;  // Shard::sums_on_arrival()
+  // Summing on arrival: the shard's push (after the first message), its
+  // header's generation, and the pipeline between reads and the summer.
+  std::unique_ptr<Shard::IncomingPush> incoming_;
+  uint64_t header_generation_ = 0;
+  bool first_seen_ = false;  // the summer's
+  absl::Mutex pipe_mu_;
+  std::vector<size_t> free_ ABSL_GUARDED_BY(pipe_mu_);   // message slots
+  std::deque<size_t> parsed_ ABSL_GUARDED_BY(pipe_mu_);  // to sum, in order
+  bool summing_ ABSL_GUARDED_BY(pipe_mu_) = false;
+  bool read_deferred_ ABSL_GUARDED_BY(pipe_mu_) = false;  // no free slot
+  bool half_closed_ ABSL_GUARDED_BY(pipe_mu_) = false;
+  bool done_ ABSL_GUARDED_BY(pipe_mu_) = false;  // the call is being ended
+  std::optional<grpc::Status> failure_ ABSL_GUARDED_BY(pipe_mu_);
   const std::shared_ptr<Watch> watch_;
   grpc::Alarm alarm_;
 };
 
-bool ParameterServerService::AdmitPush(PushReactor* r) {
+std::unique_ptr<std::vector<PushRequest>>
+ParameterServerService::TakePushBuffers() {
   absl::MutexLock lock(&push_mu_);
-  if (options_.max_concurrent_pushes <= 0 ||
-      active_pushes_ < options_.max_concurrent_pushes) {
+  if (push_buffers_.empty()) {
+    return std::make_unique<std::vector<PushRequest>>();
+  }
+  std::unique_ptr<std::vector<PushRequest>> b = std::move(push_buffers_.back());
+  push_buffers_.pop_back();
+  return b;
+}
+
+void ParameterServerService::ReturnPushBuffers(
+    std::unique_ptr<std::vector<PushRequest>> buffers) {
+  absl::MutexLock lock(&push_mu_);
+  // As many sets as pushes may be read at once; the rest are freed.
+  if (push_buffers_.size() <
+      static_cast<size_t>(
+          std::max({options_.max_concurrent_pushes,
+                    options_.max_concurrent_buffered_pushes, 1}))) {
+    push_buffers_.push_back(std::move(buffers));
+  }
+}
+
+ParameterServerService::PushAdmission ParameterServerService::push_admission()
+    const {
+  absl::MutexLock lock(&push_mu_);
+  return {active_pushes_, static_cast<int>(waiting_pushes_.size())};
+}
+
+bool ParameterServerService::AdmitPush(PushReactor* r, bool on_arrival) {
+  const int limit = on_arrival ? options_.max_concurrent_pushes
+                               : options_.max_concurrent_buffered_pushes;
+  absl::MutexLock lock(&push_mu_);
+  if (limit <= 0 || active_pushes_ < limit) {
     ++active_pushes_;
     return true;
   }
@@ -343,9 +637,16 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterServerService::Push(
                          response);
 }
 
-grpc::Status ParameterServerService::Pull(
-    grpc::ServerContext* context, const pstrain::v1::PullRequest* request,
-    grpc::ServerWriter<PullResponse>* writer) {
+grpc::Status ParameterServerService::StreamedPull(
+    grpc::ServerContext* context,
+    grpc::ServerSplitStreamer<pstrain::v1::PullRequest, grpc::ByteBuffer>*
+        stream) {
+  pstrain::v1::PullRequest request_message;
+  if (!stream->Read(&request_message)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "pull without a valid PullRequest");
+  }
+  const pstrain::v1::PullRequest* request = &request_message;
   std::shared_ptr<Shard> s = shard();
   if (s == nullptr) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "shard not initialised");
@@ -356,6 +657,10 @@ grpc::Status ParameterServerService::Pull(
     barrier_timeout = barrier_timeout_;
   }
   const absl::Time start = absl::Now();
+  if (absl::Status st = CheckGeneration(request->generation(), "pull");
+      !st.ok()) {
+    return ToGrpcStatus(st);
+  }
   if (absl::Status st = sessions()->CheckOrRefresh(
           request->worker(), request->session_id(), "Pull",
           ServerDeadline(*context, kSessionRefreshCap));
@@ -370,33 +675,37 @@ grpc::Status ParameterServerService::Pull(
   PullResponse head;
   head.set_version(result->version);
   head.set_min_clock(result->min_clock);
-  uint64_t bytes = head.ByteSizeLong();
-  if (!writer->Write(head)) {
-    return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+  uint64_t bytes = 0;
+  auto write = [&](grpc::ByteBuffer buffer) {
+    bytes += buffer.Length();
+    return stream->Write(buffer);
+  };
+  {
+    ChunkFrame frame(/*chunk_field=*/3);
+    frame.AddFields(head);
+    if (!write(frame.Release())) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+    }
   }
-  PullResponse msg;
-  uint64_t payload = 0;
+  // Every fp32 payload slice points into a chunk buffer and holds its own
+  // pin (PulledWeights::Pin) until gRPC has sent it, so the buffer is
+  // neither freed nor updated in place meanwhile (copy-on-write).
+  ChunkFrame frame(/*chunk_field=*/3);
   const uint64_t element_bytes = WireElementBytes(s->wire_dtype());
   for (size_t i = 0; i < s->chunks().size(); ++i) {
     const LocalChunk& c = s->chunks()[i];
-    if (payload > 0 &&
-        payload + c.length * element_bytes > kMaxMessagePayloadBytes) {
-      bytes += msg.ByteSizeLong();
-      if (!writer->Write(msg)) {
+    if (frame.payload_bytes() > 0 &&
+        frame.payload_bytes() + c.length * element_bytes >
+            kMaxMessagePayloadBytes) {
+      if (!write(frame.Release())) {
         return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
       }
-      msg.Clear();
-      payload = 0;
     }
-    EncodeChunk(c.tensor, c.index, result->chunk(i), c.length, msg.add_chunks(),
-                s->wire_dtype());
-    payload += c.length * element_bytes;
+    frame.AddChunk(c.tensor, c.index, result->chunk(i), c.length,
+                   s->wire_dtype(), /*keepalive=*/nullptr, result->Pin(i));
   }
-  if (msg.chunks_size() > 0) {
-    bytes += msg.ByteSizeLong();
-    if (!writer->Write(msg)) {
-      return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
-    }
+  if (!frame.empty() && !write(frame.Release())) {
+    return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
   }
   bytes_out_ += bytes;
   if (metrics_ != nullptr) {
@@ -482,6 +791,61 @@ grpc::Status ParameterServerService::Checkpoint(
   while (checkpoints_saved_.size() > 4)
     checkpoints_saved_.erase(checkpoints_saved_.begin());
   return answer(*file);
+}
+
+}  // namespace pstrain
+
+namespace pstrain {
+
+grpc::Status ParameterServerService::Rollback(
+    grpc::ServerContext* context, const pstrain::v1::RollbackRequest* request,
+    pstrain::v1::RollbackResponse* response) {
+  RollbackFactory factory;
+  {
+    absl::MutexLock lock(&mu_);
+    if (request->generation() < generation_) {
+      return grpc::Status(
+          grpc::StatusCode::ABORTED,
+          absl::StrCat("rollback of generation ", request->generation(),
+                       " refused: this shard serves generation ", generation_,
+                       "; nothing changed"));
+    }
+    if (!rollback_factory_ || shard_ == nullptr) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "this shard cannot roll back (not serving a job)");
+    }
+    if (!mu_.AwaitWithDeadline(absl::Condition(&rollback_idle_),
+                               ServerDeadline(*context, absl::Seconds(30)))) {
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          "another rollback is in progress");
+    }
+    factory = rollback_factory_;
+    rollback_idle_ = false;
+  }
+  // Built outside the mutex: a restore reads a checkpoint file.
+  absl::StatusOr<std::shared_ptr<Shard>> fresh =
+      factory(request->checkpoint(), request->step());
+  std::shared_ptr<Shard> old;
+  {
+    absl::MutexLock lock(&mu_);
+    rollback_idle_ = true;
+    if (!fresh.ok()) return ToGrpcStatus(fresh.status());
+    if (request->generation() < generation_) {
+      return grpc::Status(
+          grpc::StatusCode::ABORTED,
+          "a newer rollback arrived meanwhile; nothing changed");
+    }
+    old = std::exchange(shard_, *fresh);
+    generation_ = request->generation();
+    generation_step_ = request->step();
+    // Files saved for cuts after the rollback step belong to the old
+    // generation's run; the new one saves them again.
+    checkpoints_saved_.erase(checkpoints_saved_.upper_bound(request->step()),
+                             checkpoints_saved_.end());
+  }
+  if (old != nullptr) old->Close();  // blocked pulls of the old one return
+  response->set_version(request->step());
+  return grpc::Status::OK;
 }
 
 }  // namespace pstrain

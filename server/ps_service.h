@@ -3,16 +3,24 @@
 //
 // Push is a raw callback method (a reactor per stream, no thread per call):
 // it parses each frame itself, so an undecodable frame is an error rather
-// than an end of stream. A push reaches the shard only after a clean
-// half-close; a stream that is cancelled, exceeds its deadline or carries an
-// undecodable frame changes nothing and fails (CANCELLED /
-// INVALID_ARGUMENT). Every stream's buffer is bounded by what the shard can
+// than an end of stream. On a shard that sums on arrival (plain sync,
+// Shard::sums_on_arrival()) every message's chunks are summed as the message
+// arrives (Shard::BeginPush) and the push commits at the clean half-close;
+// otherwise (async, backup workers) the push is kept and reaches the shard
+// only after the clean half-close. Either way a stream that is cancelled,
+// exceeds its deadline or carries an undecodable or invalid frame applies
+// nothing, changes nothing observable and fails (CANCELLED /
+// INVALID_ARGUMENT / the shard's status; server/shard.h says what stays of a
+// half-summed push). Every stream is bounded by what the shard can
 // legitimately receive (Shard::max_push_bytes(), max_push_messages()): a
 // stream beyond it is RESOURCE_EXHAUSTED / INVALID_ARGUMENT at once, before
 // the rest is read.
 //
-// Pull serialises straight from the shard's pinned chunk buffers
-// (Shard::PullWeights), one message of at most 4 MiB of chunks at a time.
+// Pull sends straight from the shard's pinned chunk buffers
+// (Shard::PullWeights), one message of at most 4 MiB of chunks at a time:
+// an fp32 payload is a gRPC slice pointing into the chunk buffer, holding a
+// pin of its own until gRPC has sent it (common/chunk_frames.h), so the
+// weights are copied only by the kernel.
 //
 // Session ids (README "Security"): a pull and a push must carry their rank's
 // current session id (PullRequest / PushHeader.session_id), else
@@ -20,6 +28,15 @@
 // not know refreshes the table from the coordinator first
 // (server/worker_sessions.h); a push is checked against the table as it is,
 // as soon as its first message arrives.
+//
+// Generations (training.on_failure: restart; README "Failures and
+// recovery"): the service serves one generation of the job at a time (0
+// until the first Rollback). A pull or push of another generation
+// (PullRequest / PushHeader.generation) is ABORTED, naming both
+// generations and the rollback step, and changes nothing. Rollback replaces
+// the shard by one restored from a checkpoint (or built afresh, step 0)
+// through the factory SetRollbackFactory gave; the old shard is closed, so
+// pulls blocked on it return at once.
 #ifndef PSTRAIN_SERVER_PS_SERVICE_H_
 #define PSTRAIN_SERVER_PS_SERVICE_H_
 
@@ -28,6 +45,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -41,18 +61,26 @@
 
 namespace pstrain {
 
+// Channel arguments a parameter server's gRPC server is started with
+// (ServerNode; ps_bench measures its memory variants against them).
+std::vector<std::pair<std::string, int>> PsServerChannelArgs();
+
 struct PsServiceOptions {
   absl::Duration barrier_timeout = absl::Minutes(5);  // longest blocked pull
   // Where to publish pstrain_server_* metrics; may be null. Must outlive the
   // service.
   MetricsRegistry* metrics = nullptr;
-  // Push streams received at once; more wait, holding no buffer, until one
-  // ends (FIFO). The shard buffers at most k * Shard::max_push_bytes() of
-  // pushes, whatever the number of workers; with k = 1 a sync server's
-  // memory does not depend on the number of workers at all. Admitted pushes
-  // never wait for other pushes, so any k >= 1 is deadlock-free. 0: no
-  // limit.
-  int max_concurrent_pushes = 1;
+  // Push streams received at once on a shard that sums on arrival; more
+  // wait, holding no buffer, until one ends (FIFO). Such a stream holds one
+  // message (at most 4 MiB of chunks, plus gRPC's copy of its frame), so the
+  // server holds at most about k * 8 MiB of pushes whatever the number of
+  // workers. Admitted pushes never wait for other pushes, so any k >= 1 is
+  // deadlock-free. 0: no limit.
+  int max_concurrent_pushes = 2;
+  // The same on a shard that buffers whole pushes (async, backup workers):
+  // at most k * Shard::max_push_bytes() of pushes are held; with k = 1 the
+  // memory does not depend on the number of workers.
+  int max_concurrent_buffered_pushes = 1;
   // A push stream (waiting included) still open after this long is
   // cancelled, nothing applied, so a stalled client cannot hold a slot.
   absl::Duration push_timeout = absl::Minutes(2);
@@ -85,18 +113,38 @@ class ParameterServerService final
   // Closes the shard (if any): every pull blocked on a barrier returns
   // UNAVAILABLE at once, so grpc::Server::Shutdown does not wait for them.
   void CloseShard();
+  // Builds the shard a Rollback installs: restored from `checkpoint` (a
+  // step directory) at `step`, or the initial state when `checkpoint` is
+  // empty. Until set, Rollback is FAILED_PRECONDITION.
+  using RollbackFactory = std::function<absl::StatusOr<std::shared_ptr<Shard>>(
+      const std::string& checkpoint, uint64_t step)>;
+  void SetRollbackFactory(RollbackFactory factory);
+  // The generation served from now on (a replacement server starts in the
+  // job's current one, JobSpec.generation).
+  void SetGeneration(uint64_t generation);
+  uint64_t generation() const;
   // Runs once, on the first Shutdown RPC (from the coordinator at job end).
   void SetShutdownCallback(std::function<void(const std::string&)> callback);
 
   uint64_t bytes_in() const { return bytes_in_.load(); }
+  // Push streams being read now (holding an admission slot), and streams
+  // waiting for one.
+  struct PushAdmission {
+    int active = 0;
+    int waiting = 0;
+  };
+  PushAdmission push_admission() const;
   uint64_t bytes_out() const { return bytes_out_.load(); }
 
   grpc::ServerReadReactor<grpc::ByteBuffer>* Push(
       grpc::CallbackServerContext* context,
       grpc::ByteBuffer* response) override;
-  grpc::Status Pull(
-      grpc::ServerContext* context, const pstrain::v1::PullRequest* request,
-      grpc::ServerWriter<pstrain::v1::PullResponse>* writer) override;
+  // Pull, registered in place of the generated handler: the same RPC on
+  // the wire, but the replies are pre-built zero-copy messages.
+  grpc::Status StreamedPull(
+      grpc::ServerContext* context,
+      grpc::ServerSplitStreamer<pstrain::v1::PullRequest, grpc::ByteBuffer>*
+          stream);
   grpc::Status GetStats(grpc::ServerContext* context,
                         const pstrain::v1::ShardStatsRequest* request,
                         pstrain::v1::ShardStats* response) override;
@@ -109,18 +157,31 @@ class ParameterServerService final
   grpc::Status Checkpoint(grpc::ServerContext* context,
                           const pstrain::v1::CheckpointRequest* request,
                           pstrain::v1::CheckpointResponse* response) override;
+  // Coordinator-only (common/job_token.h). See "Generations" above.
+  grpc::Status Rollback(grpc::ServerContext* context,
+                        const pstrain::v1::RollbackRequest* request,
+                        pstrain::v1::RollbackResponse* response) override;
 
  private:
   friend class PushReactor;
   std::shared_ptr<Shard> shard() const;
   std::shared_ptr<WorkerSessions> sessions() const;
+  // OK when `generation` is the one served, else ABORTED naming both.
+  absl::Status CheckGeneration(uint64_t generation, const char* what) const;
   // Push admission (max_concurrent_pushes): true if `r` may read now,
   // false if it was queued.
-  bool AdmitPush(PushReactor* r);
+  bool AdmitPush(PushReactor* r, bool on_arrival);
   // An admitted push ended: frees its slot and starts the next waiting one.
   void EndPush();
   // Removes a waiting push (cancelled); false if it is not waiting.
   bool UnqueuePush(PushReactor* r);
+  // Message objects for one push stream, reused across pushes (their
+  // strings keep their capacity); at most max(1, either concurrency limit)
+  // sets are kept, each holding up to one push (Shard::max_push_bytes()),
+  // or one message on a shard that sums on arrival.
+  std::unique_ptr<std::vector<pstrain::v1::PushRequest>> TakePushBuffers();
+  void ReturnPushBuffers(
+      std::unique_ptr<std::vector<pstrain::v1::PushRequest>> buffers);
 
   // Null when options.metrics is null.
   struct Metrics {
@@ -145,15 +206,21 @@ class ParameterServerService final
   absl::Duration barrier_timeout_ ABSL_GUARDED_BY(mu_);
   std::function<void(const std::string&)> on_shutdown_ ABSL_GUARDED_BY(mu_);
   std::string checkpoint_root_ ABSL_GUARDED_BY(mu_);
+  RollbackFactory rollback_factory_ ABSL_GUARDED_BY(mu_);
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t generation_step_ ABSL_GUARDED_BY(mu_) = 0;  // its rollback step
+  bool rollback_idle_ ABSL_GUARDED_BY(mu_) = true;
   uint32_t num_shards_ ABSL_GUARDED_BY(mu_) = 0;
   // One Checkpoint call saves at a time; the last few saved files answer a
   // repeated call (the coordinator's deadline may pass while a file is
   // written, and the shard is then past the cut).
   bool checkpoint_idle_ ABSL_GUARDED_BY(mu_) = true;
   std::map<uint64_t, CheckpointFile> checkpoints_saved_ ABSL_GUARDED_BY(mu_);
-  absl::Mutex push_mu_;
+  mutable absl::Mutex push_mu_;
   int active_pushes_ ABSL_GUARDED_BY(push_mu_) = 0;
   std::deque<PushReactor*> waiting_pushes_ ABSL_GUARDED_BY(push_mu_);
+  std::vector<std::unique_ptr<std::vector<pstrain::v1::PushRequest>>>
+      push_buffers_ ABSL_GUARDED_BY(push_mu_);
   std::atomic<uint64_t> bytes_in_{0};
   std::atomic<uint64_t> bytes_out_{0};
 };

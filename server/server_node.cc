@@ -32,6 +32,40 @@ bool JobIsOver(pstrain::v1::Coordinator::Stub& coord, absl::Duration timeout) {
   return coord.JobStatus(&ctx, {}, &status).ok() && status.finished();
 }
 
+// Shard `shard_id` of `job`: restored by range from `checkpoint` (a step
+// directory, whatever shard layout wrote it) when not empty, else the
+// initial state; standing cuts set when the job checkpoints. Used at start
+// (JobSpec.resume_from) and by Rollback (training.on_failure: restart).
+absl::StatusOr<std::shared_ptr<Shard>> BuildShard(
+    const pstrain::v1::JobSpec& job, uint32_t shard_id,
+    const std::string& checkpoint) {
+  absl::StatusOr<std::unique_ptr<Shard>> shard =
+      Shard::Create(ShardOptionsFromJob(job, shard_id));
+  if (!shard.ok()) {
+    return absl::Status(
+        shard.status().code(),
+        absl::StrCat("cannot build shard: ", shard.status().message()));
+  }
+  if (!checkpoint.empty()) {
+    absl::StatusOr<std::unique_ptr<CheckpointReader>> reader =
+        CheckpointReader::Open(CheckpointEnv::Default(), checkpoint);
+    absl::Status restored =
+        reader.ok() ? (*reader)->RestoreShard(
+                          ShardOptionsFromJob(job, shard_id), **shard)
+                    : reader.status();
+    if (!restored.ok()) {
+      return absl::Status(restored.code(),
+                          absl::StrCat("cannot restore from ", checkpoint, ": ",
+                                       restored.message()));
+    }
+  }
+  if (!job.checkpoint_dir().empty()) {
+    (*shard)->SetStandingCuts(job.config().checkpoint().every_steps(),
+                              job.config().training().steps());
+  }
+  return std::shared_ptr<Shard>(std::move(*shard));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ServerNode>> ServerNode::Create(
@@ -61,7 +95,7 @@ absl::StatusOr<std::unique_ptr<ServerNode>> ServerNode::Create(
   PS_ASSIGN_OR_RETURN(
       StartedServer started,
       StartGrpcServer(options.bind, options.port, node->server_credentials_,
-                      {node->service_.get()}));
+                      {node->service_.get()}, PsServerChannelArgs()));
   node->server_ = std::move(started.server);
   node->port_ = started.port;
   // NOT_SERVING until the shard holds its weights.
@@ -145,42 +179,39 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
   if (!st.ok()) {
     return absl::Status(st.code(), absl::StrCat("no job: ", st.message()));
   }
-  absl::StatusOr<std::unique_ptr<Shard>> shard =
-      Shard::Create(ShardOptionsFromJob(job, reg.shard()));
-  if (!shard.ok()) {
-    return absl::Status(
-        shard.status().code(),
-        absl::StrCat("cannot build shard: ", shard.status().message()));
-  }
+  absl::StatusOr<std::shared_ptr<Shard>> shard =
+      BuildShard(job, reg.shard(), job.resume_from());
+  if (!shard.ok()) return shard.status();
   if (!job.resume_from().empty()) {
-    // Resume: this shard's chunks, read by range from the checkpoint
-    // (whatever shard layout wrote it).
-    absl::StatusOr<std::unique_ptr<CheckpointReader>> reader =
-        CheckpointReader::Open(CheckpointEnv::Default(), job.resume_from());
-    absl::Status restored =
-        reader.ok() ? (*reader)->RestoreShard(
-                          ShardOptionsFromJob(job, reg.shard()), **shard)
-                    : reader.status();
-    if (!restored.ok()) {
-      return absl::Status(restored.code(), absl::StrCat("cannot restore from ",
-                                                        job.resume_from(), ": ",
-                                                        restored.message()));
-    }
     PS_LOG_INFO("restored from %s (step %d)", job.resume_from(),
                 job.start_step());
   }
   if (!job.checkpoint_dir().empty()) {
     service.SetCheckpointRoot(job.checkpoint_dir(), job.num_servers());
-    (*shard)->SetStandingCuts(job.config().checkpoint().every_steps(),
-                              job.config().training().steps());
   }
+  // training.on_failure: restart: the coordinator may order a rollback.
+  service.SetGeneration(job.generation());
+  service.SetRollbackFactory(
+      [job, shard_id = reg.shard()](
+          const std::string& checkpoint,
+          uint64_t step) -> absl::StatusOr<std::shared_ptr<Shard>> {
+        PS_ASSIGN_OR_RETURN(std::shared_ptr<Shard> fresh,
+                            BuildShard(job, shard_id, checkpoint));
+        PS_LOG_INFO("rolled back to step %d (%s)", step,
+                    checkpoint.empty() ? "the initial state" : checkpoint);
+        return fresh;
+      });
   PS_LOG_INFO("serving %d chunks (%d elements) at %s",
               (*shard)->chunks().size(), (*shard)->num_elements(), address);
   const uint32_t shard_id = reg.shard();
   const uint64_t session_id = reg.session_id();
+  std::shared_ptr<Shard> serving(std::move(*shard));
+  // The fetch also hands the shard the elastic membership (departed ranks,
+  // start steps) before any pull is checked against the new table.
   auto sessions = std::make_shared<WorkerSessions>(
       job.config().job().workers(),
-      [coord, shard_id, session_id, rpc_timeout](
+      [coord, shard_id, session_id, rpc_timeout,
+       target = std::weak_ptr<Shard>(serving)](
           absl::Time deadline) -> absl::StatusOr<std::vector<uint64_t>> {
         grpc::ClientContext ctx;
         ctx.set_deadline(
@@ -191,13 +222,20 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
         pstrain::v1::GetWorkerSessionsResponse resp;
         PS_RETURN_IF_ERROR(
             FromGrpcStatus(coord->GetWorkerSessions(&ctx, req, &resp)));
+        // A rollback (on_failure: restart) replaces the shard; membership
+        // changes only under elastic, which never rolls back.
+        if (std::shared_ptr<Shard> t = target.lock()) {
+          t->SetMembership(
+              std::vector<bool>(resp.departed().begin(), resp.departed().end()),
+              std::vector<uint64_t>(resp.start_steps().begin(),
+                                    resp.start_steps().end()));
+        }
         return std::vector<uint64_t>(resp.session_ids().begin(),
                                      resp.session_ids().end());
       });
   service.SetBarrierTimeout(
       absl::Seconds(job.config().network().barrier_timeout_s()));
-  service.SetShard(std::shared_ptr<Shard>(std::move(*shard)),
-                   std::move(sessions));
+  service.SetShard(std::move(serving), sessions);
   server->GetHealthCheckService()->SetServingStatus(true);
   st = RetryUntil(
       startup_deadline, "coordinator",
@@ -230,6 +268,7 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
   const absl::Duration beat = std::min(absl::Seconds(1), lease / 4);
   absl::Time last_contact = absl::Now();
   absl::Time next_beat = absl::Now();
+  uint64_t membership_epoch = 0;
   while (!shutdown.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
     if (stop()) {
       PS_LOG_INFO("stopping on request");
@@ -246,6 +285,17 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
     grpc::Status s = coord->JobStatus(&ctx, req, &status);
     if (s.ok()) {
       last_contact = absl::Now();
+      if (status.membership_epoch() != membership_epoch) {
+        // Elastic workers: a worker was declared dead or joined; the
+        // shard's table follows (async pulls stop waiting for a dead rank).
+        membership_epoch = status.membership_epoch();
+        absl::Status refreshed =
+            sessions->Refresh(absl::Now() + std::min(beat, rpc_timeout));
+        if (!refreshed.ok()) {
+          PS_LOG_WARN("worker table refresh failed: %s", refreshed.ToString());
+          membership_epoch = 0;  // again at the next heartbeat
+        }
+      }
       if (status.finished()) {
         // The coordinator collects every shard's statistics and then sends
         // Shutdown: wait for it (bounded), so the statistics are not lost

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <thread>
 
 #include "absl/hash/hash.h"
@@ -50,16 +51,239 @@ int NextExponent(double max_abs, int current) {
   return std::clamp(e + kHeadroomBits, kMinExponent, kMaxExponent);
 }
 
-uint64_t Fingerprint(const PushHeader& h,
-                     const std::vector<const ChunkData*>& ordered) {
-  uint64_t fp = absl::HashOf(h.worker(), h.clock(), h.read_version(),
-                             h.read_min_clock(), h.num_samples());
-  for (const ChunkData* c : ordered) {
-    fp = absl::HashOf(fp, absl::string_view(c->data()));
+// Fast paths of the fixed-point conversions, bit-identical to the scalar
+// std::llrint and int64 -> double conversions they replace where they apply:
+// for |y| < 2^51, y + 1.5 * 2^52 lies in [2^52, 2^53), where doubles are the
+// integers, so the addition rounds y to the nearest integer (ties to even, as
+// llrint in the default rounding mode), and the bits of the sum minus those
+// of 1.5 * 2^52 are that integer; the reverse turns an int64 below 2^51 in
+// magnitude into its exact double. Unlike the scalar conversions they
+// vectorise; each is built for AVX2 and the baseline, chosen at run time
+// (a plain check, not an ifunc: ifunc resolvers run before the sanitizers'
+// runtimes are up).
+constexpr double kMagic = 6755399441055744.0;      // 1.5 * 2^52
+constexpr double kFastLimit = 2251799813685248.0;  // 2^51
+int64_t MagicBits() {
+  int64_t bits;
+  std::memcpy(&bits, &kMagic, sizeof(bits));
+  return bits;
+}
+
+// Largest |g| of `len` finite floats at `src` (their magnitudes' bits order
+// as the magnitudes do).
+inline __attribute__((always_inline)) float MaxAbsFloatBody(const char* src,
+                                                            uint64_t len) {
+  uint32_t max_bits = 0;
+  for (uint64_t i = 0; i < len; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, src + i * sizeof(float), sizeof(bits));
+    bits &= 0x7fffffffu;
+    max_bits = bits > max_bits ? bits : max_bits;
   }
-  return fp;
+  float max;
+  std::memcpy(&max, &max_bits, sizeof(max));
+  return max;
+}
+
+// acc[i] += llrint(n * g[i] * to_fixed), for terms known below 2^51.
+inline __attribute__((always_inline)) void AddFixedFastBody(
+    const char* src, uint64_t len, double n, double to_fixed, int64_t* acc) {
+  const int64_t magic_bits = MagicBits();
+  for (uint64_t i = 0; i < len; ++i) {
+    float g;
+    std::memcpy(&g, src + i * sizeof(float), sizeof(float));
+    const double r = n * static_cast<double>(g) * to_fixed + kMagic;
+    int64_t bits;
+    std::memcpy(&bits, &r, sizeof(bits));
+    acc[i] += bits - magic_bits;
+  }
+}
+
+// True if every acc[i] is below 2^51 in magnitude.
+inline __attribute__((always_inline)) bool FixedFitsFastBody(const int64_t* acc,
+                                                             uint64_t len) {
+  uint64_t out = 0;
+  for (uint64_t i = 0; i < len; ++i) {
+    out |= (static_cast<uint64_t>(acc[i]) + (uint64_t{1} << 51)) >> 52;
+  }
+  return out == 0;
+}
+
+// g[i] = float(double(acc[i]) * from_fixed / samples), acc[i] = 0; the
+// fast conversion needs FixedFitsFast.
+inline __attribute__((always_inline)) void FixedToFloatBody(
+    int64_t* acc, uint64_t len, double from_fixed, double samples, bool fast,
+    float* g) {
+  if (fast) {
+    const int64_t magic_bits = MagicBits();
+    for (uint64_t i = 0; i < len; ++i) {
+      const int64_t bits = acc[i] + magic_bits;
+      double d;
+      std::memcpy(&d, &bits, sizeof(d));
+      g[i] = static_cast<float>((d - kMagic) * from_fixed / samples);
+      acc[i] = 0;
+    }
+    return;
+  }
+  for (uint64_t i = 0; i < len; ++i) {
+    g[i] =
+        static_cast<float>(static_cast<double>(acc[i]) * from_fixed / samples);
+    acc[i] = 0;
+  }
+}
+
+bool HasAvx2() {
+  static const bool avx2 = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return avx2;
+}
+
+__attribute__((target("avx2"))) float MaxAbsFloatAvx2(const char* src,
+                                                      uint64_t len) {
+  return MaxAbsFloatBody(src, len);
+}
+float MaxAbsFloat(const char* src, uint64_t len) {
+  return HasAvx2() ? MaxAbsFloatAvx2(src, len) : MaxAbsFloatBody(src, len);
+}
+
+__attribute__((target("avx2"))) void AddFixedFastAvx2(const char* src,
+                                                      uint64_t len, double n,
+                                                      double to_fixed,
+                                                      int64_t* acc) {
+  AddFixedFastBody(src, len, n, to_fixed, acc);
+}
+void AddFixedFast(const char* src, uint64_t len, double n, double to_fixed,
+                  int64_t* acc) {
+  if (HasAvx2()) {
+    AddFixedFastAvx2(src, len, n, to_fixed, acc);
+  } else {
+    AddFixedFastBody(src, len, n, to_fixed, acc);
+  }
+}
+
+__attribute__((target("avx2"))) bool FixedFitsFastAvx2(const int64_t* acc,
+                                                       uint64_t len) {
+  return FixedFitsFastBody(acc, len);
+}
+bool FixedFitsFast(const int64_t* acc, uint64_t len) {
+  return HasAvx2() ? FixedFitsFastAvx2(acc, len) : FixedFitsFastBody(acc, len);
+}
+
+__attribute__((target("avx2"))) void FixedToFloatAvx2(int64_t* acc,
+                                                      uint64_t len,
+                                                      double from_fixed,
+                                                      double samples, bool fast,
+                                                      float* g) {
+  FixedToFloatBody(acc, len, from_fixed, samples, fast, g);
+}
+void FixedToFloat(int64_t* acc, uint64_t len, double from_fixed, double samples,
+                  bool fast, float* g) {
+  if (HasAvx2()) {
+    FixedToFloatAvx2(acc, len, from_fixed, samples, fast, g);
+  } else {
+    FixedToFloatBody(acc, len, from_fixed, samples, fast, g);
+  }
+}
+
+// One chunk's part of a push fingerprint: its position and bytes.
+uint64_t ChunkHash(size_t k, const ChunkData& c) {
+  return absl::HashOf(k, absl::string_view(c.data()));
+}
+
+// The push's fingerprint from its header and every chunk's hash, summed so
+// the order of arrival does not matter.
+uint64_t Fingerprint(const PushHeader& h,
+                     const std::vector<uint64_t>& chunk_hashes) {
+  uint64_t sum = 0;
+  for (uint64_t x : chunk_hashes) sum += x;
+  return absl::HashOf(h.worker(), h.clock(), h.read_version(),
+                      h.read_min_clock(), h.num_samples(), sum);
 }
 }  // namespace
+
+// Chunk k's sync state (see shard.h, "Summing on arrival").
+struct Shard::ChunkSum {
+  // A worker's chunk summed into the open step.
+  struct Contribution {
+    bool present = false;
+    uint64_t hash = 0;
+    uint64_t num_samples = 0;
+    double max_abs = 0;
+    uint64_t clipped = 0;
+  };
+  absl::Mutex mu;
+  uint64_t epoch ABSL_GUARDED_BY(mu) = 0;  // Shard::sum_epoch_ it belongs to
+  int exponent ABSL_GUARDED_BY(mu) = kInitialExponent;
+  double max_abs ABSL_GUARDED_BY(mu) = 0;  // committed pushes' largest |x|
+  std::vector<Contribution> by_worker ABSL_GUARDED_BY(mu);
+  uint32_t summed ABSL_GUARDED_BY(mu) = 0;   // contributions present
+  bool applied ABSL_GUARDED_BY(mu) = false;  // on arrival, this epoch
+
+  // Forgets the step's contributions and moves to sum epoch `next`.
+  void ResetLocked(uint64_t next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    max_abs = 0;
+    for (Contribution& c : by_worker) c = {};
+    summed = 0;
+    applied = false;
+    epoch = next;
+  }
+};
+
+// The thread that applies chunks on arrival (Shard::ApplyOnArrival), so
+// the threads reading push streams only sum. Tasks are (chunk, sum epoch);
+// one queued per chunk and step at most. Starts in Start; the destructor
+// drops what is queued and joins.
+class ChunkApplier {
+ public:
+  static std::unique_ptr<ChunkApplier> Start(
+      std::function<void(size_t, uint64_t)> fn) {
+    std::unique_ptr<ChunkApplier> a(new ChunkApplier(std::move(fn)));
+    a->thread_ = std::thread([p = a.get()] { p->Loop(); });
+    return a;
+  }
+
+  ~ChunkApplier() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+
+  void Post(size_t chunk, uint64_t epoch) {
+    absl::MutexLock lock(&mu_);
+    queue_.emplace_back(chunk, epoch);
+  }
+
+ private:
+  explicit ChunkApplier(std::function<void(size_t, uint64_t)> fn)
+      : fn_(std::move(fn)) {}
+
+  void Loop() {
+    while (true) {
+      std::pair<size_t, uint64_t> task;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stop_ || !queue_.empty();
+        };
+        mu_.Await(absl::Condition(&ready));
+        if (stop_) return;
+        task = queue_.front();
+        queue_.pop_front();
+      }
+      fn_(task.first, task.second);
+    }
+  }
+
+  const std::function<void(size_t, uint64_t)> fn_;
+  std::thread thread_;
+  absl::Mutex mu_;
+  std::deque<std::pair<size_t, uint64_t>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+};
 
 // A fixed set of helper threads that, with the caller, run the tasks of one
 // ParallelFor at a time. Threads start in Start and stop in the destructor.
@@ -140,9 +364,13 @@ class ChunkPool {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-Shard::Shard(ShardOptions options) : options_(std::move(options)) {}
+Shard::Shard(ShardOptions options)
+    : options_(std::move(options)),
+      sync_(options_.rule.kind == ConsistencyOptions::Kind::kBsp) {}
 
-Shard::~Shard() = default;
+Shard::~Shard() {
+  applier_.reset();  // its tasks use the rest of the shard
+}
 
 ShardOptions ShardOptionsFromJob(const pstrain::v1::JobSpec& job,
                                  uint32_t shard_id) {
@@ -185,6 +413,15 @@ PulledWeights& PulledWeights::operator=(PulledWeights&& other) {
     other.chunks_.clear();
   }
   return *this;
+}
+
+std::shared_ptr<void> PulledWeights::Pin(size_t i) const {
+  std::shared_ptr<ChunkBuffer> buffer = chunks_[i];
+  buffer->readers.fetch_add(1, std::memory_order_relaxed);
+  float* data = buffer->values.data();
+  return std::shared_ptr<void>(data, [buffer = std::move(buffer)](void*) {
+    buffer->readers.fetch_sub(1, std::memory_order_release);
+  });
 }
 
 void PulledWeights::Release() {
@@ -255,16 +492,59 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(ShardOptions options) {
     shard->slots_.push_back(shard->optimizer_->InitSlots(lc.length));
   }
   shard->clocks_.assign(n, 0);
+  shard->departed_.assign(n, false);
   shard->last_push_.resize(n);
-  if (shard->rule_->records_pushes()) {
+  shard->prev_push_.resize(n);
+  if (shard->sync_) {
     shard->accumulator_.assign(shard->num_elements_, 0);
-    shard->chunk_exponent_.assign(shard->chunks_.size(), kInitialExponent);
-    shard->chunk_max_.assign(shard->chunks_.size(), 0.0);
+    shard->sums_ = std::make_unique<ChunkSum[]>(shard->chunks_.size());
+    for (size_t k = 0; k < shard->chunks_.size(); ++k) {
+      absl::MutexLock sum_lock(&shard->sums_[k].mu);
+      shard->sums_[k].by_worker.resize(n);
+    }
+    shard->sums_on_arrival_ = shard->options_.rule.backup_workers == 0;
+  }
+  if (shard->sums_on_arrival_ && shard->options_.early_apply) {
+    shard->applier_ =
+        ChunkApplier::Start([s = shard.get()](size_t k, uint64_t epoch) {
+          s->ApplyOnArrival(k, epoch);
+        });
   }
   shard->scratch_.assign(threads, std::vector<float>(shard->max_chunk_length_));
   shard->read_weights_.resize(n);
   shard->staleness_hist_.assign(kHistogramBuckets, 0);
   return shard;
+}
+
+absl::Status Shard::ValidateChunk(const ChunkData& c,
+                                  const std::vector<bool>& seen,
+                                  int* local) const {
+  auto owners = chunk_owner_.find(c.tensor());
+  if (owners == chunk_owner_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown tensor '", EchoClientText(c.tensor()), "'"));
+  }
+  if (c.index() >= owners->second.size()) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "tensor '", EchoClientText(c.tensor()), "' chunk ", c.index(),
+        " out of range [0, ", owners->second.size(), ")"));
+  }
+  auto it = local_index_.find({c.tensor(), c.index()});
+  if (it == local_index_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("tensor '", EchoClientText(c.tensor()), "' chunk ",
+                     c.index(), " is held by shard ", owners->second[c.index()],
+                     ", not shard ", shard_id()));
+  }
+  if (seen[it->second]) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", EchoClientText(c.tensor()), "' chunk ",
+                     c.index(), " sent twice"));
+  }
+  PS_RETURN_IF_ERROR(CheckChunk(c, chunks_[it->second].length,
+                                /*require_finite=*/true, wire_dtype()));
+  *local = it->second;
+  return absl::OkStatus();
 }
 
 absl::Status Shard::ValidatePush(const PushHeader& header,
@@ -278,34 +558,14 @@ absl::Status Shard::ValidatePush(const PushHeader& header,
     return absl::InvalidArgumentError("push has num_samples 0");
   }
   ordered->assign(chunks_.size(), nullptr);
+  std::vector<bool> seen(chunks_.size(), false);
   for (const ChunkData* c : chunks) {
-    auto owners = chunk_owner_.find(c->tensor());
-    if (owners == chunk_owner_.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("unknown tensor '", EchoClientText(c->tensor()), "'"));
-    }
-    if (c->index() >= owners->second.size()) {
-      return absl::OutOfRangeError(absl::StrCat(
-          "tensor '", EchoClientText(c->tensor()), "' chunk ", c->index(),
-          " out of range [0, ", owners->second.size(), ")"));
-    }
-    auto it = local_index_.find({c->tensor(), c->index()});
-    if (it == local_index_.end()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("tensor '", EchoClientText(c->tensor()), "' chunk ",
-                       c->index(), " is held by shard ",
-                       owners->second[c->index()], ", not shard ", shard_id()));
-    }
-    if ((*ordered)[it->second] != nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", EchoClientText(c->tensor()), "' chunk ",
-                       c->index(), " sent twice"));
-    }
-    (*ordered)[it->second] = c;
-    PS_RETURN_IF_ERROR(CheckChunk(*c, chunks_[it->second].length,
-                                  /*require_finite=*/true, wire_dtype()));
+    int k = 0;
+    PS_RETURN_IF_ERROR(ValidateChunk(*c, seen, &k));
+    seen[k] = true;
+    (*ordered)[k] = c;
   }
-  const size_t missing = std::count(ordered->begin(), ordered->end(), nullptr);
+  const size_t missing = std::count(seen.begin(), seen.end(), false);
   if (missing > 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("push is missing ", missing, " of ", chunks_.size(),
@@ -318,15 +578,46 @@ absl::StatusOr<PushResult> Shard::Push(
     const PushHeader& header, const std::vector<const ChunkData*>& chunks) {
   std::vector<const ChunkData*> ordered;
   PS_RETURN_IF_ERROR(ValidatePush(header, chunks, &ordered));
-  const uint64_t fingerprint = Fingerprint(header, ordered);
+  if (sums_on_arrival_) {
+    // Everything is valid: the stream below can only fail on the clock, a
+    // contribution mismatch or a restore, all before or without any effect.
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<IncomingPush> push, BeginPush(header));
+    for (const ChunkData* c : ordered) PS_RETURN_IF_ERROR(push->Add(*c));
+    return push->Finish();
+  }
+  std::vector<uint64_t> hashes(ordered.size());
+  for (size_t k = 0; k < ordered.size(); ++k) {
+    hashes[k] = ChunkHash(k, *ordered[k]);
+  }
+  const uint64_t fingerprint = Fingerprint(header, hashes);
   const uint32_t w = header.worker();
 
   absl::MutexLock lock(&mu_);
+  return AcceptLocked(
+      header, fingerprint,
+      [&](PushResult* result) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        RecordLocked(ordered, header.num_samples(), result);
+        return absl::OkStatus();
+      },
+      [&](const PushDecision& decision, PushResult* result)
+          ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            ApplyPushLocked(w, ordered, decision, result);
+          });
+}
+
+absl::StatusOr<PushResult> Shard::AcceptLocked(
+    const PushHeader& header, uint64_t fingerprint,
+    const std::function<absl::Status(PushResult*)>& record,
+    const std::function<void(const PushDecision&, PushResult*)>& apply) {
+  const uint32_t w = header.worker();
   if (closed_) return absl::UnavailableError("shard is shutting down");
-  const LastPush& last = last_push_[w];
-  if (last.valid && last.clock == header.clock() &&
-      last.fingerprint == fingerprint) {
-    return last.result;  // a retry of an accepted push: same answer
+  // A retry of an accepted push (a lost reply, or elastic: a stand-in
+  // re-pushing a step the rank's dead process pushed): same answer.
+  for (const LastPush* p : {&last_push_[w], &prev_push_[w]}) {
+    if (p->valid && p->clock == header.clock() &&
+        p->fingerprint == fingerprint) {
+      return p->result;
+    }
   }
   if (header.clock() != clocks_[w]) {
     return absl::FailedPreconditionError(
@@ -349,18 +640,187 @@ absl::StatusOr<PushResult> Shard::Push(
       result.dropped = true;
       break;
     case PushDecision::Action::kRecord:
-      RecordLocked(ordered, header.num_samples(), &result);
+      PS_RETURN_IF_ERROR(record(&result));
       break;
     case PushDecision::Action::kApply:
-      ApplyPushLocked(w, ordered, decision, &result);
+      apply(decision, &result);
       break;
   }
   ++clocks_[w];
   RecordStalenessLocked(result.staleness);
   result.version = version_;
+  prev_push_[w] = last_push_[w];
   last_push_[w] = LastPush{true, header.clock(), fingerprint, result};
   ServeSnapshotsLocked();
   return result;
+}
+
+absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> Shard::BeginPush(
+    const PushHeader& header) {
+  if (!sums_on_arrival_) {
+    return absl::FailedPreconditionError(
+        "this shard does not sum pushes on arrival (async or backup workers)");
+  }
+  const uint32_t w = header.worker();
+  if (w >= num_workers()) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown worker ", w, " (job has ", num_workers(), ")"));
+  }
+  if (header.num_samples() == 0) {
+    return absl::InvalidArgumentError("push has num_samples 0");
+  }
+  if (header.read_min_clock() > header.clock()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("read_min_clock ", header.read_min_clock(),
+                     " is ahead of clock ", header.clock()));
+  }
+  absl::MutexLock lock(&mu_);
+  if (closed_) return absl::UnavailableError("shard is shutting down");
+  // A retry of one of the worker's last two accepted pushes (a lost reply,
+  // or an elastic stand-in re-pushing the dead process's step): answered
+  // from its hash by AcceptLocked, nothing summed.
+  const bool maybe_retry =
+      (last_push_[w].valid && last_push_[w].clock == header.clock()) ||
+      (prev_push_[w].valid && prev_push_[w].clock == header.clock());
+  if (header.clock() != clocks_[w] && !maybe_retry) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", w, " pushed clock ", header.clock(),
+                     " but its next clock is ", clocks_[w]));
+  }
+  if (header.clock() > version_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sync step is ", version_, ", push is for clock ", header.clock()));
+  }
+  // Only the worker's next clock in the open step is summed; anything else
+  // is at best a retry of the last accepted push, answered from its hash.
+  const bool summing = header.clock() == clocks_[w] &&
+                       header.clock() == version_ && !maybe_retry;
+  return std::unique_ptr<IncomingPush>(
+      new IncomingPush(this, header, sum_epoch_, summing));
+}
+
+Shard::IncomingPush::IncomingPush(Shard* shard, const PushHeader& header,
+                                  uint64_t epoch, bool summing)
+    : shard_(shard),
+      header_(header),
+      epoch_(epoch),
+      summing_(summing),
+      hashes_(shard->chunks_.size(), 0),
+      seen_(shard->chunks_.size(), false) {}
+
+absl::Status Shard::IncomingPush::Add(const ChunkData& c) {
+  int k = 0;
+  PS_RETURN_IF_ERROR(shard_->ValidateChunk(c, seen_, &k));
+  seen_[k] = true;
+  ++seen_count_;
+  const uint64_t hash = ChunkHash(k, c);
+  hashes_[k] = hash;
+  if (!summing_) return absl::OkStatus();
+  const LocalChunk& lc = shard_->chunks_[k];
+  const char* src = c.data().data();
+  if (shard_->wire_dtype() != pstrain::v1::DTYPE_F32) {
+    // Decoded exactly to fp32 first, outside the chunk's lock.
+    decoded_.resize(lc.length);
+    DecodeElements(shard_->wire_dtype(), src, lc.length, decoded_.data());
+    src = reinterpret_cast<const char*>(decoded_.data());
+  }
+  ChunkSum& sum = shard_->sums_[k];
+  absl::MutexLock lock(&sum.mu);
+  if (sum.epoch != epoch_) {
+    // The step was applied (a twin stream of this push completed it) or
+    // the state restored: nothing more is added; Finish decides.
+    summing_ = false;
+    return absl::OkStatus();
+  }
+  ChunkSum::Contribution& mine = sum.by_worker[header_.worker()];
+  if (mine.present) {
+    if (mine.hash == hash && mine.num_samples == header_.num_samples()) {
+      return absl::OkStatus();  // summed already
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "tensor '", lc.tensor, "' chunk ", lc.index, " of worker ",
+        header_.worker(), " clock ", header_.clock(),
+        " was already summed with other values or num_samples (an earlier "
+        "stream of this push failed half-way); nothing applied"));
+  }
+  shard_->SumChunk(k, sum, src, static_cast<double>(header_.num_samples()),
+                   &mine.max_abs, &mine.clipped);
+  mine.hash = hash;
+  mine.num_samples = header_.num_samples();
+  mine.present = true;
+  // The last contribution: the chunk is final for this step (nothing can
+  // be added any more), so it can be applied now, off this thread.
+  if (++sum.summed == shard_->num_workers() && shard_->applier_ != nullptr) {
+    shard_->applier_->Post(k, epoch_);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PushResult> Shard::IncomingPush::Finish() {
+  if (seen_count_ < seen_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("push is missing ", seen_.size() - seen_count_, " of ",
+                     seen_.size(), " chunks of shard ", shard_->shard_id()));
+  }
+  Shard& s = *shard_;
+  const uint64_t fingerprint = Fingerprint(header_, hashes_);
+  absl::MutexLock lock(&s.mu_);
+  return s.AcceptLocked(
+      header_, fingerprint,
+      [&](PushResult* result) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        // Reached only for the worker's next clock in the open step.
+        if (!summing_ || epoch_ != s.sum_epoch_) {
+          return absl::UnavailableError(
+              "the shard's state changed while the push streamed (a restore "
+              "or a twin stream); nothing applied");
+        }
+        for (size_t k = 0; k < s.chunks_.size(); ++k) {
+          ChunkSum& sum = s.sums_[k];
+          absl::MutexLock sum_lock(&sum.mu);
+          ChunkSum::Contribution& mine = sum.by_worker[header_.worker()];
+          sum.max_abs = std::max(sum.max_abs, mine.max_abs);
+          s.clipped_ += mine.clipped;
+        }
+        s.CountRecordedLocked(header_.num_samples(), result);
+        return absl::OkStatus();
+      },
+      [](const PushDecision&, PushResult*) {});
+}
+void Shard::SumChunk(size_t k, ChunkSum& sum, const char* src,
+                     double num_samples, double* max_abs, uint64_t* clipped)
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {  // the caller holds sum.mu
+  const LocalChunk& lc = chunks_[k];
+  const int e = sum.exponent;
+  const int lsb = e - accumulator_bits_;
+  const double to_fixed = std::ldexp(1.0, -lsb);
+  const double limit = std::ldexp(1.0, e);
+  const double largest = limit - std::ldexp(1.0, lsb);
+  const double n = num_samples;
+  int64_t* acc = accumulator_.data() + lc.local_offset;
+  // max_i |n * g[i]| is n * max_i |g[i]| (rounding is monotonic).
+  const double chunk_max = n * static_cast<double>(MaxAbsFloat(src, lc.length));
+  if (chunk_max < limit && chunk_max * to_fixed < kFastLimit) {
+    // Nothing clipped, every term within the fast conversion's range.
+    AddFixedFast(src, lc.length, n, to_fixed, acc);
+    *max_abs = std::max(*max_abs, chunk_max);
+    return;
+  }
+  double max = *max_abs;
+  uint64_t clips = 0;
+  for (uint64_t i = 0; i < lc.length; ++i) {
+    float g;
+    std::memcpy(&g, src + i * sizeof(float), sizeof(float));
+    double x = n * static_cast<double>(g);
+    const double ax = std::fabs(x);
+    max = std::max(max, ax);
+    if (ax >= limit) {
+      x = std::copysign(largest, x);
+      ++clips;
+    }
+    acc[i] += std::llrint(x * to_fixed);
+  }
+  *max_abs = max;
+  *clipped += clips;
 }
 
 void Shard::RecordLocked(const std::vector<const ChunkData*>& ordered,
@@ -369,11 +829,6 @@ void Shard::RecordLocked(const std::vector<const ChunkData*>& ordered,
   std::vector<uint64_t> clipped(chunks_.size(), 0);
   ForEachChunkLocked([&](size_t k, int slot) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     const LocalChunk& lc = chunks_[k];
-    const int e = chunk_exponent_[k];
-    const int lsb = e - accumulator_bits_;
-    const double to_fixed = std::ldexp(1.0, -lsb);
-    const double limit = std::ldexp(1.0, e);
-    const double largest = limit - std::ldexp(1.0, lsb);
     const char* src = ordered[k]->data().data();
     if (wire_dtype() != pstrain::v1::DTYPE_F32) {
       // Decoded exactly to fp32 first: the sum below sees the same floats as
@@ -381,49 +836,81 @@ void Shard::RecordLocked(const std::vector<const ChunkData*>& ordered,
       DecodeElements(wire_dtype(), src, lc.length, scratch_[slot].data());
       src = reinterpret_cast<const char*>(scratch_[slot].data());
     }
-    int64_t* acc = accumulator_.data() + lc.local_offset;
-    double max_abs = chunk_max_[k];
-    for (uint64_t i = 0; i < lc.length; ++i) {
-      float g;
-      std::memcpy(&g, src + i * sizeof(float), sizeof(float));
-      double x = n * static_cast<double>(g);
-      const double ax = std::fabs(x);
-      max_abs = std::max(max_abs, ax);
-      if (ax >= limit) {
-        x = std::copysign(largest, x);
-        ++clipped[k];
-      }
-      acc[i] += std::llrint(x * to_fixed);
-    }
-    chunk_max_[k] = max_abs;
+    ChunkSum& sum = sums_[k];
+    absl::MutexLock sum_lock(&sum.mu);
+    SumChunk(k, sum, src, n, &sum.max_abs, &clipped[k]);
   });
   for (uint64_t c : clipped) clipped_ += c;
-  pending_samples_ += n;
+  CountRecordedLocked(num_samples, result);
+}
+
+void Shard::CountRecordedLocked(uint64_t num_samples, PushResult* result) {
+  pending_samples_ += static_cast<double>(num_samples);
   ++pending_count_;
   if (!rule_->StepComplete(pending_count_)) return;
 
   const absl::Time start = absl::Now();
+  const uint64_t next_epoch = sum_epoch_ + 1;
   ForEachChunkLocked([&](size_t k, int slot) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    const LocalChunk& lc = chunks_[k];
-    const double from_fixed =
-        std::ldexp(1.0, chunk_exponent_[k] - accumulator_bits_);
-    int64_t* acc = accumulator_.data() + lc.local_offset;
-    float* g = scratch_[slot].data();
-    for (uint64_t i = 0; i < lc.length; ++i) {
-      g[i] = static_cast<float>(static_cast<double>(acc[i]) * from_fixed /
-                                pending_samples_);
-      acc[i] = 0;
+    ChunkSum& sum = sums_[k];
+    absl::MutexLock sum_lock(&sum.mu);
+    // A chunk applied on arrival had the same samples (every worker's
+    // contribution) and largest |x| (every committed push's) as here.
+    if (!sum.applied) {
+      ApplySumLocked(k, sum, pending_samples_, sum.max_abs,
+                     scratch_[slot].data());
     }
-    optimizer_->Apply(version_, version_, MutableChunkLocked(k), g,
-                      slots_[k].data(), lc.length);
-    chunk_exponent_[k] = NextExponent(chunk_max_[k], chunk_exponent_[k]);
-    chunk_max_[k] = 0;
+    sum.ResetLocked(next_epoch);
   });
+  chunks_applied_early_.store(0, std::memory_order_relaxed);
+  sum_epoch_ = next_epoch;
   ++version_;
   result->apply_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   result->applied = true;
   pending_samples_ = 0;
   pending_count_ = 0;
+}
+
+void Shard::ApplySumLocked(size_t k, ChunkSum& sum, double samples,
+                           double max_abs, float* g)
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {  // the caller holds sum.mu
+  const LocalChunk& lc = chunks_[k];
+  const double from_fixed = std::ldexp(1.0, sum.exponent - accumulator_bits_);
+  int64_t* acc = accumulator_.data() + lc.local_offset;
+  FixedToFloat(acc, lc.length, from_fixed, samples,
+               FixedFitsFast(acc, lc.length), g);
+  optimizer_->Apply(version_, version_, MutableChunkLocked(k), g,
+                    slots_[k].data(), lc.length);
+  sum.exponent = NextExponent(max_abs, sum.exponent);
+}
+
+void Shard::ApplyOnArrival(size_t k,
+                           uint64_t epoch) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  // Shared: other writers of weights and slots (a commit, Restore) and the
+  // readers that need one whole version (pulls, checkpoint captures) hold
+  // mu_ exclusively, so they never overlap this. scratch_[0] is used only
+  // under mu_ held exclusively otherwise, and this is the only thread that
+  // applies under a shared lock.
+  absl::ReaderMutexLock lock(&mu_);
+  ChunkSum& sum = sums_[k];
+  absl::MutexLock sum_lock(&sum.mu);
+  // A later step, a restore, or applied already: nothing to do.
+  if (sum.epoch != epoch || sum.applied || closed_) return;
+  if (sum.summed != num_workers()) return;
+  double samples = 0;
+  double max_abs = 0;
+  for (const ChunkSum::Contribution& c : sum.by_worker) {
+    samples += static_cast<double>(c.num_samples);
+    max_abs = std::max(max_abs, c.max_abs);
+  }
+  ApplySumLocked(k, sum, samples, max_abs, scratch_[0].data());
+  sum.applied = true;
+  chunks_applied_early_.fetch_add(1, std::memory_order_relaxed);
+}
+
+size_t Shard::chunks_applied_early() const {
+  absl::MutexLock lock(&mu_);
+  return chunks_applied_early_.load(std::memory_order_relaxed);
 }
 
 void Shard::ApplyPushLocked(uint32_t worker,
@@ -455,7 +942,10 @@ void Shard::ApplyPushLocked(uint32_t worker,
   result->applied = true;
 }
 
-float* Shard::MutableChunkLocked(size_t i) {
+float* Shard::MutableChunkLocked(size_t i) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  // Chunk i's pointer is replaced under mu_ held exclusively, or by the
+  // applier under mu_ shared with chunk i's sum mutex, while no other thread
+  // touches chunk i.
   if (weights_[i]->readers.load(std::memory_order_acquire) != 0) {
     // A pull still reads this buffer: give the update a fresh copy.
     auto fresh = std::make_shared<ChunkBuffer>();
@@ -481,14 +971,53 @@ void Shard::RecordStalenessLocked(uint64_t staleness) {
 }
 
 uint64_t Shard::MinClockLocked() const {
-  return *std::min_element(clocks_.begin(), clocks_.end());
+  uint64_t min = UINT64_MAX;
+  for (size_t r = 0; r < clocks_.size(); ++r) {
+    if (!departed_[r]) min = std::min(min, clocks_[r]);
+  }
+  // Every rank departed (the job is failing): nobody to wait for.
+  if (min == UINT64_MAX) {
+    return *std::max_element(clocks_.begin(), clocks_.end());
+  }
+  return min;
+}
+
+void Shard::SetMembership(const std::vector<bool>& departed,
+                          const std::vector<uint64_t>& start_steps) {
+  absl::MutexLock lock(&mu_);
+  if (departed.size() == departed_.size()) departed_ = departed;
+  if (start_steps.size() == clocks_.size()) {
+    for (size_t r = 0; r < clocks_.size(); ++r) {
+      if (!departed_[r]) clocks_[r] = std::max(clocks_[r], start_steps[r]);
+    }
+  }
 }
 
 ShardProgress Shard::ProgressLocked() const {
   ShardProgress p;
   p.version = version_;
   p.min_clock = MinClockLocked();
+  p.next_cut = NextCutLocked(p.min_clock);
   return p;
+}
+
+uint64_t Shard::NextCutLocked(uint64_t min_clock) const {
+  if (sync_) return 0;  // sync cuts at step boundaries
+  uint64_t next = 0;
+  auto consider = [&](uint64_t cut) {
+    // The final cut needs no hold: no push of clock training.steps exists.
+    if (cut > min_clock && cut != standing_last_ && (next == 0 || cut < next)) {
+      next = cut;
+    }
+  };
+  if (standing_every_ > 0) {
+    consider((min_clock / standing_every_ + 1) * standing_every_);
+  }
+  for (const PendingSnapshot* p : pending_snapshots_) {
+    if (!p->done) consider(p->cut);
+  }
+  for (uint64_t cut : ordered_cuts_) consider(cut);
+  return next;
 }
 
 bool Shard::ReadableLocked(uint64_t clock) const {
@@ -497,10 +1026,12 @@ bool Shard::ReadableLocked(uint64_t clock) const {
 }
 
 std::string Shard::LaggardsLocked(uint64_t clock) const {
-  const uint64_t need = rule_->RequiredClock(clock);
+  const uint64_t need = rule_->RequiredClock(clock, ProgressLocked());
   std::vector<std::string> late;
   for (uint32_t r = 0; r < clocks_.size(); ++r) {
-    if (clocks_[r] < need) late.push_back(absl::StrCat(r, "@", clocks_[r]));
+    if (clocks_[r] < need && !departed_[r]) {
+      late.push_back(absl::StrCat(r, "@", clocks_[r]));
+    }
   }
   return absl::StrJoin(late, ", ");
 }
@@ -519,14 +1050,21 @@ absl::StatusOr<PulledWeights> Shard::PullWeights(uint32_t worker,
                      " clocks and cannot read clock ", clock));
   }
   PulledWeights result;
-  if (!ReadableLocked(clock)) {
+  // Readable, and (sync) not in the middle of a step applied on arrival:
+  // a re-read of a step already pushed then waits for the commit.
+  auto pinnable = [this](uint64_t c) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return ReadableLocked(c) && (closed_ || WholeVersionLocked());
+  };
+  if (!pinnable(clock)) {
     const absl::Time start = absl::Now();
     std::pair<const Shard*, uint64_t> arg(this, clock);
     const bool ready = mu_.AwaitWithDeadline(
         absl::Condition(
             +[](std::pair<const Shard*, uint64_t>* a)
                  ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                   return a->first->ReadableLocked(a->second);
+                   const Shard* s = a->first;
+                   return s->ReadableLocked(a->second) &&
+                          (s->closed_ || s->WholeVersionLocked());
                  },
             &arg),
         deadline);
@@ -534,6 +1072,13 @@ absl::StatusOr<PulledWeights> Shard::PullWeights(uint32_t worker,
     barrier_wait_ += waited;
     result.wait_seconds = absl::ToDoubleSeconds(waited);
     if (!ready) {
+      if (ReadableLocked(clock)) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "worker ", worker, " waited for clock ", clock, " on shard ",
+            shard_id(), ": step ", version_,
+            " is half applied and not committed; pushes committed: ",
+            pending_count_, " of ", num_workers()));
+      }
       return absl::DeadlineExceededError(absl::StrCat(
           "worker ", worker, " waited for clock ", clock, " on shard ",
           shard_id(), "; behind (worker@clock): ", LaggardsLocked(clock)));
@@ -580,6 +1125,7 @@ pstrain::v1::ShardStats Shard::Stats() const {
   pstrain::v1::ShardStats s;
   s.set_shard(shard_id());
   s.set_version(version_);
+  s.set_max_clock(*std::max_element(clocks_.begin(), clocks_.end()));
   s.set_pushes(pushes_);
   s.set_dropped_pushes(dropped_);
   s.set_staleness_max(staleness_max_);
@@ -607,14 +1153,17 @@ void Shard::Close() {
 // ---- Checkpoints: state export and import ---------------------------------
 
 bool Shard::AtCutLocked(uint64_t cut) const {
-  if (!accumulator_.empty()) return version_ == cut && pending_count_ == 0;
+  if (sync_) {
+    return version_ == cut && pending_count_ == 0 && WholeVersionLocked();
+  }
   return std::all_of(clocks_.begin(), clocks_.end(),
                      [cut](uint64_t c) { return c == cut; });
 }
 
 bool Shard::PastCutLocked(uint64_t cut) const {
-  if (!accumulator_.empty()) {
-    return version_ > cut || (version_ == cut && pending_count_ > 0);
+  if (sync_) {
+    return version_ > cut ||
+           (version_ == cut && (pending_count_ > 0 || !WholeVersionLocked()));
   }
   return *std::max_element(clocks_.begin(), clocks_.end()) > cut;
 }
@@ -624,7 +1173,7 @@ ShardState Shard::CaptureLocked(uint64_t cut) const {
   s.cut = cut;
   s.version = version_;
   s.clocks = clocks_;
-  s.schedule_step = accumulator_.empty() ? cut : version_;
+  s.schedule_step = sync_ ? version_ : cut;
   s.num_slots = optimizer_->num_slots();
   s.chunks.reserve(chunks_.size());
   for (size_t k = 0; k < chunks_.size(); ++k) {
@@ -634,9 +1183,10 @@ ShardState Shard::CaptureLocked(uint64_t cut) const {
     c.length = chunks_[k].length;
     c.weights = weights_[k]->values;
     c.slots = slots_[k];
-    if (!accumulator_.empty()) {
+    if (sync_) {
+      absl::MutexLock sum_lock(&sums_[k].mu);
       c.has_exponent = true;
-      c.exponent = chunk_exponent_[k];
+      c.exponent = sums_[k].exponent;
     }
     s.chunks.push_back(std::move(c));
   }
@@ -645,11 +1195,13 @@ ShardState Shard::CaptureLocked(uint64_t cut) const {
 
 absl::StatusOr<ShardState> Shard::Snapshot() const {
   absl::MutexLock lock(&mu_);
-  if (!accumulator_.empty()) {
-    if (pending_count_ > 0) {
+  if (sync_) {
+    if (pending_count_ > 0 || !WholeVersionLocked()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "shard ", shard_id(), " is not at a step boundary: ", pending_count_,
-          " push(es) of step ", version_, " recorded"));
+          " push(es) of step ", version_, " recorded, ",
+          chunks_applied_early_.load(std::memory_order_relaxed),
+          " chunk(s) of it applied"));
     }
     return CaptureLocked(version_);
   }
@@ -691,6 +1243,9 @@ absl::StatusOr<ShardState> Shard::SnapshotAt(uint64_t cut,
     return std::move(pending.state);
   }
   if (closed_) return absl::UnavailableError("shard is shutting down");
+  if (accumulator_.empty() && standing_max_held_ > 0 && !PastCutLocked(cut)) {
+    ordered_cuts_.insert(cut);  // still held; captured when reached
+  }
   std::vector<std::string> behind;
   for (uint32_t r = 0; r < clocks_.size(); ++r) {
     if (clocks_[r] < cut) behind.push_back(absl::StrCat(r, "@", clocks_[r]));
@@ -707,22 +1262,26 @@ size_t Shard::waiting_snapshots() const {
 
 void Shard::SetStandingCuts(uint64_t every, uint64_t last, size_t max_held) {
   absl::MutexLock lock(&mu_);
-  if (accumulator_.empty()) return;  // not sync
   standing_every_ = every;
   standing_last_ = last;
   standing_max_held_ = max_held;
 }
 
 void Shard::ServeSnapshotsLocked() {
-  // Sync: a standing cut is the version the shard just reached.
-  const uint64_t v = version_;
+  // A standing cut is the version the shard just reached (sync), or the
+  // clock every worker just reached (async).
+  const uint64_t v = sync_ ? version_ : MinClockLocked();
   if (standing_max_held_ > 0 && v > 0 &&
-      (v == standing_last_ ||
+      (v == standing_last_ || ordered_cuts_.count(v) > 0 ||
        (standing_every_ > 0 && v % standing_every_ == 0)) &&
       (standing_held_.empty() || standing_held_.back().cut < v) &&
       AtCutLocked(v)) {
     if (standing_held_.size() >= standing_max_held_) standing_held_.pop_front();
     standing_held_.push_back(CaptureLocked(v));
+  }
+  // Ordered cuts now captured, or passed without stopping there.
+  for (auto it = ordered_cuts_.begin(); it != ordered_cuts_.end();) {
+    it = *it <= v || PastCutLocked(*it) ? ordered_cuts_.erase(it) : ++it;
   }
   for (PendingSnapshot* p : pending_snapshots_) {
     if (p->done) continue;
@@ -781,16 +1340,23 @@ absl::Status Shard::Restore(const ShardState& state) {
   version_ = state.version;
   clocks_ = state.clocks;
   for (LastPush& p : last_push_) p = LastPush{};
-  if (!accumulator_.empty()) {
-    std::fill(accumulator_.begin(), accumulator_.end(), 0);
+  for (LastPush& p : prev_push_) p = LastPush{};
+  if (sync_) {
+    // The open step's sum goes, uncommitted contributions included; pushes
+    // still streaming into it add nothing more and cannot commit (epoch).
+    ++sum_epoch_;
     for (size_t k = 0; k < chunks_.size(); ++k) {
       const ChunkState& c = state.chunks[k];
-      chunk_exponent_[k] =
-          c.has_exponent
-              ? std::clamp<int>(c.exponent, kMinExponent, kMaxExponent)
-              : kInitialExponent;
-      chunk_max_[k] = 0;
+      ChunkSum& sum = sums_[k];
+      absl::MutexLock sum_lock(&sum.mu);
+      std::fill_n(accumulator_.begin() + chunks_[k].local_offset,
+                  chunks_[k].length, 0);
+      sum.exponent = c.has_exponent ? std::clamp<int>(c.exponent, kMinExponent,
+                                                      kMaxExponent)
+                                    : kInitialExponent;
+      sum.ResetLocked(sum_epoch_);
     }
+    chunks_applied_early_.store(0, std::memory_order_relaxed);
   }
   pending_count_ = 0;
   pending_samples_ = 0;

@@ -58,12 +58,75 @@
 //
 // Pushes are all-or-nothing: a push is fully validated (worker, tensors, chunk
 // ranges, ownership, dtype, shape, finiteness, completeness, clock) before any
-// state changes, so a rejected push leaves weights and clocks untouched.
-// Pushes are idempotent: the shard remembers each worker's last accepted push
-// (clock, a hash of its header and payload, and its result); the same push
-// again (a client retry after a lost reply) gets the original result and
+// observable state changes, so a rejected push leaves weights, version,
+// clocks, statistics and clipped_elements() untouched.
+// Pushes are idempotent: the shard remembers each worker's last two accepted
+// pushes (clock, a hash of its header and payload, and its result); the same
+// push again (a client retry after a lost reply) gets the original result and
 // changes nothing. A different push for an accepted clock is
-// FAILED_PRECONDITION.
+// FAILED_PRECONDITION. The hash combines one hash per chunk independently of
+// the order the chunks arrive in. The session id is not part of the hash:
+// with training.on_failure: elastic in mode sync, a live worker standing in
+// for a dead rank (new session) re-pushes the rank's last step, computed from
+// the same weights and data, so the payload is identical; the dead process
+// may have pushed that step (and even the next one, on some shards), pushed
+// it half-way (its summed chunks are the rank's contribution, below) or not
+// at all, so each shard either answers the step's original result or
+// accepts it: no step is summed twice or lost (coordinator/elastic.h).
+//
+// Summing on arrival (plain Bsp, i.e. sync without backup workers:
+// sums_on_arrival()). A push stream (BeginPush, IncomingPush) adds each
+// chunk to the step's accumulator as soon as it arrives and keeps no
+// payload, so receiving and summing overlap, several workers' streams are
+// summed at once (one mutex per chunk; the sum is order-independent) and the
+// shard holds no push in memory. Each summed chunk is recorded as worker w's
+// contribution to the step (the chunk's hash, its largest |x| and clipped
+// count); a push commits (clock, pending count, clipped_elements(), the
+// exponent's maximum) only when it finishes complete and valid. A stream
+// that fails half-way cannot be subtracted again (its payload is gone), so
+// its summed chunks stay in the accumulator as w's uncommitted contribution
+// to the open step: nothing observable changes (weights, version, clocks,
+// statistics, clipped_elements(), snapshots), and the step cannot complete
+// without w's push of that clock anyway. When w's push of that clock comes
+// again (the client retries with the same gradients, or an elastic stand-in
+// re-pushes it), a chunk whose bytes hash as the recorded contribution is
+// not added again, the others are, so the step's sum is bit for bit that of
+// one clean push; a chunk with different bytes is FAILED_PRECONDITION
+// naming it (the contribution cannot be replaced). Two streams of the same
+// push at once (a retry while the first still runs) share the contributions
+// the same way. A step's contributions are discarded with the step by
+// Restore (and by a rollback, which replaces the shard). With backup workers
+// a step may complete without a worker's push, and in async each push runs
+// the optimizer (not undoable): there the stream is buffered whole and
+// handed to Push after a clean half-close (the service's buffered path).
+//
+// Applying on arrival (plain Bsp with ShardOptions.early_apply, the
+// default). A chunk is final for the open step t as soon as every worker's
+// contribution to it is summed: nothing can be added to it any more (a retry
+// or a stand-in's re-push of the same bytes skips it, other bytes are
+// FAILED_PRECONDITION). The stream that sums the last contribution hands the
+// chunk to the shard's applier thread, which turns its sum into the gradient
+// and runs the optimizer on it at once, with exactly the numbers of the
+// step's commit (the sum of the contributions' num_samples, their largest
+// |x| for the next exponent, schedule step t), so the results are bit for
+// bit those of applying the whole step at its commit, while the streams go
+// on receiving other chunks. The step still commits as before, when the
+// last push commits: chunks not applied yet are applied then, the version
+// becomes t + 1, and only then can a pull of clock t + 1 read. In between
+// the step is "half applied" (some chunks hold step t + 1's weights and
+// slots, the version is still t): no reader sees that state. A pull of a
+// clock <= t (a worker re-reading a step it already pushed) waits for the
+// commit and reads version t + 1, as a re-read after a commit does; a
+// checkpoint cut t is then passed (Snapshot, SnapshotAt: FAILED_PRECONDITION
+// "past cut", exactly as once a push of step t is recorded); standing cuts
+// are captured in the commit of step t - 1, before anything of step t is
+// summed. A contribution is never withdrawn (a half-failed push's chunks
+// stay, and count towards "every worker"), except by Restore, which replaces
+// weights and slots as well, and by a rollback, which replaces the shard; a
+// contribution's num_samples is part of it (the same bytes with another
+// num_samples are FAILED_PRECONDITION). The applier holds the shard's mutex
+// shared (every other writer of weights and slots holds it exclusively) and
+// the chunk's sum mutex.
 //
 // Wire dtype (ShardOptions.wire_dtype, network.wire_dtype): pushed chunks
 // must be in it (any other dtype is INVALID_ARGUMENT naming both, and
@@ -84,10 +147,19 @@
 // pool of threads it owns (ShardOptions.apply_threads), with bit-identical
 // results for any thread count (every element is updated independently).
 //
-// All mutable state (weights, slots, version, clocks, the sync accumulator,
-// last pushes, DC-ASGD read copies) lives in this object behind one mutex, so
-// a later checkpoint can copy it consistently and worker leases can adjust
-// the set of live workers.
+// All mutable state (weights, slots, version, clocks, last pushes, DC-ASGD
+// read copies) lives in this object behind one mutex, so a checkpoint can
+// copy it consistently and worker leases can adjust the set of live
+// workers; the sync accumulator is guarded chunk by chunk (one mutex per
+// chunk, taken after the shard's), so pushes summed on arrival do not wait
+// for each other or for the shard's mutex except to begin and to commit.
+// The applier (applying on arrival) holds the shard's mutex shared and the
+// chunk's; everything else that writes weights or slots, or reads them as
+// one version (pulls, checkpoints), holds it exclusively.
+// A change that lets a plain sync step complete without some worker's push
+// (elastic membership in sync) must first discard that worker's
+// uncommitted contributions, which only a restore of the open step can do
+// today (their payload is gone).
 //
 // Thread-safe. Pull may block up to its deadline; Close() wakes all waiters.
 #ifndef PSTRAIN_SERVER_SHARD_H_
@@ -98,6 +170,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -130,6 +203,11 @@ struct ShardOptions {
   // most one per chunk; 0 picks min(4, hardware threads), or one for shards
   // under 256 Ki elements. Results do not depend on it (bit for bit).
   int apply_threads = 0;
+  // Plain Bsp: apply each chunk as soon as every worker's contribution to
+  // it is summed ("Applying on arrival" above), on one applier thread of the
+  // shard. Off: the whole step is applied at its commit. Results are the
+  // same bit for bit.
+  bool early_apply = true;
 };
 
 // The options of shard `shard_id` of `job`.
@@ -142,7 +220,9 @@ struct PushResult {
   bool applied = false;    // an optimizer step ran
   // Sync with backup workers: accepted too late for its step, not applied.
   bool dropped = false;
-  double apply_seconds = 0;  // time spent in the optimizer (0 if not applied)
+  // Time spent in the optimizer at the commit (0 if not applied); chunks
+  // applied on arrival before it are not counted.
+  double apply_seconds = 0;
 };
 
 // One chunk's weights; shared between the shard and the pulls reading it.
@@ -166,6 +246,10 @@ class PulledWeights {
   double wait_seconds = 0;  // time blocked on the consistency rule
   // Chunk i's values (chunks() order); valid while this object lives.
   const float* chunk(size_t i) const { return chunks_[i]->values.data(); }
+  // A pin of chunk i of its own, for a reader that may outlive this object
+  // (a gRPC slice still being sent): the buffer stays alive and is not
+  // updated in place (copy-on-write) until the returned pointer is dropped.
+  std::shared_ptr<void> Pin(size_t i) const;
 
  private:
   friend class Shard;
@@ -191,7 +275,8 @@ struct LocalChunk {
   uint64_t local_offset = 0;  // into the shard's flat layout
 };
 
-class ChunkPool;  // shard.cc: a fixed set of threads for per-chunk work
+class ChunkPool;     // shard.cc: a fixed set of threads for per-chunk work
+class ChunkApplier;  // shard.cc: the thread that applies chunks on arrival
 
 class Shard {
  public:
@@ -219,10 +304,51 @@ class Shard {
   // Validates and applies (Ssp), records (Bsp) or drops (a late push with
   // backup workers) one worker's gradient for this shard's chunks.
   // `chunks` must hold every chunk of the shard exactly once. The pointed-to
-  // messages need only live for the call.
+  // messages need only live for the call. Every mode; all chunks are
+  // validated before any is summed.
   absl::StatusOr<PushResult> Push(
       const pstrain::v1::PushHeader& header,
       const std::vector<const pstrain::v1::ChunkData*>& chunks);
+
+  // Plain Bsp: pushes may stream chunk by chunk (BeginPush; see "Summing on
+  // arrival" above). Immutable.
+  bool sums_on_arrival() const { return sums_on_arrival_; }
+
+  // One push stream being summed on arrival. Not thread-safe (one stream);
+  // different IncomingPush objects run concurrently. Must not outlive the
+  // shard.
+  class IncomingPush {
+   public:
+    // Validates chunk `c` (tensor, index, ownership, dtype, shape,
+    // finiteness, not sent twice in this push) and adds it to the step's
+    // sum (or finds it there already, above). An error changes nothing
+    // observable; the stream must then be abandoned.
+    absl::Status Add(const pstrain::v1::ChunkData& c);
+    // Every chunk added: commits the push (or answers a retry of the last
+    // accepted one), as Push would. INVALID_ARGUMENT when chunks are
+    // missing; UNAVAILABLE when the shard restored a checkpoint or closed
+    // while the push streamed (nothing applied; a retry is safe).
+    absl::StatusOr<PushResult> Finish();
+
+   private:
+    friend class Shard;
+    IncomingPush(Shard* shard, const pstrain::v1::PushHeader& header,
+                 uint64_t epoch, bool summing);
+    Shard* const shard_;
+    const pstrain::v1::PushHeader header_;
+    const uint64_t epoch_;          // the step's sum this push adds to
+    bool summing_;                  // false: only hashed (a possible retry)
+    std::vector<uint64_t> hashes_;  // per chunk of the shard
+    std::vector<bool> seen_;
+    size_t seen_count_ = 0;
+    std::vector<float> decoded_;  // bf16/fp16 chunk as fp32 (reused)
+  };
+  // Starts a push stream (sums_on_arrival() only, else FAILED_PRECONDITION):
+  // checks the header (worker, num_samples, read_min_clock, and the clock
+  // against the worker's: FAILED_PRECONDITION at once unless it is the
+  // worker's next clock or a possible retry of its last accepted push).
+  absl::StatusOr<std::unique_ptr<IncomingPush>> BeginPush(
+      const pstrain::v1::PushHeader& header);
 
   // Waits (until `deadline`) for `worker` to be allowed to read at `clock`,
   // then pins the weights. DEADLINE_EXCEEDED names the workers waited for;
@@ -240,9 +366,26 @@ class Shard {
   // Fails pending and future pulls with UNAVAILABLE. Idempotent.
   void Close();
 
+  // Chunks of the open sync step applied on arrival so far (0 at every step
+  // boundary); for tests and monitoring.
+  size_t chunks_applied_early() const;
+
+  // Elastic workers (coordinator/elastic.h), from the coordinator's worker
+  // table, by rank: a departed rank no longer holds the slowest-worker
+  // clock back (async: survivors never wait for it; its last clock stays),
+  // and a rank's clock moves forward to its registration's start step (a
+  // worker that joined again). Sizes other than num_workers() are ignored.
+  // Pulls waiting on the barrier re-check at once.
+  void SetMembership(const std::vector<bool>& departed,
+                     const std::vector<uint64_t>& start_steps);
+
  private:
   explicit Shard(ShardOptions options);
 
+  // Checks one pushed chunk (nothing is copied); on success `*local` is its
+  // position in chunks(). `seen` (by position) catches a chunk sent twice.
+  absl::Status ValidateChunk(const pstrain::v1::ChunkData& c,
+                             const std::vector<bool>& seen, int* local) const;
   // Stateless checks (nothing is copied); on success `ordered[i]` is the
   // push's chunk for chunks()[i].
   absl::Status ValidatePush(
@@ -250,12 +393,49 @@ class Shard {
       const std::vector<const pstrain::v1::ChunkData*>& chunks,
       std::vector<const pstrain::v1::ChunkData*>* ordered) const;
   ShardProgress ProgressLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Async: the smallest standing or ordered cut above `min_clock` that is
+  // not the final cut (ShardProgress::next_cut); 0 when none, and in sync.
+  uint64_t NextCutLocked(uint64_t min_clock) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ReadableLocked(uint64_t clock) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t MinClockLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Bsp: adds num_samples * g to the accumulator; applies the step once the
-  // rule says it is complete.
+  // Bsp (buffered path): adds num_samples * g to the accumulator; applies
+  // the step once the rule says it is complete.
   void RecordLocked(const std::vector<const pstrain::v1::ChunkData*>& ordered,
                     uint64_t num_samples, PushResult* result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts a push whose terms are in the accumulator; applies the step when
+  // the rule says it is complete.
+  void CountRecordedLocked(uint64_t num_samples, PushResult* result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Chunk k's sync state, with its share of the accumulator.
+  struct ChunkSum;
+  // Adds num_samples * g (the chunk's `length` fp32 values at `src`) to
+  // chunk k's share of the accumulator at its current exponent; returns the
+  // largest |x| and the number of clipped terms. Caller holds sum.mu.
+  void SumChunk(size_t k, ChunkSum& sum, const char* src, double num_samples,
+                double* max_abs, uint64_t* clipped);
+  // Turns chunk k's sum into the gradient (divided by `samples`, through
+  // `g`, length() floats) and runs the optimizer for the open step; sets
+  // the next exponent from `max_abs`. Caller holds sum.mu and mu_ (shared
+  // only on the applier thread).
+  void ApplySumLocked(size_t k, ChunkSum& sum, double samples, double max_abs,
+                      float* g) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The applier's task: applies chunk k if every worker's contribution to it
+  // is summed in sum epoch `epoch` and it is not applied yet.
+  void ApplyOnArrival(size_t k, uint64_t epoch);
+  // Plain Bsp: no chunk of the open step applied on arrival, so weights and
+  // slots are those of version_.
+  bool WholeVersionLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return chunks_applied_early_.load(std::memory_order_relaxed) == 0;
+  }
+  // The handling common to Push and IncomingPush::Finish under mu_: a retry
+  // of the last accepted push, the clock, the rule's decision; `record`
+  // adds the push to the step (Bsp).
+  absl::StatusOr<PushResult> AcceptLocked(
+      const pstrain::v1::PushHeader& header, uint64_t fingerprint,
+      const std::function<absl::Status(PushResult*)>& record,
+      const std::function<void(const PushDecision&, PushResult*)>& apply)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ssp: DC-ASGD compensation, then the optimizer at the decided rate.
   void ApplyPushLocked(
@@ -264,8 +444,9 @@ class Shard {
       const PushDecision& decision, PushResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Chunk i's weights for writing (copied first if a pull holds them).
-  // Safe to call for different chunks at once.
-  float* MutableChunkLocked(size_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Safe to call for different chunks at once (and for chunk i by the
+  // applier, holding mu_ shared and chunk i's sum mutex).
+  float* MutableChunkLocked(size_t i) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Runs fn(chunk, slot) for every chunk on the apply threads (slot: the
   // thread's scratch buffer); returns when all are done.
   void ForEachChunkLocked(const std::function<void(size_t, int)>& fn)
@@ -284,6 +465,7 @@ class Shard {
   uint64_t max_chunk_length_ = 0;
   uint64_t max_push_bytes_ = 0;
   int accumulator_bits_ = 62;  // 62 - ceil(log2 num_workers)
+  bool sums_on_arrival_ = false;
   // (tensor, chunk index) -> position in chunks_.
   absl::flat_hash_map<std::pair<std::string, uint32_t>, int> local_index_;
   // tensor -> (number of chunks, shard of each chunk), from the whole map.
@@ -302,15 +484,31 @@ class Shard {
   std::vector<std::vector<float>> slots_ ABSL_GUARDED_BY(mu_);  // per chunk
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;  // optimizer steps applied
   std::vector<uint64_t> clocks_ ABSL_GUARDED_BY(mu_);  // pushes per worker
+  // By worker: declared dead (SetMembership); left out of the min clock.
+  std::vector<bool> departed_ ABSL_GUARDED_BY(mu_);
   std::vector<LastPush> last_push_ ABSL_GUARDED_BY(mu_);
-  // Bsp: the step's fixed-point sum (shard layout; empty for Ssp), each
-  // chunk's exponent E and largest |x| so far, pushes and samples recorded.
-  std::vector<int64_t> accumulator_ ABSL_GUARDED_BY(mu_);
-  std::vector<int> chunk_exponent_ ABSL_GUARDED_BY(mu_);
-  std::vector<double> chunk_max_ ABSL_GUARDED_BY(mu_);
+  std::vector<LastPush> prev_push_ ABSL_GUARDED_BY(mu_);  // the one before
+  // Bsp: the step's fixed-point sum (shard layout; empty for Ssp); chunk
+  // k's elements are guarded by sums_[k].mu, which also holds its exponent
+  // E, largest committed |x| and the step's contributions. Lock order: mu_
+  // before any ChunkSum::mu; summing a chunk takes only its own.
+  const bool sync_;  // records_pushes(): Bsp or BspWithBackups
+  std::vector<int64_t> accumulator_;
+  std::unique_ptr<ChunkSum[]> sums_;
+  // Bumped when a step is applied or state restored: an IncomingPush of an
+  // older epoch adds nothing more and cannot commit.
+  uint64_t sum_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t pending_count_ ABSL_GUARDED_BY(mu_) = 0;
   double pending_samples_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t clipped_ ABSL_GUARDED_BY(mu_) = 0;
+  // Chunks of the open step applied on arrival: raised by the applier
+  // (holding mu_ shared and the chunk's sum mutex), reset under mu_
+  // exclusively at the commit and by Restore; so under mu_ held
+  // exclusively it is stable.
+  std::atomic<size_t> chunks_applied_early_{0};
+  // Applies chunks on arrival (null: not this shard, see early_apply).
+  // Declared after everything it touches; stopped first in ~Shard.
+  std::unique_ptr<ChunkApplier> applier_;
   // One chunk's gradient on its way to the optimizer, per apply thread
   // (reused).
   std::vector<std::vector<float>> scratch_ ABSL_GUARDED_BY(mu_);
@@ -339,16 +537,26 @@ class Shard {
   //    continues bit for bit. Worker clocks are saved as they are (with
   //    backup workers a late worker may be behind the cut).
   //  * Async (Ssp): cut c is the state in which every worker's pushes of
-  //    clocks < c are applied and none of clock >= c, i.e. every clock == c.
-  //    The shard cannot force that moment: with staleness s > 0 a fast worker
-  //    may push clock c before the slowest pushed c - 1, and the cut never
-  //    occurs. The coordinator must order it: workers stop before pushing
-  //    clock c until every shard has its snapshot (with s = 0 the cut always
-  //    occurs). A push of clock >= c while some worker is below c makes
-  //    SnapshotAt(c) fail with FAILED_PRECONDITION.
+  //    clocks < c are applied and none of clock >= c, i.e. every clock == c:
+  //    "a consistent cut with held workers". Every shard's state at cut c
+  //    holds exactly the pushes {(w, t) : t < c} of every worker w, the same
+  //    set on every shard, though each shard applied them in its own
+  //    arrival order. With staleness s > 0 a fast worker could push clock c
+  //    before the slowest pushed c - 1, so the cut would never occur; the
+  //    shard therefore holds it: while cut c (a standing cut, or one a
+  //    SnapshotAt call waits for or left ordered) is not captured, a read at
+  //    clock >= c waits until every worker reached c (ShardProgress::next_cut,
+  //    the Ssp rule), and since a worker pushes clock c only after reading at
+  //    c, the shard passes through "every clock == c" and captures it in
+  //    the critical section of the push that completes it. Each shard holds
+  //    on its own (no cross-shard wait: the cut is defined by the clocks,
+  //    not by time). The hold costs what one step of staleness 0 costs; the
+  //    final cut (SetStandingCuts' `last`) needs none. A push of clock >= c
+  //    while some worker is below c (a client that pushes without reading)
+  //    makes SnapshotAt(c) fail with FAILED_PRECONDITION.
   // Saved: weights, optimizer slots, version, worker clocks, schedule step,
   // sync exponents. Not saved (empty after Restore): a step's partial sum
-  // (none at a cut), the last push per worker (a retry of a pre-checkpoint
+  // (none at a cut), the last pushes per worker (a retry of a pre-checkpoint
   // push is then refused FAILED_PRECONDITION by its clock), DC-ASGD's read
   // copies (a worker's first push after Restore is uncompensated unless it
   // pulls first, as workers do), and statistics (they keep counting).
@@ -360,7 +568,12 @@ class Shard {
   // Waits (until `deadline`) for the shard to be at cut `cut` and captures
   // the state at that moment. FAILED_PRECONDITION if the shard is already
   // past it (or passes it without stopping there, async), DEADLINE_EXCEEDED
-  // naming the workers below the cut, UNAVAILABLE after Close().
+  // naming the workers below the cut, UNAVAILABLE after Close(). Async:
+  // a call whose deadline passes leaves cut `cut` ordered: the shard keeps
+  // holding reads at it and captures it when every worker reaches it (as a
+  // standing cut, so only after SetStandingCuts), so a repeated call
+  // collects it however long the slowest worker takes (a time cut,
+  // checkpoint.every_seconds); dropped once captured or passed.
   absl::StatusOr<ShardState> SnapshotAt(uint64_t cut, absl::Time deadline);
   // Replaces weights, slots, version and clocks with `state`, whose chunks
   // must be exactly this shard's chunks() (tensor, offset, length, in order)
@@ -370,12 +583,13 @@ class Shard {
   absl::Status Restore(const ShardState& state);
   // SnapshotAt calls now waiting (for tests and monitoring).
   size_t waiting_snapshots() const;
-  // Standing cuts (sync only; no-op otherwise): from now on the shard
-  // captures, by itself and the moment it reaches them, the cuts t > 0 with
-  // t % every == 0 (every > 0) or t == last, and holds at most `max_held`
-  // captures (the oldest dropped beyond) until SnapshotAt(t) takes one. So a
-  // coordinator ordering those cuts is never too late, however fast the
-  // steps. A capture copies weights and slots (memory: max_held copies).
+  // Standing cuts: from now on the shard captures, by itself and the moment
+  // it reaches them, the cuts t > 0 with t % every == 0 (every > 0) or
+  // t == last, and holds at most `max_held` captures (the oldest dropped
+  // beyond) until SnapshotAt(t) takes one. So a coordinator ordering those
+  // cuts is never too late, however fast the steps. A capture copies
+  // weights and slots (memory: max_held copies). Async: reads are held at
+  // each such cut below `last` (above) until it is captured.
   void SetStandingCuts(uint64_t every, uint64_t last, size_t max_held = 2);
 
  private:
@@ -396,6 +610,8 @@ class Shard {
   uint64_t standing_last_ ABSL_GUARDED_BY(mu_) = 0;
   size_t standing_max_held_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<ShardState> standing_held_ ABSL_GUARDED_BY(mu_);  // by cut
+  // Async cuts a timed-out SnapshotAt left held (see SnapshotAt).
+  std::set<uint64_t> ordered_cuts_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pstrain

@@ -988,6 +988,29 @@ TEST(DataPathTest, SyncSingleWorkerStepEqualsPlainOptimizer) {
   }
 }
 
+// The same with terms beyond the fast conversions' range (2^51 after
+// scaling; 2^21 in the first step) in one chunk and small ones elsewhere:
+// both the vectorised and the scalar paths give the exact result.
+TEST(DataPathTest, SyncFastAndScalarConversionsAgree) {
+  JobConfig config = SmallConfig(pstrain::v1::MODE_SYNC, 1, 0);
+  config.mutable_training()->mutable_optimizer()->set_base_lr(0.5);
+  std::unique_ptr<Shard> shard = MakeShard(config);
+  ASSERT_NE(shard, nullptr);
+  const std::vector<float> w0 = Weights(*shard);
+  std::vector<float> g = RandomGrad(shard->num_elements(), 9);
+  g[3] = 3e6f;  // chunk 0: scalar sum and conversion
+  ASSERT_TRUE(PushGrad(*shard, 0, 0, 0, 1, g).ok());
+  EXPECT_EQ(shard->clipped_elements(), 0u);
+  const std::vector<float> w1 = Weights(*shard);
+  for (size_t i = 0; i < g.size(); ++i) {
+    // The first step's scale is 2^-30 (E = 32, one worker: 62 bits).
+    const float applied = static_cast<float>(
+        static_cast<double>(std::llrint(static_cast<double>(g[i]) * 0x1p30)) *
+        0x1p-30);
+    EXPECT_EQ(w1[i], w0[i] - 0.5f * applied) << i;
+  }
+}
+
 // Async with apply threads equals one thread, bit for bit.
 TEST(DataPathTest, AsyncApplyThreadsChangeNothing) {
   JobConfig config = SmallConfig(pstrain::v1::MODE_ASYNC, 2, -1);
@@ -1050,6 +1073,36 @@ TEST(DataPathTest, PulledWeightsAreASnapshot) {
   for (size_t i = 0; i < now.size(); ++i) {
     EXPECT_EQ(now[i], before[i] - 0.5f) << i;
   }
+}
+
+// A chunk pin (what a pull's gRPC slice holds) outlives the PulledWeights
+// it came from: the pinned values stay as read while pushes update the
+// shard, and the shard writes in place again once the pin is dropped.
+TEST(DataPathTest, ChunkPinOutlivesThePull) {
+  std::unique_ptr<Shard> shard =
+      MakeShard(SmallConfig(pstrain::v1::MODE_ASYNC, 1, -1));
+  ASSERT_NE(shard, nullptr);
+  std::shared_ptr<void> pin;
+  const float* pinned = nullptr;
+  std::vector<float> before;
+  {
+    absl::StatusOr<PulledWeights> held =
+        shard->PullWeights(0, 0, absl::Now() + kLongWait);
+    ASSERT_TRUE(held.ok()) << held.status();
+    pin = held->Pin(0);
+    pinned = held->chunk(0);
+    EXPECT_EQ(pin.get(), pinned);
+    before.assign(pinned, pinned + shard->chunks()[0].length);
+  }
+  ASSERT_TRUE(PushGrad(*shard, 0, 0, 0, 1, Constant(*shard, 0.5f)).ok());
+  EXPECT_TRUE(BitIdentical(
+      std::vector<float>(pinned, pinned + shard->chunks()[0].length), before));
+  EXPECT_EQ(Weights(*shard)[0], before[0] - 0.5f);
+  pin.reset();
+  absl::StatusOr<PulledWeights> next =
+      shard->PullWeights(0, 1, absl::Now() + kLongWait);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->chunk(0)[0], before[0] - 0.5f);
 }
 
 // Pulls racing with pushes always read one whole version: with SGD lr 1 and
@@ -1188,6 +1241,659 @@ TEST(WireDtypeTest, CreateRejectsADtypeThatCannotTravel) {
   options.wire_dtype = static_cast<pstrain::v1::DType>(9);
   absl::StatusOr<std::unique_ptr<Shard>> shard = Shard::Create(options);
   EXPECT_EQ(shard.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace pstrain
+
+namespace pstrain {
+namespace {
+
+// Elastic workers (SetMembership): a departed rank stops holding the
+// async staleness bound back; a joined rank's clock moves to its start.
+TEST(ShardTest, ElasticMembershipDropsDeadRankAndMovesJoinedClock) {
+  std::unique_ptr<Shard> shard =
+      MakeShard(SmallConfig(pstrain::v1::MODE_ASYNC, 2, /*staleness=*/0));
+  ASSERT_NE(shard, nullptr);
+  const std::vector<float> g = Constant(*shard, 0.0f);
+  ASSERT_TRUE(PushGrad(*shard, 0, 0, 0, 1, g).ok());
+  // Worker 1 has not pushed clock 0: worker 0 cannot read clock 1.
+  EXPECT_EQ(shard->Pull(0, 1, absl::Now() + kShortWait).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  shard->SetMembership({false, true}, {0, 0});
+  absl::StatusOr<PullResult> r = shard->Pull(0, 1, absl::Now() + kLongWait);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->min_clock, 1u);
+  ASSERT_TRUE(PushGrad(*shard, 0, 1, 1, 1, g).ok());
+  ASSERT_TRUE(PushGrad(*shard, 0, 2, 2, 1, g).ok());
+  // Worker 1 joins again at step 3: its clock moves there, it counts again.
+  shard->SetMembership({false, false}, {0, 3});
+  ASSERT_TRUE(PushGrad(*shard, 0, 3, 3, 1, g).ok());
+  EXPECT_EQ(shard->Pull(0, 4, absl::Now() + kShortWait).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(shard->Pull(1, 3, absl::Now() + kLongWait).ok());
+  ASSERT_TRUE(PushGrad(*shard, 1, 3, 3, 1, g).ok());
+  EXPECT_EQ(PushGrad(*shard, 1, 2, 2, 1, g).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(shard->Pull(0, 4, absl::Now() + kLongWait).ok());
+}
+
+// training.on_failure: elastic, mode sync: a stand-in (a new session for a
+// dead rank) re-pushes the rank's step from the same weights and data. The
+// dead process had pushed it to shard A but not to shard B (two shards of
+// the same layout stand for them).
+// `streamed`: through BeginPush/IncomingPush (summed on arrival: the
+// service's path for plain sync), else through Push (buffered whole).
+absl::StatusOr<PushResult> PushAs(bool streamed, Shard& shard, uint32_t worker,
+                                  uint64_t session, uint64_t clock,
+                                  const std::vector<float>& grad) {
+  std::vector<ChunkData> data(shard.chunks().size());
+  std::vector<const ChunkData*> ptrs;
+  for (size_t i = 0; i < shard.chunks().size(); ++i) {
+    const LocalChunk& lc = shard.chunks()[i];
+    EncodeChunk(lc.tensor, lc.index, grad.data() + lc.local_offset, lc.length,
+                &data[i], pstrain::v1::DTYPE_F32);
+    ptrs.push_back(&data[i]);
+  }
+  PushHeader header;
+  header.set_worker(worker);
+  header.set_session_id(session);
+  header.set_clock(clock);
+  header.set_read_version(clock);
+  header.set_read_min_clock(clock);
+  header.set_num_samples(8);
+  if (!streamed) return shard.Push(header, ptrs);
+  absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> push =
+      shard.BeginPush(header);
+  if (!push.ok()) return push.status();
+  for (const ChunkData* c : ptrs) {
+    absl::Status added = (*push)->Add(*c);
+    if (!added.ok()) return added;
+  }
+  return (*push)->Finish();
+}
+
+class ElasticSyncTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ElasticSyncTest, StandInRePushGetsTheOriginalAnswerOrIsAccepted) {
+  const JobConfig config = SmallConfig(pstrain::v1::MODE_SYNC, 2, 0);
+  std::unique_ptr<Shard> a = MakeShard(config), b = MakeShard(config),
+                         undisturbed = MakeShard(config);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  ASSERT_NE(undisturbed, nullptr);
+  const std::vector<float> g0 = Constant(*a, 0.25f), g1 = Constant(*a, 1.5f);
+  constexpr uint64_t kDead = 7, kStandIn = 9, kLive = 3;
+  for (Shard* s : {undisturbed.get()}) {
+    ASSERT_TRUE(PushAs(GetParam(), *s, 1, kDead, 0, g1).ok());
+    ASSERT_TRUE(PushAs(GetParam(), *s, 0, kLive, 0, g0).ok());
+  }
+  // Shard A got the dead process's push of step 0, then the live worker's:
+  // the step completed.
+  absl::StatusOr<PushResult> original = PushAs(GetParam(), *a, 1, kDead, 0, g1);
+  ASSERT_TRUE(original.ok()) << original.status();
+  ASSERT_TRUE(PushAs(GetParam(), *a, 0, kLive, 0, g0).ok());
+  const std::vector<float> a_after = Weights(*a);
+  const pstrain::v1::ShardStats a_stats = a->Stats();
+  ASSERT_EQ(a_stats.version(), 1u);
+  // The stand-in's re-push (new session, same step, same payload): the
+  // original answer, and nothing changes.
+  absl::StatusOr<PushResult> again = PushAs(GetParam(), *a, 1, kStandIn, 0, g1);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->version, original->version);
+  EXPECT_EQ(again->applied, original->applied);
+  EXPECT_EQ(Weights(*a), a_after);
+  EXPECT_EQ(a->Stats().version(), 1u);
+  EXPECT_EQ(a->Stats().pushes(), a_stats.pushes());
+  // A different payload for the accepted step is still refused.
+  EXPECT_EQ(PushAs(GetParam(), *a, 1, kStandIn, 0, g0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Weights(*a), a_after);
+
+  // Shard B never got it: the stand-in's push is accepted and completes the
+  // step, exactly as the dead process's push would have.
+  ASSERT_TRUE(PushAs(GetParam(), *b, 0, kLive, 0, g0).ok());
+  absl::StatusOr<PushResult> fresh = PushAs(GetParam(), *b, 1, kStandIn, 0, g1);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_TRUE(fresh->applied);
+  EXPECT_EQ(fresh->version, 1u);
+  EXPECT_EQ(Weights(*b), Weights(*undisturbed));
+  EXPECT_EQ(a_after, Weights(*undisturbed));
+}
+
+TEST_P(ElasticSyncTest, RePushOfTheStepBeforeTheLastGetsTheOriginalAnswer) {
+  // The dead process pushed step 0 everywhere and step 1 to this shard; the
+  // stand-in, holding the weights of step 0, re-pushes step 0 first.
+  std::unique_ptr<Shard> shard =
+      MakeShard(SmallConfig(pstrain::v1::MODE_SYNC, 2, 0));
+  ASSERT_NE(shard, nullptr);
+  const std::vector<float> g0 = Constant(*shard, 0.25f),
+                           g1 = Constant(*shard, 1.5f);
+  absl::StatusOr<PushResult> step0 = PushAs(GetParam(), *shard, 1, 7, 0, g1);
+  ASSERT_TRUE(step0.ok());
+  ASSERT_TRUE(PushAs(GetParam(), *shard, 0, 3, 0, g0).ok());
+  ASSERT_TRUE(PushAs(GetParam(), *shard, 1, 7, 1, g0).ok());
+  const std::vector<float> before = Weights(*shard);
+  const uint64_t pushes = shard->Stats().pushes();
+  absl::StatusOr<PushResult> again = PushAs(GetParam(), *shard, 1, 9, 0, g1);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->version, step0->version);
+  EXPECT_EQ(Weights(*shard), before);
+  EXPECT_EQ(shard->Stats().pushes(), pushes);
+  // Step 1 again: the original answer too; step 1 then completes once.
+  ASSERT_TRUE(PushAs(GetParam(), *shard, 1, 9, 1, g0).ok());
+  absl::StatusOr<PushResult> live = PushAs(GetParam(), *shard, 0, 3, 1, g0);
+  ASSERT_TRUE(live.ok());
+  EXPECT_TRUE(live->applied);
+  EXPECT_EQ(shard->Stats().version(), 2u);
+  EXPECT_EQ(shard->Stats().pushes(), pushes + 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(BufferedAndOnArrival, ElasticSyncTest,
+                         ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "OnArrival" : "Buffered";
+                         });
+
+// ---- Summing on arrival (plain sync): IncomingPush -------------------------
+
+// Every chunk of `grad` (shard layout), encoded in chunks() order.
+std::vector<ChunkData> EncodeAll(const Shard& shard,
+                                 const std::vector<float>& grad) {
+  std::vector<ChunkData> data(shard.chunks().size());
+  for (size_t i = 0; i < shard.chunks().size(); ++i) {
+    const LocalChunk& lc = shard.chunks()[i];
+    EncodeChunk(lc.tensor, lc.index, grad.data() + lc.local_offset, lc.length,
+                &data[i]);
+  }
+  return data;
+}
+
+PushHeader Header(uint32_t worker, uint64_t clock, uint64_t num_samples) {
+  PushHeader h;
+  h.set_worker(worker);
+  h.set_clock(clock);
+  h.set_read_min_clock(clock);
+  h.set_num_samples(num_samples);
+  return h;
+}
+
+// Streams chunks [0, n) of `data`, then abandons the push (a stream that
+// broke half-way).
+void StreamPart(Shard& shard, const PushHeader& h,
+                const std::vector<ChunkData>& data, size_t n) {
+  absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> p = shard.BeginPush(h);
+  ASSERT_TRUE(p.ok()) << p.status();
+  for (size_t i = 0; i < n; ++i) ASSERT_TRUE((*p)->Add(data[i]).ok());
+}
+
+// What a push must leave alone: weights, version, clocks, pushes, clipped
+// terms, and the checkpoint state at the cut.
+struct Observable {
+  std::vector<float> weights;
+  uint64_t version, pushes, clipped;
+  std::vector<uint64_t> clocks;
+};
+Observable Observe(Shard& shard) {
+  Observable o;
+  o.weights = Weights(shard);
+  o.version = shard.Stats().version();
+  o.pushes = shard.Stats().pushes();
+  o.clipped = shard.clipped_elements();
+  absl::StatusOr<ShardState> st = shard.Snapshot();
+  EXPECT_TRUE(st.ok()) << st.status();
+  if (st.ok()) o.clocks = st->clocks;
+  return o;
+}
+void ExpectSame(const Observable& a, const Observable& b) {
+  EXPECT_TRUE(BitIdentical(a.weights, b.weights));
+  EXPECT_EQ(a.version, b.version);
+  EXPECT_EQ(a.pushes, b.pushes);
+  EXPECT_EQ(a.clipped, b.clipped);
+  EXPECT_EQ(a.clocks, b.clocks);
+}
+
+// Two sync shards with three chunks, two workers, Adam (state that would
+// show any difference), and gradients whose first chunk has a clipped term.
+class OnArrivalTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    JobConfig config = SmallConfig(pstrain::v1::MODE_SYNC, 2, 0);
+    config.mutable_training()->mutable_optimizer()->set_kind(
+        pstrain::v1::OptimizerConfig::ADAM);
+    config.mutable_training()->mutable_optimizer()->set_base_lr(0.01);
+    a_ = MakeShard(config);
+    b_ = MakeShard(config);
+    ASSERT_NE(a_, nullptr);
+    ASSERT_NE(b_, nullptr);
+    ASSERT_TRUE(a_->sums_on_arrival());
+    ASSERT_GE(a_->chunks().size(), 3u);
+    for (uint32_t w = 0; w < 2; ++w) {
+      grads_[w] = RandomGrad(a_->num_elements(), 40 + w);
+      grads_[w][1] = 1e10f;  // beyond 2^32 in the first step: clipped
+      data_[w] = EncodeAll(*a_, grads_[w]);
+    }
+  }
+  // Both workers' clean pushes of clock 0 (and clock 1, other values).
+  void CleanSteps(Shard& shard) {
+    for (uint32_t w = 0; w < 2; ++w) {
+      ASSERT_TRUE(PushGrad(shard, w, 0, 0, 4 + w, grads_[w]).ok());
+    }
+    for (uint32_t w = 0; w < 2; ++w) {
+      ASSERT_TRUE(
+          PushGrad(shard, w, 1, 1, 3, RandomGrad(shard.num_elements(), 50 + w))
+              .ok());
+    }
+  }
+  std::unique_ptr<Shard> a_, b_;
+  std::vector<float> grads_[2];
+  std::vector<ChunkData> data_[2];
+};
+
+// A stream that breaks after two of three chunks were summed (one with a
+// clipped term) changes nothing observable; the retry (same gradients) and
+// the rest of the job give bit-identical results to a job without the
+// failure.
+TEST_F(OnArrivalTest, PushFailingHalfWayChangesNothingAndRetryIsExact) {
+  const Observable before = Observe(*a_);
+  StreamPart(*a_, Header(0, 0, 4), data_[0], 2);
+  ExpectSame(Observe(*a_), before);
+  // Worker 1 pushes meanwhile; still nothing applied (worker 0 missing).
+  ASSERT_TRUE(PushGrad(*a_, 1, 0, 0, 5, grads_[1]).ok());
+  EXPECT_EQ(a_->Stats().version(), 0u);
+  // The retry: all chunks again.
+  absl::StatusOr<PushResult> r = PushGrad(*a_, 0, 0, 0, 4, grads_[0]);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->applied);
+  for (uint32_t w = 0; w < 2; ++w) {
+    ASSERT_TRUE(
+        PushGrad(*a_, w, 1, 1, 3, RandomGrad(a_->num_elements(), 50 + w)).ok());
+  }
+  CleanSteps(*b_);
+  ExpectSame(Observe(*a_), Observe(*b_));
+  EXPECT_EQ(a_->clipped_elements(), 2u);  // once per worker, not per stream
+}
+
+// The same failure in the middle of a message: an invalid chunk after a
+// summed one fails the stream and changes nothing observable.
+TEST_F(OnArrivalTest, InvalidChunkAfterSummedOnesChangesNothing) {
+  const Observable before = Observe(*a_);
+  absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> p =
+      a_->BeginPush(Header(0, 0, 4));
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE((*p)->Add(data_[0][0]).ok());
+  ChunkData bad = data_[0][1];
+  float nan = std::nanf("");
+  std::memcpy(bad.mutable_data()->data(), &nan, sizeof(nan));
+  EXPECT_EQ((*p)->Add(bad).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*p)->Add(data_[0][0]).code(),
+            absl::StatusCode::kInvalidArgument);  // sent twice
+  p->reset();
+  ExpectSame(Observe(*a_), before);
+  // An incomplete push does not commit either.
+  absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> q =
+      a_->BeginPush(Header(0, 0, 4));
+  ASSERT_TRUE(q.ok());
+  ASSERT_TRUE((*q)->Add(data_[0][1]).ok());
+  EXPECT_EQ((*q)->Finish().status().code(), absl::StatusCode::kInvalidArgument);
+  ExpectSame(Observe(*a_), before);
+  CleanSteps(*a_);
+  CleanSteps(*b_);
+  ExpectSame(Observe(*a_), Observe(*b_));
+}
+
+// A summed chunk cannot be replaced: other values for it are refused and
+// change nothing; the original values still complete the push exactly.
+TEST_F(OnArrivalTest, OtherValuesForASummedChunkAreRefused) {
+  StreamPart(*a_, Header(0, 0, 4), data_[0], 1);
+  const Observable before = Observe(*a_);
+  std::vector<float> other = grads_[0];
+  other[0] += 1.0f;
+  absl::StatusOr<PushResult> r = PushGrad(*a_, 0, 0, 0, 4, other);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(), HasSubstr("already summed"));
+  ExpectSame(Observe(*a_), before);
+  CleanSteps(*a_);
+  CleanSteps(*b_);
+  ExpectSame(Observe(*a_), Observe(*b_));
+}
+
+// Two streams of the same push at once (a retry while the first still
+// runs), chunks interleaved: summed once; the later Finish gets the first
+// one's answer.
+TEST_F(OnArrivalTest, TwinStreamsOfOnePushCountOnce) {
+  absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> p =
+      a_->BeginPush(Header(0, 0, 4));
+  absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> q =
+      a_->BeginPush(Header(0, 0, 4));
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(q.ok());
+  const size_t n = data_[0].size();
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_TRUE((*p)->Add(data_[0][i]).ok());
+    ASSERT_TRUE((*q)->Add(data_[0][n - 1 - i]).ok());
+  }
+  absl::StatusOr<PushResult> first = (*q)->Finish();
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<PushResult> second = (*p)->Finish();
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(first->version, second->version);
+  EXPECT_EQ(a_->Stats().pushes(), 1u);
+  ASSERT_TRUE(PushGrad(*a_, 1, 0, 0, 5, grads_[1]).ok());
+  for (uint32_t w = 0; w < 2; ++w) {
+    ASSERT_TRUE(
+        PushGrad(*a_, w, 1, 1, 3, RandomGrad(a_->num_elements(), 50 + w)).ok());
+  }
+  CleanSteps(*b_);
+  ExpectSame(Observe(*a_), Observe(*b_));
+}
+
+// Workers' streams summed concurrently on threads, chunk by chunk in
+// different orders, equal the plain sequential pushes bit for bit.
+TEST_F(OnArrivalTest, ConcurrentStreamsAreOrderIndependent) {
+  for (int rep = 0; rep < 20; ++rep) {
+    const uint64_t clock = rep;
+    std::vector<std::vector<float>> g(2);
+    std::vector<std::vector<ChunkData>> d(2);
+    for (uint32_t w = 0; w < 2; ++w) {
+      g[w] = RandomGrad(a_->num_elements(), 100 * rep + w);
+      d[w] = EncodeAll(*a_, g[w]);
+    }
+    std::vector<std::thread> threads;
+    std::atomic<int> failures{0};
+    for (uint32_t w = 0; w < 2; ++w) {
+      threads.emplace_back([&, w] {
+        absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> p =
+            a_->BeginPush(Header(w, clock, 2 + w));
+        if (!p.ok()) {
+          ++failures;
+          return;
+        }
+        const size_t n = d[w].size();
+        for (size_t i = 0; i < n; ++i) {
+          // Worker 1 sends last chunk first.
+          if (!(*p)->Add(d[w][w == 0 ? i : n - 1 - i]).ok()) ++failures;
+        }
+        if (!(*p)->Finish().ok()) ++failures;
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    ASSERT_EQ(failures.load(), 0);
+    for (uint32_t w : {1u, 0u}) {
+      ASSERT_TRUE(PushGrad(*b_, w, clock, clock, 2 + w, g[w]).ok());
+    }
+    ASSERT_TRUE(BitIdentical(Weights(*a_), Weights(*b_))) << "step " << rep;
+  }
+}
+
+// A restore while a push is half summed discards it: the rest of that
+// stream adds nothing and cannot commit (UNAVAILABLE, a retry is safe), and
+// the job continues exactly as from the checkpoint.
+TEST_F(OnArrivalTest, RestoreWhileHalfSummedLeavesNothingOfIt) {
+  absl::StatusOr<ShardState> cut = a_->Snapshot();
+  ASSERT_TRUE(cut.ok());
+  absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> p =
+      a_->BeginPush(Header(0, 0, 4));
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE((*p)->Add(data_[0][0]).ok());
+  // Other values than the ones summed before the restore.
+  std::vector<float> other = grads_[0];
+  other[0] += 1.0f;
+  ASSERT_TRUE(a_->Restore(*cut).ok());
+  for (size_t i = 1; i < data_[0].size(); ++i) {
+    ASSERT_TRUE((*p)->Add(data_[0][i]).ok());
+  }
+  EXPECT_EQ((*p)->Finish().status().code(), absl::StatusCode::kUnavailable);
+  grads_[0] = other;
+  CleanSteps(*a_);
+  CleanSteps(*b_);
+  ExpectSame(Observe(*a_), Observe(*b_));
+}
+
+// The clock is checked when the stream starts, before anything is read.
+TEST_F(OnArrivalTest, WrongClockIsRefusedAtTheStart) {
+  EXPECT_EQ(a_->BeginPush(Header(0, 1, 4)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(a_->BeginPush(Header(7, 0, 4)).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(a_->BeginPush(Header(0, 0, 0)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Async and backup workers keep whole pushes: no streaming there.
+TEST(OnArrivalModesTest, OnlyPlainSyncSumsOnArrival) {
+  std::unique_ptr<Shard> async_shard =
+      MakeShard(SmallConfig(pstrain::v1::MODE_ASYNC, 2, -1));
+  std::unique_ptr<Shard> backups = MakeShard(BackupConfig(3, 1));
+  ASSERT_NE(async_shard, nullptr);
+  ASSERT_NE(backups, nullptr);
+  EXPECT_FALSE(async_shard->sums_on_arrival());
+  EXPECT_FALSE(backups->sums_on_arrival());
+  EXPECT_EQ(async_shard->BeginPush(Header(0, 0, 1)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+// ---- Applying on arrival (shard.h) -----------------------------------------
+
+// Waits (bounded) until the applier applied at least `n` chunks of the open
+// step.
+bool AwaitAppliedEarly(const Shard& shard, size_t n) {
+  const absl::Time deadline = absl::Now() + kLongWait;
+  while (shard.chunks_applied_early() < n) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
+
+// The OnArrivalTest shards (a_, b_: applying on arrival) and a reference
+// that applies the whole step at its commit.
+class ApplyOnArrivalTest : public OnArrivalTest {
+ protected:
+  void SetUp() override {
+    OnArrivalTest::SetUp();
+    JobConfig config = SmallConfig(pstrain::v1::MODE_SYNC, 2, 0);
+    config.mutable_training()->mutable_optimizer()->set_kind(
+        pstrain::v1::OptimizerConfig::ADAM);
+    config.mutable_training()->mutable_optimizer()->set_base_lr(0.01);
+    absl::StatusOr<pstrain::v1::JobSpec> job = MakeJobSpec(config);
+    ASSERT_TRUE(job.ok()) << job.status();
+    ShardOptions options = ShardOptionsFromJob(*job, 0);
+    options.early_apply = false;
+    absl::StatusOr<std::unique_ptr<Shard>> ref =
+        Shard::Create(std::move(options));
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    ref_ = *std::move(ref);
+  }
+  std::unique_ptr<Shard> ref_;
+};
+
+// A chunk is applied as soon as both workers' contributions are summed,
+// before any push commits; meanwhile nobody reads the half-applied step: a
+// pull of the next clock waits for the commit, a re-read of the open step
+// waits too (and then reads the committed version), checkpoint cuts of the
+// open step are passed. After the commit the weights equal those of
+// applying at the commit, bit for bit.
+TEST_F(ApplyOnArrivalTest, NobodyReadsAHalfAppliedStep) {
+  // Both workers streaming, neither committed: worker 1 sent every chunk,
+  // worker 0 the first.
+  absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> q =
+      a_->BeginPush(Header(1, 0, 5));
+  ASSERT_TRUE(q.ok()) << q.status();
+  for (const ChunkData& c : data_[1]) ASSERT_TRUE((*q)->Add(c).ok());
+  absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> p =
+      a_->BeginPush(Header(0, 0, 4));
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE((*p)->Add(data_[0][0]).ok());
+  ASSERT_TRUE(AwaitAppliedEarly(*a_, 1));
+  EXPECT_EQ(a_->chunks_applied_early(), 1u);
+  EXPECT_EQ(a_->Stats().version(), 0u);
+  EXPECT_EQ(a_->Stats().pushes(), 0u);
+  // No push recorded, but the step is half applied: the cut is passed.
+  EXPECT_EQ(a_->Snapshot().status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(a_->SnapshotAt(0, absl::Now() + kShortWait).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // Worker 1 reading clock 0 again: waits for the commit.
+  absl::StatusOr<PullResult> reread = a_->Pull(1, 0, absl::Now() + kShortWait);
+  EXPECT_EQ(reread.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(reread.status().message(), HasSubstr("half applied"));
+  ASSERT_TRUE((*q)->Finish().ok());
+  EXPECT_EQ(a_->Pull(1, 1, absl::Now() + kShortWait).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  // A pull of clock 1 waiting across the commit reads the whole step.
+  for (size_t i = 1; i < data_[0].size(); ++i) {
+    ASSERT_TRUE((*p)->Add(data_[0][i]).ok());
+  }
+  absl::StatusOr<PullResult> next;
+  std::thread reader([&] { next = a_->Pull(1, 1, absl::Now() + kLongWait); });
+  absl::StatusOr<PushResult> r = (*p)->Finish();
+  reader.join();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->applied);
+  EXPECT_EQ(a_->chunks_applied_early(), 0u);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->version, 1u);
+  for (uint32_t w : {1u, 0u}) {
+    ASSERT_TRUE(PushGrad(*ref_, w, 0, 0, 4 + w, grads_[w]).ok());
+  }
+  EXPECT_TRUE(BitIdentical(next->values, Weights(*ref_)));
+  absl::StatusOr<ShardState> at_a = a_->Snapshot();
+  absl::StatusOr<ShardState> at_ref = ref_->Snapshot();
+  ASSERT_TRUE(at_a.ok()) << at_a.status();
+  ASSERT_TRUE(at_ref.ok()) << at_ref.status();
+  for (size_t k = 0; k < at_a->chunks.size(); ++k) {
+    EXPECT_TRUE(BitIdentical(at_a->chunks[k].slots, at_ref->chunks[k].slots));
+    EXPECT_EQ(at_a->chunks[k].exponent, at_ref->chunks[k].exponent);
+  }
+}
+
+// Every chunk final and applied, then worker 0's stream breaks before its
+// half-close: its contributions stay. A retry with other values, or the same
+// values with another num_samples, is refused and changes nothing; the
+// retry of the same push commits, and the job goes on bit for bit as one
+// that applied at the commit and never failed.
+TEST_F(ApplyOnArrivalTest, HalfFailedPushAfterItsChunksWereApplied) {
+  ASSERT_TRUE(PushGrad(*a_, 1, 0, 0, 5, grads_[1]).ok());
+  StreamPart(*a_, Header(0, 0, 4), data_[0], data_[0].size());
+  ASSERT_TRUE(AwaitAppliedEarly(*a_, data_[0].size()));
+  EXPECT_EQ(a_->Stats().version(), 0u);
+  EXPECT_EQ(a_->Stats().pushes(), 1u);
+  std::vector<float> other = grads_[0];
+  other[a_->num_elements() - 1] += 1.0f;  // the last chunk only
+  absl::StatusOr<PushResult> refused = PushGrad(*a_, 0, 0, 0, 4, other);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("already summed"));
+  refused = PushGrad(*a_, 0, 0, 0, 3, grads_[0]);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(a_->Stats().version(), 0u);
+  absl::StatusOr<PushResult> r = PushGrad(*a_, 0, 0, 0, 4, grads_[0]);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->applied);
+  for (uint32_t w = 0; w < 2; ++w) {
+    ASSERT_TRUE(
+        PushGrad(*a_, w, 1, 1, 3, RandomGrad(a_->num_elements(), 50 + w)).ok());
+  }
+  CleanSteps(*ref_);
+  ExpectSame(Observe(*a_), Observe(*ref_));
+  EXPECT_EQ(a_->clipped_elements(), 2u);
+}
+
+// A restore while the open step is half applied replaces weights and slots
+// and forgets the step; the job then continues as from the checkpoint.
+TEST_F(ApplyOnArrivalTest, RestoreWhileHalfAppliedLeavesNothingOfIt) {
+  absl::StatusOr<ShardState> cut = a_->Snapshot();
+  ASSERT_TRUE(cut.ok());
+  ASSERT_TRUE(PushGrad(*a_, 1, 0, 0, 5, grads_[1]).ok());
+  StreamPart(*a_, Header(0, 0, 4), data_[0], 2);
+  ASSERT_TRUE(AwaitAppliedEarly(*a_, 2));
+  ASSERT_TRUE(a_->Restore(*cut).ok());
+  EXPECT_EQ(a_->chunks_applied_early(), 0u);
+  absl::StatusOr<ShardState> again = a_->Snapshot();
+  ASSERT_TRUE(again.ok()) << again.status();
+  for (size_t k = 0; k < cut->chunks.size(); ++k) {
+    EXPECT_TRUE(BitIdentical(again->chunks[k].weights, cut->chunks[k].weights));
+    EXPECT_TRUE(BitIdentical(again->chunks[k].slots, cut->chunks[k].slots));
+  }
+  CleanSteps(*a_);
+  CleanSteps(*ref_);
+  // Statistics (pushes, clipped terms) keep counting across a restore.
+  EXPECT_TRUE(BitIdentical(Weights(*a_), Weights(*ref_)));
+  EXPECT_EQ(a_->Stats().version(), ref_->Stats().version());
+  absl::StatusOr<ShardState> at_a = a_->Snapshot();
+  absl::StatusOr<ShardState> at_ref = ref_->Snapshot();
+  ASSERT_TRUE(at_a.ok()) << at_a.status();
+  ASSERT_TRUE(at_ref.ok()) << at_ref.status();
+  for (size_t k = 0; k < at_a->chunks.size(); ++k) {
+    EXPECT_TRUE(BitIdentical(at_a->chunks[k].slots, at_ref->chunks[k].slots));
+  }
+}
+
+// Three workers' streams on threads, chunks in different orders, applied on
+// arrival while the others still stream, for several steps with pulls in
+// between: bit-identical to one shard applying at the commit.
+TEST(ApplyOnArrivalStepsTest, ConcurrentStreamsEqualApplyingAtTheCommit) {
+  JobConfig config = SmallConfig(pstrain::v1::MODE_SYNC, 3, 0);
+  config.mutable_training()->mutable_optimizer()->set_kind(
+      pstrain::v1::OptimizerConfig::ADAM);
+  config.mutable_training()->mutable_optimizer()->set_base_lr(0.01);
+  absl::StatusOr<pstrain::v1::JobSpec> job = MakeJobSpec(config);
+  ASSERT_TRUE(job.ok()) << job.status();
+  std::unique_ptr<Shard> shards[2];
+  for (int i = 0; i < 2; ++i) {
+    ShardOptions options = ShardOptionsFromJob(*job, 0);
+    options.early_apply = i == 0;
+    absl::StatusOr<std::unique_ptr<Shard>> s =
+        Shard::Create(std::move(options));
+    ASSERT_TRUE(s.ok()) << s.status();
+    shards[i] = *std::move(s);
+  }
+  Shard& early = *shards[0];
+  Shard& at_commit = *shards[1];
+  const size_t n = early.num_elements();
+  for (uint64_t step = 0; step < 12; ++step) {
+    std::vector<std::vector<ChunkData>> d(3);
+    std::vector<std::vector<float>> g(3);
+    for (uint32_t w = 0; w < 3; ++w) {
+      g[w] = RandomGrad(n, 1000 + 3 * step + w);
+      d[w] = EncodeAll(early, g[w]);
+    }
+    std::atomic<int> failures{0};
+    std::vector<std::thread> threads;
+    for (uint32_t w = 0; w < 3; ++w) {
+      threads.emplace_back([&, w] {
+        // Each worker first reads the step, as a worker does.
+        if (!early.Pull(w, step, absl::Now() + kLongWait).ok()) ++failures;
+        absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> p =
+            early.BeginPush(Header(w, step, 2 + w));
+        if (!p.ok()) {
+          ++failures;
+          return;
+        }
+        const size_t m = d[w].size();
+        for (size_t i = 0; i < m; ++i) {
+          const size_t k = (i + w + step) % m;  // different orders
+          if (!(*p)->Add(d[w][k]).ok()) ++failures;
+        }
+        if (!(*p)->Finish().ok()) ++failures;
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    ASSERT_EQ(failures.load(), 0) << "step " << step;
+    for (uint32_t w = 0; w < 3; ++w) {
+      ASSERT_TRUE(PushGrad(at_commit, w, step, step, 2 + w, g[w]).ok());
+    }
+    ASSERT_TRUE(BitIdentical(Weights(early), Weights(at_commit)))
+        << "step " << step;
+  }
+  absl::StatusOr<ShardState> a = early.Snapshot();
+  absl::StatusOr<ShardState> b = at_commit.Snapshot();
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  for (size_t k = 0; k < a->chunks.size(); ++k) {
+    EXPECT_TRUE(BitIdentical(a->chunks[k].slots, b->chunks[k].slots));
+    EXPECT_EQ(a->chunks[k].exponent, b->chunks[k].exponent);
+  }
 }
 
 }  // namespace

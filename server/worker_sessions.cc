@@ -51,6 +51,24 @@ absl::Status WorkerSessions::CheckOrRefresh(uint32_t rank, uint64_t session_id,
   absl::MutexLock lock(&mu_);
   absl::Status st = CheckLocked(rank, session_id, what);
   if (st.code() != absl::StatusCode::kPermissionDenied) return st;
+  RefreshLocked(deadline);
+  st = CheckLocked(rank, session_id, what);
+  if (!st.ok() && !last_error_.ok()) {
+    return absl::Status(st.code(), absl::StrCat(st.message(),
+                                                " (the last refresh from the "
+                                                "coordinator failed: ",
+                                                last_error_.ToString(), ")"));
+  }
+  return st;
+}
+
+absl::Status WorkerSessions::Refresh(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  RefreshLocked(deadline);
+  return last_error_;
+}
+
+void WorkerSessions::RefreshLocked(absl::Time deadline) {
   // A refresh that starts after this call arrived.
   const uint64_t need = started_ + 1;
   while (done_ < need) {
@@ -85,14 +103,6 @@ absl::Status WorkerSessions::CheckOrRefresh(uint32_t rank, uint64_t session_id,
       ids_ = *std::move(ids);
     }
   }
-  st = CheckLocked(rank, session_id, what);
-  if (!st.ok() && !last_error_.ok()) {
-    return absl::Status(st.code(), absl::StrCat(st.message(),
-                                                " (the last refresh from the "
-                                                "coordinator failed: ",
-                                                last_error_.ToString(), ")"));
-  }
-  return st;
 }
 
 uint64_t WorkerSessions::refreshes() const {

@@ -54,6 +54,11 @@ class WorkerSessions {
   absl::Status CheckOrRefresh(uint32_t rank, uint64_t session_id,
                               const char* what, absl::Time deadline);
 
+  // Refreshes the table from the coordinator now (a refresh that starts
+  // after this call), e.g. when the coordinator says the membership
+  // changed (elastic workers); the error of a failed one.
+  absl::Status Refresh(absl::Time deadline);
+
   // Completed refreshes (successful or not).
   uint64_t refreshes() const;
 
@@ -61,6 +66,8 @@ class WorkerSessions {
   absl::Status CheckLocked(uint32_t rank, uint64_t session_id,
                            const char* what) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Waits for (or runs) a refresh that starts after the call.
+  void RefreshLocked(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool NotRefreshing() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     return !refreshing_;
   }

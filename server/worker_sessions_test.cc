@@ -51,6 +51,27 @@ struct FakeCoordinator {
   }
 };
 
+// Elastic workers: the coordinator ended a dead rank's session; the
+// server refreshes on its heartbeat's membership epoch, and from then on
+// the dead process's pushes are refused without any pull of its own.
+TEST(WorkerSessionsTest, RefreshOnDemandEndsADeadRanksSession) {
+  FakeCoordinator coord;
+  coord.Set({5, 6});
+  WorkerSessions s(2, coord.fetch(), absl::Milliseconds(1));
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  ASSERT_TRUE(s.CheckOrRefresh(1, 6, "Pull", deadline).ok());
+  coord.Set({5, 0});
+  EXPECT_TRUE(s.Check(1, 6, "Push").ok());  // not known yet
+  EXPECT_TRUE(s.Refresh(deadline).ok());
+  EXPECT_EQ(s.Check(1, 6, "Push").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(s.Check(0, 5, "Push").ok());
+  {
+    absl::MutexLock lock(&coord.mu);
+    coord.error = absl::UnavailableError("coordinator down");
+  }
+  EXPECT_EQ(s.Refresh(deadline).code(), absl::StatusCode::kUnavailable);
+}
+
 TEST(WorkerSessionsTest, UnknownIdsRefreshAndReplacedIdsAreRefused) {
   FakeCoordinator coord;
   coord.Set({0, 0});

@@ -220,6 +220,29 @@ TEST(AllReduceOverGrpcTest, CoordinatorRendezvousAndGrpcRing) {
   EXPECT_EQ(run->summary.bytes_pulled, run->summary.bytes_pushed);
 }
 
+// network.wire_dtype: bf16 in mode allreduce (the worker's wiring of the
+// ring's bf16 wire): the replicas stay bit-identical, the ring moves half the
+// bytes of the fp32 run, and the result is not the fp32 run's (the wire
+// really was bf16).
+TEST(AllReduceOverGrpcTest, Bf16WireHalvesTheRingBytes) {
+  const OptimizerCase sgd{"sgd", OptimizerConfig::SGD, 0.1, false};
+  JobConfig config =
+      MakeConfig(sgd, pstrain::v1::MODE_ALLREDUCE, 3, kLocalBatch);
+  config.mutable_allreduce()->set_segment_bytes(4096);
+  absl::StatusOr<InProcessJob> fp32 = RunInProcessJob(config);
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  config.mutable_network()->set_wire_dtype(pstrain::v1::DTYPE_BF16);
+  absl::StatusOr<InProcessJob> bf16 = RunInProcessJob(config);
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  EXPECT_FALSE(bf16->summary.failed) << bf16->summary.message;
+  EXPECT_EQ(bf16->summary.steps, kSteps);
+  ExpectReplicasIdentical(bf16->finals);
+  EXPECT_NE(ParamsFingerprint(bf16->finals[0]),
+            ParamsFingerprint(fp32->finals[0]));
+  EXPECT_EQ(2 * bf16->summary.bytes_pushed, fp32->summary.bytes_pushed);
+  EXPECT_EQ(bf16->summary.bytes_pulled, bf16->summary.bytes_pushed);
+}
+
 // The weighted mean is the sync shard's: sum_r n_r g_r / sum_r n_r.
 TEST(AllReduceWeightedMeanTest, WeighsBySampleCounts) {
   const int n = 3;

@@ -308,6 +308,30 @@ TEST_F(BadInputTest, PullWithoutTheRanksSessionIdIsRefused) {
 }
 
 // The harness can see a change: a valid push moves the weights by -0.5.
+// training.on_failure: restart: a push or pull of another generation (one
+// the job rolled back from, or a confused client's) is ABORTED and changes
+// nothing.
+TEST_F(BadInputTest, PushOrPullOfAnotherGenerationChangesNothing) {
+  v1::PushHeader h = Header();
+  h.set_generation(1);
+  ExpectRejected(Push(&h, ValidChunks()), StatusCode::ABORTED,
+                 "push of generation 1 refused: this shard serves generation "
+                 "0");
+  grpc::ClientContext ctx;
+  v1::PullRequest req;
+  req.set_worker(0);
+  req.set_session_id(cluster_->session_id(0));
+  req.set_generation(2);
+  auto reader = stub_->Pull(&ctx, req);
+  v1::PullResponse msg;
+  EXPECT_FALSE(reader->Read(&msg));
+  const grpc::Status s = reader->Finish();
+  EXPECT_EQ(s.error_code(), StatusCode::ABORTED) << s.error_message();
+  EXPECT_NE(s.error_message().find("pull of generation 2 refused"),
+            std::string::npos)
+      << s.error_message();
+}
+
 TEST_F(BadInputTest, ValidPushIsApplied) {
   auto h = Header();
   grpc::Status s = Push(&h, ValidChunks());

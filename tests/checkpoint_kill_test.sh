@@ -7,13 +7,7 @@
 # `ps_checkpoint inspect` verifies.
 set -uo pipefail
 
-ROOT="$TEST_SRCDIR/pstrain"
-PSCTL="$ROOT/psctl"
-BIN="$ROOT"
-TMP="${TEST_TMPDIR:-$(mktemp -d)}"
-failures=0
-
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "$TEST_SRCDIR/pstrain/tests/lib/procs.sh"  # COORD, TMP, psctl_run, ...
 
 # Adam on a cosine schedule (slots and schedule step must be restored);
 # 20 ms of emulated compute per step, so the kill lands mid-job.
@@ -33,15 +27,15 @@ worker: {compute_ms: 20}
 server: {chunk_bytes: 256}
 checkpoint: {every_steps: 10, keep: 3}
 EOF
-final="ckpt/step-000000000100"
+final=$(ckpt_step 100)
 
 # 1. The undisturbed job.
-if ! "$PSCTL" run --bin "$BIN" --config "$TMP/job.yaml" --out "$TMP/a" > "$TMP/a.log" 2>&1; then
+if ! psctl_run 120 "$TMP/a" "$TMP/a.log" --config "$TMP/job.yaml"; then
   cat "$TMP/a.log"; echo "FAIL: the undisturbed job failed"; exit 1
 fi
 [[ -f "$TMP/a/$final/MANIFEST.json" ]] || fail "no final checkpoint in the undisturbed run"
 # The coordinator's manifest and the servers' files pass the tool's checks.
-"$ROOT/tools/checkpoint/ps_checkpoint" inspect "$TMP/a/ckpt" > "$TMP/inspect.log" 2>&1 ||
+"$CHECKPOINT" inspect "$TMP/a/ckpt" > "$TMP/inspect.log" 2>&1 ||
   { cat "$TMP/inspect.log"; fail "ps_checkpoint inspect refused the job's checkpoints"; }
 kept=$(ls -d "$TMP/a/ckpt"/step-* | wc -l)
 [[ "$kept" == 3 ]] || fail "checkpoint.keep 3 left $kept checkpoints"
@@ -50,41 +44,34 @@ kept=$(ls -d "$TMP/a/ckpt"/step-* | wc -l)
 # ("server" or "worker"), $2 the step whose checkpoint must exist first.
 kill_and_resume() {
   local victim="$1" after="$2" dir="$TMP/$1"
-  "$PSCTL" run --bin "$BIN" --config "$TMP/job.yaml" --out "$dir" > "$dir.1.log" 2>&1 &
-  local psctl_pid=$! step
-  step=$(printf 'step-%012d' "$after")
-  for _ in $(seq 1 600); do
-    [[ -f "$dir/ckpt/$step/MANIFEST.json" ]] && break
-    kill -0 "$psctl_pid" 2>/dev/null || break
-    sleep 0.05
-  done
+  psctl_start "$dir" "$dir.1.log" --config "$TMP/job.yaml"
   # The process this test's psctl started (found by its unique token path).
-  local pattern="--shard=0 --metrics_port=0 --token_file=$dir/token"
-  [[ "$victim" == worker ]] && pattern="--rank=1 --metrics_port=0 --token_file=$dir/token"
-  local pid
-  pid=$(pgrep -f -- "$pattern" | head -1)
-  if [[ -n "$pid" ]]; then
-    kill -KILL "$pid"
-    echo "$victim: killed pid $pid after the checkpoint of step $after"
-  else
-    fail "$victim: nothing to kill (the job ended before step $after was saved?)"
-  fi
-  if wait "$psctl_pid"; then
+  local who="--shard=0"
+  [[ "$victim" == worker ]] && who="--rank=1"
+  kill_after_checkpoint "$dir" "$after" "$who"
+  if ! exited_within "$psctl_pid" 60; then
+    fail "$victim: the job with a killed process still runs 60 s later"
+  elif ((rc == 0)); then
     fail "$victim: the job with a killed process reported success"
   fi
   [[ ! -f "$dir/$final/MANIFEST.json" ]] || fail "$victim: the killed job reached the final step"
 
   # Resume in the same folder from the newest complete checkpoint.
-  if "$PSCTL" run --bin "$BIN" --config "$TMP/job.yaml" --out "$dir" --resume latest \
-      > "$dir.2.log" 2>&1; then
+  if psctl_run 120 "$dir" "$dir.2.log" --config "$TMP/job.yaml" --resume latest; then
     grep -o "resuming from .* at step [0-9]*" "$dir/logs/coordinator.log" | head -1
-    local f
-    for f in shard-00000-of-00002.ckpt shard-00001-of-00002.ckpt; do
-      cmp -s "$TMP/a/$final/$f" "$dir/$final/$f" ||
-        fail "$victim: $f differs from the undisturbed run's"
-    done
+    same_files "$TMP/a/$final" "$dir/$final" "$victim" \
+      shard-00000-of-00002.ckpt shard-00001-of-00002.ckpt
     ls "$dir"/metrics-before-resume-*.csv > /dev/null 2>&1 ||
       fail "$victim: the first attempt's metrics.csv was not kept"
+    # The summary counts the whole job: every step's global batch (2 x 16),
+    # and the earlier part's time on top of this part's.
+    local samples wall last_wall
+    samples=$("$REPORT" summary-get "$dir" samples)
+    wall=$("$REPORT" summary-get "$dir" wall_s)
+    last_wall=$(tail -1 "$dir/metrics.csv" | cut -d, -f2)  # step,wall_s,...
+    [[ "$samples" == 3200 ]] || fail "$victim: summary.json samples $samples, expected 3200 (100 steps x 32)"
+    awk -v a="$wall" -v b="$last_wall" 'BEGIN { exit !(a > b) }' ||
+      fail "$victim: summary.json wall_s $wall does not include the earlier part (this part: $last_wall)"
   else
     cat "$dir.2.log"; fail "$victim: the resumed job failed"
   fi
@@ -92,10 +79,20 @@ kill_and_resume() {
 kill_and_resume server 20
 kill_and_resume worker 40
 
+# 3. The dry run shows where --resume would start (and refuses a bad one).
+plan=$("$COORD" --config="$TMP/job.yaml" --out="$TMP/server" \
+       --resume=latest --dry_run 2>&1)
+[[ "$plan" == *"# resume: step "*" from $TMP/server/ckpt/step-"* ]] ||
+  fail "--dry_run --resume latest does not show the resume point: $plan"
+"$COORD" --config="$TMP/job.yaml" --resume="$TMP/nowhere" \
+  --dry_run > /dev/null 2>&1
+rc=$?
+[[ $rc == 2 ]] || fail "--dry_run with a missing --resume folder: rc $rc, expected 2"
+
 # 4. Bad input: a folder that is not there is refused by name.
-out=$("$PSCTL" run --bin "$BIN" --config "$TMP/job.yaml" --out "$TMP/c" \
-      --resume "$TMP/nowhere" 2>&1); rc=$?
+psctl_run 60 "$TMP/c" "$TMP/c.log" --config "$TMP/job.yaml" --resume "$TMP/nowhere"
+rc=$?
+out=$(cat "$TMP/c.log")
 [[ $rc == 2 && "$out" == *"--resume"* ]] || fail "--resume of a missing folder: rc $rc: $out"
 
-if ((failures)); then echo "$failures failure(s)"; exit 1; fi
-echo "PASS: killed and resumed job ends bit-identical"
+procs_finish "PASS: killed and resumed job ends bit-identical"

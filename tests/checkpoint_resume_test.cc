@@ -17,6 +17,7 @@
 #include "server/checkpoint.h"
 #include "server/checkpoint_env.h"
 #include "tests/in_process_job.h"
+#include "tests/test_files.h"
 
 namespace pstrain {
 namespace {
@@ -64,24 +65,9 @@ JobConfig MakeConfig(const std::string& dir, int servers) {
   return c;
 }
 
-std::string TempDir(const std::string& name) {
-  const fs::path p = fs::path(::testing::TempDir()) / name;
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
-
-std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-bool BitEqual(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() &&
-         std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using test_files::BitEqual;
+using test_files::ReadBytes;
+using test_files::TempDir;
 
 // Every tensor's weights and slots in checkpoint `dir`, whatever its layout.
 std::vector<std::vector<float>> AllState(const std::string& dir) {

@@ -22,21 +22,7 @@
 #     run's servers and workers, which it does not know, leave.
 #  7. psctl run: summary.json names a SIGKILLed worker (its lease ran out).
 set -uo pipefail
-
-ROOT="$TEST_SRCDIR/pstrain"
-COORD="$ROOT/coordinator/ps_coordinator"
-SERVER="$ROOT/server/ps_server"
-WORKER="$ROOT/worker/ps_worker"
-REPORT="$ROOT/tools/report/ps_report"
-TMP="${TEST_TMPDIR:-$(mktemp -d)}"
-failures=0
-pids=()
-
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-ok() { echo "ok: $*"; }
-cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done; }
-trap cleanup EXIT
-now_ms() { date +%s%3N; }
+source "$TEST_SRCDIR/pstrain/tests/lib/procs.sh"  # ROOT, TMP, start_job, ...
 
 # The job file: lease and barrier timeout are the arguments.
 write_config() {  # FILE LEASE_S BARRIER_TIMEOUT_S STEPS [MODE [STALENESS]]
@@ -47,54 +33,6 @@ model: {type: mlp, input_dim: 8, hidden: [8], num_classes: 2, seed: 1}
 data: {source: synthetic, num_features: 8, num_classes: 2, seed: 3}
 network: {lease_s: $2, barrier_timeout_s: $3, rpc_timeout_s: 10}
 YAML
-}
-
-# start_job DIR CONFIG: pids in $coord, ${servers[@]}, ${workers[@]}.
-start_job() {
-  local dir="$1" config="$2" k
-  mkdir -p "$dir"
-  "$COORD" --config="$config" --port=0 --port_file="$dir/port" --out="$dir" \
-    --quiet 2> "$dir/coordinator.log" &
-  coord=$!
-  pids+=("$coord")
-  for _ in $(seq 1 200); do [[ -s "$dir/port" ]] && break; sleep 0.05; done
-  [[ -s "$dir/port" ]] || { fail "coordinator did not start"; return 1; }
-  addr="127.0.0.1:$(cat "$dir/port")"
-  servers=() workers=()
-  for k in 0 1; do
-    "$SERVER" --coordinator="$addr" --shard="$k" 2> "$dir/server-$k.log" &
-    servers+=($!)
-    pids+=($!)
-  done
-  for k in 0 1; do
-    "$WORKER" --coordinator="$addr" --rank="$k" 2> "$dir/worker-$k.log" &
-    workers+=($!)
-    pids+=($!)
-  done
-}
-
-# wait_steps DIR N: until metrics.csv has N rows (training is under way).
-wait_steps() {
-  for _ in $(seq 1 400); do
-    (($(wc -l < "$1/metrics.csv" 2>/dev/null || echo 0) > $2)) && return 0
-    sleep 0.05
-  done
-  fail "no training progress in $1"
-  return 1
-}
-
-# exited_within PID SECONDS: waits for PID (a child) up to SECONDS; sets rc.
-exited_within() {
-  local pid="$1" limit_ms=$(( $(now_ms) + $2 * 1000 ))
-  while kill -0 "$pid" 2>/dev/null; do
-    if (($(now_ms) > limit_ms)); then return 1; fi
-    # A zombie counts as exited.
-    [[ "$(ps -o stat= -p "$pid" 2>/dev/null)" == Z* ]] && break
-    sleep 0.02
-  done
-  wait "$pid"
-  rc=$?
-  return 0
 }
 
 # 1. A SIGSTOPped worker is declared dead after lease_s.
@@ -232,17 +170,16 @@ kill -KILL "${workers[1]}" 2>/dev/null
 # 4. SIGTERM while waiting for an absent coordinator.
 dir="$TMP/sigterm"
 mkdir -p "$dir"
-"$SERVER" --coordinator=127.0.0.1:1 --startup_timeout_s=60 2> "$dir/server.log" &
-s=$!
-"$WORKER" --coordinator=127.0.0.1:1 --startup_timeout_s=60 2> "$dir/worker.log" &
-w=$!
-pids+=("$s" "$w")
+spawn "$dir/server.log" "$SERVER" --coordinator=127.0.0.1:1 --startup_timeout_s=60
+s=$spawned
+spawn "$dir/worker.log" "$WORKER" --coordinator=127.0.0.1:1 --startup_timeout_s=60
+w=$spawned
 # Both are waiting once they say so.
-for _ in $(seq 1 200); do
-  grep -q "waiting for coordinator" "$dir/server.log" &&
-    grep -q "waiting for coordinator" "$dir/worker.log" && break
-  sleep 0.05
-done
+both_waiting() {
+  file_has "$dir/server.log" "waiting for coordinator" &&
+    file_has "$dir/worker.log" "waiting for coordinator"
+}
+wait_for 15 "'waiting for coordinator' in $dir/server.log and worker.log" both_waiting
 kill -TERM "$s" "$w"
 for p in "$s" "$w"; do
   if exited_within "$p" 1; then
@@ -259,21 +196,11 @@ grep -q "stopped while" "$dir/worker.log" || fail "worker: $(tail -1 "$dir/worke
 dir="$TMP/over"
 mkdir -p "$dir"
 write_config "$dir/job.yaml" 2 60 5
-"$COORD" --config="$dir/job.yaml" --port=0 --port_file="$dir/port" --out="$dir" \
-  --quiet --keep_serving_after_job 2> "$dir/coordinator.log" &
-coord=$!
-pids+=("$coord")
-for _ in $(seq 1 200); do [[ -s "$dir/port" ]] && break; sleep 0.05; done
-addr="127.0.0.1:$(cat "$dir/port")"
-servers=()
-for k in 0 1; do
-  "$SERVER" --coordinator="$addr" --shard="$k" 2> "$dir/server-$k.log" &
-  servers+=($!)
-  pids+=($!)
-done
-for k in 0 1; do "$WORKER" --coordinator="$addr" --rank="$k" 2> "$dir/worker-$k.log" & pids+=($!); done
-for _ in $(seq 1 400); do [[ -s "$dir/summary.json" ]] && break; sleep 0.02; done
-[[ -s "$dir/summary.json" ]] || fail "the short job did not finish"
+start_coordinator "$dir" "$dir/job.yaml" --keep_serving_after_job || exit 1
+start_servers "$dir" 2
+start_workers "$dir" 2
+wait_for 15 "$dir/summary.json" test -s "$dir/summary.json" ||
+  fail "the short job did not finish"
 # The servers were told to shut down before summary.json was written.
 for p in "${servers[@]}"; do
   if exited_within "$p" 1; then
@@ -315,10 +242,9 @@ port=$(cat "$dir/port")
 kill -KILL "$coord"
 wait "$coord" 2>/dev/null
 rows_before=$(wc -l < "$dir/metrics.csv")
-"$COORD" --config="$dir/job.yaml" --port="$port" --out="$dir" --quiet \
-  --startup_timeout_s=30 2> "$dir/coordinator-2.log" &
-coord=$!
-pids+=("$coord")
+spawn "$dir/coordinator-2.log" "$COORD" --config="$dir/job.yaml" --port="$port" \
+  --out="$dir" --quiet --startup_timeout_s=30
+coord=$spawned
 for p in "${servers[@]}" "${workers[@]}"; do
   # Well before the 10 s lease: the new coordinator answers NOT_FOUND.
   exited_within "$p" 5 || fail "pid $p still running 5 s after the coordinator restarted"
@@ -338,16 +264,10 @@ exited_within "$coord" 2 || fail "restarted coordinator did not stop on SIGTERM"
 dir="$TMP/psctl"
 mkdir -p "$dir"
 sed 's/^\( *lease_s:\).*/\1 2/' "$ROOT/configs/default.yaml" > "$dir/job.yaml"
-"$ROOT/psctl" run --bin "$ROOT" --config "$dir/job.yaml" --steps 1000000 \
-  --out "$dir/out" > "$dir/psctl.log" 2>&1 &
-psctl_pid=$!
-pids+=("$psctl_pid")
-for _ in $(seq 1 200); do
-  grep -q "step " "$dir/out/logs/coordinator.log" 2>/dev/null && break
-  sleep 0.05
-done
-port=$(cat "$dir/out/logs/coordinator.port" 2>/dev/null)
-victim=$(pgrep -f -- "ps_worker.*--coordinator=127.0.0.1:$port --rank=1")
+psctl_start "$dir/out" "$dir/psctl.log" --config "$dir/job.yaml" --steps 1000000
+wait_for --while "$psctl_pid" 20 "'step ' in $dir/out/logs/coordinator.log" \
+  file_has "$dir/out/logs/coordinator.log" "step "
+victim=$(psctl_child "$dir/out" --rank=1)
 if [[ -n "$victim" ]]; then
   kill -KILL "$victim"
   if exited_within "$psctl_pid" 10; then
@@ -362,8 +282,4 @@ else
   fail "psctl run: no worker 1 to kill: $(tail -3 "$dir/psctl.log")"
 fi
 
-if ((failures)); then
-  echo "$failures check(s) failed"
-  exit 1
-fi
-echo "all liveness checks passed"
+procs_finish "all liveness checks passed"

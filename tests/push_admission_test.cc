@@ -1,6 +1,7 @@
-// Push admission (PsServiceOptions.max_concurrent_pushes) and the push
-// timeout: at most k push streams are read at once, the others wait without
-// being read, and a stalled stream loses its slot after push_timeout.
+// Push admission and the push timeout on an async shard (whole pushes
+// buffered: PsServiceOptions.max_concurrent_buffered_pushes): at most k push
+// streams are read at once, the others wait without being read, and a
+// stalled stream loses its slot after push_timeout.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -80,6 +81,19 @@ class PushAdmissionTest : public ::testing::Test {
     }
   }
 
+  // Waits (at most 10 s) until `active` push streams hold a slot and
+  // `waiting` wait for one; false on timeout. Write() returning says only
+  // that the client sent a message, not that the server saw the stream.
+  bool AwaitAdmission(int active, int waiting) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < deadline) {
+      const auto a = service_->push_admission();
+      if (a.active == active && a.waiting == waiting) return true;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return false;
+  }
+
   grpc::Status Push(uint32_t worker) {
     grpc::ClientContext ctx;
     SetTimeout(&ctx, absl::Seconds(10));
@@ -98,17 +112,19 @@ class PushAdmissionTest : public ::testing::Test {
 
 TEST_F(PushAdmissionTest, SecondPushWaitsForTheFirstToEnd) {
   PsServiceOptions options;
-  options.max_concurrent_pushes = 1;
+  options.max_concurrent_buffered_pushes = 1;
   Start(options);
   grpc::ClientContext ctx;
   SetTimeout(&ctx, absl::Seconds(10));
   v1::PushResponse resp;
   auto first = stub_->Push(&ctx, &resp);
   ASSERT_TRUE(first->Write(ValidPush(0)));  // complete, not half-closed
+  ASSERT_TRUE(AwaitAdmission(1, 0)) << "the first push was never admitted";
 
   grpc::Status second;
   std::thread t([&] { second = Push(1); });
-  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(AwaitAdmission(1, 1)) << "the second push did not queue";
+  absl::SleepFor(absl::Milliseconds(300));  // time to run, were it not held
   EXPECT_EQ(shard_->Stats().pushes(), 0u)
       << "the second push ran while the first held the only slot";
   first->WritesDone();
@@ -121,13 +137,14 @@ TEST_F(PushAdmissionTest, SecondPushWaitsForTheFirstToEnd) {
 
 TEST_F(PushAdmissionTest, StalledStreamLosesItsSlotAfterPushTimeout) {
   PsServiceOptions options;
-  options.max_concurrent_pushes = 1;
+  options.max_concurrent_buffered_pushes = 1;
   options.push_timeout = absl::Seconds(1);
   Start(options);
   grpc::ClientContext ctx;  // no deadline: only the server's timeout ends it
   v1::PushResponse resp;
   auto stalled = stub_->Push(&ctx, &resp);
   ASSERT_TRUE(stalled->Write(ValidPush(0)));
+  ASSERT_TRUE(AwaitAdmission(1, 0)) << "the stalled push was never admitted";
 
   // The waiting push's own timeout runs too (from its start): start it
   // half-way, so it is admitted when the stalled one is cancelled (at 1 s)

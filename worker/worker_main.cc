@@ -24,6 +24,7 @@ ABSL_FLAG(
     "take the rank from this environment variable (JOB_COMPLETION_INDEX)");
 ABSL_FLAG(std::string, device, "", "auto, cpu or cuda; empty: the job's");
 ABSL_FLAG(int, cuda_device, -1, "CUDA device; -1: local rank mod count");
+ABSL_FLAG(std::string, cuda_library, "", "libpstrain_cuda.so; empty: beside");
 ABSL_FLAG(int, local_rank, -1, "index among this host's workers; -1: rank");
 ABSL_FLAG(std::string, metrics_bind, "127.0.0.1", "metrics endpoint address");
 ABSL_FLAG(double, report_interval_s, 0.5, "seconds between metric reports");
@@ -45,6 +46,7 @@ absl::StatusOr<std::unique_ptr<WorkerNode>> NodeFromFlags(MetricsRegistry* m) {
   o.device = absl::GetFlag(FLAGS_device);
   o.cuda_device = absl::GetFlag(FLAGS_cuda_device);
   o.local_rank = absl::GetFlag(FLAGS_local_rank);
+  o.cuda_library = absl::GetFlag(FLAGS_cuda_library);
   o.cuda_visible_devices = std::getenv("CUDA_VISIBLE_DEVICES");
   o.report_interval = absl::Seconds(absl::GetFlag(FLAGS_report_interval_s));
   o.peer_bind = absl::GetFlag(FLAGS_peer_bind);

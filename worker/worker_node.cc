@@ -1,8 +1,13 @@
 #include "worker/worker_node.h"
 
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <functional>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -22,6 +27,7 @@
 #include "proto/pstrain.grpc.pb.h"
 #include "worker/allreduce/allreduce_trainer.h"
 #include "worker/allreduce/grpc_transport.h"
+#include "worker/allreduce/heap_reuse.h"
 #include "worker/allreduce/nccl_allreducer.h"
 #include "worker/allreduce/ring_allreduce.h"
 #include "worker/compute/compute_backend.h"
@@ -48,14 +54,34 @@ class Reporter {
     worker_ = rank;
     session_id_ = session_id;
   }
+  // training.on_failure: restart: reports carry the generation; a rollback
+  // drops the records of the old one (the steps are redone).
+  void set_generation(uint64_t generation) {
+    if (generation != generation_) pending_.clear_steps();
+    generation_ = generation;
+  }
   // A report in flight is cancelled once `cancel()` turns true (a hung
   // coordinator must not hold the worker for rpc_timeout_s); null: never.
   void set_cancel(std::function<bool()> cancel) { cancel_ = std::move(cancel); }
 
   // Byte counters come from `client` (PS modes) or `reducer` (mode
   // allreduce: sent, received) once it exists (may stay null).
-  void set_client(const PsClient* client) { client_ = client; }
-  void set_reducer(const AllReducer* reducer) { reducer_ = reducer; }
+  // A new client or reducer (after a rollback) continues the old one's
+  // counts.
+  void set_client(const PsClient* client) {
+    if (client_ != nullptr) {
+      base_pushed_ += client_->bytes_pushed();
+      base_pulled_ += client_->bytes_pulled();
+    }
+    client_ = client;
+  }
+  void set_reducer(const AllReducer* reducer) {
+    if (reducer_ != nullptr) {
+      base_pushed_ += reducer_->bytes_sent();
+      base_pulled_ += reducer_->bytes_received();
+    }
+    reducer_ = reducer;
+  }
 
   absl::Status Add(const pstrain::v1::StepMetrics& m) {
     *pending_.add_steps() = m;
@@ -66,14 +92,17 @@ class Reporter {
   absl::Status Flush(bool done, const std::string& error) {
     pending_.set_worker(worker_);
     pending_.set_session_id(session_id_);
+    pending_.set_generation(generation_);
     pending_.set_done(done);
     pending_.set_error(error);
-    pending_.set_bytes_pushed(client_    ? client_->bytes_pushed()
-                              : reducer_ ? reducer_->bytes_sent()
-                                         : 0);
-    pending_.set_bytes_pulled(client_    ? client_->bytes_pulled()
-                              : reducer_ ? reducer_->bytes_received()
-                                         : 0);
+    pending_.set_bytes_pushed(base_pushed_ + (client_ ? client_->bytes_pushed()
+                                              : reducer_
+                                                  ? reducer_->bytes_sent()
+                                                  : 0));
+    pending_.set_bytes_pulled(base_pulled_ + (client_ ? client_->bytes_pulled()
+                                              : reducer_
+                                                  ? reducer_->bytes_received()
+                                                  : 0));
     grpc::ClientContext ctx;
     SetTimeout(&ctx, timeout_);
     CancelOnStop cancel(&ctx, cancel_);
@@ -96,6 +125,8 @@ class Reporter {
   std::function<bool()> cancel_;
   uint32_t worker_ = 0;
   uint64_t session_id_ = 0;
+  uint64_t generation_ = 0;
+  uint64_t base_pushed_ = 0, base_pulled_ = 0;  // earlier clients' bytes
   absl::Time last_ = absl::Now();
   bool stop_ = false;
 };
@@ -124,11 +155,44 @@ class Liveness {
   }
 
   void set_step(uint64_t step) { step_.store(step); }
+  // The session id heartbeats carry (0: none). With it the coordinator
+  // refuses a replaced process (PERMISSION_DENIED: this process stops) and
+  // names the ranks to take over (elastic sync, TakeAdoptions).
+  void set_session(uint64_t session_id) { session_id_.store(session_id); }
+  // training.on_failure: elastic, mode sync: the dead ranks the
+  // coordinator asked this worker to take over, each returned once.
+  std::vector<uint32_t> TakeAdoptions() {
+    absl::MutexLock lock(&mu_);
+    std::vector<uint32_t> out;
+    out.swap(adopt_);
+    return out;
+  }
+  // Elastic sync, a stand-in's heartbeat for the rank it stands in for:
+  // whether the last answer asked to release the rank to a new worker.
+  bool release_requested() const { return release_.load(); }
+  // Elastic sync: rank `d` was handed back; it may be offered again.
+  void Forget(uint32_t d) {
+    absl::MutexLock lock(&mu_);
+    adopt_seen_.erase(d);
+  }
   // The client to cancel when stopping (null: none); must outlive this.
   void set_client(PsClient* client) {
     absl::MutexLock lock(&mu_);
     client_ = client;
-    if (client_ != nullptr && ended_) client_->Cancel();
+    if (client_ != nullptr && (ended_ || seen_ > generation_)) {
+      client_->Cancel();
+    }
+  }
+  // training.on_failure: restart. The generation this worker trains in;
+  // a heartbeat that reports a newer one cancels the client's calls, and
+  // rollback_pending() turns true until set_generation catches up.
+  void set_generation(uint64_t generation) {
+    absl::MutexLock lock(&mu_);
+    generation_ = generation;
+  }
+  bool rollback_pending() const {
+    absl::MutexLock lock(&mu_);
+    return seen_ > generation_;
   }
   // True once training must end: stopped, coordinator gone or job over.
   bool ended() const {
@@ -155,6 +219,26 @@ class Liveness {
     if (client_ != nullptr) client_->Cancel();
   }
 
+  void SeeGeneration(uint64_t generation) {
+    absl::MutexLock lock(&mu_);
+    if (generation <= seen_) return;
+    seen_ = generation;
+    if (seen_ > generation_) {
+      PS_LOG_WARN(
+          "the job starts generation %d (a process failed): stopping this "
+          "generation's work for the rollback",
+          seen_);
+      if (client_ != nullptr) client_->Cancel();
+    }
+  }
+
+  void SeeAdoptions(const pstrain::v1::JobStatusResponse& status) {
+    absl::MutexLock lock(&mu_);
+    for (uint32_t d : status.adopt_ranks()) {
+      if (adopt_seen_.insert(d).second) adopt_.push_back(d);
+    }
+  }
+
   void Loop() {
     absl::Time last_contact = absl::Now();
     absl::Time next_beat = absl::Now();
@@ -171,6 +255,7 @@ class Liveness {
       req.set_process("worker");
       req.set_id(static_cast<int32_t>(rank_));
       req.set_step(step_.load());
+      req.set_session_id(session_id_.load());
       pstrain::v1::JobStatusResponse status;
       const grpc::Status st = coord_->JobStatus(&ctx, req, &status);
       if (st.ok()) {
@@ -179,6 +264,18 @@ class Liveness {
           End(absl::StrCat("the job failed: ", status.message()), false);
           return;
         }
+        SeeGeneration(status.generation());
+        SeeAdoptions(status);
+        release_.store(status.release_rank());
+      } else if (st.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+        const std::string why = absl::StrCat(
+            "the coordinator ended this worker's session (its "
+            "rank was declared dead or given to another "
+            "process): ",
+            st.error_message());
+        PS_LOG_ERROR("%s", why);
+        End(why, true);
+        return;
       } else if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
         const std::string why = absl::StrCat(
             "the coordinator does not know this worker: ", st.error_message());
@@ -203,14 +300,274 @@ class Liveness {
   const absl::Duration lease_, beat_, rpc_timeout_;
   const std::function<bool()> stop_;
   std::atomic<uint64_t> step_{0};
+  std::atomic<uint64_t> session_id_{0};
+  std::atomic<bool> release_{false};
   mutable absl::Mutex mu_;
+  std::vector<uint32_t> adopt_ ABSL_GUARDED_BY(mu_);  // not taken yet
+  std::set<uint32_t> adopt_seen_ ABSL_GUARDED_BY(mu_);
   PsClient* client_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   bool lost_ ABSL_GUARDED_BY(mu_) = false;
   std::string reason_ ABSL_GUARDED_BY(mu_);
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t seen_ ABSL_GUARDED_BY(mu_) = 0;  // newest from a heartbeat
   absl::Notification done_;
   std::thread thread_;  // last: starts once everything above exists
 };
+
+// training.on_failure: restart: the job spec of generation `generation` (or
+// a newer one) once its rollback is done, from GetJob, which waits for it.
+// Bounded by training.restart_timeout_s + network.rpc_timeout_s; CANCELLED
+// on `stop`; FAILED_PRECONDITION when the job ended meanwhile.
+absl::StatusOr<pstrain::v1::JobSpec> AwaitRollback(
+    pstrain::v1::Coordinator::Stub* coord, uint64_t generation,
+    const JobConfig& config, const std::function<bool()>& stop) {
+  const absl::Duration rpc = absl::Seconds(config.network().rpc_timeout_s());
+  const absl::Time deadline =
+      absl::Now() + absl::Seconds(config.training().restart_timeout_s()) + rpc;
+  pstrain::v1::JobSpec job;
+  PS_RETURN_IF_ERROR(RetryUntil(
+      deadline, absl::StrCat("the rollback of generation ", generation),
+      [&] {
+        grpc::ClientContext ctx;
+        SetTimeout(&ctx, rpc);
+        CancelOnStop cancel(&ctx, stop);
+        pstrain::v1::GetJobRequest req;
+        req.set_wait_for_generation(generation);
+        return FromGrpcStatus(coord->GetJob(&ctx, req, &job));
+      },
+      stop));
+  return job;
+}
+
+// After a failed step under training.on_failure: restart: waits up to
+// 2 x network.lease_s + 1 s for the coordinator to start a generation after
+// `current` (a peer died: its lease runs out), then for its rollback.
+// FAILED_PRECONDITION when none starts (the failure was this worker's own),
+// the job ended, or `stop`.
+absl::StatusOr<pstrain::v1::JobSpec> AwaitNewGeneration(
+    pstrain::v1::Coordinator::Stub* coord, const Liveness& liveness,
+    uint64_t current, const JobConfig& config,
+    const std::function<bool()>& stop) {
+  const absl::Time until =
+      absl::Now() + absl::Seconds(2 * config.network().lease_s() + 1);
+  while (!liveness.rollback_pending()) {
+    if (stop() || liveness.ended() || absl::Now() > until) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the job stayed in generation ", current,
+          liveness.ended() ? absl::StrCat(": ", liveness.reason()) : ""));
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return AwaitRollback(coord, current + 1, config, stop);
+}
+
+// training.on_failure: elastic, mode sync (README "Elastic workers"): the
+// dead ranks this worker stands in for. Take() registers each rank the
+// coordinator named in a heartbeat (RegisterWorkerRequest.adopt, a new
+// session id) and gives the trainer what it needs to compute the rank's
+// steps beside its own: a client with the rank's session, and a reporter
+// and heartbeat of the rank's own, so the coordinator counts the rank's
+// records and keeps its lease. Used by the training thread only.
+class StandInRanks {
+ public:
+  StandInRanks(pstrain::v1::Coordinator::Stub* coord,
+               std::shared_ptr<grpc::ChannelCredentials> creds,
+               const pstrain::v1::JobSpec& job, absl::Duration report_interval,
+               Liveness* own, std::function<bool()> stop)
+      : coord_(coord),
+        creds_(std::move(creds)),
+        job_(job),
+        config_(job.config()),
+        rpc_timeout_(absl::Seconds(config_.network().rpc_timeout_s())),
+        report_interval_(report_interval),
+        own_(own),
+        stop_(std::move(stop)) {}
+
+  // The ranks to stand in for from the weights of step `held` on (see
+  // AdoptFn in worker/ps/trainer.h). A rank someone else got meanwhile is
+  // skipped with a log line.
+  absl::StatusOr<std::vector<StandIn>> Take(int64_t held) {
+    std::vector<StandIn> out;
+    for (uint32_t d : own_->TakeAdoptions()) {
+      PS_ASSIGN_OR_RETURN(std::optional<StandIn> s, Register(d, held));
+      if (s.has_value()) out.push_back(*std::move(s));
+    }
+    return out;
+  }
+
+  // Handover (coordinator/elastic.h): when the coordinator asked for rank
+  // `d` back, reports its records, tells the coordinator (ReleaseRank) that
+  // every step before `next_step` was pushed, and stops standing in for it:
+  // true. False to go on (not asked, or the coordinator refused: logged).
+  // Called by the trainer between two steps.
+  absl::StatusOr<bool> MaybeRelease(uint32_t d, int64_t next_step) {
+    auto it = std::find_if(
+        ranks_.begin(), ranks_.end(),
+        [d](const std::unique_ptr<Rank>& r) { return r->rank == d; });
+    if (it == ranks_.end() || !(*it)->liveness->release_requested()) {
+      return false;
+    }
+    Rank& r = **it;
+    PS_RETURN_IF_ERROR(r.reporter->Flush(false, ""));
+    // Its heartbeats stop first: the session ends with the release.
+    r.liveness.reset();
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, rpc_timeout_);
+    CancelOnStop cancel(&ctx, stop_);
+    pstrain::v1::ReleaseRankRequest req;
+    req.set_rank(d);
+    req.set_session_id(r.session_id);
+    req.set_next_step(static_cast<uint64_t>(next_step));
+    pstrain::v1::ReleaseRankResponse resp;
+    const absl::Status st =
+        FromGrpcStatus(coord_->ReleaseRank(&ctx, req, &resp));
+    if (!st.ok()) {
+      PS_LOG_WARN("still standing in for worker rank %d: release refused: %s",
+                  d, st.ToString());
+      r.liveness = MakeLiveness(r, static_cast<uint64_t>(next_step));
+      return false;
+    }
+    PS_LOG_WARN(
+        "released worker rank %d to a new worker from step %d (handover; "
+        "training.on_failure: elastic)",
+        d, next_step);
+    ranks_.erase(it);
+    own_->Forget(d);
+    return true;
+  }
+
+  // After training: the ranks' last records and done reports.
+  absl::Status Finish() {
+    for (const std::unique_ptr<Rank>& r : ranks_) {
+      PS_RETURN_IF_ERROR(r->reporter->Flush(true, ""));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  struct Rank {
+    uint32_t rank = 0;
+    uint64_t session_id = 0;
+    std::unique_ptr<PsClient> client;
+    std::unique_ptr<Reporter> reporter;
+    std::unique_ptr<Liveness> liveness;  // last: stops before the client
+  };
+
+  absl::StatusOr<std::optional<StandIn>> Register(uint32_t d, int64_t held) {
+    pstrain::v1::RegisterWorkerResponse reg;
+    {
+      grpc::ClientContext ctx;
+      SetTimeout(&ctx, rpc_timeout_);
+      CancelOnStop cancel(&ctx, stop_);
+      pstrain::v1::RegisterWorkerRequest req;
+      req.set_requested_rank(static_cast<int32_t>(d));
+      req.set_adopt(true);
+      req.set_adopt_from_step(static_cast<uint64_t>(held));
+      const absl::Status st =
+          FromGrpcStatus(coord_->RegisterWorker(&ctx, req, &reg));
+      if (st.code() == absl::StatusCode::kAlreadyExists ||
+          st.code() == absl::StatusCode::kFailedPrecondition) {
+        PS_LOG_WARN("not standing in for rank %d: %s", d, st.message());
+        return std::optional<StandIn>();
+      }
+      if (!st.ok()) {
+        return absl::Status(st.code(), absl::StrCat("standing in for rank ", d,
+                                                    ": ", st.message()));
+      }
+    }
+    auto r = std::make_unique<Rank>();
+    r->rank = d;
+    std::vector<std::shared_ptr<grpc::Channel>> channels;
+    for (const std::string& a : job_.shard_map().server_addresses()) {
+      channels.push_back(MakeChannel(a, creds_));
+    }
+    PsClientOptions client_options;
+    client_options.rpc_timeout = rpc_timeout_;
+    client_options.barrier_timeout =
+        absl::Seconds(config_.network().barrier_timeout_s());
+    client_options.session_id = reg.session_id();
+    client_options.wire_dtype = config_.network().wire_dtype();
+    client_options.generation = job_.generation();
+    PS_ASSIGN_OR_RETURN(r->client,
+                        PsClient::Create(job_.shard_map(), std::move(channels),
+                                         client_options));
+    r->reporter =
+        std::make_unique<Reporter>(coord_, rpc_timeout_, report_interval_);
+    r->reporter->set_worker(d, reg.session_id());
+    r->reporter->set_client(r->client.get());
+    r->session_id = reg.session_id();
+    r->liveness = MakeLiveness(*r, reg.start_step());
+    // Shards learn a session id from a pull (pushes only consult their
+    // table): one pull at `held`, which every shard has reached (this
+    // worker read it), so it returns at once.
+    {
+      TensorList scratch;
+      const absl::Status st =
+          r->client->StartPull(d, static_cast<uint64_t>(held), &scratch)
+              ->Wait();
+      if (!st.ok()) {
+        return absl::Status(st.code(), absl::StrCat("standing in for rank ", d,
+                                                    ": ", st.message()));
+      }
+    }
+    PS_LOG_WARN(
+        "standing in for worker rank %d from step %d (training.on_failure: "
+        "elastic, mode sync: this worker computes and pushes the rank's "
+        "micro-batches too, so the global batch is kept)",
+        d, reg.start_step());
+    Rank* raw = r.get();
+    StandIn s;
+    s.rank = d;
+    s.first_step = static_cast<int64_t>(reg.start_step());
+    s.client = raw->client.get();
+    s.on_step = [raw](const pstrain::v1::StepMetrics& m) {
+      if (raw->liveness != nullptr) raw->liveness->set_step(m.step() + 1);
+      return raw->reporter->Add(m);
+    };
+    s.release = [this, d](int64_t next_step) {
+      return MaybeRelease(d, next_step);
+    };
+    ranks_.push_back(std::move(r));
+    return std::optional<StandIn>(std::move(s));
+  }
+
+  // The rank's heartbeat (with its session): keeps its lease.
+  std::unique_ptr<Liveness> MakeLiveness(const Rank& r, uint64_t step) {
+    auto l = std::make_unique<Liveness>(
+        coord_, r.rank, absl::Seconds(config_.network().lease_s()),
+        rpc_timeout_, stop_);
+    l->set_session(r.session_id);
+    l->set_step(step);
+    l->set_client(r.client.get());
+    return l;
+  }
+
+  pstrain::v1::Coordinator::Stub* const coord_;
+  const std::shared_ptr<grpc::ChannelCredentials> creds_;
+  const pstrain::v1::JobSpec job_;
+  const JobConfig config_;
+  const absl::Duration rpc_timeout_, report_interval_;
+  Liveness* const own_;
+  const std::function<bool()> stop_;
+  std::vector<std::unique_ptr<Rank>> ranks_;
+};
+
+// The stand-in ranks of a worker of a job with training.on_failure: elastic
+// in mode sync; null otherwise.
+std::unique_ptr<StandInRanks> MaybeStandIns(
+    pstrain::v1::Coordinator::Stub* coord,
+    const std::shared_ptr<grpc::ChannelCredentials>& creds,
+    const pstrain::v1::JobSpec& job, absl::Duration report_interval,
+    Liveness* own, const std::function<bool()>& stop) {
+  const pstrain::v1::TrainingConfig& t = job.config().training();
+  if (t.mode() != pstrain::v1::MODE_SYNC ||
+      t.on_failure() != pstrain::v1::TrainingConfig::ELASTIC) {
+    return nullptr;
+  }
+  return std::make_unique<StandInRanks>(coord, creds, job, report_interval, own,
+                                        stop);
+}
 
 // pstrain_worker_* metrics, updated from the trainer's per-step records.
 class WorkerMetrics {
@@ -281,14 +638,19 @@ class WorkerMetrics {
 };
 
 // Mode allreduce: this worker's RingPeer service, which its left neighbour
-// streams segments to. Stops (with a grace period) before the service goes.
+// streams segments to. Stops (with a grace period for the neighbour's last
+// segments; 100 ms once `stopped`, so that SIGTERM ends the worker within a
+// second even while a hung neighbour holds its stream open) before the
+// service goes.
 struct PeerServer {
   std::unique_ptr<RingPeerService> service;
   std::unique_ptr<grpc::Server> server;
-  std::string address;  // advertised host:port
+  std::string address;            // advertised host:port
+  std::function<bool()> stopped;  // may be empty
   ~PeerServer() {
-    if (server)
-      server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+    const absl::Duration grace =
+        stopped && stopped() ? absl::Milliseconds(100) : absl::Seconds(2);
+    if (server) server->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   }
 };
 
@@ -305,7 +667,8 @@ absl::Status StartPeerServer(const WorkerNodeOptions& options,
   peer->service = std::make_unique<RingPeerService>();
   PS_ASSIGN_OR_RETURN(StartedServer started,
                       StartGrpcServer(options.peer_bind, options.peer_port,
-                                      creds, {peer->service.get()}));
+                                      creds, {peer->service.get()},
+                                      RingLinkArgs()));  // ring's window
   peer->server = std::move(started.server);
   const int port = started.port;
   peer->address = absl::StrCat(options.advertise_host, ":", port);
@@ -339,6 +702,14 @@ absl::StatusOr<std::unique_ptr<WorkerNode>> WorkerNode::Create(
       device != "cuda") {
     return absl::InvalidArgumentError(
         absl::StrCat("device must be auto, cpu or cuda, got '", device, "'"));
+  }
+  if (!options.cuda_library.empty()) {
+    struct stat st;
+    if (stat(options.cuda_library.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--cuda_library ", options.cuda_library,
+          ": no such file (libpstrain_cuda.so, the CUDA backend)"));
+    }
   }
   std::unique_ptr<WorkerNode> node(new WorkerNode());
   PS_ASSIGN_OR_RETURN(node->creds_, MakeChannelCredentials(options.node.tls));
@@ -384,6 +755,7 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
   const bool allreduce =
       job.config().training().mode() == pstrain::v1::MODE_ALLREDUCE;
   PeerServer peer;
+  peer.stopped = stop;
   if (allreduce) {
     PS_RETURN_IF_ERROR(StartPeerServer(options_, &peer));
   }
@@ -427,10 +799,13 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
   if (options_.set_log_role) SetLogRole(absl::StrCat("worker/", rank));
   const bool tty = options_.progress_line;
 
-  // Mode allreduce: the ring from the coordinator, then the collective.
+  // Mode allreduce: the ring from the coordinator, then the collective,
+  // in job generation `generation` (training.on_failure: restart re-forms
+  // it after each rollback); `cancelled` ends the ring's waits (RingOptions).
   auto join_ring = [&](const JobConfig& config,
                        const std::shared_ptr<ComputeBackend>& backend,
-                       AllReduceLink* link) -> absl::Status {
+                       AllReduceLink* link, uint64_t generation,
+                       std::function<bool()> cancelled) -> absl::Status {
     const bool nccl = config.allreduce().backend() == AllReduceConfig::NCCL;
     std::string nccl_id;
     if (nccl) {
@@ -465,12 +840,21 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
       const std::string& right = peers.peer_addresses((rank + 1) % n);
       PS_ASSIGN_OR_RETURN(
           link->transport,
-          GrpcTransport::Create(rank, n, MakeChannel(right, creds_),
+          GrpcTransport::Create(rank, n, MakeRingChannel(right, creds_),
                                 peer.service.get(), reg.session_id(),
-                                peers.left_session_id()));
+                                peers.left_session_id(), generation));
+      // The ring's segment buffers: reuse freed heap (heap_reuse.h).
+      if (absl::Status st = KeepFreedHeapForReuse(); !st.ok()) {
+        PS_LOG_WARN("ring: %s (freed buffers go back to the kernel)",
+                    st.ToString());
+      }
       RingOptions ring;
       ring.segment_elems = config.allreduce().segment_bytes() / sizeof(float);
       ring.timeout = timeout;
+      ring.cancelled = std::move(cancelled);
+      if (config.network().wire_dtype() == pstrain::v1::DTYPE_BF16) {
+        ring.wire_dtype = pstrain::v1::DTYPE_BF16;  // a bf16 ring
+      }
       link->reducer =
           std::make_unique<RingAllReducer>(link->transport.get(), ring);
       PS_LOG_INFO("ring of %d: right neighbour rank %d at %s", n,
@@ -497,6 +881,7 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
     device_options.cuda_device = options_.cuda_device;
     device_options.local_rank = options_.local_rank;
     device_options.cuda_visible_devices = options_.cuda_visible_devices;
+    device_options.cuda_library = options_.cuda_library;
     PS_ASSIGN_OR_RETURN(WorkerBackend chosen,
                         CreateWorkerBackend(device_options, rank));
     const std::shared_ptr<ComputeBackend> backend = chosen.backend;
@@ -519,61 +904,160 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
       return reporter->Add(m);
     };
     auto should_stop = [&] {
-      return stop() || reporter->stop() || liveness->ended();
+      return stop() || reporter->stop() || liveness->ended() ||
+             liveness->rollback_pending();
     };
     TrainerOptions options;
     options.rank = rank;
     options.config = config;
-    options.start_step = static_cast<int64_t>(reg.job().start_step());
+    // The rank's own start: the job's start step, or for a rank joined again
+    // after its worker was declared dead (elastic) where it picks up.
+    options.start_step = static_cast<int64_t>(reg.start_step());
+    if (reg.rejoined()) {
+      PS_LOG_INFO(
+          "joined rank %d again from step %d (training.on_failure: "
+          "elastic)",
+          rank, reg.start_step());
+    }
+    const bool restart =
+        config.training().on_failure() == pstrain::v1::TrainingConfig::RESTART;
     if (allreduce) {
-      PS_RETURN_IF_ERROR(join_ring(config, backend, link));
-      reporter->set_reducer(link->reducer.get());
-      metrics.set_reducer(link->reducer.get());
-      PS_LOG_INFO(
-          "rank %d of %d (allreduce): %s model, %d steps, local batch %d x %d "
-          "accumulation",
-          rank, config.job().workers(), ConfigName(config.model().type()),
-          config.training().steps(), config.training().local_batch(),
-          config.training().grad_accum_steps());
-      PS_ASSIGN_OR_RETURN(std::unique_ptr<AllReduceTrainer> trainer,
-                          AllReduceTrainer::Create(options, link->reducer.get(),
-                                                   model.get(), data.get()));
-      PS_RETURN_IF_ERROR(trainer->Run(on_step, should_stop));
-      final_params_ = trainer->params();
-      PS_LOG_INFO(
-          "final weights fingerprint %016x (FNV-1a; equal on every rank)",
-          ParamsFingerprint(trainer->params()));
-      return absl::OkStatus();
+      // training.on_failure: restart (README "Failures and recovery"): each
+      // generation re-forms the ring and starts from the rollback's
+      // checkpoint; a replacement first waits for the rollback.
+      pstrain::v1::JobSpec ring_job = reg.job();
+      if (restart && ring_job.generation() > 0) {
+        PS_ASSIGN_OR_RETURN(
+            ring_job,
+            AwaitRollback(coord.get(), ring_job.generation(), config, stop));
+        options.start_step = static_cast<int64_t>(ring_job.start_step());
+      }
+      for (;;) {
+        liveness->set_generation(ring_job.generation());
+        reporter->set_generation(ring_job.generation());
+        reporter->set_reducer(nullptr);
+        metrics.set_reducer(nullptr);
+        link->reducer.reset();  // borrows the transport
+        link->transport.reset();
+        PS_RETURN_IF_ERROR(join_ring(config, backend, link,
+                                     ring_job.generation(), should_stop));
+        reporter->set_reducer(link->reducer.get());
+        metrics.set_reducer(link->reducer.get());
+        PS_LOG_INFO(
+            "rank %d of %d (allreduce): %s model, %d steps from step %d, "
+            "local batch %d x %d accumulation",
+            rank, config.job().workers(), ConfigName(config.model().type()),
+            config.training().steps(), options.start_step,
+            config.training().local_batch(),
+            config.training().grad_accum_steps());
+        // Checkpoints and --resume (worker/allreduce/checkpointing.h).
+        PS_ASSIGN_OR_RETURN(
+            std::unique_ptr<AllReduceTrainer> trainer,
+            AllReduceTrainer::Create(
+                options, link->reducer.get(), model.get(), data.get(),
+                AllReduceCheckpointOptionsFromJob(ring_job, rank)));
+        const absl::Status trained = trainer->Run(on_step, should_stop);
+        if (trained.ok()) {
+          final_params_ = trainer->params();
+          PS_LOG_INFO(
+              "final weights fingerprint %016x (FNV-1a; equal on every rank)",
+              ParamsFingerprint(trainer->params()));
+          return absl::OkStatus();
+        }
+        if (!restart || stop() || reporter->stop() || liveness->ended()) {
+          return trained;
+        }
+        // A ring error may be a dead neighbour: wait (bounded) for the
+        // coordinator's verdict, then roll back with everyone.
+        absl::StatusOr<pstrain::v1::JobSpec> next = AwaitNewGeneration(
+            coord.get(), *liveness, ring_job.generation(), config, stop);
+        if (!next.ok()) {
+          return absl::Status(trained.code(),
+                              absl::StrCat(trained.message(), "; no rollback: ",
+                                           next.status().message()));
+        }
+        ring_job = *std::move(next);
+        options.start_step = static_cast<int64_t>(ring_job.start_step());
+        PS_LOG_WARN(
+            "re-forming the ring: resuming at step %d in generation %d from "
+            "%s (was: %s)",
+            ring_job.start_step(), ring_job.generation(),
+            ring_job.resume_from().empty() ? "the initial state"
+                                           : ring_job.resume_from(),
+            trained.message());
+      }
     }
-    std::vector<std::shared_ptr<grpc::Channel>> channels;
-    for (const std::string& a : reg.job().shard_map().server_addresses()) {
-      channels.push_back(MakeChannel(a, creds_));
+    pstrain::v1::JobSpec job = reg.job();
+    if (restart && job.generation() > 0) {
+      // A replacement (training.on_failure: restart): it starts where the
+      // rollback puts every worker.
+      PS_ASSIGN_OR_RETURN(
+          job, AwaitRollback(coord.get(), job.generation(), config, stop));
+      options.start_step = static_cast<int64_t>(job.start_step());
     }
-    PsClientOptions client_options;
-    client_options.rpc_timeout =
-        absl::Seconds(config.network().rpc_timeout_s());
-    // The coordinator's value (JobSpec.config) is the one every server
-    // applies.
-    client_options.barrier_timeout =
-        absl::Seconds(config.network().barrier_timeout_s());
-    client_options.session_id = reg.session_id();
-    client_options.wire_dtype = config.network().wire_dtype();
-    PS_ASSIGN_OR_RETURN(
-        *client, PsClient::Create(reg.job().shard_map(), std::move(channels),
-                                  client_options));
-    liveness->set_client(client->get());
-    reporter->set_client(client->get());
-    metrics.set_client(client->get());
     PS_LOG_INFO(
         "rank %d of %d: %s model, %d steps, local batch %d x %d "
         "accumulation",
         rank, config.job().workers(), ConfigName(config.model().type()),
         config.training().steps(), config.training().local_batch(),
         config.training().grad_accum_steps());
-    Trainer trainer(options, client->get(), model.get(), data.get());
-    PS_RETURN_IF_ERROR(trainer.Run(on_step, should_stop));
-    final_params_ = trainer.final_params();
-    return absl::OkStatus();
+    // Elastic sync: dead ranks this worker may be asked to stand in for.
+    std::unique_ptr<StandInRanks> stand_ins = MaybeStandIns(
+        coord.get(), creds_, job, options_.report_interval, liveness, stop);
+    if (stand_ins != nullptr) {
+      options.adopt = [s = stand_ins.get()](int64_t held) {
+        return s->Take(held);
+      };
+    }
+    for (;;) {
+      std::vector<std::shared_ptr<grpc::Channel>> channels;
+      for (const std::string& a : job.shard_map().server_addresses()) {
+        channels.push_back(MakeChannel(a, creds_));
+      }
+      PsClientOptions client_options;
+      client_options.rpc_timeout =
+          absl::Seconds(config.network().rpc_timeout_s());
+      // The coordinator's value (JobSpec.config) is the one every server
+      // applies.
+      client_options.barrier_timeout =
+          absl::Seconds(config.network().barrier_timeout_s());
+      client_options.session_id = reg.session_id();
+      client_options.wire_dtype = config.network().wire_dtype();
+      client_options.generation = job.generation();
+      liveness->set_client(nullptr);
+      reporter->set_client(nullptr);
+      metrics.set_client(nullptr);
+      PS_ASSIGN_OR_RETURN(*client,
+                          PsClient::Create(job.shard_map(), std::move(channels),
+                                           client_options));
+      liveness->set_generation(job.generation());
+      reporter->set_generation(job.generation());
+      liveness->set_client(client->get());
+      reporter->set_client(client->get());
+      metrics.set_client(client->get());
+      Trainer trainer(options, client->get(), model.get(), data.get());
+      const absl::Status trained = trainer.Run(on_step, should_stop);
+      if (trained.ok()) {
+        final_params_ = trainer.final_params();
+        return stand_ins != nullptr ? stand_ins->Finish() : absl::OkStatus();
+      }
+      if (!restart || stop() || reporter->stop() || liveness->ended()) {
+        return trained;
+      }
+      // training.on_failure: restart: a failed call may be a sign of a
+      // dead peer: wait (bounded) for the coordinator's verdict.
+      absl::StatusOr<pstrain::v1::JobSpec> next = AwaitNewGeneration(
+          coord.get(), *liveness, job.generation(), config, stop);
+      if (!next.ok()) {
+        return absl::Status(trained.code(),
+                            absl::StrCat(trained.message(), "; no rollback: ",
+                                         next.status().message()));
+      }
+      job = *std::move(next);
+      options.start_step = static_cast<int64_t>(job.start_step());
+      PS_LOG_WARN("resuming at step %d in generation %d (was: %s)",
+                  job.start_step(), job.generation(), trained.message());
+    }
   };
   Reporter reporter(coord.get(), rpc_timeout, options_.report_interval);
   reporter.set_worker(rank, reg.session_id());
@@ -586,6 +1070,7 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
                           ? reg.job().config().network().lease_s()
                           : 5.0);
     Liveness liveness(coord.get(), rank, lease, rpc_timeout, stop);
+    liveness.set_session(reg.session_id());
     reporter.set_cancel([&liveness] { return liveness.lost_coordinator(); });
     st = run(&reporter, &client, &link, &liveness);
     reporter.set_cancel(nullptr);

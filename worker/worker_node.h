@@ -33,6 +33,9 @@ struct WorkerNodeOptions {
   int local_rank = -1;
   // CUDA_VISIBLE_DEVICES as read in main (null: unset), for the log line.
   const char* cuda_visible_devices = nullptr;
+  // libpstrain_cuda.so, the CUDA backend loaded on demand; empty: next to
+  // the binary (worker/compute/cuda/cuda_plugin_loader.h). Must be a file.
+  std::string cuda_library;
   absl::Duration report_interval = absl::Milliseconds(500);
   // Mode allreduce: where this worker's ring peer service listens, and the
   // host its left neighbour dials (with the bound port).

@@ -8,12 +8,14 @@
 #
 # BIN_DIR holds the built binaries (server/ps_server, coordinator/ps_coordinator,
 # worker/ps_worker: bazel-bin or .bazel/bin). CONTEXT_DIR is created (it must
-# not exist or be empty). --cuda copies libcudart, libcublas and libcublasLt
-# (and any other library of that directory ps_worker links) into cuda/lib64
-# for the GPU variant (--build-arg CUDA_LIBS=cuda/lib64). A ps_worker that
-# links the CUDA runtime needs --cuda: it cannot run in the CPU image (build
-# that from a CPU-only build, e.g. bazel build --config=nocuda). The default
-# job file is configs/default.yaml.
+# not exist or be empty). ps_worker links no CUDA library: a CUDA build puts
+# them behind worker/libpstrain_cuda.so, which ps_worker loads on demand.
+# --cuda ships that object in bin/ and copies libcudart, libcublas and
+# libcublasLt (and any other library of that directory it links) into
+# cuda/lib64 for the GPU variant (--build-arg CUDA_LIBS=cuda/lib64); without
+# --cuda the object is left out and the image is the CPU image (workers with
+# device auto compute on the CPU, device cuda fails saying the object is
+# missing). The default job file is configs/default.yaml.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -38,10 +40,22 @@ done
 [[ -f "$config" ]] || die "no job file $config"
 if [[ -e "$ctx" && -n "$(ls -A "$ctx")" ]]; then die "$ctx exists and is not empty"; fi
 
-# CUDA libraries the worker links (libcudart.so.13 => /usr/local/cuda/...).
-mapfile -t linked_cuda < <(ldd "$bin/worker/ps_worker" | awk '$1 ~ /^lib(cuda|cublas|cudnn|nccl|nvrtc|cufft|curand|cusparse|cusolver)/ {print $1 " " $3}')
-if [[ -z "$cuda" && ${#linked_cuda[@]} -gt 0 ]]; then
-  die "$bin/worker/ps_worker links the CUDA runtime (${linked_cuda[*]%% *}): pass --cuda DIR for the GPU variant, or use a CPU-only build (--config=nocuda) for the CPU image"
+# CUDA libraries the worker links (libcudart.so.13 => /usr/local/cuda/...):
+# none itself; the CUDA backend libpstrain_cuda.so beside it links them.
+cuda_re='$1 ~ /^lib(cuda|cublas|cudnn|nccl|nvrtc|cufft|curand|cusparse|cusolver)/ {print $1 " " $3}'
+mapfile -t worker_cuda < <(ldd "$bin/worker/ps_worker" | awk "$cuda_re")
+if ((${#worker_cuda[@]})); then
+  die "$bin/worker/ps_worker links the CUDA runtime itself (${worker_cuda[*]%% *}); a current build puts it in worker/libpstrain_cuda.so"
+fi
+plugin="$bin/worker/libpstrain_cuda.so"
+linked_cuda=()
+if [[ -n "$cuda" && -f "$plugin" ]]; then
+  mapfile -t linked_cuda < <(ldd "$plugin" | awk "$cuda_re")
+elif [[ -f "$plugin" ]]; then
+  printf 'prepare_context: note: leaving out %s (no --cuda): the CPU image\n' "$plugin" >&2
+  plugin=""
+else
+  plugin=""
 fi
 
 # The Debian packages that provide every other library the binaries load
@@ -57,18 +71,20 @@ while read -r lib path; do
   done
   [[ -n "$pkg" ]] || die "$path ($lib) comes from no Debian package: the image cannot provide it"
   packages+=("$pkg")
-done < <(for b in "${binaries[@]}"; do ldd "$bin/$b"; done | awk '{print $1, ($2 == "=>" ? $3 : $1)}' | sort -u)
+done < <({ for b in "${binaries[@]}"; do ldd "$bin/$b"; done; [[ -z "$plugin" ]] || ldd "$plugin"; } | awk '{print $1, ($2 == "=>" ? $3 : $1)}' | sort -u)
 
 mkdir -p "$ctx/bin" "$ctx/cuda/none"
 for b in "${binaries[@]}"; do
   install -m 0755 "$bin/$b" "$ctx/bin/$(basename "$b")"
 done
+# Next to ps_worker, where it looks for the CUDA backend.
+[[ -z "$plugin" ]] || install -m 0755 "$plugin" "$ctx/bin/libpstrain_cuda.so"
 install -m 0644 "$config" "$ctx/job.yaml"
 printf '%s\n' "${packages[@]}" | sort -u >"$ctx/runtime-packages"
 
 if [[ -n "$cuda" ]]; then
   [[ -d "$cuda" ]] || die "--cuda: no directory $cuda"
-  ((${#linked_cuda[@]})) || printf 'prepare_context: note: ps_worker is a CPU build; the GPU variant will not use the GPU\n' >&2
+  ((${#linked_cuda[@]})) || printf 'prepare_context: note: no libpstrain_cuda.so (a CPU build); the GPU variant will not use the GPU\n' >&2
   mkdir -p "$ctx/cuda/lib64"
   wanted=(libcudart.so libcublas.so libcublasLt.so)
   for entry in "${linked_cuda[@]}"; do

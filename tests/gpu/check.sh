@@ -57,9 +57,15 @@ BIN="$("${BAZEL[@]}" info "${FLAGS[@]}" bazel-bin 2>/dev/null)" ||
 OUTPUT_BASE="$("${BAZEL[@]}" info "${FLAGS[@]}" output_base 2>/dev/null)"
 grep -h "NVCC_ARCH_FLAGS\|NCCL_NOTE\|^# building" \
   "$OUTPUT_BASE/external/local_config_cuda/defs.bzl" 2>/dev/null
-ldd "$BIN/worker/ps_worker" | grep -E "libnccl|libcudart|libcublas"
-ldd "$BIN/worker/ps_worker" | grep -q libnccl ||
-  fail "ps_worker was built without NCCL (see NCCL_NOTE above; install libnccl-dev or set PSTRAIN_NCCL_PATH)"
+# ps_worker links no CUDA library: they come with libpstrain_cuda.so beside
+# it, which it loads on demand (README "GPU workers").
+[[ -f "$BIN/worker/libpstrain_cuda.so" ]] ||
+  fail "no $BIN/worker/libpstrain_cuda.so next to ps_worker (the CUDA backend)"
+ldd "$BIN/worker/ps_worker" | grep -E "libnccl|libcudart|libcublas" &&
+  fail "ps_worker links CUDA libraries itself; they belong in libpstrain_cuda.so"
+ldd "$BIN/worker/libpstrain_cuda.so" | grep -E "libnccl|libcudart|libcublas"
+ldd "$BIN/worker/libpstrain_cuda.so" | grep -q libnccl ||
+  fail "libpstrain_cuda.so was built without NCCL (see NCCL_NOTE above; install libnccl-dev or set PSTRAIN_NCCL_PATH)"
 
 # run_gtest NAME BINARY [ARGS...]: must pass and skip nothing.
 run_gtest() {
@@ -74,8 +80,8 @@ run_gtest() {
     fail "$name skipped tests on a GPU machine (see above)"
   fi
 }
-run_gtest "CUDA vs CPU parity (ops and models)" "$BIN/worker/backend_parity_test"
-run_gtest "device choice" "$BIN/worker/worker_device_test"
+run_gtest "CUDA vs CPU parity (ops and models)" "$BIN/worker/compute/backend_parity_test"
+run_gtest "device choice" "$BIN/worker/compute/worker_device_test"
 run_gtest "model parity: odd shapes, 16.8 M elements, large logits, pinned copies" \
   "$BIN/tests/gpu/model_parity"
 run_gtest "copies per step on CUDA (weights in once, gradient out once, pinned)" \
@@ -145,12 +151,12 @@ else
 fi
 
 step "benchmark: cuda"
-"$BIN/worker/mlp_benchmark" --device=cuda \
+"$BIN/worker/compute/mlp_benchmark" --device=cuda \
   --sizes=4096-4096-4096-10:1024,512-1024-10:256 ||
   fail "cuda benchmark failed"
 
 step "benchmark: cpu (small)"
-"$BIN/worker/mlp_benchmark" --device=cpu --sizes=512-1024-10:256 ||
+"$BIN/worker/compute/mlp_benchmark" --device=cpu --sizes=512-1024-10:256 ||
   fail "cpu benchmark failed"
 
 rm -rf "$JOBS"

@@ -18,6 +18,8 @@
 #include "tools/bench/job_processes.h"
 #include "tools/bench/ps_path.h"
 #include "tools/bench/ring.h"
+#include "tools/bench/stats.h"
+#include "tools/bench/whole_job.h"
 #include "tools/bench/wire.h"
 
 namespace pstrain::bench {
@@ -45,6 +47,11 @@ struct Plan {
   int ring_iters;
   uint64_t memory_params;
   std::vector<int> memory_workers = {1, 4, 16};
+  // Shard apply across chunks: T threads (the shard's default, min(4,
+  // cores)) against 1, over this many parameters.
+  uint64_t apply_elems;
+  int apply_threads =
+      std::clamp<int>(std::thread::hardware_concurrency(), 1, 4);
 };
 
 Plan MakePlan(bool quick, int rounds) {
@@ -58,6 +65,7 @@ Plan MakePlan(bool quick, int rounds) {
     p.ring_bytes = {1 * kMiB, 4 * kMiB};
     p.ring_iters = 3;
     p.memory_params = 4 << 20;
+    p.apply_elems = 4 << 20;
   } else {
     p.iperf_seconds = 2;
     p.ps_bytes = {16000000, 64000000, 256000000};
@@ -66,6 +74,7 @@ Plan MakePlan(bool quick, int rounds) {
     p.ring_bytes = {1 * kMiB, 4 * kMiB, 16 * kMiB, 64 * kMiB};
     p.ring_iters = 5;
     p.memory_params = 16 << 20;
+    p.apply_elems = 16 << 20;
   }
   return p;
 }
@@ -87,14 +96,7 @@ class Results {
   double Median(const std::string& name) const {
     auto it = index_.find(name);
     if (it == index_.end()) return kMissing;
-    std::vector<double> v;
-    for (double x : series_[it->second].values) {
-      if (x == x) v.push_back(x);
-    }
-    if (v.empty()) return kMissing;
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    return bench::Median(series_[it->second].values);
   }
   double At(const std::string& name, int round) const {
     auto it = index_.find(name);
@@ -114,13 +116,6 @@ class Results {
 };
 
 bool Have(double x) { return x == x; }
-
-std::string LoadAverage() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  in >> a >> b >> c;
-  return absl::StrCat(a, " ", b, " ", c);
-}
 
 std::string SizeName(uint64_t bytes) {
   return bytes % kMiB == 0 ? absl::StrCat(bytes / kMiB, "MiB")
@@ -234,6 +229,23 @@ void RunRound(const Plan& plan, int round, Iperf3* iperf, GrpcStream* stream,
       }
     }
   }
+  // 3b. A shard's apply across chunks, T threads against 1 (interleaved).
+  for (auto kind : {pstrain::v1::OptimizerConfig::SGD,
+                    pstrain::v1::OptimizerConfig::ADAM}) {
+    if (plan.apply_threads < 2) break;
+    for (int threads : {1, plan.apply_threads}) {
+      if (StopRequested()) return;
+      const std::string name =
+          absl::StrCat("apply_", OptimizerName(kind), "_", threads, "t");
+      absl::StatusOr<double> s =
+          ShardApplySeconds(plan.apply_elems, kind, threads, 3);
+      if (s.ok()) {
+        r->Set(name, "ms", round, *s * 1e3);
+      } else {
+        errors->Add(name, s.status());
+      }
+    }
+  }
   // 4. The ring against MPI.
   for (int ranks : plan.ring_ranks) {
     if (StopRequested()) return;
@@ -257,6 +269,28 @@ void RunRound(const Plan& plan, int round, Iperf3* iperf, GrpcStream* stream,
       }
     } else {
       errors->Add(absl::StrCat("mpirun ", ranks, " ranks"), mpi.status());
+    }
+  }
+}
+
+// The whole-job runs of round `round` (whole_job.h), after the others, so
+// that the round's iperf3 figure anchors them.
+void RunWholeJobRound(const std::vector<WholeJobModel>& jobs,
+                      const BenchOptions& o, int round, Results* r,
+                      Errors* errors) {
+  if (o.bin_dir.empty()) return;  // noted with the worker memory
+  const double iperf = r->At("iperf3", round) * 1e9;  // NaN when missing
+  for (const WholeJobModel& m : jobs) {
+    if (StopRequested()) return;
+    fprintf(stderr, "ps_bench: whole job %s\n", m.name.c_str());
+    absl::StatusOr<std::vector<WholeJobSample>> samples =
+        MeasureWholeJob(m, o.bin_dir, o.work_dir, Have(iperf) ? iperf : 0);
+    if (!samples.ok()) {
+      errors->Add("whole job " + m.name, samples.status());
+      continue;
+    }
+    for (const WholeJobSample& s : *samples) {
+      r->Set(s.name, s.unit, round, s.value);
     }
   }
 }
@@ -293,8 +327,10 @@ double RatioMedian(const Results& r, int rounds, const std::string& a,
 }
 
 std::vector<Goal> Goals(const Plan& plan, const Results& r,
-                        const std::map<int, ServerMemory>& memory,
-                        double worker_rss) {
+                        const std::vector<ServerVariant>& variants,
+                        const std::vector<std::map<int, ServerMemory>>& memory,
+                        double worker_rss,
+                        const std::vector<WholeJobModel>& jobs) {
   std::vector<Goal> goals;
   const int R = plan.rounds;
   for (const char* op : {"push", "pull"}) {
@@ -339,23 +375,45 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
                        RatioMedian(r, R, bf16, fp32), "", 0, "no goal"});
     }
   }
-  double lo = 0, hi = 0;
-  for (const auto& [n, m] : memory) {
-    goals.push_back(
-        {absl::StrCat("server peak RSS, sync, ", plan.memory_params >> 20,
-                      " Mi params, momentum, ", n,
-                      " worker(s) / (weights + slots + 8 B/param + 64 MiB = ",
-                      Fmt(m.bound_bytes / double(kMiB), "%.0f"), " MiB)"),
-         Fmt(m.peak_rss_bytes / double(kMiB), "%.0f") + " MiB",
-         double(m.peak_rss_bytes) / m.bound_bytes, "<=", 1.0});
-    lo = lo == 0 ? m.peak_rss_bytes : std::min<double>(lo, m.peak_rss_bytes);
-    hi = std::max<double>(hi, m.peak_rss_bytes);
-  }
-  if (!memory.empty()) {
-    goals.push_back({"server peak RSS, largest / smallest over N",
-                     Fmt(hi / double(kMiB), "%.0f") + " / " +
-                         Fmt(lo / double(kMiB), "%.0f") + " MiB",
-                     hi / lo, "<=", 1.10});
+  for (size_t v = 0; v < variants.size(); ++v) {
+    double lo = 0, hi = 0;
+    const std::string variant = absl::StrCat(" [", variants[v].name, "]");
+    for (const auto& [n, m] : memory[v]) {
+      goals.push_back(
+          {absl::StrCat("server peak RSS, sync, ", plan.memory_params >> 20,
+                        " Mi params, momentum, ", n,
+                        " worker(s) / (weights + slots + 8 B/param + 64 MiB = ",
+                        Fmt(m.bound_bytes / double(kMiB), "%.0f"), " MiB)",
+                        variant),
+           Fmt(m.peak_rss_bytes / double(kMiB), "%.0f") + " MiB",
+           double(m.peak_rss_bytes) / m.bound_bytes, "<=", 1.0});
+      lo = lo == 0 ? m.peak_rss_bytes : std::min<double>(lo, m.peak_rss_bytes);
+      hi = std::max<double>(hi, m.peak_rss_bytes);
+    }
+    if (!memory[v].empty()) {
+      goals.push_back({"server peak RSS, largest / smallest over N" + variant,
+                       Fmt(hi / double(kMiB), "%.0f") + " / " +
+                           Fmt(lo / double(kMiB), "%.0f") + " MiB",
+                       hi / lo, "<=", 1.10});
+    }
+    if (v == 0) continue;
+    // What the variant costs in throughput, against the shipped server in
+    // the same (interleaved) runs: push and pull of the memory runs.
+    for (const auto& [n, m] : memory[v]) {
+      auto base = memory[0].find(n);
+      if (base == memory[0].end()) continue;
+      for (const bool push : {true, false}) {
+        const double x = push ? m.push_bytes_per_s : m.pull_bytes_per_s;
+        const double y = push ? base->second.push_bytes_per_s
+                              : base->second.pull_bytes_per_s;
+        goals.push_back(
+            {absl::StrCat(push ? "push" : "pull", ", server child, ", n,
+                          " worker(s): ", variants[v].name, " / as shipped (",
+                          Fmt(y / 1e9), " GB/s)"),
+             Fmt(x / 1e9) + " GB/s", y > 0 ? x / y : Results::kMissing, "", 0,
+             "no goal"});
+      }
+    }
   }
   for (const auto& s : r.series()) {
     if (s.name.rfind("opt_", 0) != 0) continue;
@@ -382,12 +440,32 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
        Fmt(worker_rss / kMiB, "%.0f") + " MiB",
        Have(worker_rss) ? worker_rss / (64.0 * kMiB) : Results::kMissing,
        "<=", 1.0});
-  for (const char* g :
-       {"optimizer apply scales with threads across chunks",
-        "whole job: communication per step <= 1.5 x bytes / iperf3 rate",
-        "whole job with overlap: step time <= 1.1 x max(compute, comm)"}) {
-    goals.push_back({g, "not measured by ps_bench", Results::kMissing, "", 0,
-                     "not measured"});
+  for (auto kind : {pstrain::v1::OptimizerConfig::SGD,
+                    pstrain::v1::OptimizerConfig::ADAM}) {
+    const int t = plan.apply_threads;
+    if (t < 2) {
+      goals.push_back({"optimizer apply scales with threads across chunks",
+                       "one core: nothing to scale", Results::kMissing, "", 0,
+                       "not measured"});
+      break;
+    }
+    const std::string one = absl::StrCat("apply_", OptimizerName(kind), "_1t");
+    const std::string many =
+        absl::StrCat("apply_", OptimizerName(kind), "_", t, "t");
+    // Speedup t1 / tT; the goal asks for 70% of linear scaling.
+    goals.push_back(
+        {absl::StrCat("shard apply ", OptimizerName(kind), ", ",
+                      plan.apply_elems >> 20, " Mi params in 4 MiB chunks, ", t,
+                      " threads / 1 thread (speedup; 1 thread: ",
+                      Fmt(r.Median(one)), " ms)"),
+         Fmt(r.Median(many)) + " ms",
+         RatioMedian(r, R, many, one, /*invert=*/true), ">=", 0.7 * t});
+  }
+  for (const WholeJobGoal& g : WholeJobGoals(jobs)) {
+    goals.push_back({g.figure, Fmt(r.Median(g.measured)) + " ms",
+                     RatioMedian(r, R, g.numerator, g.denominator),
+                     g.goal > 0 ? "<=" : "", g.goal,
+                     g.goal > 0 ? "" : "no goal"});
   }
   return goals;
 }
@@ -406,6 +484,7 @@ int RunBench(const BenchOptions& o) {
   Results r(rounds);
   Errors errors;
   std::vector<std::string> loadavg;
+  const std::vector<WholeJobModel> whole_jobs = WholeJobModels(quick);
 
   absl::StatusOr<std::unique_ptr<Iperf3>> iperf = Iperf3::Start(o.iperf3);
   if (!iperf.ok()) errors.Add("iperf3 server", iperf.status());
@@ -424,20 +503,28 @@ int RunBench(const BenchOptions& o) {
     RunRound(plan, k, iperf.ok() ? iperf->get() : nullptr,
              stream.ok() ? stream->get() : nullptr, o.mpirun, mpi_program, &r,
              &errors);
+    RunWholeJobRound(whole_jobs, o, k, &r, &errors);
   }
   if (iperf.ok()) iperf->reset();
   if (stream.ok()) stream->reset();
 
-  std::map<int, ServerMemory> memory;
+  // Server memory: every variant at each N, interleaved (N outer).
+  const std::vector<ServerVariant> variants = ServerVariants();
+  std::vector<std::map<int, ServerMemory>> memory(variants.size());
   for (int n : plan.memory_workers) {
-    if (StopRequested()) break;
-    fprintf(stderr, "ps_bench: server memory with %d worker(s)\n", n);
-    absl::StatusOr<ServerMemory> m =
-        MeasureServerMemory(o.self_path, plan.memory_params, n, 2);
-    if (m.ok()) {
-      memory[n] = *m;
-    } else {
-      errors.Add(absl::StrCat("server memory, ", n, " workers"), m.status());
+    for (size_t v = 0; v < variants.size(); ++v) {
+      if (StopRequested()) break;
+      fprintf(stderr, "ps_bench: server memory with %d worker(s), %s\n", n,
+              variants[v].name.c_str());
+      absl::StatusOr<ServerMemory> m = MeasureServerMemory(
+          o.self_path, plan.memory_params, n, 3, variants[v]);
+      if (m.ok()) {
+        memory[v][n] = *m;
+      } else {
+        errors.Add(
+            absl::StrCat("server memory, ", n, " workers, ", variants[v].name),
+            m.status());
+      }
     }
   }
   double worker_rss = Results::kMissing;
@@ -460,7 +547,8 @@ int RunBench(const BenchOptions& o) {
   }
 
   // The table.
-  const std::vector<Goal> goals = Goals(plan, r, memory, worker_rss);
+  const std::vector<Goal> goals =
+      Goals(plan, r, variants, memory, worker_rss, whole_jobs);
   printf(
       "\nps_bench (%s, %s, %d interleaved rounds; ratios within a round, "
       "medians over rounds; %u cores)\n\n",
@@ -516,9 +604,14 @@ int RunBench(const BenchOptions& o) {
                            {"rounds", v},
                            {"median", Have(m) ? nlohmann::json(m) : nullptr}};
   }
-  for (const auto& [n, m] : memory) {
-    j["server_memory"][std::to_string(n)] = {
-        {"peak_rss_bytes", m.peak_rss_bytes}, {"bound_bytes", m.bound_bytes}};
+  for (size_t v = 0; v < variants.size(); ++v) {
+    for (const auto& [n, m] : memory[v]) {
+      j["server_memory"][variants[v].name][std::to_string(n)] = {
+          {"peak_rss_bytes", m.peak_rss_bytes},
+          {"bound_bytes", m.bound_bytes},
+          {"push_bytes_per_s", m.push_bytes_per_s},
+          {"pull_bytes_per_s", m.pull_bytes_per_s}};
+    }
   }
   j["worker_peak_rss_bytes"] =
       Have(worker_rss) ? nlohmann::json(worker_rss) : nullptr;

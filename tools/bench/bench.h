@@ -2,7 +2,8 @@
 // this order: iperf3 -l 1M on loopback (the wire anchor), a bare gRPC stream
 // of the same bytes, pstrain push and pull (sizes x servers x workers), the
 // optimizer against a STREAM triad, the ring all-reduce against
-// MPI_Allreduce; /proc/loadavg is read at the start of every round. Ratios
+// MPI_Allreduce, then the whole jobs (whole_job.h: real 4-worker jobs,
+// needs --bin_dir); /proc/loadavg is read at the start of every round. Ratios
 // are taken within a round and reported as medians over rounds. The server's
 // and the worker's peak memory are measured once, after the rounds. Prints
 // one table (every goal: measured value, ratio, goal, met or NOT MET) and the

@@ -1,19 +1,43 @@
-// The worker's memory in a real job: the coordinator, one server and one
-// worker as separate processes (the binaries users run) on loopback.
+// Real jobs for ps_bench: the coordinator, the servers and the workers as
+// separate processes (the binaries users run) on loopback, for the worker's
+// memory and the whole-job goals (whole_job.h).
 #ifndef PSTRAIN_TOOLS_BENCH_JOB_PROCESSES_H_
 #define PSTRAIN_TOOLS_BENCH_JOB_PROCESSES_H_
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace pstrain::bench {
 
+struct JobRunOptions {
+  std::string bin_dir;   // coordinator/ps_coordinator, server/ps_server,
+                         // worker/ps_worker below it
+  std::string config;    // the job file
+  std::string work_dir;  // logs, metrics.csv and summary.json go here
+  int workers = 1;
+  int servers = 1;
+  int steps = 50;
+  std::vector<std::string> worker_flags;        // extra ps_worker flags
+  absl::Duration timeout = absl::Seconds(120);  // the whole job
+};
+
+struct JobRunResult {
+  int64_t worker_peak_rss_bytes = 0;  // the largest worker's VmHWM
+};
+
+// Runs the job to its end; INTERNAL naming the logs when a process fails,
+// DEADLINE_EXCEEDED past options.timeout (every process is killed then).
+absl::StatusOr<JobRunResult> RunJobProcesses(const JobRunOptions& options);
+
 // Runs `config` (its model; 1 worker, 1 server, `steps` steps) with the
-// binaries in bin_dir (coordinator/ps_coordinator, server/ps_server,
-// worker/ps_worker) and returns the worker process's peak RSS. Logs and the
-// job's output go to `work_dir`.
+// binaries in bin_dir and the worker's default device (the job's
+// worker.device: auto in configs/default.yaml, so a CUDA build tries the GPU
+// and falls back to the CPU) and returns the worker process's peak RSS.
+// Logs and the job's output go to `work_dir`.
 absl::StatusOr<int64_t> WorkerPeakRss(const std::string& bin_dir,
                                       const std::string& config,
                                       const std::string& work_dir, int steps);

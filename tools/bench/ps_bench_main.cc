@@ -27,12 +27,27 @@ ABSL_FLAG(std::string, work_dir, "/tmp",
 ABSL_FLAG(bool, serve_shard, false, "internal: serve one shard (child role)");
 ABSL_FLAG(uint64_t, elems, 0, "internal: --serve_shard tensor elements");
 ABSL_FLAG(int, workers, 1, "internal: --serve_shard number of workers");
+ABSL_FLAG(bool, bdp_probe, true, "internal: --serve_shard HTTP/2 BDP probe");
+ABSL_FLAG(int64_t, mmap_threshold, 0,
+          "internal: --serve_shard glibc M_MMAP_THRESHOLD (0: default)");
+ABSL_FLAG(int, max_concurrent_pushes, -1,
+          "internal: --serve_shard push streams summed at once (-1: default)");
+ABSL_FLAG(int, malloc_arena_max, 0,
+          "internal: --serve_shard glibc M_ARENA_MAX (0: default)");
+ABSL_FLAG(bool, grpc_tcp_read_chunks, true,
+          "internal: --serve_shard gRPC tcp_read_chunks experiment");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   if (absl::GetFlag(FLAGS_serve_shard)) {
-    return pstrain::bench::ServeShardMain(absl::GetFlag(FLAGS_elems),
-                                          absl::GetFlag(FLAGS_workers));
+    pstrain::bench::ServerVariant variant;
+    variant.bdp_probe = absl::GetFlag(FLAGS_bdp_probe);
+    variant.mmap_threshold = absl::GetFlag(FLAGS_mmap_threshold);
+    variant.max_concurrent_pushes = absl::GetFlag(FLAGS_max_concurrent_pushes);
+    variant.malloc_arena_max = absl::GetFlag(FLAGS_malloc_arena_max);
+    variant.grpc_tcp_read_chunks = absl::GetFlag(FLAGS_grpc_tcp_read_chunks);
+    return pstrain::bench::ServeShardMain(
+        absl::GetFlag(FLAGS_elems), absl::GetFlag(FLAGS_workers), variant);
   }
   pstrain::bench::BenchOptions o;
   o.quick = absl::GetFlag(FLAGS_quick);

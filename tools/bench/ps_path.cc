@@ -14,6 +14,8 @@
 #include "common/grpc_util.h"
 #include "common/sharding.h"
 #include "common/signals.h"
+#include "common/tensor_codec.h"
+#include "server/process_memory.h"
 #include "server/ps_service.h"
 #include "server/shard.h"
 #include "tools/bench/subprocess.h"
@@ -27,23 +29,28 @@ using pstrain::v1::JobSpec;
 // Shards behind gRPC servers on loopback; everything stops in the destructor.
 class Cluster {
  public:
-  static absl::StatusOr<std::unique_ptr<Cluster>> Start(JobSpec job) {
+  static absl::StatusOr<std::unique_ptr<Cluster>> Start(
+      JobSpec job,
+      const std::vector<std::pair<std::string, int>>& int_args =
+          PsServerChannelArgs(),
+      const PsServiceOptions& options = {}, bool early_apply = true) {
     std::unique_ptr<Cluster> c(new Cluster);
     job.mutable_shard_map()->clear_server_addresses();
     for (uint32_t i = 0; i < job.num_servers(); ++i) {
-      c->services_.push_back(
-          std::make_unique<ParameterServerService>(PsServiceOptions{}));
+      c->services_.push_back(std::make_unique<ParameterServerService>(options));
       absl::StatusOr<StartedServer> started =
           StartGrpcServer("127.0.0.1", 0, grpc::InsecureServerCredentials(),
-                          {c->services_.back().get()});
+                          {c->services_.back().get()}, int_args);
       if (!started.ok()) return started.status();
       job.mutable_shard_map()->add_server_addresses(
           absl::StrCat("127.0.0.1:", started->port));
       c->servers_.push_back(std::move(started->server));
     }
     for (uint32_t i = 0; i < job.num_servers(); ++i) {
+      ShardOptions shard_options = ShardOptionsFromJob(job, i);
+      shard_options.early_apply = early_apply;
       absl::StatusOr<std::unique_ptr<Shard>> shard =
-          Shard::Create(ShardOptionsFromJob(job, i));
+          Shard::Create(std::move(shard_options));
       if (!shard.ok()) return shard.status();
       c->shards_.push_back(std::shared_ptr<Shard>(std::move(*shard)));
       // Worker w's session id is w + 1 (NewClient below).
@@ -178,11 +185,13 @@ absl::StatusOr<JobSpec> OneTensorJob(uint64_t elems, int servers, int workers,
 
 absl::StatusOr<PsPathResult> MeasurePsPath(uint64_t elems, int servers,
                                            int workers, int steps,
-                                           pstrain::v1::DType wire_dtype) {
+                                           pstrain::v1::DType wire_dtype,
+                                           bool early_apply) {
   absl::StatusOr<JobSpec> job = OneTensorJob(
       elems, servers, workers, pstrain::v1::OptimizerConfig::SGD, wire_dtype);
   if (!job.ok()) return job.status();
-  absl::StatusOr<std::unique_ptr<Cluster>> cluster = Cluster::Start(*job);
+  absl::StatusOr<std::unique_ptr<Cluster>> cluster =
+      Cluster::Start(*job, PsServerChannelArgs(), {}, early_apply);
   if (!cluster.ok()) return cluster.status();
   absl::StatusOr<Workers> w =
       Workers::Create((*cluster)->job(), workers, elems);
@@ -200,12 +209,115 @@ absl::StatusOr<PsPathResult> MeasurePsPath(uint64_t elems, int servers,
   return PsPathResult{bytes / push_total, bytes / pull_total};
 }
 
-int ServeShardMain(uint64_t elems, int workers) {
+absl::StatusOr<double> ShardApplySeconds(
+    uint64_t elems, pstrain::v1::OptimizerConfig::Kind kind, int threads,
+    int repeats) {
+  absl::StatusOr<JobSpec> job = OneTensorJob(elems, 1, 1, kind);
+  if (!job.ok()) return job.status();
+  ShardOptions options = ShardOptionsFromJob(*job, 0);
+  options.apply_threads = threads;
+  // The whole step at the commit, where PushResult.apply_seconds sees it.
+  options.early_apply = false;
+  absl::StatusOr<std::unique_ptr<Shard>> shard =
+      Shard::Create(std::move(options));
+  if (!shard.ok()) return shard.status();
+  const std::vector<float> grad(elems, 1e-3f);
+  std::vector<pstrain::v1::ChunkData> data((*shard)->chunks().size());
+  std::vector<const pstrain::v1::ChunkData*> chunks;
+  for (size_t k = 0; k < data.size(); ++k) {
+    const LocalChunk& c = (*shard)->chunks()[k];
+    EncodeChunk(c.tensor, c.index, grad.data() + c.tensor_offset, c.length,
+                &data[k]);
+    chunks.push_back(&data[k]);
+  }
+  double best = 0;
+  for (int step = 0; step <= repeats; ++step) {
+    pstrain::v1::PushHeader header;
+    header.set_worker(0);
+    header.set_clock(step);
+    header.set_read_version(step);
+    header.set_read_min_clock(step);
+    header.set_num_samples(1);
+    absl::StatusOr<PushResult> r = (*shard)->Push(header, chunks);
+    if (!r.ok()) return r.status();
+    if (!r->applied) return absl::InternalError("the step was not applied");
+    if (step == 0) continue;  // warm-up: first-touch pages
+    if (best == 0 || r->apply_seconds < best) best = r->apply_seconds;
+  }
+  return best;
+}
+
+std::vector<ServerVariant> ServerVariants() {
+  bool shipped_bdp = true;
+  for (const auto& [key, value] : PsServerChannelArgs()) {
+    if (key == GRPC_ARG_HTTP2_BDP_PROBE) shipped_bdp = value != 0;
+  }
+  const ProcessMemoryOptions process;  // what ps_server applies
+  ServerVariant shipped;
+  shipped.name = "as shipped";
+  shipped.bdp_probe = shipped_bdp;
+  shipped.mmap_threshold = process.mmap_threshold_bytes;
+  shipped.malloc_arena_max = process.malloc_arena_max;
+  shipped.grpc_tcp_read_chunks = process.grpc_tcp_read_chunks;
+  std::vector<ServerVariant> v = {shipped};
+  auto add = [&](const std::string& name, auto change) {
+    ServerVariant x = shipped;
+    x.name = name;
+    change(x);
+    v.push_back(x);
+  };
+  add(shipped_bdp ? "BDP probe off" : "BDP probe on (gRPC default)",
+      [&](ServerVariant& x) { x.bdp_probe = !shipped_bdp; });
+  add("glibc malloc defaults", [](ServerVariant& x) {
+    x.mmap_threshold = 0;
+    x.malloc_arena_max = 0;
+  });
+  add("2 malloc arenas", [](ServerVariant& x) { x.malloc_arena_max = 2; });
+  add(absl::StrCat("gRPC read buffers ",
+                   process.grpc_tcp_read_chunks ? "bounded" : "unbounded",
+                   " (tcp_read_chunks ",
+                   process.grpc_tcp_read_chunks ? "off" : "on", ")"),
+      [&](ServerVariant& x) {
+        x.grpc_tcp_read_chunks = !process.grpc_tcp_read_chunks;
+      });
+  // Push streams summed at once: the other choice than the shipped one.
+  const int shipped_pushes = PsServiceOptions{}.max_concurrent_pushes;
+  const int other_pushes = shipped_pushes == 1 ? 2 : 1;
+  add(absl::StrCat(other_pushes, " push stream(s) summed at once"),
+      [&](ServerVariant& x) { x.max_concurrent_pushes = other_pushes; });
+  // The server before process_memory.h: glibc's and gRPC's defaults.
+  add("BDP probe off only (the server before)", [](ServerVariant& x) {
+    x.bdp_probe = false;
+    x.mmap_threshold = 0;
+    x.malloc_arena_max = 0;
+    x.grpc_tcp_read_chunks = true;
+  });
+  return v;
+}
+
+int ServeShardMain(uint64_t elems, int workers, const ServerVariant& variant) {
+  // First: before any thread and any gRPC call.
+  ProcessMemoryOptions process;
+  process.mmap_threshold_bytes = variant.mmap_threshold;
+  process.malloc_arena_max = variant.malloc_arena_max;
+  process.grpc_tcp_read_chunks = variant.grpc_tcp_read_chunks;
+  if (absl::Status st = ConfigureProcessMemory(process); !st.ok()) {
+    fprintf(stderr, "ps_bench --serve_shard: %s\n", st.ToString().c_str());
+    return 1;
+  }
   InstallStopSignalHandlers();
   absl::StatusOr<JobSpec> job =
       OneTensorJob(elems, 1, workers, pstrain::v1::OptimizerConfig::MOMENTUM);
+  PsServiceOptions options;
+  if (variant.max_concurrent_pushes >= 0) {
+    options.max_concurrent_pushes = variant.max_concurrent_pushes;
+  }
+  std::vector<std::pair<std::string, int>> args = PsServerChannelArgs();
+  for (auto& [key, value] : args) {
+    if (key == GRPC_ARG_HTTP2_BDP_PROBE) value = variant.bdp_probe ? 1 : 0;
+  }
   absl::StatusOr<std::unique_ptr<Cluster>> cluster =
-      job.ok() ? Cluster::Start(*job)
+      job.ok() ? Cluster::Start(*job, args, options)
                : absl::StatusOr<std::unique_ptr<Cluster>>(job.status());
   if (!cluster.ok()) {
     fprintf(stderr, "ps_bench --serve_shard: %s\n",
@@ -227,11 +339,18 @@ int ServeShardMain(uint64_t elems, int workers) {
 
 absl::StatusOr<ServerMemory> MeasureServerMemory(const std::string& self,
                                                  uint64_t elems, int workers,
-                                                 int steps) {
-  absl::StatusOr<Child> child =
-      Child::Start({self, "--serve_shard", absl::StrCat("--elems=", elems),
-                    absl::StrCat("--workers=", workers)},
-                   /*pipe_stdio=*/true);
+                                                 int steps,
+                                                 const ServerVariant& variant) {
+  absl::StatusOr<Child> child = Child::Start(
+      {self, "--serve_shard", absl::StrCat("--elems=", elems),
+       absl::StrCat("--workers=", workers),
+       absl::StrCat("--bdp_probe=", variant.bdp_probe ? "true" : "false"),
+       absl::StrCat("--mmap_threshold=", variant.mmap_threshold),
+       absl::StrCat("--max_concurrent_pushes=", variant.max_concurrent_pushes),
+       absl::StrCat("--malloc_arena_max=", variant.malloc_arena_max),
+       absl::StrCat("--grpc_tcp_read_chunks=",
+                    variant.grpc_tcp_read_chunks ? "true" : "false")},
+      /*pipe_stdio=*/true);
   if (!child.ok()) return child.status();
   absl::StatusOr<std::string> port =
       child->ReadLine(absl::Now() + absl::Seconds(60));
@@ -244,6 +363,7 @@ absl::StatusOr<ServerMemory> MeasureServerMemory(const std::string& self,
   if (!job.ok()) return job.status();
   job->mutable_shard_map()->add_server_addresses(
       absl::StrCat("127.0.0.1:", *port));
+  double pull_total = 0, push_total = 0;
   {
     absl::StatusOr<Workers> w = Workers::Create(*job, workers, elems);
     if (!w.ok()) return w.status();
@@ -251,6 +371,9 @@ absl::StatusOr<ServerMemory> MeasureServerMemory(const std::string& self,
     for (int step = 0; step < steps; ++step) {
       absl::Status s = w->Step(step, &pull_s, &push_s);
       if (!s.ok()) return s;
+      if (step == 0) continue;  // warm-up
+      pull_total += pull_s;
+      push_total += push_s;
     }
   }
   child->SampleMemory();
@@ -265,6 +388,12 @@ absl::StatusOr<ServerMemory> MeasureServerMemory(const std::string& self,
   m.peak_rss_bytes = f->max_rss_bytes;
   // Momentum: weights + one slot (4 B each) + an 8 B accumulator + 64 MiB.
   m.bound_bytes = static_cast<int64_t>(elems) * (4 + 4 + 8) + (64 << 20);
+  const double bytes =
+      static_cast<double>(elems) * sizeof(float) * workers * (steps - 1);
+  if (steps > 1) {
+    m.push_bytes_per_s = bytes / push_total;
+    m.pull_bytes_per_s = bytes / pull_total;
+  }
   return m;
 }
 

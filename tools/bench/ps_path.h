@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "proto/pstrain.pb.h"
@@ -31,28 +32,78 @@ struct PsPathResult {
 // pushes its gradient (timed). Aggregate bytes / wall time of each phase,
 // bytes counted as the fp32 model (elems * 4 per worker) whatever
 // `wire_dtype` carries them: a bf16 wire moving the same model twice as
-// fast shows twice the rate.
+// fast shows twice the rate. `early_apply`: ShardOptions.early_apply of
+// every shard (chunks applied as they become final, or the whole step at
+// its commit).
 absl::StatusOr<PsPathResult> MeasurePsPath(
     uint64_t elems, int servers, int workers, int steps,
-    pstrain::v1::DType wire_dtype = pstrain::v1::DTYPE_F32);
+    pstrain::v1::DType wire_dtype = pstrain::v1::DTYPE_F32,
+    bool early_apply = true);
+
+// Seconds of one optimizer step of a sync Shard (1 worker, one tensor of
+// `elems` elements in 4 MiB chunks, optimizer `kind`) applied by `threads`
+// apply threads (ShardOptions.apply_threads): PushResult.apply_seconds, the
+// fixed-point sum turned into the gradient and the rule applied, chunk by
+// chunk across the threads (ShardOptions.early_apply off, so the whole
+// step is applied there). Best of `repeats` steps after one warm-up.
+absl::StatusOr<double> ShardApplySeconds(
+    uint64_t elems, pstrain::v1::OptimizerConfig::Kind kind, int threads,
+    int repeats);
+
+// How the memory benchmark's shard server runs: the transport and
+// allocator settings whose effect on peak memory (and throughput) is
+// measured side by side.
+struct ServerVariant {
+  std::string name;
+  // gRPC's HTTP/2 BDP probe (grpc.http2.bdp_probe): on, flow-control windows
+  // grow, and a push stream waiting for admission is buffered up to its
+  // window; off, windows stay at their initial size.
+  bool bdp_probe = true;
+  // glibc's M_MMAP_THRESHOLD in bytes (0: glibc's dynamic default): with a
+  // fixed threshold, freed large buffers go back to the kernel at once.
+  int64_t mmap_threshold = 0;
+  // PsServiceOptions.max_concurrent_pushes (push streams summed at once);
+  // -1: the service's default.
+  int max_concurrent_pushes = -1;
+  // glibc's M_ARENA_MAX (0: glibc's default, 8 per core): fewer per-thread
+  // malloc arenas keep less freed memory.
+  int malloc_arena_max = 0;
+  // gRPC's tcp_read_chunks experiment (on: gRPC 1.51's default; off: each
+  // connection's read buffer is bounded by
+  // grpc.experimental.tcp_max_read_chunk_size).
+  bool grpc_tcp_read_chunks = true;
+};
+
+// The variants measured; the first is the parameter server as shipped
+// (PsServerChannelArgs(), server/ps_service.h, and ps_server's
+// ProcessMemoryOptions, server/process_memory.h), the others each change
+// one thing of it, and one is the server before process_memory.h.
+std::vector<ServerVariant> ServerVariants();
 
 // Child role for the memory benchmark: serves one shard (momentum) of a
-// `elems`-element tensor for `workers` workers on 127.0.0.1 port 0, prints
-// the port on stdout, and exits 0 when stdin closes (or on SIGTERM, or
-// after 30 minutes).
-int ServeShardMain(uint64_t elems, int workers);
+// `elems`-element tensor for `workers` workers on 127.0.0.1 port 0 as
+// `variant` says (PsServerChannelArgs() with the variant's BDP probe; the
+// process settings through ConfigureProcessMemory, so call it first in the
+// process), prints the port on stdout, and exits 0 when stdin closes (or on
+// SIGTERM, or after 30 minutes).
+int ServeShardMain(uint64_t elems, int workers, const ServerVariant& variant);
 
 struct ServerMemory {
   int64_t peak_rss_bytes = 0;  // the server process's VmHWM
   int64_t bound_bytes = 0;     // weights + slots + 8 B/param + 64 MiB
+  // All workers together, over the steps after the first.
+  double push_bytes_per_s = 0;
+  double pull_bytes_per_s = 0;
 };
 
 // Runs `self` (this binary) as a shard server child (ServeShardMain via
-// --serve_shard), drives `workers` workers through `steps` sync steps (pull
-// then push each) and returns the child's peak RSS.
+// --serve_shard) in `variant`, drives `workers` workers through `steps`
+// sync steps (pull then push each; steps >= 2) and returns the child's peak
+// RSS and the throughput of the steps after the first.
 absl::StatusOr<ServerMemory> MeasureServerMemory(const std::string& self,
                                                  uint64_t elems, int workers,
-                                                 int steps);
+                                                 int steps,
+                                                 const ServerVariant& variant);
 
 }  // namespace pstrain::bench
 

@@ -17,7 +17,8 @@
 namespace pstrain::bench {
 
 absl::StatusOr<std::map<uint64_t, double>> RingSeconds(
-    int ranks, const std::vector<uint64_t>& bytes, int iters) {
+    int ranks, const std::vector<uint64_t>& bytes, int iters,
+    const RingBenchOptions& bench_options) {
   std::vector<std::unique_ptr<RingPeerService>> services;
   std::vector<std::unique_ptr<grpc::Server>> servers;
   std::vector<std::string> addresses;
@@ -25,7 +26,7 @@ absl::StatusOr<std::map<uint64_t, double>> RingSeconds(
     services.push_back(std::make_unique<RingPeerService>());
     absl::StatusOr<StartedServer> started =
         StartGrpcServer("127.0.0.1", 0, grpc::InsecureServerCredentials(),
-                        {services.back().get()});
+                        {services.back().get()}, RingLinkArgs());
     if (!started.ok()) return started.status();
     servers.push_back(std::move(started->server));
     addresses.push_back(absl::StrCat("127.0.0.1:", started->port));
@@ -33,12 +34,13 @@ absl::StatusOr<std::map<uint64_t, double>> RingSeconds(
   std::vector<std::unique_ptr<GrpcTransport>> transports;
   for (int r = 0; r < ranks; ++r) {
     absl::StatusOr<std::unique_ptr<GrpcTransport>> t = GrpcTransport::Create(
-        r, ranks, MakeChannel(addresses[(r + 1) % ranks]), services[r].get(),
+        r, ranks, MakeRingChannel(addresses[(r + 1) % ranks]),
+        services[r].get(),
         /*session_id=*/r + 1, /*left_session_id=*/(r + ranks - 1) % ranks + 1);
     if (!t.ok()) return t.status();
     transports.push_back(std::move(*t));
   }
-  RingOptions options;  // 1 MiB segments, as allreduce.segment_bytes' default
+  const RingOptions& options = bench_options.ring;
   std::map<uint64_t, double> result;
   uint64_t step = 0;
   absl::Status failed;

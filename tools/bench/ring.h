@@ -11,13 +11,19 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "worker/allreduce/ring_allreduce.h"
 
 namespace pstrain::bench {
+
+struct RingBenchOptions {
+  RingOptions ring;  // the defaults of allreduce.* unless set
+};
 
 // Median seconds of one all-reduce of each size in `bytes` with `ranks`
 // ranks, over `iters` iterations after one warm-up; key = bytes.
 absl::StatusOr<std::map<uint64_t, double>> RingSeconds(
-    int ranks, const std::vector<uint64_t>& bytes, int iters);
+    int ranks, const std::vector<uint64_t>& bytes, int iters,
+    const RingBenchOptions& options = {});
 
 // The same through `mpirun --allow-run-as-root --oversubscribe --mca btl
 // tcp,self -np ranks mpi_program iters bytes...` (loopback only).

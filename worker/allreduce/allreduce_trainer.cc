@@ -12,22 +12,56 @@
 namespace pstrain {
 
 absl::StatusOr<std::unique_ptr<AllReduceTrainer>> AllReduceTrainer::Create(
-    TrainerOptions options, AllReducer* reducer, Model* model,
-    DataSource* data) {
+    TrainerOptions options, AllReducer* reducer, Model* model, DataSource* data,
+    AllReduceCheckpointOptions checkpoint) {
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
                       Optimizer::Create(options.config.training().optimizer()));
-  return std::unique_ptr<AllReduceTrainer>(new AllReduceTrainer(
-      std::move(options), reducer, model, data, std::move(optimizer)));
+  if (checkpoint.env == nullptr) checkpoint.env = CheckpointEnv::Default();
+  const std::string resume = checkpoint.resume_from;
+  const uint64_t start = static_cast<uint64_t>(options.start_step);
+  std::unique_ptr<AllReduceTrainer> trainer(
+      new AllReduceTrainer(std::move(options), reducer, model, data,
+                           std::move(optimizer), std::move(checkpoint)));
+  if (resume.empty()) {
+    if (start != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("all-reduce training cannot start at step ", start,
+                       " without a checkpoint to resume from"));
+    }
+    return trainer;
+  }
+  // Every rank reads the checkpoint itself (checkpointing.h: no collective,
+  // each verifies the checksums); the state replaces the initial one only
+  // when all of it was read and fits.
+  TensorList weights;
+  std::vector<std::vector<float>> slots;
+  PS_RETURN_IF_ERROR(LoadReplicaCheckpoint(trainer->checkpoint_.env, resume,
+                                           trainer->checkpoint_.job, start,
+                                           &weights, &slots));
+  for (size_t t = 0; t < trainer->params_.size(); ++t) {
+    if (weights.size() != trainer->params_.size() ||
+        weights[t].size() != trainer->params_[t].size() ||
+        slots[t].size() != trainer->slots_[t].size()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", resume, ": tensor ", t,
+          " does not match the model's (job spec and model disagree)"));
+    }
+  }
+  trainer->params_ = std::move(weights);
+  trainer->slots_ = std::move(slots);
+  return trainer;
 }
 
 AllReduceTrainer::AllReduceTrainer(TrainerOptions options, AllReducer* reducer,
                                    Model* model, DataSource* data,
-                                   std::unique_ptr<Optimizer> optimizer)
+                                   std::unique_ptr<Optimizer> optimizer,
+                                   AllReduceCheckpointOptions checkpoint)
     : options_(std::move(options)),
       reducer_(reducer),
       model_(model),
       data_(data),
-      optimizer_(std::move(optimizer)) {
+      optimizer_(std::move(optimizer)),
+      checkpoint_(std::move(checkpoint)) {
   for (const pstrain::v1::TensorSpec& spec : model_->params()) {
     std::vector<float> w(NumElements(spec));
     InitialValues(spec, 0, w.size(), w.data());
@@ -51,6 +85,26 @@ void AllReduceTrainer::ApplyOptimizer(int64_t step) {
   }
 }
 
+absl::StatusOr<std::string> AllReduceTrainer::SaveCheckpoint(uint64_t cut) {
+  ReplicaView view;
+  view.weights = absl::MakeConstSpan(weights_.data(), model_->num_params());
+  view.slots = &slots_;
+  absl::StatusOr<std::string> dir =
+      SaveReplicaCheckpoint(checkpoint_.env, checkpoint_.root, checkpoint_.job,
+                            cut, view, checkpoint_.keep);
+  if (dir.status().code() == absl::StatusCode::kAlreadyExists) {
+    // A resumed job passing a cut the earlier run saved: the same state
+    // (the job is deterministic), kept as it is.
+    return std::string();
+  }
+  if (!dir.ok()) {
+    return absl::Status(
+        dir.status().code(),
+        absl::StrCat("checkpoint of step ", cut, ": ", dir.status().message()));
+  }
+  return dir;
+}
+
 absl::Status AllReduceTrainer::Run(const StepCallback& on_step,
                                    const std::function<bool()>& should_stop) {
   const JobConfig& c = options_.config;
@@ -69,7 +123,10 @@ absl::Status AllReduceTrainer::Run(const StepCallback& on_step,
     weights.emplace_back(w, p.size());
     w += p.size();
   }
-  for (int64_t step = 0; step < c.training().steps(); ++step) {
+  AllReduceCheckpointSchedule schedule(
+      checkpoint_, static_cast<uint64_t>(c.training().steps()), absl::Now());
+  for (int64_t step = options_.start_step; step < c.training().steps();
+       ++step) {
     if (should_stop && should_stop()) {
       return absl::CancelledError(absl::StrCat("stopped before step ", step));
     }
@@ -95,6 +152,13 @@ absl::Status AllReduceTrainer::Run(const StepCallback& on_step,
         AllReduceWeightedMeanOfModel(reducer_, step, slice, model_, &reduced_));
     ApplyOptimizer(step);
     m.set_pull_s(absl::ToDoubleSeconds(absl::Now() - t0));
+    // The state is now cut step + 1 on every rank; rank 0 saves it. The
+    // others go on to the next all-reduce and wait there meanwhile.
+    if (schedule.Due(step + 1, absl::Now())) {
+      PS_ASSIGN_OR_RETURN(std::string dir, SaveCheckpoint(step + 1));
+      schedule.Saved(absl::Now());
+      m.set_checkpoint(dir);
+    }
     m.set_end_unix_s(UnixSeconds());
     if (on_step) PS_RETURN_IF_ERROR(on_step(m));
   }

@@ -22,6 +22,12 @@
 // sync shard (schedule step = update count = step). All-reduced values are
 // bit-identical on every rank and the optimizer is deterministic, so the
 // replicas stay bit-identical.
+//
+// Checkpoints and resume (worker/allreduce/checkpointing.h): rank 0 writes
+// the replica's state after the step that completes each cut; a resumed job
+// loads it on every rank and starts at its step (options.start_step), with
+// data ids derived from step and rank as always, so it ends bit-identical to
+// the undisturbed job.
 #ifndef PSTRAIN_WORKER_ALLREDUCE_ALLREDUCE_TRAINER_H_
 #define PSTRAIN_WORKER_ALLREDUCE_ALLREDUCE_TRAINER_H_
 
@@ -36,6 +42,7 @@
 #include "common/optimizer.h"
 #include "proto/pstrain.pb.h"
 #include "worker/allreduce/allreducer.h"
+#include "worker/allreduce/checkpointing.h"
 #include "worker/data/data.h"
 #include "worker/model/local_step.h"
 #include "worker/model/model.h"
@@ -49,17 +56,23 @@ class AllReduceTrainer {
   // Borrows `reducer`, `model` and `data`; they must outlive the trainer.
   // options.config gives workers, steps, batch, accumulation, evaluation,
   // the optimizer and worker.compute_ms / straggler settings. Starts from
-  // the model's initial weights. INVALID_ARGUMENT for a bad optimizer.
+  // the model's initial weights at step 0, or, when checkpoint.resume_from
+  // is set, from that checkpoint (read here: its errors, e.g. a checkpoint
+  // of another model, are returned and nothing starts) at
+  // options.start_step, which must be the checkpoint's step.
+  // INVALID_ARGUMENT for a bad optimizer.
   static absl::StatusOr<std::unique_ptr<AllReduceTrainer>> Create(
       TrainerOptions options, AllReducer* reducer, Model* model,
-      DataSource* data);
+      DataSource* data, AllReduceCheckpointOptions checkpoint = {});
 
-  // Runs the whole job for this rank, reporting like Trainer::Run: one
-  // record per step (compute_s: gradient; pull_s: all-reduce plus optimizer,
-  // i.e. gradient ready to next weights ready, the PS modes' pull + push;
-  // push_s: 0), then a final evaluation record with step == steps. Closes the
-  // reducer after the last step. `should_stop` (may be null) is polled
-  // between steps: true ends the loop with CANCELLED.
+  // Runs the job for this rank from options.start_step, reporting like
+  // Trainer::Run: one record per step (compute_s: gradient; pull_s: all-reduce
+  // plus optimizer, i.e. gradient ready to next weights ready, the PS modes'
+  // pull + push; push_s: 0; on rank 0, `checkpoint` names the checkpoint
+  // written after the step), then a final evaluation record with step == steps.
+  // A checkpoint that cannot be written fails the run. Closes the reducer after
+  // the last step. `should_stop` (may be null) is polled between steps: true
+  // ends the loop with CANCELLED.
   absl::Status Run(const StepCallback& on_step,
                    const std::function<bool()>& should_stop);
 
@@ -68,7 +81,12 @@ class AllReduceTrainer {
 
  private:
   AllReduceTrainer(TrainerOptions options, AllReducer* reducer, Model* model,
-                   DataSource* data, std::unique_ptr<Optimizer> optimizer);
+                   DataSource* data, std::unique_ptr<Optimizer> optimizer,
+                   AllReduceCheckpointOptions checkpoint);
+
+  // Rank 0: writes the checkpoint of cut `cut` from weights_ and slots_;
+  // returns its directory ("" when it was already complete on disk).
+  absl::StatusOr<std::string> SaveCheckpoint(uint64_t cut);
 
   // weights_ -= optimizer update with the mean gradient in reduced_, at
   // schedule step `step`.
@@ -79,6 +97,7 @@ class AllReduceTrainer {
   Model* const model_;
   DataSource* const data_;
   const std::unique_ptr<Optimizer> optimizer_;
+  const AllReduceCheckpointOptions checkpoint_;
   TensorList params_;  // initial, then final weights (Run copies them back)
   std::vector<std::vector<float>> slots_;  // per tensor, Optimizer layout
   // On the host, pinned on CUDA, during Run: the replica's weights

@@ -2,7 +2,7 @@
 
 #include <grpc/grpc.h>
 
-#include <cstring>
+#include <deque>
 #include <optional>
 #include <string>
 #include <utility>
@@ -12,93 +12,134 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
+#include "worker/allreduce/segment_wire.h"
 
 namespace pstrain {
 
-using pstrain::v1::RingSegment;
-
 namespace {
+
+// The HTTP/2 window of a ring link: 16 segments of the default size, 4 of
+// the largest (allreduce.segment_bytes <= 4 MiB), so the sender does not
+// wait for window updates while the receiver keeps up; what a slow receiver
+// buffers unread is bounded by it (measured: 16 MiB with the BDP probe off
+// beat gRPC's probe-grown window at 1-16 MiB with 2 and 4 ranks).
+constexpr int kRingWindowBytes = 16 << 20;
+
+// The full name of RingPeer.SendSegments (proto/pstrain.proto), called raw.
+constexpr char kSendSegments[] = "/pstrain.v1.RingPeer/SendSegments";
 
 // One incoming SendSegments stream: every segment goes to the mailbox until
 // the left neighbour half-closes (OK) or sends something bad (its error). A
 // stream that ends any other way (cancelled, past its deadline, an
-// undecodable frame) is not a clean end: the mailbox learns that the sender's
-// stream broke, so the rank's next Take from it fails at once.
-class SegmentReader : public grpc::ServerReadReactor<RingSegment> {
+// undecodable segment) is not a clean end: the mailbox learns that the
+// sender's stream broke, so the rank's next Take from it fails at once.
+class SegmentReader : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   SegmentReader(Mailbox* mailbox, std::atomic<uint64_t>* segments,
                 grpc::CallbackServerContext* context,
-                pstrain::v1::SendSegmentsResponse* response)
+                grpc::ByteBuffer* response)
       : mailbox_(mailbox),
         segments_(segments),
         context_(context),
         response_(response) {
-    StartRead(&segment_);
+    StartRead(&message_);
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
       if (grpc_call_failed_before_recv_message(context_->c_call()) ||
           context_->IsCancelled()) {
-        if (sender_.has_value()) {
-          mailbox_->Fail(*sender_,
-                         absl::DataLossError(absl::StrCat(
-                             "the stream ended without a clean close after ",
-                             count_, " segments")));
-        }
+        BrokeOff(absl::DataLossError(
+            absl::StrCat("the stream ended without a clean close after ",
+                         count_, " segments")));
         Finish(grpc::Status(grpc::StatusCode::CANCELLED,
                             "segment stream ended without a clean close"));
         return;
       }
-      response_->set_segments(count_);
+      pstrain::v1::SendSegmentsResponse response;
+      response.set_segments(count_);
+      const std::string bytes = response.SerializeAsString();
+      grpc::Slice slice(bytes);
+      *response_ = grpc::ByteBuffer(&slice, 1);
       Finish(grpc::Status::OK);
       return;
     }
-    sender_ = segment_.from_rank();
-    SegmentKey key{segment_.step(), segment_.phase(), segment_.chunk(),
-                   segment_.offset()};
+    absl::StatusOr<DecodedSegment> segment = DecodeSegment(std::move(message_));
+    message_.Clear();
+    if (!segment.ok()) {
+      BrokeOff(absl::DataLossError(
+          absl::StrCat("an undecodable segment after ", count_, " segments")));
+      Finish(ToGrpcStatus(segment.status()));
+      return;
+    }
+    sender_ = segment->from_rank;
+    generation_ = segment->generation;
     absl::Status st =
-        mailbox_->Put(key, segment_.from_rank(), segment_.session_id(),
-                      std::move(*segment_.mutable_data()));
+        mailbox_->Put(segment->key, segment->from_rank, segment->session_id,
+                      std::move(segment->payload), segment->generation);
     if (!st.ok()) {
       Finish(ToGrpcStatus(st));
       return;
     }
     ++count_;
     segments_->fetch_add(1);
-    StartRead(&segment_);
+    StartRead(&message_);
   }
 
   void OnDone() override { delete this; }
 
  private:
+  void BrokeOff(absl::Status why) {
+    if (sender_.has_value()) {
+      mailbox_->Fail(*sender_, std::move(why), generation_);
+    }
+  }
+
   Mailbox* const mailbox_;
   std::atomic<uint64_t>* const segments_;
   grpc::CallbackServerContext* const context_;
-  pstrain::v1::SendSegmentsResponse* const response_;
+  grpc::ByteBuffer* const response_;
   std::optional<uint32_t> sender_;  // from_rank of the last segment read
-  RingSegment segment_;
+  uint64_t generation_ = 0;         // and its generation
+  grpc::ByteBuffer message_;
   uint64_t count_ = 0;
 };
 
 }  // namespace
 
-grpc::ServerReadReactor<RingSegment>* RingPeerService::SendSegments(
-    grpc::CallbackServerContext* context,
-    pstrain::v1::SendSegmentsResponse* response) {
+std::vector<std::pair<std::string, int>> RingLinkArgs() {
+  return {{GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kRingWindowBytes},
+          {GRPC_ARG_HTTP2_BDP_PROBE, 0}};
+}
+
+std::shared_ptr<grpc::Channel> MakeRingChannel(
+    const std::string& address,
+    std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  if (credentials == nullptr) credentials = grpc::InsecureChannelCredentials();
+  grpc::ChannelArguments args = DefaultChannelArgs();
+  for (const auto& [key, value] : RingLinkArgs()) args.SetInt(key, value);
+  return grpc::CreateCustomChannel(address, credentials, args);
+}
+
+grpc::ServerReadReactor<grpc::ByteBuffer>* RingPeerService::SendSegments(
+    grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
   return new SegmentReader(&mailbox_, &segments_, context, response);
 }
 
-// The outgoing stream. One write at a time, started by the rank's thread
-// (hence the hold, released by Close or on failure) and awaited with a
-// deadline; a write that misses its deadline cancels the stream. gRPC may run
-// reactions inline from Start*, RemoveHold and TryCancel, so those are called
-// without holding mu_.
-class GrpcTransport::Writer : public grpc::ClientWriteReactor<RingSegment> {
+// The outgoing stream. Segments queue in `queue_` and are written one at a
+// time: the rank's thread starts a write when none is in flight, and each
+// write's completion (OnWriteDone, on a gRPC thread) starts the next. The
+// rank's thread holds the call open (the hold, released by Close or on
+// failure). gRPC may run reactions inline from Start*, RemoveHold and
+// TryCancel, so those are called without holding mu_.
+class GrpcTransport::Writer
+    : public grpc::ClientWriteReactor<grpc::ByteBuffer> {
  public:
-  explicit Writer(pstrain::v1::RingPeer::Stub* stub) {
+  Writer(grpc::ChannelInterface* channel,
+         const grpc::internal::RpcMethod& method) {
     context_.set_wait_for_ready(true);  // the neighbour may still be starting
-    stub->async()->SendSegments(&context_, &response_, this);
+    grpc::internal::ClientCallbackWriterFactory<grpc::ByteBuffer>::Create(
+        channel, method, &context_, &response_, this);
     AddHold();
     StartCall();
   }
@@ -111,41 +152,57 @@ class GrpcTransport::Writer : public grpc::ClientWriteReactor<RingSegment> {
     mu_.Await(absl::Condition(&done_));
   }
 
-  // Sends `segment` (taken over); see Transport::Send.
-  absl::Status Write(RingSegment segment, absl::Time deadline) {
+  // Queues `message`; see Transport::Send.
+  absl::Status Write(grpc::ByteBuffer message) {
     {
       absl::MutexLock lock(&mu_);
       if (broken_) return BrokenStatusLocked();
+      if (writing_) {
+        queue_.push_back(std::move(message));
+        return absl::OkStatus();
+      }
       writing_ = true;
+      current_ = std::move(message);
     }
-    segment_ = std::move(segment);
-    StartWrite(&segment_);
-    bool settled;
+    StartWrite(&current_);
+    return absl::OkStatus();
+  }
+
+  // Waits until the queue is written and gRPC let go of every payload;
+  // see Transport::Flush.
+  absl::Status Flush(absl::Time deadline) {
+    bool written, failed;
     {
       absl::MutexLock lock(&mu_);
-      settled = mu_.AwaitWithDeadline(
-          absl::Condition(this, &Writer::WriteSettled), deadline);
-      if (settled && write_ok_) return absl::OkStatus();
-      broken_ = true;
+      written = mu_.AwaitWithDeadline(
+          absl::Condition(this, &Writer::WritesSettled), deadline);
+      failed = write_failed_;
     }
-    // Timed out, or the stream broke (its status says why).
+    if (written && !failed) return absl::OkStatus();
+    // Timed out, or the stream broke (its status says why). Cancelling
+    // fails the write in flight.
+    {
+      absl::MutexLock lock(&mu_);
+      broken_ = true;
+      queue_.clear();
+    }
     context_.TryCancel();
     ReleaseHold();
-    if (!settled) {
-      return absl::DeadlineExceededError(
-          "the neighbour did not take the segment in time");
-    }
     absl::MutexLock lock(&mu_);
-    if (mu_.AwaitWithDeadline(absl::Condition(&done_),
-                              absl::Now() + absl::Seconds(1)) &&
-        !status_.ok()) {
-      return FromGrpcStatus(status_);
+    const bool done = mu_.AwaitWithDeadline(absl::Condition(&done_),
+                                            absl::Now() + absl::Seconds(5));
+    if (!failed) {
+      return absl::DeadlineExceededError(
+          "the neighbour did not take the segments in time");
     }
+    if (done && !status_.ok()) return FromGrpcStatus(status_);
     return absl::UnavailableError("the stream to the neighbour broke");
   }
 
   // Half-closes and waits for the neighbour to confirm it read everything.
   absl::Status Close(absl::Time deadline) {
+    absl::Status flushed = Flush(deadline);
+    if (!flushed.ok()) return flushed;
     bool half_close;
     {
       absl::MutexLock lock(&mu_);
@@ -166,24 +223,39 @@ class GrpcTransport::Writer : public grpc::ClientWriteReactor<RingSegment> {
   }
 
   void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
-    writing_ = false;
-    write_ok_ = ok;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!ok || queue_.empty()) {
+        writing_ = false;
+        if (!ok) {
+          write_failed_ = true;
+          queue_.clear();
+        }
+        current_.Clear();
+        return;
+      }
+      current_ = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    StartWrite(&current_);
   }
   void OnDone(const grpc::Status& status) override {
     absl::MutexLock lock(&mu_);
     status_ = status;
     done_ = true;
+    writing_ = false;
+    queue_.clear();
   }
 
  private:
-  bool WriteSettled() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !writing_;
+  bool WritesSettled() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !writing_ || write_failed_;
   }
   bool Done() {
     absl::MutexLock lock(&mu_);
     return done_;
   }
+
   absl::Status BrokenStatusLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (done_ && !status_.ok()) return FromGrpcStatus(status_);
     return absl::UnavailableError("the stream is closed");
@@ -195,12 +267,14 @@ class GrpcTransport::Writer : public grpc::ClientWriteReactor<RingSegment> {
   }
 
   grpc::ClientContext context_;
-  pstrain::v1::SendSegmentsResponse response_;
-  RingSegment segment_;  // owned by the write in flight until OnWriteDone
-  bool held_ = true;     // the rank's thread only
+  grpc::ByteBuffer response_;
+  bool held_ = true;  // the rank's thread only
   absl::Mutex mu_;
+  // The write in flight (while writing_) and those waiting for it.
+  grpc::ByteBuffer current_ ABSL_GUARDED_BY(mu_);
+  std::deque<grpc::ByteBuffer> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool write_ok_ ABSL_GUARDED_BY(mu_) = true;
+  bool write_failed_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;  // no more writes
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status status_ ABSL_GUARDED_BY(mu_);
@@ -208,7 +282,8 @@ class GrpcTransport::Writer : public grpc::ClientWriteReactor<RingSegment> {
 
 absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Create(
     int rank, int size, std::shared_ptr<grpc::Channel> right,
-    RingPeerService* inbox, uint64_t session_id, uint64_t left_session_id) {
+    RingPeerService* inbox, uint64_t session_id, uint64_t left_session_id,
+    uint64_t generation) {
   if (size < 1 || rank < 0 || rank >= size || right == nullptr ||
       inbox == nullptr) {
     return absl::InvalidArgumentError(
@@ -218,56 +293,72 @@ absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "ring transport of rank ", rank, ": a session id is missing"));
   }
-  return std::unique_ptr<GrpcTransport>(new GrpcTransport(
-      rank, size, std::move(right), inbox, session_id, left_session_id));
+  return std::unique_ptr<GrpcTransport>(
+      new GrpcTransport(rank, size, std::move(right), inbox, session_id,
+                        left_session_id, generation));
 }
 
 GrpcTransport::GrpcTransport(int rank, int size,
                              std::shared_ptr<grpc::Channel> right,
                              RingPeerService* inbox, uint64_t session_id,
-                             uint64_t left_session_id)
+                             uint64_t left_session_id, uint64_t generation)
     : rank_(rank),
       size_(size),
       session_id_(session_id),
+      generation_(generation),
       channel_(std::move(right)),
-      stub_(pstrain::v1::RingPeer::NewStub(channel_)),
+      method_(kSendSegments, grpc::internal::RpcMethod::CLIENT_STREAMING,
+              channel_),
       inbox_(inbox) {
-  inbox_->mailbox()->ExpectSender((rank + size - 1) % size, left_session_id);
+  inbox_->mailbox()->ExpectSender((rank + size - 1) % size, left_session_id,
+                                  generation);
 }
 
 GrpcTransport::~GrpcTransport() = default;
 
 absl::Status GrpcTransport::Send(const SegmentKey& key,
                                  absl::Span<const float> data,
-                                 absl::Time deadline) {
-  if (writer_ == nullptr) writer_ = std::make_unique<Writer>(stub_.get());
-  RingSegment segment;
-  segment.set_step(key.step);
-  segment.set_phase(key.phase);
-  segment.set_chunk(key.chunk);
-  segment.set_offset(key.offset);
-  segment.set_from_rank(rank_);
-  segment.set_session_id(session_id_);
-  segment.mutable_data()->assign(reinterpret_cast<const char*>(data.data()),
-                                 data.size() * sizeof(float));
-  absl::Status st = writer_->Write(std::move(segment), deadline);
+                                 pstrain::v1::DType wire, absl::Time deadline) {
+  if (!IsRingWireDtype(wire)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank_, ": the ring sends fp32 or bf16, not ",
+                     pstrain::v1::DType_Name(wire)));
+  }
+  if (writer_ == nullptr) {
+    writer_ = std::make_unique<Writer>(channel_.get(), method_);
+  }
+  absl::Status st = writer_->Write(
+      EncodeSegment(key, rank_, session_id_, data, wire, generation_));
   if (!st.ok()) {
     return absl::Status(
         st.code(), absl::StrCat("rank ", rank_, ": sending ", key.ToString(),
                                 " to rank ", right(), ": ", st.message()));
   }
-  bytes_sent_ += data.size() * sizeof(float);
+  bytes_sent_ += RingWireBytes(wire, data.size());
   return absl::OkStatus();
 }
 
-absl::Status GrpcTransport::Recv(const SegmentKey& key, absl::Span<float> out,
-                                 absl::Time deadline) {
-  absl::Status st = inbox_->mailbox()->Take(key, left(), out, deadline);
+absl::Status GrpcTransport::Flush(absl::Time deadline) {
+  if (writer_ == nullptr) return absl::OkStatus();  // never sent anything
+  absl::Status st = writer_->Flush(deadline);
+  if (!st.ok()) {
+    return absl::Status(
+        st.code(), absl::StrCat("rank ", rank_, ": sending to rank ", right(),
+                                ": ", st.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GrpcTransport::Recv(const SegmentKey& key, Combine how,
+                                 absl::Span<float> out, absl::Time deadline) {
+  size_t received = 0;
+  absl::Status st =
+      inbox_->mailbox()->Take(key, left(), how, out, deadline, &received);
   if (!st.ok()) {
     return absl::Status(st.code(),
                         absl::StrCat("rank ", rank_, ": ", st.message()));
   }
-  bytes_received_ += out.size() * sizeof(float);
+  bytes_received_ += received;
   return absl::OkStatus();
 }
 

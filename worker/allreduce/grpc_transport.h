@@ -2,7 +2,11 @@
 // RingPeerService (registered on its own grpc::Server, whose address the
 // coordinator hands to the left neighbour) and holds one GrpcTransport whose
 // single long-lived SendSegments stream goes to its right neighbour. Both
-// sides use the callback API: no threads of our own.
+// sides use the callback API: no threads of our own. Segments skip
+// protobuf's copies (segment_wire.h): the sender copies the floats once into
+// a gRPC slice, and the receiver adds or copies straight from the received
+// slices; sends are queued and written one after another by gRPC's
+// callbacks while the rank receives.
 #ifndef PSTRAIN_WORKER_ALLREDUCE_GRPC_TRANSPORT_H_
 #define PSTRAIN_WORKER_ALLREDUCE_GRPC_TRANSPORT_H_
 
@@ -10,6 +14,9 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "proto/pstrain.grpc.pb.h"
@@ -18,18 +25,38 @@
 
 namespace pstrain {
 
+// HTTP/2 settings for both ends of the ring's links (the RingPeer server's
+// int_args for StartGrpcServer, and MakeRingChannel's): a fixed stream and
+// connection window large enough for many segments in flight (gRPC's
+// default starts at 64 KiB and grows only as its BDP probe learns, so a
+// fresh link and every burst waited for window updates), and the BDP probe
+// off (the window stays put).
+std::vector<std::pair<std::string, int>> RingLinkArgs();
+
+// A channel to a RingPeer server at `address` with pstrain's defaults
+// (common/grpc_util.h) and RingLinkArgs(); plaintext when `credentials` is
+// null.
+std::shared_ptr<grpc::Channel> MakeRingChannel(
+    const std::string& address,
+    std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
+
 // Receives segments from the left neighbour into a mailbox. Thread-safe. It
 // can serve before the rank is known (the address is registered first).
 // Must outlive the grpc::Server it is registered on and every transport
 // reading from it.
-class RingPeerService final : public pstrain::v1::RingPeer::CallbackService {
+// SendSegments is served raw (grpc::ByteBuffer) so that segments are parsed
+// in place (segment_wire.h); on the wire it is the RingPeer service of
+// proto/pstrain.proto.
+class RingPeerService final
+    : public pstrain::v1::RingPeer::WithRawCallbackMethod_SendSegments<
+          pstrain::v1::RingPeer::Service> {
  public:
   Mailbox* mailbox() { return &mailbox_; }
   uint64_t segments_received() const { return segments_.load(); }
 
-  grpc::ServerReadReactor<pstrain::v1::RingSegment>* SendSegments(
+  grpc::ServerReadReactor<grpc::ByteBuffer>* SendSegments(
       grpc::CallbackServerContext* context,
-      pstrain::v1::SendSegmentsResponse* response) override;
+      grpc::ByteBuffer* response) override;
 
  private:
   Mailbox mailbox_;
@@ -45,18 +72,23 @@ class GrpcTransport final : public Transport {
   // deadline). Every segment sent carries `session_id` (this process's, from
   // RegisterWorker); the inbox takes only segments from the left neighbour
   // carrying `left_session_id` (GetPeersResponse.left_session_id; see
-  // mailbox.h). INVALID_ARGUMENT for a bad rank or size or a missing (0) id.
+  // mailbox.h). Segments carry `generation` (JobSpec.generation) both ways:
+  // the inbox refuses older ones (training.on_failure: restart re-forms the
+  // ring with a new transport per generation on the same inbox).
+  // INVALID_ARGUMENT for a bad rank or size or a missing (0) id.
   static absl::StatusOr<std::unique_ptr<GrpcTransport>> Create(
       int rank, int size, std::shared_ptr<grpc::Channel> right,
-      RingPeerService* inbox, uint64_t session_id, uint64_t left_session_id);
+      RingPeerService* inbox, uint64_t session_id, uint64_t left_session_id,
+      uint64_t generation = 0);
   // Cancels the stream if it is still open and waits for gRPC to let go.
   ~GrpcTransport() override;
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   absl::Status Send(const SegmentKey& key, absl::Span<const float> data,
-                    absl::Time deadline) override;
-  absl::Status Recv(const SegmentKey& key, absl::Span<float> out,
+                    pstrain::v1::DType wire, absl::Time deadline) override;
+  absl::Status Flush(absl::Time deadline) override;
+  absl::Status Recv(const SegmentKey& key, Combine how, absl::Span<float> out,
                     absl::Time deadline) override;
   absl::Status Close(absl::Time deadline) override;
   uint64_t bytes_sent() const override { return bytes_sent_.load(); }
@@ -66,12 +98,13 @@ class GrpcTransport final : public Transport {
   class Writer;  // the SendSegments client reactor
   GrpcTransport(int rank, int size, std::shared_ptr<grpc::Channel> right,
                 RingPeerService* inbox, uint64_t session_id,
-                uint64_t left_session_id);
+                uint64_t left_session_id, uint64_t generation);
 
   const int rank_, size_;
   const uint64_t session_id_;
+  const uint64_t generation_;
   const std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<pstrain::v1::RingPeer::Stub> stub_;
+  const grpc::internal::RpcMethod method_;  // RingPeer.SendSegments, raw
   RingPeerService* const inbox_;
   std::unique_ptr<Writer> writer_;  // null until the first Send
   std::atomic<uint64_t> bytes_sent_{0};

@@ -19,25 +19,37 @@ class InMemoryTransport : public Transport {
   int size() const override { return static_cast<int>(mailboxes_->size()); }
 
   absl::Status Send(const SegmentKey& key, absl::Span<const float> data,
-                    absl::Time deadline) override {
+                    pstrain::v1::DType wire, absl::Time deadline) override {
     if (closed_) return absl::FailedPreconditionError("transport is closed");
-    std::string bytes(data.size() * sizeof(float), '\0');
-    std::memcpy(bytes.data(), data.data(), bytes.size());
+    if (!IsRingWireDtype(wire)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", rank_, ": the ring sends fp32 or bf16, not ",
+                       pstrain::v1::DType_Name(wire)));
+    }
+    std::string bytes(RingWireBytes(wire, data.size()), '\0');
+    EncodeRingWire(data, wire, bytes.data());
     bytes_sent_ += bytes.size();
+    SegmentPayload payload = SegmentPayload::FromString(std::move(bytes));
+    payload.dtype = wire;
     // One process, no strangers: the mailboxes never learn a sender, so
     // the session id is not checked (GrpcTransport's are).
     return (*mailboxes_)[right()].Put(key, rank_, /*session_id=*/0,
-                                      std::move(bytes));
+                                      std::move(payload));
   }
 
-  absl::Status Recv(const SegmentKey& key, absl::Span<float> out,
+  // Send copied the data: nothing is in flight.
+  absl::Status Flush(absl::Time deadline) override { return absl::OkStatus(); }
+
+  absl::Status Recv(const SegmentKey& key, Combine how, absl::Span<float> out,
                     absl::Time deadline) override {
-    absl::Status st = (*mailboxes_)[rank_].Take(key, left(), out, deadline);
+    size_t received = 0;
+    absl::Status st =
+        (*mailboxes_)[rank_].Take(key, left(), how, out, deadline, &received);
     if (!st.ok()) {
       return absl::Status(st.code(),
                           absl::StrCat("rank ", rank_, ": ", st.message()));
     }
-    bytes_received_ += out.size() * sizeof(float);
+    bytes_received_ += received;
     return absl::OkStatus();
   }
 

@@ -9,12 +9,26 @@
 // rank or with another id is PERMISSION_DENIED and stored nothing; segments
 // that came earlier (the neighbour may start first) are kept with their ids
 // and those that do not match are dropped by ExpectSender.
+//
+// Generations (training.on_failure: restart, README "Failures and
+// recovery"): every segment carries the job generation its sender trains
+// in, and the rank expects one (ExpectSender; 0 before any rollback). A
+// segment of an older generation is refused (ABORTED, nothing stored), so a
+// late segment from before a rollback is never summed. One of a newer
+// generation (the neighbour re-formed the ring first, with a session id
+// this rank does not know yet) is held apart, by key and session id, with
+// a byte bound of its own, until this rank expects that generation: then
+// those with the right sender and id join the waiting segments, the rest
+// are dropped. So a segment without the sender's id changes nothing the
+// rank's current all-reduce sees, whatever generation it claims (once the
+// sender's rank is known, another rank is PERMISSION_DENIED as always).
 #ifndef PSTRAIN_WORKER_ALLREDUCE_MAILBOX_H_
 #define PSTRAIN_WORKER_ALLREDUCE_MAILBOX_H_
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -22,6 +36,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "worker/allreduce/segment_payload.h"
 #include "worker/allreduce/transport.h"
 
 namespace pstrain {
@@ -36,12 +51,14 @@ class Mailbox {
       : max_bytes_(max_bytes) {}
 
   // From now on only segments from `rank` (the left neighbour) carrying
-  // `session_id` (its id) are stored; waiting ones that are not are dropped
-  // (and the step window is taken again from those that remain).
-  void ExpectSender(uint32_t rank, uint64_t session_id);
+  // `session_id` (its id) and `generation` are stored; waiting ones that are
+  // not are dropped (and the step window is taken again from those that
+  // remain), and so are broken streams (Fail) of older generations.
+  void ExpectSender(uint32_t rank, uint64_t session_id,
+                    uint64_t generation = 0);
 
-  // Stores segment `key` (little-endian fp32 bytes) from `from_rank`, whose
-  // session id it claims to be `session_id`.
+  // Stores segment `key` (little-endian fp32 bytes, kept as they came) from
+  // `from_rank`, whose session id it claims to be `session_id`.
   // PERMISSION_DENIED if ExpectSender named another rank or another session
   // id (the message names the rank, never the expected id); OUT_OF_RANGE if
   // its step is beyond the window (the step of the rank's latest Take, or
@@ -49,25 +66,47 @@ class Mailbox {
   // if its step is before that window (it would never be taken);
   // ALREADY_EXISTS if a segment with that key is already waiting;
   // INVALID_ARGUMENT if the payload is not whole floats; RESOURCE_EXHAUSTED
-  // if it would take the waiting bytes over max_bytes (nothing stored).
+  // if it would take the waiting bytes over max_bytes (nothing stored);
+  // ABORTED if `generation` is older than the expected one. A segment of a
+  // newer generation is held apart (see above): its session id and step
+  // are checked by ExpectSender; ALREADY_EXISTS only for the same key and
+  // session id; RESOURCE_EXHAUSTED past max_bytes of such segments.
   absl::Status Put(const SegmentKey& key, uint32_t from_rank,
-                   uint64_t session_id, std::string bytes);
+                   uint64_t session_id, SegmentPayload payload,
+                   uint64_t generation = 0);
+  absl::Status Put(const SegmentKey& key, uint32_t from_rank,
+                   uint64_t session_id, std::string bytes,
+                   uint64_t generation = 0) {
+    return Put(key, from_rank, session_id,
+               SegmentPayload::FromString(std::move(bytes)), generation);
+  }
 
-  // The stream from `from_rank` broke (`error`, not OK): from now on a Take
-  // from that rank whose segment is not already here fails with `error` at
-  // once instead of waiting for its deadline.
-  void Fail(uint32_t from_rank, absl::Status error);
+  // The stream from `from_rank`, whose segments were of `generation`, broke
+  // (`error`, not OK): from now on a Take from that rank whose segment is
+  // not already here fails with `error` at once instead of waiting for its
+  // deadline, while the rank expects that generation. Ignored for an older
+  // generation (a stream of before the rollback, cancelled by its sender).
+  void Fail(uint32_t from_rank, absl::Status error, uint64_t generation = 0);
 
-  // Waits until segment `key` is here, removes it and copies it into `out`.
+  // Waits until segment `key` is here, removes it and folds it into `out`
+  // as `how` says (outside the lock, straight from the received bytes).
   // Moves the step window to key.step and drops waiting segments of earlier
   // steps.
   // DEADLINE_EXCEEDED at `deadline`; the error given to Fail(from_rank) if
   // the stream broke before the segment came; DATA_LOSS if its size differs
-  // from out.size() or it came from another rank than `from_rank`.
+  // from out.size() elements of its dtype, its dtype is not a ring wire
+  // dtype, or it came from another rank than `from_rank`. `bytes`, if not
+  // null, is set to the payload's size when OK.
+  absl::Status Take(const SegmentKey& key, uint32_t from_rank, Combine how,
+                    absl::Span<float> out, absl::Time deadline,
+                    size_t* bytes = nullptr);
   absl::Status Take(const SegmentKey& key, uint32_t from_rank,
-                    absl::Span<float> out, absl::Time deadline);
+                    absl::Span<float> out, absl::Time deadline) {
+    return Take(key, from_rank, Combine::kCopy, out, deadline);
+  }
 
-  // Segments waiting, and their payload bytes.
+  // Segments waiting (of the expected generation and held newer ones),
+  // and their payload bytes.
   size_t size() const;
   size_t bytes() const;
 
@@ -75,8 +114,17 @@ class Mailbox {
   struct Segment {
     uint32_t from_rank;
     uint64_t session_id;
-    std::string bytes;
+    SegmentPayload payload;
+    size_t bytes;  // payload.size()
+    uint64_t generation;
   };
+  struct Broken {
+    absl::Status error;
+    uint64_t generation;
+  };
+  // Drops waiting segments for which `drop` is true.
+  template <typename Pred>
+  void DropLocked(Pred drop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const size_t max_bytes_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<SegmentKey, Segment> segments_ ABSL_GUARDED_BY(mu_);
@@ -84,7 +132,12 @@ class Mailbox {
   std::optional<uint32_t> sender_ ABSL_GUARDED_BY(mu_);
   uint64_t sender_session_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<uint64_t> step_ ABSL_GUARDED_BY(mu_);  // window start
-  absl::flat_hash_map<uint32_t, absl::Status> failed_ ABSL_GUARDED_BY(mu_);
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;       // expected
+  // Segments of newer generations, by key and claimed session id.
+  absl::flat_hash_map<std::pair<SegmentKey, uint64_t>, Segment> early_
+      ABSL_GUARDED_BY(mu_);
+  size_t early_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<uint32_t, Broken> failed_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pstrain

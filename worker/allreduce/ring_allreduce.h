@@ -11,12 +11,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "proto/pstrain.pb.h"
 #include "worker/allreduce/allreducer.h"
 #include "worker/allreduce/transport.h"
 
@@ -25,6 +27,16 @@ namespace pstrain {
 struct RingOptions {
   size_t segment_elems = (1 << 20) / sizeof(float);  // allreduce.segment_bytes
   absl::Duration timeout = absl::Seconds(60);  // each send and each receive
+  // network.wire_dtype: DTYPE_F32, or DTYPE_BF16 (segments sent as bf16,
+  // sums in fp32; see RingAllReduce).
+  pstrain::v1::DType wire_dtype = pstrain::v1::DTYPE_F32;
+  // When set, polled before and about every `poll` during each wait for a
+  // segment: true ends the all-reduce with CANCELLED (SIGTERM, the job's
+  // end, or a rollback: README "Failures and recovery"), so no wait
+  // outlasts it by more than `poll`. Called on the rank's thread; must be
+  // cheap and thread-safe with whatever sets it.
+  std::function<bool()> cancelled;
+  absl::Duration poll = absl::Milliseconds(50);
 };
 
 // [begin, begin + size) of chunk `c` when `n` elements are cut into `parts`
@@ -38,9 +50,23 @@ ChunkRange RingChunk(size_t n, int parts, int c);
 // Sums `data` element-wise over the ranks of `transport`'s ring, in place;
 // see AllReducer::SumInPlace. Every rank's floating-point additions for a
 // chunk happen in one fixed order on one rank, and the all-gather copies the
-// result, so all ranks end bit-identical. INVALID_ARGUMENT when
-// segment_elems is 0; DEADLINE_EXCEEDED when a neighbour's segment does not
-// arrive (or is not taken) within options.timeout.
+// result, so all ranks end bit-identical.
+// With wire_dtype DTYPE_BF16 every segment travels as bf16 (half the bytes):
+// each reduce-scatter hop rounds the partial sum it passes on to bf16 and the
+// receiver adds it, decoded, to its own fp32 values in fp32; the rank that
+// completes a chunk rounds the sum to bf16 in place before the all-gather
+// sends it, so every rank ends with the same bf16-representable values,
+// bit-identical across ranks. Error: each of the N - 1 hops and the final
+// rounding add at most 2^-8 of the partial sum's magnitude, so
+// |result - exact sum| <= about N * 2^-8 * sum over ranks of |x_r|
+// (ring_allreduce_test checks N * 2^-7).
+// INVALID_ARGUMENT when segment_elems is 0 or wire_dtype is neither
+// DTYPE_F32 nor DTYPE_BF16; DEADLINE_EXCEEDED when a neighbour's segment
+// does not arrive (or is not taken) within options.timeout; CANCELLED when
+// options.cancelled turns true while it waits for a segment (then `data` is
+// partly summed: the caller must not use it). The final flush of the
+// segments still being written is bounded by options.timeout only (it
+// waits for gRPC to write them out, not for the neighbour's rank).
 absl::Status RingAllReduce(Transport* transport, uint64_t step,
                            absl::Span<float> data, const RingOptions& options);
 

@@ -7,6 +7,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -21,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
+#include "common/low_precision.h"
 #include "gtest/gtest.h"
 #include "worker/allreduce/grpc_transport.h"
 #include "worker/allreduce/in_memory_transport.h"
@@ -56,6 +58,9 @@ class Ring {
       builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                                &port);
       builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+      for (const auto& [key, value] : RingLinkArgs()) {  // as shipped
+        builder.AddChannelArgument(key, value);
+      }
       builder.RegisterService(ring->services_[r].get());
       ring->servers_.push_back(builder.BuildAndStart());
       if (ring->servers_[r] == nullptr || port == 0) {
@@ -73,8 +78,8 @@ class Ring {
       }
       // Rank r's session id is 1000 + r here.
       absl::StatusOr<std::unique_ptr<GrpcTransport>> t = GrpcTransport::Create(
-          r, n, MakeChannel(addresses[(r + 1) % n]), ring->services_[r].get(),
-          1000 + r, 1000 + (r + n - 1) % n);
+          r, n, MakeRingChannel(addresses[(r + 1) % n]),
+          ring->services_[r].get(), 1000 + r, 1000 + (r + n - 1) % n);
       if (!t.ok()) return t.status();
       ring->transports_.push_back(std::move(*t));
     }
@@ -204,6 +209,72 @@ TEST_P(RingAllReduceTest, RanksAgreeBitForBitOnRandomFloats) {
     EXPECT_EQ(t->bytes_sent(), sent) << "rank " << r;
     EXPECT_EQ(t->bytes_received(), received) << "rank " << r;
   }
+}
+
+// network.wire_dtype: bf16: half the bytes of fp32 each way, every rank
+// bit-identical, every value bf16-representable (the completed sums were
+// rounded once more before the all-gather), and within the documented bound
+// of the exact sum: N * 2^-7 * sum over ranks of |x_r| (twice the estimate
+// in ring_allreduce.h).
+TEST_P(RingAllReduceTest, Bf16WireHalvesTheBytesWithBoundedError) {
+  const auto [kind, n] = GetParam();
+  absl::StatusOr<std::unique_ptr<Ring>> ring = Ring::Start(kind, n);
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  const size_t size = 5003;
+  std::mt19937 rng(100 + n);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<std::vector<float>> v(n, std::vector<float>(size));
+  std::vector<double> exact(size, 0), magnitude(size, 0);
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = 0; i < size; ++i) {
+      v[r][i] = normal(rng);
+      exact[i] += v[r][i];
+      magnitude[i] += std::fabs(v[r][i]);
+    }
+  }
+  std::vector<std::vector<float>> fp32 = v;
+  RingOptions options;
+  options.segment_elems = 200;
+  options.timeout = absl::Seconds(10);
+  std::vector<uint64_t> sent_before(n), received_before(n);
+  for (int r = 0; r < n; ++r) {
+    sent_before[r] = (*ring)->transport(r)->bytes_sent();
+    received_before[r] = (*ring)->transport(r)->bytes_received();
+  }
+  std::vector<absl::Status> st =
+      AllReduceOnThreads(ring->get(), 0, &fp32, options);
+  std::vector<uint64_t> sent32(n), received32(n);
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(st[r].ok()) << "fp32, rank " << r << ": " << st[r];
+    sent32[r] = (*ring)->transport(r)->bytes_sent() - sent_before[r];
+    received32[r] =
+        (*ring)->transport(r)->bytes_received() - received_before[r];
+    sent_before[r] = (*ring)->transport(r)->bytes_sent();
+    received_before[r] = (*ring)->transport(r)->bytes_received();
+  }
+  options.wire_dtype = pstrain::v1::DTYPE_BF16;
+  st = AllReduceOnThreads(ring->get(), 1, &v, options);
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(st[r].ok()) << "bf16, rank " << r << ": " << st[r];
+    EXPECT_EQ(v[r], v[0]) << "rank " << r << " differs from rank 0";
+    Transport* t = (*ring)->transport(r);
+    EXPECT_EQ(2 * (t->bytes_sent() - sent_before[r]), sent32[r]);
+    EXPECT_EQ(2 * (t->bytes_received() - received_before[r]), received32[r]);
+  }
+  if (n == 1) {
+    EXPECT_EQ(v[0], fp32[0]);  // nothing travels: nothing is rounded
+    return;
+  }
+  const double bound_factor = n * std::ldexp(1.0, -7);
+  size_t differ = 0;
+  for (size_t i = 0; i < size; ++i) {
+    const float x = v[0][i];
+    ASSERT_EQ(Bf16ToFloat(FloatToBf16(x)), x) << "element " << i;
+    ASSERT_LE(std::fabs(x - exact[i]), bound_factor * magnitude[i])
+        << "element " << i << ": " << x << " vs " << exact[i];
+    if (x != fp32[0][i]) ++differ;
+  }
+  EXPECT_GT(differ, size / 2);  // the wire really was bf16
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -434,6 +505,65 @@ TEST(RingAllReduceGrpcTest, StrangersSegmentsAreRefused) {
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
 }
 
+// Over gRPC, after a rollback (the transport of generation 2): a live left
+// neighbour's late segment of generation 1, with its right session id, ends
+// its stream ABORTED and stores nothing; the same segment of generation 2
+// is kept.
+TEST(RingAllReduceGrpcTest, OlderGenerationsSegmentsAreAborted) {
+  RingPeerService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_TRUE(server != nullptr && port != 0);
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  absl::StatusOr<std::unique_ptr<GrpcTransport>> t = GrpcTransport::Create(
+      1, 2, MakeChannel(address), &service, 1001, 1000, /*generation=*/2);
+  ASSERT_TRUE(t.ok()) << t.status();
+  auto stub = pstrain::v1::RingPeer::NewStub(MakeChannel(address));
+  for (uint64_t generation : {uint64_t{1}, uint64_t{2}}) {
+    grpc::ClientContext context;
+    SetTimeout(&context, absl::Seconds(10));
+    pstrain::v1::SendSegmentsResponse response;
+    auto writer = stub->SendSegments(&context, &response);
+    pstrain::v1::RingSegment segment;
+    segment.set_step(4);
+    segment.set_phase(pstrain::v1::REDUCE_SCATTER);
+    segment.set_from_rank(0);
+    segment.set_session_id(1000);
+    segment.set_generation(generation);
+    segment.set_data(std::string(8, '\0'));
+    writer->Write(segment);
+    writer->WritesDone();
+    const grpc::Status st = writer->Finish();
+    if (generation == 1) {
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::ABORTED)
+          << st.error_message();
+      EXPECT_EQ(service.mailbox()->size(), 0u);
+    } else {
+      EXPECT_TRUE(st.ok()) << st.error_message();
+      EXPECT_EQ(service.mailbox()->size(), 1u);
+    }
+  }
+  t->reset();
+  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+}
+
+TEST(RingAllReduceOptionsTest, Fp16WireIsInvalidArgument) {
+  absl::StatusOr<std::unique_ptr<Ring>> ring = Ring::Start(Kind::kInMemory, 2);
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  std::vector<float> v(10, 1.0f);
+  RingOptions options;
+  options.wire_dtype = pstrain::v1::DTYPE_F16;
+  absl::Status st =
+      RingAllReduce((*ring)->transport(0), 0, absl::MakeSpan(v), options);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "DTYPE_F16")) << st;
+  EXPECT_EQ(v, std::vector<float>(10, 1.0f));
+}
+
 class MissingRankTest : public ::testing::TestWithParam<Kind> {};
 
 // Rank 2 of 3 never shows up: the others fail with DEADLINE_EXCEEDED within
@@ -466,6 +596,94 @@ INSTANTIATE_TEST_SUITE_P(Transports, MissingRankTest,
                          [](const ::testing::TestParamInfo<Kind>& info) {
                            return KindName(info.param);
                          });
+
+// Rank 2 of 3 never shows up and the ring timeout is a minute: setting
+// RingOptions::cancelled (SIGTERM, a rollback) ends the others' waits with
+// CANCELLED within the poll interval, not the timeout.
+TEST_P(MissingRankTest, CancelEndsTheWaitsWithinThePoll) {
+  absl::StatusOr<std::unique_ptr<Ring>> ring =
+      Ring::Start(GetParam(), 3, /*missing=*/2);
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  std::vector<std::vector<float>> v(3, std::vector<float>(100, 1.0f));
+  std::atomic<bool> cancel{false};
+  RingOptions options;
+  options.segment_elems = 16;
+  options.timeout = absl::Seconds(60);
+  options.cancelled = [&cancel] { return cancel.load(); };
+  absl::Time cancelled_at = absl::InfiniteFuture();
+  std::thread canceller([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    cancelled_at = absl::Now();
+    cancel.store(true);
+  });
+  std::vector<absl::Status> st =
+      AllReduceOnThreads(ring->get(), 0, &v, options);
+  const absl::Time done = absl::Now();
+  canceller.join();
+  const absl::Duration after = done - cancelled_at;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(st[r].code(), absl::StatusCode::kCancelled)
+        << "rank " << r << ": " << st[r];
+    EXPECT_TRUE(absl::StrContains(st[r].message(), "cancelled")) << st[r];
+  }
+  // Poll 50 ms; a second for a loaded machine, still far below the timeout.
+  EXPECT_LT(after, absl::Seconds(1));
+  std::printf("[%s] cancelled %.3fs after the flag: %s\n",
+              KindName(GetParam()).c_str(), absl::ToDoubleSeconds(after),
+              st[0].ToString().c_str());
+}
+
+// training.on_failure: restart: after a rollback the rank expects
+// generation 1. A late segment of generation 0 is ABORTED and stored
+// nothing. Segments of generation 2 (a neighbour that re-formed first, with
+// a new session id) are held apart: the rank's generation-1 all-reduce
+// still takes its segments, a stranger's generation-2 segment (wrong id)
+// neither evicts nor blocks the neighbour's one with the same key, and once
+// the rank expects generation 2 only the neighbour's is taken. A broken
+// stream of an older generation fails no Take.
+TEST(MailboxTest, GenerationsRefuseOldSegmentsAndHoldNewOnes) {
+  Mailbox mailbox;
+  mailbox.ExpectSender(2, kSession, 1);
+  const auto key = [](uint64_t step, uint64_t offset) {
+    return SegmentKey{step, pstrain::v1::REDUCE_SCATTER, 0, offset};
+  };
+  const uint64_t kNew = kSession + 1;  // the re-formed neighbour's id
+  absl::Status st =
+      mailbox.Put(key(9, 0), 2, kSession, std::string(4, '\0'), 0);
+  EXPECT_EQ(st.code(), absl::StatusCode::kAborted) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "generation 0")) << st;
+  EXPECT_EQ(mailbox.size(), 0u);
+  ASSERT_TRUE(
+      mailbox.Put(key(9, 1), 2, kSession, std::string(4, '\0'), 1).ok());
+  ASSERT_TRUE(mailbox.Put(key(4, 0), 2, 77, std::string(4, '\0'), 2).ok());
+  ASSERT_TRUE(mailbox.Put(key(4, 0), 2, kNew, std::string(4, '\0'), 2).ok());
+  st = mailbox.Put(key(4, 0), 1, kNew, std::string(4, '\0'), 2);
+  EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied) << st;
+  EXPECT_EQ(mailbox.size(), 3u);
+  std::vector<float> out(1);
+  EXPECT_TRUE(mailbox
+                  .Take(key(9, 1), 2, absl::MakeSpan(out),
+                        absl::Now() + absl::Seconds(1))
+                  .ok());
+  st = mailbox.Take(key(4, 0), 2, absl::MakeSpan(out),
+                    absl::Now() + absl::Milliseconds(50));
+  EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded) << st;
+  mailbox.Fail(2, absl::DataLossError("old stream cancelled"), 1);
+  mailbox.ExpectSender(2, kNew, 2);
+  mailbox.Fail(2, absl::DataLossError("old stream cancelled"), 1);
+  EXPECT_EQ(mailbox.size(), 1u);  // the stranger's is gone
+  EXPECT_EQ(mailbox.bytes(), 4u);
+  EXPECT_TRUE(mailbox
+                  .Take(key(4, 0), 2, absl::MakeSpan(out),
+                        absl::Now() + absl::Seconds(1))
+                  .ok());
+  st = mailbox.Take(key(4, 1), 2, absl::MakeSpan(out),
+                    absl::Now() + absl::Milliseconds(50));
+  EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded) << st;
+  st = mailbox.Put(key(4, 1), 2, kSession, std::string(4, '\0'), 2);
+  EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied) << st;
+  EXPECT_EQ(mailbox.bytes(), 0u);
+}
 
 TEST(NcclTest, FailedPreconditionWithoutGpu) {
   absl::StatusOr<std::unique_ptr<ComputeBackend>> backend =

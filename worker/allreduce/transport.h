@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "proto/pstrain.pb.h"
+#include "worker/allreduce/segment_payload.h"
 
 namespace pstrain {
 
@@ -48,25 +49,40 @@ class Transport {
   int right() const { return (rank() + 1) % size(); }
   int left() const { return (rank() + size() - 1) % size(); }
 
-  // Sends `data` as segment `key` to the right neighbour. Returns once the
-  // segment is on its way (`data` may then be reused); DEADLINE_EXCEEDED if
-  // the neighbour has not taken it by `deadline`; the link's error if it
-  // broke (then every later Send fails too).
+  // Queues `data` as segment `key` for the right neighbour, on the wire as
+  // `wire` (DTYPE_F32, or DTYPE_BF16: rounded to nearest even; see
+  // segment_payload.h IsRingWireDtype), and returns at once: the transport
+  // may read `data` until Flush returns, so the caller must keep it alive
+  // and unchanged until then (the ring only overwrites a sent range after
+  // the neighbour has passed it on). Segments leave in the order sent. The
+  // link's error if it broke (then every later Send fails too); `deadline`
+  // bounds any wait for room (none in these transports).
   virtual absl::Status Send(const SegmentKey& key, absl::Span<const float> data,
-                            absl::Time deadline) = 0;
+                            pstrain::v1::DType wire, absl::Time deadline) = 0;
 
-  // Waits for segment `key` from the left neighbour and copies it into
-  // `out`, whose size must be the segment's (DATA_LOSS otherwise).
-  // DEADLINE_EXCEEDED, naming the segment and the neighbour, at `deadline`.
-  virtual absl::Status Recv(const SegmentKey& key, absl::Span<float> out,
-                            absl::Time deadline) = 0;
+  // Waits until every segment sent so far is on its way (written to the
+  // connection; the neighbour's mailbox for the in-memory transport).
+  // DEADLINE_EXCEEDED if the neighbour has not taken them by `deadline`:
+  // then the link is cancelled and broken. Whatever it returns, the
+  // transport holds no reference to any `data` given to Send when it
+  // returns.
+  virtual absl::Status Flush(absl::Time deadline) = 0;
+
+  // Waits for segment `key` from the left neighbour and folds it into `out`
+  // as `how` says (copy, or add to the rank's own values), decoding it from
+  // whichever ring wire dtype it came in; its size must be the segment's
+  // (DATA_LOSS otherwise). DEADLINE_EXCEEDED, naming the
+  // segment and the neighbour, at `deadline`.
+  virtual absl::Status Recv(const SegmentKey& key, Combine how,
+                            absl::Span<float> out, absl::Time deadline) = 0;
 
   // Ends the outgoing link gracefully: waits until the right neighbour has
-  // every segment sent so far. Call once, after the last Send; Send fails
-  // afterwards.
+  // every segment sent so far. Call once, after the last Send (and Flush);
+  // Send fails afterwards.
   virtual absl::Status Close(absl::Time deadline) = 0;
 
-  // Payload bytes (fp32 data) sent and received so far.
+  // Payload bytes sent and received so far, as on the wire (4 per element
+  // in fp32, 2 in bf16).
   virtual uint64_t bytes_sent() const = 0;
   virtual uint64_t bytes_received() const = 0;
 };

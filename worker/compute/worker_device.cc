@@ -7,6 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "worker/compute/cuda/cuda_backend.h"
+#include "worker/compute/cuda/cuda_plugin_loader.h"
 
 namespace pstrain {
 namespace {
@@ -77,7 +78,11 @@ absl::StatusOr<WorkerBackend> CreateWorkerBackend(
   WorkerBackend out;
   const std::string& device = options.device;
   if (device == "auto" || device == "cuda") {
-    absl::StatusOr<int> visible = CudaDeviceCount();
+    // The driver is asked first and the CUDA libraries load only then.
+    absl::StatusOr<const CudaPluginApi*> plugin =
+        LoadCudaPlugin(options.cuda_library);
+    absl::StatusOr<int> visible =
+        plugin.ok() ? CudaDeviceCount() : absl::StatusOr<int>(plugin.status());
     if (visible.ok()) {
       PS_ASSIGN_OR_RETURN(CudaDeviceChoice choice,
                           ChooseCudaDevice(options, rank, *visible));
@@ -88,11 +93,9 @@ absl::StatusOr<WorkerBackend> CreateWorkerBackend(
       return out;
     }
     if (device == "cuda") {
-      // CreateComputeBackend words the reason ("device 'cuda' requested...").
-      absl::StatusOr<std::unique_ptr<ComputeBackend>> cuda =
-          CreateComputeBackend("cuda");
-      if (!cuda.ok()) return cuda.status();
-      return visible.status();
+      return absl::FailedPreconditionError(
+          absl::StrCat("device 'cuda' requested, but CUDA is not usable: ",
+                       visible.status().message()));
     }
     PS_ASSIGN_OR_RETURN(out.backend, CreateComputeBackend("cpu"));
     out.description = absl::StrCat(out.backend->name(),

@@ -22,6 +22,9 @@ struct WorkerDeviceOptions {
   // unset), only to name the physical device in the log: the CUDA runtime
   // itself applies it, and ordinals count the visible devices only.
   const char* cuda_visible_devices = nullptr;
+  // libpstrain_cuda.so for auto and cuda (--cuda_library); empty: the
+  // default places (cuda_plugin_loader.h). Never loaded for cpu.
+  std::string cuda_library;
 };
 
 struct CudaDeviceChoice {
@@ -45,8 +48,12 @@ struct WorkerBackend {
 };
 
 // The backend for `options.device` (see CreateComputeBackend), on the device
-// ChooseCudaDevice picks for rank `rank`. "auto" without a usable CUDA device
-// is the CPU; "cuda" then fails with the reason.
+// ChooseCudaDevice picks for rank `rank`. "cpu" never loads a CUDA library.
+// "auto" and "cuda" first ask the CUDA driver for a device and only then load
+// libpstrain_cuda.so (LoadCudaPlugin); "auto" without a usable CUDA device
+// (no driver, no device, no libpstrain_cuda.so) is the CPU, and the
+// description says why; "cuda" then fails with FAILED_PRECONDITION and the
+// reason.
 absl::StatusOr<WorkerBackend> CreateWorkerBackend(
     const WorkerDeviceOptions& options, int rank);
 

@@ -3,12 +3,18 @@
 // to on this machine.
 #include "worker/compute/worker_device.h"
 
+#include <sys/stat.h>
+
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "worker/compute/cuda/cuda_backend.h"
+#include "worker/compute/cuda/cuda_plugin_loader.h"
 
 namespace pstrain {
 namespace {
@@ -135,6 +141,80 @@ TEST(CreateWorkerBackendTest, DevicesOnThisMachine) {
     EXPECT_TRUE(absl::StrContains(on_cuda.status().message(), "cuda"))
         << on_cuda.status();
   }
+}
+
+// Which CUDA libraries this process has mapped (from /proc/self/maps).
+std::string MappedCudaLibraries() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line, found;
+  while (std::getline(maps, line)) {
+    for (const char* lib : {"libcudart", "libcublas", "libnccl"}) {
+      if (absl::StrContains(line, lib) && !absl::StrContains(found, lib)) {
+        absl::StrAppend(&found, lib, " ");
+      }
+    }
+  }
+  return found;
+}
+
+// The worker links no CUDA library: they come with libpstrain_cuda.so, which
+// is loaded only when the driver reports a device and auto or cuda asks.
+TEST(CudaPluginTest, CudaLibrariesLoadOnlyWithTheBackend) {
+  WorkerDeviceOptions cpu;
+  cpu.device = "cpu";
+  ASSERT_TRUE(CreateWorkerBackend(cpu, 0).ok());
+  EXPECT_FALSE(CudaPluginLoaded());
+  EXPECT_EQ(MappedCudaLibraries(), "");
+
+  WorkerDeviceOptions any;
+  any.device = "auto";
+  absl::StatusOr<WorkerBackend> on_any = CreateWorkerBackend(any, 0);
+  ASSERT_TRUE(on_any.ok()) << on_any.status();
+  if (absl::StartsWith(on_any->backend->name(), "cuda")) {
+    EXPECT_TRUE(CudaPluginLoaded());
+    EXPECT_TRUE(absl::StrContains(MappedCudaLibraries(), "libcublas"))
+        << MappedCudaLibraries();
+  } else {
+    std::printf("auto chose %s; no CUDA library mapped\n",
+                on_any->description.c_str());
+    EXPECT_FALSE(CudaPluginLoaded());
+    EXPECT_EQ(MappedCudaLibraries(), "");
+  }
+}
+
+// Where the object is looked for, and what a wrong --cuda_library says.
+TEST(CudaPluginTest, FindsTheObjectAndNamesAMissingOne) {
+  const std::vector<std::string> paths = DefaultCudaPluginPaths();
+  absl::Status built = ProbeCudaDriver().status();
+  if (absl::StrContains(built.message(), "built without CUDA")) {
+    std::printf("built without CUDA: no libpstrain_cuda.so to find\n");
+    EXPECT_TRUE(paths.empty());
+    return;
+  }
+  // This test has //worker:libpstrain_cuda.so in its runfiles, as
+  // tests/gpu/check.sh's binaries do.
+  bool found = false;
+  for (const std::string& p : paths) {
+    struct stat st;
+    found = found || stat(p.c_str(), &st) == 0;
+  }
+  EXPECT_TRUE(found) << absl::StrJoin(paths, ", ");
+  if (CudaPluginLoaded()) return;  // the object is already in; nothing to try
+  WorkerDeviceOptions wrong = Options();
+  wrong.cuda_library = "/nonexistent/libpstrain_cuda.so";
+  absl::StatusOr<WorkerBackend> on_cuda = CreateWorkerBackend(wrong, 0);
+  EXPECT_EQ(on_cuda.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(on_cuda.status().message(),
+                                "/nonexistent/libpstrain_cuda.so"))
+      << on_cuda.status();
+  EXPECT_TRUE(absl::StrContains(on_cuda.status().message(), "--cuda_library"))
+      << on_cuda.status();
+  wrong.device = "auto";
+  absl::StatusOr<WorkerBackend> on_any = CreateWorkerBackend(wrong, 0);
+  ASSERT_TRUE(on_any.ok()) << on_any.status();
+  EXPECT_TRUE(absl::StrContains(on_any->description, "not found"))
+      << on_any->description;
+  EXPECT_EQ(MappedCudaLibraries(), "");
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 
 namespace pstrain {
 
-absl::StatusOr<double> LocalStep::Gradient(int64_t step) {
+absl::StatusOr<double> LocalStep::Gradient(int64_t step, bool stretch) {
   const absl::Time start = absl::Now();
   const JobConfig& c = config_;
   const uint64_t first =
@@ -26,8 +26,18 @@ absl::StatusOr<double> LocalStep::Gradient(int64_t step) {
     PS_RETURN_IF_ERROR(model_->backend()->Scale(model_->num_params(), inv,
                                                 model_->gradient()));
   }
-  StretchCompute(start);
+  if (stretch) StretchCompute(start);
   return loss_sum;
+}
+
+absl::Duration LocalStep::EmulatedCompute() const {
+  const WorkerConfig& w = config_.worker();
+  if (w.compute_ms() <= 0) return absl::ZeroDuration();
+  absl::Duration target = absl::Milliseconds(w.compute_ms());
+  if (w.straggler_rank() == static_cast<int64_t>(rank_)) {
+    target *= w.straggler_factor();
+  }
+  return target;
 }
 
 void LocalStep::StretchCompute(absl::Time start) const {

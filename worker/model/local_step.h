@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/job_config.h"
 #include "proto/pstrain.pb.h"
 #include "worker/data/data.h"
@@ -38,9 +39,15 @@ class LocalStep {
   // micro-batch's gradient, plus each later one (ComputeBackend::Add), then
   // times 1 / grad_accum_steps (ComputeBackend::Scale) when that is > 1.
   // Only the micro-batches cross to the backend. Returns the summed loss
-  // (mean loss x slice()). Then waits as worker.compute_ms and the straggler
-  // settings say (emulated compute; the math always runs).
-  absl::StatusOr<double> Gradient(int64_t step);
+  // (mean loss x slice()). Then, when `stretch`, waits as worker.compute_ms
+  // and the straggler settings say (emulated compute; the math always runs);
+  // a caller that emulates the time itself, spread over the layers (Trainer
+  // with worker.overlap), passes false and uses EmulatedCompute().
+  absl::StatusOr<double> Gradient(int64_t step, bool stretch = true);
+
+  // What worker.compute_ms asks of this rank's step: compute_ms, times
+  // straggler_factor on the straggler rank; zero when compute_ms is 0.
+  absl::Duration EmulatedCompute() const;
 
   // Evaluates the model's resident parameters on this rank's slice of the
   // test set into m's eval fields (nothing when the slice is empty).

@@ -1,10 +1,15 @@
 #include "worker/ps/ps_client.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+
 #include <algorithm>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/chunk_frames.h"
 #include "common/grpc_util.h"
 #include "common/model_spec.h"
 #include "common/sharding.h"
@@ -13,7 +18,20 @@
 
 namespace pstrain {
 
+using google::protobuf::internal::WireFormatLite;
 using pstrain::v1::ChunkInfo;
+
+namespace {
+constexpr char kPushMethod[] = "/pstrain.v1.ParameterServer/Push";
+constexpr char kPullMethod[] = "/pstrain.v1.ParameterServer/Pull";
+// Longest a push waits, after its call ended, for gRPC to drop its last
+// reference to the caller's gradients (in practice: none is left).
+constexpr absl::Duration kReleaseWait = absl::Seconds(10);
+
+constexpr uint32_t Tag(int field, WireFormatLite::WireType type) {
+  return static_cast<uint32_t>(field << 3) | type;
+}
+}  // namespace
 
 PsOp::~PsOp() { Wait().IgnoreError(); }
 
@@ -70,8 +88,12 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
     client->chunk_index_[{c.tensor(), c.index()}] = i;
   }
   for (auto& ch : channels) {
-    client->stubs_.push_back(pstrain::v1::ParameterServer::NewStub(ch));
+    client->push_methods_.emplace_back(
+        kPushMethod, grpc::internal::RpcMethod::CLIENT_STREAMING, ch);
+    client->pull_methods_.emplace_back(
+        kPullMethod, grpc::internal::RpcMethod::SERVER_STREAMING, ch);
   }
+  client->channels_ = std::move(channels);
   return client;
 }
 
@@ -87,6 +109,12 @@ std::unique_ptr<PsOp> PsClient::StartPull(uint32_t worker, uint64_t clock,
 
 std::unique_ptr<PsOp> PsClient::StartPull(uint32_t worker, uint64_t clock,
                                           MutableTensorViews views) {
+  return StartPull(worker, clock, std::move(views), nullptr);
+}
+
+std::unique_ptr<PsOp> PsClient::StartPull(uint32_t worker, uint64_t clock,
+                                          MutableTensorViews views,
+                                          TensorGate* arrived) {
   std::unique_ptr<PsOp> op(new PsOp);
   op->pulled_ = std::move(views);
   MutableTensorViews* params = &op->pulled_;
@@ -102,10 +130,33 @@ std::unique_ptr<PsOp> PsClient::StartPull(uint32_t worker, uint64_t clock,
                                 "pull destination does not match the model"));
     return op;
   }
+  if (arrived != nullptr) {
+    if (arrived->size() != static_cast<int>(tensor_sizes_.size())) {
+      op->statuses_.assign(
+          n, absl::InvalidArgumentError("pull gate does not match the model"));
+      return op;
+    }
+    op->missing_.reset(new std::atomic<int64_t>[tensor_sizes_.size()]);
+    op->chunk_seen_.reset(new std::atomic<bool>[map_.chunks_size()]);
+    for (int i = 0; i < map_.chunks_size(); ++i) op->chunk_seen_[i] = false;
+    for (size_t i = 0; i < tensor_sizes_.size(); ++i) op->missing_[i] = 0;
+    for (const ChunkInfo& c : map_.chunks()) {
+      ++op->missing_[tensor_index_.at(c.tensor())];
+    }
+    for (size_t i = 0; i < tensor_sizes_.size(); ++i) {
+      if (op->missing_[i] == 0) arrived->Open(i);
+    }
+  }
   for (int s = 0; s < n; ++s) {
-    op->threads_.emplace_back([this, s, worker, clock, params, op = op.get()] {
-      op->statuses_[s] = PullShard(s, worker, clock, params, &op->reads_[s]);
-    });
+    op->threads_.emplace_back(
+        [this, s, worker, clock, params, arrived, op = op.get()] {
+          op->statuses_[s] =
+              PullShard(s, worker, clock, params, &op->reads_[s], op, arrived);
+          // Whoever waits for a tensor of this shard learns it never comes.
+          if (arrived != nullptr && !op->statuses_[s].ok()) {
+            arrived->Abort(op->statuses_[s]);
+          }
+        });
   }
   return op;
 }
@@ -122,6 +173,15 @@ std::unique_ptr<PsOp> PsClient::StartPush(uint32_t worker, uint64_t clock,
                                           uint64_t num_samples,
                                           TensorViews views,
                                           const std::vector<ShardRead>& reads) {
+  return StartPush(worker, clock, num_samples, std::move(views), reads,
+                   nullptr);
+}
+
+std::unique_ptr<PsOp> PsClient::StartPush(uint32_t worker, uint64_t clock,
+                                          uint64_t num_samples,
+                                          TensorViews views,
+                                          const std::vector<ShardRead>& reads,
+                                          TensorGate* ready) {
   std::unique_ptr<PsOp> op(new PsOp);
   op->views_ = std::move(views);
   const TensorViews& grads = op->views_;
@@ -131,6 +191,9 @@ std::unique_ptr<PsOp> PsClient::StartPush(uint32_t worker, uint64_t clock,
   for (size_t i = 0; shapes_ok && i < grads.size(); ++i) {
     shapes_ok = grads[i].size() == tensor_sizes_[i];
   }
+  if (ready != nullptr && ready->size() != static_cast<int>(grads.size())) {
+    shapes_ok = false;
+  }
   if (!shapes_ok || reads.size() != static_cast<size_t>(n)) {
     op->statuses_.assign(n, absl::InvalidArgumentError(
                                 "gradients or reads do not match the model"));
@@ -138,8 +201,9 @@ std::unique_ptr<PsOp> PsClient::StartPush(uint32_t worker, uint64_t clock,
   }
   for (int s = 0; s < n; ++s) {
     op->threads_.emplace_back([this, s, worker, clock, num_samples, &grads,
-                               read = reads[s], op = op.get()] {
-      op->statuses_[s] = PushShard(s, worker, clock, num_samples, grads, read);
+                               read = reads[s], ready, op = op.get()] {
+      op->statuses_[s] =
+          PushShard(s, worker, clock, num_samples, grads, read, ready);
     });
   }
   return op;
@@ -169,14 +233,36 @@ void PsClient::Cancel() {
   for (grpc::ClientContext* c : active_) c->TryCancel();
 }
 
+void PsClient::AwaitChannel(int shard, absl::Duration bound) const {
+  grpc::Channel* channel = channels_[shard].get();
+  const absl::Time end = absl::Now() + bound;
+  for (;;) {
+    const grpc_connectivity_state state =
+        channel->GetState(/*try_to_connect=*/true);
+    if (state == GRPC_CHANNEL_READY) return;
+    {
+      absl::MutexLock lock(&cancel_mu_);
+      if (cancelled_) return;
+    }
+    const absl::Time now = absl::Now();
+    if (now >= end) return;
+    channel->WaitForStateChange(
+        state,
+        absl::ToChronoTime(std::min(end, now + absl::Milliseconds(100))));
+  }
+}
+
 absl::Status PsClient::WithRetries(
-    bool push, const std::function<absl::Status()>& attempt) const {
+    int shard, bool push, const std::function<absl::Status()>& attempt) const {
   absl::Status status;
   absl::Duration backoff = absl::Milliseconds(50);
   for (int i = 0; i < std::max(options_.max_attempts, 1); ++i) {
     if (i > 0) {
       absl::SleepFor(backoff);
       backoff *= 2;
+      // A refused or cut connect leaves the channel backing off (calls fail
+      // at once): give it a bounded chance to connect first.
+      if (absl::IsUnavailable(status)) AwaitChannel(shard, absl::Seconds(2));
     }
     status = attempt();
     {
@@ -194,23 +280,25 @@ absl::Status PsClient::WithRetries(
 }
 
 absl::Status PsClient::PullShard(int shard, uint32_t worker, uint64_t clock,
-                                 MutableTensorViews* params, ShardRead* read) {
-  return WithRetries(
-      /*push=*/false,
-      [&] { return PullShardOnce(shard, worker, clock, params, read); });
+                                 MutableTensorViews* params, ShardRead* read,
+                                 PsOp* op, TensorGate* gate) {
+  return WithRetries(shard, /*push=*/false, [&] {
+    return PullShardOnce(shard, worker, clock, params, read, op, gate);
+  });
 }
 
 absl::Status PsClient::PushShard(int shard, uint32_t worker, uint64_t clock,
                                  uint64_t num_samples, const TensorViews& grads,
-                                 const ShardRead& read) {
-  return WithRetries(/*push=*/true, [&] {
-    return PushShardOnce(shard, worker, clock, num_samples, grads, read);
+                                 const ShardRead& read, TensorGate* gate) {
+  return WithRetries(shard, /*push=*/true, [&] {
+    return PushShardOnce(shard, worker, clock, num_samples, grads, read, gate);
   });
 }
 
 absl::Status PsClient::PullShardOnce(int shard, uint32_t worker, uint64_t clock,
                                      MutableTensorViews* params,
-                                     ShardRead* read) {
+                                     ShardRead* read, PsOp* op,
+                                     TensorGate* gate) {
   grpc::ClientContext context;
   SetTimeout(&context, options_.barrier_timeout);
   ActiveCall active(this, &context);
@@ -218,35 +306,26 @@ absl::Status PsClient::PullShardOnce(int shard, uint32_t worker, uint64_t clock,
   request.set_worker(worker);
   request.set_clock(clock);
   request.set_session_id(options_.session_id);
-  auto reader = stubs_[shard]->Pull(&context, request);
-  pstrain::v1::PullResponse msg;
+  request.set_generation(options_.generation);
+  // Raw messages: each one is decoded straight from gRPC's receive buffers
+  // into the destination (DecodePullMessage), with no protobuf copy.
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+          channels_[shard].get(), pull_methods_[shard], &context, request));
+  grpc::ByteBuffer msg;
   bool head = true;
   size_t received = 0;
   uint64_t bytes = 0;
+  std::string scratch;
   absl::Status status;
   while (reader->Read(&msg)) {
-    bytes += msg.ByteSizeLong();
-    if (head) {
-      read->version = msg.version();
-      read->min_clock = msg.min_clock();
-      head = false;
+    bytes += msg.Length();
+    if (status.ok()) {
+      status = DecodePullMessage(shard, &msg, head, read, params, &received,
+                                 &scratch, op, gate);
     }
-    for (const auto& c : msg.chunks()) {
-      if (!status.ok()) break;
-      auto it = chunk_index_.find({c.tensor(), c.index()});
-      if (it == chunk_index_.end() ||
-          map_.chunks(it->second).shard() != shard) {
-        status = absl::InternalError(absl::StrCat(
-            "unexpected chunk ", c.index(), " of '", c.tensor(), "'"));
-        break;
-      }
-      const ChunkInfo& info = map_.chunks(it->second);
-      float* dst =
-          (*params)[tensor_index_[info.tensor()]].data() + info.offset();
-      status = DecodeChunk(c, info.length(), /*require_finite=*/false, dst,
-                           options_.wire_dtype);
-      ++received;
-    }
+    head = false;
+    msg.Clear();
   }
   bytes_pulled_ += bytes;
   PS_RETURN_IF_ERROR(FromGrpcStatus(reader->Finish()));
@@ -259,47 +338,251 @@ absl::Status PsClient::PullShardOnce(int shard, uint32_t worker, uint64_t clock,
   return absl::OkStatus();
 }
 
+absl::Status PsClient::DecodePullMessage(int shard, grpc::ByteBuffer* buffer,
+                                         bool head, ShardRead* read,
+                                         MutableTensorViews* params,
+                                         size_t* received, std::string* scratch,
+                                         PsOp* op, TensorGate* gate) {
+  grpc::ProtoBufferReader stream(buffer);
+  google::protobuf::io::CodedInputStream in(&stream);
+  const auto malformed = [] {
+    return absl::InternalError("malformed PullResponse from the server");
+  };
+  while (true) {
+    const uint32_t tag = in.ReadTag();
+    if (tag == 0) break;
+    uint64_t v = 0;
+    switch (tag) {
+      case Tag(1, WireFormatLite::WIRETYPE_VARINT):
+        if (!in.ReadVarint64(&v)) return malformed();
+        if (head) read->version = v;
+        break;
+      case Tag(2, WireFormatLite::WIRETYPE_VARINT):
+        if (!in.ReadVarint64(&v)) return malformed();
+        if (head) read->min_clock = v;
+        break;
+      case Tag(3, WireFormatLite::WIRETYPE_LENGTH_DELIMITED): {
+        uint32_t length = 0;
+        if (!in.ReadVarint32(&length)) return malformed();
+        const auto limit = in.PushLimit(static_cast<int>(length));
+        int chunk = -1;
+        PS_RETURN_IF_ERROR(
+            DecodePulledChunk(shard, &in, params, scratch, &chunk));
+        if (!in.ConsumedEntireMessage()) return malformed();
+        in.PopLimit(limit);
+        ++*received;
+        // A retry decodes the same weights again but counts each chunk once.
+        if (gate != nullptr && chunk >= 0 &&
+            !op->chunk_seen_[chunk].exchange(true)) {
+          const int t = tensor_index_[map_.chunks(chunk).tensor()];
+          if (--op->missing_[t] == 0) gate->Open(t);
+        }
+        break;
+      }
+      default:
+        if (!WireFormatLite::SkipField(&in, tag)) return malformed();
+    }
+  }
+  if (!in.ConsumedEntireMessage()) return malformed();
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::DecodePulledChunk(
+    int shard, google::protobuf::io::CodedInputStream* in,
+    MutableTensorViews* params, std::string* scratch, int* chunk) {
+  // Fields arrive in field-number order (as protobuf and ChunkFrame write
+  // them), so the payload comes after the chunk's name, dtype and shape and
+  // can be read straight into its destination.
+  std::string tensor;
+  uint32_t index = 0, dtype = 0;
+  std::vector<int64_t> shape;
+  bool have_data = false;
+  const ChunkInfo* info = nullptr;
+  const auto where = [&] {
+    return absl::StrCat("chunk ", index, " of '", tensor, "'");
+  };
+  const auto malformed = [&] {
+    return absl::InternalError(absl::StrCat("malformed ", where()));
+  };
+  while (true) {
+    const uint32_t tag = in->ReadTag();
+    if (tag == 0) break;
+    if (have_data && tag != 0) {
+      return absl::InternalError(
+          absl::StrCat(where(), ": fields after the payload"));
+    }
+    uint32_t n = 0;
+    uint64_t d = 0;
+    switch (tag) {
+      case Tag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED):
+        if (!in->ReadVarint32(&n) || !in->ReadString(&tensor, n)) {
+          return malformed();
+        }
+        break;
+      case Tag(2, WireFormatLite::WIRETYPE_VARINT):
+        if (!in->ReadVarint32(&index)) return malformed();
+        break;
+      case Tag(3, WireFormatLite::WIRETYPE_VARINT):
+        if (!in->ReadVarint32(&dtype)) return malformed();
+        break;
+      case Tag(4, WireFormatLite::WIRETYPE_LENGTH_DELIMITED): {
+        if (!in->ReadVarint32(&n)) return malformed();
+        const auto limit = in->PushLimit(static_cast<int>(n));
+        while (in->BytesUntilLimit() > 0) {
+          if (!in->ReadVarint64(&d)) return malformed();
+          shape.push_back(static_cast<int64_t>(d));
+        }
+        in->PopLimit(limit);
+        break;
+      }
+      case Tag(4, WireFormatLite::WIRETYPE_VARINT):
+        if (!in->ReadVarint64(&d)) return malformed();
+        shape.push_back(static_cast<int64_t>(d));
+        break;
+      case Tag(5, WireFormatLite::WIRETYPE_LENGTH_DELIMITED): {
+        if (!in->ReadVarint32(&n)) return malformed();
+        auto it = chunk_index_.find({tensor, index});
+        if (it == chunk_index_.end() ||
+            map_.chunks(it->second).shard() != shard) {
+          return absl::InternalError(absl::StrCat("unexpected ", where()));
+        }
+        info = &map_.chunks(it->second);
+        *chunk = it->second;
+        if (dtype != static_cast<uint32_t>(options_.wire_dtype)) {
+          return absl::InternalError(absl::StrCat(
+              where(), ": dtype ",
+              DtypeName(static_cast<pstrain::v1::DType>(dtype)),
+              " is not the job's wire dtype ", DtypeName(options_.wire_dtype)));
+        }
+        const uint64_t element_bytes = WireElementBytes(options_.wire_dtype);
+        if (shape.size() != 1 ||
+            static_cast<uint64_t>(shape[0]) != info->length()) {
+          return absl::InternalError(absl::StrCat(
+              where(), ": shape does not match [", info->length(), "]"));
+        }
+        if (n != info->length() * element_bytes) {
+          return absl::InternalError(absl::StrCat(
+              where(), ": ", n, " bytes for ", info->length(), " elements"));
+        }
+        float* dst =
+            (*params)[tensor_index_[info->tensor()]].data() + info->offset();
+        if (options_.wire_dtype == pstrain::v1::DTYPE_F32) {
+          // Little-endian fp32 on the wire and in memory.
+          if (!in->ReadRaw(dst, static_cast<int>(n))) return malformed();
+        } else {
+          scratch->resize(n);
+          if (!in->ReadRaw(scratch->data(), static_cast<int>(n))) {
+            return malformed();
+          }
+          DecodeElements(options_.wire_dtype, scratch->data(), info->length(),
+                         dst);
+        }
+        have_data = true;
+        break;
+      }
+      default:
+        if (!WireFormatLite::SkipField(in, tag)) return malformed();
+    }
+  }
+  if (!have_data) {
+    // An empty payload is not written at all; only an empty chunk may
+    // have one.
+    auto it = chunk_index_.find({tensor, index});
+    if (it == chunk_index_.end() || map_.chunks(it->second).shard() != shard ||
+        map_.chunks(it->second).length() != 0) {
+      return absl::InternalError(absl::StrCat(where(), " without a payload"));
+    }
+    *chunk = it->second;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PsClient::PushShardOnce(int shard, uint32_t worker, uint64_t clock,
                                      uint64_t num_samples,
                                      const TensorViews& grads,
-                                     const ShardRead& read) {
-  grpc::ClientContext context;
-  SetTimeout(&context, options_.rpc_timeout);
-  ActiveCall active(this, &context);
-  pstrain::v1::PushResponse response;
-  auto writer = stubs_[shard]->Push(&context, &response);
-  pstrain::v1::PushRequest msg;
-  auto* h = msg.mutable_header();
-  h->set_worker(worker);
-  h->set_session_id(options_.session_id);
-  h->set_clock(clock);
-  h->set_read_version(read.version);
-  h->set_read_min_clock(read.min_clock);
-  h->set_num_samples(num_samples);
-  uint64_t payload = 0, bytes = 0;
-  bool stream_ok = true;
-  const uint64_t element_bytes = WireElementBytes(options_.wire_dtype);
-  for (int idx : shard_chunks_[shard]) {
-    const ChunkInfo& c = map_.chunks(idx);
-    if (payload > 0 &&
-        payload + c.length() * element_bytes > kMaxMessagePayloadBytes) {
-      bytes += msg.ByteSizeLong();
-      if (!(stream_ok = writer->Write(msg))) break;
-      msg.Clear();
-      payload = 0;
+                                     const ShardRead& read, TensorGate* gate) {
+  // fp32 payloads are sent from the gradients in place (ChunkFrame): gRPC
+  // references them until `keepalive` says it is done, before we return.
+  Keepalive keepalive;
+  absl::Status status;
+  {
+    grpc::ClientContext context;
+    SetTimeout(&context, options_.rpc_timeout);
+    const absl::Time deadline = absl::Now() + options_.rpc_timeout;
+    // With a gate, the last layer's chunks go first: backward produces them
+    // first. The shard accepts chunks in any order.
+    std::vector<int> order = shard_chunks_[shard];
+    if (gate != nullptr) {
+      std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+        return tensor_index_.at(map_.chunks(a).tensor()) >
+               tensor_index_.at(map_.chunks(b).tensor());
+      });
     }
-    const float* src = grads[tensor_index_[c.tensor()]].data() + c.offset();
-    EncodeChunk(c.tensor(), c.index(), src, c.length(), msg.add_chunks(),
-                options_.wire_dtype);
-    payload += c.length() * element_bytes;
+    ActiveCall active(this, &context);
+    pstrain::v1::PushResponse response;
+    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+        grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
+            channels_[shard].get(), push_methods_[shard], &context, &response));
+    pstrain::v1::PushRequest fields;
+    auto* h = fields.mutable_header();
+    h->set_worker(worker);
+    h->set_session_id(options_.session_id);
+    h->set_generation(options_.generation);
+    h->set_clock(clock);
+    h->set_read_version(read.version);
+    h->set_read_min_clock(read.min_clock);
+    h->set_num_samples(num_samples);
+    ChunkFrame frame(/*chunk_field=*/2);
+    frame.AddFields(fields);
+    uint64_t bytes = 0;
+    bool stream_ok = true;
+    absl::Status gate_status;
+    const uint64_t element_bytes = WireElementBytes(options_.wire_dtype);
+    auto write = [&] {
+      grpc::ByteBuffer buffer = frame.Release();
+      bytes += buffer.Length();
+      return writer->Write(buffer);
+    };
+    bool header_sent = false;
+    for (int idx : order) {
+      const ChunkInfo& c = map_.chunks(idx);
+      const int t = tensor_index_.at(c.tensor());
+      const bool wait = gate != nullptr && !gate->IsOpen(t);
+      if ((frame.payload_bytes() > 0 || (wait && !header_sent)) &&
+          (wait || frame.payload_bytes() + c.length() * element_bytes >
+                       kMaxMessagePayloadBytes)) {
+        if (!(stream_ok = write())) break;
+        header_sent = true;
+      }
+      if (wait) {
+        gate_status = gate->Wait(t, deadline);
+        if (!gate_status.ok()) {
+          context.TryCancel();  // nothing is applied without a clean half-close
+          break;
+        }
+      }
+      const float* src = grads[tensor_index_[c.tensor()]].data() + c.offset();
+      frame.AddChunk(c.tensor(), c.index(), src, c.length(),
+                     options_.wire_dtype, &keepalive);
+    }
+    if (gate_status.ok() && stream_ok && !frame.empty()) stream_ok = write();
+    frame.Release();  // drops what a broken stream left unsent
+    if (gate_status.ok() && stream_ok) writer->WritesDone();
+    bytes_pushed_ += bytes;
+    status = FromGrpcStatus(writer->Finish());
+    if (!gate_status.ok()) {
+      // Not retried: the gradient will not become ready by trying again.
+      status = absl::AbortedError(absl::StrCat(
+          "push stopped waiting for the gradient: ", gate_status.ToString()));
+    }
   }
-  if (stream_ok && (msg.has_header() || msg.chunks_size() > 0)) {
-    bytes += msg.ByteSizeLong();
-    stream_ok = writer->Write(msg);
+  if (!keepalive.WaitUnused(absl::Now() + kReleaseWait)) {
+    // Never seen; returning now would let the caller reuse memory gRPC
+    // may still read, so say so loudly.
+    return absl::InternalError(
+        "gRPC still references the pushed gradients after the call ended");
   }
-  if (stream_ok) writer->WritesDone();
-  bytes_pushed_ += bytes;
-  return FromGrpcStatus(writer->Finish());
+  return status;
 }
 
 }  // namespace pstrain

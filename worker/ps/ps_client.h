@@ -24,7 +24,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "google/protobuf/io/coded_stream.h"
 #include "proto/pstrain.grpc.pb.h"
+#include "worker/ps/tensor_gate.h"
 
 namespace pstrain {
 
@@ -52,6 +54,10 @@ struct PsClientOptions {
   // carries it; the shards refuse the rank's operations without its current
   // id (PERMISSION_DENIED, not retried).
   uint64_t session_id = 0;
+  // The job's generation (JobSpec.generation; training.on_failure:
+  // restart): every pull and push carries it, and a shard of another
+  // generation refuses them (ABORTED).
+  uint64_t generation = 0;
   // Dtype of pushed and pulled chunks (network.wire_dtype in JobSpec.config):
   // DTYPE_F32, DTYPE_BF16 or DTYPE_F16; must be the servers'. Gradients are
   // rounded to nearest even on the way out; pulled weights decode exactly to
@@ -83,6 +89,9 @@ class PsOp {
   std::vector<ShardRead> reads_;
   TensorViews views_;          // a push's gradients
   MutableTensorViews pulled_;  // a pull's destination
+  // A pull with a gate: chunks still to arrive per tensor (all shards).
+  std::unique_ptr<std::atomic<int64_t>[]> missing_;
+  std::unique_ptr<std::atomic<bool>[]> chunk_seen_;  // by ShardMap chunk
   bool joined_ = false;
 };
 
@@ -98,7 +107,7 @@ class PsClient {
       PsClientOptions options);
 
   const pstrain::v1::ShardMap& shard_map() const { return map_; }
-  int num_shards() const { return static_cast<int>(stubs_.size()); }
+  int num_shards() const { return static_cast<int>(channels_.size()); }
 
   // Resizes *params to the model and fills it from every shard. `params`
   // must stay alive and untouched until Wait() returns.
@@ -109,6 +118,13 @@ class PsClient {
   // which must stay alive and untouched until Wait() returns.
   std::unique_ptr<PsOp> StartPull(uint32_t worker, uint64_t clock,
                                   MutableTensorViews params);
+  // The same, opening tensor i of `arrived` (sized like the model, reset by
+  // the caller, alive until Wait() returns) as soon as all its chunks are
+  // decoded, so the caller can use the first layers while the rest streams
+  // in. On failure Wait() reports it; tensors may stay closed.
+  std::unique_ptr<PsOp> StartPull(uint32_t worker, uint64_t clock,
+                                  MutableTensorViews params,
+                                  TensorGate* arrived);
 
   // Sends `grads` (shaped like the model) for `clock`, stamped with the reads
   // of the pull it was computed from. `grads` must outlive Wait().
@@ -120,6 +136,17 @@ class PsClient {
   std::unique_ptr<PsOp> StartPush(uint32_t worker, uint64_t clock,
                                   uint64_t num_samples, TensorViews grads,
                                   const std::vector<ShardRead>& reads);
+  // The same while backward still runs: each shard's stream opens at once
+  // and sends its chunks last tensor first, each only once `ready` (sized
+  // like the model, alive until Wait() returns) has that tensor open; a
+  // message is flushed before waiting, so the shard decodes what is ready
+  // while the rest is computed. The values sent, and so the result, are
+  // those of the plain push; only the timing differs. A tensor not opened
+  // within network.rpc_timeout_s (or an aborted gate) fails the push.
+  std::unique_ptr<PsOp> StartPush(uint32_t worker, uint64_t clock,
+                                  uint64_t num_samples, TensorViews grads,
+                                  const std::vector<ShardRead>& reads,
+                                  TensorGate* ready);
 
   // Cancels every call in flight and every later one (CANCELLED, not
   // retried): for a worker that must stop now (SIGTERM, coordinator gone).
@@ -134,19 +161,43 @@ class PsClient {
       : map_(std::move(map)), options_(options) {}
 
   // Runs `attempt` up to options_.max_attempts times while it fails with a
-  // retryable status (see PsClientOptions::max_attempts).
-  absl::Status WithRetries(bool push,
+  // retryable status (see PsClientOptions::max_attempts). Before a retry
+  // after UNAVAILABLE it waits, bounded, for shard `shard`'s channel to
+  // connect (AwaitChannel).
+  absl::Status WithRetries(int shard, bool push,
                            const std::function<absl::Status()>& attempt) const;
+  // Waits up to `bound` (polling Cancel() every 100 ms) for shard `shard`'s
+  // channel to be READY, starting a connection attempt if it is idle. After
+  // a failed connect (e.g. a TCP handshake cut short on a loaded machine)
+  // gRPC backs off about a second, during which every call fails at once
+  // with UNAVAILABLE; without this wait all attempts could fall into that
+  // window.
+  void AwaitChannel(int shard, absl::Duration bound) const;
+  // `gate` (may be null): the pull's `arrived` with op->missing_, or the
+  // push's `ready`.
   absl::Status PullShard(int shard, uint32_t worker, uint64_t clock,
-                         MutableTensorViews* params, ShardRead* read);
+                         MutableTensorViews* params, ShardRead* read, PsOp* op,
+                         TensorGate* gate);
   absl::Status PushShard(int shard, uint32_t worker, uint64_t clock,
                          uint64_t num_samples, const TensorViews& grads,
-                         const ShardRead& read);
+                         const ShardRead& read, TensorGate* gate);
   absl::Status PullShardOnce(int shard, uint32_t worker, uint64_t clock,
-                             MutableTensorViews* params, ShardRead* read);
+                             MutableTensorViews* params, ShardRead* read,
+                             PsOp* op, TensorGate* gate);
   absl::Status PushShardOnce(int shard, uint32_t worker, uint64_t clock,
                              uint64_t num_samples, const TensorViews& grads,
-                             const ShardRead& read);
+                             const ShardRead& read, TensorGate* gate);
+  // One PullResponse message, decoded straight from gRPC's buffers into
+  // `params` (fp32: one copy, from the receive buffers to the destination).
+  // `head`: the stream's first message (version and min_clock).
+  absl::Status DecodePullMessage(int shard, grpc::ByteBuffer* buffer, bool head,
+                                 ShardRead* read, MutableTensorViews* params,
+                                 size_t* received, std::string* scratch,
+                                 PsOp* op, TensorGate* gate);
+  absl::Status DecodePulledChunk(int shard,
+                                 google::protobuf::io::CodedInputStream* in,
+                                 MutableTensorViews* params,
+                                 std::string* scratch, int* chunk);
 
   // Tracks `context` while a call runs, for Cancel().
   class ActiveCall;
@@ -156,7 +207,11 @@ class PsClient {
   mutable absl::Mutex cancel_mu_;
   bool cancelled_ ABSL_GUARDED_BY(cancel_mu_) = false;
   absl::flat_hash_set<grpc::ClientContext*> active_ ABSL_GUARDED_BY(cancel_mu_);
-  std::vector<std::unique_ptr<pstrain::v1::ParameterServer::Stub>> stubs_;
+  // Per shard: the channel and its registered Push and Pull methods (raw
+  // calls: messages built and parsed here, common/chunk_frames.h).
+  std::vector<std::shared_ptr<grpc::Channel>> channels_;
+  std::vector<grpc::internal::RpcMethod> push_methods_;
+  std::vector<grpc::internal::RpcMethod> pull_methods_;
   std::vector<std::vector<int>> shard_chunks_;  // shard -> indices into chunks
   std::vector<uint64_t> tensor_sizes_;
   absl::flat_hash_map<std::string, int> tensor_index_;

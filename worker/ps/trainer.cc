@@ -1,5 +1,9 @@
 #include "worker/ps/trainer.h"
 
+#include <algorithm>
+#include <chrono>
+#include <future>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/model_spec.h"
@@ -31,6 +35,14 @@ absl::Status Trainer::Run(const StepCallback& on_step,
     grads.emplace_back(pushed.data() + offset, n);
     offset += n;
   }
+  // Overlap needs emulated compute to spread over the layers (the backend
+  // computes the whole gradient in one call).
+  const bool overlap = c.worker().overlap() &&
+                       local.EmulatedCompute() > absl::ZeroDuration() &&
+                       !options_.adopt;
+  // Stand-ins (elastic sync): the step whose weights the model holds.
+  int64_t held = -1;
+  std::vector<ShardRead> held_reads;
   for (int64_t step = options_.start_step; step <= c.training().steps();
        ++step) {
     if (should_stop && should_stop()) {
@@ -40,9 +52,17 @@ absl::Status Trainer::Run(const StepCallback& on_step,
     m.set_worker(rank);
     m.set_step(step);
 
+    if (overlap && step < c.training().steps()) {
+      PS_RETURN_IF_ERROR(OverlappedStep(step, &local, pull_into, weights, grads,
+                                        pushed.data(), &m));
+      m.set_end_unix_s(UnixSeconds());
+      if (on_step) PS_RETURN_IF_ERROR(on_step(m));
+      continue;
+    }
     absl::Time t0 = absl::Now();
     std::unique_ptr<PsOp> pull = client_->StartPull(rank, step, pull_into);
-    PS_RETURN_IF_ERROR(pull->Wait());
+    PS_RETURN_IF_ERROR(
+        AwaitPull(pull.get(), held, held_reads, grads, pushed.data()));
     // The pulled weights cross to the backend once, for the evaluation and
     // every micro-batch of the step.
     PS_RETURN_IF_ERROR(model_->SetParams(weights));
@@ -54,7 +74,12 @@ absl::Status Trainer::Run(const StepCallback& on_step,
       }
       PS_RETURN_IF_ERROR(local.Evaluate(&m));
       m.set_end_unix_s(UnixSeconds());
-      return on_step ? on_step(m) : absl::OkStatus();
+      if (on_step) PS_RETURN_IF_ERROR(on_step(m));
+      for (const StandIn& s : stand_ins_) {
+        PS_RETURN_IF_ERROR(
+            StandInStep(s, step, pull->reads(), grads, pushed.data()));
+      }
+      return absl::OkStatus();
     }
     if (c.evaluation().every_steps() > 0 && step > 0 &&
         step % c.evaluation().every_steps() == 0) {
@@ -76,7 +101,168 @@ absl::Status Trainer::Run(const StepCallback& on_step,
     m.set_push_s(absl::ToDoubleSeconds(absl::Now() - t0));
     m.set_end_unix_s(UnixSeconds());
     if (on_step) PS_RETURN_IF_ERROR(on_step(m));
+    for (const StandIn& s : stand_ins_) {
+      if (s.first_step > step) continue;
+      PS_RETURN_IF_ERROR(
+          StandInStep(s, step, pull->reads(), grads, pushed.data()));
+    }
+    held = step;
+    held_reads = pull->reads();
   }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::AwaitPull(PsOp* pull, int64_t held,
+                                const std::vector<ShardRead>& reads,
+                                const TensorViews& grads, float* pushed) {
+  if (!options_.adopt) return pull->Wait();
+  // The pull may wait on a barrier that only a stand-in's push of step
+  // `held` completes, so it runs on its own thread while this one polls.
+  std::future<absl::Status> waited =
+      std::async(std::launch::async, [pull] { return pull->Wait(); });
+  for (;;) {
+    const bool done = waited.wait_for(std::chrono::milliseconds(50)) ==
+                      std::future_status::ready;
+    if (held >= 0) {
+      absl::StatusOr<std::vector<StandIn>> fresh = options_.adopt(held);
+      if (!fresh.ok()) {
+        waited.wait();  // the pull is bounded by the barrier timeout
+        return fresh.status();
+      }
+      for (StandIn& s : *fresh) {
+        if (s.first_step <= held) {
+          const absl::Status st = StandInStep(s, held, reads, grads, pushed);
+          if (!st.ok()) {
+            waited.wait();
+            return st;
+          }
+        }
+        stand_ins_.push_back(std::move(s));
+      }
+      // Handover (elastic.h): every push for step `held` is done here.
+      for (auto it = stand_ins_.begin(); it != stand_ins_.end();) {
+        absl::StatusOr<bool> released =
+            it->release ? it->release(std::max(held + 1, it->first_step))
+                        : false;
+        if (!released.ok()) {
+          waited.wait();
+          return released.status();
+        }
+        it = *released ? stand_ins_.erase(it) : it + 1;
+      }
+    }
+    if (done) return waited.get();
+  }
+}
+
+absl::Status Trainer::StandInStep(const StandIn& s, int64_t step,
+                                  const std::vector<ShardRead>& reads,
+                                  const TensorViews& grads, float* pushed) {
+  const JobConfig& c = options_.config;
+  LocalStep local(c, s.rank, model_, data_);
+  pstrain::v1::StepMetrics m;
+  m.set_worker(s.rank);
+  m.set_step(step);
+  if (step == c.training().steps()) {
+    PS_RETURN_IF_ERROR(local.Evaluate(&m));
+    m.set_end_unix_s(UnixSeconds());
+    return s.on_step(m);
+  }
+  if (c.evaluation().every_steps() > 0 && step > 0 &&
+      step % c.evaluation().every_steps() == 0) {
+    PS_RETURN_IF_ERROR(local.Evaluate(&m));
+  }
+  absl::Time t0 = absl::Now();
+  PS_ASSIGN_OR_RETURN(double loss_sum, local.Gradient(step));
+  PS_RETURN_IF_ERROR(model_->backend()->CopyToHost(
+      *model_->gradient(), model_->num_params(), pushed));
+  m.set_compute_s(absl::ToDoubleSeconds(absl::Now() - t0));
+  t0 = absl::Now();
+  std::unique_ptr<PsOp> push =
+      s.client->StartPush(s.rank, step, local.slice(), grads, reads);
+  absl::Status st = push->Wait();
+  if (!st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("standing in for rank ", s.rank,
+                                                ": ", st.message()));
+  }
+  m.set_push_s(absl::ToDoubleSeconds(absl::Now() - t0));
+  m.set_loss(loss_sum / local.slice());
+  m.set_samples(local.slice());
+  m.set_end_unix_s(UnixSeconds());
+  return s.on_step(m);
+}
+
+absl::Status Trainer::OverlappedStep(int64_t step, LocalStep* local,
+                                     const MutableTensorViews& pull_into,
+                                     const TensorViews& weights,
+                                     const TensorViews& grads, float* pushed,
+                                     pstrain::v1::StepMetrics* m) {
+  const JobConfig& c = options_.config;
+  const uint32_t rank = options_.rank;
+  const int n = static_cast<int>(weights.size());
+  const int64_t total = model_->num_params();
+  if (arrived_ == nullptr) {
+    arrived_ = std::make_unique<TensorGate>(n);
+    ready_ = std::make_unique<TensorGate>(n);
+  }
+  // Each tensor's share of the emulated time: its share of the parameters
+  // (a layer's products scale with its weights). A third of it is forward,
+  // two thirds backward, as for the FLOPs of a dense layer.
+  const absl::Duration target = local->EmulatedCompute();
+  auto share = [&](int i, absl::Duration part) {
+    return part * (static_cast<double>(weights[i].size()) / total);
+  };
+  const absl::Time wait_deadline =
+      absl::Now() + absl::Seconds(c.network().barrier_timeout_s());
+
+  // Pull, and forward on each layer as soon as its weights are in.
+  const absl::Time t0 = absl::Now();
+  arrived_->Reset();
+  std::unique_ptr<PsOp> pull =
+      client_->StartPull(rank, step, pull_into, arrived_.get());
+  absl::Duration compute = absl::ZeroDuration();
+  for (int i = 0; i < n; ++i) {
+    if (!arrived_->Wait(i, wait_deadline).ok()) break;  // Wait() says why
+    const absl::Duration d = share(i, target / 3);
+    absl::SleepFor(d);
+    compute += d;
+  }
+  PS_RETURN_IF_ERROR(pull->Wait());
+  const absl::Time all_in = arrived_->last_open();
+  m->set_pull_s(absl::ToDoubleSeconds(std::max(all_in, t0) - t0));
+  PS_RETURN_IF_ERROR(model_->SetParams(weights));
+  if (c.evaluation().every_steps() > 0 && step > 0 &&
+      step % c.evaluation().every_steps() == 0) {
+    PS_RETURN_IF_ERROR(local->Evaluate(m));
+  }
+
+  // The math (the whole gradient, in one backend call), then backward's
+  // emulated time, last layer first, each layer's gradient pushed as soon
+  // as its share is over. The values pushed are the same as without
+  // overlap: only when each goes out changes.
+  const absl::Time math_start = absl::Now();
+  PS_ASSIGN_OR_RETURN(double loss_sum, local->Gradient(step, false));
+  PS_RETURN_IF_ERROR(
+      model_->backend()->CopyToHost(*model_->gradient(), total, pushed));
+  const absl::Duration math = absl::Now() - math_start;
+  compute += math;
+  const absl::Duration backward =
+      std::max(absl::ZeroDuration(), target * 2 / 3 - math);
+  ready_->Reset();
+  const absl::Time push_start = absl::Now();
+  std::unique_ptr<PsOp> push = client_->StartPush(
+      rank, step, local->slice(), grads, pull->reads(), ready_.get());
+  for (int i = n - 1; i >= 0; --i) {
+    const absl::Duration d = share(i, backward);
+    absl::SleepFor(d);
+    compute += d;
+    ready_->Open(i);
+  }
+  PS_RETURN_IF_ERROR(push->Wait());
+  m->set_push_s(absl::ToDoubleSeconds(absl::Now() - push_start));
+  m->set_compute_s(absl::ToDoubleSeconds(compute));
+  m->set_loss(loss_sum / local->slice());
+  m->set_samples(local->slice());
   return absl::OkStatus();
 }
 

@@ -8,11 +8,22 @@
 // (Model::SetParams); the micro-batches go in; the gradient is accumulated
 // on the backend and comes out once, into a second HostBuffer that the push
 // encodes its chunks from. No staging copies for weights or gradients.
+//
+// With worker.overlap and emulated compute (worker.compute_ms), a step
+// overlaps communication and computation: the emulated forward time of each
+// layer starts as soon as that layer's weights have arrived (the pull opens
+// a TensorGate per tensor), and after the math the emulated backward time
+// runs last layer first while the push streams each layer's gradient as
+// soon as its share is over (PsClient::StartPush with a gate). Values are
+// those of the plain step (sync runs stay bit-identical); pull_s is then the
+// time until the last weights arrived, push_s the push's wall time (both
+// overlap compute_s), and the step time is the wall time between reports.
 #ifndef PSTRAIN_WORKER_PS_TRAINER_H_
 #define PSTRAIN_WORKER_PS_TRAINER_H_
 
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "common/job_config.h"
@@ -21,8 +32,40 @@
 #include "worker/model/local_step.h"
 #include "worker/model/model.h"
 #include "worker/ps/ps_client.h"
+#include "worker/ps/tensor_gate.h"
 
 namespace pstrain {
+
+// Receives one record per step (step = start_step..steps-1) and a final
+// evaluation record with step == steps. Returning an error stops training.
+using StepCallback =
+    std::function<absl::Status(const pstrain::v1::StepMetrics&)>;
+
+// training.on_failure: elastic, mode sync: a dead rank this worker stands in
+// for (README "Elastic workers"). Each step, after its own push, the trainer
+// computes the rank's gradient from the same weights (the same model, the
+// rank's data slice) and pushes it through `client`, which carries the
+// rank's session id; the rank's records go to `on_step`. The caller
+// registered the rank and owns what `client` points to.
+struct StandIn {
+  uint32_t rank = 0;
+  int64_t first_step = 0;  // the first step computed for the rank
+  PsClient* client = nullptr;
+  StepCallback on_step;
+  // Handover (coordinator/elastic.h; may be null): called between steps
+  // with the first step not pushed for the rank; true when the rank was
+  // handed back (the trainer then stops computing it), false to go on.
+  std::function<absl::StatusOr<bool>(int64_t next_step)> release;
+};
+// Called on the training thread while the model holds the weights of step
+// `held` (its push done, the next pull in flight, polled every 50 ms): the
+// ranks to stand in for from now on, already registered; usually none. A
+// stand-in whose first_step <= held gets that step computed at once (the
+// step its dead process may not have pushed everywhere: the shards answer
+// a step they already have with its original result). An error ends
+// training.
+using AdoptFn =
+    std::function<absl::StatusOr<std::vector<StandIn>>(int64_t held)>;
 
 struct TrainerOptions {
   uint32_t rank = 0;
@@ -31,15 +74,13 @@ struct TrainerOptions {
   // The first step (JobSpec.start_step): a job resumed from a checkpoint
   // continues there; data ids derive from the step, so nothing else moves.
   int64_t start_step = 0;
+  // Elastic sync only (null otherwise): see AdoptFn. Steps then run
+  // without worker.overlap.
+  AdoptFn adopt;
 };
 
 // Wall clock in Unix seconds (StepMetrics.end_unix_s).
 double UnixSeconds();
-
-// Receives one record per step (step = start_step..steps-1) and a final
-// evaluation record with step == steps. Returning an error stops training.
-using StepCallback =
-    std::function<absl::Status(const pstrain::v1::StepMetrics&)>;
 
 class Trainer {
  public:
@@ -60,11 +101,32 @@ class Trainer {
   const TensorList& final_params() const { return params_; }
 
  private:
+  // One step with worker.overlap (see the top of this file).
+  absl::Status OverlappedStep(int64_t step, LocalStep* local,
+                              const MutableTensorViews& pull_into,
+                              const TensorViews& weights,
+                              const TensorViews& grads, float* pushed,
+                              pstrain::v1::StepMetrics* m);
+
+  // Stand-ins (elastic sync). Waits for `pull` while polling
+  // options_.adopt with the weights of step `held` (-1: none yet).
+  absl::Status AwaitPull(PsOp* pull, int64_t held,
+                         const std::vector<ShardRead>& reads,
+                         const TensorViews& grads, float* pushed);
+  // Rank `s`'s step `step` from the model's resident weights (read as
+  // `reads`): its gradient pushed, or at step == steps its evaluation; then
+  // its record. `pushed` backs `grads` and must be free.
+  absl::Status StandInStep(const StandIn& s, int64_t step,
+                           const std::vector<ShardRead>& reads,
+                           const TensorViews& grads, float* pushed);
+
   const TrainerOptions options_;
+  std::vector<StandIn> stand_ins_;
   PsClient* const client_;
   Model* const model_;
   DataSource* const data_;
   TensorList params_;
+  std::unique_ptr<TensorGate> arrived_, ready_;  // overlap only
 };
 
 }  // namespace pstrain

@@ -1,5 +1,6 @@
 // CPU-only builds: the CUDA backend's entry points without CUDA.
 #include "worker/compute/cuda/cuda_backend.h"
+#include "worker/compute/cuda/cuda_plugin_loader.h"
 
 namespace pstrain {
 namespace {
@@ -23,5 +24,17 @@ absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(int) {
 absl::StatusOr<CudaPlacement> CudaPlacementOf(const ComputeBackend&) {
   return BuiltWithoutCuda();
 }
+
+std::vector<std::string> DefaultCudaPluginPaths() { return {}; }
+
+absl::StatusOr<int> ProbeCudaDriver() { return BuiltWithoutCuda(); }
+
+absl::StatusOr<const CudaPluginApi*> LoadCudaPlugin(const std::string&) {
+  return BuiltWithoutCuda();
+}
+
+bool CudaPluginLoaded() { return false; }
+
+std::string CudaPluginPath() { return ""; }
 
 }  // namespace pstrain

@@ -1,0 +1,52 @@
+#include "coordinator/dry_run.h"
+
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include "common/job_config.h"
+#include "common/process.h"
+#include "common/status_macros.h"
+#include "coordinator/coordinator_flags.h"
+#include "coordinator/job_spec.h"
+#include "server/checkpoint_env.h"
+
+namespace pstrain {
+namespace {
+
+// --dry_run --resume: where the job would start.
+absl::StatusOr<ResumePoint> DryRunResume(const CoordinatorNodeOptions& o) {
+  PS_ASSIGN_OR_RETURN(std::string root, CheckpointRoot(o.config, o.out));
+  PS_ASSIGN_OR_RETURN(pstrain::v1::JobSpec job, MakeJobSpec(o.config));
+  return ResolveResume(CheckpointEnv::Default(), o.resume, root, job);
+}
+
+}  // namespace
+
+int DryRun(const CoordinatorNodeOptions& options) {
+  const JobConfig& c = options.config;
+  // Servers the job needs: none in mode allreduce (job.servers ignored).
+  std::printf("workers=%d servers=%d\n%s", c.job().workers(),
+              c.training().mode() == pstrain::v1::MODE_ALLREDUCE
+                  ? 0
+                  : c.job().servers(),
+              JobConfigToYaml(c).c_str());
+  // --resume: the checkpoint the job would start from, resolved and
+  // verified as the real run does (exit 2 when it does not fit).
+  std::optional<ResumePoint> resume;
+  if (!options.resume.empty()) {
+    absl::StatusOr<ResumePoint> point = DryRunResume(options);
+    if (!point.ok()) return FailStartup("ps_coordinator", point.status());
+    resume = *point;
+    std::printf("# resume: step %llu from %s\n",
+                static_cast<unsigned long long>(resume->step),
+                resume->dir.c_str());
+  }
+  const absl::Status plan =
+      WritePlanIfRequested(c, resume ? &*resume : nullptr);
+  if (!plan.ok())
+    std::fprintf(stderr, "ps_coordinator: %s\n", plan.ToString().c_str());
+  return plan.ok() ? 0 : 2;
+}
+
+}  // namespace pstrain

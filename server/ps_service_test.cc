@@ -1,0 +1,291 @@
+// The push path of ParameterServerService on a shard that sums on arrival
+// (plain sync), over real gRPC on 127.0.0.1 port 0: a stream that fails
+// after some of its messages were summed changes nothing observable, the
+// same push afterwards completes the step exactly, and pushes split over
+// many messages, from several workers at once, give the shard's own result
+// bit for bit.
+#include "server/ps_service.h"
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_util.h"
+#include "common/tensor_codec.h"
+#include "server/shard.h"
+
+namespace pstrain {
+namespace {
+
+constexpr int kChunks = 8;
+constexpr int kChunkElems = 4;
+
+// Sync SGD (lr 1), two workers, one shard holding tensor "w" of 32 floats
+// in 8 chunks of 4.
+v1::JobSpec Job() {
+  v1::JobSpec job;
+  job.mutable_config()->mutable_training()->set_mode(v1::MODE_SYNC);
+  job.mutable_config()->mutable_job()->set_workers(2);
+  job.set_num_servers(1);
+  job.mutable_config()->mutable_training()->mutable_optimizer()->set_kind(
+      v1::OptimizerConfig::SGD);
+  job.mutable_config()->mutable_training()->mutable_optimizer()->set_base_lr(
+      1.0);
+  auto* map = job.mutable_shard_map();
+  auto* t = map->add_tensors();
+  t->set_name("w");
+  t->add_shape(kChunks * kChunkElems);
+  t->set_dtype(v1::DTYPE_F32);
+  t->mutable_init()->set_kind(v1::InitRule::UNIFORM);
+  t->mutable_init()->set_scale(1.0f);
+  t->mutable_init()->set_seed(5);
+  for (int i = 0; i < kChunks; ++i) {
+    auto* c = map->add_chunks();
+    c->set_tensor("w");
+    c->set_index(i);
+    c->set_offset(i * kChunkElems);
+    c->set_length(kChunkElems);
+  }
+  return job;
+}
+
+uint64_t SessionOf(uint32_t worker) { return 0xabc000 + worker; }
+
+std::shared_ptr<Shard> MakeShard() {
+  auto shard = Shard::Create(ShardOptionsFromJob(Job(), 0));
+  EXPECT_TRUE(shard.ok()) << shard.status();
+  return shard.ok() ? std::shared_ptr<Shard>(std::move(*shard)) : nullptr;
+}
+
+// One push as frames: the header with chunk 0, then one chunk per message.
+std::vector<std::string> Frames(uint32_t worker, uint64_t clock,
+                                const std::vector<float>& g) {
+  std::vector<std::string> frames;
+  for (int i = 0; i < kChunks; ++i) {
+    v1::PushRequest msg;
+    if (i == 0) {
+      auto* h = msg.mutable_header();
+      h->set_worker(worker);
+      h->set_session_id(SessionOf(worker));
+      h->set_clock(clock);
+      h->set_read_min_clock(clock);
+      h->set_num_samples(3 + worker);
+    }
+    EncodeChunk("w", i, g.data() + i * kChunkElems, kChunkElems,
+                msg.add_chunks());
+    frames.push_back(msg.SerializeAsString());
+  }
+  return frames;
+}
+
+std::vector<float> RandomGrad(uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> g(kChunks * kChunkElems);
+  for (float& x : g) x = u(rng) * std::ldexp(1.0f, -static_cast<int>(seed % 7));
+  return g;
+}
+
+class OnArrivalServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    service_ = std::make_unique<ParameterServerService>(PsServiceOptions{});
+    shard_ = MakeShard();
+    ASSERT_NE(shard_, nullptr);
+    ASSERT_TRUE(shard_->sums_on_arrival());
+    service_->SetShard(shard_,
+                       WorkerSessions::Fixed({SessionOf(0), SessionOf(1)}));
+    auto started = StartGrpcServer(
+        "127.0.0.1", 0, grpc::InsecureServerCredentials(), {service_.get()});
+    ASSERT_TRUE(started.ok()) << started.status();
+    server_ = std::move(started->server);
+    channel_ = MakeChannel(absl::StrCat("127.0.0.1:", started->port));
+    stub_ = v1::ParameterServer::NewStub(channel_);
+  }
+
+  void TearDown() override {
+    if (shard_ != nullptr) shard_->Close();
+    if (server_ != nullptr) {
+      server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+    }
+  }
+
+  // Writes `frames` (raw messages) on one push stream; `cancel`: cancels
+  // instead of half-closing. The stream's status.
+  grpc::Status PushFrames(const std::vector<std::string>& frames,
+                          bool cancel = false) {
+    grpc::GenericStub stub(channel_);
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, absl::Seconds(10));
+    grpc::CompletionQueue cq;
+    auto call = stub.PrepareCall(&ctx, "/pstrain.v1.ParameterServer/Push", &cq);
+    void* tag = nullptr;
+    bool ok = false;
+    intptr_t id = 1;
+    auto step = [&]() {
+      EXPECT_TRUE(cq.Next(&tag, &ok));
+      EXPECT_EQ(tag, reinterpret_cast<void*>(id));
+      ++id;
+      return ok;
+    };
+    call->StartCall(reinterpret_cast<void*>(id));
+    step();
+    for (const std::string& f : frames) {
+      grpc::Slice slice(f);
+      grpc::ByteBuffer buffer(&slice, 1);
+      call->Write(buffer, reinterpret_cast<void*>(id));
+      if (!step()) break;
+    }
+    if (cancel) {
+      // Let the frames reach the server (and be summed) first.
+      absl::SleepFor(absl::Milliseconds(150));
+      ctx.TryCancel();
+    } else {
+      call->WritesDone(reinterpret_cast<void*>(id));
+      step();
+    }
+    grpc::ByteBuffer response;
+    call->Read(&response, reinterpret_cast<void*>(id));
+    step();
+    grpc::Status status;
+    call->Finish(&status, reinterpret_cast<void*>(id));
+    step();
+    cq.Shutdown();
+    while (cq.Next(&tag, &ok)) {
+    }
+    return status;
+  }
+
+  struct Observed {
+    std::vector<float> weights;
+    uint64_t version = 0, pushes = 0, clipped = 0;
+    std::vector<uint64_t> clocks;
+    bool operator==(const Observed& o) const {
+      return version == o.version && pushes == o.pushes &&
+             clipped == o.clipped && clocks == o.clocks &&
+             weights.size() == o.weights.size() &&
+             std::memcmp(weights.data(), o.weights.data(),
+                         weights.size() * sizeof(float)) == 0;
+    }
+  };
+  static Observed Observe(Shard& shard) {
+    Observed o;
+    auto pulled = shard.Pull(0, 0, absl::Now() + absl::Seconds(5));
+    EXPECT_TRUE(pulled.ok()) << pulled.status();
+    if (pulled.ok()) o.weights = pulled->values;
+    o.version = shard.Stats().version();
+    o.pushes = shard.Stats().pushes();
+    o.clipped = shard.clipped_elements();
+    auto state = shard.Snapshot();
+    if (state.ok()) o.clocks = state->clocks;
+    return o;
+  }
+
+  // The same pushes straight into `shard` (no gRPC).
+  static void DirectPush(Shard& shard, uint32_t worker, uint64_t clock,
+                         const std::vector<float>& g) {
+    std::vector<v1::PushRequest> msgs;
+    for (const std::string& f : Frames(worker, clock, g)) {
+      msgs.emplace_back();
+      ASSERT_TRUE(msgs.back().ParseFromString(f));
+    }
+    std::vector<const v1::ChunkData*> chunks;
+    for (const auto& m : msgs) chunks.push_back(&m.chunks(0));
+    ASSERT_TRUE(shard.Push(msgs[0].header(), chunks).ok());
+  }
+
+  std::unique_ptr<ParameterServerService> service_;
+  std::shared_ptr<Shard> shard_;
+  std::unique_ptr<grpc::Server> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::ParameterServer::Stub> stub_;
+};
+
+// Streams that fail after some messages were summed (an undecodable frame,
+// a non-finite chunk, a cancel) change nothing observable; the worker's
+// full push afterwards and the other worker's give exactly the shard's
+// result without the failures.
+TEST_F(OnArrivalServiceTest, PushFailingAfterSummedMessagesChangesNothing) {
+  const std::vector<float> g0 = RandomGrad(1), g1 = RandomGrad(2);
+  const std::vector<std::string> frames = Frames(0, 0, g0);
+  const Observed before = Observe(*shard_);
+
+  std::vector<std::string> garbage(frames.begin(), frames.begin() + 3);
+  garbage.push_back(std::string("\x08\xff\xff\xff", 4));
+  grpc::Status s = PushFrames(garbage);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << s.error_message();
+  EXPECT_TRUE(Observe(*shard_) == before);
+
+  std::vector<std::string> nan(frames.begin(), frames.begin() + 5);
+  {
+    std::vector<float> bad = g0;
+    bad[5 * kChunkElems] = std::nanf("");
+    nan.push_back(Frames(0, 0, bad)[5]);
+  }
+  s = PushFrames(nan);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << s.error_message();
+  EXPECT_TRUE(Observe(*shard_) == before);
+
+  s = PushFrames({frames.begin(), frames.begin() + 6}, /*cancel=*/true);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED) << s.error_message();
+  absl::SleepFor(absl::Milliseconds(100));  // the server's side of it
+  EXPECT_TRUE(Observe(*shard_) == before);
+
+  // Missing chunks at the half-close: refused, nothing changes.
+  s = PushFrames({frames.begin(), frames.begin() + 7});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << s.error_message();
+  EXPECT_TRUE(Observe(*shard_) == before);
+
+  ASSERT_TRUE(PushFrames(frames).ok());
+  EXPECT_EQ(shard_->Stats().version(), 0u);  // waits for worker 1
+  ASSERT_TRUE(PushFrames(Frames(1, 0, g1)).ok());
+  EXPECT_EQ(shard_->Stats().version(), 1u);
+  // A retry of an accepted push gets its answer and changes nothing.
+  const Observed after = Observe(*shard_);
+  ASSERT_TRUE(PushFrames(frames).ok());
+  EXPECT_TRUE(Observe(*shard_) == after);
+
+  std::shared_ptr<Shard> reference = MakeShard();
+  DirectPush(*reference, 0, 0, g0);
+  DirectPush(*reference, 1, 0, g1);
+  EXPECT_TRUE(Observe(*shard_) == Observe(*reference));
+}
+
+// Both workers stream their pushes at once, one chunk per message, over
+// several steps: the result is the shard's own, bit for bit.
+TEST_F(OnArrivalServiceTest, ConcurrentManyMessagePushesAreExact) {
+  std::shared_ptr<Shard> reference = MakeShard();
+  for (uint64_t step = 0; step < 10; ++step) {
+    std::vector<std::vector<float>> g = {RandomGrad(10 * step + 3),
+                                         RandomGrad(10 * step + 4)};
+    std::vector<grpc::Status> status(2);
+    std::vector<std::thread> threads;
+    for (uint32_t w = 0; w < 2; ++w) {
+      threads.emplace_back(
+          [&, w] { status[w] = PushFrames(Frames(w, step, g[w])); });
+    }
+    for (auto& t : threads) t.join();
+    for (uint32_t w = 0; w < 2; ++w) {
+      ASSERT_TRUE(status[w].ok()) << status[w].error_message();
+    }
+    DirectPush(*reference, 1, step, g[1]);
+    DirectPush(*reference, 0, step, g[0]);
+    ASSERT_TRUE(Observe(*shard_) == Observe(*reference)) << "step " << step;
+  }
+}
+
+}  // namespace
+}  // namespace pstrain

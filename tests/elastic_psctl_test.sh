@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# training.on_failure: elastic in mode sync under `psctl run` (README
+# "Failures and recovery", "Elastic workers"): a worker is SIGKILLed at a
+# random step (seed printed; CHAOS_SEED=N replays it). psctl starts it again
+# once its lease has run out; meanwhile worker 0 stands in for its rank, and
+# the new process takes the rank back by a handover. The job ends with final
+# shard files byte-identical (cmp) to the undisturbed run's.
+set -uo pipefail
+
+source "$TEST_SRCDIR/pstrain/tests/lib/procs.sh"  # PSCTL, TMP, psctl_run, ...
+
+seed="${CHAOS_SEED:-$(($(date +%s%N) % 100000))}"
+echo "seed $seed (replay: CHAOS_SEED=$seed)"
+RANDOM=$seed
+steps=150
+kill_step=$((10 * (1 + RANDOM % 4)))  # 10..40
+delay_ms=$((RANDOM % 100))
+echo "plan: SIGKILL worker-1 ${delay_ms} ms after the checkpoint of step $kill_step"
+
+# checkpoint.keep 0 keeps every manifest, which the kill is timed by.
+cat > "$TMP/job.yaml" <<EOF2
+job: {name: elastic-psctl, workers: 2, servers: 2}
+training: {mode: sync, steps: $steps, local_batch: 8, optimizer: adam, base_lr: 0.01, on_failure: elastic, min_workers: 1, max_restarts: 2}
+model: {type: mlp, input_dim: 8, hidden: [16], num_classes: 3, seed: 1}
+data: {source: synthetic, num_features: 8, num_classes: 3, seed: 3, test_examples: 100}
+worker: {compute_ms: 20}
+server: {chunk_bytes: 256}
+network: {lease_s: 1.5, barrier_timeout_s: 30}
+checkpoint: {every_steps: 10, keep: 0}
+EOF2
+final=$(ckpt_step "$steps")
+
+# 1. The undisturbed job.
+if ! psctl_run 120 "$TMP/calm" "$TMP/calm.log" --config "$TMP/job.yaml"; then
+  cat "$TMP/calm.log"
+  echo "FAIL: the undisturbed job failed"
+  exit 1
+fi
+[[ -f "$TMP/calm/$final/MANIFEST.json" ]] || fail "no final checkpoint in the undisturbed run"
+
+# 2. The same job, worker 1 killed.
+dir="$TMP/elastic"
+psctl_start "$dir" "$dir.log" --config "$TMP/job.yaml"
+kill_after_checkpoint "$dir" "$kill_step" "--rank=1" "$delay_ms"
+if ! exited_within "$psctl_pid" 120; then
+  fail "the job with a killed worker still runs 120 s later"
+elif ((rc != 0)); then
+  cat "$dir.log"
+  fail "the job with a killed worker failed (psctl exit $rc)"
+fi
+grep -q "^psctl: worker-1 (pid [0-9]*) exited with status 137; starting it again in" "$dir.log" &&
+  grep -q "^psctl: worker-1 (pid [0-9]*) exited with status 137; restarted as pid [0-9]* to rejoin its rank" "$dir.log" &&
+  ok "psctl started worker-1 again after its lease" ||
+  fail "psctl did not restart worker-1: $(grep '^psctl:' "$dir.log" | tail -3)"
+grep -q "worker 1 at .* is dead" "$dir/logs/coordinator.log" &&
+  ok "the coordinator declared worker 1 dead" ||
+  fail "no death line for worker 1 in the coordinator log"
+grep -q "worker rank 1 taken over from step [0-9]*" "$dir/logs/coordinator.log" &&
+  ok "$(grep -o "worker rank 1 taken over from step [0-9]*" "$dir/logs/coordinator.log")" ||
+  fail "worker 1's rank was not taken over by its stand-in"
+grep -q "worker rank 1 released by its stand-in" "$dir/logs/coordinator.log" &&
+  ok "$(grep -o "worker rank 1 released by its stand-in, which pushed every step before [0-9]*" "$dir/logs/coordinator.log")" ||
+  fail "no handover of rank 1 in the coordinator log"
+grep -q "joined rank 1 again from step [0-9]*" "$dir/logs/worker-1.log" &&
+  ok "the restarted worker-1: $(grep -o "joined rank 1 again from step [0-9]*" "$dir/logs/worker-1.log")" ||
+  fail "the restarted worker-1 did not say it joined rank 1 again"
+
+# 3. Bit for bit: the final checkpoint's shard files.
+if [[ -f "$dir/$final/MANIFEST.json" ]]; then
+  same_files "$TMP/calm/$final" "$dir/$final" "the undisturbed run against the elastic one" \
+    shard-00000-of-00002.ckpt shard-00001-of-00002.ckpt
+else
+  fail "the job with a killed worker has no final checkpoint"
+fi
+grep -q '"failed": false' "$dir/summary.json" || fail "summary.json does not record success"
+
+procs_finish "PASS: worker-1 SIGKILLed, restarted by psctl, handed its rank back; final weights bit-identical (seed $seed)" \
+  "(seed $seed)"

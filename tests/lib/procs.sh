@@ -1,0 +1,285 @@
+# tests/lib/procs.sh: what the process tests share (sourced, never run):
+# the binaries' paths, checks that count failures, processes started on
+# loopback ephemeral ports (127.0.0.1, port 0) and stopped whatever happens,
+# bounded waits that say what they waited for, and shard-file comparison.
+#
+# Use from an sh_test that depends on //tests/lib:procs (and lists the
+# binaries it runs in data):
+#   set -uo pipefail
+#   source "$TEST_SRCDIR/pstrain/tests/lib/procs.sh"
+#
+# Sourcing sets ROOT, COORD, SERVER, WORKER, REPORT, PSCTL, CHECKPOINT (paths
+# in the runfiles), TMP (the test's scratch folder) and failures (0), and
+# installs traps: on exit, SIGINT and SIGTERM every process started through
+# this file (or passed to procs_track) is stopped (procs_cleanup).
+# Functions that start processes set globals (named in each contract), as
+# the tests used to inline.
+[[ -n "${PSTRAIN_PROCS_SH:-}" ]] && return 0
+PSTRAIN_PROCS_SH=1
+
+ROOT="${TEST_SRCDIR:?procs.sh runs under bazel test}/pstrain"
+COORD="$ROOT/coordinator/ps_coordinator"
+SERVER="$ROOT/server/ps_server"
+WORKER="$ROOT/worker/ps_worker"
+REPORT="$ROOT/tools/report/ps_report"
+PSCTL="$ROOT/psctl"
+CHECKPOINT="$ROOT/tools/checkpoint/ps_checkpoint"
+TMP="${TEST_TMPDIR:-$(mktemp -d)}"
+failures=0
+PROCS_PIDS=()
+
+# fail MESSAGE: prints "FAIL: MESSAGE" and counts a failed check.
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+# ok MESSAGE: prints "ok: MESSAGE".
+ok() { echo "ok: $*"; }
+# now_ms: milliseconds since the epoch.
+now_ms() { date +%s%3N; }
+
+# running PID: whether PID is alive (a zombie, exited but not yet waited
+# for, is not).
+running() {
+  kill -0 "$1" 2>/dev/null && [[ "$(ps -o stat= -p "$1" 2>/dev/null)" != Z* ]]
+}
+
+# procs_track PID...: stop these processes (children of this shell) at exit
+# too.
+procs_track() { PROCS_PIDS+=("$@"); }
+
+# ours PID: whether PID is a child of this shell (not a process that reused
+# the number of one that ended long ago).
+ours() { [[ "$(ps -o ppid= -p "$1" 2>/dev/null | tr -d ' ')" == "$$" ]]; }
+
+# procs_cleanup: stops every tracked process still running: SIGTERM (with
+# SIGCONT, for a stopped one), so that psctl stops the processes it started,
+# then SIGKILL to whatever still runs 5 s later. Idempotent; the traps call
+# it.
+procs_cleanup() {
+  local p alive deadline=$(($(now_ms) + 5000)) live=()
+  for p in "${PROCS_PIDS[@]}"; do running "$p" && ours "$p" && live+=("$p"); done
+  PROCS_PIDS=("${live[@]}")
+  ((${#PROCS_PIDS[@]})) || return 0
+  for p in "${PROCS_PIDS[@]}"; do
+    kill -TERM "$p" 2>/dev/null && kill -CONT "$p" 2>/dev/null
+  done
+  while (($(now_ms) < deadline)); do
+    alive=0
+    for p in "${PROCS_PIDS[@]}"; do running "$p" && alive=1; done
+    ((alive)) || break
+    sleep 0.05
+  done
+  for p in "${PROCS_PIDS[@]}"; do
+    running "$p" && echo "procs.sh: pid $p ignored SIGTERM for 5 s: SIGKILL"
+    kill -KILL "$p" 2>/dev/null
+  done
+  PROCS_PIDS=()
+  return 0
+}
+trap procs_cleanup EXIT
+trap 'echo "procs.sh: interrupted"; procs_cleanup; exit 130' INT
+trap 'echo "procs.sh: terminated"; procs_cleanup; exit 143' TERM
+
+# wait_for [--while PID] SECONDS WHAT COMMAND...: runs COMMAND every 50 ms
+# until it succeeds (returns 0). After SECONDS (whole seconds) it prints
+# "timed out after SECONDS s waiting for WHAT" and returns 1; with --while,
+# once PID is no longer running it prints "pid PID ended while waiting for
+# WHAT" and returns 2 (COMMAND is tried a last time first). Counts no
+# failure: the caller decides.
+wait_for() {
+  local while_pid=""
+  if [[ "$1" == --while ]]; then
+    while_pid="$2"
+    shift 2
+  fi
+  local seconds="$1" what="$2"
+  shift 2
+  local deadline=$(($(now_ms) + seconds * 1000))
+  until "$@"; do
+    if [[ -n "$while_pid" ]] && ! running "$while_pid"; then
+      "$@" && return 0
+      echo "pid $while_pid ended while waiting for $what"
+      return 2
+    fi
+    if (($(now_ms) >= deadline)); then
+      echo "timed out after $seconds s waiting for $what"
+      return 1
+    fi
+    sleep 0.05
+  done
+}
+
+# exited_within PID SECONDS: waits up to SECONDS (whole seconds) for PID, a
+# child of this shell, to exit; then sets rc to its exit status and returns
+# 0. Returns 1 if it still runs (rc unchanged).
+exited_within() {
+  local pid="$1" deadline=$(($(now_ms) + $2 * 1000))
+  while running "$pid"; do
+    (($(now_ms) > deadline)) && return 1
+    sleep 0.02
+  done
+  wait "$pid"
+  rc=$?
+  return 0
+}
+
+# spawn LOG COMMAND...: runs COMMAND in the background with its stderr in
+# LOG, tracked; sets spawned to its pid.
+spawn() {
+  local log="$1"
+  shift
+  "$@" 2> "$log" &
+  spawned=$!
+  procs_track "$spawned"
+}
+
+# file_has FILE PATTERN: whether FILE exists and a line matches PATTERN
+# (grep basic regular expression).
+file_has() { grep -q -- "$2" "$1" 2>/dev/null; }
+
+# start_coordinator DIR CONFIG [FLAG...]: a coordinator for job file CONFIG
+# on 127.0.0.1 port 0 with --out=DIR and --quiet (and FLAGs), its log in
+# DIR/coordinator.log. Waits up to 10 s for the port it got (DIR/port); sets
+# coord (its pid) and addr ("127.0.0.1:PORT"). Returns 1, with a FAIL, if it
+# did not start.
+start_coordinator() {
+  local dir="$1" config="$2"
+  shift 2
+  mkdir -p "$dir"
+  spawn "$dir/coordinator.log" "$COORD" --config="$config" --port=0 \
+    --port_file="$dir/port" --out="$dir" --quiet "$@"
+  coord=$spawned
+  if ! wait_for --while "$coord" 10 "the coordinator's port in $dir/port" \
+    test -s "$dir/port"; then
+    fail "coordinator did not start: $(tail -2 "$dir/coordinator.log")"
+    return 1
+  fi
+  addr="127.0.0.1:$(cat "$dir/port")"
+}
+
+# start_servers DIR N: N ps_server processes (shards 0..N-1) for the
+# coordinator at $addr, logs in DIR/server-K.log; sets servers (their pids).
+start_servers() {
+  local k
+  servers=()
+  for ((k = 0; k < $2; ++k)); do
+    spawn "$1/server-$k.log" "$SERVER" --coordinator="$addr" --shard="$k"
+    servers+=("$spawned")
+  done
+}
+
+# start_workers DIR N: N ps_worker processes (ranks 0..N-1) for the
+# coordinator at $addr, logs in DIR/worker-R.log; sets workers (their pids).
+start_workers() {
+  local k
+  workers=()
+  for ((k = 0; k < $2; ++k)); do
+    spawn "$1/worker-$k.log" "$WORKER" --coordinator="$addr" --rank="$k"
+    workers+=("$spawned")
+  done
+}
+
+# start_job DIR CONFIG [SERVERS [WORKERS]]: start_coordinator, then SERVERS
+# servers and WORKERS workers (2 each by default). Sets coord, addr, servers
+# and workers; returns 1 if the coordinator did not start.
+start_job() {
+  start_coordinator "$1" "$2" || return 1
+  start_servers "$1" "${3:-2}"
+  start_workers "$1" "${4:-2}"
+}
+
+# metrics_rows_over DIR N: whether DIR/metrics.csv has more than N lines
+# (its header and N steps).
+metrics_rows_over() {
+  (($(wc -l < "$1/metrics.csv" 2>/dev/null || echo 0) > $2))
+}
+
+# wait_steps DIR N [SECONDS]: waits (20 s by default) until training is under
+# way: DIR/metrics.csv has more than N lines. Returns 1, with a FAIL, if not.
+wait_steps() {
+  wait_for "${3:-20}" "$2 steps in $1/metrics.csv" metrics_rows_over "$1" "$2" &&
+    return 0
+  fail "no training progress in $1"
+  return 1
+}
+
+# ckpt_step STEP: the checkpoint folder of STEP under a job's --out
+# ("ckpt/step-000000000020").
+ckpt_step() { printf 'ckpt/step-%012d' "$1"; }
+
+# psctl_start OUT LOG [ARG...]: `psctl run --bin $ROOT --out OUT ARG...` in
+# the background, stdout and stderr in LOG, tracked (stopped at exit); sets
+# psctl_pid. Wait for it with exited_within.
+psctl_start() {
+  local out="$1" log="$2"
+  shift 2
+  "$PSCTL" run --bin "$ROOT" --out "$out" "$@" > "$log" 2>&1 &
+  psctl_pid=$!
+  procs_track "$psctl_pid"
+}
+
+# psctl_run SECONDS OUT LOG [ARG...]: the same, waited for up to SECONDS:
+# returns psctl's exit status, or 124 (with a line saying so) once it ran
+# SECONDS and got SIGTERM (psctl then stops the processes it started). Sets
+# psctl_pid and rc.
+psctl_run() {
+  local seconds="$1" out="$2" log="$3"
+  shift 3
+  psctl_start "$out" "$log" "$@"
+  exited_within "$psctl_pid" "$seconds" && return "$rc"
+  echo "psctl run --out $out: still running after $seconds s; stopping it"
+  kill -TERM "$psctl_pid"
+  exited_within "$psctl_pid" 10 || kill -KILL "$psctl_pid"
+  rc=124
+  return 124
+}
+
+# psctl_child OUT WHO: the pid of the process that a psctl run with --out OUT
+# started for WHO ("--shard=K" or "--rank=R"), found by the run's unique
+# token path; empty if there is none.
+psctl_child() {
+  pgrep -f -- "$2 --metrics_port=0 --token_file=$1/token" | head -1
+}
+
+# kill_after_checkpoint OUT STEP WHO [DELAY_MS]: waits (up to 60 s, while
+# psctl_pid runs) for the checkpoint of STEP in OUT to be complete (its
+# MANIFEST.json), then DELAY_MS (0..999) later SIGKILLs the process psctl
+# started for WHO (psctl_child) and says so. Returns 1, with a FAIL, if it
+# killed nothing.
+kill_after_checkpoint() {
+  local out="$1" step="$2" who="$3" delay_ms="${4:-0}" pid manifest
+  manifest="$out/$(ckpt_step "$step")/MANIFEST.json"
+  wait_for --while "$psctl_pid" 60 "$manifest" test -f "$manifest"
+  sleep "$(printf '0.%03d' "$delay_ms")"
+  pid=$(psctl_child "$out" "$who")
+  if [[ -n "$pid" && -f "$manifest" ]] && running "$psctl_pid"; then
+    kill -KILL "$pid"
+    echo "killed $who (pid $pid) ${delay_ms} ms after the checkpoint of step $step"
+    return 0
+  fi
+  fail "$who: not killed (the job ended or stalled before the checkpoint of step $step)"
+  return 1
+}
+
+# same_files DIR_A DIR_B WHAT FILE...: each FILE in DIR_B is byte-identical
+# (cmp) to the one in DIR_A; a FAIL "WHAT: FILE differs" for each that is not.
+same_files() {
+  local a="$1" b="$2" what="$3" f
+  shift 3
+  for f in "$@"; do
+    cmp -s "$a/$f" "$b/$f" || fail "$what: $f differs from $a/$f"
+  done
+}
+
+# procs_finish PASSED [FAILED_SUFFIX]: ends the test: with "N check(s)
+# failed FAILED_SUFFIX" and status 1 if any check failed, else with the
+# line PASSED and status 0.
+procs_finish() {
+  if ((failures)); then
+    echo "$failures check(s) failed${2:+ $2}"
+    exit 1
+  fi
+  echo "$1"
+  exit 0
+}

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# tests/lib/procs.sh itself: bounded waits say what they waited for, exit
+# statuses are collected, and every tracked process is stopped when the
+# sourcing script exits, fails or gets SIGTERM (a stopped one and one that
+# ignores SIGTERM included).
+set -uo pipefail
+source "$TEST_SRCDIR/pstrain/tests/lib/procs.sh"
+LIB="$ROOT/tests/lib/procs.sh"
+
+# wait_for: success, timeout, and the process it waits on ending.
+wait_for 5 "true" true && ok "wait_for returns 0 once the command succeeds" ||
+  fail "wait_for true did not return 0"
+t0=$(now_ms)
+out=$(wait_for 1 "the impossible" false)
+st=$?
+elapsed=$(($(now_ms) - t0))
+[[ $st == 1 && "$out" == "timed out after 1 s waiting for the impossible" ]] &&
+  ((elapsed >= 1000 && elapsed < 3000)) &&
+  ok "wait_for times out after 1 s ($elapsed ms) and says what it waited for" ||
+  fail "wait_for 1 false: status $st after $elapsed ms, said '$out'"
+sleep 0.3 &
+short=$!
+out=$(wait_for --while "$short" 10 "the impossible" false)
+st=$?
+[[ $st == 2 && "$out" == "pid $short ended while waiting for the impossible" ]] &&
+  ok "wait_for --while stops when the process ends" ||
+  fail "wait_for --while: status $st, said '$out'"
+
+# exited_within: the exit status, and a process still running.
+(exit 7) &
+exited_within $! 5 && [[ $rc == 7 ]] && ok "exited_within collects exit status 7" ||
+  fail "exited_within: rc ${rc:-unset}, want 7"
+spawn /dev/null sleep 30
+long=$spawned
+exited_within "$long" 1 && fail "exited_within: sleep 30 reported exited" ||
+  ok "exited_within returns 1 for a process still running"
+
+# psctl_run, on a stand-in for psctl: its exit status, and SIGTERM once it
+# runs past the bound.
+PSCTL="$TMP/fake_psctl"
+cat > "$PSCTL" <<'FAKE'
+#!/usr/bin/env bash
+echo "args: $*"
+[[ "$*" == *--quick* ]] && exit 5
+trap 'kill "$child"; echo stopped; exit 143' TERM
+sleep 30 &
+child=$!
+wait
+FAKE
+chmod +x "$PSCTL"
+psctl_run 10 "$TMP/out" "$TMP/psctl.log" --quick
+st=$?
+[[ $st == 5 && "$(cat "$TMP/psctl.log")" == "args: run --bin $ROOT --out $TMP/out --quick" ]] &&
+  ok "psctl_run returns psctl's exit status (5) and logs its output" ||
+  fail "psctl_run: status $st, log '$(cat "$TMP/psctl.log")'"
+t0=$(now_ms)
+out=$(psctl_run 1 "$TMP/out" "$TMP/psctl.log")
+st=$?
+elapsed=$(($(now_ms) - t0))
+[[ $st == 124 && "$out" == *"still running after 1 s; stopping it" ]] &&
+  [[ "$(tail -1 "$TMP/psctl.log")" == stopped ]] && ((elapsed < 5000)) &&
+  ok "psctl_run stops a run past its bound with SIGTERM ($elapsed ms)" ||
+  fail "psctl_run 1: status $st after $elapsed ms, said '$out', log '$(cat "$TMP/psctl.log")'"
+
+# same_files counts each differing file.
+mkdir -p "$TMP/a" "$TMP/b"
+echo 1 > "$TMP/a/x"; echo 1 > "$TMP/b/x"
+echo 1 > "$TMP/a/y"; echo 2 > "$TMP/b/y"
+out=$(same_files "$TMP/a" "$TMP/b" "cmp" x y; echo "failures=$failures")
+[[ "$out" == "FAIL: cmp: y differs from $TMP/a/y"$'\n'"failures=1" ]] &&
+  ok "same_files fails on the differing file only" || fail "same_files said '$out'"
+
+# Cleanup: a script that exits with a failure, one killed by SIGTERM, each
+# with a running, a stopped and a SIGTERM-ignoring process.
+child() {  # $1: how the script ends
+  cat > "$TMP/child.sh" <<CHILD
+source "$LIB"
+spawn /dev/null sleep 60; echo \$spawned > "$TMP/pids"
+spawn /dev/null sleep 60; kill -STOP \$spawned; echo \$spawned >> "$TMP/pids"
+spawn /dev/null bash -c 'trap "" TERM; exec sleep 60'; echo \$spawned >> "$TMP/pids"
+sleep 0.2  # the trap of the last one is set
+$1
+CHILD
+  bash "$TMP/child.sh"
+}
+for how in "exit 3" "kill -TERM \$\$; wait"; do
+  rm -f "$TMP/pids"
+  t0=$(now_ms)
+  out=$(child "$how")
+  st=$?
+  elapsed=$(($(now_ms) - t0))
+  alive=()
+  for p in $(cat "$TMP/pids"); do running "$p" && alive+=("$p"); done
+  want=3
+  [[ "$how" == kill* ]] && want=143
+  [[ $st == $want && ${#alive[@]} == 0 && "$(wc -l < "$TMP/pids")" == 3 ]] &&
+    [[ "$out" == *"ignored SIGTERM for 5 s: SIGKILL"* ]] && ((elapsed < 9000)) &&
+    ok "'$how': status $st, all 3 processes stopped within $elapsed ms" ||
+    fail "'$how': status $st (want $want), still running: ${alive[*]:-none}, said '$out'"
+  kill -KILL "${alive[@]}" 2>/dev/null
+done
+
+procs_finish "all procs.sh checks passed"

@@ -1,0 +1,142 @@
+#include "tools/bench/ring_rounds.h"
+
+#include <cstdio>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "tools/bench/stats.h"
+
+namespace pstrain::bench {
+namespace {
+
+constexpr double kNaN = __builtin_nan("");
+
+// Stores one measurement of `ranks` ranks in round k of `ms`; false (with
+// the error printed) when it failed.
+bool Record(const char* what, int ranks, int k,
+            const absl::StatusOr<std::map<uint64_t, double>>& seconds,
+            std::map<std::pair<int, uint64_t>, std::vector<double>>* ms) {
+  if (!seconds.ok()) {
+    fprintf(stderr, "ring_bench: %s %d ranks: %s\n", what, ranks,
+            seconds.status().ToString().c_str());
+    return false;
+  }
+  for (const auto& [b, s] : *seconds) {
+    auto it = ms->find({ranks, b});
+    if (it != ms->end()) it->second[k] = s * 1e3;
+  }
+  return true;
+}
+
+}  // namespace
+
+RingMeasures RealRingMeasures(const RingRoundsOptions& options) {
+  RingMeasures m;
+  m.ring = [&options](int ranks) {
+    return RingSeconds(ranks, options.bytes, options.iters, options.ring);
+  };
+  if (!options.mpi_program.empty()) {
+    m.mpi = [&options](int ranks) {
+      return MpiSeconds(options.mpirun, options.mpi_program, ranks,
+                        options.bytes, options.iters);
+    };
+  }
+  return m;
+}
+
+RingRounds RunRingRounds(const RingRoundsOptions& options,
+                         const RingMeasures& measures,
+                         absl::FunctionRef<bool()> stop) {
+  RingRounds out;
+  for (int r : options.ranks) {
+    for (uint64_t b : options.bytes) {
+      out.ring_ms[{r, b}].assign(options.rounds, kNaN);
+      out.mpi_ms[{r, b}].assign(options.rounds, kNaN);
+    }
+  }
+  for (int k = 0; k < options.rounds; ++k) {
+    if (stop()) {
+      out.stopped = true;
+      return out;
+    }
+    out.load_averages.push_back(LoadAverage());
+    fprintf(stderr, "ring_bench: round %d/%d (load average %s)\n", k + 1,
+            options.rounds, out.load_averages.back().c_str());
+    for (int r : options.ranks) {
+      if (!Record("ring", r, k, measures.ring(r), &out.ring_ms)) ++out.failed;
+      if (!measures.mpi) continue;
+      if (stop()) {
+        out.stopped = true;
+        return out;
+      }
+      if (!Record("mpirun", r, k, measures.mpi(r), &out.mpi_ms)) ++out.failed;
+    }
+  }
+  return out;
+}
+
+std::vector<RingRow> RingRows(const RingRoundsOptions& options,
+                              const RingRounds& rounds) {
+  std::vector<RingRow> rows;
+  for (int r : options.ranks) {
+    for (uint64_t b : options.bytes) {
+      RingRow row;
+      row.ranks = r;
+      row.bytes = b;
+      std::vector<double> ring = rounds.ring_ms.at({r, b});
+      std::vector<double> mpi = rounds.mpi_ms.at({r, b});
+      ring.resize(options.rounds, kNaN);
+      mpi.resize(options.rounds, kNaN);
+      for (int k = 0; k < options.rounds; ++k) {
+        // NaN when either is (a round that measured nothing).
+        row.per_round.push_back(mpi[k] / ring[k]);
+      }
+      row.ring_ms = Median(ring);
+      row.mpi_ms = Median(mpi);
+      row.ratio = Median(row.per_round);
+      rows.push_back(std::move(row));
+    }
+  }
+  return rows;
+}
+
+std::string RingTable(const std::vector<RingRow>& rows) {
+  std::string out =
+      "| buffer | ranks | ring ms | MPI ms | MPI / ring | per round |\n"
+      "|---|--:|--:|--:|--:|---|\n";
+  for (const RingRow& row : rows) {
+    std::vector<std::string> per_round;
+    for (double x : row.per_round) {
+      per_round.push_back(x == x ? absl::StrFormat("%.2f", x) : "n/a");
+    }
+    absl::StrAppendFormat(&out, "| %s | %d | %.3g | %.3g | %.2f | %s |\n",
+                          SizeName(row.bytes), row.ranks, row.ring_ms,
+                          row.mpi_ms, row.ratio,
+                          absl::StrJoin(per_round, ", "));
+  }
+  return out;
+}
+
+std::string SizeName(uint64_t bytes) {
+  return bytes % (1 << 20) == 0 ? absl::StrCat(bytes >> 20, " MiB")
+                                : absl::StrCat(bytes >> 10, " KiB");
+}
+
+absl::StatusOr<std::vector<int>> ParsePositiveList(absl::string_view flag,
+                                                   absl::string_view text) {
+  std::vector<int> out;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int v = 0;
+    if (!absl::SimpleAtoi(part, &v) || v < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, ": expected positive integers, got '", text, "'"));
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+}  // namespace pstrain::bench

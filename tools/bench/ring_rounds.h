@@ -1,0 +1,97 @@
+// ring_bench's measuring loop and report (README "Performance"): the ring
+// all-reduce (tools/bench/ring.h) against OpenMPI's MPI_Allreduce in
+// interleaved rounds (in each round, for every rank count: the ring, then
+// MPI), milliseconds kept per round, ratios taken within a round and their
+// medians over rounds, with the load average at the start of every round.
+// ring_bench_main.cc parses flags into RingRoundsOptions and prints.
+#ifndef PSTRAIN_TOOLS_BENCH_RING_ROUNDS_H_
+#define PSTRAIN_TOOLS_BENCH_RING_ROUNDS_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "tools/bench/ring.h"
+
+namespace pstrain::bench {
+
+struct RingRoundsOptions {
+  int rounds = 3;               // interleaved rounds, >= 1
+  int iters = 5;                // timed all-reduces per size, >= 1
+  std::vector<int> ranks;       // rank counts, each >= 1, in this order
+  std::vector<uint64_t> bytes;  // buffer sizes, in this order
+  RingBenchOptions ring;        // the ring's segment size and wire
+  std::string mpirun = "mpirun";
+  std::string mpi_program;  // empty: the ring alone, no MPI column
+};
+
+// One measurement of `ranks` ranks: seconds of one all-reduce per buffer
+// size (key = bytes), as RingSeconds and MpiSeconds return.
+using RoundMeasure =
+    std::function<absl::StatusOr<std::map<uint64_t, double>>(int ranks)>;
+
+struct RingMeasures {
+  RoundMeasure ring;
+  RoundMeasure mpi;  // empty: not measured
+};
+
+// RingSeconds and (when options.mpi_program is set) MpiSeconds with the
+// options' sizes, iterations and ring settings. `options` must outlive the
+// measures.
+RingMeasures RealRingMeasures(const RingRoundsOptions& options);
+
+// Milliseconds per round (NaN where a round measured nothing) of each
+// (ranks, bytes) of the options, for the ring and MPI.
+struct RingRounds {
+  std::map<std::pair<int, uint64_t>, std::vector<double>> ring_ms, mpi_ms;
+  std::vector<std::string> load_averages;  // at the start of each round run
+  int failed = 0;        // measurements that returned an error
+  bool stopped = false;  // `stop` said so before every round had run
+};
+
+// Runs options.rounds rounds; in each, for every rank count in order,
+// measures.ring then measures.mpi. A failed measurement is printed to stderr
+// ("ring_bench: ring 4 ranks: ...") and counted; the round goes on. Sizes a
+// measure returns outside options.bytes are ignored. `stop` is asked before
+// each round and before each MPI measurement; once it says true no more is
+// measured. Progress lines go to stderr.
+RingRounds RunRingRounds(const RingRoundsOptions& options,
+                         const RingMeasures& measures,
+                         absl::FunctionRef<bool()> stop);
+
+// One line of the report: medians over rounds of the rounds that measured
+// (NaN when none did); ratio = median of MPI / ring taken within each round
+// where both measured; per_round those ratios, NaN where a round lacks one.
+struct RingRow {
+  int ranks = 0;
+  uint64_t bytes = 0;
+  double ring_ms = 0;
+  double mpi_ms = 0;
+  double ratio = 0;
+  std::vector<double> per_round;
+};
+
+// The rows of every rank count (outer) and size (inner), in options' order.
+std::vector<RingRow> RingRows(const RingRoundsOptions& options,
+                              const RingRounds& rounds);
+
+// The Markdown table of `rows`: header, alignment line, one line per row.
+std::string RingTable(const std::vector<RingRow>& rows);
+
+// "4 MiB" for whole MiB, else "64 KiB" (whole KiB).
+std::string SizeName(uint64_t bytes);
+
+// A comma-separated list of positive integers ("1,4,16"); an error naming
+// --flag and the text otherwise.
+absl::StatusOr<std::vector<int>> ParsePositiveList(absl::string_view flag,
+                                                   absl::string_view text);
+
+}  // namespace pstrain::bench
+
+#endif  // PSTRAIN_TOOLS_BENCH_RING_ROUNDS_H_

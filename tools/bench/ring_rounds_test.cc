@@ -1,0 +1,190 @@
+// ring_bench's rounds with fake measurements: interleaving, failures and
+// stops, per-round ratios and their medians, the table, and flag lists.
+#include "tools/bench/ring_rounds.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace pstrain::bench {
+namespace {
+
+constexpr uint64_t kKiB = 1 << 10;
+constexpr uint64_t kMiB = 1 << 20;
+
+RingRoundsOptions TwoByTwo() {
+  RingRoundsOptions o;
+  o.rounds = 3;
+  o.ranks = {2, 4};
+  o.bytes = {64 * kKiB, kMiB};
+  return o;
+}
+
+// Seconds that encode who measured what: ranks + bytes / 1 MiB + round / 8
+// (ring), twice that (MPI).
+std::map<uint64_t, double> Fake(const RingRoundsOptions& o, int ranks,
+                                int round, double factor) {
+  std::map<uint64_t, double> s;
+  for (uint64_t b : o.bytes) {
+    s[b] = factor * (ranks + double(b) / kMiB + round / 8.0);
+  }
+  return s;
+}
+
+TEST(RunRingRounds, InterleavesRingThenMpiPerRankCountInEveryRound) {
+  const RingRoundsOptions o = TwoByTwo();
+  std::vector<std::string> calls;
+  int round = 0;
+  RingMeasures m;
+  m.ring = [&](int r) -> absl::StatusOr<std::map<uint64_t, double>> {
+    calls.push_back(absl::StrCat("ring", r));
+    if (r == 2 && calls.size() > 1) ++round;  // the first call of a round
+    return Fake(o, r, round, 1);
+  };
+  m.mpi = [&](int r) -> absl::StatusOr<std::map<uint64_t, double>> {
+    calls.push_back(absl::StrCat("mpi", r));
+    return Fake(o, r, round, 2);
+  };
+  const RingRounds rounds = RunRingRounds(o, m, [] { return false; });
+  EXPECT_EQ(calls, (std::vector<std::string>{
+                       "ring2", "mpi2", "ring4", "mpi4", "ring2", "mpi2",
+                       "ring4", "mpi4", "ring2", "mpi2", "ring4", "mpi4"}));
+  EXPECT_EQ(rounds.failed, 0);
+  EXPECT_FALSE(rounds.stopped);
+  EXPECT_EQ(rounds.load_averages.size(), 3u);
+  // Milliseconds, per round.
+  EXPECT_EQ(rounds.ring_ms.at({4, kMiB}),
+            (std::vector<double>{5000, 5125, 5250}));
+  EXPECT_EQ(rounds.mpi_ms.at({2, 64 * kKiB})[1], 4375);
+}
+
+TEST(RunRingRounds, AFailedMeasurementIsCountedAndLeavesItsRoundEmpty) {
+  const RingRoundsOptions o = TwoByTwo();
+  int mpi_calls = 0;
+  RingMeasures m;
+  m.ring = [&](int r) -> absl::StatusOr<std::map<uint64_t, double>> {
+    return Fake(o, r, 0, 1);
+  };
+  m.mpi = [&](int r) -> absl::StatusOr<std::map<uint64_t, double>> {
+    // The second round's 4 ranks fail.
+    if (++mpi_calls == 4) return absl::UnavailableError("mpirun exited 1");
+    return Fake(o, r, 0, 2);
+  };
+  const RingRounds rounds = RunRingRounds(o, m, [] { return false; });
+  EXPECT_EQ(rounds.failed, 1);
+  EXPECT_EQ(mpi_calls, 6);  // the round went on
+  const std::vector<double>& mpi = rounds.mpi_ms.at({4, kMiB});
+  EXPECT_EQ(mpi[0], 10000);
+  EXPECT_TRUE(std::isnan(mpi[1]));
+  EXPECT_EQ(mpi[2], 10000);
+  EXPECT_FALSE(std::isnan(rounds.mpi_ms.at({2, kMiB})[1]));
+}
+
+TEST(RunRingRounds, StopsBeforeTheNextMeasurement) {
+  const RingRoundsOptions o = TwoByTwo();
+  int ring_calls = 0, mpi_calls = 0;
+  RingMeasures m;
+  m.ring = [&](int r) -> absl::StatusOr<std::map<uint64_t, double>> {
+    ++ring_calls;
+    return Fake(o, r, 0, 1);
+  };
+  m.mpi = [&](int r) -> absl::StatusOr<std::map<uint64_t, double>> {
+    ++mpi_calls;
+    return Fake(o, r, 0, 2);
+  };
+  // Stop once the third ring measurement (round 2, 2 ranks) is done.
+  const RingRounds rounds =
+      RunRingRounds(o, m, [&] { return ring_calls >= 3; });
+  EXPECT_TRUE(rounds.stopped);
+  EXPECT_EQ(ring_calls, 3);
+  EXPECT_EQ(mpi_calls, 2);
+  EXPECT_EQ(rounds.load_averages.size(), 2u);
+}
+
+TEST(RunRingRounds, WithoutMpiOnlyTheRingIsMeasured) {
+  RingRoundsOptions o = TwoByTwo();
+  o.rounds = 2;
+  int ring_calls = 0;
+  RingMeasures m;
+  m.ring = [&](int r) -> absl::StatusOr<std::map<uint64_t, double>> {
+    ++ring_calls;
+    // A size nobody asked for is ignored.
+    std::map<uint64_t, double> s = Fake(o, r, 0, 1);
+    s[3 * kMiB] = 1;
+    return s;
+  };
+  const RingRounds rounds = RunRingRounds(o, m, [] { return false; });
+  EXPECT_EQ(ring_calls, 4);
+  EXPECT_EQ(rounds.ring_ms.count({2, 3 * kMiB}), 0u);
+  const std::vector<RingRow> rows = RingRows(o, rounds);
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[0].ring_ms, 2062.5);
+  EXPECT_TRUE(std::isnan(rows[0].mpi_ms));
+  EXPECT_TRUE(std::isnan(rows[0].ratio));
+}
+
+TEST(RingRows, RatiosAreTakenWithinARoundThenTheirMedian) {
+  RingRoundsOptions o;
+  o.rounds = 3;
+  o.ranks = {2};
+  o.bytes = {kMiB};
+  RingRounds rounds;
+  rounds.ring_ms[{2, kMiB}] = {1, 2, 4};
+  rounds.mpi_ms[{2, kMiB}] = {2, 2, __builtin_nan("")};
+  const std::vector<RingRow> rows = RingRows(o, rounds);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].ring_ms, 2);
+  EXPECT_EQ(rows[0].mpi_ms, 2);
+  // Rounds 1 and 2 only: 2/1 and 2/2, median 1.5 (not 2 / 2 = 1, the ratio
+  // of the medians).
+  EXPECT_EQ(rows[0].ratio, 1.5);
+  EXPECT_EQ(RingTable(rows),
+            "| buffer | ranks | ring ms | MPI ms | MPI / ring | per round |\n"
+            "|---|--:|--:|--:|--:|---|\n"
+            "| 1 MiB | 2 | 2 | 2 | 1.50 | 2.00, 1.00, n/a |\n");
+}
+
+TEST(RingRows, EveryRankCountThenEverySizeInTheOptionsOrder) {
+  const RingRoundsOptions o = TwoByTwo();
+  RingRounds rounds;
+  for (int r : o.ranks) {
+    for (uint64_t b : o.bytes) {
+      rounds.ring_ms[{r, b}] = {1, 1, 1};
+      rounds.mpi_ms[{r, b}] = {1, 1, 1};
+    }
+  }
+  std::vector<std::pair<int, uint64_t>> order;
+  for (const RingRow& row : RingRows(o, rounds)) {
+    order.push_back({row.ranks, row.bytes});
+  }
+  EXPECT_EQ(order, (std::vector<std::pair<int, uint64_t>>{
+                       {2, 64 * kKiB}, {2, kMiB}, {4, 64 * kKiB}, {4, kMiB}}));
+}
+
+TEST(SizeName, WholeMebibytesElseKibibytes) {
+  EXPECT_EQ(SizeName(kMiB), "1 MiB");
+  EXPECT_EQ(SizeName(64 * kMiB), "64 MiB");
+  EXPECT_EQ(SizeName(4 * kKiB), "4 KiB");
+  EXPECT_EQ(SizeName(1536 * kKiB), "1536 KiB");
+}
+
+TEST(ParsePositiveList, AcceptsPositiveIntegersAndNamesTheFlagOtherwise) {
+  absl::StatusOr<std::vector<int>> ok = ParsePositiveList("mib", "1,4,16");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(*ok, (std::vector<int>{1, 4, 16}));
+  for (const char* bad : {"", "1,,2", "0", "2,-1", "x", "4 MiB"}) {
+    absl::StatusOr<std::vector<int>> r = ParsePositiveList("ranks", bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(
+        r.status().message(),
+        absl::StrCat("--ranks: expected positive integers, got '", bad, "'"));
+  }
+}
+
+}  // namespace
+}  // namespace pstrain::bench

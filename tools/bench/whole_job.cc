@@ -1,0 +1,177 @@
+#include "tools/bench/whole_job.h"
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/run_record.h"
+#include "tools/bench/job_processes.h"
+
+namespace pstrain::bench {
+namespace {
+
+constexpr int kWorkers = 4;
+constexpr int kServers = 2;
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+std::string JobYaml(const WholeJobModel& m, int compute_ms, bool overlap) {
+  return absl::StrCat(
+      "# ps_bench whole job ", m.name,
+      ": written by tools/bench/whole_job.cc\n", "job:\n  name: bench_", m.name,
+      "\n  workers: ", kWorkers, "\n  servers: ", kServers,
+      "\ntraining:\n  mode: sync\n  optimizer: sgd\n  base_lr: 0.01\n"
+      "  local_batch: 4\n  steps: ",
+      m.steps, "\n  fail_on_divergence: false\n",
+      "model:\n  type: mlp\n  input_dim: ", m.input_dim, "\n  hidden: [",
+      absl::StrJoin(m.hidden, ", "), "]\n  num_classes: ", m.num_classes,
+      "\n  classifier: true\n",
+      "data:\n  source: synthetic\n  num_features: ", m.input_dim,
+      "\n  num_classes: ", m.num_classes, "\n  test_examples: 64\n",
+      "worker:\n  device: cpu\n  compute_ms: ", compute_ms,
+      "\n  overlap: ", overlap ? "true" : "false", "\n");
+}
+
+struct JobFigures {
+  double comm_s, compute_s, step_s, bytes_per_step;
+};
+
+absl::StatusOr<JobFigures> RunOne(const WholeJobModel& m, int compute_ms,
+                                  bool overlap, const std::string& bin_dir,
+                                  const std::string& work_dir) {
+  std::string tmpl =
+      absl::StrCat(work_dir, "/ps_bench_job_", m.name, "_", compute_ms, "ms",
+                   overlap ? "_overlap" : "", "_XXXXXX");
+  if (mkdtemp(tmpl.data()) == nullptr) {
+    return absl::InternalError(absl::StrCat("mkdtemp ", tmpl, " failed"));
+  }
+  const std::string dir = tmpl;
+  const std::string config = dir + "/job.yaml";
+  {
+    std::ofstream out(config);
+    out << JobYaml(m, compute_ms, overlap);
+    if (!out) return absl::InternalError("cannot write " + config);
+  }
+  JobRunOptions o;
+  o.bin_dir = bin_dir;
+  o.config = config;
+  o.work_dir = dir;
+  o.workers = kWorkers;
+  o.servers = kServers;
+  o.steps = m.steps;
+  o.timeout = absl::Seconds(300);
+  absl::StatusOr<JobRunResult> run = RunJobProcesses(o);
+  if (!run.ok()) return run.status();
+  absl::StatusOr<std::string> csv = ReadFileText(dir + "/metrics.csv");
+  if (!csv.ok()) return csv.status();
+  absl::StatusOr<std::vector<MetricsRow>> rows =
+      ParseMetricsCsv(*csv, dir + "/metrics.csv");
+  if (!rows.ok()) return rows.status();
+  absl::StatusOr<std::string> json = ReadFileText(dir + "/summary.json");
+  if (!json.ok()) return json.status();
+  absl::StatusOr<RunSummary> summary =
+      ParseSummaryJson(*json, dir + "/summary.json");
+  if (!summary.ok()) return summary.status();
+  std::vector<double> comm, compute, step;
+  const MetricsRow* previous = nullptr;
+  for (const MetricsRow& r : *rows) {
+    if (r.step >= m.steps) break;  // the final evaluation row
+    if (r.step >= 1) {             // step 0 warms up connections
+      comm.push_back(r.comm_s);
+      compute.push_back(r.compute_s);
+      if (previous != nullptr && previous->step == r.step - 1) {
+        step.push_back(r.wall_s - previous->wall_s);
+      }
+    }
+    previous = &r;
+  }
+  if (step.empty() || summary->steps < m.steps) {
+    return absl::InternalError(absl::StrCat("job ", dir, " recorded ",
+                                            rows->size(), " rows, ",
+                                            summary->steps, " steps"));
+  }
+  JobFigures f;
+  f.comm_s = Median(comm);
+  f.compute_s = Median(compute);
+  f.step_s = Median(step);
+  f.bytes_per_step = double(summary->bytes_pushed) / summary->steps +
+                     double(summary->bytes_pulled) / (summary->steps + 1);
+  return f;
+}
+
+}  // namespace
+
+std::vector<WholeJobModel> WholeJobModels(bool quick) {
+  if (quick) return {{"0.5M", 256, {1024, 256}, 10, 5}};
+  return {{"4M", 512, {4096, 512}, 10, 8}, {"25M", 1024, {8192, 2048}, 10, 6}};
+}
+
+int64_t WholeJobParams(const WholeJobModel& m) {
+  int64_t params = 0, in = m.input_dim;
+  std::vector<int> widths = m.hidden;
+  widths.push_back(m.num_classes);
+  for (int w : widths) {
+    params += in * w + w;
+    in = w;
+  }
+  return params;
+}
+
+absl::StatusOr<std::vector<WholeJobSample>> MeasureWholeJob(
+    const WholeJobModel& m, const std::string& bin_dir,
+    const std::string& work_dir, double iperf_bytes_per_s) {
+  absl::StatusOr<JobFigures> alone = RunOne(m, 0, false, bin_dir, work_dir);
+  if (!alone.ok()) return alone.status();
+  const int compute_ms = std::max(1, int(std::lround(alone->comm_s * 1e3)));
+  absl::StatusOr<JobFigures> both =
+      RunOne(m, compute_ms, true, bin_dir, work_dir);
+  if (!both.ok()) return both.status();
+  absl::StatusOr<JobFigures> serial =
+      RunOne(m, compute_ms, false, bin_dir, work_dir);
+  if (!serial.ok()) return serial.status();
+  const std::string p = "job_" + m.name + "_";
+  std::vector<WholeJobSample> out = {
+      {p + "comm", "ms", alone->comm_s * 1e3},
+      {p + "bytes", "MB", alone->bytes_per_step / 1e6},
+      {p + "step", "ms", both->step_s * 1e3},
+      {p + "compute", "ms", both->compute_s * 1e3},
+      {p + "bound", "ms", std::max(both->compute_s, alone->comm_s) * 1e3},
+      {p + "step_no_overlap", "ms", serial->step_s * 1e3},
+  };
+  if (iperf_bytes_per_s > 0) {
+    out.push_back(
+        {p + "ideal", "ms", alone->bytes_per_step / iperf_bytes_per_s * 1e3});
+  }
+  return out;
+}
+
+std::vector<WholeJobGoal> WholeJobGoals(const std::vector<WholeJobModel>& ms) {
+  std::vector<WholeJobGoal> goals;
+  for (const WholeJobModel& m : ms) {
+    const std::string p = "job_" + m.name + "_";
+    const std::string what = absl::StrCat(
+        "whole job, MLP ", m.name, " (", WholeJobParams(m), " params), ",
+        kWorkers, " workers, ", kServers, " servers, sync: ");
+    goals.push_back({what + "communication per step / (bytes all workers "
+                            "moved / iperf3 rate)",
+                     p + "comm", p + "comm", p + "ideal", 1.5});
+    goals.push_back({what + "step time with compute_ms = comm and "
+                            "worker.overlap / max(compute, comm)",
+                     p + "step", p + "step", p + "bound", 1.1});
+    goals.push_back({what + "the same without overlap / max(compute, comm)",
+                     p + "step_no_overlap", p + "step_no_overlap", p + "bound",
+                     0});
+  }
+  return goals;
+}
+
+}  // namespace pstrain::bench

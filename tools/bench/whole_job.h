@@ -1,0 +1,71 @@
+// ps_bench's whole-job goals (issue 9): real jobs of an MLP with 4 workers
+// and 2 servers, separate processes on loopback, sync mode, emulated compute
+// (worker.compute_ms), read back from metrics.csv and summary.json.
+//
+// Per model and round, two jobs one after the other:
+//  1. no emulated compute: the communication per step (median over steps of
+//     the workers' mean pull_s + push_s, metrics.csv comm_s) against the
+//     ideal time (bytes all workers moved in a step, summary.json
+//     bytes_pushed / steps + bytes_pulled / (steps + 1) for the final pull,
+//     over iperf3's rate of the same round: the workers and servers share
+//     this host's loopback, so their traffic together meets one wire);
+//     goal <= 1.5;
+//  2. worker.compute_ms set to the communication time of job 1 (so both
+//     matter equally: the case overlap helps most) and worker.overlap: the
+//     step time (median over steps of the difference of consecutive wall_s)
+//     against max(compute, communication) = max(the workers' mean compute_s
+//     of this job, the communication of job 1); goal <= 1.1 (1.0 is perfect
+//     overlap, 2.0 none);
+//  3. the same without overlap, for comparison (no goal).
+// The first step (connections, first allocations) is left out.
+#ifndef PSTRAIN_TOOLS_BENCH_WHOLE_JOB_H_
+#define PSTRAIN_TOOLS_BENCH_WHOLE_JOB_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace pstrain::bench {
+
+struct WholeJobModel {
+  std::string name;  // "4M": series and figures are named after it
+  int input_dim = 0;
+  std::vector<int> hidden;
+  int num_classes = 10;
+  int steps = 8;
+};
+
+// 4 M and 25 M parameters; --quick: 0.5 M only (short CI run).
+std::vector<WholeJobModel> WholeJobModels(bool quick);
+
+// Number of parameters of the MLP (weights and biases).
+int64_t WholeJobParams(const WholeJobModel& model);
+
+struct WholeJobSample {
+  std::string name;  // e.g. "job_4M_comm"
+  std::string unit;
+  double value;
+};
+
+// Runs the two jobs of one round for `model` (binaries under bin_dir, files
+// under work_dir) and returns its figures: job_<name>_comm (ms),
+// job_<name>_ideal (ms, needs iperf_bytes_per_s > 0, else left out),
+// job_<name>_bytes (MB per step), job_<name>_step, job_<name>_compute,
+// job_<name>_bound = max(compute, comm) and job_<name>_step_no_overlap (ms).
+// Errors name the job's logs.
+absl::StatusOr<std::vector<WholeJobSample>> MeasureWholeJob(
+    const WholeJobModel& model, const std::string& bin_dir,
+    const std::string& work_dir, double iperf_bytes_per_s);
+
+struct WholeJobGoal {
+  std::string figure;
+  std::string measured;                // the series shown as measured (ms)
+  std::string numerator, denominator;  // the ratio's series
+  double goal;  // ratio <= goal; 0: a figure without a goal
+};
+std::vector<WholeJobGoal> WholeJobGoals(const std::vector<WholeJobModel>& m);
+
+}  // namespace pstrain::bench
+
+#endif  // PSTRAIN_TOOLS_BENCH_WHOLE_JOB_H_

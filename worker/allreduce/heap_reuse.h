@@ -1,0 +1,35 @@
+// glibc's malloc hands memory back to the kernel eagerly: it serves blocks
+// above its mmap threshold with fresh mappings, and it trims the top of the
+// heap once more than its trim threshold (by default, after the first large
+// free, twice that block's size) is free. The ring allocates and frees a
+// segment-sized buffer per message on both ends (the sender's copy, gRPC's
+// read buffers), so with the defaults nearly every segment landed in freshly
+// mapped pages: a page fault and a zeroed page per 4 KiB, on the critical
+// path (perf, 2 ranks: clear_page and exc_page_fault under the socket
+// copies). KeepFreedHeapForReuse raises both thresholds so that freed
+// segment buffers are reused from memory already mapped. The cost: the
+// process keeps up to the trim threshold of freed heap mapped (its RSS stays
+// near its peak instead of falling back).
+#ifndef PSTRAIN_WORKER_ALLREDUCE_HEAP_REUSE_H_
+#define PSTRAIN_WORKER_ALLREDUCE_HEAP_REUSE_H_
+
+#include <cstddef>
+
+#include "absl/status/status.h"
+
+namespace pstrain {
+
+// glibc's largest mmap threshold on 64-bit (blocks below it come from the
+// heap), and the free heap kept mapped.
+inline constexpr size_t kRingMmapThresholdBytes = size_t{32} << 20;
+inline constexpr size_t kRingTrimThresholdBytes = size_t{256} << 20;
+
+// Sets M_MMAP_THRESHOLD and M_TRIM_THRESHOLD (mallopt) to the values above.
+// Process-wide: call from main (or where a process decides to run the
+// ring), not from library code that others share. INTERNAL if mallopt
+// refuses.
+absl::Status KeepFreedHeapForReuse();
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_WORKER_ALLREDUCE_HEAP_REUSE_H_

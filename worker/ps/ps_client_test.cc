@@ -1,0 +1,187 @@
+// PsClient against a fake shard: pulls are decoded straight from gRPC's
+// buffers (and refused when the server's chunks do not fit the map), pushes
+// go out as messages any protobuf parser reads back exactly.
+#include "worker/ps/ps_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "common/grpc_util.h"
+#include "common/sharding.h"
+#include "common/tensor_codec.h"
+#include "gtest/gtest.h"
+#include "proto/pstrain.grpc.pb.h"
+
+namespace pstrain {
+namespace {
+
+using pstrain::v1::ChunkData;
+using pstrain::v1::PullResponse;
+using pstrain::v1::PushRequest;
+
+constexpr uint64_t kElems = 3000;  // three chunks of 1024, 1024, 952
+
+// One shard that answers pulls with `pull_messages` and records pushes.
+class FakeShard final : public pstrain::v1::ParameterServer::Service {
+ public:
+  grpc::Status Pull(grpc::ServerContext*, const pstrain::v1::PullRequest*,
+                    grpc::ServerWriter<PullResponse>* writer) override {
+    for (const PullResponse& m : pull_messages) writer->Write(m);
+    return grpc::Status::OK;
+  }
+  grpc::Status Push(grpc::ServerContext*,
+                    grpc::ServerReader<PushRequest>* reader,
+                    pstrain::v1::PushResponse* response) override {
+    PushRequest m;
+    absl::MutexLock lock(&mu);
+    pushed.clear();
+    while (reader->Read(&m)) pushed.push_back(m);
+    response->set_version(1);
+    return grpc::Status::OK;
+  }
+  std::vector<PullResponse> pull_messages;
+  absl::Mutex mu;
+  std::vector<PushRequest> pushed ABSL_GUARDED_BY(mu);
+};
+
+class PsClientTest : public ::testing::TestWithParam<pstrain::v1::DType> {
+ protected:
+  void SetUp() override {
+    auto started = StartGrpcServer("127.0.0.1", 0,
+                                   grpc::InsecureServerCredentials(), {&fake_});
+    ASSERT_TRUE(started.ok()) << started.status();
+    server_ = std::move(started->server);
+    pstrain::v1::TensorSpec t;
+    t.set_name("w");
+    t.add_shape(kElems);
+    t.set_dtype(pstrain::v1::DTYPE_F32);
+    auto map = BuildShardMap({t}, 1, 1024);
+    ASSERT_TRUE(map.ok()) << map.status();
+    map_ = *map;
+    PsClientOptions options;
+    options.max_attempts = 1;
+    options.wire_dtype = GetParam();
+    auto client = PsClient::Create(
+        map_, {MakeChannel(absl::StrCat("127.0.0.1:", started->port))},
+        options);
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = std::move(*client);
+    for (uint64_t i = 0; i < kElems; ++i) values_.push_back(0.25f * i - 100);
+  }
+  void TearDown() override { server_->Shutdown(); }
+
+  // The pull the real service sends: a head, then the chunks.
+  void ServeValues() {
+    PullResponse head;
+    head.set_version(7);
+    head.set_min_clock(5);
+    fake_.pull_messages = {head, PullResponse()};
+    for (const auto& c : map_.chunks()) {
+      EncodeChunk(c.tensor(), c.index(), values_.data() + c.offset(),
+                  c.length(), fake_.pull_messages[1].add_chunks(), GetParam());
+    }
+  }
+
+  absl::Status Pull(TensorList* params, std::vector<ShardRead>* reads) {
+    auto op = client_->StartPull(0, 0, params);
+    absl::Status s = op->Wait();
+    if (s.ok()) *reads = op->reads();
+    return s;
+  }
+
+  FakeShard fake_;
+  std::unique_ptr<grpc::Server> server_;
+  pstrain::v1::ShardMap map_;
+  std::unique_ptr<PsClient> client_;
+  std::vector<float> values_;
+};
+
+TEST_P(PsClientTest, PullDecodesEveryChunk) {
+  ServeValues();
+  TensorList params;
+  std::vector<ShardRead> reads;
+  ASSERT_TRUE(Pull(&params, &reads).ok());
+  ASSERT_EQ(reads.size(), 1u);
+  EXPECT_EQ(reads[0].version, 7u);
+  EXPECT_EQ(reads[0].min_clock, 5u);
+  std::vector<float> want = values_;
+  RoundToWire(GetParam(), want.data(), want.size());
+  EXPECT_EQ(params[0], want);
+  EXPECT_EQ(client_->bytes_pulled(), fake_.pull_messages[0].ByteSizeLong() +
+                                         fake_.pull_messages[1].ByteSizeLong());
+}
+
+TEST_P(PsClientTest, PullRefusesChunksThatDoNotFitTheMap) {
+  TensorList params;
+  std::vector<ShardRead> reads;
+  ServeValues();
+  fake_.pull_messages[1].mutable_chunks(1)->set_index(9);
+  absl::Status s = Pull(&params, &reads);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  EXPECT_NE(s.message().find("unexpected chunk 9 of 'w'"), std::string::npos)
+      << s;
+
+  ServeValues();
+  fake_.pull_messages[1].mutable_chunks(0)->mutable_data()->resize(8);
+  s = Pull(&params, &reads);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  EXPECT_NE(s.message().find("8 bytes for 1024 elements"), std::string::npos)
+      << s;
+
+  ServeValues();
+  fake_.pull_messages[1].mutable_chunks(2)->set_shape(0, 5);
+  s = Pull(&params, &reads);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  EXPECT_NE(s.message().find("shape"), std::string::npos) << s;
+
+  ServeValues();
+  fake_.pull_messages[1].mutable_chunks()->RemoveLast();
+  s = Pull(&params, &reads);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  EXPECT_NE(s.message().find("pull returned 2 of 3 chunks"), std::string::npos)
+      << s;
+}
+
+TEST_P(PsClientTest, PushSendsTheGradientsAsProtobufReadsThem) {
+  TensorList grads = {values_};
+  auto op = client_->StartPush(0, 3, 16, grads, {ShardRead{2, 1}});
+  ASSERT_TRUE(op->Wait().ok());
+  absl::MutexLock lock(&fake_.mu);
+  ASSERT_FALSE(fake_.pushed.empty());
+  const pstrain::v1::PushHeader& h = fake_.pushed[0].header();
+  EXPECT_EQ(h.clock(), 3u);
+  EXPECT_EQ(h.num_samples(), 16u);
+  EXPECT_EQ(h.read_version(), 2u);
+  EXPECT_EQ(h.read_min_clock(), 1u);
+  std::vector<float> got(kElems, -1);
+  size_t chunks = 0;
+  for (const PushRequest& m : fake_.pushed) {
+    for (const ChunkData& c : m.chunks()) {
+      const pstrain::v1::ChunkInfo* info_ptr = nullptr;
+      for (const auto& i : map_.chunks()) {
+        if (i.index() == c.index()) info_ptr = &i;
+      }
+      ASSERT_NE(info_ptr, nullptr);
+      const pstrain::v1::ChunkInfo& info = *info_ptr;
+      ASSERT_TRUE(DecodeChunk(c, info.length(), true,
+                              got.data() + info.offset(), GetParam())
+                      .ok());
+      ++chunks;
+    }
+  }
+  EXPECT_EQ(chunks, 3u);
+  std::vector<float> want = values_;
+  RoundToWire(GetParam(), want.data(), want.size());
+  EXPECT_EQ(got, want);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, PsClientTest,
+                         ::testing::Values(pstrain::v1::DTYPE_F32,
+                                           pstrain::v1::DTYPE_BF16));
+
+}  // namespace
+}  // namespace pstrain
