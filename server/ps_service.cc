@@ -326,6 +326,9 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     bool become_summer = false;
     {
       absl::MutexLock lock(&pipe_mu_);
+      // The summer may have ended the call (a failed sum) while this frame
+      // was parsed outside the lock: it must not be ended twice.
+      if (done_) return;
       if (failure.has_value()) {
         if (!failure_.has_value()) failure_ = failure;
         if (summing_) return;  // the summer fails the push
@@ -429,6 +432,7 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       watch_->context = nullptr;
     }
     alarm_.Cancel();
+    ReturnBuffers();  // kept past End while a read could still use them
     delete this;
   }
 
@@ -444,12 +448,19 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     // A push that fails after some chunks were summed leaves them as the
     // worker's uncommitted contribution (server/shard.h): nothing applied.
     incoming_.reset();
+    // Summing on arrival, a failure can end the call while a read is still
+    // parsing into a message slot: the buffers then go back in OnDone, which
+    // gRPC calls after every reaction has returned. A successful push ends
+    // after the half-close, with no read left.
+    if (!on_arrival_ || status.ok()) ReturnBuffers();
+    if (admitted_) service_->EndPush();
+    Finish(status);
+  }
+
+  void ReturnBuffers() {
     if (messages_ != nullptr) {
       service_->ReturnPushBuffers(std::move(messages_));
     }
-    count_ = 0;
-    if (admitted_) service_->EndPush();
-    Finish(status);
   }
 
   void Complete() {

@@ -264,6 +264,31 @@ TEST_F(OnArrivalServiceTest, PushFailingAfterSummedMessagesChangesNothing) {
   EXPECT_TRUE(Observe(*shard_) == Observe(*reference));
 }
 
+// A sum that fails (a non-finite chunk) while the frames behind it are
+// still being read: the call ends once, with the sum's error, whatever the
+// read in flight is doing (a regression: the reader that finished parsing
+// after the failure became the summer and ended the call a second time,
+// which aborts inside gRPC). Nothing changes, and the stream's buffers go
+// back to the service only after the last read.
+TEST_F(OnArrivalServiceTest, SumFailingWhileReadingEndsTheCallOnce) {
+  const std::vector<float> g0 = RandomGrad(7);
+  const std::vector<std::string> frames = Frames(0, 0, g0);
+  std::vector<float> bad = g0;
+  bad[1 * kChunkElems] = std::nanf("");
+  std::vector<std::string> stream = {frames[0], Frames(0, 0, bad)[1]};
+  // Many valid frames behind the failing one keep a read in flight.
+  for (int i = 0; i < 64; ++i) stream.push_back(frames[2 + i % 6]);
+  const Observed before = Observe(*shard_);
+  for (int round = 0; round < 100; ++round) {
+    const grpc::Status s = PushFrames(stream);
+    ASSERT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << "round " << round << ": " << s.error_message();
+  }
+  EXPECT_TRUE(Observe(*shard_) == before);
+  // The service still takes a whole push after all that.
+  ASSERT_TRUE(PushFrames(frames).ok());
+}
+
 // Both workers stream their pushes at once, one chunk per message, over
 // several steps: the result is the shard's own, bit for bit.
 TEST_F(OnArrivalServiceTest, ConcurrentManyMessagePushesAreExact) {
