@@ -279,7 +279,7 @@ TEST_F(OnArrivalServiceTest, SumFailingWhileReadingEndsTheCallOnce) {
   // Many valid frames behind the failing one keep a read in flight.
   for (int i = 0; i < 64; ++i) stream.push_back(frames[2 + i % 6]);
   const Observed before = Observe(*shard_);
-  for (int round = 0; round < 100; ++round) {
+  for (int round = 0; round < 500; ++round) {
     const grpc::Status s = PushFrames(stream);
     ASSERT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
         << "round " << round << ": " << s.error_message();
