@@ -23,6 +23,7 @@
 #include "coordinator/job_spec.h"
 #include "server/checkpoint.h"
 #include "server/checkpoint_env.h"
+#include "tests/checkpoint_jobs.h"
 #include "tests/in_process_job.h"
 #include "tests/test_files.h"
 #include "worker/allreduce/checkpointing.h"
@@ -35,35 +36,11 @@ namespace fs = std::filesystem;
 constexpr int64_t kSteps = 12;
 
 JobConfig MakeConfig(const std::string& dir) {
-  JobConfig c = DefaultJobConfig();
-  c.mutable_job()->set_name("allreduce-checkpoint");
-  c.mutable_training()->set_mode(pstrain::v1::MODE_ALLREDUCE);
-  c.mutable_job()->set_workers(2);
-  c.mutable_training()->set_local_batch(8);
-  c.mutable_training()->set_steps(kSteps);
-  // Adam (two slots) on a cosine schedule with warm-up: the resumed job
-  // must get the moments and the schedule step right, not only weights.
-  c.mutable_training()->mutable_optimizer()->set_kind(
-      pstrain::v1::OptimizerConfig::ADAM);
-  c.mutable_training()->mutable_optimizer()->set_base_lr(0.01);
-  c.mutable_training()->mutable_optimizer()->set_schedule(
-      pstrain::v1::OptimizerConfig::COSINE);
-  c.mutable_training()->mutable_optimizer()->set_warmup_steps(3);
-  c.mutable_model()->set_type(ModelConfig::MLP);
-  c.mutable_model()->set_input_dim(16);
-  SetList(c.mutable_model()->mutable_hidden(), {24});
-  c.mutable_model()->set_num_classes(4);
-  c.mutable_model()->set_seed(5);
-  c.mutable_data()->set_source(DataConfig::SYNTHETIC);
-  c.mutable_data()->set_num_features(16);
-  c.mutable_data()->set_num_classes(4);
-  c.mutable_data()->set_seed(9);
-  c.mutable_data()->set_test_examples(64);
+  JobConfig c = checkpoint_jobs::SmallAdamJob(
+      "allreduce-checkpoint", pstrain::v1::MODE_ALLREDUCE, kSteps, dir, 4);
   c.mutable_network()->set_rpc_timeout_s(10);
   c.mutable_network()->set_startup_timeout_s(20);
   c.mutable_allreduce()->set_timeout_s(20);
-  c.mutable_checkpoint()->set_dir(dir);
-  c.mutable_checkpoint()->set_every_steps(4);
   FinalizeJobConfig(&c);
   return c;
 }

@@ -23,6 +23,7 @@
 #include "common/job_config.h"
 #include "server/checkpoint.h"
 #include "server/checkpoint_env.h"
+#include "tests/checkpoint_jobs.h"
 #include "tests/in_process_job.h"
 #include "tests/test_files.h"
 
@@ -40,31 +41,12 @@ constexpr double kLossTolerance = 0.05;
 
 JobConfig MakeConfig(const std::string& dir, int workers, int servers,
                      int64_t staleness, int64_t steps, int64_t every) {
-  JobConfig c = DefaultJobConfig();
-  c.mutable_job()->set_name("async-checkpoint-resume");
-  c.mutable_training()->set_mode(pstrain::v1::MODE_ASYNC);
+  JobConfig c = checkpoint_jobs::SmallAdamJob(
+      "async-checkpoint-resume", pstrain::v1::MODE_ASYNC, steps, dir, every);
   c.mutable_training()->set_staleness(staleness);
   c.mutable_job()->set_workers(workers);
   c.mutable_job()->set_servers(servers);
   c.mutable_training()->set_local_batch(16);
-  c.mutable_training()->set_steps(steps);
-  // Adam (two slots) on a cosine schedule: the resumed job must get the
-  // moments and the per-push schedule step (the push's clock) right.
-  c.mutable_training()->mutable_optimizer()->set_kind(
-      pstrain::v1::OptimizerConfig::ADAM);
-  c.mutable_training()->mutable_optimizer()->set_base_lr(0.01);
-  c.mutable_training()->mutable_optimizer()->set_schedule(
-      pstrain::v1::OptimizerConfig::COSINE);
-  c.mutable_training()->mutable_optimizer()->set_warmup_steps(3);
-  c.mutable_model()->set_type(ModelConfig::MLP);
-  c.mutable_model()->set_input_dim(16);
-  SetList(c.mutable_model()->mutable_hidden(), {24});
-  c.mutable_model()->set_num_classes(4);
-  c.mutable_model()->set_seed(5);
-  c.mutable_data()->set_source(DataConfig::SYNTHETIC);
-  c.mutable_data()->set_num_features(16);
-  c.mutable_data()->set_num_classes(4);
-  c.mutable_data()->set_seed(9);
   c.mutable_data()->set_test_examples(256);
   c.mutable_server()->set_chunk_bytes(256);  // several chunks per shard
   // Steps of at least 5 ms: the coordinator's orderer (a thread) keeps up
@@ -73,8 +55,6 @@ JobConfig MakeConfig(const std::string& dir, int workers, int servers,
   c.mutable_network()->set_rpc_timeout_s(10);
   c.mutable_network()->set_barrier_timeout_s(20);
   c.mutable_network()->set_startup_timeout_s(20);
-  c.mutable_checkpoint()->set_dir(dir);
-  c.mutable_checkpoint()->set_every_steps(every);
   FinalizeJobConfig(&c);
   return c;
 }

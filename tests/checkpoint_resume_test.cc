@@ -16,6 +16,7 @@
 #include "common/job_config.h"
 #include "server/checkpoint.h"
 #include "server/checkpoint_env.h"
+#include "tests/checkpoint_jobs.h"
 #include "tests/in_process_job.h"
 #include "tests/test_files.h"
 
@@ -27,31 +28,9 @@ namespace fs = std::filesystem;
 constexpr int64_t kSteps = 12;
 
 JobConfig MakeConfig(const std::string& dir, int servers) {
-  JobConfig c = DefaultJobConfig();
-  c.mutable_job()->set_name("checkpoint-resume");
-  c.mutable_training()->set_mode(pstrain::v1::MODE_SYNC);
-  c.mutable_job()->set_workers(2);
+  JobConfig c = checkpoint_jobs::SmallAdamJob(
+      "checkpoint-resume", pstrain::v1::MODE_SYNC, kSteps, dir, 4);
   c.mutable_job()->set_servers(servers);
-  c.mutable_training()->set_local_batch(8);
-  c.mutable_training()->set_steps(kSteps);
-  // Adam (two slots) on a cosine schedule with warm-up: the resumed job
-  // must get the moments and the schedule step right, not only weights.
-  c.mutable_training()->mutable_optimizer()->set_kind(
-      pstrain::v1::OptimizerConfig::ADAM);
-  c.mutable_training()->mutable_optimizer()->set_base_lr(0.01);
-  c.mutable_training()->mutable_optimizer()->set_schedule(
-      pstrain::v1::OptimizerConfig::COSINE);
-  c.mutable_training()->mutable_optimizer()->set_warmup_steps(3);
-  c.mutable_model()->set_type(ModelConfig::MLP);
-  c.mutable_model()->set_input_dim(16);
-  SetList(c.mutable_model()->mutable_hidden(), {24});
-  c.mutable_model()->set_num_classes(4);
-  c.mutable_model()->set_seed(5);
-  c.mutable_data()->set_source(DataConfig::SYNTHETIC);
-  c.mutable_data()->set_num_features(16);
-  c.mutable_data()->set_num_classes(4);
-  c.mutable_data()->set_seed(9);
-  c.mutable_data()->set_test_examples(64);
   c.mutable_server()->set_chunk_bytes(256);  // several chunks per shard
   // Steps of at least 10 ms: the coordinator's orderer (a thread) keeps up
   // with the shards' standing cuts (at most 2 held) even on a loaded machine.
@@ -59,8 +38,6 @@ JobConfig MakeConfig(const std::string& dir, int servers) {
   c.mutable_network()->set_rpc_timeout_s(10);
   c.mutable_network()->set_barrier_timeout_s(20);
   c.mutable_network()->set_startup_timeout_s(20);
-  c.mutable_checkpoint()->set_dir(dir);
-  c.mutable_checkpoint()->set_every_steps(4);
   FinalizeJobConfig(&c);
   return c;
 }
