@@ -93,20 +93,8 @@ kill_after_checkpoint "$dir" "$worker_step" "--rank=$worker_victim" "$worker_del
 if ! exited_within "$psctl_pid" 120; then
   fail "the job with two killed processes still runs 120 s later (on_failure: restart)"
 elif ((rc == 0)); then
-  for who in "server-$server_victim" "worker-$worker_victim"; do
-    grep -q "^psctl: $who (pid [0-9]*) exited with status 137; restarted as pid" "$dir.log" ||
-      fail "psctl did not restart the killed $who"
-  done
-  lost=$(grep -c " lost (" "$dir/logs/coordinator.log")
-  rolled=$(grep -c "rolled back to step" "$dir/logs/coordinator.log")
-  ((lost >= 2)) || fail "the coordinator logged $lost losses, expected 2"
-  ((rolled >= 2)) || fail "the coordinator logged $rolled rollbacks, expected 2"
-  grep -E " lost \(|rolled back to step" "$dir/logs/coordinator.log" | sed 's/^/  /'
-  grep -q "rolled back to step" "$dir/logs/server-$server_victim.log" ||
-    fail "the replacement of server-$server_victim logged no rollback"
-  survivor=$(((worker_victim + 1) % 3))
-  grep -q "resuming at step" "$dir/logs/worker-$survivor.log" ||
-    fail "the surviving worker-$survivor did not resume in-process"
+  restarted_and_rolled_back "$dir" "$server_victim" "$worker_victim" \
+    "$(((worker_victim + 1) % 3))"
   [[ -f "$dir/$final/MANIFEST.json" ]] || fail "the job with kills wrote no final checkpoint"
   grep -q '"failed": false' "$dir/summary.json" || fail "summary.json does not record success"
   acc_r=$("$REPORT" summary-get "$dir" final_accuracy)

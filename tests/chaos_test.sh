@@ -71,21 +71,7 @@ if ! exited_within "$psctl_pid" 120; then
 elif ((rc != 0)); then
   cat "$dir.log"; fail "the job with two killed processes failed"
 fi
-# Both victims restarted (a process starved past its lease on a loaded
-# machine may add a restart of its own: then more than 2).
-for who in "server-$server_victim" "worker-$worker_victim"; do
-  grep -q "^psctl: $who (pid [0-9]*) exited with status 137; restarted as pid" "$dir.log" ||
-    fail "psctl did not restart the killed $who"
-done
-lost=$(grep -c " lost (" "$dir/logs/coordinator.log")
-rolled=$(grep -c "rolled back to step" "$dir/logs/coordinator.log")
-((lost >= 2)) || fail "the coordinator logged $lost losses, expected 2"
-((rolled >= 2)) || fail "the coordinator logged $rolled rollbacks, expected 2"
-grep -E " lost \(|rolled back to step" "$dir/logs/coordinator.log" | sed 's/^/  /'
-grep -q "rolled back to step" "$dir/logs/server-$server_victim.log" ||
-  fail "the replacement of server-$server_victim logged no rollback"
-grep -q "resuming at step" "$dir/logs/worker-$((1 - worker_victim)).log" ||
-  fail "the surviving worker-$((1 - worker_victim)) did not resume in-process"
+restarted_and_rolled_back "$dir" "$server_victim" "$worker_victim" "$((1 - worker_victim))"
 
 # 3. Bit for bit: the final checkpoint's shard files.
 if [[ -f "$dir/$final/MANIFEST.json" ]]; then

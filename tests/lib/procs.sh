@@ -262,6 +262,31 @@ kill_after_checkpoint() {
   return 1
 }
 
+# restarted_and_rolled_back OUT SERVER WORKER SURVIVOR: after a psctl run
+# (log in OUT.log) under on_failure: restart in which server shard SERVER and
+# worker rank WORKER were SIGKILLed: psctl restarted both, the coordinator
+# logged at least two losses and two rollbacks (shown), the replacement
+# server rolled back, and worker SURVIVOR resumed in-process. A FAIL for
+# each that is not so. (A process starved past its lease on a loaded
+# machine may add a restart of its own: more than two is fine.)
+restarted_and_rolled_back() {
+  local out="$1" server="$2" worker="$3" survivor="$4" who lost rolled
+  local coord_log="$out/logs/coordinator.log"
+  for who in "server-$server" "worker-$worker"; do
+    grep -q "^psctl: $who (pid [0-9]*) exited with status 137; restarted as pid" "$out.log" ||
+      fail "psctl did not restart the killed $who"
+  done
+  lost=$(grep -c " lost (" "$coord_log")
+  rolled=$(grep -c "rolled back to step" "$coord_log")
+  ((lost >= 2)) || fail "the coordinator logged $lost losses, expected 2"
+  ((rolled >= 2)) || fail "the coordinator logged $rolled rollbacks, expected 2"
+  grep -E " lost \(|rolled back to step" "$coord_log" | sed 's/^/  /'
+  grep -q "rolled back to step" "$out/logs/server-$server.log" ||
+    fail "the replacement of server-$server logged no rollback"
+  grep -q "resuming at step" "$out/logs/worker-$survivor.log" ||
+    fail "the surviving worker-$survivor did not resume in-process"
+}
+
 # same_files DIR_A DIR_B WHAT FILE...: each FILE in DIR_B is byte-identical
 # (cmp) to the one in DIR_A; a FAIL "WHAT: FILE differs" for each that is not.
 same_files() {

@@ -70,6 +70,25 @@ out=$(same_files "$TMP/a" "$TMP/b" "cmp" x y; echo "failures=$failures")
 [[ "$out" == "FAIL: cmp: y differs from $TMP/a/y"$'\n'"failures=1" ]] &&
   ok "same_files fails on the differing file only" || fail "same_files said '$out'"
 
+# restarted_and_rolled_back: silent on the logs of a recovered run, one
+# FAIL for each missing trace otherwise.
+run="$TMP/run"
+mkdir -p "$run/logs"
+printf '%s\n' "psctl: server-1 (pid 10) exited with status 137; restarted as pid 11" \
+  "psctl: worker-0 (pid 12) exited with status 137; restarted as pid 13" > "$run.log"
+printf '%s\n' "server 1 lost (lease); generation 1" "rolled back to step 4" \
+  "worker 0 lost (replaced); generation 2" "rolled back to step 8" > "$run/logs/coordinator.log"
+echo "rolled back to step 8" > "$run/logs/server-1.log"
+echo "resuming at step 8" > "$run/logs/worker-1.log"
+out=$(restarted_and_rolled_back "$run" 1 0 1 | grep FAIL; echo "failures=$failures")
+[[ "$out" == "failures=0" ]] && ok "restarted_and_rolled_back accepts a recovered run" ||
+  fail "restarted_and_rolled_back on a recovered run said '$out'"
+: > "$run/logs/worker-1.log"
+sed -i '/worker-0/d' "$run.log"
+out=$(restarted_and_rolled_back "$run" 1 0 1 | grep -c FAIL)
+[[ "$out" == 2 ]] && ok "restarted_and_rolled_back fails on a missing restart and resume" ||
+  fail "restarted_and_rolled_back: $out FAIL lines, want 2"
+
 # Cleanup: a script that exits with a failure, one killed by SIGTERM, each
 # with a running, a stopped and a SIGTERM-ignoring process.
 child() {  # $1: how the script ends
