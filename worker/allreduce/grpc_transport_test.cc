@@ -115,8 +115,8 @@ absl::Status SendAll(Transport* t, const std::vector<float>& data, size_t n) {
   return absl::OkStatus();
 }
 
-// Turns its predicate true `after` from construction, or once `ready` (when
-// set) is true and then `after` has passed; Join() says when.
+// Turns its predicate true `after` from construction or, given `ready`,
+// `after` from when ready() is first true (30 s at most); Join() says when.
 class Canceller {
  public:
   explicit Canceller(absl::Duration after, std::function<bool()> ready = {})
