@@ -11,6 +11,11 @@
 #     CHAOS_SEED=N replays a draw.
 #  2. SIGTERM ends a worker blocked inside a ring step (its right and left
 #     neighbour SIGSTOPped, allreduce.timeout_s 60) within 1 s, cleanly.
+#  3. The same in the final close after the last step: a 1-step job of 2
+#     ranks whose coordinator is SIGSTOPped while they compute, so both
+#     finish the step's all-reduce and block in their step report; then
+#     rank 1 is SIGSTOPped and the coordinator resumed, so rank 0 reports and
+#     waits in Close for rank 1 to confirm its stream (never).
 set -uo pipefail
 
 ROOT="$TEST_SRCDIR/pstrain"
@@ -26,6 +31,8 @@ ok() { echo "ok: $*"; }
 cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done; }
 trap cleanup EXIT
 now_ms() { date +%s%3N; }
+# running_pid PID: alive and not a zombie (exited, not yet waited for).
+running_pid() { kill -0 "$1" 2>/dev/null && [[ "$(ps -o stat= -p "$1" 2>/dev/null)" != Z* ]]; }
 
 seed="${CHAOS_SEED:-$(($(date +%s%N) % 100000))}"
 echo "seed $seed (replay: CHAOS_SEED=$seed)"
@@ -184,9 +191,91 @@ grep -q "cancelled while waiting for" "$dir/worker-0.log" ||
   fail "worker 0's log does not say the ring wait was cancelled"
 kill -KILL "${workers[1]}" "${workers[2]}" 2>/dev/null
 cleanup
+pids=()
+
+# 3. SIGTERM in the final close. Each stage waits for what the next needs, so
+# rank 0 is in Close when SIGTERM comes (or enters it with SIGTERM already
+# seen: the same CANCELLED). worker.compute_ms 3000 is the window to stop the
+# coordinator in once both ranks have their peers.
+dir="$TMP/sigterm_close"
+mkdir -p "$dir"
+cat > "$TMP/close.yaml" <<EOF
+job: {name: allreduce-sigterm-close, workers: 2}
+training: {mode: allreduce, steps: 1, local_batch: 8}
+model: {type: mlp, input_dim: 8, hidden: [8], num_classes: 2, seed: 1}
+data: {source: synthetic, num_features: 8, num_classes: 2, seed: 3}
+worker: {compute_ms: 3000}
+network: {lease_s: 30}
+allreduce: {timeout_s: 60}
+EOF
+"$COORD" --config="$TMP/close.yaml" --port=0 --port_file="$dir/port" --out="$dir" \
+  --quiet 2> "$dir/coordinator.log" &
+coord_pid=$!
+pids+=("$coord_pid")
+for _ in $(seq 1 200); do [[ -s "$dir/port" ]] && break; sleep 0.05; done
+workers=()
+for r in 0 1; do
+  "$WORKER" --coordinator="127.0.0.1:$(cat "$dir/port")" --rank="$r" \
+    --peer_port=0 --advertise_host=127.0.0.1 --metrics_port=0 \
+    2> "$dir/worker-$r.log" &
+  workers+=($!)
+  pids+=($!)
+done
+# steps_of LOG: the steps completed by the worker logging to LOG, from its
+# metrics endpoint (empty before it serves one).
+steps_of() {
+  local port
+  port=$(sed -n 's|.*metrics at http://127.0.0.1:\([0-9]*\)/metrics.*|\1|p' "$1" 2>/dev/null | head -1)
+  [[ -n "$port" ]] || return 0
+  timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$0" &&
+    printf "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n" >&3 && cat <&3' "$port" 2>/dev/null |
+    sed -n 's/^pstrain_worker_steps_total \([0-9]*\).*/\1/p'
+}
+stage="no peers"
+for _ in $(seq 1 500); do # both ranks have their peers: the coordinator may stop
+  grep -qs "all-reduce: ring" "$dir/worker-0.log" && grep -qs "all-reduce: ring" "$dir/worker-1.log" &&
+    stage="peers" && break
+  sleep 0.02
+done
+kill -STOP "$coord_pid"
+for _ in $(seq 1 500); do # both all-reduced step 0 and wait on their report
+  [[ "$(steps_of "$dir/worker-0.log")" == 1 && "$(steps_of "$dir/worker-1.log")" == 1 ]] &&
+    stage="reporting" && break
+  sleep 0.02
+done
+kill -STOP "${workers[1]}"
+kill -CONT "$coord_pid"
+sleep 0.5 # rank 0's report returns and it closes its stream to rank 1
+if [[ "$stage" != reporting ]] || ! running_pid "${workers[0]}"; then
+  tail -5 "$dir/worker-0.log"
+  fail "the final-close case did not set up (reached: $stage; worker 0 running: $(running_pid "${workers[0]}" && echo yes || echo no))"
+else
+  t0=$(now_ms)
+  kill -TERM "${workers[0]}"
+  rc=-1
+  while running_pid "${workers[0]}"; do
+    (($(now_ms) - t0 > 5000)) && break
+    sleep 0.01
+  done
+  took=$(($(now_ms) - t0))
+  if ! running_pid "${workers[0]}"; then
+    wait "${workers[0]}"
+    rc=$?
+  fi
+  if ((took <= 1000 && rc == 0)); then
+    ok "worker 0 ended ${took} ms after SIGTERM in its final close, status 0"
+  else
+    tail -5 "$dir/worker-0.log"
+    fail "worker 0 after SIGTERM in its final close: status $rc after ${took} ms (want 0 within 1000 ms)"
+  fi
+  grep -q "cancelled while waiting for the neighbour to confirm the last segments" "$dir/worker-0.log" ||
+    fail "worker 0's log does not say its final close was cancelled"
+fi
+kill -KILL "${workers[1]}" 2>/dev/null
+cleanup
 
 if ((failures)); then
   echo "$failures failure(s) (seed $seed)"
   exit 1
 fi
-echo "PASS: two killed ranks restarted, ring re-formed twice, final weights bit-identical; SIGTERM in a ring step ends the worker within 1 s (seed $seed)"
+echo "PASS: two killed ranks restarted, ring re-formed twice, final weights bit-identical; SIGTERM in a ring step and in the final close ends the worker within 1 s (seed $seed)"

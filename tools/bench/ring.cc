@@ -71,7 +71,7 @@ absl::StatusOr<std::map<uint64_t, double>> RingSeconds(
     result[b] = times[times.size() / 2];
   }
   for (auto& t : transports) {
-    absl::Status s = t->Close(absl::Now() + absl::Seconds(10));
+    absl::Status s = t->Close(WaitBound(absl::Now() + absl::Seconds(10)));
     if (!s.ok() && failed.ok()) failed = s;
   }
   transports.clear();

@@ -2,6 +2,7 @@
 
 #include <grpc/grpc.h>
 
+#include <algorithm>
 #include <deque>
 #include <optional>
 #include <string>
@@ -9,6 +10,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
@@ -170,17 +172,20 @@ class GrpcTransport::Writer
 
   // Waits until the queue is written and gRPC let go of every payload;
   // see Transport::Flush.
-  absl::Status Flush(absl::Time deadline) {
-    bool written, failed;
+  absl::Status Flush(const WaitBound& bound) {
+    const Waited waited =
+        Await(absl::Condition(this, &Writer::WritesSettled), bound);
+    bool failed;
     {
       absl::MutexLock lock(&mu_);
-      written = mu_.AwaitWithDeadline(
-          absl::Condition(this, &Writer::WritesSettled), deadline);
       failed = write_failed_;
     }
-    if (written && !failed) return absl::OkStatus();
-    // Timed out, or the stream broke (its status says why). Cancelling
-    // fails the write in flight.
+    if (waited == Waited::kDone && !failed) return absl::OkStatus();
+    // Timed out, cancelled, or the stream broke (its status says why).
+    // Cancelling fails the write in flight; gRPC then lets go of it and
+    // ends the call (OnDone) promptly, or soon after a broken stream. The
+    // queued copies go at once. (The rank's `data` was copied by Send: no
+    // wait here protects it; a late OnDone is awaited by ~Writer.)
     {
       absl::MutexLock lock(&mu_);
       broken_ = true;
@@ -189,19 +194,17 @@ class GrpcTransport::Writer
     context_.TryCancel();
     ReleaseHold();
     absl::MutexLock lock(&mu_);
-    const bool done = mu_.AwaitWithDeadline(absl::Condition(&done_),
-                                            absl::Now() + absl::Seconds(5));
-    if (!failed) {
-      return absl::DeadlineExceededError(
-          "the neighbour did not take the segments in time");
-    }
+    const bool done = mu_.AwaitWithDeadline(
+        absl::Condition(&done_),
+        absl::Now() + (failed ? kBrokenStatusWait : kCancelWait));
+    if (!failed) return GaveUp(waited, "take the segments");
     if (done && !status_.ok()) return FromGrpcStatus(status_);
     return absl::UnavailableError("the stream to the neighbour broke");
   }
 
   // Half-closes and waits for the neighbour to confirm it read everything.
-  absl::Status Close(absl::Time deadline) {
-    absl::Status flushed = Flush(deadline);
+  absl::Status Close(const WaitBound& bound) {
+    absl::Status flushed = Flush(bound);
     if (!flushed.ok()) return flushed;
     bool half_close;
     {
@@ -211,15 +214,14 @@ class GrpcTransport::Writer
     }
     if (half_close) StartWritesDone();
     ReleaseHold();
-    {
+    const Waited waited = Await(absl::Condition(&done_), bound);
+    if (waited == Waited::kDone) {
       absl::MutexLock lock(&mu_);
-      if (mu_.AwaitWithDeadline(absl::Condition(&done_), deadline)) {
-        return FromGrpcStatus(status_);
-      }
+      return FromGrpcStatus(status_);
     }
+    // Every write is done: gRPC holds no payload any more.
     context_.TryCancel();
-    return absl::DeadlineExceededError(
-        "the neighbour did not confirm the last segments in time");
+    return GaveUp(waited, "confirm the last segments");
   }
 
   void OnWriteDone(bool ok) override {
@@ -248,6 +250,39 @@ class GrpcTransport::Writer
   }
 
  private:
+  // How long Flush waits for gRPC to end the call after cancelling it:
+  // after its own cancel (prompt; the SIGTERM bound of a second includes
+  // it), and after the stream broke (for the status that says why).
+  static constexpr absl::Duration kCancelWait = absl::Milliseconds(500);
+  static constexpr absl::Duration kBrokenStatusWait = absl::Seconds(5);
+
+  enum class Waited { kDone, kTimedOut, kCancelled };
+  // Waits until `cond` holds (kDone; also when it holds once cancelled),
+  // bound.deadline passes or bound.cancelled() is true, polling the latter
+  // every bound.poll outside mu_.
+  Waited Await(const absl::Condition& cond, const WaitBound& bound)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    for (;;) {
+      const bool cancelled = bound.cancelled && bound.cancelled();
+      absl::MutexLock lock(&mu_);
+      if (cancelled) return cond.Eval() ? Waited::kDone : Waited::kCancelled;
+      const absl::Time until =
+          bound.cancelled ? std::min(bound.deadline, absl::Now() + bound.poll)
+                          : bound.deadline;
+      if (mu_.AwaitWithDeadline(cond, until)) return Waited::kDone;
+      if (until >= bound.deadline) return Waited::kTimedOut;
+    }
+  }
+  // Why a wait for the neighbour to `what` ended without it.
+  static absl::Status GaveUp(Waited waited, absl::string_view what) {
+    if (waited == Waited::kCancelled) {
+      return absl::CancelledError(
+          absl::StrCat("cancelled while waiting for the neighbour to ", what));
+    }
+    return absl::DeadlineExceededError(
+        absl::StrCat("the neighbour did not ", what, " in time"));
+  }
+
   bool WritesSettled() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !writing_ || write_failed_;
   }
@@ -338,9 +373,9 @@ absl::Status GrpcTransport::Send(const SegmentKey& key,
   return absl::OkStatus();
 }
 
-absl::Status GrpcTransport::Flush(absl::Time deadline) {
+absl::Status GrpcTransport::Flush(const WaitBound& bound) {
   if (writer_ == nullptr) return absl::OkStatus();  // never sent anything
-  absl::Status st = writer_->Flush(deadline);
+  absl::Status st = writer_->Flush(bound);
   if (!st.ok()) {
     return absl::Status(
         st.code(), absl::StrCat("rank ", rank_, ": sending to rank ", right(),
@@ -362,9 +397,9 @@ absl::Status GrpcTransport::Recv(const SegmentKey& key, Combine how,
   return absl::OkStatus();
 }
 
-absl::Status GrpcTransport::Close(absl::Time deadline) {
+absl::Status GrpcTransport::Close(const WaitBound& bound) {
   if (writer_ == nullptr) return absl::OkStatus();  // never sent anything
-  absl::Status st = writer_->Close(deadline);
+  absl::Status st = writer_->Close(bound);
   if (!st.ok()) {
     return absl::Status(st.code(), absl::StrCat("rank ", rank_,
                                                 ": closing the stream to "

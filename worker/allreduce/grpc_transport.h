@@ -87,10 +87,10 @@ class GrpcTransport final : public Transport {
   int size() const override { return size_; }
   absl::Status Send(const SegmentKey& key, absl::Span<const float> data,
                     pstrain::v1::DType wire, absl::Time deadline) override;
-  absl::Status Flush(absl::Time deadline) override;
+  absl::Status Flush(const WaitBound& bound) override;
   absl::Status Recv(const SegmentKey& key, Combine how, absl::Span<float> out,
                     absl::Time deadline) override;
-  absl::Status Close(absl::Time deadline) override;
+  absl::Status Close(const WaitBound& bound) override;
   uint64_t bytes_sent() const override { return bytes_sent_.load(); }
   uint64_t bytes_received() const override { return bytes_received_.load(); }
 

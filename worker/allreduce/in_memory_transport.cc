@@ -37,8 +37,11 @@ class InMemoryTransport : public Transport {
                                       std::move(payload));
   }
 
-  // Send copied the data: nothing is in flight.
-  absl::Status Flush(absl::Time deadline) override { return absl::OkStatus(); }
+  // Send copied the data into the neighbour's mailbox: nothing is in
+  // flight, so there is nothing to wait for (or to cancel).
+  absl::Status Flush(const WaitBound& bound) override {
+    return absl::OkStatus();
+  }
 
   absl::Status Recv(const SegmentKey& key, Combine how, absl::Span<float> out,
                     absl::Time deadline) override {
@@ -53,7 +56,8 @@ class InMemoryTransport : public Transport {
     return absl::OkStatus();
   }
 
-  absl::Status Close(absl::Time deadline) override {
+  // The neighbour has every segment already (see Flush).
+  absl::Status Close(const WaitBound& bound) override {
     closed_ = true;
     return absl::OkStatus();
   }

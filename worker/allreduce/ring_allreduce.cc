@@ -163,8 +163,9 @@ absl::Status RingAllReduce(Transport* transport, uint64_t step,
   // The transport may still be reading `data` for segments on their way:
   // wait for them (after an error, give up on them at once), so that the
   // caller may change `data` when this returns.
-  absl::Status flushed = transport->Flush(
-      status.ok() ? absl::Now() + options.timeout : absl::InfinitePast());
+  absl::Status flushed = transport->Flush(WaitBound(
+      status.ok() ? absl::Now() + options.timeout : absl::InfinitePast(),
+      options.cancelled, options.poll));
   return status.ok() ? flushed : status;
 }
 

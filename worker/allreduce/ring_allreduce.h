@@ -31,10 +31,12 @@ struct RingOptions {
   // sums in fp32; see RingAllReduce).
   pstrain::v1::DType wire_dtype = pstrain::v1::DTYPE_F32;
   // When set, polled before and about every `poll` during each wait for a
-  // segment: true ends the all-reduce with CANCELLED (SIGTERM, the job's
-  // end, or a rollback: README "Failures and recovery"), so no wait
-  // outlasts it by more than `poll`. Called on the rank's thread; must be
-  // cheap and thread-safe with whatever sets it.
+  // segment, the final flush of a step and the close (RingAllReducer::
+  // Close): true ends the wait with CANCELLED (SIGTERM, the job's end, or a
+  // rollback: README "Failures and recovery"), so no wait outlasts it by
+  // more than `poll` (plus, for the flush and close, the transport's brief
+  // wait for its cancelled link to let go). Called on the rank's thread;
+  // must be cheap and thread-safe with whatever sets it.
   std::function<bool()> cancelled;
   absl::Duration poll = absl::Milliseconds(50);
 };
@@ -63,10 +65,10 @@ ChunkRange RingChunk(size_t n, int parts, int c);
 // INVALID_ARGUMENT when segment_elems is 0 or wire_dtype is neither
 // DTYPE_F32 nor DTYPE_BF16; DEADLINE_EXCEEDED when a neighbour's segment
 // does not arrive (or is not taken) within options.timeout; CANCELLED when
-// options.cancelled turns true while it waits for a segment (then `data` is
-// partly summed: the caller must not use it). The final flush of the
-// segments still being written is bounded by options.timeout only (it
-// waits for gRPC to write them out, not for the neighbour's rank).
+// options.cancelled turns true while it waits, for a segment or in the final
+// flush of the segments still being written (then `data` may be partly
+// summed: the caller must not use it). Either way the transport no longer
+// reads `data` when it returns.
 absl::Status RingAllReduce(Transport* transport, uint64_t step,
                            absl::Span<float> data, const RingOptions& options);
 
@@ -80,8 +82,11 @@ class RingAllReducer : public AllReducer {
   absl::Status SumInPlace(uint64_t step, absl::Span<float> data) override {
     return RingAllReduce(transport_, step, data, options_);
   }
+  // Transport::Close within options.timeout; CANCELLED when
+  // options.cancelled turns true first.
   absl::Status Close() override {
-    return transport_->Close(absl::Now() + options_.timeout);
+    return transport_->Close(WaitBound(absl::Now() + options_.timeout,
+                                       options_.cancelled, options_.poll));
   }
   uint64_t bytes_sent() const override { return transport_->bytes_sent(); }
   uint64_t bytes_received() const override {

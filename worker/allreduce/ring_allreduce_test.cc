@@ -159,8 +159,10 @@ TEST_P(RingAllReduceTest, SumsExactlyForAwkwardSizesAndSegments) {
     }
   }
   for (int r = 0; r < n; ++r) {
-    EXPECT_TRUE(
-        (*ring)->transport(r)->Close(absl::Now() + absl::Seconds(5)).ok());
+    EXPECT_TRUE((*ring)
+                    ->transport(r)
+                    ->Close(WaitBound(absl::Now() + absl::Seconds(5)))
+                    .ok());
   }
 }
 
@@ -549,6 +551,36 @@ TEST(RingAllReduceGrpcTest, OlderGenerationsSegmentsAreAborted) {
   }
   t->reset();
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+}
+
+// The in-memory transport never waits (a send lands in the neighbour's
+// mailbox), so its flush and close are OK even with the cancel flag already
+// up: there was nothing left to wait for (Transport::Flush). The close
+// still ends the link.
+TEST(InMemoryTransportTest, FlushAndCloseHaveNothingToCancel) {
+  absl::StatusOr<std::vector<std::unique_ptr<Transport>>> ring =
+      CreateInMemoryRing(2);
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  Transport* t = (*ring)[0].get();
+  const SegmentKey key{0, pstrain::v1::REDUCE_SCATTER, 0, 0};
+  const std::vector<float> sent = {1, 2, 3};
+  ASSERT_TRUE(
+      t->Send(key, sent, pstrain::v1::DTYPE_F32, absl::Now() + absl::Seconds(1))
+          .ok());
+  const WaitBound cancelled(absl::Now() + absl::Seconds(60),
+                            [] { return true; });
+  EXPECT_TRUE(t->Flush(cancelled).ok());
+  EXPECT_TRUE(t->Close(cancelled).ok());
+  std::vector<float> got(3);
+  ASSERT_TRUE((*ring)[1]
+                  ->Recv(key, Combine::kCopy, absl::MakeSpan(got),
+                         absl::Now() + absl::Seconds(1))
+                  .ok());
+  EXPECT_EQ(got, sent);
+  EXPECT_EQ(
+      t->Send(key, sent, pstrain::v1::DTYPE_F32, absl::Now() + absl::Seconds(1))
+          .code(),
+      absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(RingAllReduceOptionsTest, Fp16WireIsInvalidArgument) {

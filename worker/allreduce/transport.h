@@ -7,7 +7,9 @@
 #define PSTRAIN_WORKER_ALLREDUCE_TRANSPORT_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -37,6 +39,23 @@ struct SegmentKey {
   std::string ToString() const;
 };
 
+// How long a transport may wait (Flush, Close): until `deadline`, or until
+// `cancelled` (when set) returns true. `cancelled` is polled before the wait
+// and about every `poll` during it, on the caller's thread and outside the
+// transport's locks, so a cancelled wait ends within about `poll`; it must
+// be cheap and thread-safe with whatever makes it true (a signal handler's
+// flag, the job's end).
+struct WaitBound {
+  explicit WaitBound(absl::Time deadline,
+                     std::function<bool()> cancelled = nullptr,
+                     absl::Duration poll = absl::Milliseconds(50))
+      : deadline(deadline), cancelled(std::move(cancelled)), poll(poll) {}
+
+  absl::Time deadline;
+  std::function<bool()> cancelled;
+  absl::Duration poll;
+};
+
 // One rank's two ring links. Thread-compatible: one thread (the rank's
 // all-reduce) calls Send and Recv; the byte counters may be read from any
 // thread.
@@ -61,12 +80,17 @@ class Transport {
                             pstrain::v1::DType wire, absl::Time deadline) = 0;
 
   // Waits until every segment sent so far is on its way (written to the
-  // connection; the neighbour's mailbox for the in-memory transport).
-  // DEADLINE_EXCEEDED if the neighbour has not taken them by `deadline`:
-  // then the link is cancelled and broken. Whatever it returns, the
+  // connection; the neighbour's mailbox for the in-memory transport, which
+  // never waits). DEADLINE_EXCEEDED if the neighbour has not taken them by
+  // bound.deadline, CANCELLED if bound.cancelled turned true first: then
+  // the link is cancelled and broken (every later Send fails). OK, not
+  // CANCELLED, when nothing was left to wait for. Whatever it returns, the
   // transport holds no reference to any `data` given to Send when it
-  // returns.
-  virtual absl::Status Flush(absl::Time deadline) = 0;
+  // returns (a transport that sent from `data` in place would wait, after
+  // cancelling its link, until the link let go of it; both transports here
+  // copy `data` in Send, and the gRPC one still waits briefly for gRPC to
+  // let go of its copies and end the call).
+  virtual absl::Status Flush(const WaitBound& bound) = 0;
 
   // Waits for segment `key` from the left neighbour and folds it into `out`
   // as `how` says (copy, or add to the rank's own values), decoding it from
@@ -77,9 +101,11 @@ class Transport {
                             absl::Span<float> out, absl::Time deadline) = 0;
 
   // Ends the outgoing link gracefully: waits until the right neighbour has
-  // every segment sent so far. Call once, after the last Send (and Flush);
-  // Send fails afterwards.
-  virtual absl::Status Close(absl::Time deadline) = 0;
+  // every segment sent so far (Flush, then the neighbour's confirmation).
+  // Call once, after the last Send (and Flush); Send fails afterwards.
+  // DEADLINE_EXCEEDED at bound.deadline and CANCELLED when bound.cancelled
+  // turns true first, as Flush: then the link is cancelled instead.
+  virtual absl::Status Close(const WaitBound& bound) = 0;
 
   // Payload bytes sent and received so far, as on the wire (4 per element
   // in fp32, 2 in bf16).
