@@ -578,28 +578,29 @@ std::unique_ptr<StandInRanks> MaybeStandIns(
 // like a replacement. A member whose session ends (a new worker took its
 // rank back) just stops, and the rank may be offered again later; any other
 // error of a member is its own to report (it fails the job).
+// Members end with the job, as any worker does (its end, its failure, the
+// coordinator's silence, `stop`): nothing else stops them, so the host's
+// own error report, which may be what ends the job, goes out before it
+// waits for them.
 class HostedRanks {
  public:
   // `host` is the hosting node's options; `own` its heartbeat, which must
-  // outlive this object.
+  // outlive the polling (StopTaking).
   HostedRanks(WorkerNodeOptions host, Liveness* own, std::function<bool()> stop)
       : host_(std::move(host)),
         own_(own),
         stop_(std::move(stop)),
         thread_([this] { Loop(); }) {}
-  ~HostedRanks() { Finish(false); }
+  // Joins every member (each of their waits is bounded).
+  ~HostedRanks() {
+    StopTaking();
+    for (const std::unique_ptr<Member>& m : members_) m->thread.join();
+  }
 
-  // After the host's own training: stops taking ranks and joins every
-  // member; `wait` lets them finish the job (they are in the same ring, so
-  // they end with it; each wait of theirs is bounded), else they stop now.
-  void Finish(bool wait) {
+  // Takes no more ranks; `own` is no longer used.
+  void StopTaking() {
     if (!done_.HasBeenNotified()) done_.Notify();
     if (thread_.joinable()) thread_.join();
-    if (!wait) stop_members_.store(true);
-    for (const std::unique_ptr<Member>& m : members_) {
-      if (m->thread.joinable()) m->thread.join();
-    }
-    members_.clear();
   }
 
  private:
@@ -653,8 +654,7 @@ class HostedRanks {
     m->node = *std::move(node);
     Member* raw = m.get();
     m->thread = std::thread([this, raw] {
-      const absl::Status st =
-          raw->node->Run([this] { return stop_() || stop_members_.load(); });
+      const absl::Status st = raw->node->Run(stop_);
       if (st.ok()) {
         PS_LOG_INFO("hosted worker rank %d: done", raw->rank);
       } else {
@@ -669,8 +669,8 @@ class HostedRanks {
   const WorkerNodeOptions host_;
   Liveness* const own_;
   const std::function<bool()> stop_;
-  std::atomic<bool> stop_members_{false};
-  // Touched by the polling thread, then (once it is joined) by Finish.
+  // Touched by the polling thread, then (once it is joined) by the
+  // destructor.
   std::vector<std::unique_ptr<Member>> members_;
   absl::Notification done_;
   std::thread thread_;  // last: starts once everything above exists
@@ -1188,6 +1188,9 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
   reporter.set_worker(rank, reg.session_id());
   std::unique_ptr<PsClient> client;
   AllReduceLink link;
+  // Elastic ring: ranks this process hosts. Joined last, after this
+  // worker's own final report (see HostedRanks).
+  std::unique_ptr<HostedRanks> hosted;
   {
     // Destroyed (joined) before the client it may cancel.
     const absl::Duration lease =
@@ -1197,10 +1200,9 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
     Liveness liveness(coord.get(), rank, lease, rpc_timeout, stop);
     liveness.set_session(reg.session_id());
     reporter.set_cancel([&liveness] { return liveness.lost_coordinator(); });
-    std::unique_ptr<HostedRanks> hosted =
-        MaybeHostedRanks(reg.job(), options_, &liveness, stop);
+    hosted = MaybeHostedRanks(reg.job(), options_, &liveness, stop);
     st = run(&reporter, &client, &link, &liveness);
-    if (hosted != nullptr) hosted->Finish(st.ok());
+    if (hosted != nullptr) hosted->StopTaking();  // before `liveness` goes
     reporter.set_cancel(nullptr);
     if (liveness.lost_coordinator()) {
       if (tty) std::fprintf(stderr, "\n");
