@@ -10,7 +10,10 @@
 #     members;
 #  2. training.max_restarts 1: the same, then psctl starts the worker again,
 #     its registration takes the rank back from its host with one more
-#     rollback.
+#     rollback;
+#  3. training.max_restarts 0, and the host is SIGKILLed too once the ring
+#     re-formed: the last live worker hosts both ranks (three ring members
+#     in one process).
 # Each job ends with a final checkpoint byte-identical (cmp) to the
 # undisturbed run's.
 set -uo pipefail
@@ -40,7 +43,7 @@ training:
   local_batch: 16
   steps: $steps
   on_failure: elastic
-  min_workers: 2
+  min_workers: $2
   max_restarts: $1
   restart_timeout_s: 20
 model: {type: mlp, input_dim: 16, hidden: [24], num_classes: 4, seed: 5}
@@ -51,8 +54,14 @@ allreduce: {timeout_s: 20}
 checkpoint: {every_steps: 5, keep: 0}
 EOF2
 }
-job 0 > "$TMP/hosted.yaml"
-job 1 > "$TMP/newcomer.yaml"
+job 0 2 > "$TMP/hosted.yaml"
+job 1 2 > "$TMP/newcomer.yaml"
+job 0 1 > "$TMP/rehosted.yaml"
+# The live ranks in order; departed rank d goes to the (d mod 2)-th.
+live=()
+for r in 0 1 2; do ((r != victim)) && live+=("$r"); done
+host=${live[victim % 2]}
+last=${live[1 - victim % 2]}
 final=$(ckpt_step "$steps")
 file="shard-00000-of-00001.ckpt"
 
@@ -64,12 +73,13 @@ if ! psctl_run 120 "$TMP/calm" "$TMP/calm.log" --config "$TMP/hosted.yaml"; then
 fi
 [[ -f "$TMP/calm/$final/MANIFEST.json" ]] || fail "no final checkpoint in the undisturbed run"
 
-# run_killed NAME CONFIG: the job with the victim killed; checks what every
-# variant shares.
+# run_killed NAME CONFIG [THEN]: the job with the victim killed (then
+# command THEN, e.g. another kill); checks what every variant shares.
 run_killed() {
   local dir="$TMP/$1"
   psctl_start "$dir" "$dir.log" --config "$2"
   kill_after_checkpoint "$dir" "$kill_step" "--rank=$victim" "$delay_ms"
+  [[ -n "${3:-}" ]] && "$3" "$dir"
   if ! exited_within "$psctl_pid" 120; then
     fail "$1: the job with a killed worker still runs 120 s later"
   elif ((rc != 0)); then
@@ -81,10 +91,10 @@ run_killed() {
     ok "$1: the coordinator declared worker $victim dead" ||
     fail "$1: no death line for worker $victim in the coordinator log"
   grep -q "worker rank $victim hosted by a live worker as a second ring member" "$log" &&
-    ok "$1: $(grep -o "worker [0-9] hosts rank $victim as a second ring member" "$log" | head -1)" ||
+    ok "$1: $(grep -o "worker $host hosts rank $victim as a second ring member" "$log" | head -1)" ||
     fail "$1: rank $victim was not hosted by a live worker"
-  grep -q "hosting worker rank $victim as a second ring member" "$dir"/logs/worker-*.log ||
-    fail "$1: no worker log says it hosts rank $victim"
+  grep -q "hosting worker rank $victim as a second ring member" "$dir/logs/worker-$host.log" ||
+    fail "$1: worker-$host's log does not say it hosts rank $victim"
   grep -E " lost \(|rolled back to step" "$log" | sed 's/^/  /'
   if [[ -f "$dir/$final/MANIFEST.json" ]]; then
     same_files "$TMP/calm/$final" "$dir/$final" "$1: the undisturbed run against this one" "$file"
@@ -115,5 +125,22 @@ grep -q "worker rank $victim: a new worker takes it back from the live worker ho
 rolled=$(grep -c "rolled back to step" "$log")
 ((rolled == 2)) && ok "newcomer: two rollbacks" || fail "newcomer: $rolled rollbacks, expected 2"
 
-procs_finish "PASS: worker-$victim SIGKILLed, hosted by a live worker (and taken back by its new process); final weights bit-identical (seed $seed)" \
+# 3. The host dies too, after the ring re-formed with its second member.
+kill_host() {
+  local log="$1/logs/coordinator.log" step
+  wait_for --while "$psctl_pid" 60 "the first rollback" file_has "$log" "rolled back to step"
+  step=$(grep -o "rolled back to step [0-9]*" "$log" | head -1 | grep -o "[0-9]*$")
+  kill_after_checkpoint "$1" "$((step + 5))" "--rank=$host" 0
+}
+run_killed rehosted "$TMP/rehosted.yaml" kill_host
+for r in "$victim" "$host"; do
+  grep -q "hosting worker rank $r as a second ring member" "$TMP/rehosted/logs/worker-$last.log" ||
+    fail "rehosted: worker-$last does not host rank $r"
+done
+grep -q "hosted worker rank $victim: done" "$TMP/rehosted/logs/worker-$last.log" &&
+  grep -q "hosted worker rank $host: done" "$TMP/rehosted/logs/worker-$last.log" &&
+  ok "rehosted: worker-$last ran ranks $victim and $host to the end beside its own" ||
+  fail "rehosted: worker-$last did not finish both hosted ranks"
+
+procs_finish "PASS: worker-$victim SIGKILLed and hosted by worker-$host (then taken back by its new process; then, worker-$host killed too, both hosted by worker-$last); final weights bit-identical (seed $seed)" \
   "(seed $seed)"
