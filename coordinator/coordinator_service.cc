@@ -1001,12 +1001,9 @@ absl::Status CoordinatorService::RingMemberLocked(
     return absl::OkStatus();  // a retry (Membership answers it)
   }
   // Held: by its own live worker (refused), or by a live worker's second
-  // ring member, which a new worker process replaces.
+  // ring member, which a new worker process replaces (and no other live
+  // worker may host: ALREADY_EXISTS).
   PS_RETURN_IF_ERROR(elastic_->RankFor(*rank, request.adopt()).status());
-  if (request.adopt()) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("worker rank ", *rank, " is already hosted"));
-  }
   if (recovery_.Covers(LeaseHolder::kWorker, *rank)) {
     // The rollback that hosted it has not happened yet: the new worker
     // takes the slot in the same recovery.

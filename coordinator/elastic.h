@@ -53,10 +53,9 @@
 // (lease_s) expires and it departs again, to be taken over.
 //
 // Who takes a departed rank over (sync, allreduce): the live, unfinished
-// ranks in
-// order, departed rank d going to the (d mod count)-th of them; recomputed
-// whenever a rank departs or finishes, so a rank whose designated adopter
-// died is handed to another one.
+// ranks in order, departed rank d going to the (d mod count)-th of them;
+// recomputed whenever a rank departs or finishes, so a rank whose
+// designated adopter died is handed to another one.
 //
 // A plain value class (no locking, no I/O) that the coordinator service
 // holds under its mutex, beside Membership.
