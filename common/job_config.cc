@@ -721,15 +721,19 @@ absl::Status Known(const std::string& key, const Names<T>& names,
 // sync step cut or an async clock cut; README "Failures and recovery"); in
 // mode allreduce every rank reloads rank 0's checkpoint and the ring
 // re-forms, which the NCCL backend cannot do (its communicator is built
-// once from one unique id).
-absl::Status ValidateRestartPolicy(const JobConfig& c) {
+// once from one unique id). training.on_failure: elastic in mode allreduce
+// rolls back the same way (a live worker hosts the lost rank), so it needs
+// the same: `policy` names the value checked.
+absl::Status ValidateRestartPolicy(const JobConfig& c,
+                                   absl::string_view policy) {
   if (c.training().mode() == v1::MODE_ALLREDUCE &&
       c.allreduce().backend() == AllReduceConfig::NCCL) {
     return KeyError("training.on_failure",
-                    "'restart' in mode allreduce needs allreduce.backend: "
-                    "grpc (a NCCL communicator is not re-formed after a "
-                    "loss); use 'fail' and resume from a checkpoint (psctl "
-                    "run --resume latest)");
+                    absl::StrCat("'", policy,
+                                 "' in mode allreduce needs allreduce.backend: "
+                                 "grpc (a NCCL communicator is not re-formed "
+                                 "after a loss); use 'fail' and resume from a "
+                                 "checkpoint (psctl run --resume latest)"));
   }
   return absl::OkStatus();
 }
@@ -959,13 +963,10 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
       Positive("training.restart_timeout_s", t.restart_timeout_s()));
   PS_RETURN_IF_ERROR(AtLeast("training.max_restarts", t.max_restarts(), 0));
   if (t.on_failure() == v1::TrainingConfig::RESTART) {
-    PS_RETURN_IF_ERROR(ValidateRestartPolicy(c));
+    PS_RETURN_IF_ERROR(ValidateRestartPolicy(c, "restart"));
   }
-  if (t.on_failure() == v1::TrainingConfig::ELASTIC &&
-      t.mode() == v1::MODE_ALLREDUCE) {
-    return KeyError("training.on_failure",
-                    "'elastic' is not supported in mode allreduce (the ring "
-                    "cannot go on without a rank; use mode sync or async)");
+  if (t.on_failure() == v1::TrainingConfig::ELASTIC) {
+    PS_RETURN_IF_ERROR(ValidateRestartPolicy(c, "elastic"));
   }
   // Mode sync: a live worker takes a dead rank over and re-pushes its steps
   // (coordinator/elastic.h); backup workers would let a step complete

@@ -427,8 +427,9 @@ TEST(JobConfigTest, ValidateErrorsNameTheKey) {
       {[](JobConfig* c) {
          c->mutable_training()->set_mode(v1::MODE_ALLREDUCE);
          c->mutable_training()->set_on_failure(v1::TrainingConfig::ELASTIC);
+         c->mutable_allreduce()->set_backend(v1::AllReduceConfig::NCCL);
        },
-       "'elastic' is not supported in mode allreduce"},
+       "'elastic' in mode allreduce needs allreduce.backend: grpc"},
       {[](JobConfig* c) {
          c->mutable_job()->set_workers(3);
          c->mutable_training()->set_on_failure(v1::TrainingConfig::ELASTIC);
@@ -501,6 +502,24 @@ TEST(JobConfigTest, ElasticPolicyIsAcceptedInModesSyncAndAsync) {
     c.mutable_training()->set_min_workers(2);
     EXPECT_TRUE(ValidateJobConfig(c).ok()) << ValidateJobConfig(c);
   }
+}
+
+// Mode allreduce: a live worker hosts a lost rank and every rank rolls
+// back, as under restart: the gRPC ring only (README "Elastic workers").
+TEST(JobConfigTest, ElasticPolicyIsAcceptedInModeAllreduceWithTheGrpcRing) {
+  JobConfig c = DefaultJobConfig();
+  c.mutable_job()->set_workers(3);
+  c.mutable_training()->set_mode(v1::MODE_ALLREDUCE);
+  c.mutable_training()->set_on_failure(v1::TrainingConfig::ELASTIC);
+  c.mutable_training()->set_min_workers(2);
+  c.mutable_checkpoint()->set_every_steps(5);
+  EXPECT_TRUE(ValidateJobConfig(c).ok()) << ValidateJobConfig(c);
+  c.mutable_allreduce()->set_backend(v1::AllReduceConfig::NCCL);
+  const absl::Status nccl = ValidateJobConfig(c);
+  EXPECT_EQ(nccl.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(nccl.message()),
+              HasSubstr("training.on_failure: 'elastic' in mode allreduce "
+                        "needs allreduce.backend: grpc"));
 }
 
 TEST(JobConfigTest, ValidateAcceptsBoundaryValues) {

@@ -1,5 +1,6 @@
 #include "coordinator/coordinator_service.h"
 
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -59,7 +60,15 @@ CoordinatorService::CoordinatorService(CoordinatorOptions options,
       step_log_(MakeStepLogOptions(options_)),
       restart_(options_.config.training().on_failure() ==
                pstrain::v1::TrainingConfig::RESTART),
-      recovery_(options_.config.training().max_restarts(),
+      ring_elastic_(options_.config.training().on_failure() ==
+                        pstrain::v1::TrainingConfig::ELASTIC &&
+                    options_.config.training().mode() ==
+                        pstrain::v1::MODE_ALLREDUCE),
+      // Elastic rings roll back once per lost rank; their bound is
+      // training.min_workers (training.max_restarts counts the new worker
+      // processes psctl starts).
+      recovery_(ring_elastic_ ? std::numeric_limits<int64_t>::max()
+                              : options_.config.training().max_restarts(),
                 absl::Seconds(options_.config.training().restart_timeout_s())) {
   bytes_pushed_.assign(options_.config.job().workers(), 0);
   start_steps_.assign(options_.config.job().workers(), job_.start_step());
@@ -69,7 +78,8 @@ CoordinatorService::CoordinatorService(CoordinatorOptions options,
     e.num_workers = options_.config.job().workers();
     e.min_workers =
         static_cast<int>(std::max<int64_t>(training.min_workers(), 1));
-    e.takeover = training.mode() == pstrain::v1::MODE_SYNC;
+    e.takeover = training.mode() == pstrain::v1::MODE_SYNC ||
+                 training.mode() == pstrain::v1::MODE_ALLREDUCE;
     elastic_ = std::make_unique<ElasticWorkers>(e);
   }
   bytes_pulled_.assign(options_.config.job().workers(), 0);
@@ -223,7 +233,8 @@ absl::Status CoordinatorService::RegisterWorkerLocked(
     return absl::DeadlineExceededError("server shards are not ready yet");
   }
   if (ended_) return EndedError();
-  const int asked = request.requested_rank();
+  int asked = request.requested_rank();
+  if (ring_elastic_) PS_RETURN_IF_ERROR(RingMemberLocked(request, &asked));
   if (restart_ && members_.WorkerHeld(asked)) {
     // A replacement (restart): the rank's holder, if it holds a lease, is
     // lost; if it is part of the recovery under way, this is its
@@ -236,11 +247,12 @@ absl::Status CoordinatorService::RegisterWorkerLocked(
       if (ended_) return EndedError();
     }
   }
-  if (elastic_ != nullptr && elastic_->Handles(request.requested_rank(),
-                                               members_.registered_workers())) {
+  if (elastic_ != nullptr && !ring_elastic_ &&
+      elastic_->Handles(request.requested_rank(),
+                        members_.registered_workers())) {
     return RejoinLocked(context, request, response);
   }
-  if (request.adopt()) {
+  if (request.adopt() && !ring_elastic_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "RegisterWorker: adopt is only for a rank whose worker was declared "
         "dead (training.on_failure: elastic); rank ",
@@ -248,8 +260,7 @@ absl::Status CoordinatorService::RegisterWorkerLocked(
   }
   const bool was_complete = members_.AllWorkersRegistered();
   PS_ASSIGN_OR_RETURN(int rank,
-                      members_.RegisterWorker(request.requested_rank(),
-                                              request.peer_address()));
+                      members_.RegisterWorker(asked, request.peer_address()));
   if (job_.config().training().mode() == pstrain::v1::MODE_ALLREDUCE) {
     PS_LOG_INFO("worker %d's ring peer at %s", rank, request.peer_address());
   }
@@ -265,6 +276,16 @@ absl::Status CoordinatorService::RegisterWorkerLocked(
     recovery_.Filled(LeaseHolder::kWorker, rank);
     PS_LOG_INFO("replacement of worker %d registered (generation %d)", rank,
                 recovery_.generation());
+  }
+  if (ring_elastic_) {
+    elastic_->Registered(rank, request.adopt());
+    if (request.adopt()) {
+      PS_LOG_WARN(
+          "worker rank %d hosted by a live worker as a second ring member "
+          "(its ring peer at %s; training.on_failure: elastic, global batch "
+          "kept)",
+          rank, request.peer_address());
+    }
   }
   response->set_rank(rank);
   response->set_session_id(members_.worker_session(rank));
@@ -422,7 +443,7 @@ grpc::Status CoordinatorService::ReleaseRank(
 
 absl::Status CoordinatorService::ReleaseRankLocked(
     const pstrain::v1::ReleaseRankRequest& request) {
-  if (elastic_ == nullptr || !elastic_->options().takeover) {
+  if (elastic_ == nullptr || ring_elastic_ || !elastic_->options().takeover) {
     return absl::FailedPreconditionError(
         "ReleaseRank: only for training.on_failure: elastic in mode sync");
   }
@@ -460,6 +481,19 @@ bool CoordinatorService::DepartLocked(const ExpiredLease& dead) {
   }
   const uint64_t from = step_log_.NextStep(rank);
   const int adopter = elastic_->AdopterOf(rank, done);
+  if (ring_elastic_) {
+    // Mode allreduce: the live worker hosts the rank as a second ring
+    // member, and every rank rolls back as under restart (the generation
+    // machinery), so the ring keeps its N members and its sum order.
+    if (adopter >= 0) {
+      PS_LOG_WARN(
+          "training.on_failure: elastic: worker %d hosts rank %d as a second "
+          "ring member (global batch kept, same sums); %d live workers",
+          adopter, rank, elastic_->live_workers());
+    }
+    LoseLocked(LeaseHolder::kWorker, rank, dead.Cause(leases_.lease()));
+    return !ended_;
+  }
   if (adopter >= 0) {
     PS_LOG_WARN(
         "training.on_failure: elastic: worker %d takes rank %d's "
@@ -793,14 +827,15 @@ bool CoordinatorService::CheckLeases(absl::Time now) {
       // The failure names the first process whose replacement did not come.
       const auto [holder, id] = recovery_.FirstMissing();
       const bool server = holder == LeaseHolder::kServer;
-      FailLocked({id < 0   ? "coordinator"
-                  : server ? "server"
-                           : "worker",
-                  server ? -1 : id, server ? id : -1,
-                  absl::StrCat("no replacement for ", recovery_.Missing(),
-                               " within training.restart_timeout_s = ",
-                               options_.config.training().restart_timeout_s(),
-                               " s (training.on_failure: restart)")});
+      FailLocked(
+          {id < 0   ? "coordinator"
+           : server ? "server"
+                    : "worker",
+           server ? -1 : id, server ? id : -1,
+           absl::StrCat("no replacement for ", recovery_.Missing(),
+                        " within training.restart_timeout_s = ",
+                        options_.config.training().restart_timeout_s(),
+                        " s (training.on_failure: ", PolicyName(), ")")});
       return true;
     }
     const std::optional<ExpiredLease> dead = leases_.Expired(now);
@@ -886,8 +921,8 @@ void CoordinatorService::LoseLocked(LeaseHolder holder, int id,
     FailLocked({failure.process, failure.rank, failure.shard,
                 absl::StrCat(why,
                              "; a worker has already finished, so the job "
-                             "cannot roll back (training.on_failure: "
-                             "restart)")});
+                             "cannot roll back (training.on_failure: ",
+                             PolicyName(), ")")});
     return;
   }
   if (absl::Status st = recovery_.Lost(holder, id, absl::Now()); !st.ok()) {
@@ -902,12 +937,88 @@ void CoordinatorService::LoseLocked(LeaseHolder holder, int id,
   }
   leases_.Release(holder, id);
   job_.set_generation(recovery_.generation());
+  if (ring_elastic_) {
+    PS_LOG_WARN(
+        "worker %d lost (%s); generation %d: waiting up to %g s for its new "
+        "ring member, then every rank rolls back to the newest checkpoint "
+        "(training.on_failure: elastic)",
+        id, why, recovery_.generation(),
+        options_.config.training().restart_timeout_s());
+    return;
+  }
   PS_LOG_WARN(
       "%s %d lost (%s); generation %d: waiting up to %g s for its "
       "replacement (restart %d of training.max_restarts = %d)",
       server ? "server shard" : "worker", id, why, recovery_.generation(),
       options_.config.training().restart_timeout_s(), recovery_.restarts(),
       options_.config.training().max_restarts());
+}
+
+int CoordinatorService::RingPeerRankLocked(const std::string& address) const {
+  const std::vector<std::string> peers = members_.peer_addresses();
+  for (int r = 0; r < static_cast<int>(peers.size()); ++r) {
+    if (!address.empty() && members_.WorkerHeld(r) && peers[r] == address) {
+      return r;
+    }
+  }
+  return -1;
+}
+
+const char* CoordinatorService::PolicyName() const {
+  return ring_elastic_ ? "elastic" : "restart";
+}
+
+absl::Status CoordinatorService::RingMemberLocked(
+    const pstrain::v1::RegisterWorkerRequest& request, int* rank) {
+  if (*rank < 0) {
+    if (request.adopt()) {
+      return absl::InvalidArgumentError(
+          "RegisterWorker: adopt needs requested_rank (the rank to host)");
+    }
+    // While a slot is vacant the usual rule picks it (the lowest free one),
+    // and a registration from a known ring peer is a retry (Membership).
+    if (!members_.AllWorkersRegistered() ||
+        RingPeerRankLocked(request.peer_address()) >= 0) {
+      return absl::OkStatus();
+    }
+    PS_ASSIGN_OR_RETURN(*rank, elastic_->RankFor(-1, false));
+  }
+  if (*rank >= members_.num_workers()) {
+    return elastic_->RankFor(*rank, request.adopt()).status();
+  }
+  if (!members_.WorkerHeld(*rank)) {
+    // The first registration, or the vacant slot of a lost rank.
+    if (request.adopt() &&
+        elastic_->state(*rank) != ElasticWorkers::State::kDeparted) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "RegisterWorker: adopt is only for a rank whose worker was declared "
+          "dead (training.on_failure: elastic); rank ",
+          *rank, " is not one"));
+    }
+    return absl::OkStatus();
+  }
+  if (RingPeerRankLocked(request.peer_address()) == *rank) {
+    return absl::OkStatus();  // a retry (Membership answers it)
+  }
+  // Held: by its own live worker (refused), or by a live worker's second
+  // ring member, which a new worker process replaces (and no other live
+  // worker may host: ALREADY_EXISTS).
+  PS_RETURN_IF_ERROR(elastic_->RankFor(*rank, request.adopt()).status());
+  if (recovery_.Covers(LeaseHolder::kWorker, *rank)) {
+    // The rollback that hosted it has not happened yet: the new worker
+    // takes the slot in the same recovery.
+    members_.VacateWorker(*rank);
+  } else {
+    LoseLocked(LeaseHolder::kWorker, *rank,
+               "a new worker registered for it; the live worker hosting it "
+               "drops its second ring member");
+    if (ended_) return EndedError();
+  }
+  PS_LOG_INFO(
+      "worker rank %d: a new worker takes it back from the live worker "
+      "hosting it (training.on_failure: elastic)",
+      *rank);
+  return absl::OkStatus();
 }
 
 bool CoordinatorService::GenerationReady(GenerationWait* wait) {

@@ -66,6 +66,13 @@
 // handover (coordinator/elastic.h): its registration waits until the
 // rank's stand-in released it (ReleaseRank) and starts at the first step
 // the stand-in did not push.
+// Mode allreduce (an elastic ring): the rank's loss also starts a new
+// generation, as under restart. The live worker named in adopt_ranks hosts
+// the rank as a second ring member (it registers for it with `adopt`, as
+// the recovery's replacement); once it is in, every rank rolls back to the
+// newest checkpoint and the ring re-forms with N members. A new worker
+// process registering later for a hosted rank takes it back: the hosting
+// member's session ends and one more generation rolls every rank back.
 //
 // Thread-safe. Every wait is bounded by the call's deadline and wait_cap.
 #ifndef PSTRAIN_COORDINATOR_COORDINATOR_SERVICE_H_
@@ -239,6 +246,21 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   // when no restart is left or a worker already finished.
   void LoseLocked(LeaseHolder holder, int id, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // "restart", or "elastic" for an elastic ring: what failure messages
+  // name.
+  const char* PolicyName() const;
+  // Elastic ring: checks a registration for `*rank` (-1 resolved to a rank
+  // once every rank was registered). `adopt` (a live worker hosting the
+  // rank) only for a departed rank; a live rank is refused
+  // (ALREADY_EXISTS); a new worker for a hosted rank takes it back: the
+  // hosting member's session ends and a new generation rolls every rank
+  // back (LoseLocked).
+  absl::Status RingMemberLocked(
+      const pstrain::v1::RegisterWorkerRequest& request, int* rank)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The registered rank whose ring peer is at `address`, or -1.
+  int RingPeerRankLocked(const std::string& address) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool RecoveredLocked(uint64_t generation) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A GetJob waiting for generation `generation` (absl::Condition, called
@@ -311,6 +333,9 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   JobOutcome outcome_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   const bool restart_;  // training.on_failure: restart
+  // training.on_failure: elastic in mode allreduce: a lost rank is hosted
+  // by a live worker and every rank rolls back (the restart machinery).
+  const bool ring_elastic_;
   Recovery recovery_ ABSL_GUARDED_BY(mu_);
 
   // Rows handed from the handlers (queued in step order under mu_) to the

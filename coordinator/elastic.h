@@ -6,12 +6,18 @@
 //  - live: held by the worker process that registered for it;
 //  - departed: its worker was declared dead (lease); its session ended, so
 //    its old process is refused everywhere (PERMISSION_DENIED);
-//  - stand-in (mode sync only): a live worker that was asked to take the
-//    departed rank over registered for it with `adopt` and computes its
-//    micro-batches, as that rank and from the rank's first unreported step,
-//    beside its own. The shards' barrier still counts every rank, so each
-//    step keeps the global batch and sums exactly the same gradients as an
-//    undisturbed run (bit-identical weights);
+//  - stand-in (modes sync and allreduce): a live worker that was asked to
+//    take the departed rank over registered for it with `adopt` and
+//    computes its micro-batches, as that rank and from the rank's first
+//    unreported step, beside its own. The shards' barrier still counts
+//    every rank, so each step keeps the global batch and sums exactly the
+//    same gradients as an undisturbed run (bit-identical weights).
+//    Mode allreduce: the live worker process hosts the rank as a second
+//    ring member (its own ring peer, replica and data slice), registered
+//    with `adopt`; the coordinator rolls every rank back to the newest
+//    checkpoint (coordinator/recovery.h), so the ring of N members sums in
+//    the same order as before (bit-identical). A new worker registering
+//    for the rank takes it back with one more rollback (no handover);
 //  - handover, released (mode sync only): see "Handover" below;
 //  - abandoned: departed with nobody to take it over (mode async, where no
 //    rank is taken over, or sync once every live worker finished): the
@@ -46,10 +52,10 @@
 // when the rank is released, the coordinator's lease for the released rank
 // (lease_s) expires and it departs again, to be taken over.
 //
-// Who takes a departed rank over (sync): the live, unfinished ranks in
-// order, departed rank d going to the (d mod count)-th of them; recomputed
-// whenever a rank departs or finishes, so a rank whose designated adopter
-// died is handed to another one.
+// Who takes a departed rank over (sync, allreduce): the live, unfinished
+// ranks in order, departed rank d going to the (d mod count)-th of them;
+// recomputed whenever a rank departs or finishes, so a rank whose
+// designated adopter died is handed to another one.
 //
 // A plain value class (no locking, no I/O) that the coordinator service
 // holds under its mutex, beside Membership.
@@ -68,7 +74,8 @@ namespace pstrain {
 struct ElasticOptions {
   int num_workers = 1;
   int min_workers = 1;  // training.min_workers
-  // Mode sync: departed ranks are taken over by live workers.
+  // Modes sync and allreduce: departed ranks are taken over (allreduce:
+  // hosted) by live workers.
   bool takeover = true;
 };
 
@@ -126,8 +133,8 @@ class ElasticWorkers {
   // when every live worker finished. `done` is by rank.
   std::vector<int> Abandon(const std::vector<bool>& done);
 
-  // Mode sync: the departed ranks `rank` should take over (empty unless
-  // `rank` is live and not done).
+  // Modes sync and allreduce: the departed ranks `rank` should take over
+  // (empty unless `rank` is live and not done).
   std::vector<uint32_t> AdoptionsFor(int rank,
                                      const std::vector<bool>& done) const;
   // The rank that should take `departed` over, or -1.

@@ -569,6 +569,126 @@ std::unique_ptr<StandInRanks> MaybeStandIns(
                                         stop);
 }
 
+// training.on_failure: elastic, mode allreduce (README "Elastic workers"):
+// the dead ranks this worker process hosts. A thread takes the ranks the
+// coordinator names in this worker's heartbeat answers (it looks every
+// 50 ms) and runs a WorkerNode for each, registered with `adopt`: a second
+// ring member with a ring peer service on a port of its own, its own
+// replica, data slice, heartbeat and reports, which waits for the rollback
+// like a replacement. A member whose session ends (a new worker took its
+// rank back) just stops, and the rank may be offered again later; any other
+// error of a member is its own to report (it fails the job).
+// Members end with the job, as any worker does (its end, its failure, the
+// coordinator's silence, `stop`): nothing else stops them, so the host's
+// own error report, which may be what ends the job, goes out before it
+// waits for them.
+class HostedRanks {
+ public:
+  // `host` is the hosting node's options; `own` its heartbeat, which must
+  // outlive the polling (StopTaking).
+  HostedRanks(WorkerNodeOptions host, Liveness* own, std::function<bool()> stop)
+      : host_(std::move(host)),
+        own_(own),
+        stop_(std::move(stop)),
+        thread_([this] { Loop(); }) {}
+  // Joins every member (each of their waits is bounded).
+  ~HostedRanks() {
+    StopTaking();
+    for (const std::unique_ptr<Member>& m : members_) m->thread.join();
+  }
+
+  // Takes no more ranks; `own` is no longer used.
+  void StopTaking() {
+    if (!done_.HasBeenNotified()) done_.Notify();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  struct Member {
+    uint32_t rank = 0;
+    std::unique_ptr<WorkerNode> node;
+    std::atomic<bool> over{false};
+    std::thread thread;
+  };
+
+  void Loop() {
+    while (!done_.WaitForNotificationWithTimeout(absl::Milliseconds(50))) {
+      if (stop_()) return;
+      // Members that ended: the rank may be offered again.
+      for (auto it = members_.begin(); it != members_.end();) {
+        if (!(*it)->over.load()) {
+          ++it;
+          continue;
+        }
+        (*it)->thread.join();
+        own_->Forget((*it)->rank);
+        it = members_.erase(it);
+      }
+      for (uint32_t d : own_->TakeAdoptions()) Start(d);
+    }
+  }
+
+  void Start(uint32_t d) {
+    WorkerNodeOptions o = host_;
+    o.requested_rank = static_cast<int>(d);
+    o.adopt = true;
+    o.peer_port = 0;
+    o.metrics = nullptr;
+    o.progress_line = false;
+    o.set_log_role = false;
+    absl::StatusOr<std::unique_ptr<WorkerNode>> node =
+        WorkerNode::Create(std::move(o));
+    if (!node.ok()) {
+      PS_LOG_ERROR("cannot host worker rank %d: %s", d,
+                   node.status().ToString());
+      return;
+    }
+    PS_LOG_WARN(
+        "hosting worker rank %d as a second ring member (training.on_failure: "
+        "elastic, mode allreduce: this process computes the rank's "
+        "micro-batches too, so the global batch and the ring's sum order are "
+        "kept)",
+        d);
+    auto m = std::make_unique<Member>();
+    m->rank = d;
+    m->node = *std::move(node);
+    Member* raw = m.get();
+    m->thread = std::thread([this, raw] {
+      const absl::Status st = raw->node->Run(stop_);
+      if (st.ok()) {
+        PS_LOG_INFO("hosted worker rank %d: done", raw->rank);
+      } else {
+        PS_LOG_WARN("hosted worker rank %d stopped: %s", raw->rank,
+                    st.ToString());
+      }
+      raw->over.store(true);
+    });
+    members_.push_back(std::move(m));
+  }
+
+  const WorkerNodeOptions host_;
+  Liveness* const own_;
+  const std::function<bool()> stop_;
+  // Touched by the polling thread, then (once it is joined) by the
+  // destructor.
+  std::vector<std::unique_ptr<Member>> members_;
+  absl::Notification done_;
+  std::thread thread_;  // last: starts once everything above exists
+};
+
+// The hosted ranks of a worker of a job with training.on_failure: elastic
+// in mode allreduce; null otherwise, and for a hosted member itself.
+std::unique_ptr<HostedRanks> MaybeHostedRanks(
+    const pstrain::v1::JobSpec& job, const WorkerNodeOptions& options,
+    Liveness* own, const std::function<bool()>& stop) {
+  const pstrain::v1::TrainingConfig& t = job.config().training();
+  if (options.adopt || t.mode() != pstrain::v1::MODE_ALLREDUCE ||
+      t.on_failure() != pstrain::v1::TrainingConfig::ELASTIC) {
+    return nullptr;
+  }
+  return std::make_unique<HostedRanks>(options, own, stop);
+}
+
 // pstrain_worker_* metrics, updated from the trainer's per-step records.
 class WorkerMetrics {
  public:
@@ -772,6 +892,7 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
         pstrain::v1::RegisterWorkerRequest req;
         req.set_requested_rank(options_.requested_rank);
         req.set_peer_address(peer.address);
+        req.set_adopt(options_.adopt);
         return FromGrpcStatus(coord->RegisterWorker(&ctx, req, &reg));
       },
       stop);
@@ -922,11 +1043,15 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
     const bool restart =
         config.training().on_failure() == pstrain::v1::TrainingConfig::RESTART;
     if (allreduce) {
-      // training.on_failure: restart (README "Failures and recovery"): each
-      // generation re-forms the ring and starts from the rollback's
-      // checkpoint; a replacement first waits for the rollback.
+      // training.on_failure: restart, and elastic, whose lost rank a live
+      // worker hosts (README "Failures and recovery"): each generation
+      // re-forms the ring and starts from the rollback's checkpoint; a
+      // replacement first waits for the rollback.
+      const bool rolls_back =
+          restart || config.training().on_failure() ==
+                         pstrain::v1::TrainingConfig::ELASTIC;
       pstrain::v1::JobSpec ring_job = reg.job();
-      if (restart && ring_job.generation() > 0) {
+      if (rolls_back && ring_job.generation() > 0) {
         PS_ASSIGN_OR_RETURN(
             ring_job,
             AwaitRollback(coord.get(), ring_job.generation(), config, stop));
@@ -964,7 +1089,7 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
               ParamsFingerprint(trainer->params()));
           return absl::OkStatus();
         }
-        if (!restart || stop() || reporter->stop() || liveness->ended()) {
+        if (!rolls_back || stop() || reporter->stop() || liveness->ended()) {
           return trained;
         }
         // A ring error may be a dead neighbour: wait (bounded) for the
@@ -1063,6 +1188,9 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
   reporter.set_worker(rank, reg.session_id());
   std::unique_ptr<PsClient> client;
   AllReduceLink link;
+  // Elastic ring: ranks this process hosts. Joined last, after this
+  // worker's own final report (see HostedRanks).
+  std::unique_ptr<HostedRanks> hosted;
   {
     // Destroyed (joined) before the client it may cancel.
     const absl::Duration lease =
@@ -1072,7 +1200,9 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
     Liveness liveness(coord.get(), rank, lease, rpc_timeout, stop);
     liveness.set_session(reg.session_id());
     reporter.set_cancel([&liveness] { return liveness.lost_coordinator(); });
+    hosted = MaybeHostedRanks(reg.job(), options_, &liveness, stop);
     st = run(&reporter, &client, &link, &liveness);
+    if (hosted != nullptr) hosted->StopTaking();  // before `liveness` goes
     reporter.set_cancel(nullptr);
     if (liveness.lost_coordinator()) {
       if (tty) std::fprintf(stderr, "\n");

@@ -2,7 +2,10 @@
 // or a test thread can run it. It registers with the coordinator, gets its
 // rank and the job, then trains: pull, compute, push, report (or, in mode
 // allreduce: serve its ring peer, get the ring from the coordinator,
-// compute, all-reduce, apply the optimizer locally, report).
+// compute, all-reduce, apply the optimizer locally, report). Under
+// training.on_failure: elastic in mode allreduce a node may host dead ranks:
+// for each one the coordinator names, it runs another WorkerNode in a thread
+// of its own (README "Elastic workers").
 #ifndef PSTRAIN_WORKER_WORKER_NODE_H_
 #define PSTRAIN_WORKER_WORKER_NODE_H_
 
@@ -24,6 +27,10 @@ namespace pstrain {
 struct WorkerNodeOptions {
   NodeOptions node;         // coordinator address, TLS, metrics port, timeouts
   int requested_rank = -1;  // -1: the coordinator assigns one
+  // training.on_failure: elastic, mode allreduce: this node is a second ring
+  // member that a live worker process runs for the dead `requested_rank`
+  // (RegisterWorkerRequest.adopt). Set by the hosting node, not by flags.
+  bool adopt = false;
   // Compute backend: auto, cpu or cuda; empty = the job's worker.device.
   std::string device;
   // CUDA device ordinal among the visible ones; -1 picks the local rank
