@@ -9,7 +9,8 @@
 #     go on alone: the job used to hang without a summary), and for a
 #     SIGSTOPped server.
 #  2. A killed or hung (SIGSTOPped) coordinator: every server and worker
-#     exits within lease_s + 1 s (plus a small scheduling allowance).
+#     exits within lease_s + 1 s (plus a small scheduling allowance), and
+#     within 1 s of SIGTERM before that.
 #  3. network.barrier_timeout_s bounds a pull on servers and workers alike
 #     (no server flag of 300 s, no rpc_timeout_s on top): with a long lease,
 #     a stopped worker fails the job within the barrier timeout (5 s).
@@ -145,6 +146,27 @@ for p in "${servers[@]}" "${workers[@]}"; do
 done
 ok "servers and workers left a hung coordinator within lease_s + 1 s"
 kill -KILL "$coord"
+
+# 2c. SIGTERM while the coordinator hangs and the lease has not run out:
+#     a worker (its last report to the coordinator is bounded too) and a
+#     server end within 1 s, cleanly.
+dir="$TMP/coordinator_stopped_sigterm"
+mkdir -p "$dir"
+write_config "$dir/job.yaml" 30 60 1000000
+start_job "$dir" "$dir/job.yaml" || exit 1
+wait_steps "$dir" 3
+kill -STOP "$coord"
+sleep 0.2
+kill -TERM "${workers[0]}" "${servers[0]}"
+for p in "${workers[0]}" "${servers[0]}"; do
+  if exited_within "$p" 1; then
+    ((rc == 0)) && ok "pid $p ended within 1 s of SIGTERM with its coordinator hung" ||
+      fail "pid $p ended with status $rc after SIGTERM (coordinator hung), want 0"
+  else
+    fail "pid $p still running 1 s after SIGTERM (coordinator hung)"
+  fi
+done
+kill -KILL "$coord" "${workers[1]}" "${servers[1]}" 2>/dev/null
 
 # 3. One barrier timeout for servers and workers.
 dir="$TMP/barrier"

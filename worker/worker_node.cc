@@ -41,6 +41,9 @@
 namespace pstrain {
 namespace {
 
+// How long a worker stopped by SIGTERM waits for its last report.
+constexpr absl::Duration kStoppedReportTimeout = absl::Milliseconds(500);
+
 // Sends step records to the coordinator in batches.
 class Reporter {
  public:
@@ -89,7 +92,10 @@ class Reporter {
     return Flush(false, "");
   }
 
-  absl::Status Flush(bool done, const std::string& error) {
+  // Sends what is pending, waiting at most `timeout` (and rpc_timeout_s)
+  // for the coordinator.
+  absl::Status Flush(bool done, const std::string& error,
+                     absl::Duration timeout = absl::InfiniteDuration()) {
     pending_.set_worker(worker_);
     pending_.set_session_id(session_id_);
     pending_.set_generation(generation_);
@@ -104,7 +110,7 @@ class Reporter {
                                                   ? reducer_->bytes_received()
                                                   : 0));
     grpc::ClientContext ctx;
-    SetTimeout(&ctx, timeout_);
+    SetTimeout(&ctx, std::min(timeout_, timeout));
     CancelOnStop cancel(&ctx, cancel_);
     pstrain::v1::ReportResponse resp;
     PS_RETURN_IF_ERROR(FromGrpcStatus(stub_->Report(&ctx, pending_, &resp)));
@@ -1211,7 +1217,11 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
     }
     if (stop() && !st.ok()) {
       PS_LOG_INFO("stopped on request (%s)", st.message());
-      reporter.Flush(true, absl::StrCat("worker ", rank, ": stopped by signal"))
+      // SIGTERM ends a worker within a second, even with the coordinator
+      // hung: its last word gets half of that.
+      reporter
+          .Flush(true, absl::StrCat("worker ", rank, ": stopped by signal"),
+                 kStoppedReportTimeout)
           .IgnoreError();
       return absl::OkStatus();
     }
