@@ -54,6 +54,16 @@ struct Fakes {
   }
 };
 
+// `rounds` rounds of one size (1 MB), one server and one worker.
+PsPathRoundsOptions OneRow(int rounds) {
+  PsPathRoundsOptions o;
+  o.rounds = rounds;
+  o.mb = {1};
+  o.servers = {1};
+  o.workers = {1};
+  return o;
+}
+
 TEST(RunPsPathRounds, MeasuresEverySizeServersAndWorkersInEveryRound) {
   PsPathRoundsOptions o;
   o.rounds = 2;
@@ -81,11 +91,7 @@ TEST(RunPsPathRounds, MeasuresEverySizeServersAndWorkersInEveryRound) {
 }
 
 TEST(RunPsPathRounds, EarlyApplyOnAndOffAlternateWhichGoesFirst) {
-  PsPathRoundsOptions o;
-  o.rounds = 2;
-  o.mb = {1};
-  o.servers = {1};
-  o.workers = {1};
+  PsPathRoundsOptions o = OneRow(2);
   o.compare_early_apply = true;
   Fakes f;
   const PsPathRounds rounds = RunPsPathRounds(o, f.Measures());
@@ -99,11 +105,7 @@ TEST(RunPsPathRounds, EarlyApplyOnAndOffAlternateWhichGoesFirst) {
 }
 
 TEST(RunPsPathRounds, WithoutIperf3AndWithFailedPushesThereAreNoSuchRows) {
-  PsPathRoundsOptions o;
-  o.rounds = 1;
-  o.mb = {1};
-  o.servers = {1};
-  o.workers = {1};
+  const PsPathRoundsOptions o = OneRow(1);
   Fakes f;
   f.fail_push_pull = true;
   PsPathMeasures m = f.Measures();
