@@ -1,6 +1,9 @@
 #include "tools/bench/ps_path_rounds.h"
 
 #include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
