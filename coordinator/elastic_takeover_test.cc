@@ -88,24 +88,39 @@ class TakeoverTest : public ::testing::Test {
     return coord_->JobStatus(&ctx, &req, resp);
   }
 
+  // 50 ms pass, the server and worker 0 heartbeat (no rank is offered to
+  // worker 0 yet), then the leases (5 s) are checked as if they ran out
+  // just after those heartbeats: worker 1 is dead, the job goes on.
+  void LeasesRunOutForAllButWorker0() {
+    absl::SleepFor(absl::Milliseconds(50));
+    v1::JobStatusResponse resp;
+    ASSERT_TRUE(Heartbeat("server", 0, 0, &resp).ok());
+    ASSERT_TRUE(Heartbeat("worker", 0, sessions_[0], &resp).ok());
+    EXPECT_EQ(resp.adopt_ranks_size(), 0);
+    EXPECT_FALSE(coord_->CheckLeases(absl::Now() + absl::Seconds(5) -
+                                     absl::Milliseconds(20)));
+  }
+
+  // A live worker's registration as the stand-in for `rank`, holding the
+  // weights of `from_step`.
+  grpc::Status Adopt(int rank, uint64_t from_step,
+                     v1::RegisterWorkerResponse* reg) {
+    grpc::ServerContext ctx;
+    v1::RegisterWorkerRequest req;
+    req.set_requested_rank(rank);
+    req.set_adopt(true);
+    req.set_adopt_from_step(from_step);
+    return coord_->RegisterWorker(&ctx, &req, reg);
+  }
+
   // Worker 1 reported steps 0..1 and dies; worker 0 (at step 4) takes it
   // over from step 4. Returns the stand-in's session for rank 1.
   uint64_t TakeOverRank1() {
     EXPECT_TRUE(Report(0, sessions_[0], 0, 4, false).ok());
     EXPECT_TRUE(Report(1, sessions_[1], 0, 2, false).ok());
-    absl::SleepFor(absl::Milliseconds(50));
-    v1::JobStatusResponse resp;
-    EXPECT_TRUE(Heartbeat("server", 0, 0, &resp).ok());
-    EXPECT_TRUE(Heartbeat("worker", 0, sessions_[0], &resp).ok());
-    EXPECT_FALSE(coord_->CheckLeases(absl::Now() + absl::Seconds(5) -
-                                     absl::Milliseconds(20)));
-    grpc::ServerContext ctx;
-    v1::RegisterWorkerRequest adopt;
-    adopt.set_requested_rank(1);
-    adopt.set_adopt(true);
-    adopt.set_adopt_from_step(4);
+    LeasesRunOutForAllButWorker0();
     v1::RegisterWorkerResponse reg;
-    EXPECT_TRUE(coord_->RegisterWorker(&ctx, &adopt, &reg).ok());
+    EXPECT_TRUE(Adopt(1, 4, &reg).ok());
     EXPECT_EQ(reg.start_step(), 4u);
     return reg.session_id();
   }
@@ -127,6 +142,20 @@ class TakeoverTest : public ::testing::Test {
     return coord_->RegisterWorker(&ctx, &req, reg);
   }
 
+  // Rank 1 (session `rank1_session`, from step `rank1_from`) and worker 0
+  // (from step 4) report the rest of the job and finish: it succeeds with
+  // every step a row, and only steps 2 and 3 (the dead process's,
+  // unreported) miss rank 1's samples.
+  void FinishWithEveryStep(uint64_t rank1_session, uint64_t rank1_from) {
+    ASSERT_TRUE(Report(1, rank1_session, rank1_from, kSteps + 1, true).ok());
+    ASSERT_TRUE(Report(0, sessions_[0], 4, kSteps + 1, true).ok());
+    ASSERT_TRUE(coord_->WaitForEnd(absl::Now() + absl::Seconds(5)));
+    const JobOutcome o = coord_->Outcome();
+    EXPECT_FALSE(o.failed) << o.message;
+    EXPECT_EQ(o.steps, static_cast<uint64_t>(kSteps));
+    EXPECT_EQ(o.samples, static_cast<uint64_t>(2 * 8 * kSteps - 2 * 8));
+  }
+
   std::unique_ptr<CoordinatorService> coord_;
   std::vector<uint64_t> sessions_;
 };
@@ -136,13 +165,8 @@ TEST_F(TakeoverTest, StandInStartsAtItsHeldStepAndTheJobCountsEveryStep) {
   // silent (it had pushed steps 2 and 3 unreported).
   ASSERT_TRUE(Report(0, sessions_[0], 0, 4, false).ok());
   ASSERT_TRUE(Report(1, sessions_[1], 0, 2, false).ok());
-  absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_NO_FATAL_FAILURE(LeasesRunOutForAllButWorker0());
   v1::JobStatusResponse resp;
-  ASSERT_TRUE(Heartbeat("server", 0, 0, &resp).ok());
-  ASSERT_TRUE(Heartbeat("worker", 0, sessions_[0], &resp).ok());
-  EXPECT_EQ(resp.adopt_ranks_size(), 0);
-  EXPECT_FALSE(coord_->CheckLeases(absl::Now() + absl::Seconds(5) -
-                                   absl::Milliseconds(20)));
   ASSERT_TRUE(Heartbeat("worker", 0, sessions_[0], &resp).ok());
   EXPECT_FALSE(resp.failed());
   ASSERT_EQ(resp.adopt_ranks_size(), 1);
@@ -152,13 +176,8 @@ TEST_F(TakeoverTest, StandInStartsAtItsHeldStepAndTheJobCountsEveryStep) {
             grpc::StatusCode::PERMISSION_DENIED);
 
   // Worker 0 holds the weights of step 4: it stands in from there.
-  grpc::ServerContext ctx;
-  v1::RegisterWorkerRequest adopt;
-  adopt.set_requested_rank(1);
-  adopt.set_adopt(true);
-  adopt.set_adopt_from_step(4);
   v1::RegisterWorkerResponse reg;
-  ASSERT_TRUE(coord_->RegisterWorker(&ctx, &adopt, &reg).ok());
+  ASSERT_TRUE(Adopt(1, 4, &reg).ok());
   EXPECT_EQ(reg.rank(), 1u);
   EXPECT_EQ(reg.start_step(), 4u);
   EXPECT_NE(reg.session_id(), sessions_[1]);
@@ -166,20 +185,12 @@ TEST_F(TakeoverTest, StandInStartsAtItsHeldStepAndTheJobCountsEveryStep) {
   EXPECT_EQ(resp.adopt_ranks_size(), 0);
   // A second adoption of the rank is refused.
   v1::RegisterWorkerResponse again;
-  EXPECT_EQ(coord_->RegisterWorker(&ctx, &adopt, &again).error_code(),
-            grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(Adopt(1, 4, &again).error_code(), grpc::StatusCode::ALREADY_EXISTS);
   EXPECT_EQ(Report(1, sessions_[1], 2, 4, false).error_code(),
             grpc::StatusCode::PERMISSION_DENIED);
 
   // The stand-in reports rank 1 from step 4, both finish.
-  ASSERT_TRUE(Report(1, reg.session_id(), 4, kSteps + 1, true).ok());
-  ASSERT_TRUE(Report(0, sessions_[0], 4, kSteps + 1, true).ok());
-  ASSERT_TRUE(coord_->WaitForEnd(absl::Now() + absl::Seconds(5)));
-  const JobOutcome o = coord_->Outcome();
-  EXPECT_FALSE(o.failed) << o.message;
-  EXPECT_EQ(o.steps, static_cast<uint64_t>(kSteps));
-  // Steps 2 and 3 count worker 0's samples only; the others both workers'.
-  EXPECT_EQ(o.samples, static_cast<uint64_t>(2 * 8 * kSteps - 2 * 8));
+  FinishWithEveryStep(reg.session_id(), 4);
 }
 
 TEST_F(TakeoverTest, NewWorkerGetsTheRankWhenTheStandInReleasesIt) {
@@ -237,14 +248,7 @@ TEST_F(TakeoverTest, NewWorkerGetsTheRankWhenTheStandInReleasesIt) {
   ASSERT_TRUE(Heartbeat("worker", 1, reg.session_id(), &resp).ok());
   EXPECT_FALSE(resp.release_rank());
 
-  ASSERT_TRUE(Report(1, reg.session_id(), 6, kSteps + 1, true).ok());
-  ASSERT_TRUE(Report(0, sessions_[0], 4, kSteps + 1, true).ok());
-  ASSERT_TRUE(coord_->WaitForEnd(absl::Now() + absl::Seconds(5)));
-  const JobOutcome o = coord_->Outcome();
-  EXPECT_FALSE(o.failed) << o.message;
-  EXPECT_EQ(o.steps, static_cast<uint64_t>(kSteps));
-  // Only steps 2 and 3 (the dead process's, unreported) miss rank 1.
-  EXPECT_EQ(o.samples, static_cast<uint64_t>(2 * 8 * kSteps - 2 * 8));
+  FinishWithEveryStep(reg.session_id(), 6);
 }
 
 TEST_F(TakeoverTest, ReleasedRankWhoseNewWorkerNeverComesIsTakenOverAgain) {
@@ -255,23 +259,13 @@ TEST_F(TakeoverTest, ReleasedRankWhoseNewWorkerNeverComesIsTakenOverAgain) {
   ASSERT_TRUE(Release(1, stand_in, 5).ok());
   // Nobody registers: after lease_s the released rank departs again and
   // worker 0 is asked to take it over (an ordinary takeover, from step 5).
-  absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_NO_FATAL_FAILURE(LeasesRunOutForAllButWorker0());
   v1::JobStatusResponse resp;
-  ASSERT_TRUE(Heartbeat("server", 0, 0, &resp).ok());
-  ASSERT_TRUE(Heartbeat("worker", 0, sessions_[0], &resp).ok());
-  EXPECT_EQ(resp.adopt_ranks_size(), 0);
-  EXPECT_FALSE(coord_->CheckLeases(absl::Now() + absl::Seconds(5) -
-                                   absl::Milliseconds(20)));
   ASSERT_TRUE(Heartbeat("worker", 0, sessions_[0], &resp).ok());
   ASSERT_EQ(resp.adopt_ranks_size(), 1);
   EXPECT_EQ(resp.adopt_ranks(0), 1u);
-  grpc::ServerContext ctx;
-  v1::RegisterWorkerRequest adopt;
-  adopt.set_requested_rank(1);
-  adopt.set_adopt(true);
-  adopt.set_adopt_from_step(5);
   v1::RegisterWorkerResponse again;
-  ASSERT_TRUE(coord_->RegisterWorker(&ctx, &adopt, &again).ok());
+  ASSERT_TRUE(Adopt(1, 5, &again).ok());
   EXPECT_EQ(again.start_step(), 5u);
   ASSERT_TRUE(Heartbeat("worker", 1, again.session_id(), &resp).ok());
   EXPECT_FALSE(resp.release_rank());  // nobody waits for it any more

@@ -487,6 +487,24 @@ PullResult MustPull(Shard& shard, uint32_t worker, uint64_t clock) {
 // ---------------------------------------------------------------------------
 // Sync with backup workers.
 
+// A push its step no longer waits for (a backup worker's, late): accepted,
+// dropped, applied nowhere, the weights still bit for bit `weights`. Its
+// result, for further checks.
+PushResult MustDrop(Shard& shard, uint32_t worker, uint64_t clock,
+                    uint64_t read_min_clock, uint64_t num_samples,
+                    const std::vector<float>& grad,
+                    const std::vector<float>& weights) {
+  absl::StatusOr<PushResult> r =
+      PushGrad(shard, worker, clock, read_min_clock, num_samples, grad);
+  EXPECT_TRUE(r.ok()) << "worker " << worker << " clock " << clock << ": "
+                      << r.status();
+  if (!r.ok()) return PushResult();
+  EXPECT_TRUE(r->dropped);
+  EXPECT_FALSE(r->applied);
+  EXPECT_TRUE(BitIdentical(Weights(shard), weights));
+  return *r;
+}
+
 JobConfig BackupConfig(int workers, int64_t backup) {
   JobConfig config = SmallConfig(pstrain::v1::MODE_SYNC, workers, 0);
   config.mutable_training()->set_backup_workers(backup);
@@ -568,14 +586,10 @@ TEST(BackupWorkersTest, StepAppliesWithFirstNMinusBAndDropsTheLatePush) {
   EXPECT_EQ(fast.min_clock, 1u);
 
   // Worker 1's push for step 0 is late: accepted, dropped, changes nothing.
-  absl::StatusOr<PushResult> late = PushGrad(*shard, 1, 0, 0, 2, late_grad);
-  ASSERT_TRUE(late.ok()) << late.status();
-  EXPECT_TRUE(late->dropped);
-  EXPECT_FALSE(late->applied);
-  EXPECT_EQ(late->version, 1u);
-  EXPECT_EQ(late->staleness, 0u);
-  EXPECT_EQ(late->apply_seconds, 0.0);
-  EXPECT_TRUE(BitIdentical(Weights(*shard), w1));
+  const PushResult late = MustDrop(*shard, 1, 0, 0, 2, late_grad, w1);
+  EXPECT_EQ(late.version, 1u);
+  EXPECT_EQ(late.staleness, 0u);
+  EXPECT_EQ(late.apply_seconds, 0.0);
 
   pstrain::v1::ShardStats stats = shard->Stats();
   EXPECT_EQ(stats.version(), 1u);
@@ -591,10 +605,8 @@ TEST(BackupWorkersTest, StepAppliesWithFirstNMinusBAndDropsTheLatePush) {
   EXPECT_EQ(next.version, 1u);
   EXPECT_EQ(next.min_clock, 1u);
   EXPECT_TRUE(BitIdentical(next.values, w1));
-  absl::StatusOr<PushResult> retry = PushGrad(*shard, 1, 0, 0, 2, late_grad);
-  ASSERT_TRUE(retry.ok()) << retry.status();
-  EXPECT_TRUE(retry->dropped);
-  EXPECT_EQ(retry->version, 1u);
+  const PushResult retry = MustDrop(*shard, 1, 0, 0, 2, late_grad, w1);
+  EXPECT_EQ(retry.version, 1u);
   EXPECT_EQ(shard->Stats().pushes(), 4u);
   absl::StatusOr<PushResult> replay = PushGrad(*shard, 1, 0, 0, 3, late_grad);
   ASSERT_FALSE(replay.ok());
@@ -614,11 +626,7 @@ TEST(BackupWorkersTest, StepAppliesWithFirstNMinusBAndDropsTheLatePush) {
   }
   const std::vector<float> w2 = Weights(*shard);
   EXPECT_EQ(w2, AfterWeightedStep(w1, samples1, grads1));
-  absl::StatusOr<PushResult> late3 =
-      PushGrad(*shard, 3, 1, 1, 2, Constant(*shard, 5.0f));
-  ASSERT_TRUE(late3.ok()) << late3.status();
-  EXPECT_TRUE(late3->dropped);
-  EXPECT_TRUE(BitIdentical(Weights(*shard), w2));
+  MustDrop(*shard, 3, 1, 1, 2, Constant(*shard, 5.0f), w2);
   stats = shard->Stats();
   EXPECT_EQ(stats.version(), 2u);
   EXPECT_EQ(stats.pushes(), 8u);
@@ -644,13 +652,9 @@ TEST(BackupWorkersTest, LatePushDuringNextStepLeavesItUntouched) {
 
   // Step 1 starts accumulating (worker 0), then worker 2's step-0 push lands.
   ASSERT_TRUE(PushGrad(*shard, 0, 1, 1, 2, PatternGrad(n, 2)).ok());
-  absl::StatusOr<PushResult> late =
-      PushGrad(*shard, 2, 0, 0, 8, Constant(*shard, 100.0f));
-  ASSERT_TRUE(late.ok()) << late.status();
-  EXPECT_TRUE(late->dropped);
-  EXPECT_FALSE(late->applied);
-  EXPECT_EQ(late->version, 1u);
-  EXPECT_TRUE(BitIdentical(Weights(*shard), w1));
+  const PushResult late =
+      MustDrop(*shard, 2, 0, 0, 8, Constant(*shard, 100.0f), w1);
+  EXPECT_EQ(late.version, 1u);
 
   // Worker 1 completes step 1 with worker 0: the late gradient is not in it.
   absl::StatusOr<PushResult> done =
@@ -666,12 +670,9 @@ TEST(BackupWorkersTest, LatePushDuringNextStepLeavesItUntouched) {
   const PullResult r1 = MustPull(*shard, 2, 1);
   EXPECT_EQ(r1.version, 2u);
   EXPECT_EQ(r1.min_clock, 1u);  // capped at the reader's clock
-  absl::StatusOr<PushResult> late_again =
-      PushGrad(*shard, 2, 1, r1.min_clock, 8, Constant(*shard, 100.0f));
-  ASSERT_TRUE(late_again.ok()) << late_again.status();
-  EXPECT_TRUE(late_again->dropped);
-  EXPECT_EQ(late_again->staleness, 0u);
-  EXPECT_TRUE(BitIdentical(Weights(*shard), w2));
+  const PushResult late_again =
+      MustDrop(*shard, 2, 1, r1.min_clock, 8, Constant(*shard, 100.0f), w2);
+  EXPECT_EQ(late_again.staleness, 0u);
 
   // Caught up: worker 2's clock-2 push is among the first two of step 2 and
   // worker 1's is dropped.
@@ -682,14 +683,11 @@ TEST(BackupWorkersTest, LatePushDuringNextStepLeavesItUntouched) {
       PushGrad(*shard, 0, 2, 2, 1, PatternGrad(n, 0));
   ASSERT_TRUE(step2.ok()) << step2.status();
   EXPECT_TRUE(step2->applied);
-  absl::StatusOr<PushResult> dropped1 =
-      PushGrad(*shard, 1, 2, 2, 1, Constant(*shard, 100.0f));
-  ASSERT_TRUE(dropped1.ok()) << dropped1.status();
-  EXPECT_TRUE(dropped1->dropped);
   // Rank order: worker 0 then worker 2.
-  EXPECT_EQ(
-      Weights(*shard),
-      AfterWeightedStep(w2, {1, 1}, {PatternGrad(n, 0), PatternGrad(n, 1)}));
+  const std::vector<float> w3 =
+      AfterWeightedStep(w2, {1, 1}, {PatternGrad(n, 0), PatternGrad(n, 1)});
+  EXPECT_EQ(Weights(*shard), w3);
+  MustDrop(*shard, 1, 2, 2, 1, Constant(*shard, 100.0f), w3);
 
   const pstrain::v1::ShardStats stats = shard->Stats();
   EXPECT_EQ(stats.version(), 3u);

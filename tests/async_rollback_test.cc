@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -80,9 +81,13 @@ class AsyncRollbackTest : public ::testing::Test {
       servers_.push_back(std::move(*s));
     }
     auto stopped = [this] { return stop_.load(); };
-    threads_.emplace_back([this, stopped] { coordinator_->Run(stopped); });
-    for (auto& s : servers_) {
-      threads_.emplace_back([&s, stopped] { s->Run(stopped); });
+    threads_.emplace_back(
+        [this, stopped] { coordinator_status_ = coordinator_->Run(stopped); });
+    server_status_.resize(servers_.size());
+    for (size_t k = 0; k < servers_.size(); ++k) {
+      threads_.emplace_back([this, k, stopped] {
+        server_status_[k] = servers_[k]->Run(stopped);
+      });
     }
     coord_ = v1::Coordinator::NewStub(MakeChannel(node.coordinator));
   }
@@ -90,6 +95,19 @@ class AsyncRollbackTest : public ::testing::Test {
   void TearDown() override {
     stop_ = true;
     for (std::thread& t : threads_) t.join();
+    // A stop is a clean end for a shard; the coordinator fails the job it
+    // did not finish, naming the stop.
+    for (size_t k = 0; k < server_status_.size(); ++k) {
+      EXPECT_TRUE(server_status_[k].ok())
+          << "shard " << k << ": " << server_status_[k];
+    }
+    if (!threads_.empty()) {
+      EXPECT_EQ(coordinator_status_.code(), absl::StatusCode::kAborted)
+          << coordinator_status_;
+      EXPECT_NE(coordinator_status_.message().find("stopped"),
+                std::string::npos)
+          << coordinator_status_;
+    }
   }
 
   // Registers `rank` (a first worker or a replacement); its session id.
@@ -186,6 +204,9 @@ class AsyncRollbackTest : public ::testing::Test {
   std::unique_ptr<v1::Coordinator::Stub> coord_;
   std::atomic<bool> stop_{false};
   std::vector<std::thread> threads_;
+  // What each node's Run returned (written by its thread, read after join).
+  absl::Status coordinator_status_;
+  std::vector<absl::Status> server_status_;
 };
 
 TEST_F(AsyncRollbackTest, EveryShardGoesBackToTheCutAndEveryWorkerToItsClock) {

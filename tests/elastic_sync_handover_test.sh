@@ -18,24 +18,12 @@
 #     job and summary.json names worker 0.
 set -uo pipefail
 
-ROOT="$TEST_SRCDIR/pstrain"
-COORD="$ROOT/coordinator/ps_coordinator"
-SERVER="$ROOT/server/ps_server"
-WORKER="$ROOT/worker/ps_worker"
-REPORT="$ROOT/tools/report/ps_report"
-TMP="${TEST_TMPDIR:-$(mktemp -d)}"
-failures=0
-pids=()
+source "$TEST_SRCDIR/pstrain/tests/lib/procs.sh"  # REPORT, TMP, run_job, ...
 
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-ok() { echo "ok: $*"; }
-cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done; }
-trap cleanup EXIT
-now_ms() { date +%s%3N; }
 random() { echo $(( $(date +%N | sed 's/^0*//') % $1 )); }
 
 STEPS=120
-final=$(printf 'ckpt/step-%012d' "$STEPS")
+final=$(ckpt_step "$STEPS")
 write_config() {  # FILE WORKERS MIN_WORKERS
   cat > "$1" <<YAML
 job: {name: elastic-handover, workers: $2, servers: 2}
@@ -49,65 +37,15 @@ checkpoint: {every_steps: $STEPS}
 YAML
 }
 
-start_job() {  # DIR CONFIG WORKERS: pids in $coord, ${servers[@]}, ${workers[@]}
-  local dir="$1" config="$2" n="$3" k
-  mkdir -p "$dir"
-  "$COORD" --config="$config" --port=0 --port_file="$dir/port" \
-    --out="$dir" --quiet 2> "$dir/coordinator.log" &
-  coord=$!
-  pids+=("$coord")
-  for _ in $(seq 1 200); do [[ -s "$dir/port" ]] && break; sleep 0.05; done
-  [[ -s "$dir/port" ]] || { fail "coordinator did not start"; return 1; }
-  addr="127.0.0.1:$(cat "$dir/port")"
-  servers=() workers=()
-  for k in 0 1; do
-    "$SERVER" --coordinator="$addr" --shard="$k" 2> "$dir/server-$k.log" &
-    servers+=($!)
-    pids+=($!)
-  done
-  for ((k = 0; k < n; ++k)); do
-    "$WORKER" --coordinator="$addr" --rank="$k" 2> "$dir/worker-$k.log" &
-    workers+=($!)
-    pids+=($!)
-  done
-}
-
-exited_within() {  # PID SECONDS; sets rc
-  local pid="$1" limit_ms=$(( $(now_ms) + $2 * 1000 ))
-  while kill -0 "$pid" 2>/dev/null; do
-    if (($(now_ms) > limit_ms)); then return 1; fi
-    [[ "$(ps -o stat= -p "$pid" 2>/dev/null)" == Z* ]] && break
-    sleep 0.02
-  done
-  wait "$pid"
-  rc=$?
-  return 0
-}
-
 rows() { wc -l < "$1/metrics.csv" 2>/dev/null || echo 0; }
-wait_rows() {  # DIR N: until metrics.csv has more than N lines (8 s at most)
-  for _ in $(seq 1 400); do (($(rows "$1") > $2)) && return 0; sleep 0.02; done
-  return 1
-}
-wait_log() {  # FILE PATTERN SECONDS
-  local tries=$(($3 * 20))
-  for _ in $(seq 1 "$tries"); do grep -q "$2" "$1" && return 0; sleep 0.05; done
-  return 1
-}
 
 calm_run() {  # DIR CONFIG WORKERS
-  start_job "$1" "$2" "$3" || return 1
-  if ! exited_within "$coord" 40 || ((rc != 0)); then
-    fail "the undisturbed job did not complete: $(tail -3 "$1/coordinator.log")"
-    return 1
-  fi
+  run_job "$1" "$2" 40 2 "$3" || return 1
   [[ -f "$1/$final/MANIFEST.json" ]] || { fail "no final checkpoint in $1"; return 1; }
-  for p in "${servers[@]}" "${workers[@]}"; do exited_within "$p" 5; done
-  return 0
 }
 
 completed_identical() {  # DIR CALM_DIR WHAT
-  local dir="$1" calm="$2" what="$3" f same=1
+  local dir="$1" calm="$2" what="$3" before
   if exited_within "$coord" 40; then
     ((rc == 0)) && ok "$what: the job completed (exit 0)" ||
       fail "$what: coordinator exited $rc: $(tail -3 "$dir/coordinator.log")"
@@ -119,11 +57,10 @@ completed_identical() {  # DIR CALM_DIR WHAT
   [[ "$steps" == "$STEPS" ]] && ok "$what: summary.json has all $STEPS steps" ||
     fail "$what: summary.json steps = '$steps', want $STEPS"
   if [[ -f "$dir/$final/MANIFEST.json" ]]; then
-    for f in shard-00000-of-00002.ckpt shard-00001-of-00002.ckpt; do
-      cmp -s "$calm/$final/$f" "$dir/$final/$f" ||
-        { same=0; fail "$what: $f differs from the undisturbed run's"; }
-    done
-    ((same)) && ok "$what: final shard files byte-identical to the undisturbed run's"
+    before=$failures
+    same_files "$calm/$final" "$dir/$final" "$what" \
+      shard-00000-of-00002.ckpt shard-00001-of-00002.ckpt
+    ((failures == before)) && ok "$what: final shard files byte-identical to the undisturbed run's"
   else
     fail "$what: no final checkpoint"
   fi
@@ -139,19 +76,19 @@ write_config "$TMP/two.yaml" 2 1
 calm2="$TMP/calm2"
 calm_run "$calm2" "$TMP/two.yaml" 2 || { show_logs "$calm2"; exit 1; }
 dir="$TMP/handover"
-start_job "$dir" "$TMP/two.yaml" 2 || exit 1
+start_job "$dir" "$TMP/two.yaml" || exit 1
 kill_after=$((10 + $(random 20)))
-wait_rows "$dir" "$kill_after"
+wait_steps "$dir" "$kill_after"
 kill -KILL "${workers[1]}"
 echo "worker 1 killed after about $kill_after steps"
-if wait_log "$dir/coordinator.log" "worker rank 1 taken over from step" 10; then
+if wait_for 10 "the takeover of rank 1" \
+  file_has "$dir/coordinator.log" "worker rank 1 taken over from step"; then
   ok "$(grep -o "worker rank 1 taken over from step [0-9]*" "$dir/coordinator.log")"
 else
   fail "worker 0 did not take rank 1 over"
 fi
-"$WORKER" --coordinator="$addr" --rank=1 2> "$dir/worker-1-new.log" &
-newcomer=$!
-pids+=("$newcomer")
+spawn "$dir/worker-1-new.log" "$WORKER" --coordinator="$addr" --rank=1
+newcomer=$spawned
 completed_identical "$dir" "$calm2" "handover"
 line=$(grep -o "worker rank 1 released by its stand-in, which pushed every step before [0-9]*" "$dir/coordinator.log")
 [[ -n "$line" ]] && ok "$line" || fail "no release line in the coordinator log"
@@ -175,15 +112,16 @@ calm_run "$calm3" "$TMP/three.yaml" 3 || { show_logs "$calm3"; exit 1; }
 before=$failures
 stand_in_dies() {  # DIR CONFIG
   local dir="$1"
-  start_job "$dir" "$2" 3 || return 1
-  wait_rows "$dir" $((10 + $(random 20)))
+  start_job "$dir" "$2" 2 3 || return 1
+  wait_steps "$dir" $((10 + $(random 20)))
   kill -KILL "${workers[2]}"
-  if wait_log "$dir/coordinator.log" "worker rank 2 taken over from step" 10; then
+  if wait_for 10 "the takeover of rank 2" \
+    file_has "$dir/coordinator.log" "worker rank 2 taken over from step"; then
     ok "$(grep -o "worker rank 2 taken over from step [0-9]*" "$dir/coordinator.log")"
   else
     fail "rank 2 was not taken over"
   fi
-  wait_rows "$dir" $(($(rows "$dir") + 5 + $(random 20)))
+  wait_steps "$dir" $(($(rows "$dir") + 5 + $(random 20)))
   kill -KILL "${workers[0]}"
   echo "stand-in worker 0 killed after about $(rows "$dir") steps"
 }
@@ -214,8 +152,4 @@ failure=$("$REPORT" failure "$dir" 2>&1)
 [[ "$failure" == *"worker 0"* && "$failure" == *"training.min_workers = 2"* ]] &&
   ok "summary.json: $failure" || fail "summary.json failure: '$failure'"
 
-if ((failures)); then
-  echo "$failures failure(s)"
-  exit 1
-fi
-echo "PASS"
+procs_finish "PASS"

@@ -14,20 +14,7 @@
 #     exits non-zero without failing the job.
 set -uo pipefail
 
-ROOT="$TEST_SRCDIR/pstrain"
-COORD="$ROOT/coordinator/ps_coordinator"
-SERVER="$ROOT/server/ps_server"
-WORKER="$ROOT/worker/ps_worker"
-REPORT="$ROOT/tools/report/ps_report"
-TMP="${TEST_TMPDIR:-$(mktemp -d)}"
-failures=0
-pids=()
-
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-ok() { echo "ok: $*"; }
-cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done; }
-trap cleanup EXIT
-now_ms() { date +%s%3N; }
+source "$TEST_SRCDIR/pstrain/tests/lib/procs.sh"  # REPORT, TMP, run_job, ...
 
 STEPS=150
 cat > "$TMP/job.yaml" <<YAML
@@ -40,67 +27,22 @@ server: {chunk_bytes: 256}
 network: {lease_s: 1, barrier_timeout_s: 30, rpc_timeout_s: 10}
 checkpoint: {every_steps: $STEPS}
 YAML
-final=$(printf 'ckpt/step-%012d' "$STEPS")
-
-start_job() {  # DIR: pids in $coord, ${servers[@]}, ${workers[@]}
-  local dir="$1" k
-  mkdir -p "$dir"
-  "$COORD" --config="$TMP/job.yaml" --port=0 --port_file="$dir/port" \
-    --out="$dir" --quiet 2> "$dir/coordinator.log" &
-  coord=$!
-  pids+=("$coord")
-  for _ in $(seq 1 200); do [[ -s "$dir/port" ]] && break; sleep 0.05; done
-  [[ -s "$dir/port" ]] || { fail "coordinator did not start"; return 1; }
-  addr="127.0.0.1:$(cat "$dir/port")"
-  servers=() workers=()
-  for k in 0 1; do
-    "$SERVER" --coordinator="$addr" --shard="$k" 2> "$dir/server-$k.log" &
-    servers+=($!)
-    pids+=($!)
-  done
-  for k in 0 1; do
-    "$WORKER" --coordinator="$addr" --rank="$k" 2> "$dir/worker-$k.log" &
-    workers+=($!)
-    pids+=($!)
-  done
-}
-
-exited_within() {  # PID SECONDS; sets rc
-  local pid="$1" limit_ms=$(( $(now_ms) + $2 * 1000 ))
-  while kill -0 "$pid" 2>/dev/null; do
-    if (($(now_ms) > limit_ms)); then return 1; fi
-    [[ "$(ps -o stat= -p "$pid" 2>/dev/null)" == Z* ]] && break
-    sleep 0.02
-  done
-  wait "$pid"
-  rc=$?
-  return 0
-}
+final=$(ckpt_step "$STEPS")
 
 # 1. The undisturbed job.
 calm="$TMP/calm"
-start_job "$calm" || exit 1
-if ! exited_within "$coord" 30 || ((rc != 0)); then
-  fail "the undisturbed job did not complete: $(tail -3 "$calm/coordinator.log")"
-  exit 1
-fi
+run_job "$calm" "$TMP/job.yaml" 30 || exit 1
 [[ -f "$calm/$final/MANIFEST.json" ]] || { fail "no final checkpoint in the undisturbed run"; exit 1; }
-for p in "${servers[@]}" "${workers[@]}"; do exited_within "$p" 5; done
 
 # 2. Worker 1 stopped after a random number of steps.
 dir="$TMP/stopped"
-start_job "$dir" || exit 1
+start_job "$dir" "$TMP/job.yaml" || exit 1
 stop_after=$((10 + $(date +%N | sed 's/^0*//') % 40))
-for _ in $(seq 1 400); do
-  (($(wc -l < "$dir/metrics.csv" 2>/dev/null || echo 0) > stop_after)) && break
-  sleep 0.02
-done
+wait_steps "$dir" "$stop_after"
 kill -STOP "${workers[1]}"
 echo "worker 1 stopped after about $stop_after steps"
-for _ in $(seq 1 200); do
-  grep -q "taken over from step" "$dir/coordinator.log" && break
-  sleep 0.05
-done
+wait_for 10 "the takeover in $dir/coordinator.log" \
+  file_has "$dir/coordinator.log" "taken over from step"
 # 3. Continued once it has been replaced: refused everywhere.
 kill -CONT "${workers[1]}"
 if exited_within "${workers[1]}" 10; then
@@ -133,11 +75,10 @@ exited_within "${workers[0]}" 5 && ((rc == 0)) && ok "worker 0 finished (exit 0)
   fail "worker 0: rc ${rc:-?}: $(tail -2 "$dir/worker-0.log")"
 # Bit for bit: the final checkpoint's shard files.
 if [[ -f "$dir/$final/MANIFEST.json" ]]; then
-  same=1
-  for f in shard-00000-of-00002.ckpt shard-00001-of-00002.ckpt; do
-    cmp -s "$calm/$final/$f" "$dir/$final/$f" || { same=0; fail "$f differs from the undisturbed run's"; }
-  done
-  ((same)) && ok "final shard files byte-identical to the undisturbed run's"
+  before=$failures
+  same_files "$calm/$final" "$dir/$final" "the undisturbed run against the stopped one" \
+    shard-00000-of-00002.ckpt shard-00001-of-00002.ckpt
+  ((failures == before)) && ok "final shard files byte-identical to the undisturbed run's"
 else
   fail "the job with the stopped worker has no final checkpoint"
 fi
@@ -146,7 +87,5 @@ if ((failures)); then
   echo "--- coordinator"; tail -20 "$dir/coordinator.log"
   echo "--- worker 0"; tail -20 "$dir/worker-0.log"
   echo "--- worker 1"; tail -10 "$dir/worker-1.log"
-  echo "$failures failure(s)"
-  exit 1
 fi
-echo "PASS"
+procs_finish "PASS"

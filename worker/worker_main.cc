@@ -1,72 +1,34 @@
-// ps_worker: one worker (worker/worker_node.h): flags -> options -> Run.
-// Exit 0: its share of the job is done; 1: failure (the coordinator is told
-// why); 2: bad flags or a job that cannot run; 3: job already over.
-#include <unistd.h>
-
-#include <cstdlib>
+// ps_worker: one worker (worker/worker_node.h): flags -> options
+// (worker_flags.cc) -> Run. Exit 0: its share of the job is done; 1: failure
+// (the coordinator is told why); 2: bad flags or a job that cannot run; 3:
+// job already over.
 #include <string>
 
-#include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "common/logging.h"
-#include "common/node_flags.h"
 #include "common/process.h"
 #include "common/signals.h"
-#include "common/status_macros.h"
 #include "worker/data/data_check.h"
+#include "worker/worker_flags.h"
 #include "worker/worker_node.h"
-
-// Shared flags (--config, --coordinator, --metrics_port, --tls_*,
-// --token_file, --rpc_timeout_s, --startup_timeout_s): common/node_flags.h.
-ABSL_FLAG(int, rank, -1, "rank to claim; -1 lets the coordinator assign one");
-ABSL_FLAG(
-    std::string, rank_from_env, "",
-    "take the rank from this environment variable (JOB_COMPLETION_INDEX)");
-ABSL_FLAG(std::string, device, "", "auto, cpu or cuda; empty: the job's");
-ABSL_FLAG(int, cuda_device, -1, "CUDA device; -1: local rank mod count");
-ABSL_FLAG(std::string, cuda_library, "", "libpstrain_cuda.so; empty: beside");
-ABSL_FLAG(int, local_rank, -1, "index among this host's workers; -1: rank");
-ABSL_FLAG(std::string, metrics_bind, "127.0.0.1", "metrics endpoint address");
-ABSL_FLAG(double, report_interval_s, 0.5, "seconds between metric reports");
-ABSL_FLAG(std::string, peer_bind, "127.0.0.1", "allreduce: ring peer address");
-ABSL_FLAG(int, peer_port, 0, "allreduce: ring peer port; 0 picks a free one");
-ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
-          "allreduce: host name the left neighbour dials (the pod's DNS name)");
-ABSL_FLAG(std::string, check_config, "", "check job FILE (data, fit); exit");
 
 namespace pstrain {
 namespace {
 
-absl::StatusOr<std::unique_ptr<WorkerNode>> NodeFromFlags(MetricsRegistry* m) {
-  WorkerNodeOptions o;
-  PS_ASSIGN_OR_RETURN(o.node, NodeOptionsFromFlags(NodeRole::kWorker));
-  PS_ASSIGN_OR_RETURN(o.requested_rank,
-                      RankFromFlags(absl::GetFlag(FLAGS_rank),
-                                    absl::GetFlag(FLAGS_rank_from_env)));
-  o.device = absl::GetFlag(FLAGS_device);
-  o.cuda_device = absl::GetFlag(FLAGS_cuda_device);
-  o.local_rank = absl::GetFlag(FLAGS_local_rank);
-  o.cuda_library = absl::GetFlag(FLAGS_cuda_library);
-  o.cuda_visible_devices = std::getenv("CUDA_VISIBLE_DEVICES");
-  o.report_interval = absl::Seconds(absl::GetFlag(FLAGS_report_interval_s));
-  o.peer_bind = absl::GetFlag(FLAGS_peer_bind);
-  o.peer_port = absl::GetFlag(FLAGS_peer_port);
-  o.advertise_host = absl::GetFlag(FLAGS_advertise_host);
-  o.progress_line = isatty(STDERR_FILENO);
-  o.metrics = m;
-  return WorkerNode::Create(o);
-}
-
 int Main() {
   // First: SIGTERM during start-up is a clean stop too.
   InstallStopSignalHandlers();
-  const std::string check = absl::GetFlag(FLAGS_check_config);
+  const std::string check = CheckConfigFlag();
   if (!check.empty()) return CheckJobFileMain(check);
   MetricsRegistry metrics;
-  absl::StatusOr<std::unique_ptr<WorkerNode>> worker = NodeFromFlags(&metrics);
+  absl::StatusOr<WorkerNodeOptions> options = WorkerOptionsFromFlags();
+  if (!options.ok()) return FailStartup("ps_worker", options.status());
+  options->metrics = &metrics;
+  absl::StatusOr<std::unique_ptr<WorkerNode>> worker =
+      WorkerNode::Create(*std::move(options));
   if (!worker.ok()) return FailStartup("ps_worker", worker.status());
   SetLogRole("worker");
-  auto http = MaybeServeMetrics(&metrics, absl::GetFlag(FLAGS_metrics_bind),
+  auto http = MaybeServeMetrics(&metrics, MetricsBindFlag(),
                                 (*worker)->options().node.metrics_port);
   absl::Status st = http.ok() ? (*worker)->Run(StopRequested) : http.status();
   if (!st.ok()) PS_LOG_ERROR("%s", st.message());

@@ -189,6 +189,27 @@ start_job() {
   start_workers "$1" "${4:-2}"
 }
 
+# run_job DIR CONFIG SECONDS [SERVERS [WORKERS]]: an undisturbed job to its
+# end: start_job, then waits up to SECONDS for the coordinator to exit 0
+# and up to 5 s for each server and worker to exit. Sets coord, addr,
+# servers, workers and rc. Returns 1, with a FAIL naming DIR (and the
+# coordinator log's last lines), if the job did not start, did not end
+# within SECONDS or failed.
+run_job() {
+  local dir="$1" seconds="$3" p
+  start_job "$dir" "$2" "${4:-2}" "${5:-2}" || return 1
+  if ! exited_within "$coord" "$seconds"; then
+    fail "the job in $dir still runs after $seconds s: $(tail -3 "$dir/coordinator.log")"
+    return 1
+  fi
+  if ((rc != 0)); then
+    fail "the job in $dir failed (coordinator exit $rc): $(tail -3 "$dir/coordinator.log")"
+    return 1
+  fi
+  for p in "${servers[@]}" "${workers[@]}"; do exited_within "$p" 5; done
+  return 0
+}
+
 # metrics_rows_over DIR N: whether DIR/metrics.csv has more than N lines
 # (its header and N steps).
 metrics_rows_over() {

@@ -70,6 +70,37 @@ out=$(same_files "$TMP/a" "$TMP/b" "cmp" x y; echo "failures=$failures")
 [[ "$out" == "FAIL: cmp: y differs from $TMP/a/y"$'\n'"failures=1" ]] &&
   ok "same_files fails on the differing file only" || fail "same_files said '$out'"
 
+# run_job, on stand-ins for the coordinator (writes its port file, runs
+# FAKE_S seconds, exits FAKE_RC), the servers and the workers. The
+# coordinator closes its stdout, so that $(...) does not wait for it.
+COORD="$TMP/fake_coordinator"
+cat > "$COORD" <<'FAKE'
+#!/usr/bin/env bash
+exec > /dev/null
+for a in "$@"; do [[ "$a" == --port_file=* ]] && echo 1 > "${a#--port_file=}"; done
+echo "coordinator args: $*" >&2
+sleep "${FAKE_S:-0.2}"
+exit "${FAKE_RC:-0}"
+FAKE
+SERVER="$TMP/fake_node"
+WORKER="$TMP/fake_node"
+printf '#!/usr/bin/env bash\nsleep 0.1\n' > "$SERVER"
+chmod +x "$COORD" "$SERVER"
+out=$(run_job "$TMP/job" job.yaml 5 1 3; echo "st=$? failures=$failures servers=${#servers[@]} workers=${#workers[@]} rc=$rc")
+[[ "$out" == "st=0 failures=0 servers=1 workers=3 rc=0" ]] &&
+  file_has "$TMP/job/coordinator.log" "coordinator args: --config=job.yaml --port=0" &&
+  ok "run_job runs a job of 1 server and 3 workers to its end" ||
+  fail "run_job: said '$out', coordinator log '$(cat "$TMP/job/coordinator.log")'"
+out=$(export FAKE_RC=1; run_job "$TMP/failed" job.yaml 5; echo "st=$? failures=$failures")
+[[ "$out" == "FAIL: the job in $TMP/failed failed (coordinator exit 1): coordinator args: "*$'\n'"st=1 failures=1" ]] &&
+  ok "run_job fails a job whose coordinator exits 1" || fail "run_job, exit 1: said '$out'"
+t0=$(now_ms)
+out=$(export FAKE_S=3; run_job "$TMP/slow" job.yaml 1; echo "st=$? failures=$failures")
+elapsed=$(($(now_ms) - t0))
+[[ "$out" == "FAIL: the job in $TMP/slow still runs after 1 s: "*$'\n'"st=1 failures=1" ]] &&
+  ((elapsed < 2500)) && ok "run_job gives up on a job past its bound ($elapsed ms)" ||
+  fail "run_job, past its bound: said '$out' after $elapsed ms"
+
 # restarted_and_rolled_back: silent on the logs of a recovered run, one
 # FAIL for each missing trace otherwise.
 run="$TMP/run"

@@ -5,7 +5,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "tools/bench/bench.h"
-#include "tools/bench/ps_path.h"
+#include "tools/bench/serve_shard_flags.h"
 
 ABSL_FLAG(bool, quick, false, "small sizes (CI): a minute or two");
 ABSL_FLAG(int, rounds, 3, "interleaved rounds (medians over rounds)");
@@ -23,31 +23,12 @@ ABSL_FLAG(std::string, job_config, "configs/default.yaml",
           "the small job whose worker memory is measured");
 ABSL_FLAG(std::string, work_dir, "/tmp",
           "scratch directory for the worker memory run's logs");
-// Child role (the memory benchmark's shard server).
-ABSL_FLAG(bool, serve_shard, false, "internal: serve one shard (child role)");
-ABSL_FLAG(uint64_t, elems, 0, "internal: --serve_shard tensor elements");
-ABSL_FLAG(int, workers, 1, "internal: --serve_shard number of workers");
-ABSL_FLAG(bool, bdp_probe, true, "internal: --serve_shard HTTP/2 BDP probe");
-ABSL_FLAG(int64_t, mmap_threshold, 0,
-          "internal: --serve_shard glibc M_MMAP_THRESHOLD (0: default)");
-ABSL_FLAG(int, max_concurrent_pushes, -1,
-          "internal: --serve_shard push streams summed at once (-1: default)");
-ABSL_FLAG(int, malloc_arena_max, 0,
-          "internal: --serve_shard glibc M_ARENA_MAX (0: default)");
-ABSL_FLAG(bool, grpc_tcp_read_chunks, true,
-          "internal: --serve_shard gRPC tcp_read_chunks experiment");
+// Child role (--serve_shard ...): tools/bench/serve_shard_flags.h.
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  if (absl::GetFlag(FLAGS_serve_shard)) {
-    pstrain::bench::ServerVariant variant;
-    variant.bdp_probe = absl::GetFlag(FLAGS_bdp_probe);
-    variant.mmap_threshold = absl::GetFlag(FLAGS_mmap_threshold);
-    variant.max_concurrent_pushes = absl::GetFlag(FLAGS_max_concurrent_pushes);
-    variant.malloc_arena_max = absl::GetFlag(FLAGS_malloc_arena_max);
-    variant.grpc_tcp_read_chunks = absl::GetFlag(FLAGS_grpc_tcp_read_chunks);
-    return pstrain::bench::ServeShardMain(
-        absl::GetFlag(FLAGS_elems), absl::GetFlag(FLAGS_workers), variant);
+  if (pstrain::bench::ServeShardRequested()) {
+    return pstrain::bench::ServeShardFromFlags();
   }
   pstrain::bench::BenchOptions o;
   o.quick = absl::GetFlag(FLAGS_quick);

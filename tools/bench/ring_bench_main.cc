@@ -16,6 +16,7 @@
 #include "common/signals.h"
 #include "common/status_macros.h"
 #include "tools/bench/ring_rounds.h"
+#include "tools/bench/stats.h"
 #include "worker/allreduce/heap_reuse.h"
 
 ABSL_FLAG(int, rounds, 3, "interleaved rounds (medians over rounds)");

@@ -2,11 +2,9 @@
 
 #include <cstdio>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "tools/bench/stats.h"
 
 namespace pstrain::bench {
@@ -123,20 +121,6 @@ std::string RingTable(const std::vector<RingRow>& rows) {
 std::string SizeName(uint64_t bytes) {
   return bytes % (1 << 20) == 0 ? absl::StrCat(bytes >> 20, " MiB")
                                 : absl::StrCat(bytes >> 10, " KiB");
-}
-
-absl::StatusOr<std::vector<int>> ParsePositiveList(absl::string_view flag,
-                                                   absl::string_view text) {
-  std::vector<int> out;
-  for (absl::string_view part : absl::StrSplit(text, ',')) {
-    int v = 0;
-    if (!absl::SimpleAtoi(part, &v) || v < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--", flag, ": expected positive integers, got '", text, "'"));
-    }
-    out.push_back(v);
-  }
-  return out;
 }
 
 }  // namespace pstrain::bench

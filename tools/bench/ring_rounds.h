@@ -16,7 +16,6 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
 #include "tools/bench/ring.h"
 
 namespace pstrain::bench {
@@ -86,11 +85,6 @@ std::string RingTable(const std::vector<RingRow>& rows);
 
 // "4 MiB" for whole MiB, else "64 KiB" (whole KiB).
 std::string SizeName(uint64_t bytes);
-
-// A comma-separated list of positive integers ("1,4,16"); an error naming
-// --flag and the text otherwise.
-absl::StatusOr<std::vector<int>> ParsePositiveList(absl::string_view flag,
-                                                   absl::string_view text);
 
 }  // namespace pstrain::bench
 

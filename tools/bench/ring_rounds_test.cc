@@ -1,5 +1,5 @@
 // ring_bench's rounds with fake measurements: interleaving, failures and
-// stops, per-round ratios and their medians, the table, and flag lists.
+// stops, per-round ratios and their medians and the table.
 #include "tools/bench/ring_rounds.h"
 
 #include <cmath>
@@ -170,20 +170,6 @@ TEST(SizeName, WholeMebibytesElseKibibytes) {
   EXPECT_EQ(SizeName(64 * kMiB), "64 MiB");
   EXPECT_EQ(SizeName(4 * kKiB), "4 KiB");
   EXPECT_EQ(SizeName(1536 * kKiB), "1536 KiB");
-}
-
-TEST(ParsePositiveList, AcceptsPositiveIntegersAndNamesTheFlagOtherwise) {
-  absl::StatusOr<std::vector<int>> ok = ParsePositiveList("mib", "1,4,16");
-  ASSERT_TRUE(ok.ok()) << ok.status();
-  EXPECT_EQ(*ok, (std::vector<int>{1, 4, 16}));
-  for (const char* bad : {"", "1,,2", "0", "2,-1", "x", "4 MiB"}) {
-    absl::StatusOr<std::vector<int>> r = ParsePositiveList("ranks", bad);
-    ASSERT_FALSE(r.ok()) << bad;
-    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_EQ(
-        r.status().message(),
-        absl::StrCat("--ranks: expected positive integers, got '", bad, "'"));
-  }
 }
 
 }  // namespace

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <fstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace pstrain::bench {
 
@@ -22,6 +24,20 @@ std::string LoadAverage() {
   std::string a, b, c;
   in >> a >> b >> c;
   return absl::StrCat(a, " ", b, " ", c);
+}
+
+absl::StatusOr<std::vector<int>> ParsePositiveList(absl::string_view flag,
+                                                   absl::string_view text) {
+  std::vector<int> out;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int v = 0;
+    if (!absl::SimpleAtoi(part, &v) || v < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, ": expected positive integers, got '", text, "'"));
+    }
+    out.push_back(v);
+  }
+  return out;
 }
 
 }  // namespace pstrain::bench

@@ -1,0 +1,176 @@
+#include "tools/bench/ps_path_rounds.h"
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "tools/bench/stats.h"
+
+namespace pstrain::bench {
+namespace {
+
+constexpr double kNaN = __builtin_nan("");
+
+// The row `name` of `rounds`, NaN in every round when it is missing.
+std::vector<double> Row(const PsPathRounds& rounds, const std::string& name,
+                        size_t n) {
+  auto it = rounds.find(name);
+  return it == rounds.end() ? std::vector<double>(n, kNaN) : it->second;
+}
+
+}  // namespace
+
+PsPathMeasures RealPsPathMeasures(Iperf3* iperf3, GrpcStream* stream) {
+  PsPathMeasures m;
+  if (iperf3 != nullptr) m.iperf3 = [iperf3] { return iperf3->Measure(2); };
+  m.upload = [stream](uint64_t bytes) { return stream->Upload(bytes); };
+  m.download = [stream](uint64_t bytes) { return stream->Download(bytes); };
+  m.push_pull = [](uint64_t bytes, int servers, int workers, bool early) {
+    return MeasurePsPath(bytes / sizeof(float), servers, workers, 2,
+                         pstrain::v1::DTYPE_F32, early);
+  };
+  return m;
+}
+
+PsPathRounds RunPsPathRounds(const PsPathRoundsOptions& options,
+                             const PsPathMeasures& measures) {
+  PsPathRounds v;
+  auto set = [&](const std::string& name, int round,
+                 const absl::StatusOr<double>& bytes_per_s) {
+    if (!bytes_per_s.ok()) return;
+    std::vector<double>& s = v[name];
+    s.resize(options.rounds, kNaN);
+    s[round] = *bytes_per_s / 1e9;
+  };
+  for (int round = 0; round < options.rounds; ++round) {
+    std::printf("round %d: loadavg %s\n", round, LoadAverage().c_str());
+    std::fflush(stdout);
+    if (measures.iperf3) set("iperf3", round, measures.iperf3());
+    for (int mb : options.mb) {
+      const uint64_t bytes = uint64_t{1000000} * mb;
+      set(absl::StrCat("grpc_upload_", mb, "MB"), round,
+          measures.upload(bytes));
+      set(absl::StrCat("grpc_download_", mb, "MB"), round,
+          measures.download(bytes));
+      std::vector<bool> settings = {true};
+      if (options.compare_early_apply) {
+        settings = round % 2 == 0 ? std::vector<bool>{true, false}
+                                  : std::vector<bool>{false, true};
+      }
+      for (int s : options.servers) {
+        for (int w : options.workers) {
+          for (bool early : settings) {
+            absl::StatusOr<PsPathResult> ps =
+                measures.push_pull(bytes, s, w, early);
+            if (!ps.ok()) {
+              std::printf("push/pull %dMB %ds %dw: %s\n", mb, s, w,
+                          ps.status().ToString().c_str());
+              continue;
+            }
+            const std::string tag = absl::StrCat(mb, "MB_", s, "s_", w, "w",
+                                                 early ? "" : "_atcommit");
+            set("push_" + tag, round, ps->push_bytes_per_s);
+            set("pull_" + tag, round, ps->pull_bytes_per_s);
+          }
+        }
+      }
+    }
+  }
+  return v;
+}
+
+std::string PsPathReport(const PsPathRounds& rounds) {
+  std::string out;
+  for (const auto& [name, values] : rounds) {
+    absl::StrAppendFormat(&out, "%-24s median %6.3f GB/s  rounds:", name,
+                          Median(values));
+    for (double x : values) absl::StrAppendFormat(&out, " %.3f", x);
+    out += "\n";
+  }
+  // Ratios within each round, medians over rounds.
+  for (const auto& [name, values] : rounds) {
+    const bool push = absl::StartsWith(name, "push_");
+    if (!push && !absl::StartsWith(name, "pull_")) continue;
+    const std::string mb = name.substr(5, name.find("MB") - 5 + 2);
+    const std::vector<double> bare =
+        Row(rounds, absl::StrCat(push ? "grpc_upload_" : "grpc_download_", mb),
+            values.size());
+    const auto iperf3 = rounds.find("iperf3");
+    std::vector<double> to_iperf, to_bare;
+    for (size_t r = 0; r < values.size(); ++r) {
+      if (iperf3 != rounds.end()) {
+        to_iperf.push_back(values[r] / iperf3->second[r]);
+      }
+      to_bare.push_back(values[r] / bare[r]);
+    }
+    absl::StrAppendFormat(&out,
+                          "%-24s / iperf3 %.2f   / bare gRPC stream %.2f\n",
+                          name, Median(to_iperf), Median(to_bare));
+  }
+  // Early apply on / off, within each round.
+  for (const auto& [name, values] : rounds) {
+    const auto at_commit = rounds.find(name + "_atcommit");
+    if (at_commit == rounds.end()) continue;
+    std::vector<double> ratio;
+    for (size_t r = 0; r < values.size(); ++r) {
+      ratio.push_back(values[r] / at_commit->second[r]);
+    }
+    absl::StrAppendFormat(&out,
+                          "%-24s early apply / at commit %.2f  rounds:", name,
+                          Median(ratio));
+    for (double x : ratio) absl::StrAppendFormat(&out, " %.2f", x);
+    out += "\n";
+  }
+  return out;
+}
+
+std::string ServerMemoryLine(const ServerVariant& variant, uint64_t params,
+                             int workers, const ServerMemory& memory) {
+  return absl::StrFormat(
+      "server peak RSS [%s], %d params, N=%d: %d MiB / bound %d MiB = %.2f "
+      "(push %.3f GB/s, pull %.3f GB/s)\n",
+      variant.name, params, workers, memory.peak_rss_bytes >> 20,
+      memory.bound_bytes >> 20,
+      static_cast<double>(memory.peak_rss_bytes) / memory.bound_bytes,
+      memory.push_bytes_per_s / 1e9, memory.pull_bytes_per_s / 1e9);
+}
+
+int RunPsPathBench(const PsPathBenchOptions& options) {
+  absl::StatusOr<std::unique_ptr<Iperf3>> iperf = Iperf3::Start(options.iperf3);
+  if (!iperf.ok()) {
+    std::printf("iperf3 unavailable: %s\n", iperf.status().ToString().c_str());
+  }
+  absl::StatusOr<std::unique_ptr<GrpcStream>> stream = GrpcStream::Start();
+  if (!stream.ok()) {
+    std::printf("gRPC stream: %s\n", stream.status().ToString().c_str());
+    return 1;
+  }
+  const PsPathRounds rounds = RunPsPathRounds(
+      options.rounds,
+      RealPsPathMeasures(iperf.ok() ? iperf->get() : nullptr, stream->get()));
+  std::printf("%s", PsPathReport(rounds).c_str());
+  if (options.memory_params == 0) return 0;
+  std::vector<ServerVariant> variants = ServerVariants();
+  if (!options.all_variants) variants.resize(1);
+  for (int n : options.memory_workers) {
+    for (const ServerVariant& variant : variants) {
+      absl::StatusOr<ServerMemory> m = MeasureServerMemory(
+          options.self_path, options.memory_params, n, 3, variant);
+      if (!m.ok()) {
+        std::printf("memory N=%d: %s\n", n, m.status().ToString().c_str());
+        continue;
+      }
+      std::printf(
+          "%s",
+          ServerMemoryLine(variant, options.memory_params, n, *m).c_str());
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace pstrain::bench

@@ -1,0 +1,96 @@
+// ps_path_bench's measuring loop and report (README "Performance"): in each
+// of R interleaved rounds, /proc/loadavg, iperf3 on loopback, a bare gRPC
+// stream of every size (upload and download), then pstrain push and pull
+// for every size x servers x workers (tools/bench/ps_path.h), GB/s kept per
+// round; then every row's per-round values and median, and ratios taken
+// within each round with their medians over rounds; then the server memory
+// run. ps_path_bench_main.cc parses flags into PsPathBenchOptions and calls
+// RunPsPathBench.
+#ifndef PSTRAIN_TOOLS_BENCH_PS_PATH_ROUNDS_H_
+#define PSTRAIN_TOOLS_BENCH_PS_PATH_ROUNDS_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tools/bench/ps_path.h"
+#include "tools/bench/wire.h"
+
+namespace pstrain::bench {
+
+struct PsPathRoundsOptions {
+  int rounds = 3;                     // interleaved rounds, >= 1
+  std::vector<int> mb = {16, 64};     // tensor sizes in decimal MB
+  std::vector<int> servers = {1, 2};  // shard counts
+  std::vector<int> workers = {1, 4};  // worker counts
+  // Every push/pull row also with ShardOptions.early_apply off (rows tagged
+  // "_atcommit": the whole step applied at its commit), in the same round
+  // right after the shipped setting (right before it in odd rounds).
+  bool compare_early_apply = false;
+};
+
+// What a round measures, in bytes per second (fakes in tests).
+struct PsPathMeasures {
+  std::function<absl::StatusOr<double>()> iperf3;  // empty: not measured
+  std::function<absl::StatusOr<double>(uint64_t bytes)> upload;
+  std::function<absl::StatusOr<double>(uint64_t bytes)> download;
+  std::function<absl::StatusOr<PsPathResult>(uint64_t bytes, int servers,
+                                             int workers, bool early_apply)>
+      push_pull;
+};
+
+// Iperf3::Measure(2) (none when `iperf3` is null), the stream's Upload and
+// Download, and MeasurePsPath of bytes / 4 fp32 elements over 2 steps. The
+// pointers must outlive the measures.
+PsPathMeasures RealPsPathMeasures(Iperf3* iperf3, GrpcStream* stream);
+
+// Row name -> GB/s per round (NaN where a round did not measure it):
+// "iperf3", "grpc_upload_16MB", "grpc_download_16MB", "push_16MB_2s_4w",
+// "pull_16MB_2s_4w" (and "push_16MB_2s_4w_atcommit", ...).
+using PsPathRounds = std::map<std::string, std::vector<double>>;
+
+// Runs options.rounds rounds; in each, iperf3, then for every size the
+// upload, the download, and push/pull for every servers x workers (and
+// early-apply setting). Prints "round K: loadavg ..." on stdout at the start
+// of each round, and a line for each failed push/pull (a failed iperf3 or
+// stream measurement leaves its NaN).
+PsPathRounds RunPsPathRounds(const PsPathRoundsOptions& options,
+                             const PsPathMeasures& measures);
+
+// The report, one line per row in name order, in three groups: each row's
+// median and per-round values; each push (pull) row's median over rounds of
+// its ratio to iperf3 and to the bare stream's upload (download) of its
+// size in the same round; each row measured both ways, its early apply / at
+// commit ratio per round and their median.
+std::string PsPathReport(const PsPathRounds& rounds);
+
+// The line of one server memory measurement: peak RSS against its bound,
+// and the throughput.
+std::string ServerMemoryLine(const ServerVariant& variant, uint64_t params,
+                             int workers, const ServerMemory& memory);
+
+struct PsPathBenchOptions {
+  PsPathRoundsOptions rounds;
+  std::string iperf3 = "iperf3";  // the binary; unavailable: no iperf3 row
+  // The memory run: the shipped server (every ServerVariants() with
+  // all_variants) for each worker count, `memory_params` parameters (0: no
+  // memory run), `self_path` (this binary) as the shard server child.
+  uint64_t memory_params = 16 << 20;
+  std::vector<int> memory_workers = {1, 4, 16};
+  bool all_variants = false;
+  std::string self_path;
+};
+
+// Everything ps_path_bench does, printed on stdout: the rounds against
+// iperf3 and a bare gRPC stream, their report, then the memory run (for
+// every worker count, every variant: MeasureServerMemory over 3 steps, its
+// line or why it failed). Its exit status: 1 when the bare gRPC stream
+// cannot start, else 0 (no goal is asserted).
+int RunPsPathBench(const PsPathBenchOptions& options);
+
+}  // namespace pstrain::bench
+
+#endif  // PSTRAIN_TOOLS_BENCH_PS_PATH_ROUNDS_H_

@@ -1,0 +1,167 @@
+// ps_path_bench's rounds with fake measurements: what each round measures
+// and in which order (the early-apply settings alternating), failures left
+// as NaN, and the report's medians and within-round ratios.
+#include "tools/bench/ps_path_rounds.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace pstrain::bench {
+namespace {
+
+constexpr double kNaN = __builtin_nan("");
+
+// Measures that record each call in `calls`: iperf3 10 + round GB/s, uploads
+// 2 GB/s, downloads 4 GB/s (failing in round 1), pushes round + 1 GB/s and
+// pulls twice that, each halved at commit.
+struct Fakes {
+  std::vector<std::string> calls;
+  int round = -1;
+  bool fail_push_pull = false;
+
+  PsPathMeasures Measures() {
+    PsPathMeasures m;
+    m.iperf3 = [this]() -> absl::StatusOr<double> {
+      ++round;  // iperf3 opens every round
+      calls.push_back("iperf3");
+      return 10e9 + round * 1e9;
+    };
+    m.upload = [this](uint64_t bytes) -> absl::StatusOr<double> {
+      calls.push_back(absl::StrCat("up", bytes / 1000000));
+      return 2e9;
+    };
+    m.download = [this](uint64_t bytes) -> absl::StatusOr<double> {
+      calls.push_back(absl::StrCat("down", bytes / 1000000));
+      if (round == 1) return absl::UnavailableError("stream broke");
+      return 4e9;
+    };
+    m.push_pull = [this](uint64_t bytes, int s, int w,
+                         bool early) -> absl::StatusOr<PsPathResult> {
+      calls.push_back(absl::StrCat("ps", bytes / 1000000, "/", s, "/", w,
+                                   early ? "" : "/atcommit"));
+      if (fail_push_pull) return absl::InternalError("shard down");
+      PsPathResult r;
+      r.push_bytes_per_s = (early ? 1e9 : 0.5e9) * (round + 1);
+      r.pull_bytes_per_s = 2 * r.push_bytes_per_s;
+      return r;
+    };
+    return m;
+  }
+};
+
+// `rounds` rounds of one size (1 MB), one server and one worker.
+PsPathRoundsOptions OneRow(int rounds) {
+  PsPathRoundsOptions o;
+  o.rounds = rounds;
+  o.mb = {1};
+  o.servers = {1};
+  o.workers = {1};
+  return o;
+}
+
+TEST(RunPsPathRounds, MeasuresEverySizeServersAndWorkersInEveryRound) {
+  PsPathRoundsOptions o;
+  o.rounds = 2;
+  o.mb = {1, 8};
+  o.servers = {2};
+  o.workers = {1, 3};
+  Fakes f;
+  const PsPathRounds rounds = RunPsPathRounds(o, f.Measures());
+  const std::vector<std::string> one_round = {"iperf3",  "up1",     "down1",
+                                              "ps1/2/1", "ps1/2/3", "up8",
+                                              "down8",   "ps8/2/1", "ps8/2/3"};
+  std::vector<std::string> want = one_round;
+  want.insert(want.end(), one_round.begin(), one_round.end());
+  EXPECT_EQ(f.calls, want);
+  // GB/s per round; round 1's failed downloads stay NaN.
+  EXPECT_EQ(rounds.at("iperf3"), (std::vector<double>{10, 11}));
+  EXPECT_EQ(rounds.at("grpc_upload_8MB"), (std::vector<double>{2, 2}));
+  const std::vector<double>& down = rounds.at("grpc_download_1MB");
+  ASSERT_EQ(down.size(), 2u);
+  EXPECT_EQ(down[0], 4);
+  EXPECT_TRUE(std::isnan(down[1]));
+  EXPECT_EQ(rounds.at("push_8MB_2s_3w"), (std::vector<double>{1, 2}));
+  EXPECT_EQ(rounds.at("pull_1MB_2s_1w"), (std::vector<double>{2, 4}));
+  EXPECT_EQ(rounds.size(), 1u + 2 * 2 + 2 * 2 * 2);
+}
+
+TEST(RunPsPathRounds, EarlyApplyOnAndOffAlternateWhichGoesFirst) {
+  PsPathRoundsOptions o = OneRow(2);
+  o.compare_early_apply = true;
+  Fakes f;
+  const PsPathRounds rounds = RunPsPathRounds(o, f.Measures());
+  EXPECT_EQ(f.calls,
+            (std::vector<std::string>{"iperf3", "up1", "down1", "ps1/1/1",
+                                      "ps1/1/1/atcommit", "iperf3", "up1",
+                                      "down1", "ps1/1/1/atcommit", "ps1/1/1"}));
+  EXPECT_EQ(rounds.at("push_1MB_1s_1w"), (std::vector<double>{1, 2}));
+  EXPECT_EQ(rounds.at("push_1MB_1s_1w_atcommit"),
+            (std::vector<double>{0.5, 1}));
+}
+
+TEST(RunPsPathRounds, WithoutIperf3AndWithFailedPushesThereAreNoSuchRows) {
+  const PsPathRoundsOptions o = OneRow(1);
+  Fakes f;
+  f.fail_push_pull = true;
+  PsPathMeasures m = f.Measures();
+  m.iperf3 = nullptr;
+  const PsPathRounds rounds = RunPsPathRounds(o, m);
+  EXPECT_EQ(rounds.count("iperf3"), 0u);
+  EXPECT_EQ(rounds.count("push_1MB_1s_1w"), 0u);
+  EXPECT_EQ(rounds.count("grpc_upload_1MB"), 1u);
+}
+
+TEST(PsPathReport, MediansThenRatiosWithinEachRoundThenEarlyApply) {
+  const PsPathRounds rounds = {
+      {"iperf3", {10, 20, 40}},
+      {"grpc_upload_16MB", {2, 4, kNaN}},
+      {"push_16MB_1s_1w", {1, 1, 1}},
+      {"push_16MB_1s_1w_atcommit", {0.5, 0.25, 1}},
+  };
+  EXPECT_EQ(PsPathReport(rounds),
+            "grpc_upload_16MB         median  3.000 GB/s  rounds: 2.000 4.000 "
+            "nan\n"
+            "iperf3                   median 20.000 GB/s  rounds: 10.000 "
+            "20.000 40.000\n"
+            "push_16MB_1s_1w          median  1.000 GB/s  rounds: 1.000 1.000 "
+            "1.000\n"
+            "push_16MB_1s_1w_atcommit median  0.500 GB/s  rounds: 0.500 0.250 "
+            "1.000\n"
+            // push / iperf3: 0.1, 0.05, 0.025; push / upload: 0.5, 0.25, NaN;
+            // at commit / upload: 0.25, 0.0625, NaN.
+            "push_16MB_1s_1w          / iperf3 0.05   / bare gRPC stream "
+            "0.38\n"
+            "push_16MB_1s_1w_atcommit / iperf3 0.03   / bare gRPC stream "
+            "0.16\n"
+            "push_16MB_1s_1w          early apply / at commit 2.00  rounds: "
+            "2.00 4.00 1.00\n");
+}
+
+TEST(PsPathReport, APushWithoutItsBareStreamRowHasNoRatioToIt) {
+  const PsPathRounds rounds = {{"pull_64MB_2s_4w", {3, 5}}};
+  EXPECT_EQ(PsPathReport(rounds),
+            "pull_64MB_2s_4w          median  4.000 GB/s  rounds: 3.000 "
+            "5.000\n"
+            "pull_64MB_2s_4w          / iperf3 nan   / bare gRPC stream nan\n");
+}
+
+TEST(ServerMemoryLine, PeakAgainstBoundAndThroughput) {
+  ServerVariant v;
+  v.name = "shipped";
+  ServerMemory m;
+  m.peak_rss_bytes = int64_t{300} << 20;
+  m.bound_bytes = int64_t{200} << 20;
+  m.push_bytes_per_s = 1.5e9;
+  m.pull_bytes_per_s = 2.25e9;
+  EXPECT_EQ(ServerMemoryLine(v, 16777216, 4, m),
+            "server peak RSS [shipped], 16777216 params, N=4: 300 MiB / bound "
+            "200 MiB = 1.50 (push 1.500 GB/s, pull 2.250 GB/s)\n");
+}
+
+}  // namespace
+}  // namespace pstrain::bench

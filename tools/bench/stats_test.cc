@@ -1,0 +1,39 @@
+// The benchmarks' shared helpers: medians that skip NaN, and list flags.
+#include "tools/bench/stats.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace pstrain::bench {
+namespace {
+
+constexpr double kNaN = __builtin_nan("");
+
+TEST(Median, SkipsNaNAndAveragesTheMiddleTwo) {
+  EXPECT_EQ(Median({3, kNaN, 1, 2}), 2);
+  EXPECT_EQ(Median({4, 1, 3, 2}), 2.5);
+  EXPECT_TRUE(std::isnan(Median({kNaN})));
+  EXPECT_TRUE(std::isnan(Median({})));
+}
+
+TEST(ParsePositiveList, AcceptsPositiveIntegersAndNamesTheFlagOtherwise) {
+  absl::StatusOr<std::vector<int>> ok = ParsePositiveList("mib", "1,4,16");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(*ok, (std::vector<int>{1, 4, 16}));
+  for (const char* bad : {"", "1,,2", "0", "2,-1", "x", "4 MiB"}) {
+    absl::StatusOr<std::vector<int>> r = ParsePositiveList("ranks", bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(
+        r.status().message(),
+        absl::StrCat("--ranks: expected positive integers, got '", bad, "'"));
+  }
+}
+
+}  // namespace
+}  // namespace pstrain::bench

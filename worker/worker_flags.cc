@@ -1,0 +1,55 @@
+#include "worker/worker_flags.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "absl/flags/flag.h"
+#include "common/node_flags.h"
+#include "common/process.h"
+#include "common/status_macros.h"
+
+// Shared flags (--config, --coordinator, --metrics_port, --tls_*,
+// --token_file, --rpc_timeout_s, --startup_timeout_s): common/node_flags.h.
+ABSL_FLAG(int, rank, -1, "rank to claim; -1 lets the coordinator assign one");
+ABSL_FLAG(
+    std::string, rank_from_env, "",
+    "take the rank from this environment variable (JOB_COMPLETION_INDEX)");
+ABSL_FLAG(std::string, device, "", "auto, cpu or cuda; empty: the job's");
+ABSL_FLAG(int, cuda_device, -1, "CUDA device; -1: local rank mod count");
+ABSL_FLAG(std::string, cuda_library, "", "libpstrain_cuda.so; empty: beside");
+ABSL_FLAG(int, local_rank, -1, "index among this host's workers; -1: rank");
+ABSL_FLAG(std::string, metrics_bind, "127.0.0.1", "metrics endpoint address");
+ABSL_FLAG(double, report_interval_s, 0.5, "seconds between metric reports");
+ABSL_FLAG(std::string, peer_bind, "127.0.0.1", "allreduce: ring peer address");
+ABSL_FLAG(int, peer_port, 0, "allreduce: ring peer port; 0 picks a free one");
+ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
+          "allreduce: host name the left neighbour dials (the pod's DNS name)");
+ABSL_FLAG(std::string, check_config, "", "check job FILE (data, fit); exit");
+
+namespace pstrain {
+
+absl::StatusOr<WorkerNodeOptions> WorkerOptionsFromFlags() {
+  WorkerNodeOptions o;
+  PS_ASSIGN_OR_RETURN(o.node, NodeOptionsFromFlags(NodeRole::kWorker));
+  PS_ASSIGN_OR_RETURN(o.requested_rank,
+                      RankFromFlags(absl::GetFlag(FLAGS_rank),
+                                    absl::GetFlag(FLAGS_rank_from_env)));
+  o.device = absl::GetFlag(FLAGS_device);
+  o.cuda_device = absl::GetFlag(FLAGS_cuda_device);
+  o.local_rank = absl::GetFlag(FLAGS_local_rank);
+  o.cuda_library = absl::GetFlag(FLAGS_cuda_library);
+  o.cuda_visible_devices = std::getenv("CUDA_VISIBLE_DEVICES");
+  o.report_interval = absl::Seconds(absl::GetFlag(FLAGS_report_interval_s));
+  o.peer_bind = absl::GetFlag(FLAGS_peer_bind);
+  o.peer_port = absl::GetFlag(FLAGS_peer_port);
+  o.advertise_host = absl::GetFlag(FLAGS_advertise_host);
+  o.progress_line = isatty(STDERR_FILENO);
+  return o;
+}
+
+std::string CheckConfigFlag() { return absl::GetFlag(FLAGS_check_config); }
+
+std::string MetricsBindFlag() { return absl::GetFlag(FLAGS_metrics_bind); }
+
+}  // namespace pstrain
