@@ -48,14 +48,17 @@ training:
   restart_timeout_s: 20
 model: {type: mlp, input_dim: 16, hidden: [24], num_classes: 4, seed: 5}
 data: {source: synthetic, seed: 9, num_features: 16, num_classes: 4, test_examples: 200}
-worker: {compute_ms: 25}
+worker: {compute_ms: ${3:-25}}
 network: {lease_s: 2}
 allreduce: {timeout_s: 20}
 checkpoint: {every_steps: 5, keep: 0}
 EOF2
 }
 job 0 2 > "$TMP/hosted.yaml"
-job 1 2 > "$TMP/newcomer.yaml"
+# The newcomer's variant computes slower (emulated compute changes no
+# result): psctl starts the new process lease_s + 1 s after the kill, and the
+# job must still be running when it registers, even on a loaded machine.
+job 1 2 150 > "$TMP/newcomer.yaml"
 job 0 1 > "$TMP/rehosted.yaml"
 # The live ranks in order; departed rank d goes to the (d mod 2)-th.
 live=()
