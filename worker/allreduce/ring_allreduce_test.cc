@@ -377,30 +377,69 @@ TEST(MailboxTest, BoundsStepsAndSenders) {
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
 }
 
+// A ring peer service of its own, served on 127.0.0.1 port 0 (stopped with
+// a 1 s grace at the end of the test).
+struct ServedPeer {
+  ServedPeer() {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
+    builder.RegisterService(&service);
+    server = builder.BuildAndStart();
+    if (server != nullptr && port != 0) {
+      address = absl::StrCat("127.0.0.1:", port);
+    }
+  }
+  ~ServedPeer() {
+    if (server != nullptr) {
+      server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+    }
+  }
+  RingPeerService service;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;  // empty when the server did not start
+};
+
+// A reduce-scatter segment of `step` from rank 0 with 8 zero bytes.
+pstrain::v1::RingSegment Segment(uint64_t step, uint64_t session_id,
+                                 uint64_t generation = 0) {
+  pstrain::v1::RingSegment segment;
+  segment.set_step(step);
+  segment.set_phase(pstrain::v1::REDUCE_SCATTER);
+  segment.set_from_rank(0);
+  segment.set_session_id(session_id);
+  segment.set_generation(generation);
+  segment.set_data(std::string(8, '\0'));
+  return segment;
+}
+
+// `segment` alone on one stream to `address`, half-closed: its status.
+grpc::Status SendOne(const std::string& address,
+                     const pstrain::v1::RingSegment& segment) {
+  auto stub = pstrain::v1::RingPeer::NewStub(MakeChannel(address));
+  grpc::ClientContext context;
+  SetTimeout(&context, absl::Seconds(10));
+  pstrain::v1::SendSegmentsResponse response;
+  auto writer = stub->SendSegments(&context, &response);
+  writer->Write(segment);
+  writer->WritesDone();
+  return writer->Finish();
+}
+
 // A left neighbour's stream that is cancelled rather than closed: the rank
 // waiting for its next segment gets DATA_LOSS at once, not a deadline, and
 // the segment that did arrive is still taken.
 TEST(RingAllReduceGrpcTest, CancelledStreamIsAnErrorNotAnEnd) {
-  RingPeerService service;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_TRUE(server != nullptr && port != 0);
-  auto stub = pstrain::v1::RingPeer::NewStub(
-      MakeChannel(absl::StrCat("127.0.0.1:", port)));
+  ServedPeer peer;
+  ASSERT_FALSE(peer.address.empty());
+  RingPeerService& service = peer.service;
+  auto stub = pstrain::v1::RingPeer::NewStub(MakeChannel(peer.address));
   {
     grpc::ClientContext context;
     pstrain::v1::SendSegmentsResponse response;
     auto writer = stub->SendSegments(&context, &response);
-    pstrain::v1::RingSegment segment;
-    segment.set_step(1);
-    segment.set_phase(pstrain::v1::REDUCE_SCATTER);
-    segment.set_from_rank(0);
-    segment.set_data(std::string(8, '\0'));
-    ASSERT_TRUE(writer->Write(segment));
+    ASSERT_TRUE(writer->Write(Segment(1, 0)));
     const absl::Time until = absl::Now() + absl::Seconds(5);
     while (service.segments_received() < 1 && absl::Now() < until) {
       absl::SleepFor(absl::Milliseconds(5));
@@ -420,7 +459,6 @@ TEST(RingAllReduceGrpcTest, CancelledStreamIsAnErrorNotAnEnd) {
       start + absl::Seconds(10));
   EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
-  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
 }
 
 // Issue 11, strangers: a segment must carry its sender's session id; once
@@ -467,44 +505,23 @@ TEST(MailboxTest, EarlySegmentsWithTheWrongIdAreDroppedWhenTheSenderIsKnown) {
 // Over gRPC: a stream whose segments carry a wrong id ends PERMISSION_DENIED
 // and the rank's all-reduce never sees them.
 TEST(RingAllReduceGrpcTest, StrangersSegmentsAreRefused) {
-  RingPeerService service;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_TRUE(server != nullptr && port != 0);
-  const std::string address = absl::StrCat("127.0.0.1:", port);
+  ServedPeer peer;
+  ASSERT_FALSE(peer.address.empty());
   // Rank 1 of 2: its left neighbour is rank 0 with id 1000.
-  absl::StatusOr<std::unique_ptr<GrpcTransport>> t =
-      GrpcTransport::Create(1, 2, MakeChannel(address), &service, 1001, 1000);
+  absl::StatusOr<std::unique_ptr<GrpcTransport>> t = GrpcTransport::Create(
+      1, 2, MakeChannel(peer.address), &peer.service, 1001, 1000);
   ASSERT_TRUE(t.ok()) << t.status();
-  EXPECT_EQ(GrpcTransport::Create(1, 2, MakeChannel(address), &service, 0, 1000)
+  EXPECT_EQ(GrpcTransport::Create(1, 2, MakeChannel(peer.address),
+                                  &peer.service, 0, 1000)
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
-  auto stub = pstrain::v1::RingPeer::NewStub(MakeChannel(address));
   for (uint64_t wrong : {uint64_t{0}, uint64_t{1001}}) {
-    grpc::ClientContext context;
-    SetTimeout(&context, absl::Seconds(10));
-    pstrain::v1::SendSegmentsResponse response;
-    auto writer = stub->SendSegments(&context, &response);
-    pstrain::v1::RingSegment segment;
-    segment.set_step(0);
-    segment.set_phase(pstrain::v1::REDUCE_SCATTER);
-    segment.set_from_rank(0);
-    segment.set_session_id(wrong);
-    segment.set_data(std::string(8, '\0'));
-    writer->Write(segment);
-    writer->WritesDone();
-    const grpc::Status st = writer->Finish();
+    const grpc::Status st = SendOne(peer.address, Segment(0, wrong));
     EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED)
         << st.error_message();
   }
-  EXPECT_EQ(service.mailbox()->size(), 0u);
-  t->reset();
-  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+  EXPECT_EQ(peer.service.mailbox()->size(), 0u);
 }
 
 // Over gRPC, after a rollback (the transport of generation 2): a live left
@@ -512,45 +529,23 @@ TEST(RingAllReduceGrpcTest, StrangersSegmentsAreRefused) {
 // its stream ABORTED and stores nothing; the same segment of generation 2
 // is kept.
 TEST(RingAllReduceGrpcTest, OlderGenerationsSegmentsAreAborted) {
-  RingPeerService service;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_TRUE(server != nullptr && port != 0);
-  const std::string address = absl::StrCat("127.0.0.1:", port);
-  absl::StatusOr<std::unique_ptr<GrpcTransport>> t = GrpcTransport::Create(
-      1, 2, MakeChannel(address), &service, 1001, 1000, /*generation=*/2);
+  ServedPeer peer;
+  ASSERT_FALSE(peer.address.empty());
+  absl::StatusOr<std::unique_ptr<GrpcTransport>> t =
+      GrpcTransport::Create(1, 2, MakeChannel(peer.address), &peer.service,
+                            1001, 1000, /*generation=*/2);
   ASSERT_TRUE(t.ok()) << t.status();
-  auto stub = pstrain::v1::RingPeer::NewStub(MakeChannel(address));
   for (uint64_t generation : {uint64_t{1}, uint64_t{2}}) {
-    grpc::ClientContext context;
-    SetTimeout(&context, absl::Seconds(10));
-    pstrain::v1::SendSegmentsResponse response;
-    auto writer = stub->SendSegments(&context, &response);
-    pstrain::v1::RingSegment segment;
-    segment.set_step(4);
-    segment.set_phase(pstrain::v1::REDUCE_SCATTER);
-    segment.set_from_rank(0);
-    segment.set_session_id(1000);
-    segment.set_generation(generation);
-    segment.set_data(std::string(8, '\0'));
-    writer->Write(segment);
-    writer->WritesDone();
-    const grpc::Status st = writer->Finish();
+    const grpc::Status st = SendOne(peer.address, Segment(4, 1000, generation));
     if (generation == 1) {
       EXPECT_EQ(st.error_code(), grpc::StatusCode::ABORTED)
           << st.error_message();
-      EXPECT_EQ(service.mailbox()->size(), 0u);
+      EXPECT_EQ(peer.service.mailbox()->size(), 0u);
     } else {
       EXPECT_TRUE(st.ok()) << st.error_message();
-      EXPECT_EQ(service.mailbox()->size(), 1u);
+      EXPECT_EQ(peer.service.mailbox()->size(), 1u);
     }
   }
-  t->reset();
-  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
 }
 
 // The in-memory transport never waits (a send lands in the neighbour's
