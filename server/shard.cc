@@ -1,6 +1,7 @@
 #include "server/shard.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <deque>
@@ -132,6 +133,39 @@ inline __attribute__((always_inline)) void FixedToFloatBody(
   }
 }
 
+// g[i] = float(double(fixed(n * src[i])) * from_fixed / samples) for a
+// chunk whose only term of the step is the floats at `src`: AddFixedFastBody
+// into a zero accumulator and FixedToFloatBody's fast case fused, the same
+// operations on the same doubles (the integer round trip through the
+// accumulator is exact: r - kMagic is the term's fixed-point value, and it
+// is also double(acc) where FixedToFloat takes its scalar case), so the
+// result is bit for bit theirs. Needs the terms known below 2^51. When
+// `samples` is a power of two and from_fixed / samples a normal double,
+// (y * from_fixed) / samples is computed as y * (from_fixed / samples): both
+// sides are the same exact value rounded once (y * from_fixed is exact, 2^L
+// staying normal), and a multiply costs a fraction of a divide.
+inline __attribute__((always_inline)) void HeldToFloatBody(
+    const char* src, uint64_t len, double n, double to_fixed, double from_fixed,
+    double samples, float* g) {
+  int e = 0;
+  const double scale = from_fixed / samples;
+  if (std::frexp(samples, &e) == 0.5 && scale >= DBL_MIN) {
+    for (uint64_t i = 0; i < len; ++i) {
+      float x;
+      std::memcpy(&x, src + i * sizeof(float), sizeof(float));
+      const double r = n * static_cast<double>(x) * to_fixed + kMagic;
+      g[i] = static_cast<float>((r - kMagic) * scale);
+    }
+    return;
+  }
+  for (uint64_t i = 0; i < len; ++i) {
+    float x;
+    std::memcpy(&x, src + i * sizeof(float), sizeof(float));
+    const double r = n * static_cast<double>(x) * to_fixed + kMagic;
+    g[i] = static_cast<float>((r - kMagic) * from_fixed / samples);
+  }
+}
+
 bool HasAvx2() {
   static const bool avx2 = [] {
     __builtin_cpu_init();
@@ -187,6 +221,43 @@ void FixedToFloat(int64_t* acc, uint64_t len, double from_fixed, double samples,
   }
 }
 
+__attribute__((target("avx2"))) void HeldToFloatAvx2(const char* src,
+                                                     uint64_t len, double n,
+                                                     double to_fixed,
+                                                     double from_fixed,
+                                                     double samples, float* g) {
+  HeldToFloatBody(src, len, n, to_fixed, from_fixed, samples, g);
+}
+void HeldToFloat(const char* src, uint64_t len, double n, double to_fixed,
+                 double from_fixed, double samples, float* g) {
+  if (HasAvx2()) {
+    HeldToFloatAvx2(src, len, n, to_fixed, from_fixed, samples, g);
+  } else {
+    HeldToFloatBody(src, len, n, to_fixed, from_fixed, samples, g);
+  }
+}
+
+// Turns a chunk's held term (its `len` floats in the first half of the
+// chunk's accumulator `acc`) into fixed point in place: acc[i] =
+// fixed(n * g[i]), as AddFixedFast into a zero accumulator gives. Block by
+// block from the end, each block's floats copied out first: writing
+// acc[start, end) overwrites the floats [2 * start, 2 * end), none of which
+// is still to be read.
+void HeldToFixed(int64_t* acc, uint64_t len, double n, double to_fixed) {
+  constexpr uint64_t kBlock = 1024;
+  float block[kBlock];
+  const char* held = reinterpret_cast<const char*>(acc);
+  for (uint64_t end = len; end > 0;) {
+    const uint64_t start = end > kBlock ? end - kBlock : 0;
+    std::memcpy(block, held + start * sizeof(float),
+                (end - start) * sizeof(float));
+    std::fill(acc + start, acc + end, 0);
+    AddFixedFast(reinterpret_cast<const char*>(block), end - start, n, to_fixed,
+                 acc + start);
+    end = start;
+  }
+}
+
 // One chunk's part of a push fingerprint: its position and bytes.
 uint64_t ChunkHash(size_t k, const ChunkData& c) {
   return absl::HashOf(k, absl::string_view(c.data()));
@@ -220,6 +291,13 @@ struct Shard::ChunkSum {
   std::vector<Contribution> by_worker ABSL_GUARDED_BY(mu);
   uint32_t summed ABSL_GUARDED_BY(mu) = 0;   // contributions present
   bool applied ABSL_GUARDED_BY(mu) = false;  // on arrival, this epoch
+  // What the chunk's share of the accumulator holds (Shard::SumChunk):
+  // zeros; the step's only term so far, as the pushed floats (first half),
+  // pushed with num_samples `held_n`; the fixed-point sum; or nothing of
+  // use (a held term was applied), to be zeroed before a fixed-point sum.
+  enum class Acc { kZero, kHeld, kFixed, kStale };
+  Acc acc ABSL_GUARDED_BY(mu) = Acc::kZero;
+  double held_n ABSL_GUARDED_BY(mu) = 0;
 
   // Forgets the step's contributions and moves to sum epoch `next`.
   void ResetLocked(uint64_t next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
@@ -799,8 +877,28 @@ void Shard::SumChunk(size_t k, ChunkSum& sum, const char* src,
   int64_t* acc = accumulator_.data() + lc.local_offset;
   // max_i |n * g[i]| is n * max_i |g[i]| (rounding is monotonic).
   const double chunk_max = n * static_cast<double>(MaxAbsFloat(src, lc.length));
-  if (chunk_max < limit && chunk_max * to_fixed < kFastLimit) {
-    // Nothing clipped, every term within the fast conversion's range.
+  // Nothing clipped, every term within the fast conversion's range.
+  const bool fast = chunk_max < limit && chunk_max * to_fixed < kFastLimit;
+  using Acc = ChunkSum::Acc;
+  if (fast && options_.hold_first_term &&
+      (sum.acc == Acc::kZero || sum.acc == Acc::kStale)) {
+    // The step's first term: kept as the floats (4 of the chunk's 8 bytes
+    // per element), turned into fixed point only if a second term comes
+    // (HeldToFixed), or applied straight from them (HeldToFloat). Both give
+    // what AddFixedFast here would have: the exponent stays until the apply.
+    std::memcpy(acc, src, lc.length * sizeof(float));
+    sum.acc = Acc::kHeld;
+    sum.held_n = n;
+    *max_abs = std::max(*max_abs, chunk_max);
+    return;
+  }
+  if (sum.acc == Acc::kHeld) {
+    HeldToFixed(acc, lc.length, sum.held_n, to_fixed);
+  } else if (sum.acc == Acc::kStale) {
+    std::fill_n(acc, lc.length, 0);
+  }
+  sum.acc = Acc::kFixed;
+  if (fast) {
     AddFixedFast(src, lc.length, n, to_fixed, acc);
     *max_abs = std::max(*max_abs, chunk_max);
     return;
@@ -875,10 +973,22 @@ void Shard::ApplySumLocked(size_t k, ChunkSum& sum, double samples,
                            double max_abs, float* g)
     ABSL_NO_THREAD_SAFETY_ANALYSIS {  // the caller holds sum.mu
   const LocalChunk& lc = chunks_[k];
-  const double from_fixed = std::ldexp(1.0, sum.exponent - accumulator_bits_);
+  const int lsb = sum.exponent - accumulator_bits_;
+  const double from_fixed = std::ldexp(1.0, lsb);
   int64_t* acc = accumulator_.data() + lc.local_offset;
-  FixedToFloat(acc, lc.length, from_fixed, samples,
-               FixedFitsFast(acc, lc.length), g);
+  using Acc = ChunkSum::Acc;
+  if (sum.acc == Acc::kHeld) {
+    HeldToFloat(reinterpret_cast<const char*>(acc), lc.length, sum.held_n,
+                std::ldexp(1.0, -lsb), from_fixed, samples, g);
+    sum.acc = Acc::kStale;
+  } else {
+    // kStale here: no term at all (not reached: a chunk is applied with
+    // every worker's), so the sum is zero.
+    if (sum.acc == Acc::kStale) std::fill_n(acc, lc.length, 0);
+    FixedToFloat(acc, lc.length, from_fixed, samples,
+                 FixedFitsFast(acc, lc.length), g);
+    sum.acc = Acc::kZero;
+  }
   optimizer_->Apply(version_, version_, MutableChunkLocked(k), g,
                     slots_[k].data(), lc.length);
   sum.exponent = NextExponent(max_abs, sum.exponent);
@@ -1351,6 +1461,7 @@ absl::Status Shard::Restore(const ShardState& state) {
       absl::MutexLock sum_lock(&sum.mu);
       std::fill_n(accumulator_.begin() + chunks_[k].local_offset,
                   chunks_[k].length, 0);
+      sum.acc = ChunkSum::Acc::kZero;
       sum.exponent = c.has_exponent ? std::clamp<int>(c.exponent, kMinExponent,
                                                       kMaxExponent)
                                     : kInitialExponent;

@@ -54,7 +54,11 @@
 // larger than in the step before, or above 2^32 in the first step) is clipped
 // to the largest representable value and counted (clipped_elements()). The
 // applied gradient is float(sum * 2^L / sum of num_samples). Reruns are
-// bit-identical.
+// bit-identical. A chunk's first term of a step is kept as the pushed floats
+// in the chunk's accumulator space (4 of its 8 bytes per element) and turned
+// into fixed point only when a second term arrives, or applied straight from
+// them when it stays the only one (one worker): the same numbers, with two
+// passes over the accumulator fewer (ShardOptions.hold_first_term).
 //
 // Pushes are all-or-nothing: a push is fully validated (worker, tensors, chunk
 // ranges, ownership, dtype, shape, finiteness, completeness, clock) before any
@@ -208,6 +212,11 @@ struct ShardOptions {
   // shard. Off: the whole step is applied at its commit. Results are the
   // same bit for bit.
   bool early_apply = true;
+  // Sync: keep a chunk's first term of a step as the pushed floats until a
+  // second term arrives or the chunk is applied ("Sync sum" above). Off:
+  // every term goes into the fixed-point sum on arrival. Results are the
+  // same bit for bit (for tests and benchmarks).
+  bool hold_first_term = true;
 };
 
 // The options of shard `shard_id` of `job`.
@@ -411,8 +420,9 @@ class Shard {
   // Chunk k's sync state, with its share of the accumulator.
   struct ChunkSum;
   // Adds num_samples * g (the chunk's `length` fp32 values at `src`) to
-  // chunk k's share of the accumulator at its current exponent; returns the
-  // largest |x| and the number of clipped terms. Caller holds sum.mu.
+  // chunk k's share of the accumulator at its current exponent (the step's
+  // first term may be held as floats, above); returns the largest |x| and
+  // the number of clipped terms. Caller holds sum.mu.
   void SumChunk(size_t k, ChunkSum& sum, const char* src, double num_samples,
                 double* max_abs, uint64_t* clipped);
   // Turns chunk k's sum into the gradient (divided by `samples`, through
