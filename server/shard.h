@@ -54,11 +54,13 @@
 // larger than in the step before, or above 2^32 in the first step) is clipped
 // to the largest representable value and counted (clipped_elements()). The
 // applied gradient is float(sum * 2^L / sum of num_samples). Reruns are
-// bit-identical. A chunk's first term of a step is kept as the pushed floats
-// in the chunk's accumulator space (4 of its 8 bytes per element) and turned
-// into fixed point only when a second term arrives, or applied straight from
-// them when it stays the only one (one worker): the same numbers, with two
-// passes over the accumulator fewer (ShardOptions.hold_first_term).
+// bit-identical. A chunk's first term of a step (nothing of it clipped, all
+// of it within the fast conversions' range, the usual case) is kept as the
+// pushed floats in the chunk's accumulator space (4 of its 8 bytes per
+// element) and turned into fixed point only when a second term arrives, or
+// applied straight from them when it stays the only one (one worker): the
+// same numbers, with two passes over the accumulator fewer
+// (ShardOptions.hold_first_term).
 //
 // Pushes are all-or-nothing: a push is fully validated (worker, tensors, chunk
 // ranges, ownership, dtype, shape, finiteness, completeness, clock) before any
@@ -214,8 +216,8 @@ struct ShardOptions {
   bool early_apply = true;
   // Sync: keep a chunk's first term of a step as the pushed floats until a
   // second term arrives or the chunk is applied ("Sync sum" above). Off:
-  // every term goes into the fixed-point sum on arrival. Results are the
-  // same bit for bit (for tests and benchmarks).
+  // every term goes into the fixed-point sum on arrival (tests compare the
+  // two). Results are the same bit for bit.
   bool hold_first_term = true;
 };
 
