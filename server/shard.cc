@@ -237,27 +237,6 @@ void HeldToFloat(const char* src, uint64_t len, double n, double to_fixed,
   }
 }
 
-// Turns a chunk's held term (its `len` floats in the first half of the
-// chunk's accumulator `acc`) into fixed point in place: acc[i] =
-// fixed(n * g[i]), as AddFixedFast into a zero accumulator gives. Block by
-// block from the end, each block's floats copied out first: writing
-// acc[start, end) overwrites the floats [2 * start, 2 * end), none of which
-// is still to be read.
-void HeldToFixed(int64_t* acc, uint64_t len, double n, double to_fixed) {
-  constexpr uint64_t kBlock = 1024;
-  float block[kBlock];
-  const char* held = reinterpret_cast<const char*>(acc);
-  for (uint64_t end = len; end > 0;) {
-    const uint64_t start = end > kBlock ? end - kBlock : 0;
-    std::memcpy(block, held + start * sizeof(float),
-                (end - start) * sizeof(float));
-    std::fill(acc + start, acc + end, 0);
-    AddFixedFast(reinterpret_cast<const char*>(block), end - start, n, to_fixed,
-                 acc + start);
-    end = start;
-  }
-}
-
 // One chunk's part of a push fingerprint: its position and bytes.
 uint64_t ChunkHash(size_t k, const ChunkData& c) {
   return absl::HashOf(k, absl::string_view(c.data()));
@@ -292,9 +271,9 @@ struct Shard::ChunkSum {
   uint32_t summed ABSL_GUARDED_BY(mu) = 0;   // contributions present
   bool applied ABSL_GUARDED_BY(mu) = false;  // on arrival, this epoch
   // What the chunk's share of the accumulator holds (Shard::SumChunk):
-  // zeros; the step's only term so far, as the pushed floats (first half),
-  // pushed with num_samples `held_n`; the fixed-point sum; or nothing of
-  // use (a held term was applied), to be zeroed before a fixed-point sum.
+  // zeros; the step's only term, as the pushed floats (first half), pushed
+  // with num_samples `held_n`; the fixed-point sum; or nothing of use (a
+  // held term was applied), to be zeroed before a fixed-point sum.
   enum class Acc { kZero, kHeld, kFixed, kStale };
   Acc acc ABSL_GUARDED_BY(mu) = Acc::kZero;
   double held_n ABSL_GUARDED_BY(mu) = 0;
@@ -558,6 +537,7 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(ShardOptions options) {
   if (threads > 1) shard->pool_ = ChunkPool::Start(threads);
   const uint32_t n = shard->num_workers();
   shard->accumulator_bits_ = 62 - CeilLog2(n);
+  shard->hold_terms_ = shard->options_.hold_first_term && n == 1;
 
   absl::MutexLock lock(&shard->mu_);
   for (size_t i = 0; i < shard->chunks_.size(); ++i) {
@@ -880,23 +860,21 @@ void Shard::SumChunk(size_t k, ChunkSum& sum, const char* src,
   // Nothing clipped, every term within the fast conversion's range.
   const bool fast = chunk_max < limit && chunk_max * to_fixed < kFastLimit;
   using Acc = ChunkSum::Acc;
-  if (fast && options_.hold_first_term &&
+  if (fast && hold_terms_ &&
       (sum.acc == Acc::kZero || sum.acc == Acc::kStale)) {
-    // The step's first term: kept as the floats (4 of the chunk's 8 bytes
-    // per element), turned into fixed point only if a second term comes
-    // (HeldToFixed), or applied straight from them (HeldToFloat). Both give
-    // what AddFixedFast here would have: the exponent stays until the apply.
+    // The chunk's term of the step (one worker: the only one; a retry of
+    // it is skipped by its contribution, so nothing is added to a held
+    // term): kept as the floats (4 of the chunk's 8 bytes per element) and
+    // applied straight from them (HeldToFloat), which gives what
+    // AddFixedFast here and FixedToFloat at the apply would have (the
+    // exponent stays until the apply).
     std::memcpy(acc, src, lc.length * sizeof(float));
     sum.acc = Acc::kHeld;
     sum.held_n = n;
     *max_abs = std::max(*max_abs, chunk_max);
     return;
   }
-  if (sum.acc == Acc::kHeld) {
-    HeldToFixed(acc, lc.length, sum.held_n, to_fixed);
-  } else if (sum.acc == Acc::kStale) {
-    std::fill_n(acc, lc.length, 0);
-  }
+  if (sum.acc == Acc::kStale) std::fill_n(acc, lc.length, 0);
   sum.acc = Acc::kFixed;
   if (fast) {
     AddFixedFast(src, lc.length, n, to_fixed, acc);
