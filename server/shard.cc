@@ -1,6 +1,7 @@
 #include "server/shard.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <deque>
@@ -132,6 +133,39 @@ inline __attribute__((always_inline)) void FixedToFloatBody(
   }
 }
 
+// g[i] = float(double(fixed(n * src[i])) * from_fixed / samples) for a
+// chunk whose only term of the step is the floats at `src`: AddFixedFastBody
+// into a zero accumulator and FixedToFloatBody's fast case fused, the same
+// operations on the same doubles (the integer round trip through the
+// accumulator is exact: r - kMagic is the term's fixed-point value, and it
+// is also double(acc) where FixedToFloat takes its scalar case), so the
+// result is bit for bit theirs. Needs the terms known below 2^51. When
+// `samples` is a power of two and from_fixed / samples a normal double,
+// (y * from_fixed) / samples is computed as y * (from_fixed / samples): both
+// sides are the same exact value rounded once (y * from_fixed is exact, 2^L
+// staying normal), and a multiply costs a fraction of a divide.
+inline __attribute__((always_inline)) void HeldToFloatBody(
+    const char* src, uint64_t len, double n, double to_fixed, double from_fixed,
+    double samples, float* g) {
+  int e = 0;
+  const double scale = from_fixed / samples;
+  if (std::frexp(samples, &e) == 0.5 && scale >= DBL_MIN) {
+    for (uint64_t i = 0; i < len; ++i) {
+      float x;
+      std::memcpy(&x, src + i * sizeof(float), sizeof(float));
+      const double r = n * static_cast<double>(x) * to_fixed + kMagic;
+      g[i] = static_cast<float>((r - kMagic) * scale);
+    }
+    return;
+  }
+  for (uint64_t i = 0; i < len; ++i) {
+    float x;
+    std::memcpy(&x, src + i * sizeof(float), sizeof(float));
+    const double r = n * static_cast<double>(x) * to_fixed + kMagic;
+    g[i] = static_cast<float>((r - kMagic) * from_fixed / samples);
+  }
+}
+
 bool HasAvx2() {
   static const bool avx2 = [] {
     __builtin_cpu_init();
@@ -187,6 +221,22 @@ void FixedToFloat(int64_t* acc, uint64_t len, double from_fixed, double samples,
   }
 }
 
+__attribute__((target("avx2"))) void HeldToFloatAvx2(const char* src,
+                                                     uint64_t len, double n,
+                                                     double to_fixed,
+                                                     double from_fixed,
+                                                     double samples, float* g) {
+  HeldToFloatBody(src, len, n, to_fixed, from_fixed, samples, g);
+}
+void HeldToFloat(const char* src, uint64_t len, double n, double to_fixed,
+                 double from_fixed, double samples, float* g) {
+  if (HasAvx2()) {
+    HeldToFloatAvx2(src, len, n, to_fixed, from_fixed, samples, g);
+  } else {
+    HeldToFloatBody(src, len, n, to_fixed, from_fixed, samples, g);
+  }
+}
+
 // One chunk's part of a push fingerprint: its position and bytes.
 uint64_t ChunkHash(size_t k, const ChunkData& c) {
   return absl::HashOf(k, absl::string_view(c.data()));
@@ -220,6 +270,13 @@ struct Shard::ChunkSum {
   std::vector<Contribution> by_worker ABSL_GUARDED_BY(mu);
   uint32_t summed ABSL_GUARDED_BY(mu) = 0;   // contributions present
   bool applied ABSL_GUARDED_BY(mu) = false;  // on arrival, this epoch
+  // What the chunk's share of the accumulator holds (Shard::SumChunk):
+  // zeros; the step's only term, as the pushed floats (first half), pushed
+  // with num_samples `held_n`; the fixed-point sum; or nothing of use (a
+  // held term was applied), to be zeroed before a fixed-point sum.
+  enum class Acc { kZero, kHeld, kFixed, kStale };
+  Acc acc ABSL_GUARDED_BY(mu) = Acc::kZero;
+  double held_n ABSL_GUARDED_BY(mu) = 0;
 
   // Forgets the step's contributions and moves to sum epoch `next`.
   void ResetLocked(uint64_t next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
@@ -480,6 +537,7 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(ShardOptions options) {
   if (threads > 1) shard->pool_ = ChunkPool::Start(threads);
   const uint32_t n = shard->num_workers();
   shard->accumulator_bits_ = 62 - CeilLog2(n);
+  shard->hold_terms_ = shard->options_.hold_first_term && n == 1;
 
   absl::MutexLock lock(&shard->mu_);
   for (size_t i = 0; i < shard->chunks_.size(); ++i) {
@@ -799,8 +857,26 @@ void Shard::SumChunk(size_t k, ChunkSum& sum, const char* src,
   int64_t* acc = accumulator_.data() + lc.local_offset;
   // max_i |n * g[i]| is n * max_i |g[i]| (rounding is monotonic).
   const double chunk_max = n * static_cast<double>(MaxAbsFloat(src, lc.length));
-  if (chunk_max < limit && chunk_max * to_fixed < kFastLimit) {
-    // Nothing clipped, every term within the fast conversion's range.
+  // Nothing clipped, every term within the fast conversion's range.
+  const bool fast = chunk_max < limit && chunk_max * to_fixed < kFastLimit;
+  using Acc = ChunkSum::Acc;
+  if (fast && hold_terms_ &&
+      (sum.acc == Acc::kZero || sum.acc == Acc::kStale)) {
+    // The chunk's term of the step (one worker: the only one; a retry of
+    // it is skipped by its contribution, so nothing is added to a held
+    // term): kept as the floats (4 of the chunk's 8 bytes per element) and
+    // applied straight from them (HeldToFloat), which gives what
+    // AddFixedFast here and FixedToFloat at the apply would have (the
+    // exponent stays until the apply).
+    std::memcpy(acc, src, lc.length * sizeof(float));
+    sum.acc = Acc::kHeld;
+    sum.held_n = n;
+    *max_abs = std::max(*max_abs, chunk_max);
+    return;
+  }
+  if (sum.acc == Acc::kStale) std::fill_n(acc, lc.length, 0);
+  sum.acc = Acc::kFixed;
+  if (fast) {
     AddFixedFast(src, lc.length, n, to_fixed, acc);
     *max_abs = std::max(*max_abs, chunk_max);
     return;
@@ -875,10 +951,22 @@ void Shard::ApplySumLocked(size_t k, ChunkSum& sum, double samples,
                            double max_abs, float* g)
     ABSL_NO_THREAD_SAFETY_ANALYSIS {  // the caller holds sum.mu
   const LocalChunk& lc = chunks_[k];
-  const double from_fixed = std::ldexp(1.0, sum.exponent - accumulator_bits_);
+  const int lsb = sum.exponent - accumulator_bits_;
+  const double from_fixed = std::ldexp(1.0, lsb);
   int64_t* acc = accumulator_.data() + lc.local_offset;
-  FixedToFloat(acc, lc.length, from_fixed, samples,
-               FixedFitsFast(acc, lc.length), g);
+  using Acc = ChunkSum::Acc;
+  if (sum.acc == Acc::kHeld) {
+    HeldToFloat(reinterpret_cast<const char*>(acc), lc.length, sum.held_n,
+                std::ldexp(1.0, -lsb), from_fixed, samples, g);
+    sum.acc = Acc::kStale;
+  } else {
+    // kStale here: no term at all (not reached: a chunk is applied with
+    // every worker's), so the sum is zero.
+    if (sum.acc == Acc::kStale) std::fill_n(acc, lc.length, 0);
+    FixedToFloat(acc, lc.length, from_fixed, samples,
+                 FixedFitsFast(acc, lc.length), g);
+    sum.acc = Acc::kZero;
+  }
   optimizer_->Apply(version_, version_, MutableChunkLocked(k), g,
                     slots_[k].data(), lc.length);
   sum.exponent = NextExponent(max_abs, sum.exponent);
@@ -1351,6 +1439,7 @@ absl::Status Shard::Restore(const ShardState& state) {
       absl::MutexLock sum_lock(&sum.mu);
       std::fill_n(accumulator_.begin() + chunks_[k].local_offset,
                   chunks_[k].length, 0);
+      sum.acc = ChunkSum::Acc::kZero;
       sum.exponent = c.has_exponent ? std::clamp<int>(c.exponent, kMinExponent,
                                                       kMaxExponent)
                                     : kInitialExponent;

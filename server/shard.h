@@ -54,7 +54,13 @@
 // larger than in the step before, or above 2^32 in the first step) is clipped
 // to the largest representable value and counted (clipped_elements()). The
 // applied gradient is float(sum * 2^L / sum of num_samples). Reruns are
-// bit-identical.
+// bit-identical. With one worker a chunk's term of a step (nothing of it
+// clipped, all of it within the fast conversions' range, the usual case) is
+// its only one: it is kept as the pushed floats in the chunk's accumulator
+// space (4 of its 8 bytes per element) and applied straight from them, with
+// the same double operations as the way through the fixed point, so the
+// same numbers, with two passes over the accumulator fewer
+// (ShardOptions.hold_first_term).
 //
 // Pushes are all-or-nothing: a push is fully validated (worker, tensors, chunk
 // ranges, ownership, dtype, shape, finiteness, completeness, clock) before any
@@ -208,6 +214,12 @@ struct ShardOptions {
   // shard. Off: the whole step is applied at its commit. Results are the
   // same bit for bit.
   bool early_apply = true;
+  // Sync with one worker: keep a chunk's term of a step as the pushed floats
+  // and apply it straight from them ("Sync sum" above). Off, and with
+  // several workers (where a held first term would have to be converted
+  // when the second arrives, which measured slower): every term goes into
+  // the fixed-point sum on arrival. Results are the same bit for bit.
+  bool hold_first_term = true;
 };
 
 // The options of shard `shard_id` of `job`.
@@ -411,8 +423,9 @@ class Shard {
   // Chunk k's sync state, with its share of the accumulator.
   struct ChunkSum;
   // Adds num_samples * g (the chunk's `length` fp32 values at `src`) to
-  // chunk k's share of the accumulator at its current exponent; returns the
-  // largest |x| and the number of clipped terms. Caller holds sum.mu.
+  // chunk k's share of the accumulator at its current exponent (one
+  // worker: the term may be held as floats, above); returns the largest |x|
+  // and the number of clipped terms. Caller holds sum.mu.
   void SumChunk(size_t k, ChunkSum& sum, const char* src, double num_samples,
                 double* max_abs, uint64_t* clipped);
   // Turns chunk k's sum into the gradient (divided by `samples`, through
@@ -465,6 +478,7 @@ class Shard {
   uint64_t max_chunk_length_ = 0;
   uint64_t max_push_bytes_ = 0;
   int accumulator_bits_ = 62;  // 62 - ceil(log2 num_workers)
+  bool hold_terms_ = false;    // hold_first_term with one worker
   bool sums_on_arrival_ = false;
   // (tensor, chunk index) -> position in chunks_.
   absl::flat_hash_map<std::pair<std::string, uint32_t>, int> local_index_;

@@ -8,8 +8,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
+#include <limits>
 #include <memory>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -1892,6 +1895,184 @@ TEST(ApplyOnArrivalStepsTest, ConcurrentStreamsEqualApplyingAtTheCommit) {
     EXPECT_TRUE(BitIdentical(a->chunks[k].slots, b->chunks[k].slots));
     EXPECT_EQ(a->chunks[k].exponent, b->chunks[k].exponent);
   }
+}
+
+// ---- Held terms (ShardOptions.hold_first_term, shard.h) ------------------
+
+// A one-worker sync softmax 2000 -> 5 with 16 KiB chunks: 4096, 4096, 1808
+// weights and the 5 biases. Adam, whose slots would show any difference.
+std::unique_ptr<Shard> MakeHeldShard(bool hold, bool early_apply) {
+  JobConfig config = SmallConfig(pstrain::v1::MODE_SYNC, 1, 0);
+  config.mutable_model()->set_input_dim(2000);
+  config.mutable_model()->set_num_classes(5);
+  config.mutable_data()->set_num_features(2000);
+  config.mutable_data()->set_num_classes(5);
+  config.mutable_server()->set_chunk_bytes(16384);
+  config.mutable_training()->mutable_optimizer()->set_kind(
+      pstrain::v1::OptimizerConfig::ADAM);
+  config.mutable_training()->mutable_optimizer()->set_base_lr(0.01);
+  absl::StatusOr<pstrain::v1::JobSpec> job = MakeJobSpec(config);
+  EXPECT_TRUE(job.ok()) << job.status();
+  if (!job.ok()) return nullptr;
+  ShardOptions options = ShardOptionsFromJob(*job, 0);
+  options.hold_first_term = hold;
+  options.early_apply = early_apply;
+  absl::StatusOr<std::unique_ptr<Shard>> shard =
+      Shard::Create(std::move(options));
+  EXPECT_TRUE(shard.ok()) << shard.status();
+  if (!shard.ok()) return nullptr;
+  EXPECT_EQ((*shard)->chunks().size(), 4u);
+  return *std::move(shard);
+}
+
+// RandomGrad with the edge values of the conversions: +0 and -0, the
+// smallest and the largest subnormal, and the smallest normal (rounded to
+// 0 or to a few bits by the fixed point); in chunk 0 (elements 0..4095)
+// terms just inside the fast conversion's range and beyond it (the scalar
+// path, not clipped, in the first step); in chunk 1 in odd steps a spike
+// far beyond the step before's largest term, clipped, so a chunk held and
+// applied in one step takes the scalar path in the next and is held again
+// in the one after.
+std::vector<float> EdgeGrad(size_t n, uint32_t seed, uint64_t step) {
+  std::vector<float> g = RandomGrad(n, seed);
+  const float edges[] = {0.0f,
+                         -0.0f,
+                         std::numeric_limits<float>::denorm_min(),
+                         -std::numeric_limits<float>::denorm_min(),
+                         0x1.fffffcp-127f,
+                         -std::numeric_limits<float>::min()};
+  for (size_t i = 0; i < std::size(edges); ++i) {
+    g[100 + i] = edges[i];         // chunk 0
+    g[4096 + 300 + i] = edges[i];  // chunk 1
+    g[8192 + 17 + i] = edges[i];   // chunk 2
+  }
+  if (step == 0) {
+    g[2000] = 0x1.fp19f;  // n * g * 2^30 below 2^51 for n = 1: fast
+    g[3000] = -3e6f;      // beyond the fast range: scalar
+  }
+  // Chunk 1's other terms are below 50 * 32: a spike of 1e9 (2^20 more) is
+  // clipped in every odd step.
+  if (step % 2 == 1) g[4096 + 5] = 1e9f;
+  return g;
+}
+
+class HeldTermTest : public ::testing::TestWithParam<bool> {};
+
+// A one-worker shard holding its terms and one summing them into the fixed
+// point give the same weights, slots, exponents and clipped counts, bit for
+// bit, over steps with the edge values and num_samples powers of two or
+// not, chunks applied on arrival or at the commit.
+TEST_P(HeldTermTest, SameBitsAsTheFixedPointSum) {
+  const bool early_apply = GetParam();
+  std::unique_ptr<Shard> held = MakeHeldShard(true, early_apply);
+  std::unique_ptr<Shard> summed = MakeHeldShard(false, early_apply);
+  ASSERT_NE(held, nullptr);
+  ASSERT_NE(summed, nullptr);
+  const size_t n = held->num_elements();
+  const uint64_t samples[] = {1, 3, 4, 6, 32, 7};
+  for (uint64_t step = 0; step < 6; ++step) {
+    const std::vector<float> g = EdgeGrad(n, step, step);
+    ASSERT_TRUE(PushGrad(*held, 0, step, step, samples[step], g).ok());
+    ASSERT_TRUE(PushGrad(*summed, 0, step, step, samples[step], g).ok());
+    ASSERT_TRUE(BitIdentical(Weights(*held), Weights(*summed)))
+        << "step " << step;
+    EXPECT_EQ(held->clipped_elements(), summed->clipped_elements());
+  }
+  // The spikes of odd steps were clipped, the term beyond the fast range
+  // was not.
+  EXPECT_EQ(held->clipped_elements(), 3u);
+  absl::StatusOr<ShardState> a = held->Snapshot();
+  absl::StatusOr<ShardState> b = summed->Snapshot();
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  for (size_t k = 0; k < a->chunks.size(); ++k) {
+    EXPECT_TRUE(BitIdentical(a->chunks[k].slots, b->chunks[k].slots)) << k;
+    EXPECT_EQ(a->chunks[k].exponent, b->chunks[k].exponent) << k;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EarlyApply, HeldTermTest, ::testing::Bool());
+
+// A held term applied straight from its floats is the exact fixed-point
+// value: float(llrint(n * g * 2^30) * 2^-30 / n) in the first step (E = 32,
+// 62 bits), computed here with the scalar conversions, for num_samples a
+// power of two (the divide done as a multiply) and not.
+TEST(HeldTermOneStepTest, AppliedTermIsTheExactFixedPointValue) {
+  for (const uint64_t samples : {1u, 3u, 4u, 7u, 64u}) {
+    // SGD: w - lr * g, lr a power of two.
+    JobConfig config = SmallConfig(pstrain::v1::MODE_SYNC, 1, 0);
+    config.mutable_training()->mutable_optimizer()->set_base_lr(0.5);
+    std::unique_ptr<Shard> shard = MakeShard(config);
+    ASSERT_NE(shard, nullptr);
+    const std::vector<float> w0 = Weights(*shard);
+    std::vector<float> g = RandomGrad(shard->num_elements(), 11);
+    g[0] = std::numeric_limits<float>::denorm_min();
+    g[1] = -0.0f;
+    g[2] = 0x1.fp19f / samples;  // near the fast range's edge
+    g[3] = 1e-12f;               // below the fixed point's resolution
+    g[4] = -0x1.fffffcp-127f;
+    ASSERT_TRUE(PushGrad(*shard, 0, 0, 0, samples, g).ok());
+    const std::vector<float> w1 = Weights(*shard);
+    for (size_t i = 0; i < g.size(); ++i) {
+      const double n = static_cast<double>(samples);
+      const float applied =
+          static_cast<float>(static_cast<double>(std::llrint(
+                                 n * static_cast<double>(g[i]) * 0x1p30)) *
+                             0x1p-30 / n);
+      EXPECT_EQ(w1[i], w0[i] - 0.5f * applied)
+          << "samples " << samples << " element " << i;
+    }
+  }
+}
+
+// A NaN is refused as before (INVALID_ARGUMENT, nothing changed), whole or
+// streamed after a held chunk; the retry with valid values applies exactly
+// what the fixed-point sum does.
+TEST(HeldTermNanTest, NanIsRefusedAndChangesNothing) {
+  std::unique_ptr<Shard> held = MakeHeldShard(true, false);
+  std::unique_ptr<Shard> summed = MakeHeldShard(false, false);
+  ASSERT_NE(held, nullptr);
+  ASSERT_NE(summed, nullptr);
+  const size_t n = held->num_elements();
+  const std::vector<float> g0 = EdgeGrad(n, 1, 0), g1 = EdgeGrad(n, 2, 0);
+  ASSERT_TRUE(PushGrad(*held, 0, 0, 0, 3, g0).ok());
+  ASSERT_TRUE(PushGrad(*summed, 0, 0, 0, 3, g0).ok());
+  std::vector<float> bad = g1;
+  bad[4096 + 7] = std::numeric_limits<float>::quiet_NaN();
+  const Observable before = Observe(*held);
+  EXPECT_EQ(PushGrad(*held, 0, 1, 1, 5, bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Streamed: chunk 0 held, then the NaN chunk refused; the stream is
+  // abandoned (its chunk 0 stays as the worker's contribution).
+  const std::vector<ChunkData> data = EncodeAll(*held, bad);
+  absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> p =
+      held->BeginPush(Header(0, 1, 5));
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE((*p)->Add(data[0]).ok());
+  EXPECT_EQ((*p)->Add(data[1]).code(), absl::StatusCode::kInvalidArgument);
+  ExpectSame(Observe(*held), before);
+  ASSERT_TRUE(PushGrad(*held, 0, 1, 1, 5, g1).ok());
+  ASSERT_TRUE(PushGrad(*summed, 0, 1, 1, 5, g1).ok());
+  EXPECT_TRUE(BitIdentical(Weights(*held), Weights(*summed)));
+}
+
+// A restore while a term is held (applied at the commit, which has not
+// come) discards it: the step summed afterwards is exactly that of a shard
+// that never saw it.
+TEST(HeldTermRestoreTest, RestoreDiscardsAHeldTerm) {
+  std::unique_ptr<Shard> held = MakeHeldShard(true, false);
+  std::unique_ptr<Shard> fresh = MakeHeldShard(false, false);
+  ASSERT_NE(held, nullptr);
+  ASSERT_NE(fresh, nullptr);
+  const size_t n = held->num_elements();
+  absl::StatusOr<ShardState> cut = held->Snapshot();
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  StreamPart(*held, Header(0, 0, 2), EncodeAll(*held, EdgeGrad(n, 3, 0)), 2);
+  ASSERT_TRUE(held->Restore(*cut).ok());
+  const std::vector<float> g = EdgeGrad(n, 5, 0);
+  ASSERT_TRUE(PushGrad(*held, 0, 0, 0, 3, g).ok());
+  ASSERT_TRUE(PushGrad(*fresh, 0, 0, 0, 3, g).ok());
+  EXPECT_TRUE(BitIdentical(Weights(*held), Weights(*fresh)));
 }
 
 }  // namespace

@@ -33,7 +33,8 @@ class Cluster {
       JobSpec job,
       const std::vector<std::pair<std::string, int>>& int_args =
           PsServerChannelArgs(),
-      const PsServiceOptions& options = {}, bool early_apply = true) {
+      const PsServiceOptions& options = {}, bool early_apply = true,
+      bool hold_first_term = true) {
     std::unique_ptr<Cluster> c(new Cluster);
     job.mutable_shard_map()->clear_server_addresses();
     for (uint32_t i = 0; i < job.num_servers(); ++i) {
@@ -49,6 +50,7 @@ class Cluster {
     for (uint32_t i = 0; i < job.num_servers(); ++i) {
       ShardOptions shard_options = ShardOptionsFromJob(job, i);
       shard_options.early_apply = early_apply;
+      shard_options.hold_first_term = hold_first_term;
       absl::StatusOr<std::unique_ptr<Shard>> shard =
           Shard::Create(std::move(shard_options));
       if (!shard.ok()) return shard.status();
@@ -186,12 +188,13 @@ absl::StatusOr<JobSpec> OneTensorJob(uint64_t elems, int servers, int workers,
 absl::StatusOr<PsPathResult> MeasurePsPath(uint64_t elems, int servers,
                                            int workers, int steps,
                                            pstrain::v1::DType wire_dtype,
-                                           bool early_apply) {
+                                           bool early_apply,
+                                           bool hold_first_term) {
   absl::StatusOr<JobSpec> job = OneTensorJob(
       elems, servers, workers, pstrain::v1::OptimizerConfig::SGD, wire_dtype);
   if (!job.ok()) return job.status();
-  absl::StatusOr<std::unique_ptr<Cluster>> cluster =
-      Cluster::Start(*job, PsServerChannelArgs(), {}, early_apply);
+  absl::StatusOr<std::unique_ptr<Cluster>> cluster = Cluster::Start(
+      *job, PsServerChannelArgs(), {}, early_apply, hold_first_term);
   if (!cluster.ok()) return cluster.status();
   absl::StatusOr<Workers> w =
       Workers::Create((*cluster)->job(), workers, elems);
