@@ -38,10 +38,33 @@ ok() { echo "ok: $*"; }
 # now_ms: milliseconds since the epoch.
 now_ms() { date +%s%3N; }
 
+# The polling loops below fork nothing (bash builtins, EPOCHREALTIME, a nap
+# on a pipe nobody writes): bash forgets the saved exit status of a child
+# whose pid a new process reuses, and pids (pid_max 32768) wrap within a
+# long test when every 20 ms poll forks date, ps and sleep; exited_within
+# then found "not a child" (status 127) for a worker that had exited 0.
+# _procs_us: microseconds since the epoch, into _procs_now.
+_procs_us() { _procs_now=${EPOCHREALTIME/./}; }
+# _procs_nap SECONDS: sleeps without a fork when it can.
+if ! exec {PROCS_NAP_FD}<> <(:) 2>/dev/null; then PROCS_NAP_FD=""; fi
+_procs_nap() {
+  if [[ -n "$PROCS_NAP_FD" ]]; then
+    read -r -t "$1" -u "$PROCS_NAP_FD" _ 2>/dev/null
+  else
+    sleep "$1"
+  fi
+  return 0
+}
+
 # running PID: whether PID is alive (a zombie, exited but not yet waited
-# for, is not).
+# for, is not). No fork: the state is the field after the last ')' of
+# /proc/PID/stat.
 running() {
-  kill -0 "$1" 2>/dev/null && [[ "$(ps -o stat= -p "$1" 2>/dev/null)" != Z* ]]
+  local stat
+  kill -0 "$1" 2>/dev/null || return 1
+  read -r stat < "/proc/$1/stat" 2>/dev/null || return 1
+  stat=${stat##*) }
+  [[ "${stat:0:1}" != Z ]]
 }
 
 # procs_track PID...: stop these processes (children of this shell) at exit
@@ -95,18 +118,21 @@ wait_for() {
   fi
   local seconds="$1" what="$2"
   shift 2
-  local deadline=$(($(now_ms) + seconds * 1000))
+  local _procs_now deadline
+  _procs_us
+  deadline=$((_procs_now + seconds * 1000000))
   until "$@"; do
     if [[ -n "$while_pid" ]] && ! running "$while_pid"; then
       "$@" && return 0
       echo "pid $while_pid ended while waiting for $what"
       return 2
     fi
-    if (($(now_ms) >= deadline)); then
+    _procs_us
+    if ((_procs_now >= deadline)); then
       echo "timed out after $seconds s waiting for $what"
       return 1
     fi
-    sleep 0.05
+    _procs_nap 0.05
   done
 }
 
@@ -114,10 +140,13 @@ wait_for() {
 # child of this shell, to exit; then sets rc to its exit status and returns
 # 0. Returns 1 if it still runs (rc unchanged).
 exited_within() {
-  local pid="$1" deadline=$(($(now_ms) + $2 * 1000))
+  local pid="$1" _procs_now deadline
+  _procs_us
+  deadline=$((_procs_now + $2 * 1000000))
   while running "$pid"; do
-    (($(now_ms) > deadline)) && return 1
-    sleep 0.02
+    _procs_us
+    ((_procs_now > deadline)) && return 1
+    _procs_nap 0.02
   done
   wait "$pid"
   rc=$?
