@@ -55,6 +55,11 @@ kill_and_resume() {
     fail "$victim: the job with a killed process reported success"
   fi
   [[ ! -f "$dir/$final/MANIFEST.json" ]] || fail "$victim: the killed job reached the final step"
+  # The time the first attempt recorded (to its last reported step: 0 when
+  # the workers' first report, every 0.5 s, had not come yet).
+  local earlier
+  earlier=$("$REPORT" summary-get "$dir" wall_s) ||
+    fail "$victim: the killed job left no summary.json with wall_s"
 
   # Resume in the same folder from the newest complete checkpoint.
   if psctl_run 120 "$dir" "$dir.2.log" --config "$TMP/job.yaml" --resume latest; then
@@ -64,7 +69,7 @@ kill_and_resume() {
     ls "$dir"/metrics-before-resume-*.csv > /dev/null 2>&1 ||
       fail "$victim: the first attempt's metrics.csv was not kept"
     # The summary counts the whole job: every step's global batch (2 x 16),
-    # and the earlier part's time on top of this part's.
+    # and the earlier part's recorded time on top of this part's.
     local samples wall last_wall
     samples=$("$REPORT" summary-get "$dir" samples)
     wall=$("$REPORT" summary-get "$dir" wall_s)
@@ -73,8 +78,9 @@ kill_and_resume() {
     last_wall=$(awk -F, '$1 == 99 { print $2 }' "$dir/metrics.csv")  # step,wall_s,...
     [[ "$samples" == 3200 ]] || fail "$victim: summary.json samples $samples, expected 3200 (100 steps x 32)"
     [[ -n "$last_wall" ]] || fail "$victim: metrics.csv has no row for step 99"
-    awk -v a="$wall" -v b="${last_wall:-inf}" 'BEGIN { exit !(a > b) }' ||
-      fail "$victim: summary.json wall_s $wall does not include the earlier part (this part: $last_wall)"
+    awk -v a="$wall" -v b="${last_wall:-inf}" -v e="${earlier:-inf}" \
+      'BEGIN { d = a - (b + e); exit !(d < 1e-6 && d > -1e-6) }' ||
+      fail "$victim: summary.json wall_s $wall is not the earlier part's $earlier s plus this part's $last_wall s"
   else
     cat "$dir.2.log"; fail "$victim: the resumed job failed"
   fi
