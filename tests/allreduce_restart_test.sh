@@ -245,8 +245,14 @@ for _ in $(seq 1 500); do # both all-reduced step 0 and wait on their report
 done
 kill -STOP "${workers[1]}"
 kill -CONT "$coord_pid"
-sleep 0.5 # rank 0's report returns and it closes its stream to rank 1
-if [[ "$stage" != reporting ]] || ! running_pid "${workers[0]}"; then
+# Rank 0's report returns and it closes its stream to rank 1 (it says so).
+if [[ "$stage" == reporting ]]; then
+  for _ in $(seq 1 500); do
+    grep -qs "closing the ring" "$dir/worker-0.log" && stage="closing" && break
+    sleep 0.02
+  done
+fi
+if [[ "$stage" != closing ]] || ! running_pid "${workers[0]}"; then
   tail -5 "$dir/worker-0.log"
   fail "the final-close case did not set up (reached: $stage; worker 0 running: $(running_pid "${workers[0]}" && echo yes || echo no))"
 else

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/logging.h"
 #include "common/model_spec.h"
 #include "common/status_macros.h"
 
@@ -162,6 +163,9 @@ absl::Status AllReduceTrainer::Run(const StepCallback& on_step,
     m.set_end_unix_s(UnixSeconds());
     if (on_step) PS_RETURN_IF_ERROR(on_step(m));
   }
+  // The last step is reported: wait for the right neighbour to confirm the
+  // last segments (ends CANCELLED within a poll of a stop, RingOptions).
+  PS_LOG_INFO("all-reduce steps done: closing the ring");
   PS_RETURN_IF_ERROR(reducer_->Close());
 
   pstrain::v1::StepMetrics m;  // the final evaluation
