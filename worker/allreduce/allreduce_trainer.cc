@@ -163,8 +163,8 @@ absl::Status AllReduceTrainer::Run(const StepCallback& on_step,
     m.set_end_unix_s(UnixSeconds());
     if (on_step) PS_RETURN_IF_ERROR(on_step(m));
   }
-  // The last step is reported: wait for the right neighbour to confirm the
-  // last segments (ends CANCELLED within a poll of a stop, RingOptions).
+  // Every step is done and handed to on_step: wait for the right neighbour
+  // to confirm the last segments (CANCELLED within a poll of a stop).
   PS_LOG_INFO("all-reduce steps done: closing the ring");
   PS_RETURN_IF_ERROR(reducer_->Close());
 
