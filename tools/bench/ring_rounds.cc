@@ -101,6 +101,18 @@ std::vector<RingRow> RingRows(const RingRoundsOptions& options,
   return rows;
 }
 
+std::string RingHeading(const RingRoundsOptions& options, bool heap_reuse,
+                        const RingRounds& rounds) {
+  return absl::StrCat(
+      "\nring_bench (", options.rounds, " interleaved rounds, ", options.iters,
+      " all-reduces each, ", options.ring.ring.segment_elems * sizeof(float),
+      "-byte segments, ",
+      options.ring.ring.wire_dtype == pstrain::v1::DTYPE_BF16 ? "bf16" : "fp32",
+      " wire, heap reuse ", heap_reuse ? "on" : "off",
+      "; load average at the start of each round: ",
+      absl::StrJoin(rounds.load_averages, " | "), ")\n\n");
+}
+
 std::string RingTable(const std::vector<RingRow>& rows) {
   std::string out =
       "| buffer | ranks | ring ms | MPI ms | MPI / ring | per round |\n"

@@ -3,7 +3,8 @@
 // interleaved rounds (in each round, for every rank count: the ring, then
 // MPI), milliseconds kept per round, ratios taken within a round and their
 // medians over rounds, with the load average at the start of every round.
-// ring_bench_main.cc parses flags into RingRoundsOptions and prints.
+// ring_bench_flags.cc parses flags into RingRoundsOptions; ring_bench_main.cc
+// runs the rounds and prints.
 #ifndef PSTRAIN_TOOLS_BENCH_RING_ROUNDS_H_
 #define PSTRAIN_TOOLS_BENCH_RING_ROUNDS_H_
 
@@ -79,6 +80,12 @@ struct RingRow {
 // The rows of every rank count (outer) and size (inner), in options' order.
 std::vector<RingRow> RingRows(const RingRoundsOptions& options,
                               const RingRounds& rounds);
+
+// The line above the table: rounds, all-reduces, segment bytes, wire,
+// whether freed heap is kept (`heap_reuse`) and the load average at the
+// start of each round, framed by blank lines.
+std::string RingHeading(const RingRoundsOptions& options, bool heap_reuse,
+                        const RingRounds& rounds);
 
 // The Markdown table of `rows`: header, alignment line, one line per row.
 std::string RingTable(const std::vector<RingRow>& rows);

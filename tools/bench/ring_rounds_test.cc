@@ -165,6 +165,24 @@ TEST(RingRows, EveryRankCountThenEverySizeInTheOptionsOrder) {
                        {2, 64 * kKiB}, {2, kMiB}, {4, 64 * kKiB}, {4, kMiB}}));
 }
 
+TEST(RingHeading, SaysTheSettingsAndTheLoadOfEveryRound) {
+  RingRoundsOptions o;
+  o.rounds = 2;
+  o.iters = 7;
+  o.ring.ring.segment_elems = 1024;
+  o.ring.ring.wire_dtype = pstrain::v1::DTYPE_BF16;
+  RingRounds rounds;
+  rounds.load_averages = {"1.0 2.0 3.0", "4.0 5.0 6.0"};
+  EXPECT_EQ(RingHeading(o, /*heap_reuse=*/false, rounds),
+            "\nring_bench (2 interleaved rounds, 7 all-reduces each, "
+            "4096-byte segments, bf16 wire, heap reuse off; load average at "
+            "the start of each round: 1.0 2.0 3.0 | 4.0 5.0 6.0)\n\n");
+  o.ring.ring.wire_dtype = pstrain::v1::DTYPE_F32;
+  EXPECT_NE(RingHeading(o, /*heap_reuse=*/true, rounds)
+                .find("fp32 wire, heap reuse on;"),
+            std::string::npos);
+}
+
 TEST(SizeName, WholeMebibytesElseKibibytes) {
   EXPECT_EQ(SizeName(kMiB), "1 MiB");
   EXPECT_EQ(SizeName(64 * kMiB), "64 MiB");
