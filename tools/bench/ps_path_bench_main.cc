@@ -1,13 +1,8 @@
 // ps_path_bench: ps_bench's push, pull and server-memory rows alone, for
-// work on the parameter server's data path (README "Performance"). In each
-// of R interleaved rounds: /proc/loadavg, iperf3 -l 1M on loopback, a bare
-// gRPC stream of the same bytes (upload and download), then pstrain push and
-// pull for every size x servers x workers (tools/bench/ps_path.h), with
-// --compare_early_apply also with ShardOptions.early_apply off. After the
-// rounds, the shipped shard server's peak RSS for N workers (a child
-// process, as ps_bench measures it). Prints every per-round value and the
-// median ratios; no goal is asserted. Flags (below) -> PsPathBenchOptions ->
-// RunPsPathBench (tools/bench/ps_path_rounds.h) -> exit status.
+// work on the data path (README "Performance"; what a round measures and
+// prints: tools/bench/ps_path_rounds.h). --compare_early_apply and
+// --compare_hold_first_term add rows with that ShardOptions setting off, in
+// the same rounds. Flags -> PsPathBenchOptions -> RunPsPathBench -> exit.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -33,6 +28,9 @@ ABSL_FLAG(std::string, iperf3, "iperf3", "iperf3 binary");
 ABSL_FLAG(bool, compare_early_apply, false,
           "also measure every push/pull row with ShardOptions.early_apply "
           "off, side by side");
+ABSL_FLAG(bool, compare_hold_first_term, false,
+          "also measure every push/pull row with ShardOptions.hold_first_term "
+          "off (one worker: the term through the fixed-point sum)");
 // Child role (--serve_shard ...): tools/bench/serve_shard_flags.h.
 
 namespace pstrain::bench {
@@ -50,6 +48,7 @@ absl::StatusOr<PsPathBenchOptions> OptionsFromFlags(const char* self) {
       r.workers,
       ParsePositiveList("ps_workers", absl::GetFlag(FLAGS_ps_workers)));
   r.compare_early_apply = absl::GetFlag(FLAGS_compare_early_apply);
+  r.compare_hold_first_term = absl::GetFlag(FLAGS_compare_hold_first_term);
   o.iperf3 = absl::GetFlag(FLAGS_iperf3);
   o.memory_params = absl::GetFlag(FLAGS_memory_params);
   PS_ASSIGN_OR_RETURN(

@@ -1,8 +1,10 @@
 #include "tools/bench/ps_path_rounds.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -29,11 +31,25 @@ PsPathMeasures RealPsPathMeasures(Iperf3* iperf3, GrpcStream* stream) {
   if (iperf3 != nullptr) m.iperf3 = [iperf3] { return iperf3->Measure(2); };
   m.upload = [stream](uint64_t bytes) { return stream->Upload(bytes); };
   m.download = [stream](uint64_t bytes) { return stream->Download(bytes); };
-  m.push_pull = [](uint64_t bytes, int servers, int workers, bool early) {
+  m.push_pull = [](uint64_t bytes, int servers, int workers,
+                   const ShardSetting& setting) {
     return MeasurePsPath(bytes / sizeof(float), servers, workers, 2,
-                         pstrain::v1::DTYPE_F32, early);
+                         pstrain::v1::DTYPE_F32, setting.early_apply,
+                         setting.hold_first_term);
   };
   return m;
+}
+
+std::vector<ShardSetting> ShardSettings(const PsPathRoundsOptions& options) {
+  std::vector<ShardSetting> settings = {ShardSetting{}};
+  if (options.compare_early_apply) {
+    settings.push_back({"_atcommit", /*early_apply=*/false});
+  }
+  if (options.compare_hold_first_term) {
+    settings.push_back(
+        {"_noheld", /*early_apply=*/true, /*hold_first_term=*/false});
+  }
+  return settings;
 }
 
 PsPathRounds RunPsPathRounds(const PsPathRoundsOptions& options,
@@ -56,23 +72,20 @@ PsPathRounds RunPsPathRounds(const PsPathRoundsOptions& options,
           measures.upload(bytes));
       set(absl::StrCat("grpc_download_", mb, "MB"), round,
           measures.download(bytes));
-      std::vector<bool> settings = {true};
-      if (options.compare_early_apply) {
-        settings = round % 2 == 0 ? std::vector<bool>{true, false}
-                                  : std::vector<bool>{false, true};
-      }
+      std::vector<ShardSetting> settings = ShardSettings(options);
+      if (round % 2 == 1) std::reverse(settings.begin(), settings.end());
       for (int s : options.servers) {
         for (int w : options.workers) {
-          for (bool early : settings) {
+          for (const ShardSetting& setting : settings) {
             absl::StatusOr<PsPathResult> ps =
-                measures.push_pull(bytes, s, w, early);
+                measures.push_pull(bytes, s, w, setting);
             if (!ps.ok()) {
               std::printf("push/pull %dMB %ds %dw: %s\n", mb, s, w,
                           ps.status().ToString().c_str());
               continue;
             }
-            const std::string tag = absl::StrCat(mb, "MB_", s, "s_", w, "w",
-                                                 early ? "" : "_atcommit");
+            const std::string tag =
+                absl::StrCat(mb, "MB_", s, "s_", w, "w", setting.suffix);
             set("push_" + tag, round, ps->push_bytes_per_s);
             set("pull_" + tag, round, ps->pull_bytes_per_s);
           }
@@ -111,19 +124,23 @@ std::string PsPathReport(const PsPathRounds& rounds) {
                           "%-24s / iperf3 %.2f   / bare gRPC stream %.2f\n",
                           name, Median(to_iperf), Median(to_bare));
   }
-  // Early apply on / off, within each round.
-  for (const auto& [name, values] : rounds) {
-    const auto at_commit = rounds.find(name + "_atcommit");
-    if (at_commit == rounds.end()) continue;
-    std::vector<double> ratio;
-    for (size_t r = 0; r < values.size(); ++r) {
-      ratio.push_back(values[r] / at_commit->second[r]);
+  // The shipped setting over each compared one, within each round.
+  constexpr std::pair<const char*, const char*> kCompared[] = {
+      {"_atcommit", "early apply / at commit"},
+      {"_noheld", "held term / not held"}};
+  for (const auto& [suffix, label] : kCompared) {
+    for (const auto& [name, values] : rounds) {
+      const auto other = rounds.find(name + suffix);
+      if (other == rounds.end()) continue;
+      std::vector<double> ratio;
+      for (size_t r = 0; r < values.size(); ++r) {
+        ratio.push_back(values[r] / other->second[r]);
+      }
+      absl::StrAppendFormat(&out, "%-24s %s %.2f  rounds:", name, label,
+                            Median(ratio));
+      for (double x : ratio) absl::StrAppendFormat(&out, " %.2f", x);
+      out += "\n";
     }
-    absl::StrAppendFormat(&out,
-                          "%-24s early apply / at commit %.2f  rounds:", name,
-                          Median(ratio));
-    for (double x : ratio) absl::StrAppendFormat(&out, " %.2f", x);
-    out += "\n";
   }
   return out;
 }

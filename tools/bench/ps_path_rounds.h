@@ -27,18 +27,31 @@ struct PsPathRoundsOptions {
   std::vector<int> servers = {1, 2};  // shard counts
   std::vector<int> workers = {1, 4};  // worker counts
   // Every push/pull row also with ShardOptions.early_apply off (rows tagged
-  // "_atcommit": the whole step applied at its commit), in the same round
-  // right after the shipped setting (right before it in odd rounds).
+  // "_atcommit": the whole step applied at its commit) and/or with
+  // ShardOptions.hold_first_term off (tagged "_noheld": a one-worker term
+  // goes through the fixed-point sum), in the same round as the shipped
+  // setting: shipped first in even rounds, last in odd ones.
   bool compare_early_apply = false;
+  bool compare_hold_first_term = false;
 };
+
+// A shard setting push/pull rows are measured under (ShardOptions).
+struct ShardSetting {
+  std::string suffix;  // of the row names: "" (shipped), "_atcommit", ...
+  bool early_apply = true;
+  bool hold_first_term = true;
+};
+
+// The shipped setting, then each one the options compare it with.
+std::vector<ShardSetting> ShardSettings(const PsPathRoundsOptions& options);
 
 // What a round measures, in bytes per second (fakes in tests).
 struct PsPathMeasures {
   std::function<absl::StatusOr<double>()> iperf3;  // empty: not measured
   std::function<absl::StatusOr<double>(uint64_t bytes)> upload;
   std::function<absl::StatusOr<double>(uint64_t bytes)> download;
-  std::function<absl::StatusOr<PsPathResult>(uint64_t bytes, int servers,
-                                             int workers, bool early_apply)>
+  std::function<absl::StatusOr<PsPathResult>(
+      uint64_t bytes, int servers, int workers, const ShardSetting& setting)>
       push_pull;
 };
 
@@ -49,12 +62,12 @@ PsPathMeasures RealPsPathMeasures(Iperf3* iperf3, GrpcStream* stream);
 
 // Row name -> GB/s per round (NaN where a round did not measure it):
 // "iperf3", "grpc_upload_16MB", "grpc_download_16MB", "push_16MB_2s_4w",
-// "pull_16MB_2s_4w" (and "push_16MB_2s_4w_atcommit", ...).
+// "pull_16MB_2s_4w" (and "push_16MB_2s_4w_atcommit", "..._noheld").
 using PsPathRounds = std::map<std::string, std::vector<double>>;
 
 // Runs options.rounds rounds; in each, iperf3, then for every size the
 // upload, the download, and push/pull for every servers x workers (and
-// early-apply setting). Prints "round K: loadavg ..." on stdout at the start
+// shard setting). Prints "round K: loadavg ..." on stdout at the start
 // of each round, and a line for each failed push/pull (a failed iperf3 or
 // stream measurement leaves its NaN).
 PsPathRounds RunPsPathRounds(const PsPathRoundsOptions& options,
@@ -63,8 +76,9 @@ PsPathRounds RunPsPathRounds(const PsPathRoundsOptions& options,
 // The report, one line per row in name order, in three groups: each row's
 // median and per-round values; each push (pull) row's median over rounds of
 // its ratio to iperf3 and to the bare stream's upload (download) of its
-// size in the same round; each row measured both ways, its early apply / at
-// commit ratio per round and their median.
+// size in the same round; each row also measured under a compared setting,
+// its shipped / compared ratio per round ("early apply / at commit", "held
+// term / not held") and their median.
 std::string PsPathReport(const PsPathRounds& rounds);
 
 // The line of one server memory measurement: peak RSS against its bound,

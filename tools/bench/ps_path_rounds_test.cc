@@ -40,13 +40,16 @@ struct Fakes {
       if (round == 1) return absl::UnavailableError("stream broke");
       return 4e9;
     };
-    m.push_pull = [this](uint64_t bytes, int s, int w,
-                         bool early) -> absl::StatusOr<PsPathResult> {
-      calls.push_back(absl::StrCat("ps", bytes / 1000000, "/", s, "/", w,
-                                   early ? "" : "/atcommit"));
+    m.push_pull =
+        [this](uint64_t bytes, int s, int w,
+               const ShardSetting& setting) -> absl::StatusOr<PsPathResult> {
+      std::string tag = setting.suffix;
+      if (!tag.empty()) tag[0] = '/';
+      calls.push_back(absl::StrCat("ps", bytes / 1000000, "/", s, "/", w, tag));
       if (fail_push_pull) return absl::InternalError("shard down");
       PsPathResult r;
-      r.push_bytes_per_s = (early ? 1e9 : 0.5e9) * (round + 1);
+      r.push_bytes_per_s = (setting.early_apply ? 1e9 : 0.5e9) *
+                           (setting.hold_first_term ? 1 : 0.25) * (round + 1);
       r.pull_bytes_per_s = 2 * r.push_bytes_per_s;
       return r;
     };
@@ -102,6 +105,25 @@ TEST(RunPsPathRounds, EarlyApplyOnAndOffAlternateWhichGoesFirst) {
   EXPECT_EQ(rounds.at("push_1MB_1s_1w"), (std::vector<double>{1, 2}));
   EXPECT_EQ(rounds.at("push_1MB_1s_1w_atcommit"),
             (std::vector<double>{0.5, 1}));
+}
+
+TEST(RunPsPathRounds, BothComparedSettingsBesideTheShippedOneInTurn) {
+  PsPathRoundsOptions o = OneRow(2);
+  o.compare_early_apply = true;
+  o.compare_hold_first_term = true;
+  Fakes f;
+  const PsPathRounds rounds = RunPsPathRounds(o, f.Measures());
+  EXPECT_EQ(f.calls,
+            (std::vector<std::string>{
+                "iperf3", "up1", "down1", "ps1/1/1", "ps1/1/1/atcommit",
+                "ps1/1/1/noheld", "iperf3", "up1", "down1", "ps1/1/1/noheld",
+                "ps1/1/1/atcommit", "ps1/1/1"}));
+  EXPECT_EQ(rounds.at("push_1MB_1s_1w_noheld"),
+            (std::vector<double>{0.25, 0.5}));
+  const std::string report = PsPathReport(rounds);
+  EXPECT_NE(report.find("held term / not held 4.00  rounds: 4.00 4.00\n"),
+            std::string::npos)
+      << report;
 }
 
 TEST(RunPsPathRounds, WithoutIperf3AndWithFailedPushesThereAreNoSuchRows) {
