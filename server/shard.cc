@@ -70,20 +70,31 @@ int64_t MagicBits() {
   return bits;
 }
 
-// Largest |g| of `len` finite floats at `src` (their magnitudes' bits order
-// as the magnitudes do).
-inline __attribute__((always_inline)) float MaxAbsFloatBody(const char* src,
-                                                            uint64_t len) {
+// The bits of the largest |g| of `len` floats at `src` (their magnitudes'
+// bits order as the magnitudes do; a NaN or Inf among them gives
+// kNonFiniteBits or more). With `dst`, the floats are also copied there in
+// the same pass.
+constexpr uint32_t kNonFiniteBits = 0x7f800000u;
+inline __attribute__((always_inline)) uint32_t MaxAbsBitsBody(
+    const char* __restrict src, uint64_t len, char* __restrict dst) {
   uint32_t max_bits = 0;
+  if (dst != nullptr) {
+    for (uint64_t i = 0; i < len; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, src + i * sizeof(float), sizeof(bits));
+      std::memcpy(dst + i * sizeof(float), &bits, sizeof(bits));
+      bits &= 0x7fffffffu;
+      max_bits = bits > max_bits ? bits : max_bits;
+    }
+    return max_bits;
+  }
   for (uint64_t i = 0; i < len; ++i) {
     uint32_t bits;
     std::memcpy(&bits, src + i * sizeof(float), sizeof(bits));
     bits &= 0x7fffffffu;
     max_bits = bits > max_bits ? bits : max_bits;
   }
-  float max;
-  std::memcpy(&max, &max_bits, sizeof(max));
-  return max;
+  return max_bits;
 }
 
 // acc[i] += llrint(n * g[i] * to_fixed), for terms known below 2^51.
@@ -174,12 +185,14 @@ bool HasAvx2() {
   return avx2;
 }
 
-__attribute__((target("avx2"))) float MaxAbsFloatAvx2(const char* src,
-                                                      uint64_t len) {
-  return MaxAbsFloatBody(src, len);
+__attribute__((target("avx2"))) uint32_t MaxAbsBitsAvx2(const char* src,
+                                                        uint64_t len,
+                                                        char* dst) {
+  return MaxAbsBitsBody(src, len, dst);
 }
-float MaxAbsFloat(const char* src, uint64_t len) {
-  return HasAvx2() ? MaxAbsFloatAvx2(src, len) : MaxAbsFloatBody(src, len);
+uint32_t MaxAbsBits(const char* src, uint64_t len, char* dst = nullptr) {
+  return HasAvx2() ? MaxAbsBitsAvx2(src, len, dst)
+                   : MaxAbsBitsBody(src, len, dst);
 }
 
 __attribute__((target("avx2"))) void AddFixedFastAvx2(const char* src,
@@ -575,8 +588,8 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(ShardOptions options) {
 }
 
 absl::Status Shard::ValidateChunk(const ChunkData& c,
-                                  const std::vector<bool>& seen,
-                                  int* local) const {
+                                  const std::vector<bool>& seen, int* local,
+                                  bool check_finite) const {
   auto owners = chunk_owner_.find(c.tensor());
   if (owners == chunk_owner_.end()) {
     return absl::NotFoundError(
@@ -599,8 +612,8 @@ absl::Status Shard::ValidateChunk(const ChunkData& c,
         absl::StrCat("tensor '", EchoClientText(c.tensor()), "' chunk ",
                      c.index(), " sent twice"));
   }
-  PS_RETURN_IF_ERROR(CheckChunk(c, chunks_[it->second].length,
-                                /*require_finite=*/true, wire_dtype()));
+  PS_RETURN_IF_ERROR(
+      CheckChunk(c, chunks_[it->second].length, check_finite, wire_dtype()));
   *local = it->second;
   return absl::OkStatus();
 }
@@ -768,13 +781,24 @@ Shard::IncomingPush::IncomingPush(Shard* shard, const PushHeader& header,
 
 absl::Status Shard::IncomingPush::Add(const ChunkData& c) {
   int k = 0;
-  PS_RETURN_IF_ERROR(shard_->ValidateChunk(c, seen_, &k));
+  // An fp32 chunk that is summed is checked for NaN and Inf by SumChunk, in
+  // the pass that reads it; every other chunk here.
+  const bool check_later =
+      summing_ && shard_->wire_dtype() == pstrain::v1::DTYPE_F32;
+  PS_RETURN_IF_ERROR(shard_->ValidateChunk(c, seen_, &k, !check_later));
+  const LocalChunk& lc = shard_->chunks_[k];
+  // The NaN/Inf check of a chunk that is not summed after all (CheckChunk's
+  // error names the element).
+  auto check_finite = [&] {
+    return check_later ? CheckChunk(c, lc.length, /*require_finite=*/true,
+                                    shard_->wire_dtype())
+                       : absl::OkStatus();
+  };
   seen_[k] = true;
   ++seen_count_;
   const uint64_t hash = ChunkHash(k, c);
   hashes_[k] = hash;
   if (!summing_) return absl::OkStatus();
-  const LocalChunk& lc = shard_->chunks_[k];
   const char* src = c.data().data();
   if (shard_->wire_dtype() != pstrain::v1::DTYPE_F32) {
     // Decoded exactly to fp32 first, outside the chunk's lock.
@@ -787,11 +811,13 @@ absl::Status Shard::IncomingPush::Add(const ChunkData& c) {
   if (sum.epoch != epoch_) {
     // The step was applied (a twin stream of this push completed it) or
     // the state restored: nothing more is added; Finish decides.
+    PS_RETURN_IF_ERROR(check_finite());
     summing_ = false;
     return absl::OkStatus();
   }
   ChunkSum::Contribution& mine = sum.by_worker[header_.worker()];
   if (mine.present) {
+    PS_RETURN_IF_ERROR(check_finite());
     if (mine.hash == hash && mine.num_samples == header_.num_samples()) {
       return absl::OkStatus();  // summed already
     }
@@ -801,8 +827,15 @@ absl::Status Shard::IncomingPush::Add(const ChunkData& c) {
         " was already summed with other values or num_samples (an earlier "
         "stream of this push failed half-way); nothing applied"));
   }
-  shard_->SumChunk(k, sum, src, static_cast<double>(header_.num_samples()),
-                   &mine.max_abs, &mine.clipped);
+  if (!shard_->SumChunk(k, sum, src, static_cast<double>(header_.num_samples()),
+                        &mine.max_abs, &mine.clipped)) {
+    absl::Status st =
+        CheckChunk(c, lc.length, /*require_finite=*/true, shard_->wire_dtype());
+    return st.ok() ? absl::InternalError(absl::StrCat(
+                         "tensor '", lc.tensor, "' chunk ", lc.index,
+                         " has a value that is not finite"))
+                   : st;
+  }
   mine.hash = hash;
   mine.num_samples = header_.num_samples();
   mine.present = true;
@@ -844,7 +877,7 @@ absl::StatusOr<PushResult> Shard::IncomingPush::Finish() {
       },
       [](const PushDecision&, PushResult*) {});
 }
-void Shard::SumChunk(size_t k, ChunkSum& sum, const char* src,
+bool Shard::SumChunk(size_t k, ChunkSum& sum, const char* src,
                      double num_samples, double* max_abs, uint64_t* clipped)
     ABSL_NO_THREAD_SAFETY_ANALYSIS {  // the caller holds sum.mu
   const LocalChunk& lc = chunks_[k];
@@ -855,31 +888,49 @@ void Shard::SumChunk(size_t k, ChunkSum& sum, const char* src,
   const double largest = limit - std::ldexp(1.0, lsb);
   const double n = num_samples;
   int64_t* acc = accumulator_.data() + lc.local_offset;
+  using Acc = ChunkSum::Acc;
+  // The chunk's term of the step may be held (one worker: the only one; a
+  // retry of it is skipped by its contribution, so nothing is added to a
+  // held term): it is copied there while its largest |x| is found, in one
+  // pass (most terms are held; one that is not is summed over the copy).
+  const bool may_hold =
+      hold_terms_ && (sum.acc == Acc::kZero || sum.acc == Acc::kStale);
+  bool zero_first = sum.acc == Acc::kStale;
+  uint32_t max_bits = 0;
+  if (may_hold) {
+    max_bits = MaxAbsBits(src, lc.length, reinterpret_cast<char*>(acc));
+    if (max_bits >= kNonFiniteBits) {
+      // Nothing changes: zeros stay zeros.
+      if (sum.acc == Acc::kZero) std::fill_n(acc, (lc.length + 1) / 2, 0);
+      return false;
+    }
+    zero_first = true;
+  } else {
+    max_bits = MaxAbsBits(src, lc.length);
+    if (max_bits >= kNonFiniteBits) return false;
+  }
+  float max_g;
+  std::memcpy(&max_g, &max_bits, sizeof(max_g));
   // max_i |n * g[i]| is n * max_i |g[i]| (rounding is monotonic).
-  const double chunk_max = n * static_cast<double>(MaxAbsFloat(src, lc.length));
+  const double chunk_max = n * static_cast<double>(max_g);
   // Nothing clipped, every term within the fast conversion's range.
   const bool fast = chunk_max < limit && chunk_max * to_fixed < kFastLimit;
-  using Acc = ChunkSum::Acc;
-  if (fast && hold_terms_ &&
-      (sum.acc == Acc::kZero || sum.acc == Acc::kStale)) {
-    // The chunk's term of the step (one worker: the only one; a retry of
-    // it is skipped by its contribution, so nothing is added to a held
-    // term): kept as the floats (4 of the chunk's 8 bytes per element) and
+  if (fast && may_hold) {
+    // Kept as the copied floats (4 of the chunk's 8 bytes per element) and
     // applied straight from them (HeldToFloat), which gives what
     // AddFixedFast here and FixedToFloat at the apply would have (the
     // exponent stays until the apply).
-    std::memcpy(acc, src, lc.length * sizeof(float));
     sum.acc = Acc::kHeld;
     sum.held_n = n;
     *max_abs = std::max(*max_abs, chunk_max);
-    return;
+    return true;
   }
-  if (sum.acc == Acc::kStale) std::fill_n(acc, lc.length, 0);
+  if (zero_first) std::fill_n(acc, lc.length, 0);
   sum.acc = Acc::kFixed;
   if (fast) {
     AddFixedFast(src, lc.length, n, to_fixed, acc);
     *max_abs = std::max(*max_abs, chunk_max);
-    return;
+    return true;
   }
   double max = *max_abs;
   uint64_t clips = 0;
@@ -897,6 +948,7 @@ void Shard::SumChunk(size_t k, ChunkSum& sum, const char* src,
   }
   *max_abs = max;
   *clipped += clips;
+  return true;
 }
 
 void Shard::RecordLocked(const std::vector<const ChunkData*>& ordered,
@@ -914,7 +966,9 @@ void Shard::RecordLocked(const std::vector<const ChunkData*>& ordered,
     }
     ChunkSum& sum = sums_[k];
     absl::MutexLock sum_lock(&sum.mu);
-    SumChunk(k, sum, src, n, &sum.max_abs, &clipped[k]);
+    // Finite: ValidatePush checked every value.
+    const bool finite = SumChunk(k, sum, src, n, &sum.max_abs, &clipped[k]);
+    (void)finite;
   });
   for (uint64_t c : clipped) clipped_ += c;
   CountRecordedLocked(num_samples, result);

@@ -396,8 +396,11 @@ class Shard {
 
   // Checks one pushed chunk (nothing is copied); on success `*local` is its
   // position in chunks(). `seen` (by position) catches a chunk sent twice.
+  // Without `check_finite` the values are not read (the caller finds a NaN
+  // or Inf itself: SumChunk).
   absl::Status ValidateChunk(const pstrain::v1::ChunkData& c,
-                             const std::vector<bool>& seen, int* local) const;
+                             const std::vector<bool>& seen, int* local,
+                             bool check_finite = true) const;
   // Stateless checks (nothing is copied); on success `ordered[i]` is the
   // push's chunk for chunks()[i].
   absl::Status ValidatePush(
@@ -425,8 +428,10 @@ class Shard {
   // Adds num_samples * g (the chunk's `length` fp32 values at `src`) to
   // chunk k's share of the accumulator at its current exponent (one
   // worker: the term may be held as floats, above); returns the largest |x|
-  // and the number of clipped terms. Caller holds sum.mu.
-  void SumChunk(size_t k, ChunkSum& sum, const char* src, double num_samples,
+  // and the number of clipped terms. The values need not be checked for
+  // NaN and Inf first: one is found in the pass that reads them, and then
+  // nothing changes and it returns false. Caller holds sum.mu.
+  bool SumChunk(size_t k, ChunkSum& sum, const char* src, double num_samples,
                 double* max_abs, uint64_t* clipped);
   // Turns chunk k's sum into the gradient (divided by `samples`, through
   // `g`, length() floats) and runs the optimizer for the open step; sets

@@ -2035,6 +2035,20 @@ TEST(HeldTermNanTest, NanIsRefusedAndChangesNothing) {
   ASSERT_NE(summed, nullptr);
   const size_t n = held->num_elements();
   const std::vector<float> g0 = EdgeGrad(n, 1, 0), g1 = EdgeGrad(n, 2, 0);
+  // Streamed into zeros: the chunk is copied as the held term in the pass
+  // that finds the Inf, which then changes nothing.
+  {
+    const Observable fresh = Observe(*held);
+    std::vector<float> inf_first = g0;
+    inf_first[5] = -std::numeric_limits<float>::infinity();
+    absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> p =
+        held->BeginPush(Header(0, 0, 3));
+    ASSERT_TRUE(p.ok()) << p.status();
+    const absl::Status st = (*p)->Add(EncodeAll(*held, inf_first)[0]);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(st.message(), HasSubstr("chunk 0: element 5 is not finite"));
+    ExpectSame(Observe(*held), fresh);
+  }
   ASSERT_TRUE(PushGrad(*held, 0, 0, 0, 3, g0).ok());
   ASSERT_TRUE(PushGrad(*summed, 0, 0, 0, 3, g0).ok());
   std::vector<float> bad = g1;
@@ -2049,7 +2063,19 @@ TEST(HeldTermNanTest, NanIsRefusedAndChangesNothing) {
       held->BeginPush(Header(0, 1, 5));
   ASSERT_TRUE(p.ok()) << p.status();
   ASSERT_TRUE((*p)->Add(data[0]).ok());
-  EXPECT_EQ((*p)->Add(data[1]).code(), absl::StatusCode::kInvalidArgument);
+  const absl::Status st = (*p)->Add(data[1]);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("chunk 1: element 7 is not finite"));
+  ExpectSame(Observe(*held), before);
+  // A second stream of the push: chunk 0 is summed already, the NaN is
+  // refused all the same.
+  absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> again =
+      held->BeginPush(Header(0, 1, 5));
+  ASSERT_TRUE(again.ok()) << again.status();
+  std::vector<float> bad0 = g1;
+  bad0[3] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ((*again)->Add(EncodeAll(*held, bad0)[0]).code(),
+            absl::StatusCode::kInvalidArgument);
   ExpectSame(Observe(*held), before);
   ASSERT_TRUE(PushGrad(*held, 0, 1, 1, 5, g1).ok());
   ASSERT_TRUE(PushGrad(*summed, 0, 1, 1, 5, g1).ok());
