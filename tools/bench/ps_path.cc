@@ -18,6 +18,7 @@
 #include "server/process_memory.h"
 #include "server/ps_service.h"
 #include "server/shard.h"
+#include "tools/bench/stats.h"
 #include "tools/bench/subprocess.h"
 #include "worker/ps/ps_client.h"
 
@@ -122,9 +123,12 @@ class Workers {
   }
 
   // One sync step at `clock`: all pulls, then all pushes. Seconds of each.
-  absl::Status Step(uint64_t clock, double* pull_s, double* push_s) {
+  // One step; adds each phase's CPU time to *pull_cpu and *push_cpu.
+  absl::Status Step(uint64_t clock, double* pull_s, double* push_s,
+                    CpuTimes* pull_cpu, CpuTimes* push_cpu) {
     const int n = static_cast<int>(clients_.size());
     std::vector<std::unique_ptr<PsOp>> ops(n);
+    CpuTimes cpu = ReadCpuTimes();
     absl::Time start = absl::Now();
     for (int i = 0; i < n; ++i) {
       ops[i] = clients_[i]->StartPull(i, clock, &params_[i]);
@@ -135,6 +139,9 @@ class Workers {
       reads_[i] = ops[i]->reads();
     }
     *pull_s = absl::ToDoubleSeconds(absl::Now() - start);
+    CpuTimes now = ReadCpuTimes();
+    *pull_cpu = AddCpuDelta(*pull_cpu, cpu, now);
+    cpu = now;
     start = absl::Now();
     for (int i = 0; i < n; ++i) {
       ops[i] = clients_[i]->StartPush(i, clock, 1, grad_, reads_[i]);
@@ -144,6 +151,7 @@ class Workers {
       if (!s.ok()) return s;
     }
     *push_s = absl::ToDoubleSeconds(absl::Now() - start);
+    *push_cpu = AddCpuDelta(*push_cpu, cpu, ReadCpuTimes());
     return absl::OkStatus();
   }
 
@@ -200,16 +208,24 @@ absl::StatusOr<PsPathResult> MeasurePsPath(uint64_t elems, int servers,
       Workers::Create((*cluster)->job(), workers, elems);
   if (!w.ok()) return w.status();
   double pull_s = 0, push_s = 0, pull_total = 0, push_total = 0;
+  CpuTimes pull_cpu, push_cpu;
   for (int step = 0; step <= steps; ++step) {
-    absl::Status s = w->Step(step, &pull_s, &push_s);
+    // The warm-up's (connections, first-touch pages) CPU time is dropped.
+    if (step == 1) pull_cpu = push_cpu = CpuTimes{};
+    absl::Status s = w->Step(step, &pull_s, &push_s, &pull_cpu, &push_cpu);
     if (!s.ok()) return s;
-    if (step == 0) continue;  // warm-up: connections, first-touch pages
+    if (step == 0) continue;
     pull_total += pull_s;
     push_total += push_s;
   }
   const double bytes =
       static_cast<double>(elems) * sizeof(float) * workers * steps;
-  return PsPathResult{bytes / push_total, bytes / pull_total};
+  PsPathResult result;
+  result.push_bytes_per_s = bytes / push_total;
+  result.pull_bytes_per_s = bytes / pull_total;
+  result.push_cpu_busy = BusyShare(push_cpu);
+  result.pull_cpu_busy = BusyShare(pull_cpu);
+  return result;
 }
 
 absl::StatusOr<double> ShardApplySeconds(
@@ -371,8 +387,10 @@ absl::StatusOr<ServerMemory> MeasureServerMemory(const std::string& self,
     absl::StatusOr<Workers> w = Workers::Create(*job, workers, elems);
     if (!w.ok()) return w.status();
     double pull_s, push_s;
+    CpuTimes unused_pull_cpu, unused_push_cpu;
     for (int step = 0; step < steps; ++step) {
-      absl::Status s = w->Step(step, &pull_s, &push_s);
+      absl::Status s =
+          w->Step(step, &pull_s, &push_s, &unused_pull_cpu, &unused_push_cpu);
       if (!s.ok()) return s;
       if (step == 0) continue;  // warm-up
       pull_total += pull_s;

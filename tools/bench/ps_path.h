@@ -25,11 +25,17 @@ absl::StatusOr<pstrain::v1::JobSpec> OneTensorJob(
 struct PsPathResult {
   double push_bytes_per_s = 0;  // all workers together
   double pull_bytes_per_s = 0;
+  // The share of all CPUs busy during the timed push (pull) phases, from
+  // /proc/stat (BusyShare): near 1, the machine's cores, not the wire,
+  // bound the rate. NaN when not measured.
+  double push_cpu_busy = __builtin_nan("");
+  double pull_cpu_busy = __builtin_nan("");
 };
 
 // Starts the shards, runs one warm-up step, then `steps` timed steps: every
 // worker pulls (concurrently; the pull phase is timed), then every worker
-// pushes its gradient (timed). Aggregate bytes / wall time of each phase,
+// pushes its gradient (timed). Aggregate bytes / wall time of each phase
+// and the share of the CPUs busy in it,
 // bytes counted as the fp32 model (elems * 4 per worker) whatever
 // `wire_dtype` carries them: a bf16 wire moving the same model twice as
 // fast shows twice the rate. `early_apply`: ShardOptions.early_apply of

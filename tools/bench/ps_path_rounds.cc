@@ -31,6 +31,7 @@ PsPathMeasures RealPsPathMeasures(Iperf3* iperf3, GrpcStream* stream) {
   if (iperf3 != nullptr) m.iperf3 = [iperf3] { return iperf3->Measure(2); };
   m.upload = [stream](uint64_t bytes) { return stream->Upload(bytes); };
   m.download = [stream](uint64_t bytes) { return stream->Download(bytes); };
+  m.cpu_times = ReadCpuTimes;
   m.push_pull = [](uint64_t bytes, int servers, int workers,
                    const ShardSetting& setting) {
     return MeasurePsPath(bytes / sizeof(float), servers, workers, 2,
@@ -62,16 +63,34 @@ PsPathRounds RunPsPathRounds(const PsPathRoundsOptions& options,
     s.resize(options.rounds, kNaN);
     s[round] = *bytes_per_s / 1e9;
   };
+  auto set_cpu = [&](const std::string& name, int round, double busy) {
+    if (busy != busy) return;  // not measured
+    std::vector<double>& s = v["cpu_" + name];
+    s.resize(options.rounds, kNaN);
+    s[round] = busy;
+  };
+  // Measures the bare stream's `name` row, with the CPUs' busy share.
+  auto stream_row = [&](const std::string& name, int round,
+                        const std::function<absl::StatusOr<double>()>& run) {
+    const CpuTimes before =
+        measures.cpu_times ? measures.cpu_times() : CpuTimes{};
+    const absl::StatusOr<double> rate = run();
+    set(name, round, rate);
+    if (measures.cpu_times && rate.ok()) {
+      set_cpu(name, round,
+              BusyShare(AddCpuDelta({}, before, measures.cpu_times())));
+    }
+  };
   for (int round = 0; round < options.rounds; ++round) {
     std::printf("round %d: loadavg %s\n", round, LoadAverage().c_str());
     std::fflush(stdout);
     if (measures.iperf3) set("iperf3", round, measures.iperf3());
     for (int mb : options.mb) {
       const uint64_t bytes = uint64_t{1000000} * mb;
-      set(absl::StrCat("grpc_upload_", mb, "MB"), round,
-          measures.upload(bytes));
-      set(absl::StrCat("grpc_download_", mb, "MB"), round,
-          measures.download(bytes));
+      stream_row(absl::StrCat("grpc_upload_", mb, "MB"), round,
+                 [&] { return measures.upload(bytes); });
+      stream_row(absl::StrCat("grpc_download_", mb, "MB"), round,
+                 [&] { return measures.download(bytes); });
       std::vector<ShardSetting> settings = ShardSettings(options);
       if (round % 2 == 1) std::reverse(settings.begin(), settings.end());
       for (int s : options.servers) {
@@ -88,6 +107,8 @@ PsPathRounds RunPsPathRounds(const PsPathRoundsOptions& options,
                 absl::StrCat(mb, "MB_", s, "s_", w, "w", setting.suffix);
             set("push_" + tag, round, ps->push_bytes_per_s);
             set("pull_" + tag, round, ps->pull_bytes_per_s);
+            set_cpu("push_" + tag, round, ps->push_cpu_busy);
+            set_cpu("pull_" + tag, round, ps->pull_cpu_busy);
           }
         }
       }
@@ -99,6 +120,7 @@ PsPathRounds RunPsPathRounds(const PsPathRoundsOptions& options,
 std::string PsPathReport(const PsPathRounds& rounds) {
   std::string out;
   for (const auto& [name, values] : rounds) {
+    if (absl::StartsWith(name, "cpu_")) continue;
     absl::StrAppendFormat(&out, "%-24s median %6.3f GB/s  rounds:", name,
                           Median(values));
     for (double x : values) absl::StrAppendFormat(&out, " %.3f", x);
@@ -109,9 +131,9 @@ std::string PsPathReport(const PsPathRounds& rounds) {
     const bool push = absl::StartsWith(name, "push_");
     if (!push && !absl::StartsWith(name, "pull_")) continue;
     const std::string mb = name.substr(5, name.find("MB") - 5 + 2);
-    const std::vector<double> bare =
-        Row(rounds, absl::StrCat(push ? "grpc_upload_" : "grpc_download_", mb),
-            values.size());
+    const std::string bare_name =
+        absl::StrCat(push ? "grpc_upload_" : "grpc_download_", mb);
+    const std::vector<double> bare = Row(rounds, bare_name, values.size());
     const auto iperf3 = rounds.find("iperf3");
     std::vector<double> to_iperf, to_bare;
     for (size_t r = 0; r < values.size(); ++r) {
@@ -120,9 +142,18 @@ std::string PsPathReport(const PsPathRounds& rounds) {
       }
       to_bare.push_back(values[r] / bare[r]);
     }
-    absl::StrAppendFormat(&out,
-                          "%-24s / iperf3 %.2f   / bare gRPC stream %.2f\n",
+    absl::StrAppendFormat(&out, "%-24s / iperf3 %.2f   / bare gRPC stream %.2f",
                           name, Median(to_iperf), Median(to_bare));
+    const auto cpu = rounds.find("cpu_" + name);
+    if (cpu != rounds.end()) {
+      absl::StrAppendFormat(&out, "   CPUs busy %.2f", Median(cpu->second));
+      const auto bare_cpu = rounds.find("cpu_" + bare_name);
+      if (bare_cpu != rounds.end()) {
+        absl::StrAppendFormat(&out, " (bare stream %.2f)",
+                              Median(bare_cpu->second));
+      }
+    }
+    out += "\n";
   }
   // The shipped setting over each compared one, within each round.
   constexpr std::pair<const char*, const char*> kCompared[] = {
@@ -131,7 +162,7 @@ std::string PsPathReport(const PsPathRounds& rounds) {
   for (const auto& [suffix, label] : kCompared) {
     for (const auto& [name, values] : rounds) {
       const auto other = rounds.find(name + suffix);
-      if (other == rounds.end()) continue;
+      if (other == rounds.end() || absl::StartsWith(name, "cpu_")) continue;
       std::vector<double> ratio;
       for (size_t r = 0; r < values.size(); ++r) {
         ratio.push_back(values[r] / other->second[r]);

@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "tools/bench/ps_path.h"
+#include "tools/bench/stats.h"
 #include "tools/bench/wire.h"
 
 namespace pstrain::bench {
@@ -50,9 +51,12 @@ struct PsPathMeasures {
   std::function<absl::StatusOr<double>()> iperf3;  // empty: not measured
   std::function<absl::StatusOr<double>(uint64_t bytes)> upload;
   std::function<absl::StatusOr<double>(uint64_t bytes)> download;
-  std::function<absl::StatusOr<PsPathResult>(
-      uint64_t bytes, int servers, int workers, const ShardSetting& setting)>
-      push_pull;
+  using PushPull = std::function<absl::StatusOr<PsPathResult>(
+      uint64_t bytes, int servers, int workers, const ShardSetting& setting)>;
+  PushPull push_pull;
+  // Read before and after each upload and download, for the share of the
+  // CPUs busy meanwhile (empty: not measured).
+  std::function<CpuTimes()> cpu_times;
 };
 
 // Iperf3::Measure(2) (none when `iperf3` is null), the stream's Upload and
@@ -62,7 +66,9 @@ PsPathMeasures RealPsPathMeasures(Iperf3* iperf3, GrpcStream* stream);
 
 // Row name -> GB/s per round (NaN where a round did not measure it):
 // "iperf3", "grpc_upload_16MB", "grpc_download_16MB", "push_16MB_2s_4w",
-// "pull_16MB_2s_4w" (and "push_16MB_2s_4w_atcommit", "..._noheld").
+// "pull_16MB_2s_4w" (and "push_16MB_2s_4w_atcommit", "..._noheld"); and
+// for each measured row but iperf3 the share of the CPUs busy while it ran
+// (PsPathResult, BusyShare), as "cpu_" + its name.
 using PsPathRounds = std::map<std::string, std::vector<double>>;
 
 // Runs options.rounds rounds; in each, iperf3, then for every size the
@@ -78,7 +84,9 @@ PsPathRounds RunPsPathRounds(const PsPathRoundsOptions& options,
 // its ratio to iperf3 and to the bare stream's upload (download) of its
 // size in the same round; each row also measured under a compared setting,
 // its shipped / compared ratio per round ("early apply / at commit", "held
-// term / not held") and their median.
+// term / not held") and their median. The ratio lines end with the median
+// share of the CPUs busy during the row and during its bare stream
+// ("CPUs busy 0.98 (bare stream 0.97)") where they were measured.
 std::string PsPathReport(const PsPathRounds& rounds);
 
 // The line of one server memory measurement: peak RSS against its bound,

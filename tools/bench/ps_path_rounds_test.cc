@@ -138,6 +138,62 @@ TEST(RunPsPathRounds, WithoutIperf3AndWithFailedPushesThereAreNoSuchRows) {
   EXPECT_EQ(rounds.count("grpc_upload_1MB"), 1u);
 }
 
+// The bare stream's busy share comes from cpu_times read around it, the
+// push's and pull's from PsPathResult; rows not measured have none.
+TEST(RunPsPathRounds, CpuBusyRowsBesideTheMeasuredOnes) {
+  const PsPathRoundsOptions o = OneRow(2);
+  Fakes f;
+  PsPathMeasures m = f.Measures();
+  PsPathMeasures::PushPull fake_push_pull = m.push_pull;
+  m.push_pull =
+      [&](uint64_t bytes, int s, int w,
+          const ShardSetting& setting) -> absl::StatusOr<PsPathResult> {
+    absl::StatusOr<PsPathResult> r = fake_push_pull(bytes, s, w, setting);
+    if (r.ok()) {
+      r->push_cpu_busy = 0.5 + 0.25 * f.round;
+      r->pull_cpu_busy = 0.25;
+    }
+    return r;
+  };
+  CpuTimes clock;  // each read: 10 ticks later, 9 of them busy
+  m.cpu_times = [&clock] {
+    clock.busy += 9;
+    clock.total += 10;
+    return clock;
+  };
+  const PsPathRounds rounds = RunPsPathRounds(o, m);
+  EXPECT_EQ(rounds.at("cpu_grpc_upload_1MB"), (std::vector<double>{0.9, 0.9}));
+  // Round 1's download failed: no share for it.
+  const std::vector<double>& down = rounds.at("cpu_grpc_download_1MB");
+  ASSERT_EQ(down.size(), 2u);
+  EXPECT_EQ(down[0], 0.9);
+  EXPECT_TRUE(std::isnan(down[1]));
+  EXPECT_EQ(rounds.at("cpu_push_1MB_1s_1w"), (std::vector<double>{0.5, 0.75}));
+  EXPECT_EQ(rounds.at("cpu_pull_1MB_1s_1w"), (std::vector<double>{0.25, 0.25}));
+  EXPECT_EQ(rounds.count("cpu_iperf3"), 0u);
+}
+
+TEST(PsPathReport, CpuBusySharesEndTheRatioLinesOnly) {
+  const PsPathRounds rounds = {
+      {"grpc_upload_16MB", {2, 2}},
+      {"cpu_grpc_upload_16MB", {0.9, 1.0}},
+      {"push_16MB_1s_1w", {1, 1}},
+      {"cpu_push_16MB_1s_1w", {0.96, 1.0}},
+      {"push_16MB_1s_1w_noheld", {0.5, 0.5}},
+      {"cpu_push_16MB_1s_1w_noheld", {0.5, 0.5}},
+  };
+  EXPECT_EQ(PsPathReport(rounds),
+            "grpc_upload_16MB         median  2.000 GB/s  rounds: 2.000 2.000\n"
+            "push_16MB_1s_1w          median  1.000 GB/s  rounds: 1.000 1.000\n"
+            "push_16MB_1s_1w_noheld   median  0.500 GB/s  rounds: 0.500 0.500\n"
+            "push_16MB_1s_1w          / iperf3 nan   / bare gRPC stream 0.50"
+            "   CPUs busy 0.98 (bare stream 0.95)\n"
+            "push_16MB_1s_1w_noheld   / iperf3 nan   / bare gRPC stream 0.25"
+            "   CPUs busy 0.50 (bare stream 0.95)\n"
+            "push_16MB_1s_1w          held term / not held 2.00  rounds: 2.00 "
+            "2.00\n");
+}
+
 TEST(PsPathReport, MediansThenRatiosWithinEachRoundThenEarlyApply) {
   const PsPathRounds rounds = {
       {"iperf3", {10, 20, 40}},

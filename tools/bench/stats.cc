@@ -26,6 +26,32 @@ std::string LoadAverage() {
   return absl::StrCat(a, " ", b, " ", c);
 }
 
+CpuTimes ReadCpuTimes() {
+  std::ifstream in("/proc/stat");
+  std::string cpu;
+  uint64_t user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0,
+           softirq = 0, steal = 0;
+  in >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >>
+      steal;
+  if (!in || cpu != "cpu") return {};
+  CpuTimes t;
+  t.busy = user + nice + system + irq + softirq + steal;
+  t.total = t.busy + idle + iowait;
+  return t;
+}
+
+CpuTimes AddCpuDelta(const CpuTimes& sum, const CpuTimes& a,
+                     const CpuTimes& b) {
+  if (b.total < a.total || b.busy < a.busy) return sum;
+  return CpuTimes{sum.busy + (b.busy - a.busy),
+                  sum.total + (b.total - a.total)};
+}
+
+double BusyShare(const CpuTimes& t) {
+  if (t.total == 0) return __builtin_nan("");
+  return static_cast<double>(t.busy) / static_cast<double>(t.total);
+}
+
 absl::StatusOr<std::vector<int>> ParsePositiveList(absl::string_view flag,
                                                    absl::string_view text) {
   std::vector<int> out;

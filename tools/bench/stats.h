@@ -2,6 +2,7 @@
 #ifndef PSTRAIN_TOOLS_BENCH_STATS_H_
 #define PSTRAIN_TOOLS_BENCH_STATS_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,20 @@ double Median(std::vector<double> values);
 
 // The three load averages of /proc/loadavg, e.g. "1.69 1.99 2.61".
 std::string LoadAverage();
+
+// Time of all CPUs together from /proc/stat's "cpu" line, in clock ticks:
+// busy (user, nice, system, irq, softirq, steal) and total (those, idle and
+// iowait). Zero where /proc/stat cannot be read.
+struct CpuTimes {
+  uint64_t busy = 0;
+  uint64_t total = 0;
+};
+CpuTimes ReadCpuTimes();
+// `sum` + (b - a).
+CpuTimes AddCpuDelta(const CpuTimes& sum, const CpuTimes& a, const CpuTimes& b);
+// The share of all CPUs' time that was busy in `t` (1: every core busy all
+// the time); NaN when no tick passed.
+double BusyShare(const CpuTimes& t);
 
 // A comma-separated list of positive integers ("1,4,16"); an error naming
 // --flag and the text otherwise.

@@ -1,4 +1,5 @@
-// The benchmarks' shared helpers: medians that skip NaN, and list flags.
+// The benchmarks' shared helpers: medians that skip NaN, CPU busy shares
+// and list flags.
 #include "tools/bench/stats.h"
 
 #include <cmath>
@@ -19,6 +20,21 @@ TEST(Median, SkipsNaNAndAveragesTheMiddleTwo) {
   EXPECT_EQ(Median({4, 1, 3, 2}), 2.5);
   EXPECT_TRUE(std::isnan(Median({kNaN})));
   EXPECT_TRUE(std::isnan(Median({})));
+}
+
+TEST(CpuTimes, BusyShareOfTheTicksBetweenReads) {
+  CpuTimes sum = AddCpuDelta({}, {100, 400}, {130, 440});
+  sum = AddCpuDelta(sum, {200, 500}, {210, 560});
+  EXPECT_EQ(sum.busy, 40u);
+  EXPECT_EQ(sum.total, 100u);
+  EXPECT_EQ(BusyShare(sum), 0.4);
+  // A read that failed (zeros) or went backwards adds nothing.
+  EXPECT_EQ(AddCpuDelta(sum, {100, 400}, {}).total, 100u);
+  EXPECT_TRUE(std::isnan(BusyShare({})));
+  // This machine's /proc/stat: busy within total, both counting.
+  const CpuTimes now = ReadCpuTimes();
+  EXPECT_GT(now.total, 0u);
+  EXPECT_LE(now.busy, now.total);
 }
 
 TEST(ParsePositiveList, AcceptsPositiveIntegersAndNamesTheFlagOtherwise) {
