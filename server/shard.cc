@@ -779,6 +779,12 @@ Shard::IncomingPush::IncomingPush(Shard* shard, const PushHeader& header,
       hashes_(shard->chunks_.size(), 0),
       seen_(shard->chunks_.size(), false) {}
 
+Shard::IncomingPush::~IncomingPush() {
+  if (term_g_.empty()) return;
+  absl::MutexLock lock(&shard_->spare_mu_);
+  shard_->spare_g_.push_back(std::move(term_g_));
+}
+
 absl::Status Shard::IncomingPush::Add(const ChunkData& c) {
   int k = 0;
   // An fp32 chunk that is summed is checked for NaN and Inf by SumChunk, in
@@ -786,6 +792,45 @@ absl::Status Shard::IncomingPush::Add(const ChunkData& c) {
   const bool check_later =
       summing_ && shard_->wire_dtype() == pstrain::v1::DTYPE_F32;
   PS_RETURN_IF_ERROR(shard_->ValidateChunk(c, seen_, &k, !check_later));
+  seen_[k] = true;
+  ++seen_count_;
+  const uint64_t hash = ChunkHash(k, c);
+  hashes_[k] = hash;
+  if (!summing_) return absl::OkStatus();
+  const LocalChunk& lc = shard_->chunks_[k];
+  const char* src = c.data().data();
+  if (shard_->wire_dtype() != pstrain::v1::DTYPE_F32) {
+    // Decoded exactly to fp32 first, outside the chunk's lock.
+    decoded_.resize(lc.length);
+    DecodeElements(shard_->wire_dtype(), src, lc.length, decoded_.data());
+    src = reinterpret_cast<const char*>(decoded_.data());
+    return SumLocked(c, k, src, hash, check_later, /*apply=*/false);
+  }
+  if (!shard_->hold_terms_ || shard_->applier_ == nullptr ||
+      !shard_->options_.apply_terms_on_arrival) {
+    return SumLocked(c, k, src, hash, check_later, /*apply=*/false);
+  }
+  // One worker applying on arrival: the chunk's term is its step's only
+  // one, applied here rather than held for the applier, under the shard's
+  // mutex shared as the applier's apply is (taken before the chunk's).
+  if (term_g_.size() < lc.length) {
+    {
+      absl::MutexLock lock(&shard_->spare_mu_);
+      if (!shard_->spare_g_.empty()) {
+        term_g_ = std::move(shard_->spare_g_.back());
+        shard_->spare_g_.pop_back();
+      }
+    }
+    term_g_.resize(std::max<size_t>(lc.length, shard_->max_chunk_length_));
+  }
+  absl::ReaderMutexLock shard_lock(&shard_->mu_);
+  return SumLocked(c, k, src, hash, check_later, !shard_->closed_);
+}
+
+absl::Status Shard::IncomingPush::SumLocked(const ChunkData& c, size_t k,
+                                            const char* src, uint64_t hash,
+                                            bool check_later, bool apply)
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {  // with `apply`, the caller holds mu_
   const LocalChunk& lc = shard_->chunks_[k];
   // The NaN/Inf check of a chunk that is not summed after all (CheckChunk's
   // error names the element).
@@ -794,18 +839,14 @@ absl::Status Shard::IncomingPush::Add(const ChunkData& c) {
                                     shard_->wire_dtype())
                        : absl::OkStatus();
   };
-  seen_[k] = true;
-  ++seen_count_;
-  const uint64_t hash = ChunkHash(k, c);
-  hashes_[k] = hash;
-  if (!summing_) return absl::OkStatus();
-  const char* src = c.data().data();
-  if (shard_->wire_dtype() != pstrain::v1::DTYPE_F32) {
-    // Decoded exactly to fp32 first, outside the chunk's lock.
-    decoded_.resize(lc.length);
-    DecodeElements(shard_->wire_dtype(), src, lc.length, decoded_.data());
-    src = reinterpret_cast<const char*>(decoded_.data());
-  }
+  auto not_finite = [&] {
+    absl::Status st =
+        CheckChunk(c, lc.length, /*require_finite=*/true, shard_->wire_dtype());
+    return st.ok() ? absl::InternalError(absl::StrCat(
+                         "tensor '", lc.tensor, "' chunk ", lc.index,
+                         " has a value that is not finite"))
+                   : st;
+  };
   ChunkSum& sum = shard_->sums_[k];
   absl::MutexLock lock(&sum.mu);
   if (sum.epoch != epoch_) {
@@ -827,21 +868,25 @@ absl::Status Shard::IncomingPush::Add(const ChunkData& c) {
         " was already summed with other values or num_samples (an earlier "
         "stream of this push failed half-way); nothing applied"));
   }
-  if (!shard_->SumChunk(k, sum, src, static_cast<double>(header_.num_samples()),
-                        &mine.max_abs, &mine.clipped)) {
-    absl::Status st =
-        CheckChunk(c, lc.length, /*require_finite=*/true, shard_->wire_dtype());
-    return st.ok() ? absl::InternalError(absl::StrCat(
-                         "tensor '", lc.tensor, "' chunk ", lc.index,
-                         " has a value that is not finite"))
-                   : st;
+  const double n = static_cast<double>(header_.num_samples());
+  TermOutcome applied = TermOutcome::kNotHeld;
+  if (apply && !sum.applied) {
+    applied =
+        shard_->ApplyTermLocked(k, sum, src, n, &mine.max_abs, term_g_.data());
+    if (applied == TermOutcome::kNotFinite) return not_finite();
+  }
+  if (applied != TermOutcome::kApplied &&
+      !shard_->SumChunk(k, sum, src, n, &mine.max_abs, &mine.clipped)) {
+    return not_finite();
   }
   mine.hash = hash;
   mine.num_samples = header_.num_samples();
   mine.present = true;
   // The last contribution: the chunk is final for this step (nothing can
-  // be added any more), so it can be applied now, off this thread.
-  if (++sum.summed == shard_->num_workers() && shard_->applier_ != nullptr) {
+  // be added any more), so it can be applied now, off this thread (unless
+  // it was, above).
+  if (++sum.summed == shard_->num_workers() && shard_->applier_ != nullptr &&
+      applied != TermOutcome::kApplied) {
     shard_->applier_->Post(k, epoch_);
   }
   return absl::OkStatus();
@@ -1024,6 +1069,40 @@ void Shard::ApplySumLocked(size_t k, ChunkSum& sum, double samples,
   optimizer_->Apply(version_, version_, MutableChunkLocked(k), g,
                     slots_[k].data(), lc.length);
   sum.exponent = NextExponent(max_abs, sum.exponent);
+}
+
+Shard::TermOutcome Shard::ApplyTermLocked(
+    size_t k, ChunkSum& sum, const char* src, double num_samples,
+    double* max_abs,
+    float* g) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // the caller holds sum.mu
+  using Acc = ChunkSum::Acc;
+  // SumChunk's conditions for holding the term.
+  if (sum.acc != Acc::kZero && sum.acc != Acc::kStale) {
+    return TermOutcome::kNotHeld;
+  }
+  const LocalChunk& lc = chunks_[k];
+  const uint32_t max_bits = MaxAbsBits(src, lc.length);
+  if (max_bits >= kNonFiniteBits) return TermOutcome::kNotFinite;
+  float max_g;
+  std::memcpy(&max_g, &max_bits, sizeof(max_g));
+  const int lsb = sum.exponent - accumulator_bits_;
+  const double to_fixed = std::ldexp(1.0, -lsb);
+  const double limit = std::ldexp(1.0, sum.exponent);
+  const double chunk_max = num_samples * static_cast<double>(max_g);
+  if (!(chunk_max < limit && chunk_max * to_fixed < kFastLimit)) {
+    return TermOutcome::kNotHeld;
+  }
+  *max_abs = std::max(*max_abs, chunk_max);
+  // ApplySumLocked of the held term with ApplyOnArrival's numbers (one
+  // contribution: its num_samples and largest |x|).
+  HeldToFloat(src, lc.length, num_samples, to_fixed, std::ldexp(1.0, lsb),
+              num_samples, g);
+  optimizer_->Apply(version_, version_, MutableChunkLocked(k), g,
+                    slots_[k].data(), lc.length);
+  sum.exponent = NextExponent(*max_abs, sum.exponent);
+  sum.applied = true;
+  chunks_applied_early_.fetch_add(1, std::memory_order_relaxed);
+  return TermOutcome::kApplied;
 }
 
 void Shard::ApplyOnArrival(size_t k,

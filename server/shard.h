@@ -220,6 +220,11 @@ struct ShardOptions {
   // when the second arrives, which measured slower): every term goes into
   // the fixed-point sum on arrival. Results are the same bit for bit.
   bool hold_first_term = true;
+  // One worker with both of the above: a chunk's term is applied by the
+  // stream that receives it, straight from the pushed bytes
+  // (ApplyTermLocked), instead of being held in the accumulator for the
+  // applier thread. Results are the same bit for bit.
+  bool apply_terms_on_arrival = true;
 };
 
 // The options of shard `shard_id` of `job`.
@@ -341,6 +346,7 @@ class Shard {
     // missing; UNAVAILABLE when the shard restored a checkpoint or closed
     // while the push streamed (nothing applied; a retry is safe).
     absl::StatusOr<PushResult> Finish();
+    ~IncomingPush();
 
    private:
     friend class Shard;
@@ -354,6 +360,15 @@ class Shard {
     std::vector<bool> seen_;
     size_t seen_count_ = 0;
     std::vector<float> decoded_;  // bf16/fp16 chunk as fp32 (reused)
+    // A term applied as it arrives (ApplyTermLocked): its gradient, from
+    // the shard's spares (returned by the destructor).
+    std::vector<float> term_g_;
+
+    // Add's part under chunk k's sum mutex; `apply`: the caller holds the
+    // shard's mutex shared and the term may be applied at once.
+    absl::Status SumLocked(const pstrain::v1::ChunkData& c, size_t k,
+                           const char* src, uint64_t hash, bool check_later,
+                           bool apply);
   };
   // Starts a push stream (sums_on_arrival() only, else FAILED_PRECONDITION):
   // checks the header (worker, num_samples, read_min_clock, and the clock
@@ -433,6 +448,18 @@ class Shard {
   // nothing changes and it returns false. Caller holds sum.mu.
   bool SumChunk(size_t k, ChunkSum& sum, const char* src, double num_samples,
                 double* max_abs, uint64_t* clipped);
+  // One worker applying on arrival (hold_terms_ and an applier): chunk k's
+  // only term of the open step, fp32 at `src`, applied at once, through
+  // `g` (length() floats), where SumChunk would hold it for the applier:
+  // no copy into the accumulator, the same numbers as ApplyOnArrival
+  // (samples num_samples, largest |x| *max_abs after raising it to the
+  // term's), so bit for bit the same weights, slots and next exponent.
+  // kNotHeld (clipped or beyond the fast conversion's range, or the
+  // accumulator in use) and kNotFinite change nothing. Caller holds sum.mu.
+  enum class TermOutcome { kApplied, kNotHeld, kNotFinite };
+  TermOutcome ApplyTermLocked(size_t k, ChunkSum& sum, const char* src,
+                              double num_samples, double* max_abs, float* g)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Turns chunk k's sum into the gradient (divided by `samples`, through
   // `g`, length() floats) and runs the optimizer for the open step; sets
   // the next exponent from `max_abs`. Caller holds sum.mu and mu_ (shared
@@ -531,6 +558,10 @@ class Shard {
   // One chunk's gradient on its way to the optimizer, per apply thread
   // (reused).
   std::vector<std::vector<float>> scratch_ ABSL_GUARDED_BY(mu_);
+  // IncomingPush::term_g_ buffers between pushes (one per push stream that
+  // ran at once, so no allocation per push).
+  absl::Mutex spare_mu_;
+  std::vector<std::vector<float>> spare_g_ ABSL_GUARDED_BY(spare_mu_);
   // DC-ASGD (dc_lambda > 0): the weights each worker's last pull returned
   // (shard layout); empty until its first pull.
   std::vector<std::vector<float>> read_weights_ ABSL_GUARDED_BY(mu_);

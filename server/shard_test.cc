@@ -1901,7 +1901,8 @@ TEST(ApplyOnArrivalStepsTest, ConcurrentStreamsEqualApplyingAtTheCommit) {
 
 // A one-worker sync softmax 2000 -> 5 with 16 KiB chunks: 4096, 4096, 1808
 // weights and the 5 biases. Adam, whose slots would show any difference.
-std::unique_ptr<Shard> MakeHeldShard(bool hold, bool early_apply) {
+std::unique_ptr<Shard> MakeHeldShard(bool hold, bool early_apply,
+                                     bool apply_terms_on_arrival = true) {
   JobConfig config = SmallConfig(pstrain::v1::MODE_SYNC, 1, 0);
   config.mutable_model()->set_input_dim(2000);
   config.mutable_model()->set_num_classes(5);
@@ -1917,6 +1918,7 @@ std::unique_ptr<Shard> MakeHeldShard(bool hold, bool early_apply) {
   ShardOptions options = ShardOptionsFromJob(*job, 0);
   options.hold_first_term = hold;
   options.early_apply = early_apply;
+  options.apply_terms_on_arrival = apply_terms_on_arrival;
   absl::StatusOr<std::unique_ptr<Shard>> shard =
       Shard::Create(std::move(options));
   EXPECT_TRUE(shard.ok()) << shard.status();
@@ -1956,15 +1958,19 @@ std::vector<float> EdgeGrad(size_t n, uint32_t seed, uint64_t step) {
   return g;
 }
 
-class HeldTermTest : public ::testing::TestWithParam<bool> {};
+// Where a held term is applied: at the commit, by the applier thread, or
+// by the stream that receives it.
+enum class HeldApply { kAtCommit, kByApplier, kOnArrival };
+class HeldTermTest : public ::testing::TestWithParam<HeldApply> {};
 
 // A one-worker shard holding its terms and one summing them into the fixed
 // point give the same weights, slots, exponents and clipped counts, bit for
 // bit, over steps with the edge values and num_samples powers of two or
-// not, chunks applied on arrival or at the commit.
+// not, chunks applied at the commit, by the applier or on arrival.
 TEST_P(HeldTermTest, SameBitsAsTheFixedPointSum) {
-  const bool early_apply = GetParam();
-  std::unique_ptr<Shard> held = MakeHeldShard(true, early_apply);
+  const bool early_apply = GetParam() != HeldApply::kAtCommit;
+  std::unique_ptr<Shard> held =
+      MakeHeldShard(true, early_apply, GetParam() == HeldApply::kOnArrival);
   std::unique_ptr<Shard> summed = MakeHeldShard(false, early_apply);
   ASSERT_NE(held, nullptr);
   ASSERT_NE(summed, nullptr);
@@ -1991,7 +1997,10 @@ TEST_P(HeldTermTest, SameBitsAsTheFixedPointSum) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(EarlyApply, HeldTermTest, ::testing::Bool());
+INSTANTIATE_TEST_SUITE_P(Apply, HeldTermTest,
+                         ::testing::Values(HeldApply::kAtCommit,
+                                           HeldApply::kByApplier,
+                                           HeldApply::kOnArrival));
 
 // A held term applied straight from its floats is the exact fixed-point
 // value: float(llrint(n * g * 2^30) * 2^-30 / n) in the first step (E = 32,
@@ -2025,18 +2034,47 @@ TEST(HeldTermOneStepTest, AppliedTermIsTheExactFixedPointValue) {
   }
 }
 
+// Applying on arrival, the stream applies each term as it adds it: the
+// chunks are applied before Add returns (no applier thread involved), and
+// the step completed by the rest of the push is the fixed-point sum's.
+TEST(HeldTermOnArrivalTest, TheStreamAppliesEachTermAsItAddsIt) {
+  std::unique_ptr<Shard> held = MakeHeldShard(true, true);
+  std::unique_ptr<Shard> summed = MakeHeldShard(false, false);
+  ASSERT_NE(held, nullptr);
+  ASSERT_NE(summed, nullptr);
+  // Step 2's values: every term held (none clipped or beyond the fast
+  // range).
+  const std::vector<float> g = EdgeGrad(held->num_elements(), 2, 2);
+  const std::vector<ChunkData> data = EncodeAll(*held, g);
+  absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> p =
+      held->BeginPush(Header(0, 0, 3));
+  ASSERT_TRUE(p.ok()) << p.status();
+  for (size_t i = 0; i < data.size(); ++i) {
+    ASSERT_TRUE((*p)->Add(data[i]).ok());
+    EXPECT_EQ(held->chunks_applied_early(), i + 1);
+  }
+  ASSERT_TRUE((*p)->Finish().ok());
+  EXPECT_EQ(held->chunks_applied_early(), 0u);  // the step committed
+  ASSERT_TRUE(PushGrad(*summed, 0, 0, 0, 3, g).ok());
+  EXPECT_TRUE(BitIdentical(Weights(*held), Weights(*summed)));
+}
+
 // A NaN is refused as before (INVALID_ARGUMENT, nothing changed), whole or
 // streamed after a held chunk; the retry with valid values applies exactly
 // what the fixed-point sum does.
-TEST(HeldTermNanTest, NanIsRefusedAndChangesNothing) {
-  std::unique_ptr<Shard> held = MakeHeldShard(true, false);
+class HeldTermNanTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(HeldTermNanTest, NanIsRefusedAndChangesNothing) {
+  // Early apply: each term is applied as it arrives (ApplyTermLocked).
+  std::unique_ptr<Shard> held = MakeHeldShard(true, GetParam());
   std::unique_ptr<Shard> summed = MakeHeldShard(false, false);
   ASSERT_NE(held, nullptr);
   ASSERT_NE(summed, nullptr);
   const size_t n = held->num_elements();
   const std::vector<float> g0 = EdgeGrad(n, 1, 0), g1 = EdgeGrad(n, 2, 0);
-  // Streamed into zeros: the chunk is copied as the held term in the pass
-  // that finds the Inf, which then changes nothing.
+  // Streamed into zeros: the Inf is found in the pass that copies the chunk
+  // as the held term (or, applying on arrival, before it is applied), and
+  // nothing changes.
   {
     const Observable fresh = Observe(*held);
     std::vector<float> inf_first = g0;
@@ -2066,7 +2104,10 @@ TEST(HeldTermNanTest, NanIsRefusedAndChangesNothing) {
   const absl::Status st = (*p)->Add(data[1]);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(st.message(), HasSubstr("chunk 1: element 7 is not finite"));
-  ExpectSame(Observe(*held), before);
+  // Applying on arrival, chunk 0 is applied already: the step is half
+  // applied and no reader can see it (Observe would wait); what the
+  // retry below completes shows that nothing else changed.
+  if (!GetParam()) ExpectSame(Observe(*held), before);
   // A second stream of the push: chunk 0 is summed already, the NaN is
   // refused all the same.
   absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> again =
@@ -2076,11 +2117,13 @@ TEST(HeldTermNanTest, NanIsRefusedAndChangesNothing) {
   bad0[3] = std::numeric_limits<float>::quiet_NaN();
   EXPECT_EQ((*again)->Add(EncodeAll(*held, bad0)[0]).code(),
             absl::StatusCode::kInvalidArgument);
-  ExpectSame(Observe(*held), before);
+  if (!GetParam()) ExpectSame(Observe(*held), before);
   ASSERT_TRUE(PushGrad(*held, 0, 1, 1, 5, g1).ok());
   ASSERT_TRUE(PushGrad(*summed, 0, 1, 1, 5, g1).ok());
   EXPECT_TRUE(BitIdentical(Weights(*held), Weights(*summed)));
 }
+
+INSTANTIATE_TEST_SUITE_P(EarlyApply, HeldTermNanTest, ::testing::Bool());
 
 // A restore while a term is held (applied at the commit, which has not
 // come) discards it: the step summed afterwards is exactly that of a shard

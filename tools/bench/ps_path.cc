@@ -35,7 +35,7 @@ class Cluster {
       const std::vector<std::pair<std::string, int>>& int_args =
           PsServerChannelArgs(),
       const PsServiceOptions& options = {}, bool early_apply = true,
-      bool hold_first_term = true) {
+      bool hold_first_term = true, bool apply_terms_on_arrival = true) {
     std::unique_ptr<Cluster> c(new Cluster);
     job.mutable_shard_map()->clear_server_addresses();
     for (uint32_t i = 0; i < job.num_servers(); ++i) {
@@ -52,6 +52,7 @@ class Cluster {
       ShardOptions shard_options = ShardOptionsFromJob(job, i);
       shard_options.early_apply = early_apply;
       shard_options.hold_first_term = hold_first_term;
+      shard_options.apply_terms_on_arrival = apply_terms_on_arrival;
       absl::StatusOr<std::unique_ptr<Shard>> shard =
           Shard::Create(std::move(shard_options));
       if (!shard.ok()) return shard.status();
@@ -197,12 +198,14 @@ absl::StatusOr<PsPathResult> MeasurePsPath(uint64_t elems, int servers,
                                            int workers, int steps,
                                            pstrain::v1::DType wire_dtype,
                                            bool early_apply,
-                                           bool hold_first_term) {
+                                           bool hold_first_term,
+                                           bool apply_terms_on_arrival) {
   absl::StatusOr<JobSpec> job = OneTensorJob(
       elems, servers, workers, pstrain::v1::OptimizerConfig::SGD, wire_dtype);
   if (!job.ok()) return job.status();
-  absl::StatusOr<std::unique_ptr<Cluster>> cluster = Cluster::Start(
-      *job, PsServerChannelArgs(), {}, early_apply, hold_first_term);
+  absl::StatusOr<std::unique_ptr<Cluster>> cluster =
+      Cluster::Start(*job, PsServerChannelArgs(), {}, early_apply,
+                     hold_first_term, apply_terms_on_arrival);
   if (!cluster.ok()) return cluster.status();
   absl::StatusOr<Workers> w =
       Workers::Create((*cluster)->job(), workers, elems);

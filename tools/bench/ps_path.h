@@ -40,12 +40,13 @@ struct PsPathResult {
 // `wire_dtype` carries them: a bf16 wire moving the same model twice as
 // fast shows twice the rate. `early_apply`: ShardOptions.early_apply of
 // every shard (chunks applied as they become final, or the whole step at
-// its commit); `hold_first_term`: ShardOptions.hold_first_term of every
-// shard.
+// its commit); `hold_first_term` and `apply_terms_on_arrival`: those
+// ShardOptions of every shard.
 absl::StatusOr<PsPathResult> MeasurePsPath(
     uint64_t elems, int servers, int workers, int steps,
     pstrain::v1::DType wire_dtype = pstrain::v1::DTYPE_F32,
-    bool early_apply = true, bool hold_first_term = true);
+    bool early_apply = true, bool hold_first_term = true,
+    bool apply_terms_on_arrival = true);
 
 // Seconds of one optimizer step of a sync Shard (1 worker, one tensor of
 // `elems` elements in 4 MiB chunks, optimizer `kind`) applied by `threads`

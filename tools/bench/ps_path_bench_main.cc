@@ -1,8 +1,9 @@
 // ps_path_bench: ps_bench's push, pull and server-memory rows alone, for
 // work on the data path (README "Performance"; what a round measures and
-// prints: tools/bench/ps_path_rounds.h). --compare_early_apply and
-// --compare_hold_first_term add rows with that ShardOptions setting off, in
-// the same rounds. Flags -> PsPathBenchOptions -> RunPsPathBench -> exit.
+// prints: tools/bench/ps_path_rounds.h). --compare_early_apply,
+// --compare_hold_first_term and --compare_apply_terms add rows with that
+// ShardOptions setting off, in the same rounds. Flags -> PsPathBenchOptions ->
+// RunPsPathBench -> exit.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -31,6 +32,10 @@ ABSL_FLAG(bool, compare_early_apply, false,
 ABSL_FLAG(bool, compare_hold_first_term, false,
           "also measure every push/pull row with ShardOptions.hold_first_term "
           "off (one worker: the term through the fixed-point sum)");
+ABSL_FLAG(bool, compare_apply_terms, false,
+          "also measure every push/pull row with "
+          "ShardOptions.apply_terms_on_arrival off (one worker: the term held "
+          "for the applier thread)");
 // Child role (--serve_shard ...): tools/bench/serve_shard_flags.h.
 
 namespace pstrain::bench {
@@ -49,6 +54,7 @@ absl::StatusOr<PsPathBenchOptions> OptionsFromFlags(const char* self) {
       ParsePositiveList("ps_workers", absl::GetFlag(FLAGS_ps_workers)));
   r.compare_early_apply = absl::GetFlag(FLAGS_compare_early_apply);
   r.compare_hold_first_term = absl::GetFlag(FLAGS_compare_hold_first_term);
+  r.compare_apply_terms = absl::GetFlag(FLAGS_compare_apply_terms);
   o.iperf3 = absl::GetFlag(FLAGS_iperf3);
   o.memory_params = absl::GetFlag(FLAGS_memory_params);
   PS_ASSIGN_OR_RETURN(

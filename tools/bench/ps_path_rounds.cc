@@ -36,7 +36,8 @@ PsPathMeasures RealPsPathMeasures(Iperf3* iperf3, GrpcStream* stream) {
                    const ShardSetting& setting) {
     return MeasurePsPath(bytes / sizeof(float), servers, workers, 2,
                          pstrain::v1::DTYPE_F32, setting.early_apply,
-                         setting.hold_first_term);
+                         setting.hold_first_term,
+                         setting.apply_terms_on_arrival);
   };
   return m;
 }
@@ -49,6 +50,11 @@ std::vector<ShardSetting> ShardSettings(const PsPathRoundsOptions& options) {
   if (options.compare_hold_first_term) {
     settings.push_back(
         {"_noheld", /*early_apply=*/true, /*hold_first_term=*/false});
+  }
+  if (options.compare_apply_terms) {
+    settings.push_back({"_applier", /*early_apply=*/true,
+                        /*hold_first_term=*/true,
+                        /*apply_terms_on_arrival=*/false});
   }
   return settings;
 }
@@ -158,7 +164,8 @@ std::string PsPathReport(const PsPathRounds& rounds) {
   // The shipped setting over each compared one, within each round.
   constexpr std::pair<const char*, const char*> kCompared[] = {
       {"_atcommit", "early apply / at commit"},
-      {"_noheld", "held term / not held"}};
+      {"_noheld", "held term / not held"},
+      {"_applier", "term applied on arrival / by the applier"}};
   for (const auto& [suffix, label] : kCompared) {
     for (const auto& [name, values] : rounds) {
       const auto other = rounds.find(name + suffix);

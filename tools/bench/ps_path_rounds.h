@@ -34,6 +34,9 @@ struct PsPathRoundsOptions {
   // setting: shipped first in even rounds, last in odd ones.
   bool compare_early_apply = false;
   bool compare_hold_first_term = false;
+  // And with ShardOptions.apply_terms_on_arrival off (tagged "_applier": a
+  // one-worker term held for the shard's applier thread).
+  bool compare_apply_terms = false;
 };
 
 // A shard setting push/pull rows are measured under (ShardOptions).
@@ -41,6 +44,7 @@ struct ShardSetting {
   std::string suffix;  // of the row names: "" (shipped), "_atcommit", ...
   bool early_apply = true;
   bool hold_first_term = true;
+  bool apply_terms_on_arrival = true;
 };
 
 // The shipped setting, then each one the options compare it with.
@@ -84,7 +88,8 @@ PsPathRounds RunPsPathRounds(const PsPathRoundsOptions& options,
 // its ratio to iperf3 and to the bare stream's upload (download) of its
 // size in the same round; each row also measured under a compared setting,
 // its shipped / compared ratio per round ("early apply / at commit", "held
-// term / not held") and their median. The ratio lines end with the median
+// term / not held", "term applied on arrival / by the applier") and their
+// median. The ratio lines end with the median
 // share of the CPUs busy during the row and during its bare stream
 // ("CPUs busy 0.98 (bare stream 0.97)") where they were measured.
 std::string PsPathReport(const PsPathRounds& rounds);
