@@ -116,7 +116,11 @@
 // step's commit (the sum of the contributions' num_samples, their largest
 // |x| for the next exponent, schedule step t), so the results are bit for
 // bit those of applying the whole step at its commit, while the streams go
-// on receiving other chunks. The step still commits as before, when the
+// on receiving other chunks. With one worker a term that would be held
+// (above) is applied by the stream itself, straight from the pushed bytes
+// and with the same numbers, under the shard's mutex shared as the
+// applier's apply is (ShardOptions.apply_terms_on_arrival): no copy into
+// the accumulator and back. The step still commits as before, when the
 // last push commits: chunks not applied yet are applied then, the version
 // becomes t + 1, and only then can a pull of clock t + 1 read. In between
 // the step is "half applied" (some chunks hold step t + 1's weights and
