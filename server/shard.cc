@@ -121,26 +121,46 @@ inline __attribute__((always_inline)) bool FixedFitsFastBody(const int64_t* acc,
   return out == 0;
 }
 
-// g[i] = float(double(acc[i]) * from_fixed / samples), acc[i] = 0; the
-// fast conversion needs FixedFitsFast.
-inline __attribute__((always_inline)) void FixedToFloatBody(
-    int64_t* acc, uint64_t len, double from_fixed, double samples, bool fast,
-    float* g) {
+// FixedToFloatBody's loops; kScale: (y * from_fixed) / samples computed as
+// y * scale, scale = from_fixed / samples (see FixedToFloatBody).
+template <bool kScale>
+inline __attribute__((always_inline)) void FixedToFloatLoops(
+    int64_t* acc, uint64_t len, double from_fixed, double samples, double scale,
+    bool fast, float* g) {
   if (fast) {
     const int64_t magic_bits = MagicBits();
     for (uint64_t i = 0; i < len; ++i) {
       const int64_t bits = acc[i] + magic_bits;
       double d;
       std::memcpy(&d, &bits, sizeof(d));
-      g[i] = static_cast<float>((d - kMagic) * from_fixed / samples);
+      const double y = d - kMagic;
+      g[i] = static_cast<float>(kScale ? y * scale : y * from_fixed / samples);
       acc[i] = 0;
     }
     return;
   }
   for (uint64_t i = 0; i < len; ++i) {
-    g[i] =
-        static_cast<float>(static_cast<double>(acc[i]) * from_fixed / samples);
+    const double y = static_cast<double>(acc[i]);
+    g[i] = static_cast<float>(kScale ? y * scale : y * from_fixed / samples);
     acc[i] = 0;
+  }
+}
+
+// g[i] = float(double(acc[i]) * from_fixed / samples), acc[i] = 0; the
+// fast conversion needs FixedFitsFast. When `samples` is a power of two and
+// from_fixed / samples a normal double, the divide is a multiply by that
+// quotient, bit for bit the same: y is an integer, so y * from_fixed (a
+// power of two 2^L, normal) is exact and normal, and both sides are the
+// same exact value rounded once (as in HeldToFloatBody).
+inline __attribute__((always_inline)) void FixedToFloatBody(
+    int64_t* acc, uint64_t len, double from_fixed, double samples, bool fast,
+    float* g) {
+  int e = 0;
+  const double scale = from_fixed / samples;
+  if (std::frexp(samples, &e) == 0.5 && scale >= DBL_MIN) {
+    FixedToFloatLoops<true>(acc, len, from_fixed, samples, scale, fast, g);
+  } else {
+    FixedToFloatLoops<false>(acc, len, from_fixed, samples, scale, fast, g);
   }
 }
 
