@@ -198,13 +198,15 @@ start_servers() {
   done
 }
 
-# start_workers DIR N: N ps_worker processes (ranks 0..N-1) for the
-# coordinator at $addr, logs in DIR/worker-R.log; sets workers (their pids).
+# start_workers DIR N [FLAG...]: N ps_worker processes (ranks 0..N-1) for
+# the coordinator at $addr (with FLAGs), logs in DIR/worker-R.log; sets
+# workers (their pids).
 start_workers() {
-  local k
+  local dir="$1" n="$2" k
+  shift 2
   workers=()
-  for ((k = 0; k < $2; ++k)); do
-    spawn "$1/worker-$k.log" "$WORKER" --coordinator="$addr" --rank="$k"
+  for ((k = 0; k < n; ++k)); do
+    spawn "$dir/worker-$k.log" "$WORKER" --coordinator="$addr" --rank="$k" "$@"
     workers+=("$spawned")
   done
 }
@@ -295,42 +297,53 @@ psctl_child() {
 # kill_after_checkpoint OUT STEP WHO [DELAY_MS]: waits (up to 60 s, while
 # psctl_pid runs) for the checkpoint of STEP in OUT to be complete (its
 # MANIFEST.json), then DELAY_MS (0..999) later SIGKILLs the process psctl
-# started for WHO (psctl_child) and says so. Returns 1, with a FAIL, if it
-# killed nothing.
+# started for WHO (psctl_child) and says so, naming it as psctl's log does
+# ("server-K", "worker-R"). Returns 1, with a FAIL, if it killed nothing.
 kill_after_checkpoint() {
-  local out="$1" step="$2" who="$3" delay_ms="${4:-0}" pid manifest
+  local out="$1" step="$2" who="$3" delay_ms="${4:-0}" pid manifest name="$3"
+  [[ "$who" == --shard=* ]] && name="server-${who#--shard=}"
+  [[ "$who" == --rank=* ]] && name="worker-${who#--rank=}"
   manifest="$out/$(ckpt_step "$step")/MANIFEST.json"
   wait_for --while "$psctl_pid" 60 "$manifest" test -f "$manifest"
   sleep "$(printf '0.%03d' "$delay_ms")"
   pid=$(psctl_child "$out" "$who")
   if [[ -n "$pid" && -f "$manifest" ]] && running "$psctl_pid"; then
     kill -KILL "$pid"
-    echo "killed $who (pid $pid) ${delay_ms} ms after the checkpoint of step $step"
+    echo "killed $name (pid $pid) ${delay_ms} ms after the checkpoint of step $step"
     return 0
   fi
-  fail "$who: not killed (the job ended or stalled before the checkpoint of step $step)"
+  fail "$name: not killed (the job ended or stalled before the checkpoint of step $step)"
   return 1
 }
 
-# restarted_and_rolled_back OUT SERVER WORKER SURVIVOR: after a psctl run
-# (log in OUT.log) under on_failure: restart in which server shard SERVER and
-# worker rank WORKER were SIGKILLed: psctl restarted both, the coordinator
-# logged at least two losses and two rollbacks (shown), the replacement
-# server rolled back, and worker SURVIVOR resumed in-process. A FAIL for
-# each that is not so. (A process starved past its lease on a loaded
-# machine may add a restart of its own: more than two is fine.)
-restarted_and_rolled_back() {
-  local out="$1" server="$2" worker="$3" survivor="$4" who lost rolled
+# restarted_after_kills OUT N WHO...: after a psctl run (log in OUT.log)
+# under on_failure: restart in which each WHO ("server-K", "worker-R") was
+# SIGKILLed: psctl restarted each, and the coordinator logged at least N
+# losses and N rollbacks (shown). A FAIL for each that is not so. (A process
+# starved past its lease on a loaded machine may add a restart of its own:
+# more than N is fine.)
+restarted_after_kills() {
+  local out="$1" n="$2" who lost rolled
   local coord_log="$out/logs/coordinator.log"
-  for who in "server-$server" "worker-$worker"; do
+  shift 2
+  for who in "$@"; do
     grep -q "^psctl: $who (pid [0-9]*) exited with status 137; restarted as pid" "$out.log" ||
       fail "psctl did not restart the killed $who"
   done
   lost=$(grep -c " lost (" "$coord_log")
   rolled=$(grep -c "rolled back to step" "$coord_log")
-  ((lost >= 2)) || fail "the coordinator logged $lost losses, expected 2"
-  ((rolled >= 2)) || fail "the coordinator logged $rolled rollbacks, expected 2"
+  ((lost >= n)) || fail "the coordinator logged $lost losses, expected $n"
+  ((rolled >= n)) || fail "the coordinator logged $rolled rollbacks, expected $n"
   grep -E " lost \(|rolled back to step" "$coord_log" | sed 's/^/  /'
+}
+
+# restarted_and_rolled_back OUT SERVER WORKER SURVIVOR: restarted_after_kills
+# for server shard SERVER and worker rank WORKER (two kills); and the
+# replacement server rolled back, and worker SURVIVOR resumed in-process. A
+# FAIL for each that is not so.
+restarted_and_rolled_back() {
+  local out="$1" server="$2" survivor="$4"
+  restarted_after_kills "$out" 2 "server-$server" "worker-$3"
   grep -q "rolled back to step" "$out/logs/server-$server.log" ||
     fail "the replacement of server-$server logged no rollback"
   grep -q "resuming at step" "$out/logs/worker-$survivor.log" ||

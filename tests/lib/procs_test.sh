@@ -101,6 +101,54 @@ elapsed=$(($(now_ms) - t0))
   ((elapsed < 2500)) && ok "run_job gives up on a job past its bound ($elapsed ms)" ||
   fail "run_job, past its bound: said '$out' after $elapsed ms"
 
+# start_workers passes its flags on to every worker.
+WORKER="$TMP/fake_args"
+printf '#!/usr/bin/env bash\necho "args: $*" >&2\n' > "$WORKER"
+chmod +x "$WORKER"
+addr="127.0.0.1:1"
+mkdir -p "$TMP/flags"
+start_workers "$TMP/flags" 2 --peer_port=0 --metrics_port=0
+for p in "${workers[@]}"; do exited_within "$p" 5; done
+[[ ${#workers[@]} == 2 && "$(cat "$TMP/flags/worker-1.log")" == \
+  "args: --coordinator=127.0.0.1:1 --rank=1 --peer_port=0 --metrics_port=0" ]] &&
+  ok "start_workers passes its flags to each worker" ||
+  fail "start_workers with flags: ${#workers[@]} workers, worker-1 got '$(cat "$TMP/flags/worker-1.log")'"
+
+# kill_after_checkpoint: SIGKILLs the process psctl started for a rank once
+# the checkpoint is complete, and names it as psctl does. A stand-in for
+# psctl (sleep) and for its worker (a bash that waits without a child).
+out_dir="$TMP/killed"
+mkdir -p "$out_dir/$(ckpt_step 5)"
+touch "$out_dir/$(ckpt_step 5)/MANIFEST.json"
+printf '#!/usr/bin/env bash\nexec {x}<> <(:)\nread -r -t 30 -u "$x"\n' > "$TMP/fake_rank"
+chmod +x "$TMP/fake_rank"
+spawn /dev/null sleep 30
+psctl_pid=$spawned
+spawn /dev/null "$TMP/fake_rank" --rank=1 --metrics_port=0 --token_file="$out_dir/token"
+victim=$spawned
+rank_started() { [[ -n "$(psctl_child "$out_dir" --rank=1)" ]]; }
+wait_for 5 "the stand-in rank" rank_started
+out=$(kill_after_checkpoint "$out_dir" 5 --rank=1)
+[[ "$out" == "killed worker-1 (pid $victim) 0 ms after the checkpoint of step 5" ]] &&
+  exited_within "$victim" 5 && ((rc == 137)) &&
+  ok "kill_after_checkpoint kills worker-1 and says so" ||
+  fail "kill_after_checkpoint said '$out' (stand-in pid $victim, rc ${rc:-unset})"
+kill -KILL "$psctl_pid"
+exited_within "$psctl_pid" 5
+
+# restarted_after_kills: each named process restarted, and N losses and
+# rollbacks; one FAIL for each that is not so.
+run="$TMP/one_kill"
+mkdir -p "$run/logs"
+echo "psctl: worker-2 (pid 10) exited with status 137; restarted as pid 11" > "$run.log"
+printf '%s\n' "worker 2 lost (lease); generation 1" "rolled back to step 5" > "$run/logs/coordinator.log"
+out=$(restarted_after_kills "$run" 1 worker-2 | grep FAIL; echo "failures=$failures")
+[[ "$out" == "failures=0" ]] && ok "restarted_after_kills accepts one restart and one rollback" ||
+  fail "restarted_after_kills on one kill said '$out'"
+out=$(restarted_after_kills "$run" 2 worker-2 worker-0 | grep -c FAIL)
+[[ "$out" == 3 ]] && ok "restarted_after_kills fails on a missing restart, loss and rollback" ||
+  fail "restarted_after_kills: $out FAIL lines, want 3"
+
 # restarted_and_rolled_back: silent on the logs of a recovered run, one
 # FAIL for each missing trace otherwise.
 run="$TMP/run"
