@@ -67,12 +67,10 @@ fi
 # 1b. The same job with two kills.
 dir="$TMP/kill"
 psctl_start "$dir" "$dir.log" --config "$TMP/job.yaml"
-kill_after_checkpoint "$dir" "${kill_steps[0]}" "--rank=${victims[0]}" "${delays_ms[0]}"
 # The second kill after the first rollback, so that generation 2 re-forms
 # a ring that generation 1 re-formed.
-wait_for --while "$psctl_pid" 60 "the first rollback in $dir/logs/coordinator.log" \
-  file_has "$dir/logs/coordinator.log" "rolled back to step"
-kill_after_checkpoint "$dir" "${kill_steps[1]}" "--rank=${victims[1]}" "${delays_ms[1]}"
+kill_twice "$dir" "${kill_steps[0]}" "--rank=${victims[0]}" "${delays_ms[0]}" \
+  "${kill_steps[1]}" "--rank=${victims[1]}" "${delays_ms[1]}"
 if ! exited_within "$psctl_pid" 120; then
   fail "the job with killed ranks still runs 120 s later"
 elif ((rc != 0)); then

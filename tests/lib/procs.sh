@@ -316,6 +316,18 @@ kill_after_checkpoint() {
   return 1
 }
 
+# kill_twice OUT STEP_1 WHO_1 DELAY_MS_1 STEP_2 WHO_2 DELAY_MS_2: in the
+# psctl run (psctl_pid) with --out OUT, kill_after_checkpoint WHO_1, then,
+# once the coordinator logged its first rollback (waited for up to 60 s),
+# WHO_2: the second kill meets a job that recovered from the first.
+kill_twice() {
+  local out="$1" coord_log="$1/logs/coordinator.log"
+  kill_after_checkpoint "$out" "$2" "$3" "$4"
+  wait_for --while "$psctl_pid" 60 "the first rollback in $coord_log" \
+    file_has "$coord_log" "rolled back to step"
+  kill_after_checkpoint "$out" "$5" "$6" "$7"
+}
+
 # restarted_after_kills OUT N WHO...: after a psctl run (log in OUT.log)
 # under on_failure: restart in which each WHO ("server-K", "worker-R") was
 # SIGKILLed: psctl restarted each, and the coordinator logged at least N

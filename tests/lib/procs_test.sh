@@ -133,8 +133,28 @@ out=$(kill_after_checkpoint "$out_dir" 5 --rank=1)
   exited_within "$victim" 5 && ((rc == 137)) &&
   ok "kill_after_checkpoint kills worker-1 and says so" ||
   fail "kill_after_checkpoint said '$out' (stand-in pid $victim, rc ${rc:-unset})"
-kill -KILL "$psctl_pid"
-exited_within "$psctl_pid" 5
+# kill_twice: the second kill only after the coordinator's first rollback.
+mkdir -p "$out_dir/$(ckpt_step 10)" "$out_dir/logs"
+touch "$out_dir/$(ckpt_step 10)/MANIFEST.json"
+spawn /dev/null "$TMP/fake_rank" --rank=1 --metrics_port=0 --token_file="$out_dir/token"
+first=$spawned
+spawn /dev/null "$TMP/fake_rank" --shard=0 --metrics_port=0 --token_file="$out_dir/token"
+second=$spawned
+both_started() {
+  [[ -n "$(psctl_child "$out_dir" --rank=1)" && -n "$(psctl_child "$out_dir" --shard=0)" ]]
+}
+wait_for 5 "the stand-ins" both_started
+(sleep 1 && echo "rolled back to step 5" > "$out_dir/logs/coordinator.log") &
+rolled=$!
+t0=$(now_ms)
+out=$(kill_twice "$out_dir" 5 --rank=1 0 10 --shard=0 0)
+elapsed=$(($(now_ms) - t0))
+exited_within "$rolled" 5
+[[ "$out" == "killed worker-1 (pid $first) 0 ms after the checkpoint of step 5"$'\n'"killed server-0 (pid $second) 0 ms after the checkpoint of step 10" ]] &&
+  ((elapsed >= 900)) && ok "kill_twice kills both, the second after the rollback ($elapsed ms)" ||
+  fail "kill_twice said '$out' after $elapsed ms"
+kill -KILL "$first" "$second" "$psctl_pid" 2>/dev/null
+for p in "$first" "$second" "$psctl_pid"; do exited_within "$p" 5; done
 
 # restarted_after_kills: each named process restarted, and N losses and
 # rollbacks; one FAIL for each that is not so.
