@@ -140,15 +140,16 @@ procs_cleanup
 
 # 3. SIGTERM in the final close. Each stage waits for what the next needs, so
 # rank 0 is in Close when SIGTERM comes (or enters it with SIGTERM already
-# seen: the same CANCELLED). worker.compute_ms 3000 is the window to stop the
-# coordinator in once both ranks have their peers.
+# seen: the same CANCELLED). worker.compute_ms 8000 is the window to stop the
+# coordinator in once both ranks have their peers (3000 was missed on a
+# loaded machine: both reported step 0 and closed before it stopped).
 dir="$TMP/sigterm_close"
 cat > "$TMP/close.yaml" <<EOF
 job: {name: allreduce-sigterm-close, workers: 2}
 training: {mode: allreduce, steps: 1, local_batch: 8}
 model: {type: mlp, input_dim: 8, hidden: [8], num_classes: 2, seed: 1}
 data: {source: synthetic, num_features: 8, num_classes: 2, seed: 3}
-worker: {compute_ms: 3000}
+worker: {compute_ms: 8000}
 network: {lease_s: 30}
 allreduce: {timeout_s: 60}
 EOF
@@ -191,7 +192,11 @@ if start_coordinator "$dir" "$TMP/close.yaml"; then
   stage="no peers"
   wait_for 30 "both ranks' peers" both_have_peers && stage="peers"
   kill -STOP "$coord"
-  wait_for 30 "step 0 all-reduced on both ranks" both_did_step_0 && stage="reporting"
+  # Too late once rank 0 closes: its report of step 0 went through.
+  file_has "$dir/worker-0.log" "closing the ring" &&
+    stage="peers, but step 0 was reported before the coordinator stopped"
+  [[ "$stage" == peers ]] &&
+    wait_for 30 "step 0 all-reduced on both ranks" both_did_step_0 && stage="reporting"
   kill -STOP "${workers[1]}"
   kill -CONT "$coord"
   # Rank 0's report returns and it closes its stream to rank 1 (it says so).
