@@ -287,6 +287,21 @@ psctl_run() {
   return 124
 }
 
+# psctl_succeeded SECONDS LOG WHAT: waits up to SECONDS for the psctl run
+# psctl_pid (its output in LOG) and returns 0 if it exited 0; else a FAIL
+# ("WHAT still runs SECONDS s later", or LOG and "WHAT failed (psctl exit
+# RC)") and returns 1. Sets rc.
+psctl_succeeded() {
+  if ! exited_within "$psctl_pid" "$1"; then
+    fail "$3 still runs $1 s later"
+    return 1
+  fi
+  ((rc == 0)) && return 0
+  cat "$2"
+  fail "$3 failed (psctl exit $rc)"
+  return 1
+}
+
 # psctl_child OUT WHO: the pid of the process that a psctl run with --out OUT
 # started for WHO ("--shard=K" or "--rank=R"), found by the run's unique
 # token path; empty if there is none.

@@ -42,6 +42,7 @@ cat > "$PSCTL" <<'FAKE'
 #!/usr/bin/env bash
 echo "args: $*"
 [[ "$*" == *--quick* ]] && exit 5
+[[ "$*" == *--fine* ]] && exit 0
 trap 'kill "$child"; echo stopped; exit 143' TERM
 sleep 30 &
 child=$!
@@ -61,6 +62,33 @@ elapsed=$(($(now_ms) - t0))
   [[ "$(tail -1 "$TMP/psctl.log")" == stopped ]] && ((elapsed < 5000)) &&
   ok "psctl_run stops a run past its bound with SIGTERM ($elapsed ms)" ||
   fail "psctl_run 1: status $st after $elapsed ms, said '$out', log '$(cat "$TMP/psctl.log")'"
+
+# psctl_succeeded: 0 for a run that exits 0; a FAIL with the log for one
+# that fails, and for one still running past the bound. It waits for a
+# child of this shell, so it runs here, not in $(...): checked_run ARG...
+# sets out (what it said, and its status and the failures it counted) and
+# leaves failures as it was.
+checked_run() {
+  local before=$failures st
+  psctl_start "$TMP/out" "$TMP/psctl.log" "$@"
+  psctl_succeeded 1 "$TMP/psctl.log" "the run" > "$TMP/said"
+  st=$?
+  out=$(cat "$TMP/said"; echo "st=$st counted=$((failures - before))")
+  failures=$before
+}
+checked_run --fine
+[[ "$out" == "st=0 counted=0" ]] && ok "psctl_succeeded returns 0 for a run that exits 0" ||
+  fail "psctl_succeeded on a run that exits 0 said '$out'"
+checked_run --quick
+[[ "$out" == "args: run --bin $ROOT --out $TMP/out --quick"$'\n'"FAIL: the run failed (psctl exit 5)"$'\n'"st=1 counted=1" ]] &&
+  ok "psctl_succeeded fails a run that exits 5, showing its log" ||
+  fail "psctl_succeeded on a run that exits 5 said '$out'"
+checked_run
+[[ "$out" == "FAIL: the run still runs 1 s later"$'\n'"st=1 counted=1" ]] &&
+  ok "psctl_succeeded fails a run still running past its bound" ||
+  fail "psctl_succeeded on a long run said '$out'"
+kill -TERM "$psctl_pid"
+exited_within "$psctl_pid" 5
 
 # same_files counts each differing file.
 mkdir -p "$TMP/a" "$TMP/b"
