@@ -48,6 +48,22 @@ start_training() {
   wait_steps "$dir" "$4"
 }
 
+# ended_cleanly SECONDS WHAT PID...: each PID (a child of this shell) exits
+# within SECONDS with status 0 ("ok: pid P ended within SECONDS s of WHAT,
+# status 0"), else a FAIL naming its status or that it still runs.
+ended_cleanly() {
+  local seconds="$1" what="$2" p
+  shift 2
+  for p in "$@"; do
+    if exited_within "$p" "$seconds"; then
+      ((rc == 0)) && ok "pid $p ended within $seconds s of $what, status 0" ||
+        fail "pid $p ended with status $rc after $what, want 0"
+    else
+      fail "pid $p still running $seconds s after $what"
+    fi
+  done
+}
+
 # failure_is DIR PATTERN WHAT: summary.json's failure in DIR (ps_report)
 # matches the glob PATTERN: "ok: WHAT: <failure>", else a FAIL.
 failure_is() {
@@ -150,14 +166,7 @@ start_training coordinator_stopped_sigterm 30 60 3
 kill -STOP "$coord"
 sleep 0.2
 kill -TERM "${workers[0]}" "${servers[0]}"
-for p in "${workers[0]}" "${servers[0]}"; do
-  if exited_within "$p" 1; then
-    ((rc == 0)) && ok "pid $p ended within 1 s of SIGTERM with its coordinator hung" ||
-      fail "pid $p ended with status $rc after SIGTERM (coordinator hung), want 0"
-  else
-    fail "pid $p still running 1 s after SIGTERM (coordinator hung)"
-  fi
-done
+ended_cleanly 1 "SIGTERM with its coordinator hung" "${workers[0]}" "${servers[0]}"
 kill -KILL "$coord" "${workers[1]}" "${servers[1]}" 2>/dev/null
 
 # 3. One barrier timeout for servers and workers.
@@ -191,14 +200,7 @@ both_waiting() {
 }
 wait_for 15 "'waiting for coordinator' in $dir/server.log and worker.log" both_waiting
 kill -TERM "$s" "$w"
-for p in "$s" "$w"; do
-  if exited_within "$p" 1; then
-    ((rc == 0)) && ok "pid $p ended within 1 s of SIGTERM, cleanly" ||
-      fail "pid $p ended with status $rc after SIGTERM, want 0"
-  else
-    fail "pid $p still running 1 s after SIGTERM"
-  fi
-done
+ended_cleanly 1 "SIGTERM" "$s" "$w"
 grep -q "stopped while" "$dir/server.log" || fail "server: $(tail -1 "$dir/server.log")"
 grep -q "stopped while" "$dir/worker.log" || fail "worker: $(tail -1 "$dir/worker.log")"
 
@@ -212,14 +214,7 @@ start_workers "$dir" 2
 wait_for 15 "$dir/summary.json" test -s "$dir/summary.json" ||
   fail "the short job did not finish"
 # The servers were told to shut down before summary.json was written.
-for p in "${servers[@]}"; do
-  if exited_within "$p" 1; then
-    ((rc == 0)) || fail "server pid $p exited $rc after a finished job"
-  else
-    fail "server pid $p still running 1 s after the job's end"
-  fi
-done
-ok "servers exited within 1 s of the job's end"
+ended_cleanly 1 "the job's end" "${servers[@]}"
 timeout 10 "$WORKER" --coordinator="$addr" 2> "$dir/late-worker.log"
 rc=$?
 ((rc == 3)) && ok "a worker started after the end exits 3" ||
