@@ -256,6 +256,19 @@ wait_steps() {
   return 1
 }
 
+# summary_ok DIR STEPS: DIR/summary.json (read with ps_report) records a
+# job that did not fail and ran all STEPS steps: an "ok" line for each, else
+# a FAIL (with the recorded failure).
+summary_ok() {
+  local failed steps
+  failed=$("$REPORT" summary-get "$1" failed 2>&1)
+  [[ "$failed" == "false" ]] && ok "summary.json: failed = false" ||
+    fail "summary.json failed = '$failed': $("$REPORT" failure "$1" 2>&1)"
+  steps=$("$REPORT" summary-get "$1" steps 2>&1)
+  [[ "$steps" == "$2" ]] && ok "summary.json: all $2 steps" ||
+    fail "summary.json steps = '$steps', want $2"
+}
+
 # ckpt_step STEP: the checkpoint folder of STEP under a job's --out
 # ("ckpt/step-000000000020").
 ckpt_step() { printf 'ckpt/step-%012d' "$1"; }

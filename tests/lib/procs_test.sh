@@ -197,6 +197,25 @@ out=$(restarted_after_kills "$run" 2 worker-2 worker-0 | grep -c FAIL)
 [[ "$out" == 3 ]] && ok "restarted_after_kills fails on a missing restart, loss and rollback" ||
   fail "restarted_after_kills: $out FAIL lines, want 3"
 
+# summary_ok, on a stand-in for ps_report that answers from REPORT_FAILED
+# and REPORT_STEPS.
+REPORT="$TMP/fake_report"
+cat > "$REPORT" <<'FAKE'
+#!/usr/bin/env bash
+case "$1 ${3:-}" in
+  "summary-get failed") echo "$REPORT_FAILED" ;;
+  "summary-get steps") echo "$REPORT_STEPS" ;;
+  "failure ") echo "worker 1: dead" ;;
+esac
+FAKE
+chmod +x "$REPORT"
+out=$(export REPORT_FAILED=false REPORT_STEPS=40; summary_ok "$TMP" 40; echo "failures=$failures")
+[[ "$out" == "ok: summary.json: failed = false"$'\n'"ok: summary.json: all 40 steps"$'\n'"failures=0" ]] &&
+  ok "summary_ok accepts a job that ran all its steps" || fail "summary_ok on a good summary said '$out'"
+out=$(export REPORT_FAILED=true REPORT_STEPS=12; summary_ok "$TMP" 40; echo "failures=$failures")
+[[ "$out" == "FAIL: summary.json failed = 'true': worker 1: dead"$'\n'"FAIL: summary.json steps = '12', want 40"$'\n'"failures=2" ]] &&
+  ok "summary_ok fails a failed job and a missing step" || fail "summary_ok on a failed job said '$out'"
+
 # restarted_and_rolled_back: silent on the logs of a recovered run, one
 # FAIL for each missing trace otherwise.
 run="$TMP/run"
