@@ -49,6 +49,8 @@ std::string TempDir(const std::string& name) {
   return test_files::TempDir("allreduce-" + name);
 }
 
+using checkpoint_jobs::CopyCheckpoint;
+using checkpoint_jobs::ExpectSameFinals;
 using test_files::BitEqual;
 using test_files::ReadBytes;
 
@@ -67,24 +69,13 @@ std::vector<std::pair<std::string, std::string>> Tree(const std::string& root) {
 
 const std::string kShardFile = "shard-00000-of-00001.ckpt";
 
-class AllReduceCheckpointTest : public ::testing::Test {
- protected:
-  // The undisturbed job, once for the whole suite.
-  static void SetUpTestSuite() {
-    full_dir_ = new std::string(TempDir("full"));
-    auto job = RunInProcessJob(MakeConfig(*full_dir_));
-    ASSERT_TRUE(job.ok()) << job.status();
-    full_ = new InProcessJob(*std::move(job));
+class AllReduceCheckpointTest
+    : public checkpoint_jobs::UndisturbedJobTest<AllReduceCheckpointTest> {
+ public:
+  static JobConfig UndisturbedConfig(const std::string& dir) {
+    return MakeConfig(dir);
   }
-  static void TearDownTestSuite() {
-    delete full_;
-    delete full_dir_;
-  }
-  static std::string* full_dir_;
-  static InProcessJob* full_;
 };
-std::string* AllReduceCheckpointTest::full_dir_ = nullptr;
-InProcessJob* AllReduceCheckpointTest::full_ = nullptr;
 
 TEST_F(AllReduceCheckpointTest, RankZeroWritesOneShardEveryKStepsAndAtTheEnd) {
   ASSERT_NE(full_, nullptr);
@@ -126,18 +117,11 @@ TEST_F(AllReduceCheckpointTest, ResumedJobEndsBitIdentical) {
   ASSERT_NE(full_, nullptr);
   const std::string dir = TempDir("resumed");
   // Only the checkpoint of step 8 survives "the crash".
-  fs::copy(CheckpointDir(*full_dir_, 8), CheckpointDir(dir, 8));
+  CopyCheckpoint(*full_dir_, 8, dir);
   auto resumed = RunInProcessJob(MakeConfig(dir), "latest");
   ASSERT_TRUE(resumed.ok()) << resumed.status();
   EXPECT_EQ(resumed->summary.steps, kSteps);
-  ASSERT_EQ(resumed->finals.size(), full_->finals.size());
-  for (size_t r = 0; r < full_->finals.size(); ++r) {
-    ASSERT_EQ(resumed->finals[r].size(), full_->finals[r].size());
-    for (size_t t = 0; t < full_->finals[r].size(); ++t) {
-      EXPECT_TRUE(BitEqual(resumed->finals[r][t], full_->finals[r][t]))
-          << "rank " << r << " tensor " << t;
-    }
-  }
+  ExpectSameFinals(*resumed, *full_);
   // The final checkpoint, byte for byte: weights, both Adam moments,
   // version, clocks and schedule step; the manifest too.
   for (const char* name : {kShardFile.c_str(), kCheckpointManifest}) {
@@ -171,7 +155,7 @@ TEST(AllReduceCheckpointTimeTest, TimedCheckpointsAndKeep) {
   ASSERT_LT(first, 20u);
 
   const std::string again = TempDir("timed-resumed");
-  fs::copy(CheckpointDir(dir, first), CheckpointDir(again, first));
+  CopyCheckpoint(dir, first, again);
   c.mutable_checkpoint()->set_dir(again);
   auto resumed = RunInProcessJob(c, CheckpointDir(again, first));
   ASSERT_TRUE(resumed.ok()) << resumed.status();
@@ -186,7 +170,7 @@ TEST(AllReduceCheckpointTimeTest, TimedCheckpointsAndKeep) {
 TEST_F(AllReduceCheckpointTest, ResumeRefusesACheckpointThatDoesNotFit) {
   ASSERT_NE(full_, nullptr);
   const std::string dir = TempDir("misfit");
-  fs::copy(CheckpointDir(*full_dir_, 4), CheckpointDir(dir, 4));
+  CopyCheckpoint(*full_dir_, 4, dir);
   const auto before = Tree(dir);
   JobConfig other = MakeConfig(dir);
   SetList(other.mutable_model()->mutable_hidden(), {16});  // other shapes

@@ -17,22 +17,7 @@
 #     rank 1 is SIGSTOPped and the coordinator resumed, so rank 0 reports and
 #     waits in Close for rank 1 to confirm its stream (never).
 set -uo pipefail
-
-ROOT="$TEST_SRCDIR/pstrain"
-PSCTL="$ROOT/psctl"
-BIN="$ROOT"
-COORD="$ROOT/coordinator/ps_coordinator"
-WORKER="$ROOT/worker/ps_worker"
-TMP="${TEST_TMPDIR:-$(mktemp -d)}"
-failures=0
-pids=()
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-ok() { echo "ok: $*"; }
-cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done; }
-trap cleanup EXIT
-now_ms() { date +%s%3N; }
-# running_pid PID: alive and not a zombie (exited, not yet waited for).
-running_pid() { kill -0 "$1" 2>/dev/null && [[ "$(ps -o stat= -p "$1" 2>/dev/null)" != Z* ]]; }
+source "$TEST_SRCDIR/pstrain/tests/lib/procs.sh" # COORD, TMP, psctl_run, ...
 
 seed="${CHAOS_SEED:-$(($(date +%s%N) % 100000))}"
 echo "seed $seed (replay: CHAOS_SEED=$seed)"
@@ -68,11 +53,11 @@ network: {lease_s: 2}
 allreduce: {timeout_s: 20}
 checkpoint: {every_steps: 5}
 EOF
-final=$(printf 'ckpt/step-%012d' "$steps")
+final=$(ckpt_step "$steps")
 file="shard-00000-of-00001.ckpt"
 
 # 1a. The undisturbed job.
-if ! "$PSCTL" run --bin "$BIN" --config "$TMP/job.yaml" --out "$TMP/calm" > "$TMP/calm.log" 2>&1; then
+if ! psctl_run 120 "$TMP/calm" "$TMP/calm.log" --config "$TMP/job.yaml"; then
   cat "$TMP/calm.log"
   echo "FAIL: the undisturbed job failed"
   exit 1
@@ -81,50 +66,19 @@ fi
 
 # 1b. The same job with two kills.
 dir="$TMP/kill"
-"$PSCTL" run --bin "$BIN" --config "$TMP/job.yaml" --out "$dir" > "$dir.log" 2>&1 &
-psctl_pid=$!
-# Kills the process psctl started for rank $1 $3 ms after the checkpoint of
-# step $2 is complete.
-kill_after() {
-  local victim="$1" step="$2" delay_ms="$3" pid="" manifest
-  manifest="$dir/$(printf 'ckpt/step-%012d' "$step")/MANIFEST.json"
-  for _ in $(seq 1 1500); do
-    [[ -f "$manifest" ]] && break
-    kill -0 "$psctl_pid" 2>/dev/null || break
-    sleep 0.02
-  done
-  sleep "$(printf '0.%03d' "$delay_ms")"
-  # The process this test's psctl started (found by its unique token path).
-  pid=$(pgrep -f -- "--rank=$victim --metrics_port=0 --token_file=$dir/token" | head -1)
-  if [[ -n "$pid" && -f "$manifest" ]] && kill -0 "$psctl_pid" 2>/dev/null; then
-    kill -KILL "$pid"
-    echo "killed worker-$victim (pid $pid) ${delay_ms} ms after the checkpoint of step $step"
-    return 0
-  fi
-  fail "worker-$victim: not killed (the job ended or stalled before the checkpoint of step $step)"
-}
-kill_after "${victims[0]}" "${kill_steps[0]}" "${delays_ms[0]}"
+psctl_start "$dir" "$dir.log" --config "$TMP/job.yaml"
 # The second kill after the first rollback, so that generation 2 re-forms
 # a ring that generation 1 re-formed.
-for _ in $(seq 1 1000); do
-  grep -q "rolled back to step" "$dir/logs/coordinator.log" 2>/dev/null && break
-  kill -0 "$psctl_pid" 2>/dev/null || break
-  sleep 0.02
+kill_twice "$dir" "${kill_steps[0]}" "--rank=${victims[0]}" "${delays_ms[0]}" \
+  "${kill_steps[1]}" "--rank=${victims[1]}" "${delays_ms[1]}"
+psctl_succeeded 120 "$dir.log" "the job with killed ranks"
+procs_cleanup
+# psctl restarted each victim (once each if the same rank was drawn twice).
+killed=()
+for r in 0 1 2; do
+  [[ " ${victims[*]} " == *" $r "* ]] && killed+=("worker-$r")
 done
-kill_after "${victims[1]}" "${kill_steps[1]}" "${delays_ms[1]}"
-if ! wait "$psctl_pid"; then
-  cat "$dir.log"
-  fail "the job with killed ranks failed"
-fi
-for victim in $(printf '%s\n' "${victims[@]}" | sort -u); do
-  grep -q "^psctl: worker-$victim (pid [0-9]*) exited with status 137; restarted as pid" "$dir.log" ||
-    fail "psctl did not restart the killed worker-$victim"
-done
-lost=$(grep -c " lost (" "$dir/logs/coordinator.log")
-rolled=$(grep -c "rolled back to step" "$dir/logs/coordinator.log")
-((lost >= 2)) || fail "the coordinator logged $lost losses, expected 2"
-((rolled >= 2)) || fail "the coordinator logged $rolled rollbacks, expected 2"
-grep -E " lost \(|rolled back to step" "$dir/logs/coordinator.log" | sed 's/^/  /'
+restarted_after_kills "$dir" 2 "${killed[@]}"
 # A rank never killed re-formed the ring in-process for both generations.
 for r in 0 1 2; do
   [[ " ${victims[*]} " == *" $r "* ]] && continue
@@ -132,17 +86,33 @@ for r in 0 1 2; do
   ((reformed >= 2)) || fail "the live worker-$r re-formed the ring $reformed times in-process, expected 2"
 done
 if [[ -f "$dir/$final/MANIFEST.json" ]]; then
-  cmp -s "$TMP/calm/$final/$file" "$dir/$final/$file" ||
-    fail "the final $file differs from the undisturbed run's"
+  same_files "$TMP/calm/$final" "$dir/$final" "the undisturbed run against the killed one" "$file"
 else
   fail "the job with kills has no final checkpoint"
 fi
 grep -q '"failed": false' "$dir/summary.json" || fail "summary.json does not record success"
 
+# sigterm_ends_worker0 WHERE: SIGTERM to workers[0], which must end within
+# 1 s with status 0 (it is waited for up to 5 s); an "ok" line, or a FAIL
+# and its log's tail. WHERE says where it was waiting.
+sigterm_ends_worker0() {
+  local t0 took
+  t0=$(now_ms)
+  kill -TERM "${workers[0]}"
+  rc=-1
+  exited_within "${workers[0]}" 5
+  took=$(($(now_ms) - t0))
+  if ((took <= 1000 && rc == 0)); then
+    ok "worker 0 ended ${took} ms after SIGTERM $1, status 0"
+  else
+    tail -5 "$dir/worker-0.log"
+    fail "worker 0 after SIGTERM $1: status $rc after ${took} ms (want 0 within 1000 ms)"
+  fi
+}
+
 # 2. SIGTERM inside a ring step: ranks 1 and 2 stopped, rank 0 waits in the
 # ring (allreduce.timeout_s 60, lease 30: nothing else would end the wait).
 dir="$TMP/sigterm"
-mkdir -p "$dir"
 cat > "$TMP/term.yaml" <<EOF
 job: {name: allreduce-sigterm, workers: 3}
 training: {mode: allreduce, steps: 100000, local_batch: 8}
@@ -151,137 +121,94 @@ data: {source: synthetic, num_features: 8, num_classes: 2, seed: 3}
 network: {lease_s: 30}
 allreduce: {timeout_s: 60}
 EOF
-"$COORD" --config="$TMP/term.yaml" --port=0 --port_file="$dir/port" --out="$dir" \
-  --quiet 2> "$dir/coordinator.log" &
-pids+=($!)
-for _ in $(seq 1 200); do [[ -s "$dir/port" ]] && break; sleep 0.05; done
-workers=()
-for r in 0 1 2; do
-  "$WORKER" --coordinator="127.0.0.1:$(cat "$dir/port")" --rank="$r" \
-    --peer_port=0 --advertise_host=127.0.0.1 2> "$dir/worker-$r.log" &
-  workers+=($!)
-  pids+=($!)
-done
-for _ in $(seq 1 400); do
-  (($(wc -l < "$dir/metrics.csv" 2>/dev/null || echo 0) > 20)) && break
-  sleep 0.05
-done
-kill -STOP "${workers[1]}" "${workers[2]}"
-sleep 0.5 # rank 0 is now blocked in a ring receive
-t0=$(now_ms)
-kill -TERM "${workers[0]}"
-rc=-1
-while kill -0 "${workers[0]}" 2>/dev/null; do
-  (($(now_ms) - t0 > 5000)) && break
-  [[ "$(ps -o stat= -p "${workers[0]}" 2>/dev/null)" == Z* ]] && break
-  sleep 0.01
-done
-took=$(($(now_ms) - t0))
-if ! kill -0 "${workers[0]}" 2>/dev/null || [[ "$(ps -o stat= -p "${workers[0]}" 2>/dev/null)" == Z* ]]; then
-  wait "${workers[0]}"
-  rc=$?
+if start_coordinator "$dir" "$TMP/term.yaml"; then
+  start_workers "$dir" 3 --peer_port=0 --advertise_host=127.0.0.1
+  wait_steps "$dir" 20 60
+  kill -STOP "${workers[1]}" "${workers[2]}"
+  sleep 0.5 # rank 0 is now blocked in a ring receive
+  sigterm_ends_worker0 "inside a ring step"
+  grep -q "cancelled while waiting for" "$dir/worker-0.log" ||
+    fail "worker 0's log does not say the ring wait was cancelled"
+  kill -KILL "${workers[1]}" "${workers[2]}" 2>/dev/null
 fi
-if ((took <= 1000 && rc == 0)); then
-  ok "worker 0 ended ${took} ms after SIGTERM inside a ring step, status 0"
-else
-  tail -5 "$dir/worker-0.log"
-  fail "worker 0 after SIGTERM inside a ring step: status $rc after ${took} ms (want 0 within 1000 ms)"
-fi
-grep -q "cancelled while waiting for" "$dir/worker-0.log" ||
-  fail "worker 0's log does not say the ring wait was cancelled"
-kill -KILL "${workers[1]}" "${workers[2]}" 2>/dev/null
-cleanup
-pids=()
+procs_cleanup
 
 # 3. SIGTERM in the final close. Each stage waits for what the next needs, so
 # rank 0 is in Close when SIGTERM comes (or enters it with SIGTERM already
-# seen: the same CANCELLED). worker.compute_ms 3000 is the window to stop the
-# coordinator in once both ranks have their peers.
+# seen: the same CANCELLED). worker.compute_ms 8000 is the window to stop the
+# coordinator in once both ranks have their peers (3000 was missed on a
+# loaded machine: both reported step 0 and closed before it stopped).
 dir="$TMP/sigterm_close"
-mkdir -p "$dir"
 cat > "$TMP/close.yaml" <<EOF
 job: {name: allreduce-sigterm-close, workers: 2}
 training: {mode: allreduce, steps: 1, local_batch: 8}
 model: {type: mlp, input_dim: 8, hidden: [8], num_classes: 2, seed: 1}
 data: {source: synthetic, num_features: 8, num_classes: 2, seed: 3}
-worker: {compute_ms: 3000}
+worker: {compute_ms: 8000}
 network: {lease_s: 30}
 allreduce: {timeout_s: 60}
 EOF
-"$COORD" --config="$TMP/close.yaml" --port=0 --port_file="$dir/port" --out="$dir" \
-  --quiet 2> "$dir/coordinator.log" &
-coord_pid=$!
-pids+=("$coord_pid")
-for _ in $(seq 1 200); do [[ -s "$dir/port" ]] && break; sleep 0.05; done
-workers=()
-for r in 0 1; do
-  "$WORKER" --coordinator="127.0.0.1:$(cat "$dir/port")" --rank="$r" \
-    --peer_port=0 --advertise_host=127.0.0.1 --metrics_port=0 \
-    2> "$dir/worker-$r.log" &
-  workers+=($!)
-  pids+=($!)
-done
-# steps_of LOG: the steps completed by the worker logging to LOG, from its
-# metrics endpoint (empty before it serves one).
+# steps_of LOG: sets worker_steps to the steps completed by the worker
+# logging to LOG, from its metrics endpoint (empty before it serves one).
+# It is polled, so it forks nothing (see procs.sh): bash's regex and
+# /dev/tcp, each read bounded by 2 s.
 steps_of() {
-  local port
-  port=$(sed -n 's|.*metrics at http://127.0.0.1:\([0-9]*\)/metrics.*|\1|p' "$1" 2>/dev/null | head -1)
+  local line port="" fd
+  worker_steps=""
+  [[ -f "$1" ]] || return 0
+  while IFS= read -r line; do
+    if [[ "$line" =~ metrics\ at\ http://127\.0\.0\.1:([0-9]+)/metrics ]]; then
+      port=${BASH_REMATCH[1]}
+      break
+    fi
+  done < "$1"
   [[ -n "$port" ]] || return 0
-  timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$0" &&
-    printf "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n" >&3 && cat <&3' "$port" 2>/dev/null |
-    sed -n 's/^pstrain_worker_steps_total \([0-9]*\).*/\1/p'
+  { exec {fd}<> "/dev/tcp/127.0.0.1/$port"; } 2>/dev/null || return 0
+  printf 'GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n' >&"$fd"
+  while IFS= read -r -t 2 -u "$fd" line; do
+    [[ "$line" =~ ^pstrain_worker_steps_total\ ([0-9]+) ]] && worker_steps=${BASH_REMATCH[1]}
+  done
+  exec {fd}<&-
+  return 0
 }
-stage="no peers"
-for _ in $(seq 1 500); do # both ranks have their peers: the coordinator may stop
-  grep -qs "all-reduce: ring" "$dir/worker-0.log" && grep -qs "all-reduce: ring" "$dir/worker-1.log" &&
-    stage="peers" && break
-  sleep 0.02
-done
-kill -STOP "$coord_pid"
-for _ in $(seq 1 500); do # both all-reduced step 0 and wait on their report
-  [[ "$(steps_of "$dir/worker-0.log")" == 1 && "$(steps_of "$dir/worker-1.log")" == 1 ]] &&
-    stage="reporting" && break
-  sleep 0.02
-done
-kill -STOP "${workers[1]}"
-kill -CONT "$coord_pid"
-# Rank 0's report returns and it closes its stream to rank 1 (it says so).
-if [[ "$stage" == reporting ]]; then
-  for _ in $(seq 1 500); do
-    grep -qs "closing the ring" "$dir/worker-0.log" && stage="closing" && break
-    sleep 0.02
-  done
-fi
-if [[ "$stage" != closing ]] || ! running_pid "${workers[0]}"; then
-  tail -5 "$dir/worker-0.log"
-  fail "the final-close case did not set up (reached: $stage; worker 0 running: $(running_pid "${workers[0]}" && echo yes || echo no))"
-else
-  t0=$(now_ms)
-  kill -TERM "${workers[0]}"
-  rc=-1
-  while running_pid "${workers[0]}"; do
-    (($(now_ms) - t0 > 5000)) && break
-    sleep 0.01
-  done
-  took=$(($(now_ms) - t0))
-  if ! running_pid "${workers[0]}"; then
-    wait "${workers[0]}"
-    rc=$?
+# The stages' conditions: both ranks have their peers; both all-reduced
+# step 0 (and wait on their report).
+both_have_peers() {
+  file_has "$dir/worker-0.log" "all-reduce: ring" && file_has "$dir/worker-1.log" "all-reduce: ring"
+}
+both_did_step_0() {
+  steps_of "$dir/worker-0.log"
+  [[ "$worker_steps" == 1 ]] || return 1
+  steps_of "$dir/worker-1.log"
+  [[ "$worker_steps" == 1 ]]
+}
+if start_coordinator "$dir" "$TMP/close.yaml"; then
+  start_workers "$dir" 2 --peer_port=0 --advertise_host=127.0.0.1 --metrics_port=0
+  stage="no peers"
+  wait_for 30 "both ranks' peers" both_have_peers && stage="peers"
+  kill -STOP "$coord"
+  # Too late once rank 0 closes: its report of step 0 went through.
+  file_has "$dir/worker-0.log" "closing the ring" &&
+    stage="peers, but step 0 was reported before the coordinator stopped"
+  [[ "$stage" == peers ]] &&
+    wait_for 30 "step 0 all-reduced on both ranks" both_did_step_0 && stage="reporting"
+  kill -STOP "${workers[1]}"
+  kill -CONT "$coord"
+  # Rank 0's report returns and it closes its stream to rank 1 (it says so).
+  if [[ "$stage" == reporting ]]; then
+    wait_for 30 "'closing the ring' in $dir/worker-0.log" \
+      file_has "$dir/worker-0.log" "closing the ring" && stage="closing"
   fi
-  if ((took <= 1000 && rc == 0)); then
-    ok "worker 0 ended ${took} ms after SIGTERM in its final close, status 0"
-  else
+  if [[ "$stage" != closing ]] || ! running "${workers[0]}"; then
     tail -5 "$dir/worker-0.log"
-    fail "worker 0 after SIGTERM in its final close: status $rc after ${took} ms (want 0 within 1000 ms)"
+    fail "the final-close case did not set up (reached: $stage; worker 0 running: $(running "${workers[0]}" && echo yes || echo no))"
+  else
+    sigterm_ends_worker0 "in its final close"
+    grep -q "cancelled while waiting for the neighbour to confirm the last segments" "$dir/worker-0.log" ||
+      fail "worker 0's log does not say its final close was cancelled"
   fi
-  grep -q "cancelled while waiting for the neighbour to confirm the last segments" "$dir/worker-0.log" ||
-    fail "worker 0's log does not say its final close was cancelled"
+  kill -KILL "${workers[1]}" 2>/dev/null
 fi
-kill -KILL "${workers[1]}" 2>/dev/null
-cleanup
 
-if ((failures)); then
-  echo "$failures failure(s) (seed $seed)"
-  exit 1
-fi
-echo "PASS: two killed ranks restarted, ring re-formed twice, final weights bit-identical; SIGTERM in a ring step and in the final close ends the worker within 1 s (seed $seed)"
+procs_finish "PASS: two killed ranks restarted, ring re-formed twice, final weights bit-identical; SIGTERM in a ring step and in the final close ends the worker within 1 s (seed $seed)" \
+  "(seed $seed)"

@@ -85,11 +85,9 @@ acc_a=$("$REPORT" summary-get "$TMP/a" final_accuracy)
 # 2. on_failure: restart, a server and a worker killed.
 dir="$TMP/r"
 psctl_start "$dir" "$dir.log" --config "$TMP/job-restart.yaml"
-kill_after_checkpoint "$dir" "$server_step" "--shard=$server_victim" "$server_delay_ms"
 # The second kill after the first rollback, so that both are exercised.
-wait_for --while "$psctl_pid" 30 "the first rollback in $dir/logs/coordinator.log" \
-  file_has "$dir/logs/coordinator.log" "rolled back to step"
-kill_after_checkpoint "$dir" "$worker_step" "--rank=$worker_victim" "$worker_delay_ms"
+kill_twice "$dir" "$server_step" "--shard=$server_victim" "$server_delay_ms" \
+  "$worker_step" "--rank=$worker_victim" "$worker_delay_ms"
 if ! exited_within "$psctl_pid" 120; then
   fail "the job with two killed processes still runs 120 s later (on_failure: restart)"
 elif ((rc == 0)); then

@@ -13,10 +13,6 @@
 // Whole jobs run in-process on loopback (tests/in_process_job.h).
 #include <gtest/gtest.h>
 
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -29,8 +25,6 @@
 
 namespace pstrain {
 namespace {
-
-namespace fs = std::filesystem;
 
 // Tolerances of the multi-worker test: the resumed job's test accuracy and
 // final training loss at most this far from the undisturbed job's. Two
@@ -59,29 +53,21 @@ JobConfig MakeConfig(const std::string& dir, int workers, int servers,
   return c;
 }
 
-using test_files::BitEqual;
+using checkpoint_jobs::CopyCheckpoint;
+using checkpoint_jobs::ExpectSameFinals;
+using checkpoint_jobs::ExpectSameState;
 using test_files::ReadBytes;
 using test_files::TempDir;
 
-// Every tensor's weights and slots in checkpoint `dir`, whatever its layout;
-// also checks that the shard files are one cut (StateFor: the same version
-// on every shard) with every worker's clock at the step.
-std::vector<std::vector<float>> AllState(const std::string& dir) {
+// AllState of checkpoint `dir`, after checking that it is an async
+// checkpoint whose shard files are one cut (StateFor: the same version on
+// every shard) with every worker's clock at the step.
+std::vector<std::vector<float>> CheckedState(const std::string& dir) {
   auto reader = CheckpointReader::Open(CheckpointEnv::Default(), dir);
   EXPECT_TRUE(reader.ok()) << reader.status();
   if (!reader.ok()) return {};
   const CheckpointManifest& m = (*reader)->manifest();
   EXPECT_EQ(m.mode, "async");
-  std::vector<std::vector<float>> out;
-  for (const auto& t : m.shard_map.tensors()) {
-    uint64_t n = 1;
-    for (int64_t d : t.shape()) n *= d;
-    std::vector<float> w(n), slots(n * m.num_slots);
-    EXPECT_TRUE(
-        (*reader)->ReadRange(t.name(), 0, n, w.data(), slots.data()).ok());
-    out.push_back(std::move(w));
-    out.push_back(std::move(slots));
-  }
   // StateFor checks that the shards agree on version and clocks.
   auto state = (*reader)->StateFor({});
   EXPECT_TRUE(state.ok()) << dir << ": " << state.status();
@@ -89,23 +75,7 @@ std::vector<std::vector<float>> AllState(const std::string& dir) {
     EXPECT_EQ(state->clocks, std::vector<uint64_t>(m.num_workers, m.step))
         << dir;
   }
-  return out;
-}
-
-void CopyCheckpoint(const std::string& from, uint64_t step,
-                    const std::string& to) {
-  fs::copy(CheckpointDir(from, step), CheckpointDir(to, step));
-}
-
-void ExpectSameFinals(const InProcessJob& got, const InProcessJob& want) {
-  ASSERT_EQ(got.finals.size(), want.finals.size());
-  for (size_t r = 0; r < want.finals.size(); ++r) {
-    ASSERT_EQ(got.finals[r].size(), want.finals[r].size());
-    for (size_t t = 0; t < want.finals[r].size(); ++t) {
-      EXPECT_TRUE(BitEqual(got.finals[r][t], want.finals[r][t]))
-          << "worker " << r << " tensor " << t;
-    }
-  }
+  return checkpoint_jobs::AllState(dir);
 }
 
 // One worker: deterministic, so resuming is exact.
@@ -116,7 +86,7 @@ TEST(AsyncCheckpointResumeTest, OneWorkerResumesBitIdentical) {
   auto listing = ListCheckpoints(CheckpointEnv::Default(), full_dir);
   ASSERT_TRUE(listing.ok()) << listing.status();
   EXPECT_EQ(listing->complete, (std::vector<uint64_t>{4, 8, 12}));
-  const auto want = AllState(CheckpointDir(full_dir, 12));
+  const auto want = CheckedState(CheckpointDir(full_dir, 12));
   ASSERT_FALSE(want.empty());
 
   // Same layout, resumed at step 8: same final checkpoint, byte for byte.
@@ -141,11 +111,7 @@ TEST(AsyncCheckpointResumeTest, OneWorkerResumesBitIdentical) {
   auto moved = RunInProcessJob(other, resharded);
   ASSERT_TRUE(moved.ok()) << moved.status();
   ExpectSameFinals(*moved, *full);
-  const auto got = AllState(CheckpointDir(resharded, 12));
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    EXPECT_TRUE(BitEqual(got[i], want[i])) << "tensor/slots " << i;
-  }
+  ExpectSameState(CheckedState(CheckpointDir(resharded, 12)), want);
 }
 
 // Several workers, staleness 2: every checkpoint is at a cut, and a job
@@ -160,7 +126,7 @@ TEST(AsyncCheckpointResumeTest, ThreeWorkersResumeAndReachTheAccuracy) {
   ASSERT_TRUE(listing.ok()) << listing.status();
   EXPECT_EQ(listing->complete, (std::vector<uint64_t>{10, 20, 30, 40}));
   for (uint64_t step : listing->complete) {
-    AllState(CheckpointDir(full_dir, step));  // checks the clocks
+    CheckedState(CheckpointDir(full_dir, step));  // checks the clocks
   }
   ASSERT_TRUE(full->summary.final_accuracy.has_value());
   // The job learned something, so the comparison below means something.
@@ -175,7 +141,7 @@ TEST(AsyncCheckpointResumeTest, ThreeWorkersResumeAndReachTheAccuracy) {
   auto after = ListCheckpoints(CheckpointEnv::Default(), dir);
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(after->complete, (std::vector<uint64_t>{20, 30, 40}));
-  AllState(CheckpointDir(dir, kSteps));
+  CheckedState(CheckpointDir(dir, kSteps));
   ASSERT_TRUE(resumed->summary.final_accuracy.has_value());
   EXPECT_NEAR(*resumed->summary.final_accuracy, *full->summary.final_accuracy,
               kAccuracyTolerance);

@@ -60,17 +60,10 @@ fi
 # 2. The same job with two kills.
 dir="$TMP/chaos"
 psctl_start "$dir" "$dir.log" --config "$TMP/job.yaml"
-kill_after_checkpoint "$dir" "$server_step" "--shard=$server_victim" "$server_delay_ms"
 # The second kill after the first rollback, so that both are exercised.
-wait_for --while "$psctl_pid" 30 "the first rollback in $dir/logs/coordinator.log" \
-  file_has "$dir/logs/coordinator.log" "rolled back to step"
-kill_after_checkpoint "$dir" "$worker_step" "--rank=$worker_victim" "$worker_delay_ms"
-
-if ! exited_within "$psctl_pid" 120; then
-  fail "the job with two killed processes still runs 120 s later"
-elif ((rc != 0)); then
-  cat "$dir.log"; fail "the job with two killed processes failed"
-fi
+kill_twice "$dir" "$server_step" "--shard=$server_victim" "$server_delay_ms" \
+  "$worker_step" "--rank=$worker_victim" "$worker_delay_ms"
+psctl_succeeded 120 "$dir.log" "the job with two killed processes"
 restarted_and_rolled_back "$dir" "$server_victim" "$worker_victim" "$((1 - worker_victim))"
 
 # 3. Bit for bit: the final checkpoint's shard files.

@@ -1,5 +1,10 @@
 #include "tests/checkpoint_jobs.h"
 
+#include <filesystem>
+
+#include "server/checkpoint.h"
+#include "server/checkpoint_env.h"
+
 namespace pstrain::checkpoint_jobs {
 
 JobConfig SmallAdamJob(const std::string& name,
@@ -29,6 +34,48 @@ JobConfig SmallAdamJob(const std::string& name,
   c.mutable_checkpoint()->set_dir(dir);
   c.mutable_checkpoint()->set_every_steps(every_steps);
   return c;
+}
+
+void CopyCheckpoint(const std::string& from, uint64_t step,
+                    const std::string& to) {
+  std::filesystem::copy(CheckpointDir(from, step), CheckpointDir(to, step));
+}
+
+std::vector<std::vector<float>> AllState(const std::string& dir) {
+  auto reader = CheckpointReader::Open(CheckpointEnv::Default(), dir);
+  EXPECT_TRUE(reader.ok()) << reader.status();
+  if (!reader.ok()) return {};
+  const CheckpointManifest& m = (*reader)->manifest();
+  std::vector<std::vector<float>> out;
+  for (const auto& t : m.shard_map.tensors()) {
+    uint64_t n = 1;
+    for (int64_t d : t.shape()) n *= d;
+    std::vector<float> w(n), slots(n * m.num_slots);
+    EXPECT_TRUE(
+        (*reader)->ReadRange(t.name(), 0, n, w.data(), slots.data()).ok());
+    out.push_back(std::move(w));
+    out.push_back(std::move(slots));
+  }
+  return out;
+}
+
+void ExpectSameState(const std::vector<std::vector<float>>& got,
+                     const std::vector<std::vector<float>>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_TRUE(test_files::BitEqual(got[i], want[i])) << "tensor/slots " << i;
+  }
+}
+
+void ExpectSameFinals(const InProcessJob& got, const InProcessJob& want) {
+  ASSERT_EQ(got.finals.size(), want.finals.size());
+  for (size_t r = 0; r < want.finals.size(); ++r) {
+    ASSERT_EQ(got.finals[r].size(), want.finals[r].size());
+    for (size_t t = 0; t < want.finals[r].size(); ++t) {
+      EXPECT_TRUE(test_files::BitEqual(got.finals[r][t], want.finals[r][t]))
+          << "worker " << r << " tensor " << t;
+    }
+  }
 }
 
 }  // namespace pstrain::checkpoint_jobs

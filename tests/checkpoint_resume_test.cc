@@ -6,10 +6,6 @@
 // in-process on loopback (tests/in_process_job.h).
 #include <gtest/gtest.h>
 
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -22,8 +18,6 @@
 
 namespace pstrain {
 namespace {
-
-namespace fs = std::filesystem;
 
 constexpr int64_t kSteps = 12;
 
@@ -42,54 +36,21 @@ JobConfig MakeConfig(const std::string& dir, int servers) {
   return c;
 }
 
+using checkpoint_jobs::AllState;
+using checkpoint_jobs::CopyCheckpoint;
+using checkpoint_jobs::ExpectSameFinals;
+using checkpoint_jobs::ExpectSameState;
 using test_files::BitEqual;
 using test_files::ReadBytes;
 using test_files::TempDir;
 
-// Every tensor's weights and slots in checkpoint `dir`, whatever its layout.
-std::vector<std::vector<float>> AllState(const std::string& dir) {
-  auto reader = CheckpointReader::Open(CheckpointEnv::Default(), dir);
-  EXPECT_TRUE(reader.ok()) << reader.status();
-  if (!reader.ok()) return {};
-  const CheckpointManifest& m = (*reader)->manifest();
-  std::vector<std::vector<float>> out;
-  for (const auto& t : m.shard_map.tensors()) {
-    uint64_t n = 1;
-    for (int64_t d : t.shape()) n *= d;
-    std::vector<float> w(n), slots(n * m.num_slots);
-    EXPECT_TRUE(
-        (*reader)->ReadRange(t.name(), 0, n, w.data(), slots.data()).ok());
-    out.push_back(std::move(w));
-    out.push_back(std::move(slots));
+class CheckpointResumeTest
+    : public checkpoint_jobs::UndisturbedJobTest<CheckpointResumeTest> {
+ public:
+  static JobConfig UndisturbedConfig(const std::string& dir) {
+    return MakeConfig(dir, 2);
   }
-  return out;
-}
-
-// Copies checkpoint `step` of `from` into a fresh root `to`: the only
-// state a job resumed from it has (later checkpoints "lost in the crash").
-void CopyCheckpoint(const std::string& from, uint64_t step,
-                    const std::string& to) {
-  fs::copy(CheckpointDir(from, step), CheckpointDir(to, step));
-}
-
-class CheckpointResumeTest : public ::testing::Test {
- protected:
-  // The undisturbed job, once for the whole suite.
-  static void SetUpTestSuite() {
-    full_dir_ = new std::string(TempDir("full"));
-    auto job = RunInProcessJob(MakeConfig(*full_dir_, 2));
-    ASSERT_TRUE(job.ok()) << job.status();
-    full_ = new InProcessJob(*std::move(job));
-  }
-  static void TearDownTestSuite() {
-    delete full_;
-    delete full_dir_;
-  }
-  static std::string* full_dir_;
-  static InProcessJob* full_;
 };
-std::string* CheckpointResumeTest::full_dir_ = nullptr;
-InProcessJob* CheckpointResumeTest::full_ = nullptr;
 
 TEST_F(CheckpointResumeTest, TheJobCheckpointsEveryKStepsAndAtTheEnd) {
   ASSERT_NE(full_, nullptr);
@@ -113,14 +74,7 @@ TEST_F(CheckpointResumeTest, ResumedJobEndsBitIdentical) {
   ASSERT_TRUE(resumed.ok()) << resumed.status();
   EXPECT_EQ(resumed->summary.steps, kSteps);
   // Same weights on every worker, bit for bit.
-  ASSERT_EQ(resumed->finals.size(), full_->finals.size());
-  for (size_t r = 0; r < full_->finals.size(); ++r) {
-    ASSERT_EQ(resumed->finals[r].size(), full_->finals[r].size());
-    for (size_t t = 0; t < full_->finals[r].size(); ++t) {
-      EXPECT_TRUE(BitEqual(resumed->finals[r][t], full_->finals[r][t]))
-          << "worker " << r << " tensor " << t;
-    }
-  }
+  ExpectSameFinals(*resumed, *full_);
   // Same final checkpoint, byte for byte (weights, slots, version, clocks,
   // schedule step, exponents).
   for (uint32_t k = 0; k < 2; ++k) {
@@ -144,12 +98,8 @@ TEST_F(CheckpointResumeTest, ResumedOnMoreServersEndsBitIdentical) {
     EXPECT_TRUE(BitEqual(resumed->finals[0][t], full_->finals[0][t]))
         << "tensor " << t;
   }
-  const auto want = AllState(CheckpointDir(*full_dir_, kSteps));
-  const auto got = AllState(CheckpointDir(dir, kSteps));
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    EXPECT_TRUE(BitEqual(got[i], want[i])) << "tensor/slots " << i;
-  }
+  ExpectSameState(AllState(CheckpointDir(dir, kSteps)),
+                  AllState(CheckpointDir(*full_dir_, kSteps)));
 }
 
 // checkpoint.every_seconds: cuts chosen by time (the next step the shards
@@ -181,12 +131,8 @@ TEST(CheckpointTimeTest, TimedCheckpointsResumeBitIdentical) {
     EXPECT_TRUE(BitEqual(resumed->finals[0][t], full->finals[0][t]))
         << "resumed at step " << first << ", tensor " << t;
   }
-  const auto want = AllState(CheckpointDir(dir, 30));
-  const auto got = AllState(CheckpointDir(again, 30));
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    EXPECT_TRUE(BitEqual(got[i], want[i])) << "tensor/slots " << i;
-  }
+  ExpectSameState(AllState(CheckpointDir(again, 30)),
+                  AllState(CheckpointDir(dir, 30)));
 }
 
 TEST_F(CheckpointResumeTest, ResumeRefusesACheckpointThatDoesNotFit) {

@@ -65,12 +65,7 @@ line=$(grep -o "worker rank 1 taken over from step [0-9]*.*global batch kept" "$
 grep -q "standing in for worker rank 1 from step" "$dir/worker-0.log" &&
   ok "worker 0: $(grep -o "standing in for worker rank 1 from step [0-9]*" "$dir/worker-0.log")" ||
   fail "worker 0 did not stand in: $(tail -3 "$dir/worker-0.log")"
-failed=$("$REPORT" summary-get "$dir" failed 2>&1)
-[[ "$failed" == "false" ]] && ok "summary.json: failed = false" ||
-  fail "summary.json failed = '$failed': $("$REPORT" failure "$dir" 2>&1)"
-steps=$("$REPORT" summary-get "$dir" steps 2>&1)
-[[ "$steps" == "$STEPS" ]] && ok "summary.json: all $STEPS steps" ||
-  fail "summary.json steps = '$steps', want $STEPS"
+summary_ok "$dir" "$STEPS"
 exited_within "${workers[0]}" 5 && ((rc == 0)) && ok "worker 0 finished (exit 0)" ||
   fail "worker 0: rc ${rc:-?}: $(tail -2 "$dir/worker-0.log")"
 # Bit for bit: the final checkpoint's shard files.

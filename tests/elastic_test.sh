@@ -57,12 +57,7 @@ grep -q "worker 1 at .* is dead: silent for" "$dir/coordinator.log" &&
 grep -q "the job goes on without worker 1 from step" "$dir/coordinator.log" &&
   ok "$(grep -o "the job goes on without worker 1 from step [0-9]*" "$dir/coordinator.log")" ||
   fail "no elastic line in the coordinator log"
-failed=$("$REPORT" summary-get "$dir" failed 2>&1)
-[[ "$failed" == "false" ]] && ok "summary.json: failed = false" ||
-  fail "summary.json failed = '$failed': $("$REPORT" failure "$dir" 2>&1)"
-steps=$("$REPORT" summary-get "$dir" steps 2>&1)
-[[ "$steps" == "$STEPS" ]] && ok "summary.json: all $STEPS steps" ||
-  fail "summary.json steps = '$steps', want $STEPS"
+summary_ok "$dir" "$STEPS"
 exited_within "${workers[0]}" 5 && ((rc == 0)) && ok "worker 0 finished (exit 0)" ||
   fail "worker 0: rc ${rc:-?}: $(tail -2 "$dir/worker-0.log")"
 if exited_within "$joiner" 5; then

@@ -36,12 +36,45 @@ network: {lease_s: $2, barrier_timeout_s: $3, rpc_timeout_s: 10}
 YAML
 }
 
+# start_training NAME LEASE_S BARRIER_TIMEOUT_S STEPS_DONE [MODE [STALENESS]]:
+# a job of 1000000 steps in dir=$TMP/NAME (write_config, start_job: sets
+# coord, addr, servers, workers), once STEPS_DONE steps are in its
+# metrics.csv (wait_steps). Exits the test if the job did not start.
+start_training() {
+  dir="$TMP/$1"
+  mkdir -p "$dir"
+  write_config "$dir/job.yaml" "$2" "$3" 1000000 "${5:-sync}" "${6:-0}"
+  start_job "$dir" "$dir/job.yaml" || exit 1
+  wait_steps "$dir" "$4"
+}
+
+# ended_cleanly SECONDS WHAT PID...: each PID (a child of this shell) exits
+# within SECONDS with status 0 ("ok: pid P ended within SECONDS s of WHAT,
+# status 0"), else a FAIL naming its status or that it still runs.
+ended_cleanly() {
+  local seconds="$1" what="$2" p
+  shift 2
+  for p in "$@"; do
+    if exited_within "$p" "$seconds"; then
+      ((rc == 0)) && ok "pid $p ended within $seconds s of $what, status 0" ||
+        fail "pid $p ended with status $rc after $what, want 0"
+    else
+      fail "pid $p still running $seconds s after $what"
+    fi
+  done
+}
+
+# failure_is DIR PATTERN WHAT: summary.json's failure in DIR (ps_report)
+# matches the glob PATTERN: "ok: WHAT: <failure>", else a FAIL.
+failure_is() {
+  local why
+  why=$("$REPORT" failure "$1" 2>&1)
+  # shellcheck disable=SC2053 # PATTERN is a glob
+  [[ "$why" == $2 ]] && ok "$3: $why" || fail "$3: summary.json failure is '$why'"
+}
+
 # 1. A SIGSTOPped worker is declared dead after lease_s.
-dir="$TMP/stopped"
-mkdir -p "$dir"
-write_config "$dir/job.yaml" 2 60 1000000
-start_job "$dir" "$dir/job.yaml" || exit 1
-wait_steps "$dir" 3
+start_training stopped 2 60 3
 kill -STOP "${workers[1]}"
 t0=$(now_ms)
 if exited_within "$coord" 6; then
@@ -60,9 +93,8 @@ fi
 grep -q "worker 1 at .* is dead: silent for .* (network.lease_s = 2); last step" \
   "$dir/coordinator.log" && ok "one log line names worker 1, its address and last step" ||
   fail "no log line naming the dead worker: $(grep -i dead "$dir/coordinator.log")"
-why=$("$REPORT" failure "$dir" 2>&1)
-[[ "$why" == "worker 1: dead (at "*"silent for"*"training.on_failure: fail)" ]] &&
-  ok "summary.json failure: $why" || fail "summary.json failure: '$why'"
+failure_is "$dir" "worker 1: dead (at *silent for*training.on_failure: fail)" \
+  "summary.json names the stopped worker"
 for p in "${servers[@]}" "${workers[0]}"; do
   exited_within "$p" 3 || fail "pid $p still running 3 s after the job failed"
 done
@@ -70,16 +102,10 @@ kill -KILL "${workers[1]}" 2>/dev/null
 
 # 1b. Async with staleness inf: a killed worker (the survivor goes on alone)
 #     still ends the job, with summary.json naming it; nothing hangs.
-dir="$TMP/async_killed"
-mkdir -p "$dir"
-write_config "$dir/job.yaml" 2 60 1000000 async inf
-start_job "$dir" "$dir/job.yaml" || exit 1
-wait_steps "$dir" 3
+start_training async_killed 2 60 3 async inf
 kill -KILL "${workers[1]}"
 if exited_within "$coord" 6; then
-  why=$("$REPORT" failure "$dir" 2>&1)
-  [[ "$why" == "worker 1: dead"* ]] && ok "async inf: a killed worker fails the job: $why" ||
-    fail "async inf: summary.json failure is '$why'"
+  failure_is "$dir" "worker 1: dead*" "async inf: a killed worker fails the job"
 else
   fail "async inf: the job still runs 6 s after a worker was killed"
 fi
@@ -89,16 +115,10 @@ done
 
 # 1c. A SIGSTOPped server: declared dead and named; the coordinator does not
 #     wait on it, the workers blocked on it are cancelled.
-dir="$TMP/server_stopped"
-mkdir -p "$dir"
-write_config "$dir/job.yaml" 2 60 1000000
-start_job "$dir" "$dir/job.yaml" || exit 1
-wait_steps "$dir" 3
+start_training server_stopped 2 60 3
 kill -STOP "${servers[1]}"
 if exited_within "$coord" 6; then
-  why=$("$REPORT" failure "$dir" 2>&1)
-  [[ "$why" == "server 1: dead"* ]] && ok "a stopped server is named: $why" ||
-    fail "stopped server: summary.json failure is '$why'"
+  failure_is "$dir" "server 1: dead*" "a stopped server is named"
 else
   fail "the job still runs 6 s after a server was stopped"
 fi
@@ -108,11 +128,7 @@ done
 kill -KILL "${servers[1]}" 2>/dev/null
 
 # 2. A killed coordinator: everyone exits within lease_s + 1 s.
-dir="$TMP/coordinator_killed"
-mkdir -p "$dir"
-write_config "$dir/job.yaml" 2 60 1000000
-start_job "$dir" "$dir/job.yaml" || exit 1
-wait_steps "$dir" 3
+start_training coordinator_killed 2 60 3
 kill -KILL "$coord"
 t0=$(now_ms)
 for p in "${servers[@]}" "${workers[@]}"; do
@@ -131,11 +147,7 @@ grep -q "silent for .* (network.lease_s = 2)" "$dir/server-0.log" ||
 
 # 2b. A hung (SIGSTOPped) coordinator: the same, its calls hang instead of
 #     failing.
-dir="$TMP/coordinator_stopped"
-mkdir -p "$dir"
-write_config "$dir/job.yaml" 2 60 1000000
-start_job "$dir" "$dir/job.yaml" || exit 1
-wait_steps "$dir" 3
+start_training coordinator_stopped 2 60 3
 kill -STOP "$coord"
 for p in "${servers[@]}" "${workers[@]}"; do
   if exited_within "$p" 4; then
@@ -150,32 +162,17 @@ kill -KILL "$coord"
 # 2c. SIGTERM while the coordinator hangs and the lease has not run out:
 #     a worker (its last report to the coordinator is bounded too) and a
 #     server end within 1 s, cleanly.
-dir="$TMP/coordinator_stopped_sigterm"
-mkdir -p "$dir"
-write_config "$dir/job.yaml" 30 60 1000000
-start_job "$dir" "$dir/job.yaml" || exit 1
-wait_steps "$dir" 3
+start_training coordinator_stopped_sigterm 30 60 3
 kill -STOP "$coord"
 sleep 0.2
 kill -TERM "${workers[0]}" "${servers[0]}"
-for p in "${workers[0]}" "${servers[0]}"; do
-  if exited_within "$p" 1; then
-    ((rc == 0)) && ok "pid $p ended within 1 s of SIGTERM with its coordinator hung" ||
-      fail "pid $p ended with status $rc after SIGTERM (coordinator hung), want 0"
-  else
-    fail "pid $p still running 1 s after SIGTERM (coordinator hung)"
-  fi
-done
+ended_cleanly 1 "SIGTERM with its coordinator hung" "${workers[0]}" "${servers[0]}"
 kill -KILL "$coord" "${workers[1]}" "${servers[1]}" 2>/dev/null
 
 # 3. One barrier timeout for servers and workers.
-dir="$TMP/barrier"
-mkdir -p "$dir"
 # 5 s, not less: the first barrier also waits for the other worker's
 # start-up, which takes seconds on a loaded machine.
-write_config "$dir/job.yaml" 60 5 1000000
-start_job "$dir" "$dir/job.yaml" || exit 1
-wait_steps "$dir" 3
+start_training barrier 60 5 3
 kill -STOP "${workers[1]}"
 t0=$(now_ms)
 if exited_within "$coord" 12; then
@@ -203,14 +200,7 @@ both_waiting() {
 }
 wait_for 15 "'waiting for coordinator' in $dir/server.log and worker.log" both_waiting
 kill -TERM "$s" "$w"
-for p in "$s" "$w"; do
-  if exited_within "$p" 1; then
-    ((rc == 0)) && ok "pid $p ended within 1 s of SIGTERM, cleanly" ||
-      fail "pid $p ended with status $rc after SIGTERM, want 0"
-  else
-    fail "pid $p still running 1 s after SIGTERM"
-  fi
-done
+ended_cleanly 1 "SIGTERM" "$s" "$w"
 grep -q "stopped while" "$dir/server.log" || fail "server: $(tail -1 "$dir/server.log")"
 grep -q "stopped while" "$dir/worker.log" || fail "worker: $(tail -1 "$dir/worker.log")"
 
@@ -224,14 +214,7 @@ start_workers "$dir" 2
 wait_for 15 "$dir/summary.json" test -s "$dir/summary.json" ||
   fail "the short job did not finish"
 # The servers were told to shut down before summary.json was written.
-for p in "${servers[@]}"; do
-  if exited_within "$p" 1; then
-    ((rc == 0)) || fail "server pid $p exited $rc after a finished job"
-  else
-    fail "server pid $p still running 1 s after the job's end"
-  fi
-done
-ok "servers exited within 1 s of the job's end"
+ended_cleanly 1 "the job's end" "${servers[@]}"
 timeout 10 "$WORKER" --coordinator="$addr" 2> "$dir/late-worker.log"
 rc=$?
 ((rc == 3)) && ok "a worker started after the end exits 3" ||
@@ -255,11 +238,7 @@ rc=$?
 # 6. A coordinator restarted mid-job on the same port and folder: it appends
 #    to metrics.csv (never truncates it), and the old run's servers and
 #    workers, unknown to it, leave at their next heartbeat.
-dir="$TMP/restarted"
-mkdir -p "$dir"
-write_config "$dir/job.yaml" 10 60 1000000
-start_job "$dir" "$dir/job.yaml" || exit 1
-wait_steps "$dir" 5
+start_training restarted 10 60 5
 port=$(cat "$dir/port")
 kill -KILL "$coord"
 wait "$coord" 2>/dev/null
@@ -294,9 +273,7 @@ if [[ -n "$victim" ]]; then
   kill -KILL "$victim"
   if exited_within "$psctl_pid" 10; then
     ((rc == 1)) || fail "psctl run exited $rc after a killed worker, want 1"
-    why=$("$REPORT" failure "$dir/out" 2>&1)
-    [[ "$why" == "worker 1: dead"* ]] && ok "psctl run: summary.json names the killed worker: $why" ||
-      fail "psctl run: summary.json failure is '$why'"
+    failure_is "$dir/out" "worker 1: dead*" "psctl run: summary.json names the killed worker"
   else
     fail "psctl run still running 10 s after a worker was killed"
   fi

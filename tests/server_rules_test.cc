@@ -43,27 +43,10 @@ constexpr int kWorkers = 4;
 constexpr uint64_t kSteps = 20;
 constexpr int64_t kLocalBatch = 8;
 
-// Softmax regression 16 -> 4 (68 parameters) in 16-element chunks, spread
-// over two shards.
+// SmallSoftmaxJob: async with staleness inf, else staleness 0.
 JobConfig RulesConfig(pstrain::v1::ConsistencyMode mode) {
-  JobConfig config = DefaultJobConfig();
-  config.mutable_job()->set_workers(kWorkers);
-  config.mutable_job()->set_servers(2);
-  config.mutable_training()->set_mode(mode);
-  config.mutable_training()->set_staleness(mode == pstrain::v1::MODE_ASYNC ? -1
-                                                                           : 0);
-  config.mutable_model()->set_type(ModelConfig::SOFTMAX);
-  config.mutable_model()->set_input_dim(16);
-  config.mutable_model()->set_num_classes(4);
-  config.mutable_model()->clear_hidden();
-  config.mutable_data()->set_num_features(16);
-  config.mutable_data()->set_num_classes(4);
-  config.mutable_training()->set_local_batch(kLocalBatch);
-  config.mutable_training()->set_steps(kSteps);
-  config.mutable_server()->set_chunk_bytes(64);
-  config.mutable_training()->mutable_optimizer()->set_base_lr(0.1);
-  FinalizeJobConfig(&config);
-  return config;
+  return SmallSoftmaxJob(mode, mode == pstrain::v1::MODE_ASYNC ? -1 : 0,
+                         kWorkers, kLocalBatch, kSteps);
 }
 
 PsClientOptions ClientOptions() {

@@ -36,26 +36,9 @@ constexpr int kWorkers = 4;
 constexpr uint64_t kSteps = 30;
 constexpr int64_t kLocalBatch = 8;
 
-// Softmax regression 16 -> 4 (68 parameters) in 16-element chunks, spread
-// over two shards.
 JobConfig SspConfig(int workers, int64_t staleness) {
-  JobConfig config = DefaultJobConfig();
-  config.mutable_job()->set_workers(workers);
-  config.mutable_job()->set_servers(2);
-  config.mutable_training()->set_mode(pstrain::v1::MODE_ASYNC);
-  config.mutable_training()->set_staleness(staleness);
-  config.mutable_model()->set_type(ModelConfig::SOFTMAX);
-  config.mutable_model()->set_input_dim(16);
-  config.mutable_model()->set_num_classes(4);
-  config.mutable_model()->clear_hidden();
-  config.mutable_data()->set_num_features(16);
-  config.mutable_data()->set_num_classes(4);
-  config.mutable_training()->set_local_batch(kLocalBatch);
-  config.mutable_training()->set_steps(kSteps);
-  config.mutable_server()->set_chunk_bytes(64);
-  config.mutable_training()->mutable_optimizer()->set_base_lr(0.1);
-  FinalizeJobConfig(&config);
-  return config;
+  return SmallSoftmaxJob(pstrain::v1::MODE_ASYNC, staleness, workers,
+                         kLocalBatch, kSteps);
 }
 
 uint64_t MinClock(const std::vector<ShardRead>& reads) {

@@ -13,6 +13,27 @@
 
 namespace pstrain {
 
+JobConfig SmallSoftmaxJob(pstrain::v1::ConsistencyMode mode, int64_t staleness,
+                          int workers, int64_t local_batch, uint64_t steps) {
+  JobConfig config = DefaultJobConfig();
+  config.mutable_job()->set_workers(workers);
+  config.mutable_job()->set_servers(2);
+  config.mutable_training()->set_mode(mode);
+  config.mutable_training()->set_staleness(staleness);
+  config.mutable_model()->set_type(ModelConfig::SOFTMAX);
+  config.mutable_model()->set_input_dim(16);
+  config.mutable_model()->set_num_classes(4);
+  config.mutable_model()->clear_hidden();
+  config.mutable_data()->set_num_features(16);
+  config.mutable_data()->set_num_classes(4);
+  config.mutable_training()->set_local_batch(local_batch);
+  config.mutable_training()->set_steps(steps);
+  config.mutable_server()->set_chunk_bytes(64);
+  config.mutable_training()->mutable_optimizer()->set_base_lr(0.1);
+  FinalizeJobConfig(&config);
+  return config;
+}
+
 absl::Status OnThreads(int n, const std::function<absl::Status(int)>& body) {
   std::vector<absl::Status> st(n);
   std::vector<std::thread> threads;

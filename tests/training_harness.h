@@ -4,6 +4,7 @@
 #ifndef PSTRAIN_TESTS_TRAINING_HARNESS_H_
 #define PSTRAIN_TESTS_TRAINING_HARNESS_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -16,6 +17,12 @@
 #include "worker/ps/ps_client.h"
 
 namespace pstrain {
+
+// A softmax regression 16 -> 4 (68 parameters) in 16-element chunks over two
+// shards, base_lr 0.1: `workers` workers of local batch `local_batch` for
+// `steps` steps in `mode` with training.staleness `staleness`. Finalized.
+JobConfig SmallSoftmaxJob(pstrain::v1::ConsistencyMode mode, int64_t staleness,
+                          int workers, int64_t local_batch, uint64_t steps);
 
 // Runs `body(rank)` on one thread per rank and joins them; returns the first
 // error, prefixed with its rank.

@@ -198,13 +198,15 @@ start_servers() {
   done
 }
 
-# start_workers DIR N: N ps_worker processes (ranks 0..N-1) for the
-# coordinator at $addr, logs in DIR/worker-R.log; sets workers (their pids).
+# start_workers DIR N [FLAG...]: N ps_worker processes (ranks 0..N-1) for
+# the coordinator at $addr (with FLAGs), logs in DIR/worker-R.log; sets
+# workers (their pids).
 start_workers() {
-  local k
+  local dir="$1" n="$2" k
+  shift 2
   workers=()
-  for ((k = 0; k < $2; ++k)); do
-    spawn "$1/worker-$k.log" "$WORKER" --coordinator="$addr" --rank="$k"
+  for ((k = 0; k < n; ++k)); do
+    spawn "$dir/worker-$k.log" "$WORKER" --coordinator="$addr" --rank="$k" "$@"
     workers+=("$spawned")
   done
 }
@@ -254,6 +256,19 @@ wait_steps() {
   return 1
 }
 
+# summary_ok DIR STEPS: DIR/summary.json (read with ps_report) records a
+# job that did not fail and ran all STEPS steps: an "ok" line for each, else
+# a FAIL (with the recorded failure).
+summary_ok() {
+  local failed steps
+  failed=$("$REPORT" summary-get "$1" failed 2>&1)
+  [[ "$failed" == "false" ]] && ok "summary.json: failed = false" ||
+    fail "summary.json failed = '$failed': $("$REPORT" failure "$1" 2>&1)"
+  steps=$("$REPORT" summary-get "$1" steps 2>&1)
+  [[ "$steps" == "$2" ]] && ok "summary.json: all $2 steps" ||
+    fail "summary.json steps = '$steps', want $2"
+}
+
 # ckpt_step STEP: the checkpoint folder of STEP under a job's --out
 # ("ckpt/step-000000000020").
 ckpt_step() { printf 'ckpt/step-%012d' "$1"; }
@@ -285,6 +300,21 @@ psctl_run() {
   return 124
 }
 
+# psctl_succeeded SECONDS LOG WHAT: waits up to SECONDS for the psctl run
+# psctl_pid (its output in LOG) and returns 0 if it exited 0; else a FAIL
+# ("WHAT still runs SECONDS s later", or LOG and "WHAT failed (psctl exit
+# RC)") and returns 1. Sets rc.
+psctl_succeeded() {
+  if ! exited_within "$psctl_pid" "$1"; then
+    fail "$3 still runs $1 s later"
+    return 1
+  fi
+  ((rc == 0)) && return 0
+  cat "$2"
+  fail "$3 failed (psctl exit $rc)"
+  return 1
+}
+
 # psctl_child OUT WHO: the pid of the process that a psctl run with --out OUT
 # started for WHO ("--shard=K" or "--rank=R"), found by the run's unique
 # token path; empty if there is none.
@@ -295,42 +325,65 @@ psctl_child() {
 # kill_after_checkpoint OUT STEP WHO [DELAY_MS]: waits (up to 60 s, while
 # psctl_pid runs) for the checkpoint of STEP in OUT to be complete (its
 # MANIFEST.json), then DELAY_MS (0..999) later SIGKILLs the process psctl
-# started for WHO (psctl_child) and says so. Returns 1, with a FAIL, if it
-# killed nothing.
+# started for WHO (psctl_child) and says so, naming it as psctl's log does
+# ("server-K", "worker-R"). Returns 1, with a FAIL, if it killed nothing.
 kill_after_checkpoint() {
-  local out="$1" step="$2" who="$3" delay_ms="${4:-0}" pid manifest
+  local out="$1" step="$2" who="$3" delay_ms="${4:-0}" pid manifest name="$3"
+  [[ "$who" == --shard=* ]] && name="server-${who#--shard=}"
+  [[ "$who" == --rank=* ]] && name="worker-${who#--rank=}"
   manifest="$out/$(ckpt_step "$step")/MANIFEST.json"
   wait_for --while "$psctl_pid" 60 "$manifest" test -f "$manifest"
   sleep "$(printf '0.%03d' "$delay_ms")"
   pid=$(psctl_child "$out" "$who")
   if [[ -n "$pid" && -f "$manifest" ]] && running "$psctl_pid"; then
     kill -KILL "$pid"
-    echo "killed $who (pid $pid) ${delay_ms} ms after the checkpoint of step $step"
+    echo "killed $name (pid $pid) ${delay_ms} ms after the checkpoint of step $step"
     return 0
   fi
-  fail "$who: not killed (the job ended or stalled before the checkpoint of step $step)"
+  fail "$name: not killed (the job ended or stalled before the checkpoint of step $step)"
   return 1
 }
 
-# restarted_and_rolled_back OUT SERVER WORKER SURVIVOR: after a psctl run
-# (log in OUT.log) under on_failure: restart in which server shard SERVER and
-# worker rank WORKER were SIGKILLed: psctl restarted both, the coordinator
-# logged at least two losses and two rollbacks (shown), the replacement
-# server rolled back, and worker SURVIVOR resumed in-process. A FAIL for
-# each that is not so. (A process starved past its lease on a loaded
-# machine may add a restart of its own: more than two is fine.)
-restarted_and_rolled_back() {
-  local out="$1" server="$2" worker="$3" survivor="$4" who lost rolled
+# kill_twice OUT STEP_1 WHO_1 DELAY_MS_1 STEP_2 WHO_2 DELAY_MS_2: in the
+# psctl run (psctl_pid) with --out OUT, kill_after_checkpoint WHO_1, then,
+# once the coordinator logged its first rollback (waited for up to 60 s),
+# WHO_2: the second kill meets a job that recovered from the first.
+kill_twice() {
+  local out="$1" coord_log="$1/logs/coordinator.log"
+  kill_after_checkpoint "$out" "$2" "$3" "$4"
+  wait_for --while "$psctl_pid" 60 "the first rollback in $coord_log" \
+    file_has "$coord_log" "rolled back to step"
+  kill_after_checkpoint "$out" "$5" "$6" "$7"
+}
+
+# restarted_after_kills OUT N WHO...: after a psctl run (log in OUT.log)
+# under on_failure: restart in which each WHO ("server-K", "worker-R") was
+# SIGKILLed: psctl restarted each, and the coordinator logged at least N
+# losses and N rollbacks (shown). A FAIL for each that is not so. (A process
+# starved past its lease on a loaded machine may add a restart of its own:
+# more than N is fine.)
+restarted_after_kills() {
+  local out="$1" n="$2" who lost rolled
   local coord_log="$out/logs/coordinator.log"
-  for who in "server-$server" "worker-$worker"; do
+  shift 2
+  for who in "$@"; do
     grep -q "^psctl: $who (pid [0-9]*) exited with status 137; restarted as pid" "$out.log" ||
       fail "psctl did not restart the killed $who"
   done
   lost=$(grep -c " lost (" "$coord_log")
   rolled=$(grep -c "rolled back to step" "$coord_log")
-  ((lost >= 2)) || fail "the coordinator logged $lost losses, expected 2"
-  ((rolled >= 2)) || fail "the coordinator logged $rolled rollbacks, expected 2"
+  ((lost >= n)) || fail "the coordinator logged $lost losses, expected $n"
+  ((rolled >= n)) || fail "the coordinator logged $rolled rollbacks, expected $n"
   grep -E " lost \(|rolled back to step" "$coord_log" | sed 's/^/  /'
+}
+
+# restarted_and_rolled_back OUT SERVER WORKER SURVIVOR: restarted_after_kills
+# for server shard SERVER and worker rank WORKER (two kills); and the
+# replacement server rolled back, and worker SURVIVOR resumed in-process. A
+# FAIL for each that is not so.
+restarted_and_rolled_back() {
+  local out="$1" server="$2" survivor="$4"
+  restarted_after_kills "$out" 2 "server-$server" "worker-$3"
   grep -q "rolled back to step" "$out/logs/server-$server.log" ||
     fail "the replacement of server-$server logged no rollback"
   grep -q "resuming at step" "$out/logs/worker-$survivor.log" ||

@@ -42,6 +42,7 @@ cat > "$PSCTL" <<'FAKE'
 #!/usr/bin/env bash
 echo "args: $*"
 [[ "$*" == *--quick* ]] && exit 5
+[[ "$*" == *--fine* ]] && exit 0
 trap 'kill "$child"; echo stopped; exit 143' TERM
 sleep 30 &
 child=$!
@@ -61,6 +62,33 @@ elapsed=$(($(now_ms) - t0))
   [[ "$(tail -1 "$TMP/psctl.log")" == stopped ]] && ((elapsed < 5000)) &&
   ok "psctl_run stops a run past its bound with SIGTERM ($elapsed ms)" ||
   fail "psctl_run 1: status $st after $elapsed ms, said '$out', log '$(cat "$TMP/psctl.log")'"
+
+# psctl_succeeded: 0 for a run that exits 0; a FAIL with the log for one
+# that fails, and for one still running past the bound. It waits for a
+# child of this shell, so it runs here, not in $(...): checked_run ARG...
+# sets out (what it said, and its status and the failures it counted) and
+# leaves failures as it was.
+checked_run() {
+  local before=$failures st
+  psctl_start "$TMP/out" "$TMP/psctl.log" "$@"
+  psctl_succeeded 1 "$TMP/psctl.log" "the run" > "$TMP/said"
+  st=$?
+  out=$(cat "$TMP/said"; echo "st=$st counted=$((failures - before))")
+  failures=$before
+}
+checked_run --fine
+[[ "$out" == "st=0 counted=0" ]] && ok "psctl_succeeded returns 0 for a run that exits 0" ||
+  fail "psctl_succeeded on a run that exits 0 said '$out'"
+checked_run --quick
+[[ "$out" == "args: run --bin $ROOT --out $TMP/out --quick"$'\n'"FAIL: the run failed (psctl exit 5)"$'\n'"st=1 counted=1" ]] &&
+  ok "psctl_succeeded fails a run that exits 5, showing its log" ||
+  fail "psctl_succeeded on a run that exits 5 said '$out'"
+checked_run
+[[ "$out" == "FAIL: the run still runs 1 s later"$'\n'"st=1 counted=1" ]] &&
+  ok "psctl_succeeded fails a run still running past its bound" ||
+  fail "psctl_succeeded on a long run said '$out'"
+kill -TERM "$psctl_pid"
+exited_within "$psctl_pid" 5
 
 # same_files counts each differing file.
 mkdir -p "$TMP/a" "$TMP/b"
@@ -100,6 +128,93 @@ elapsed=$(($(now_ms) - t0))
 [[ "$out" == "FAIL: the job in $TMP/slow still runs after 1 s: "*$'\n'"st=1 failures=1" ]] &&
   ((elapsed < 2500)) && ok "run_job gives up on a job past its bound ($elapsed ms)" ||
   fail "run_job, past its bound: said '$out' after $elapsed ms"
+
+# start_workers passes its flags on to every worker.
+WORKER="$TMP/fake_args"
+printf '#!/usr/bin/env bash\necho "args: $*" >&2\n' > "$WORKER"
+chmod +x "$WORKER"
+addr="127.0.0.1:1"
+mkdir -p "$TMP/flags"
+start_workers "$TMP/flags" 2 --peer_port=0 --metrics_port=0
+for p in "${workers[@]}"; do exited_within "$p" 5; done
+[[ ${#workers[@]} == 2 && "$(cat "$TMP/flags/worker-1.log")" == \
+  "args: --coordinator=127.0.0.1:1 --rank=1 --peer_port=0 --metrics_port=0" ]] &&
+  ok "start_workers passes its flags to each worker" ||
+  fail "start_workers with flags: ${#workers[@]} workers, worker-1 got '$(cat "$TMP/flags/worker-1.log")'"
+
+# kill_after_checkpoint: SIGKILLs the process psctl started for a rank once
+# the checkpoint is complete, and names it as psctl does. A stand-in for
+# psctl (sleep) and for its worker (a bash that waits without a child).
+out_dir="$TMP/killed"
+mkdir -p "$out_dir/$(ckpt_step 5)"
+touch "$out_dir/$(ckpt_step 5)/MANIFEST.json"
+printf '#!/usr/bin/env bash\nexec {x}<> <(:)\nread -r -t 30 -u "$x"\n' > "$TMP/fake_rank"
+chmod +x "$TMP/fake_rank"
+spawn /dev/null sleep 30
+psctl_pid=$spawned
+spawn /dev/null "$TMP/fake_rank" --rank=1 --metrics_port=0 --token_file="$out_dir/token"
+victim=$spawned
+rank_started() { [[ -n "$(psctl_child "$out_dir" --rank=1)" ]]; }
+wait_for 5 "the stand-in rank" rank_started
+out=$(kill_after_checkpoint "$out_dir" 5 --rank=1)
+[[ "$out" == "killed worker-1 (pid $victim) 0 ms after the checkpoint of step 5" ]] &&
+  exited_within "$victim" 5 && ((rc == 137)) &&
+  ok "kill_after_checkpoint kills worker-1 and says so" ||
+  fail "kill_after_checkpoint said '$out' (stand-in pid $victim, rc ${rc:-unset})"
+# kill_twice: the second kill only after the coordinator's first rollback.
+mkdir -p "$out_dir/$(ckpt_step 10)" "$out_dir/logs"
+touch "$out_dir/$(ckpt_step 10)/MANIFEST.json"
+spawn /dev/null "$TMP/fake_rank" --rank=1 --metrics_port=0 --token_file="$out_dir/token"
+first=$spawned
+spawn /dev/null "$TMP/fake_rank" --shard=0 --metrics_port=0 --token_file="$out_dir/token"
+second=$spawned
+both_started() {
+  [[ -n "$(psctl_child "$out_dir" --rank=1)" && -n "$(psctl_child "$out_dir" --shard=0)" ]]
+}
+wait_for 5 "the stand-ins" both_started
+(sleep 1 && echo "rolled back to step 5" > "$out_dir/logs/coordinator.log") &
+rolled=$!
+t0=$(now_ms)
+out=$(kill_twice "$out_dir" 5 --rank=1 0 10 --shard=0 0)
+elapsed=$(($(now_ms) - t0))
+exited_within "$rolled" 5
+[[ "$out" == "killed worker-1 (pid $first) 0 ms after the checkpoint of step 5"$'\n'"killed server-0 (pid $second) 0 ms after the checkpoint of step 10" ]] &&
+  ((elapsed >= 900)) && ok "kill_twice kills both, the second after the rollback ($elapsed ms)" ||
+  fail "kill_twice said '$out' after $elapsed ms"
+kill -KILL "$first" "$second" "$psctl_pid" 2>/dev/null
+for p in "$first" "$second" "$psctl_pid"; do exited_within "$p" 5; done
+
+# restarted_after_kills: each named process restarted, and N losses and
+# rollbacks; one FAIL for each that is not so.
+run="$TMP/one_kill"
+mkdir -p "$run/logs"
+echo "psctl: worker-2 (pid 10) exited with status 137; restarted as pid 11" > "$run.log"
+printf '%s\n' "worker 2 lost (lease); generation 1" "rolled back to step 5" > "$run/logs/coordinator.log"
+out=$(restarted_after_kills "$run" 1 worker-2 | grep FAIL; echo "failures=$failures")
+[[ "$out" == "failures=0" ]] && ok "restarted_after_kills accepts one restart and one rollback" ||
+  fail "restarted_after_kills on one kill said '$out'"
+out=$(restarted_after_kills "$run" 2 worker-2 worker-0 | grep -c FAIL)
+[[ "$out" == 3 ]] && ok "restarted_after_kills fails on a missing restart, loss and rollback" ||
+  fail "restarted_after_kills: $out FAIL lines, want 3"
+
+# summary_ok, on a stand-in for ps_report that answers from REPORT_FAILED
+# and REPORT_STEPS.
+REPORT="$TMP/fake_report"
+cat > "$REPORT" <<'FAKE'
+#!/usr/bin/env bash
+case "$1 ${3:-}" in
+  "summary-get failed") echo "$REPORT_FAILED" ;;
+  "summary-get steps") echo "$REPORT_STEPS" ;;
+  "failure ") echo "worker 1: dead" ;;
+esac
+FAKE
+chmod +x "$REPORT"
+out=$(export REPORT_FAILED=false REPORT_STEPS=40; summary_ok "$TMP" 40; echo "failures=$failures")
+[[ "$out" == "ok: summary.json: failed = false"$'\n'"ok: summary.json: all 40 steps"$'\n'"failures=0" ]] &&
+  ok "summary_ok accepts a job that ran all its steps" || fail "summary_ok on a good summary said '$out'"
+out=$(export REPORT_FAILED=true REPORT_STEPS=12; summary_ok "$TMP" 40; echo "failures=$failures")
+[[ "$out" == "FAIL: summary.json failed = 'true': worker 1: dead"$'\n'"FAIL: summary.json steps = '12', want 40"$'\n'"failures=2" ]] &&
+  ok "summary_ok fails a failed job and a missing step" || fail "summary_ok on a failed job said '$out'"
 
 # restarted_and_rolled_back: silent on the logs of a recovered run, one
 # FAIL for each missing trace otherwise.

@@ -53,6 +53,23 @@ std::string LoadError(const std::string& source, const std::string& name,
   return std::string(table.status().message());
 }
 
+// A file that must be refused, and what the error must say.
+struct BadFile {
+  std::string text;
+  std::string error;
+};
+
+// Expects each of `files`, written as `name` and loaded as `source`, to be
+// refused (LoadError) with an error that contains its `error`.
+void ExpectRefused(const std::string& source, const std::string& name,
+                   const std::vector<BadFile>& files) {
+  for (const BadFile& f : files) {
+    EXPECT_THAT(LoadError(source, name, f.text), HasSubstr(f.error))
+        << "loading as " << source << ":\n"
+        << f.text;
+  }
+}
+
 TEST(TabularLoadersTest, DigitsFixture) {
   DataConfig config = FileConfig("digits", "worker/data/testdata/digits_5.csv");
   const Table t = MustLoad(config);
@@ -74,14 +91,13 @@ TEST(TabularLoadersTest, DigitsErrorsNameFileAndLine) {
   short_row += "7\n";
   std::string text;
   for (int i = 0; i < 16; ++i) text += good;
-  EXPECT_THAT(LoadError("digits", "digits.csv", text + short_row),
-              HasSubstr("digits.csv:17: expected 65 values, got 64"));
   std::string bad = good;
   bad.replace(0, 1, "x");
-  EXPECT_THAT(LoadError("digits", "digits.csv", good + bad),
-              HasSubstr("digits.csv:2: value 1: 'x' is not a number"));
-  EXPECT_THAT(LoadError("digits", "digits.csv", "\n\n"),
-              HasSubstr("digits.csv: no data rows"));
+  ExpectRefused(
+      "digits", "digits.csv",
+      {{text + short_row, "digits.csv:17: expected 65 values, got 64"},
+       {good + bad, "digits.csv:2: value 1: 'x' is not a number"},
+       {"\n\n", "digits.csv: no data rows"}});
 }
 
 TEST(TabularLoadersTest, BuiltInFilesComeFromDirAndMissingIsNotFound) {
@@ -118,12 +134,12 @@ TEST(TabularLoadersTest, SklearnCsvWithHeader) {
   EXPECT_THAT(t.label_names, ElementsAre("malignant", "benign"));
   EXPECT_FALSE(t.text_labels);
 
-  EXPECT_THAT(LoadError("breast_cancer", "bc.csv", "3,2,a,b\n1,2,0\n1,2,1\n"),
-              HasSubstr("bc.csv: header says 3 rows, found 2"));
-  EXPECT_THAT(LoadError("breast_cancer", "bc.csv", "1,2,a,b\n1,2\n"),
-              HasSubstr("bc.csv:2: expected 3 values, got 2"));
-  EXPECT_THAT(LoadError("breast_cancer", "bc.csv", "mean radius,x\n1,2,0\n"),
-              HasSubstr("bc.csv:1: expected a header 'rows,features"));
+  ExpectRefused(
+      "breast_cancer", "bc.csv",
+      {{"3,2,a,b\n1,2,0\n1,2,1\n", "bc.csv: header says 3 rows, found 2"},
+       {"1,2,a,b\n1,2\n", "bc.csv:2: expected 3 values, got 2"},
+       {"mean radius,x\n1,2,0\n",
+        "bc.csv:1: expected a header 'rows,features"}});
 }
 
 TEST(TabularLoadersTest, CsvHeaderLabelByNameAndMissingValues) {
@@ -169,22 +185,17 @@ TEST(TabularLoadersTest, CsvTextLabelsAreSortedClassNames) {
 }
 
 TEST(TabularLoadersTest, CsvErrorsNameFileLineAndColumn) {
-  EXPECT_THAT(
-      LoadError("csv", "x.csv", "age,label\n1,0\n2,1\n\n3,abc\nabc,1\n"),
-      HasSubstr("x.csv:6: column 'age': 'abc' is not a number"));
-  EXPECT_THAT(LoadError("csv", "x.csv", "age,label\n1,0\n2\n"),
-              HasSubstr("x.csv:3: expected 2 values, got 1"));
-  EXPECT_THAT(LoadError("csv", "x.csv", "age,label\n1,0\n2,NA\n"),
-              HasSubstr("x.csv:3: column 'label': missing label"));
-  EXPECT_THAT(LoadError("csv", "x.csv", "age,target\n1,0\n"),
-              HasSubstr("x.csv:1: no label column 'label' (columns: age, "
-                        "target"));
-  EXPECT_THAT(LoadError("csv", "x.csv", "a,a,label\n1,2,0\n"),
-              HasSubstr("x.csv:1: duplicate column 'a'"));
-  EXPECT_THAT(LoadError("csv", "x.csv", "a,label\n"),
-              HasSubstr("x.csv: no data rows"));
-  EXPECT_THAT(LoadError("csv", "x.csv", "a,label\n1e999,0\n"),
-              HasSubstr("x.csv:2: column 'a': '1e999' is not a number"));
+  ExpectRefused(
+      "csv", "x.csv",
+      {{"age,label\n1,0\n2,1\n\n3,abc\nabc,1\n",
+        "x.csv:6: column 'age': 'abc' is not a number"},
+       {"age,label\n1,0\n2\n", "x.csv:3: expected 2 values, got 1"},
+       {"age,label\n1,0\n2,NA\n", "x.csv:3: column 'label': missing label"},
+       {"age,target\n1,0\n",
+        "x.csv:1: no label column 'label' (columns: age, target"},
+       {"a,a,label\n1,2,0\n", "x.csv:1: duplicate column 'a'"},
+       {"a,label\n", "x.csv: no data rows"},
+       {"a,label\n1e999,0\n", "x.csv:2: column 'a': '1e999' is not a number"}});
 }
 
 TEST(TabularLoadersTest, Libsvm) {
@@ -205,22 +216,16 @@ TEST(TabularLoadersTest, Libsvm) {
 }
 
 TEST(TabularLoadersTest, LibsvmErrorsNameFileAndLine) {
-  EXPECT_THAT(LoadError("libsvm", "a.libsvm", "1 1:2\n0 2:1\n1 0:3\n"),
-              HasSubstr("a.libsvm:3: index 0 is not >= 1"));
-  EXPECT_THAT(LoadError("libsvm", "a.libsvm", "1 1:2\nyes 1:1\n"),
-              HasSubstr("a.libsvm:2: label 'yes' is not a number"));
-  EXPECT_THAT(LoadError("libsvm", "a.libsvm", "1 1:2 7\n"),
-              HasSubstr("a.libsvm:1: '7' is not index:value"));
-  EXPECT_THAT(LoadError("libsvm", "a.libsvm", "1 qid:2 1:1\n"),
-              HasSubstr("a.libsvm:1: index 'qid' is not an integer"));
-  EXPECT_THAT(LoadError("libsvm", "a.libsvm", "1 1:2 1:3\n"),
-              HasSubstr("a.libsvm:1: index 1 appears twice"));
-  EXPECT_THAT(LoadError("libsvm", "a.libsvm", "1 4:x\n"),
-              HasSubstr("a.libsvm:1: value 'x' of index 4 is not a number"));
-  EXPECT_THAT(LoadError("libsvm", "a.libsvm", "1 99999999:1\n"),
-              HasSubstr("a.libsvm:1: index 99999999 is larger than"));
-  EXPECT_THAT(LoadError("libsvm", "a.libsvm", "# nothing\n"),
-              HasSubstr("a.libsvm: no data rows"));
+  ExpectRefused(
+      "libsvm", "a.libsvm",
+      {{"1 1:2\n0 2:1\n1 0:3\n", "a.libsvm:3: index 0 is not >= 1"},
+       {"1 1:2\nyes 1:1\n", "a.libsvm:2: label 'yes' is not a number"},
+       {"1 1:2 7\n", "a.libsvm:1: '7' is not index:value"},
+       {"1 qid:2 1:1\n", "a.libsvm:1: index 'qid' is not an integer"},
+       {"1 1:2 1:3\n", "a.libsvm:1: index 1 appears twice"},
+       {"1 4:x\n", "a.libsvm:1: value 'x' of index 4 is not a number"},
+       {"1 99999999:1\n", "a.libsvm:1: index 99999999 is larger than"},
+       {"# nothing\n", "a.libsvm: no data rows"}});
 }
 
 }  // namespace
