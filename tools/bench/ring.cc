@@ -73,7 +73,7 @@ absl::StatusOr<std::map<uint64_t, double>> RingSeconds(
     services.push_back(std::make_unique<RingPeerService>());
     absl::StatusOr<StartedServer> started =
         StartGrpcServer("127.0.0.1", 0, grpc::InsecureServerCredentials(),
-                        {services.back().get()}, RingLinkArgs());
+                        {services.back().get()}, bench_options.link_args);
     if (!started.ok()) return started.status();
     servers.push_back(std::move(started->server));
     addresses.push_back(absl::StrCat("127.0.0.1:", started->port));
@@ -81,7 +81,9 @@ absl::StatusOr<std::map<uint64_t, double>> RingSeconds(
   std::vector<std::unique_ptr<GrpcTransport>> transports;
   for (int r = 0; r < ranks; ++r) {
     absl::StatusOr<std::unique_ptr<GrpcTransport>> t = GrpcTransport::Create(
-        r, ranks, MakeRingChannel(addresses[(r + 1) % ranks]),
+        r, ranks,
+        MakeRingChannel(addresses[(r + 1) % ranks], nullptr,
+                        bench_options.link_args),
         services[r].get(),
         /*session_id=*/r + 1, /*left_session_id=*/(r + ranks - 1) % ranks + 1);
     if (!t.ok()) return t.status();

@@ -8,15 +8,20 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "worker/allreduce/grpc_transport.h"
 #include "worker/allreduce/ring_allreduce.h"
 
 namespace pstrain::bench {
 
 struct RingBenchOptions {
   RingOptions ring;  // the defaults of allreduce.* unless set
+  // Channel arguments of both ends of every link (the worker's:
+  // RingLinkArgs()).
+  std::vector<std::pair<std::string, int>> link_args = RingLinkArgs();
 };
 
 // Median seconds of one all-reduce of each size in `bytes` with `ranks`
