@@ -8,19 +8,28 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "worker/allreduce/grpc_transport.h"
 #include "worker/allreduce/ring_allreduce.h"
 
 namespace pstrain::bench {
 
 struct RingBenchOptions {
   RingOptions ring;  // the defaults of allreduce.* unless set
+  // Channel arguments of both ends of every link (the worker's:
+  // RingLinkArgs()).
+  std::vector<std::pair<std::string, int>> link_args = RingLinkArgs();
 };
 
 // Median seconds of one all-reduce of each size in `bytes` with `ranks`
-// ranks, over `iters` iterations after one warm-up; key = bytes.
+// ranks, over `iters` iterations after one warm-up; key = bytes. Each rank
+// is one thread for the whole run; every iteration starts on all ranks at a
+// barrier and counts the slowest rank's own time, as mpi_allreduce.cc times
+// MPI_Allreduce (so thread start-up, which a worker does not pay per step,
+// is not timed).
 absl::StatusOr<std::map<uint64_t, double>> RingSeconds(
     int ranks, const std::vector<uint64_t>& bytes, int iters,
     const RingBenchOptions& options = {});

@@ -1,10 +1,14 @@
 #include "tools/bench/ring_bench_flags.h"
 
+#include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "tools/bench/stats.h"
 
@@ -16,6 +20,13 @@ ABSL_FLAG(std::string, kib, "",
           "buffer sizes in KiB instead of --mib (latency of small buffers)");
 ABSL_FLAG(int, segment_bytes, 1 << 20,
           "the ring's largest segment (allreduce.segment_bytes)");
+ABSL_FLAG(int, compare_segment_bytes, 0,
+          "also measure the ring with this segment size, side by side in the "
+          "same rounds (0: not compared)");
+ABSL_FLAG(std::string, compare_link_args, "",
+          "also measure the ring with these gRPC channel arguments set on "
+          "both ends of every link (key=integer,...; replacing the shipped "
+          "RingLinkArgs' value of a key), side by side in the same rounds");
 ABSL_FLAG(std::string, wire_dtype, "fp32",
           "the ring's wire: fp32 or bf16 (network.wire_dtype; MPI stays "
           "fp32, so bf16 ratios compare half the bytes)");
@@ -34,10 +45,12 @@ absl::StatusOr<RingRoundsOptions> RingRoundsOptionsFromFlags() {
   o.rounds = absl::GetFlag(FLAGS_rounds);
   o.iters = absl::GetFlag(FLAGS_iters);
   const int segment_bytes = absl::GetFlag(FLAGS_segment_bytes);
-  if (o.rounds < 1 || o.iters < 1 || segment_bytes < 4 || segment_bytes % 4) {
+  const int compare_segment_bytes = absl::GetFlag(FLAGS_compare_segment_bytes);
+  if (o.rounds < 1 || o.iters < 1 || segment_bytes < 4 || segment_bytes % 4 ||
+      compare_segment_bytes < 0 || compare_segment_bytes % 4) {
     return absl::InvalidArgumentError(
         "--rounds and --iters must be >= 1, --segment_bytes a positive "
-        "multiple of 4");
+        "multiple of 4 and --compare_segment_bytes 0 or one");
   }
   PS_ASSIGN_OR_RETURN(o.ranks,
                       ParsePositiveList("ranks", absl::GetFlag(FLAGS_ranks)));
@@ -53,6 +66,31 @@ absl::StatusOr<RingRoundsOptions> RingRoundsOptionsFromFlags() {
   }
   o.ring.ring.segment_elems = segment_bytes / sizeof(float);
   if (wire == "bf16") o.ring.ring.wire_dtype = pstrain::v1::DTYPE_BF16;
+  const std::string link_args = absl::GetFlag(FLAGS_compare_link_args);
+  if (compare_segment_bytes > 0 || !link_args.empty()) {
+    o.compare = o.ring;
+    if (compare_segment_bytes > 0) {
+      o.compare->ring.segment_elems = compare_segment_bytes / sizeof(float);
+    }
+    for (absl::string_view kv :
+         absl::StrSplit(link_args, ',', absl::SkipEmpty())) {
+      std::pair<std::string, std::string> p =
+          absl::StrSplit(kv, absl::MaxSplits('=', 1));
+      int value;
+      if (p.first.empty() || !absl::SimpleAtoi(p.second, &value)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--compare_link_args: expected key=integer, got '", kv, "'"));
+      }
+      auto& args = o.compare->link_args;
+      auto it = std::find_if(args.begin(), args.end(),
+                             [&](const auto& a) { return a.first == p.first; });
+      if (it != args.end()) {
+        it->second = value;
+      } else {
+        args.emplace_back(p.first, value);
+      }
+    }
+  }
   o.mpirun = absl::GetFlag(FLAGS_mpirun);
   o.mpi_program = absl::GetFlag(FLAGS_mpi_program);
   return o;

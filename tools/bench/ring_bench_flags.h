@@ -1,5 +1,6 @@
 // ring_bench's flags (--rounds, --iters, --ranks, --mib, --kib,
-// --segment_bytes, --wire_dtype, --heap_reuse, --mpirun, --mpi_program),
+// --segment_bytes, --compare_segment_bytes, --compare_link_args,
+// --wire_dtype, --heap_reuse, --mpirun, --mpi_program),
 // turned into RingRoundsOptions. Only ring_bench_main.cc calls these (the
 // flags are part of that binary, not of any library user).
 #ifndef PSTRAIN_TOOLS_BENCH_RING_BENCH_FLAGS_H_

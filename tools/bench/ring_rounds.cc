@@ -12,6 +12,22 @@ namespace {
 
 constexpr double kNaN = __builtin_nan("");
 
+// "1048576-byte segments, fp32 wire, grpc.http2.bdp_probe=0 ..."
+std::string RingSettings(const RingBenchOptions& ring) {
+  return absl::StrCat(
+      ring.ring.segment_elems * sizeof(float), "-byte segments, ",
+      ring.ring.wire_dtype == pstrain::v1::DTYPE_BF16 ? "bf16" : "fp32",
+      " wire, ", absl::StrJoin(ring.link_args, " ", absl::PairFormatter("=")));
+}
+
+std::string PerRound(const std::vector<double>& ratios) {
+  std::vector<std::string> out;
+  for (double x : ratios) {
+    out.push_back(x == x ? absl::StrFormat("%.2f", x) : "n/a");
+  }
+  return absl::StrJoin(out, ", ");
+}
+
 // Stores one measurement of `ranks` ranks in round k of `ms`; false (with
 // the error printed) when it failed.
 bool Record(const char* what, int ranks, int k,
@@ -36,6 +52,11 @@ RingMeasures RealRingMeasures(const RingRoundsOptions& options) {
   m.ring = [&options](int ranks) {
     return RingSeconds(ranks, options.bytes, options.iters, options.ring);
   };
+  if (options.compare.has_value()) {
+    m.compared = [&options](int ranks) {
+      return RingSeconds(ranks, options.bytes, options.iters, *options.compare);
+    };
+  }
   if (!options.mpi_program.empty()) {
     m.mpi = [&options](int ranks) {
       return MpiSeconds(options.mpirun, options.mpi_program, ranks,
@@ -53,6 +74,9 @@ RingRounds RunRingRounds(const RingRoundsOptions& options,
     for (uint64_t b : options.bytes) {
       out.ring_ms[{r, b}].assign(options.rounds, kNaN);
       out.mpi_ms[{r, b}].assign(options.rounds, kNaN);
+      if (measures.compared) {
+        out.compared_ms[{r, b}].assign(options.rounds, kNaN);
+      }
     }
   }
   for (int k = 0; k < options.rounds; ++k) {
@@ -64,7 +88,25 @@ RingRounds RunRingRounds(const RingRoundsOptions& options,
     fprintf(stderr, "ring_bench: round %d/%d (load average %s)\n", k + 1,
             options.rounds, out.load_averages.back().c_str());
     for (int r : options.ranks) {
-      if (!Record("ring", r, k, measures.ring(r), &out.ring_ms)) ++out.failed;
+      auto ring = [&] {
+        if (!Record("ring", r, k, measures.ring(r), &out.ring_ms)) {
+          ++out.failed;
+        }
+      };
+      auto compared = [&] {
+        if (measures.compared &&
+            !Record("compared ring", r, k, measures.compared(r),
+                    &out.compared_ms)) {
+          ++out.failed;
+        }
+      };
+      if (k % 2 == 0) {
+        ring();
+        compared();
+      } else {
+        compared();
+        ring();
+      }
       if (!measures.mpi) continue;
       if (stop()) {
         out.stopped = true;
@@ -95,6 +137,16 @@ std::vector<RingRow> RingRows(const RingRoundsOptions& options,
       row.ring_ms = Median(ring);
       row.mpi_ms = Median(mpi);
       row.ratio = Median(row.per_round);
+      if (auto it = rounds.compared_ms.find({r, b});
+          it != rounds.compared_ms.end()) {
+        std::vector<double> compared = it->second;
+        compared.resize(options.rounds, kNaN);
+        for (int k = 0; k < options.rounds; ++k) {
+          row.compared_per_round.push_back(mpi[k] / compared[k]);
+        }
+        row.compared_ms = Median(compared);
+        row.compared_ratio = Median(row.compared_per_round);
+      }
       rows.push_back(std::move(row));
     }
   }
@@ -105,27 +157,31 @@ std::string RingHeading(const RingRoundsOptions& options, bool heap_reuse,
                         const RingRounds& rounds) {
   return absl::StrCat(
       "\nring_bench (", options.rounds, " interleaved rounds, ", options.iters,
-      " all-reduces each, ", options.ring.ring.segment_elems * sizeof(float),
-      "-byte segments, ",
-      options.ring.ring.wire_dtype == pstrain::v1::DTYPE_BF16 ? "bf16" : "fp32",
-      " wire, heap reuse ", heap_reuse ? "on" : "off",
+      " all-reduces each, ", RingSettings(options.ring),
+      options.compare.has_value()
+          ? absl::StrCat("; compared: ", RingSettings(*options.compare))
+          : "",
+      "; heap reuse ", heap_reuse ? "on" : "off",
       "; load average at the start of each round: ",
       absl::StrJoin(rounds.load_averages, " | "), ")\n\n");
 }
 
 std::string RingTable(const std::vector<RingRow>& rows) {
-  std::string out =
-      "| buffer | ranks | ring ms | MPI ms | MPI / ring | per round |\n"
-      "|---|--:|--:|--:|--:|---|\n";
+  const bool compared = !rows.empty() && !rows[0].compared_per_round.empty();
+  std::string out = absl::StrCat(
+      "| buffer | ranks | ring ms | MPI ms | MPI / ring | per round |",
+      compared ? " compared ring ms | MPI / compared | per round |" : "",
+      "\n|---|--:|--:|--:|--:|---|", compared ? "--:|--:|---|" : "", "\n");
   for (const RingRow& row : rows) {
-    std::vector<std::string> per_round;
-    for (double x : row.per_round) {
-      per_round.push_back(x == x ? absl::StrFormat("%.2f", x) : "n/a");
-    }
-    absl::StrAppendFormat(&out, "| %s | %d | %.3g | %.3g | %.2f | %s |\n",
+    absl::StrAppendFormat(&out, "| %s | %d | %.3g | %.3g | %.2f | %s |",
                           SizeName(row.bytes), row.ranks, row.ring_ms,
-                          row.mpi_ms, row.ratio,
-                          absl::StrJoin(per_round, ", "));
+                          row.mpi_ms, row.ratio, PerRound(row.per_round));
+    if (compared) {
+      absl::StrAppendFormat(&out, " %.3g | %.2f | %s |", row.compared_ms,
+                            row.compared_ratio,
+                            PerRound(row.compared_per_round));
+    }
+    out += "\n";
   }
   return out;
 }

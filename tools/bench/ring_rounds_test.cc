@@ -62,6 +62,45 @@ TEST(RunRingRounds, InterleavesRingThenMpiPerRankCountInEveryRound) {
   EXPECT_EQ(rounds.mpi_ms.at({2, 64 * kKiB})[1], 4375);
 }
 
+TEST(RunRingRounds, TheComparedRingRunsBesideTheRingInAlternatingOrder) {
+  RingRoundsOptions o = TwoByTwo();
+  o.ranks = {2};
+  std::vector<std::string> calls;
+  int round = 0;
+  RingMeasures m;
+  m.ring = [&](int r) -> absl::StatusOr<std::map<uint64_t, double>> {
+    calls.push_back("ring");
+    return Fake(o, r, round, 1);
+  };
+  m.compared = [&](int r) -> absl::StatusOr<std::map<uint64_t, double>> {
+    calls.push_back("compared");
+    // The second round's compared ring fails.
+    if (round == 1) return absl::DeadlineExceededError("segment lost");
+    return Fake(o, r, round, 4);
+  };
+  m.mpi = [&](int r) -> absl::StatusOr<std::map<uint64_t, double>> {
+    calls.push_back("mpi");
+    return Fake(o, r, round++, 2);
+  };
+  const RingRounds rounds = RunRingRounds(o, m, [] { return false; });
+  EXPECT_EQ(calls, (std::vector<std::string>{"ring", "compared", "mpi",
+                                             "compared", "ring", "mpi", "ring",
+                                             "compared", "mpi"}));
+  EXPECT_EQ(rounds.failed, 1);
+  const std::vector<double>& compared = rounds.compared_ms.at({2, kMiB});
+  EXPECT_EQ(compared[0], 12000);
+  EXPECT_TRUE(std::isnan(compared[1]));
+  EXPECT_EQ(compared[2], 13000);
+  const std::vector<RingRow> rows = RingRows(o, rounds);
+  ASSERT_EQ(rows.size(), 2u);
+  // MPI / compared is 1/2 in the rounds that measured both; MPI / ring 2.
+  EXPECT_EQ(rows[1].ratio, 2);
+  EXPECT_EQ(rows[1].compared_ms, 12500);
+  EXPECT_EQ(rows[1].compared_ratio, 0.5);
+  EXPECT_EQ(rows[1].compared_per_round.size(), 3u);
+  EXPECT_TRUE(std::isnan(rows[1].compared_per_round[1]));
+}
+
 TEST(RunRingRounds, AFailedMeasurementIsCountedAndLeavesItsRoundEmpty) {
   const RingRoundsOptions o = TwoByTwo();
   int mpi_calls = 0;
@@ -146,6 +185,13 @@ TEST(RingRows, RatiosAreTakenWithinARoundThenTheirMedian) {
             "| buffer | ranks | ring ms | MPI ms | MPI / ring | per round |\n"
             "|---|--:|--:|--:|--:|---|\n"
             "| 1 MiB | 2 | 2 | 2 | 1.50 | 2.00, 1.00, n/a |\n");
+  rounds.compared_ms[{2, kMiB}] = {4, 1, 1};
+  EXPECT_EQ(RingTable(RingRows(o, rounds)),
+            "| buffer | ranks | ring ms | MPI ms | MPI / ring | per round | "
+            "compared ring ms | MPI / compared | per round |\n"
+            "|---|--:|--:|--:|--:|---|--:|--:|---|\n"
+            "| 1 MiB | 2 | 2 | 2 | 1.50 | 2.00, 1.00, n/a | 1 | 1.25 | "
+            "0.50, 2.00, n/a |\n");
 }
 
 TEST(RingRows, EveryRankCountThenEverySizeInTheOptionsOrder) {
@@ -171,15 +217,22 @@ TEST(RingHeading, SaysTheSettingsAndTheLoadOfEveryRound) {
   o.iters = 7;
   o.ring.ring.segment_elems = 1024;
   o.ring.ring.wire_dtype = pstrain::v1::DTYPE_BF16;
+  o.ring.link_args = {{"grpc.a", 1}, {"grpc.b", 0}};
   RingRounds rounds;
   rounds.load_averages = {"1.0 2.0 3.0", "4.0 5.0 6.0"};
   EXPECT_EQ(RingHeading(o, /*heap_reuse=*/false, rounds),
             "\nring_bench (2 interleaved rounds, 7 all-reduces each, "
-            "4096-byte segments, bf16 wire, heap reuse off; load average at "
-            "the start of each round: 1.0 2.0 3.0 | 4.0 5.0 6.0)\n\n");
+            "4096-byte segments, bf16 wire, grpc.a=1 grpc.b=0; heap reuse off; "
+            "load average at the start of each round: 1.0 2.0 3.0 | 4.0 5.0 "
+            "6.0)\n\n");
   o.ring.ring.wire_dtype = pstrain::v1::DTYPE_F32;
+  o.compare = o.ring;
+  o.compare->ring.segment_elems = 512;
+  o.compare->link_args = {{"grpc.b", 1}};
   EXPECT_NE(RingHeading(o, /*heap_reuse=*/true, rounds)
-                .find("fp32 wire, heap reuse on;"),
+                .find("4096-byte segments, fp32 wire, grpc.a=1 grpc.b=0; "
+                      "compared: 2048-byte segments, fp32 wire, grpc.b=1; "
+                      "heap reuse on;"),
             std::string::npos);
 }
 

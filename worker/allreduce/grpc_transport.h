@@ -26,19 +26,22 @@
 namespace pstrain {
 
 // HTTP/2 settings for both ends of the ring's links (the RingPeer server's
-// int_args for StartGrpcServer, and MakeRingChannel's): a fixed stream and
-// connection window large enough for many segments in flight (gRPC's
-// default starts at 64 KiB and grows only as its BDP probe learns, so a
-// fresh link and every burst waited for window updates), and the BDP probe
-// off (the window stays put).
+// int_args for StartGrpcServer, and MakeRingChannel's): the BDP probe off
+// and a 16 MiB lookahead. Measured with gRPC 1.51 (strace of ring_bench):
+// with the probe off the lookahead does not become the streams' initial
+// window: every segment leaves as a 64 KiB write and, after the receiver's
+// WINDOW_UPDATE, the rest (a round trip per segment), with or without the
+// lookahead. With the probe on a segment leaves in one write, yet the ring
+// is slower at every size (README "Ring all-reduce alone (ring_bench)").
 std::vector<std::pair<std::string, int>> RingLinkArgs();
 
 // A channel to a RingPeer server at `address` with pstrain's defaults
-// (common/grpc_util.h) and RingLinkArgs(); plaintext when `credentials` is
-// null.
+// (common/grpc_util.h) and `link_args` (RingLinkArgs() unless a benchmark
+// compares others); plaintext when `credentials` is null.
 std::shared_ptr<grpc::Channel> MakeRingChannel(
     const std::string& address,
-    std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
+    std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr,
+    const std::vector<std::pair<std::string, int>>& link_args = RingLinkArgs());
 
 // Receives segments from the left neighbour into a mailbox. Thread-safe. It
 // can serve before the rank is known (the address is registered first).
