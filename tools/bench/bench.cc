@@ -165,12 +165,21 @@ void RunRound(const Plan& plan, int round, Iperf3* iperf, GrpcStream* stream,
   }
   for (uint64_t bytes : plan.ps_bytes) {
     if (stream == nullptr) break;
+    // The share of the CPUs busy during each stream (BusyShare).
+    const CpuTimes t0 = ReadCpuTimes();
     absl::StatusOr<double> up = stream->Upload(bytes);
+    const CpuTimes t1 = ReadCpuTimes();
     absl::StatusOr<double> down = stream->Download(bytes);
-    if (up.ok())
+    const CpuTimes t2 = ReadCpuTimes();
+    if (up.ok()) {
       r->Set("grpc_upload_" + SizeName(bytes), "GB/s", round, *up / 1e9);
+      r->Set("cpu_grpc_upload_" + SizeName(bytes), "share", round,
+             BusyShare(AddCpuDelta({}, t0, t1)));
+    }
     if (down.ok()) {
       r->Set("grpc_download_" + SizeName(bytes), "GB/s", round, *down / 1e9);
+      r->Set("cpu_grpc_download_" + SizeName(bytes), "share", round,
+             BusyShare(AddCpuDelta({}, t1, t2)));
     }
     if (!up.ok()) errors->Add("gRPC stream upload", up.status());
     if (!down.ok()) errors->Add("gRPC stream download", down.status());
@@ -190,6 +199,10 @@ void RunRound(const Plan& plan, int round, Iperf3* iperf, GrpcStream* stream,
                ps->push_bytes_per_s / 1e9);
         r->Set(PsName("pull", bytes, servers, workers), "GB/s", round,
                ps->pull_bytes_per_s / 1e9);
+        r->Set(PsName("cpu_push", bytes, servers, workers), "share", round,
+               ps->push_cpu_busy);
+        r->Set(PsName("cpu_pull", bytes, servers, workers), "share", round,
+               ps->pull_cpu_busy);
       }
     }
   }
@@ -359,6 +372,16 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
                                     Fmt(r.Median(anchor)), " GB/s)"),
                        Fmt(r.Median(name)) + " GB/s",
                        RatioMedian(r, R, name, anchor), ">=", 0.9});
+      // Whether the cores, not the wire, bound both: the share of all CPUs
+      // busy during each.
+      const std::string cpu = "cpu_" + name, bare_cpu = "cpu_" + anchor;
+      goals.push_back(
+          {absl::StrCat(op, " ", SizeName(bytes),
+                        ", 1 server, 1 worker: share of the CPUs busy / the "
+                        "same during the bare stream (",
+                        Fmt(r.Median(bare_cpu)), ")"),
+           Fmt(r.Median(cpu)), RatioMedian(r, R, cpu, bare_cpu), "", 0,
+           "no goal"});
     }
   }
   // The low-precision wire: no goal (it pays where the link is the limit;

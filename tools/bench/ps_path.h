@@ -25,8 +25,9 @@ absl::StatusOr<pstrain::v1::JobSpec> OneTensorJob(
 struct PsPathResult {
   double push_bytes_per_s = 0;  // all workers together
   double pull_bytes_per_s = 0;
-  // The share of all CPUs busy during the timed push (pull) phases, from
-  // /proc/stat (BusyShare): near 1, the machine's cores, not the wire,
+  // The share of the CPUs' time this process (the workers and shards of
+  // the row all run in it) used during the timed push (pull) phases
+  // (ReadCpuTimes, BusyShare): near 1, the machine's cores, not the wire,
   // bound the rate. NaN when not measured.
   double push_cpu_busy = __builtin_nan("");
   double pull_cpu_busy = __builtin_nan("");

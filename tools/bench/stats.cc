@@ -1,5 +1,8 @@
 #include "tools/bench/stats.h"
 
+#include <sched.h>
+#include <time.h>
+
 #include <algorithm>
 #include <fstream>
 
@@ -27,17 +30,18 @@ std::string LoadAverage() {
 }
 
 CpuTimes ReadCpuTimes() {
-  std::ifstream in("/proc/stat");
-  std::string cpu;
-  uint64_t user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0,
-           softirq = 0, steal = 0;
-  in >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >>
-      steal;
-  if (!in || cpu != "cpu") return {};
-  CpuTimes t;
-  t.busy = user + nice + system + irq + softirq + steal;
-  t.total = t.busy + idle + iowait;
-  return t;
+  timespec cpu, wall;
+  cpu_set_t cpus;
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) != 0 ||
+      clock_gettime(CLOCK_MONOTONIC, &wall) != 0 ||
+      sched_getaffinity(0, sizeof(cpus), &cpus) != 0) {
+    return {};
+  }
+  auto ns = [](const timespec& t) {
+    return static_cast<uint64_t>(t.tv_sec) * 1000000000u +
+           static_cast<uint64_t>(t.tv_nsec);
+  };
+  return CpuTimes{ns(cpu), ns(wall) * static_cast<uint64_t>(CPU_COUNT(&cpus))};
 }
 
 CpuTimes AddCpuDelta(const CpuTimes& sum, const CpuTimes& a,

@@ -18,9 +18,11 @@ double Median(std::vector<double> values);
 // The three load averages of /proc/loadavg, e.g. "1.69 1.99 2.61".
 std::string LoadAverage();
 
-// Time of all CPUs together from /proc/stat's "cpu" line, in clock ticks:
-// busy (user, nice, system, irq, softirq, steal) and total (those, idle and
-// iowait). Zero where /proc/stat cannot be read.
+// This process's CPU time (all its threads, user and system) and the time
+// all the CPUs it may run on had meanwhile (wall time x their number), in
+// nanoseconds since some start: a row's client, servers and streams all run
+// in the benchmark's process, so the share of the CPUs busy during a row is
+// BusyShare of the difference. Zero where the clocks cannot be read.
 struct CpuTimes {
   uint64_t busy = 0;
   uint64_t total = 0;
@@ -28,8 +30,8 @@ struct CpuTimes {
 CpuTimes ReadCpuTimes();
 // `sum` + (b - a).
 CpuTimes AddCpuDelta(const CpuTimes& sum, const CpuTimes& a, const CpuTimes& b);
-// The share of all CPUs' time that was busy in `t` (1: every core busy all
-// the time); NaN when no tick passed.
+// The share of the CPUs' time that was busy in `t` (1: every core busy all
+// the time); NaN when no time passed.
 double BusyShare(const CpuTimes& t);
 
 // A comma-separated list of positive integers ("1,4,16"); an error naming

@@ -2,6 +2,8 @@
 // and list flags.
 #include "tools/bench/stats.h"
 
+#include <sched.h>
+
 #include <cmath>
 #include <string>
 #include <vector>
@@ -31,10 +33,21 @@ TEST(CpuTimes, BusyShareOfTheTicksBetweenReads) {
   // A read that failed (zeros) or went backwards adds nothing.
   EXPECT_EQ(AddCpuDelta(sum, {100, 400}, {}).total, 100u);
   EXPECT_TRUE(std::isnan(BusyShare({})));
-  // This machine's /proc/stat: busy within total, both counting.
-  const CpuTimes now = ReadCpuTimes();
-  EXPECT_GT(now.total, 0u);
-  EXPECT_LE(now.busy, now.total);
+}
+
+TEST(CpuTimes, ThisProcessSpinningIsBusy) {
+  const CpuTimes start = ReadCpuTimes();
+  ASSERT_GT(start.total, 0u);
+  // One thread spinning for 50 ms of its own CPU time.
+  CpuTimes now = start;
+  while (now.busy - start.busy < 50000000u) now = ReadCpuTimes();
+  const double share = BusyShare(AddCpuDelta({}, start, now));
+  // One thread is at most one of the CPUs' worth (a little over for the
+  // clocks' skew).
+  cpu_set_t cpus;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(cpus), &cpus), 0);
+  EXPECT_GT(share, 0.0);
+  EXPECT_LE(share, 1.0 / CPU_COUNT(&cpus) + 0.02);
 }
 
 TEST(ParsePositiveList, AcceptsPositiveIntegersAndNamesTheFlagOtherwise) {
