@@ -49,8 +49,9 @@ now_ms() { date +%s%3N; }
 # then found "not a child" (status 127) for a worker that had exited 0.
 # _procs_us: microseconds since the epoch, into _procs_now.
 _procs_us() { _procs_now=${EPOCHREALTIME/./}; }
-# _procs_nap SECONDS: sleeps without a fork when it can.
-if ! exec {PROCS_NAP_FD}<> <(:) 2>/dev/null; then PROCS_NAP_FD=""; fi
+# _procs_nap SECONDS: sleeps without a fork when it can. (The braces keep
+# 2>/dev/null off the shell: on exec alone it would stay.)
+if ! { exec {PROCS_NAP_FD}<> <(:); } 2>/dev/null; then PROCS_NAP_FD=""; fi
 _procs_nap() {
   if [[ -n "$PROCS_NAP_FD" ]]; then
     read -r -t "$1" -u "$PROCS_NAP_FD" _ 2>/dev/null

@@ -261,6 +261,11 @@ out=$(restarted_and_rolled_back "$run" 1 0 1 | grep -c FAIL)
 [[ "$out" == 2 ]] && ok "restarted_and_rolled_back fails on a missing restart and resume" ||
   fail "restarted_and_rolled_back: $out FAIL lines, want 2"
 
+# Sourcing leaves the script's stderr where it was.
+out=$(bash -c "source '$LIB'; echo to-stderr >&2" 2>&1)
+[[ "$out" == to-stderr ]] && ok "a script that sources procs.sh keeps its stderr" ||
+  fail "a script that sources procs.sh wrote '$out' to stderr, want 'to-stderr'"
+
 # Cleanup: a script that exits with a failure, one killed by SIGTERM, each
 # with a running, a stopped and a SIGTERM-ignoring process.
 child() {  # $1: how the script ends
