@@ -5,49 +5,43 @@
 # Then a worker killed mid-job: the others fail within the all-reduce
 # timeout and the coordinator fails the job; nothing hangs.
 set -uo pipefail
+source "$TEST_SRCDIR/pstrain/tests/lib/procs.sh" # REPORT, TMP, start_coordinator, ...
 
-ROOT="$TEST_SRCDIR/pstrain"
-COORD="$ROOT/coordinator/ps_coordinator"
-WORKER="$ROOT/worker/ps_worker"
-REPORT="$ROOT/tools/report/ps_report"
-TMP="${TEST_TMPDIR:-$(mktemp -d)}"
-failures=0
-pids=()
-
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-ok() { echo "ok: $*"; }
 json() { "$REPORT" summary-get "$1" "$2"; }
-cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done; }
-trap cleanup EXIT
 
-# start_job DIR CONFIG STEPS: coordinator (pid in $coord) and 3 workers
-# (pids in ${workers[@]}, index = rank).
-start_job() {
-  local dir="$1" config="$2" steps="$3"
-  mkdir -p "$dir"
-  "$COORD" --config="$config" --mode=allreduce --workers=3 --steps="$steps" \
-    --port=0 --port_file="$dir/port" --out="$dir" --quiet 2> "$dir/coordinator.log" &
-  coord=$!
-  pids+=("$coord")
-  for _ in $(seq 1 100); do [[ -s "$dir/port" ]] && break; sleep 0.05; done
-  [[ -s "$dir/port" ]] || { fail "coordinator did not start"; return 1; }
-  workers=()
-  local r
-  for r in 0 1 2; do
-    "$WORKER" --coordinator="127.0.0.1:$(cat "$dir/port")" --rank="$r" \
-      --peer_port=0 --advertise_host=127.0.0.1 2> "$dir/worker-$r.log" &
-    workers+=($!)
-    pids+=($!)
-  done
+# start_allreduce_job DIR CONFIG STEPS: coordinator (pid in $coord) and 3
+# workers (pids in ${workers[@]}, index = rank).
+start_allreduce_job() {
+  start_coordinator "$1" "$2" --mode=allreduce --workers=3 --steps="$3" || return 1
+  start_workers "$1" 3 --peer_port=0 --advertise_host=127.0.0.1
+}
+
+# ended_within SECONDS_SINCE_START WHO PID: PID (a child of this shell)
+# exits within SECONDS_SINCE_START of $start (bash's SECONDS), rc its
+# status; else a FAIL "WHO still running ..." and returns 1.
+ended_within() {
+  local left=$(($1 - (SECONDS - start)))
+  ((left > 0)) || left=0
+  exited_within "$3" "$left" && return 0
+  fail "$2 still running $1 s after rank 1 died"
+  return 1
 }
 
 # 1. A clean job.
 dir="$TMP/ok"
-start_job "$dir" "$ROOT/configs/default.yaml" 60 || exit 1
+start_allreduce_job "$dir" "$ROOT/configs/default.yaml" 60 || exit 1
 for r in 0 1 2; do
-  wait "${workers[$r]}" || fail "worker $r exited with $?"
+  if exited_within "${workers[$r]}" 120; then
+    ((rc == 0)) || fail "worker $r exited with $rc"
+  else
+    fail "worker $r still running after 120 s"
+  fi
 done
-wait "$coord" || fail "coordinator exited with $?"
+if exited_within "$coord" 30; then
+  ((rc == 0)) || fail "coordinator exited with $rc"
+else
+  fail "coordinator still running 30 s after the workers"
+fi
 prints=$(grep -ho "fingerprint [0-9a-f]*" "$dir"/worker-*.log | sort -u)
 if [[ $(grep -c . <<<"$prints") -eq 1 ]] &&
    [[ $(grep -l "fingerprint" "$dir"/worker-*.log | wc -l) -eq 3 ]]; then
@@ -72,29 +66,20 @@ dir="$TMP/kill"
 config="$TMP/slow.yaml"
 sed 's/^  name: default/  name: slow/' "$ROOT/configs/default.yaml" > "$config"
 printf 'worker:\n  compute_ms: 20\nallreduce:\n  timeout_s: 1\n' >> "$config"
-start_job "$dir" "$config" 1000 || exit 1
-for _ in $(seq 1 100); do
-  grep -q "all 3 workers registered" "$dir/coordinator.log" && break; sleep 0.05
-done
+start_allreduce_job "$dir" "$config" 1000 || exit 1
+wait_for --while "$coord" 30 "'all 3 workers registered' in $dir/coordinator.log" \
+  file_has "$dir/coordinator.log" "all 3 workers registered" ||
+  fail "the 3 workers did not register"
 sleep 0.5
 kill -KILL "${workers[1]}"
 start=$SECONDS
 for r in 0 2; do
-  # bash's wait has no timeout: poll, at most 15 s.
-  while kill -0 "${workers[$r]}" 2>/dev/null && ((SECONDS - start < 15)); do sleep 0.1; done
-  if kill -0 "${workers[$r]}" 2>/dev/null; then
-    fail "worker $r still running 15 s after rank 1 died"
-  else
-    wait "${workers[$r]}"; rc=$?
+  if ended_within 15 "worker $r" "${workers[$r]}"; then
     ((rc != 0)) || fail "worker $r exited 0 after rank 1 died"
     grep -E "DEADLINE_EXCEEDED|UNAVAILABLE|CANCELLED" "$dir/worker-$r.log" | head -1
   fi
 done
-while kill -0 "$coord" 2>/dev/null && ((SECONDS - start < 20)); do sleep 0.1; done
-if kill -0 "$coord" 2>/dev/null; then
-  fail "coordinator still running after the workers failed"
-else
-  wait "$coord"; rc=$?
+if ended_within 20 coordinator "$coord"; then
   ((rc == 1)) || fail "coordinator exited $rc, want 1"
   [[ "$(json "$dir/summary.json" failed)" == true ]] || fail "summary does not say failed"
   # The first failure's cause: a surviving worker (rank 0 or 2) saw it.
@@ -106,8 +91,4 @@ else
 fi
 ok "killed rank 1: the others stopped after $((SECONDS - start)) s"
 
-if ((failures)); then
-  echo "$failures failure(s)"
-  exit 1
-fi
-echo "PASS"
+procs_finish "PASS"

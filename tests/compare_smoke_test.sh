@@ -6,22 +6,14 @@
 # and iproute2, a run on shaped links in network namespaces that are gone
 # afterwards.
 set -uo pipefail
+source "$TEST_SRCDIR/pstrain/tests/lib/procs.sh" # ROOT, TMP, psctl_compare, ...
 
-ROOT="$TEST_SRCDIR/pstrain"
-PSCTL="$ROOT/psctl"
-BIN="$ROOT"
-TMP="${TEST_TMPDIR:-$(mktemp -d)}"
-failures=0 passed=0
-
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-ok() { echo "ok: $*"; passed=$((passed + 1)); }
 row() { grep "^| \`$2\` |" "$1/report.md"; }
 
 # 1. Two modes: one row each, the JSON keys, the derived jobs, the plots.
 out="$TMP/two"
-"$PSCTL" compare --bin "$BIN" --config "$ROOT/configs/default.yaml" --modes sync,async:1 \
-  --steps 30 --target-accuracy 0.5 --timeout 60 --out "$out" > "$TMP/two.log" 2>&1
-rc=$?
+psctl_compare 300 "$TMP/two.log" --config "$ROOT/configs/default.yaml" --modes sync,async:1 \
+  --steps 30 --target-accuracy 0.5 --timeout 60 --out "$out"
 if [[ $rc -eq 0 && -s "$out/report.md" && -s "$out/compare.json" ]]; then
   rows=$(grep -c '^| `' "$out/report.md")
   [[ $rows -eq 2 ]] || fail "report.md has $rows mode rows, want 2"
@@ -62,9 +54,8 @@ fi
 
 # 2. A failing run is a failed row with its reason; the others still run.
 out="$TMP/failing"
-"$PSCTL" compare --bin "$BIN" --config "$ROOT/configs/default.yaml" --modes async:1,sync \
-  --steps 1000000 --timeout 2 --out "$out" > "$TMP/failing.log" 2>&1
-rc=$?
+psctl_compare 120 "$TMP/failing.log" --config "$ROOT/configs/default.yaml" --modes async:1,sync \
+  --steps 1000000 --timeout 2 --out "$out"
 if [[ $rc -eq 1 ]] && row "$out" async:1 | grep -q '0/1 FAILED' &&
     row "$out" sync | grep -q '0/1 FAILED' && grep -q 'timed out after 2 s' "$out/report.md" &&
     grep -q '"failed": true' "$out/compare.json"; then
@@ -78,8 +69,7 @@ if pgrep -f -- "--out=$out/" >/dev/null; then fail "processes of stopped runs ar
 check_bad() {  # expected-text args...
   local want="$1"
   shift
-  "$PSCTL" compare --bin "$BIN" --out "$TMP/bad" "$@" > "$TMP/bad.log" 2>&1
-  local rc=$?
+  psctl_compare 60 "$TMP/bad.log" --out "$TMP/bad" "$@"
   if [[ $rc -eq 2 ]] && grep -q -- "$want" "$TMP/bad.log"; then ok "bad option named: $want"; else
     cat "$TMP/bad.log"; fail "bad option $*: rc $rc"; fi
 }
@@ -93,9 +83,8 @@ check_bad "given twice" --modes sync,sync
 #    addresses, namespaces gone afterwards.
 if why="$("$ROOT/deploy/netshape.sh" check 2>&1)"; then
   out="$TMP/shaped"
-  "$PSCTL" compare --bin "$BIN" --config "$ROOT/configs/default.yaml" --modes async:1 \
-    --steps 20 --shape-gbit 1 --timeout 60 --out "$out" > "$TMP/shaped.log" 2>&1
-  rc=$?
+  psctl_compare 180 "$TMP/shaped.log" --config "$ROOT/configs/default.yaml" --modes async:1 \
+    --steps 20 --shape-gbit 1 --timeout 60 --out "$out"
   id="$(sed -n 's/.*namespaces psnet-\(r[0-9]*\)-\*.*/\1/p' "$out/runs/async-1/psctl.log" | head -1)"
   if [[ $rc -eq 0 ]] && row "$out" async:1 | grep -q '| 1/1 |' &&
       grep -q 'listening on 10\.213\.0\.' "$out/runs/async-1/logs/coordinator.log" &&
@@ -110,5 +99,4 @@ else
   echo "SKIP shaped links: $why"
 fi
 
-echo "$passed passed, $failures failed"
-((failures == 0))
+procs_finish "$passed passed, $failures failed" "($passed passed)"

@@ -3,24 +3,16 @@
 # separate OS processes talking gRPC on loopback, in both consistency modes;
 # bad flags fail with a message naming the flag; Ctrl-C leaves no process.
 set -uo pipefail
+source "$TEST_SRCDIR/pstrain/tests/lib/procs.sh" # REPORT, TMP, psctl_run, ...
 
-ROOT="$TEST_SRCDIR/pstrain"
-PSCTL="$ROOT/psctl"
-BIN="$ROOT"
-REPORT="$ROOT/tools/report/ps_report"
-TMP="${TEST_TMPDIR:-$(mktemp -d)}"
-failures=0 passed=0
-
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-ok() { echo "ok: $*"; passed=$((passed + 1)); }
 # The run record is read through ps_report (common/run_record), not grep.
 json() { "$REPORT" summary-get "$1" "$2"; }
 ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }
 
 # 1. Sync job: summary keys, real learning, zero staleness, clean exit.
 out="$TMP/sync"
-if "$PSCTL" run --bin "$BIN" --config "$ROOT/configs/default.yaml" --mode sync \
-    --workers 2 --servers 2 --steps 120 --out "$out" > "$TMP/sync.log" 2>&1; then
+if psctl_run 240 "$out" "$TMP/sync.log" --config "$ROOT/configs/default.yaml" --mode sync \
+    --workers 2 --servers 2 --steps 120; then
   for key in mode staleness workers servers steps wall_s samples_per_s final_loss \
              final_accuracy bytes_pushed bytes_pulled staleness_max staleness_mean \
              bytes_sent bytes_received diverged failed failure; do
@@ -46,8 +38,8 @@ fi
 
 # 2. Async SSP job: staleness bounded by s.
 out="$TMP/async"
-if "$PSCTL" run --bin "$BIN" --config "$ROOT/configs/default.yaml" --mode async \
-    --staleness 2 --workers 3 --servers 2 --steps 80 --out "$out" > "$TMP/async.log" 2>&1; then
+if psctl_run 240 "$out" "$TMP/async.log" --config "$ROOT/configs/default.yaml" --mode async \
+    --staleness 2 --workers 3 --servers 2 --steps 80; then
   smax="$(json "$out/summary.json" staleness_max)"
   [[ "$(json "$out/summary.json" mode)" == async ]] || fail "mode is not async"
   [[ "$(json "$out/summary.json" staleness)" == 2 ]] || fail "staleness is not 2"
@@ -58,33 +50,25 @@ else
 fi
 
 # 3. Bad input names the flag or file and changes nothing.
-"$PSCTL" run --bin "$BIN" --mode bogus --out "$TMP/bad" > "$TMP/bad.log" 2>&1
-rc=$?
+psctl_run 60 "$TMP/bad" "$TMP/bad.log" --mode bogus
 if [[ $rc -eq 2 ]] && grep -q -- "--mode" "$TMP/bad.log"; then ok "bad --mode rejected"; else
   cat "$TMP/bad.log"; fail "bad --mode: rc $rc"; fi
-"$PSCTL" run --bin "$BIN" --config "$TMP/missing.yaml" > "$TMP/bad2.log" 2>&1
-rc=$?
+run_logged 60 "$TMP/bad2.log" "$PSCTL" run --bin "$ROOT" --config "$TMP/missing.yaml"
 if [[ $rc -eq 2 ]] && grep -q "missing.yaml" "$TMP/bad2.log"; then ok "missing config named"; else
   cat "$TMP/bad2.log"; fail "missing --config: rc $rc"; fi
 printf 'job:\n  wokers: 3\n' > "$TMP/typo.yaml"
-"$PSCTL" run --bin "$BIN" --config "$TMP/typo.yaml" > "$TMP/bad3.log" 2>&1
-rc=$?
+run_logged 60 "$TMP/bad3.log" "$PSCTL" run --bin "$ROOT" --config "$TMP/typo.yaml"
 if [[ $rc -eq 2 ]] && grep -q "wokers" "$TMP/bad3.log" && grep -q "typo.yaml:2" "$TMP/bad3.log"; then
   ok "unknown config key named with its line"; else cat "$TMP/bad3.log"; fail "typo config: rc $rc"; fi
 
 # 4. Interrupted (SIGTERM here: a background job of a non-interactive shell
 #    ignores SIGINT, so Ctrl-C is exercised by the same trap with TERM).
 out="$TMP/interrupt"
-"$PSCTL" run --bin "$BIN" --config "$ROOT/configs/default.yaml" --steps 1000000 \
-  --out "$out" > "$TMP/int.log" 2>&1 &
-psctl_pid=$!
-for _ in $(seq 1 100); do
-  grep -q "step " "$out/logs/coordinator.log" 2>/dev/null && break
-  sleep 0.1
-done
+psctl_start "$out" "$TMP/int.log" --config "$ROOT/configs/default.yaml" --steps 1000000
+wait_for --while "$psctl_pid" 30 "'step ' in $out/logs/coordinator.log" \
+  file_has "$out/logs/coordinator.log" "step "
 kill -TERM "$psctl_pid"
-wait "$psctl_pid"
-rc=$?
+exited_within "$psctl_pid" 30 || { rc=-1; fail "psctl run still runs 30 s after SIGTERM"; }
 sleep 0.5
 left=$(pgrep -f -- "--coordinator=127.0.0.1:$(cat "$out/logs/coordinator.port" 2>/dev/null)" | wc -l)
 if [[ $rc -eq 143 && $left -eq 0 ]] && ! pgrep -f "ps_coordinator.*$out" >/dev/null; then
@@ -97,19 +81,15 @@ fi
 http_get() {  # port path
   exec 3<>"/dev/tcp/127.0.0.1/$1" || return 1
   printf 'GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n' "$2" >&3
-  cat <&3
+  timeout 10 cat <&3
   exec 3>&-
 }
 metric() { grep "^$2 " <<<"$1" | head -1 | awk '{print $2}'; }
 port_of() { sed -n 's|.*metrics at http://[0-9.]*:\([0-9]*\)/metrics.*|\1|p' "$1" | head -1; }
 out="$TMP/metrics"
-"$PSCTL" run --bin "$BIN" --config "$ROOT/configs/default.yaml" --steps 4000 \
-  --out "$out" > "$TMP/metrics.log" 2>&1 &
-run_pid=$!
-for _ in $(seq 1 100); do
-  grep -q "step " "$out/logs/coordinator.log" 2>/dev/null && break
-  sleep 0.1
-done
+psctl_start "$out" "$TMP/metrics.log" --config "$ROOT/configs/default.yaml" --steps 4000
+wait_for --while "$psctl_pid" 30 "'step ' in $out/logs/coordinator.log" \
+  file_has "$out/logs/coordinator.log" "step "
 sport=$(port_of "$out/logs/server-0.log")
 wport=$(port_of "$out/logs/worker-0.log")
 cport=$(port_of "$out/logs/coordinator.log")
@@ -133,7 +113,8 @@ for name in pstrain_coordinator_steps pstrain_coordinator_live_workers pstrain_c
 done
 p1=$(metric "$s1" pstrain_server_pushes_total); p2=$(metric "$s2" pstrain_server_pushes_total)
 t1=$(metric "$w1" pstrain_worker_steps_total); t2=$(metric "$w2" pstrain_worker_steps_total)
-kill -TERM "$run_pid" 2>/dev/null; wait "$run_pid" 2>/dev/null
+kill -TERM "$psctl_pid" 2>/dev/null
+exited_within "$psctl_pid" 30 || fail "psctl run still runs 30 s after SIGTERM"
 if [[ -z "$missing" && -n "$p1" && -n "$t1" ]] && ge "$p2" "$((${p1%.*} + 1))" && ge "$t2" "$((${t1%.*} + 1))"; then
   ok "metrics move: server pushes $p1 -> $p2, worker steps $t1 -> $t2"
 else
@@ -149,8 +130,8 @@ if [[ -s "$src/.cache/pstrain/datasets/digits.csv" ]]; then
     sed "s|dir: .cache/pstrain/datasets|dir: $src/.cache/pstrain/datasets|" \
       "$ROOT/configs/digits.yaml" > "$TMP/digits.yaml"
     # shellcheck disable=SC2086
-    if "$PSCTL" run --bin "$BIN" --config "$TMP/digits.yaml" --mode $mode \
-        --workers 4 --servers 2 --out "$out" > "$TMP/digits.log" 2>&1; then
+    if psctl_run 240 "$out" "$TMP/digits.log" --config "$TMP/digits.yaml" --mode $mode \
+        --workers 4 --servers 2; then
       acc="$(json "$out/summary.json" final_accuracy)"
       if ge "$acc" 0.95; then ok "digits $mode: accuracy $acc"; else fail "digits $mode: accuracy $acc < 0.95"; fi
     else
@@ -166,9 +147,8 @@ fi
 #    and the job fails, psctl naming the first failure's cause.
 out="$TMP/diverge"
 sed 's/^  base_lr: .*/  base_lr: 1.0e+30/' "$ROOT/configs/default.yaml" > "$TMP/diverge.yaml"
-"$PSCTL" run --bin "$BIN" --config "$TMP/diverge.yaml" --mode allreduce --workers 2 \
-  --steps 30 --out "$out" > "$TMP/diverge.log" 2>&1
-rc=$?
+psctl_run 120 "$out" "$TMP/diverge.log" --config "$TMP/diverge.yaml" --mode allreduce \
+  --workers 2 --steps 30
 if [[ $rc -eq 1 && "$(json "$out/summary.json" diverged)" == true &&
       "$(json "$out/summary.json" failed)" == true &&
       "$(json "$out/summary.json" failure.process)" == worker ]] &&
@@ -178,5 +158,4 @@ else
   cat "$TMP/diverge.log"; fail "divergence: rc $rc"
 fi
 
-echo "$passed passed, $failures failed"
-((failures == 0))
+procs_finish "$passed passed, $failures failed" "($passed passed)"

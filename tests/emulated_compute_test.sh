@@ -7,17 +7,9 @@
 #    at least F C after the previous step's last push, so the last training
 #    row's wall_s >= (T - 1) F C.
 set -uo pipefail
+source "$TEST_SRCDIR/pstrain/tests/lib/procs.sh" # REPORT, TMP, psctl_compare, ...
 
-ROOT="$TEST_SRCDIR/pstrain"
-PSCTL="$ROOT/psctl"
-BIN="$ROOT"
-REPORT="$ROOT/tools/report/ps_report"
-TMP="${TEST_TMPDIR:-$(mktemp -d)}"
 STEPS=20
-failures=0 passed=0
-
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-ok() { echo "ok: $*"; passed=$((passed + 1)); }
 # metrics.csv is read through ps_report (common/run_record): COLUMN of every
 # row, and "loss,COLUMN" pairs (the loss is empty on the final evaluation).
 col() { "$REPORT" metrics-get "$1" "$2"; }
@@ -30,8 +22,8 @@ ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }
 run() {  # name extra-args...
   local name="$1"
   shift
-  "$PSCTL" compare --bin "$BIN" --config "$ROOT/configs/default.yaml" --modes sync \
-    --workers 2 --steps "$STEPS" --timeout 25 --out "$TMP/$name" "$@" > "$TMP/$name.log" 2>&1
+  psctl_compare 120 "$TMP/$name.log" --config "$ROOT/configs/default.yaml" --modes sync \
+    --workers 2 --steps "$STEPS" --timeout 25 --out "$TMP/$name" "$@"
 }
 
 # 1. compute_ms 20: no step computes faster.
@@ -71,5 +63,4 @@ else
   cat "$TMP/straggler.log"; fail "straggler run failed"
 fi
 
-echo "$passed passed, $failures failed"
-((failures == 0))
+procs_finish "$passed passed, $failures failed" "($passed passed)"

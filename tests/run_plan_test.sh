@@ -4,26 +4,22 @@
 # are never shared, and a missing or malformed data file or a model that does
 # not fit the data is found before any process is launched.
 set -uo pipefail
+source "$TEST_SRCDIR/pstrain/tests/lib/procs.sh" # ROOT, TMP, psctl_run, ...
 
-SRC="$TEST_SRCDIR/pstrain"
-BIN="$SRC"
-TMP="${TEST_TMPDIR:-$(mktemp -d)}"
-# A private copy of psctl: its folder is its root, so runs/ lands in $TMP.
-ROOT="$TMP/root"
-mkdir -p "$ROOT"
-cp "$SRC/psctl" "$ROOT/psctl"
-PSCTL="$ROOT/psctl"
-CONFIG="$SRC/configs/default.yaml"
-failures=0 passed=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-ok() { echo "ok: $*"; passed=$((passed + 1)); }
+# A private copy of psctl (run with --bin $ROOT): its folder is its root, so
+# runs/ lands in $TMP.
+PSCTL_HOME="$TMP/root"
+mkdir -p "$PSCTL_HOME"
+cp "$PSCTL" "$PSCTL_HOME/psctl"
+PSCTL="$PSCTL_HOME/psctl"
+CONFIG="$ROOT/configs/default.yaml"
 
 # Expects `psctl run ARGS...` to exit 2 naming $1 without launching anything
 # (no coordinator log in its output folder).
 expect_rejected() {
   local want="$1" name="$2"; shift 2
-  local out="$TMP/$name" rc=0
-  "$PSCTL" run --bin "$BIN" --out "$out" "$@" >"$TMP/$name.log" 2>&1 || rc=$?
+  local out="$TMP/$name"
+  psctl_run 60 "$out" "$TMP/$name.log" "$@"
   if ((rc != 2)); then
     cat "$TMP/$name.log"; fail "$name: exit status $rc, want 2"
   elif ! grep -qF -- "$want" "$TMP/$name.log"; then
@@ -61,22 +57,23 @@ expect_rejected "model.input_dim is 5" data_mismatch --config "$TMP/mismatch.yam
 
 # ... and the same job with a fitting model runs, honouring --steps.
 job "$TMP/fits.yaml" "$TMP/good.csv" 2
-if "$PSCTL" run --bin "$BIN" --config "$TMP/fits.yaml" --steps 4 --out "$TMP/fits" \
-    >"$TMP/fits.log" 2>&1 && grep -q '"steps": 4' "$TMP/fits/summary.json"; then
+if psctl_run 120 "$TMP/fits" "$TMP/fits.log" --config "$TMP/fits.yaml" --steps 4 &&
+    grep -q '"steps": 4' "$TMP/fits/summary.json"; then
   ok "csv job with a fitting model runs 4 steps (--steps honoured)"
 else
   cat "$TMP/fits.log"; fail "csv job with a fitting model"
 fi
 
 # #9: two runs without --out started together get two folders, both succeed.
-"$PSCTL" run --bin "$BIN" --config "$TMP/fits.yaml" >"$TMP/twin1.log" 2>&1 &
-p1=$!
-"$PSCTL" run --bin "$BIN" --config "$TMP/fits.yaml" >"$TMP/twin2.log" 2>&1 &
-p2=$!
-rc1=0 rc2=0
-wait "$p1" || rc1=$?
-wait "$p2" || rc2=$?
-mapfile -t dirs < <(find "$ROOT/runs" -mindepth 1 -maxdepth 1 -type d | sort)
+spawn_logged "$TMP/twin1.log" "$PSCTL" run --bin "$ROOT" --config "$TMP/fits.yaml"
+p1=$spawned
+spawn_logged "$TMP/twin2.log" "$PSCTL" run --bin "$ROOT" --config "$TMP/fits.yaml"
+p2=$spawned
+wait_or_stop "$p1" 120 "the first twin"
+rc1=$rc
+wait_or_stop "$p2" 120 "the second twin"
+rc2=$rc
+mapfile -t dirs < <(find "$PSCTL_HOME/runs" -mindepth 1 -maxdepth 1 -type d | sort)
 if ((rc1 == 0 && rc2 == 0)) && ((${#dirs[@]} == 2)) &&
     [[ -s "${dirs[0]}/summary.json" && -s "${dirs[1]}/summary.json" ]]; then
   ok "two runs started together: ${dirs[*]##*/}"
@@ -85,5 +82,4 @@ else
   fail "two runs started together: status $rc1 and $rc2, folders: ${dirs[*]:-none}"
 fi
 
-echo "$passed passed, $failures failed"
-((failures == 0))
+procs_finish "$passed passed, $failures failed" "($passed passed)"

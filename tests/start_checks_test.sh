@@ -9,35 +9,25 @@
 #     server cannot register and gives up), and a bad token file is named.
 # Every process listens on 127.0.0.1 with an ephemeral port and is stopped.
 set -uo pipefail
+source "$TEST_SRCDIR/pstrain/tests/lib/procs.sh" # COORD, TMP, run_logged, ...
 
-ROOT="$TEST_SRCDIR/pstrain"
-TMP="${TEST_TMPDIR:-$(mktemp -d)}"
-COORD="$ROOT/coordinator/ps_coordinator"
-SERVER="$ROOT/server/ps_server"
-WORKER="$ROOT/worker/ps_worker"
-failures=0 passed=0 pids=()
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-ok() { echo "ok: $*"; passed=$((passed + 1)); }
-cleanup() { local p; for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; }
-trap cleanup EXIT
+# Runs "$@" with a time limit (run_logged); sets rc and out (stderr and
+# stdout).
+run() {
+  run_logged 60 "$TMP/run.log" "$@"
+  out="$(cat "$TMP/run.log")"
+}
 
-# Runs "$@" with a time limit; sets rc and out (stderr and stdout).
-run() { out="$(timeout 60 "$@" 2>&1)"; rc=$?; }
-
-# Starts a coordinator on an ephemeral port; sets coord_pid and port.
-start_coordinator() {
-  local port_file="$TMP/port.$RANDOM"
-  "$COORD" --config="$ROOT/configs/default.yaml" --out="$TMP/out.$RANDOM" --port=0 \
-    --port_file="$port_file" "$@" 2>"$TMP/coordinator.log" &
-  coord_pid=$!
-  pids+=("$coord_pid")
-  for _ in $(seq 1 200); do [[ -s "$port_file" ]] && break; sleep 0.05; done
-  port="$(cat "$port_file" 2>/dev/null)"
-  [[ -n "$port" ]] || { fail "coordinator did not start"; cat "$TMP/coordinator.log"; exit 1; }
+# coordinator_on NAME [FLAG...]: a coordinator on an ephemeral port, for the
+# default job, in $TMP/NAME (start_coordinator); sets port. Exits the test
+# if it did not start.
+coordinator_on() {
+  start_coordinator "$TMP/$1" "$ROOT/configs/default.yaml" "${@:2}" || exit 1
+  port=${addr##*:}
 }
 
 # 1. Busy port: a second coordinator on the first one's port.
-start_coordinator
+coordinator_on first
 run "$COORD" --config="$ROOT/configs/default.yaml" --out="$TMP/second" --port="$port"
 if [[ $rc -eq 2 && "$out" == *"cannot listen on 127.0.0.1:$port"* ]]; then
   ok "second coordinator on port $port exits 2"
@@ -65,11 +55,11 @@ if [[ $rc -eq 2 && "$out" == *"--advertise_host"* ]]; then
 else
   fail "worker with a bad advertise_host: exit $rc, output: $out"
 fi
-kill "$coord_pid" 2>/dev/null; wait "$coord_pid" 2>/dev/null
+procs_cleanup
 
 # 3. Job token: a server without the token cannot register.
 printf '%s\n' "$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')" >"$TMP/token"
-start_coordinator --token_file="$TMP/token"
+coordinator_on with_token --token_file="$TMP/token"
 run "$SERVER" --coordinator="127.0.0.1:$port" --port=0 --startup_timeout_s=3 --rpc_timeout_s=1
 if [[ $rc -ne 0 && "$out" == *"requires its token"* ]]; then
   ok "server without the job token is refused (exit $rc)"
@@ -84,5 +74,4 @@ else
   fail "bad token file: exit $rc, output: $out"
 fi
 
-echo "start_checks_test: $passed passed, $failures failed"
-((failures == 0))
+procs_finish "start_checks_test: $passed passed, $failures failed" "($passed passed)"

@@ -9,9 +9,9 @@
 #   source "$TEST_SRCDIR/pstrain/tests/lib/procs.sh"
 #
 # Sourcing sets ROOT, COORD, SERVER, WORKER, REPORT, PSCTL, CHECKPOINT (paths
-# in the runfiles), TMP (the test's scratch folder) and failures (0), and
-# installs traps: on exit, SIGINT and SIGTERM every process started through
-# this file (or passed to procs_track) is stopped (procs_cleanup).
+# in the runfiles), TMP (the test's scratch folder), failures and passed (0),
+# and installs traps: on exit, SIGINT and SIGTERM every process started
+# through this file (or passed to procs_track) is stopped (procs_cleanup).
 # Functions that start processes set globals (named in each contract), as
 # the tests used to inline.
 [[ -n "${PSTRAIN_PROCS_SH:-}" ]] && return 0
@@ -26,6 +26,7 @@ PSCTL="$ROOT/psctl"
 CHECKPOINT="$ROOT/tools/checkpoint/ps_checkpoint"
 TMP="${TEST_TMPDIR:-$(mktemp -d)}"
 failures=0
+passed=0
 PROCS_PIDS=()
 
 # fail MESSAGE: prints "FAIL: MESSAGE" and counts a failed check.
@@ -33,8 +34,11 @@ fail() {
   echo "FAIL: $*"
   failures=$((failures + 1))
 }
-# ok MESSAGE: prints "ok: MESSAGE".
-ok() { echo "ok: $*"; }
+# ok MESSAGE: prints "ok: MESSAGE" and counts a passed check.
+ok() {
+  echo "ok: $*"
+  passed=$((passed + 1))
+}
 # now_ms: milliseconds since the epoch.
 now_ms() { date +%s%3N; }
 
@@ -45,8 +49,9 @@ now_ms() { date +%s%3N; }
 # then found "not a child" (status 127) for a worker that had exited 0.
 # _procs_us: microseconds since the epoch, into _procs_now.
 _procs_us() { _procs_now=${EPOCHREALTIME/./}; }
-# _procs_nap SECONDS: sleeps without a fork when it can.
-if ! exec {PROCS_NAP_FD}<> <(:) 2>/dev/null; then PROCS_NAP_FD=""; fi
+# _procs_nap SECONDS: sleeps without a fork when it can. (The braces keep
+# 2>/dev/null off the shell: on exec alone it would stay.)
+if ! { exec {PROCS_NAP_FD}<> <(:); } 2>/dev/null; then PROCS_NAP_FD=""; fi
 _procs_nap() {
   if [[ -n "$PROCS_NAP_FD" ]]; then
     read -r -t "$1" -u "$PROCS_NAP_FD" _ 2>/dev/null
@@ -161,6 +166,39 @@ spawn() {
   "$@" 2> "$log" &
   spawned=$!
   procs_track "$spawned"
+}
+
+# spawn_logged LOG COMMAND...: spawn, with COMMAND's stdout in LOG too.
+spawn_logged() {
+  local log="$1"
+  shift
+  "$@" > "$log" 2>&1 &
+  spawned=$!
+  procs_track "$spawned"
+}
+
+# wait_or_stop PID SECONDS WHAT: waits up to SECONDS for PID (a child of
+# this shell) and returns its exit status; once it ran SECONDS, says "WHAT:
+# still running after SECONDS s; stopping it", sends it SIGTERM (SIGKILL if
+# it still runs 10 s later) and returns 124. Sets rc to what it returns.
+wait_or_stop() {
+  exited_within "$1" "$2" && return "$rc"
+  echo "$3: still running after $2 s; stopping it"
+  kill -TERM "$1"
+  exited_within "$1" 10 || kill -KILL "$1"
+  rc=124
+  return 124
+}
+
+# run_logged SECONDS LOG COMMAND...: COMMAND (a psctl run, say) run to its
+# end, but bounded and stopped on SIGTERM to this shell: spawn_logged, then
+# wait_or_stop (WHAT: COMMAND's file name and first argument). Sets spawned
+# and rc; returns rc.
+run_logged() {
+  local seconds="$1" log="$2"
+  shift 2
+  spawn_logged "$log" "$@"
+  wait_or_stop "$spawned" "$seconds" "${1##*/} ${2:-}"
 }
 
 # file_has FILE PATTERN: whether FILE exists and a line matches PATTERN
@@ -279,25 +317,28 @@ ckpt_step() { printf 'ckpt/step-%012d' "$1"; }
 psctl_start() {
   local out="$1" log="$2"
   shift 2
-  "$PSCTL" run --bin "$ROOT" --out "$out" "$@" > "$log" 2>&1 &
-  psctl_pid=$!
-  procs_track "$psctl_pid"
+  spawn_logged "$log" "$PSCTL" run --bin "$ROOT" --out "$out" "$@"
+  psctl_pid=$spawned
 }
 
-# psctl_run SECONDS OUT LOG [ARG...]: the same, waited for up to SECONDS:
-# returns psctl's exit status, or 124 (with a line saying so) once it ran
-# SECONDS and got SIGTERM (psctl then stops the processes it started). Sets
-# psctl_pid and rc.
+# psctl_run SECONDS OUT LOG [ARG...]: the same, waited for up to SECONDS
+# (wait_or_stop): returns psctl's exit status, or 124 (with a line saying
+# so) once it ran SECONDS and got SIGTERM (psctl then stops the processes it
+# started). Sets psctl_pid and rc.
 psctl_run() {
-  local seconds="$1" out="$2" log="$3"
-  shift 3
-  psctl_start "$out" "$log" "$@"
-  exited_within "$psctl_pid" "$seconds" && return "$rc"
-  echo "psctl run --out $out: still running after $seconds s; stopping it"
-  kill -TERM "$psctl_pid"
-  exited_within "$psctl_pid" 10 || kill -KILL "$psctl_pid"
-  rc=124
-  return 124
+  local seconds="$1" out="$2"
+  shift
+  psctl_start "$@"
+  wait_or_stop "$psctl_pid" "$seconds" "psctl run --out $out"
+}
+
+# psctl_compare SECONDS LOG [ARG...]: `psctl compare --bin $ROOT ARG...`,
+# its output in LOG, waited for up to SECONDS (run_logged). Sets rc; returns
+# psctl's exit status, or 124 once it ran SECONDS.
+psctl_compare() {
+  local seconds="$1" log="$2"
+  shift 2
+  run_logged "$seconds" "$log" "$PSCTL" compare --bin "$ROOT" "$@"
 }
 
 # psctl_succeeded SECONDS LOG WHAT: waits up to SECONDS for the psctl run

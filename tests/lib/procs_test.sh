@@ -7,6 +7,11 @@ set -uo pipefail
 source "$TEST_SRCDIR/pstrain/tests/lib/procs.sh"
 LIB="$ROOT/tests/lib/procs.sh"
 
+# ok counts the checks that passed.
+before=$passed
+ok "ok prints its message"
+((passed == before + 1)) || fail "ok: passed went from $before to $passed"
+
 # wait_for: success, timeout, and the process it waits on ending.
 wait_for 5 "true" true && ok "wait_for returns 0 once the command succeeds" ||
   fail "wait_for true did not return 0"
@@ -62,6 +67,27 @@ elapsed=$(($(now_ms) - t0))
   [[ "$(tail -1 "$TMP/psctl.log")" == stopped ]] && ((elapsed < 5000)) &&
   ok "psctl_run stops a run past its bound with SIGTERM ($elapsed ms)" ||
   fail "psctl_run 1: status $st after $elapsed ms, said '$out', log '$(cat "$TMP/psctl.log")'"
+
+# run_logged: any command, bounded the same way, its stdout and stderr in
+# the log.
+run_logged 10 "$TMP/run.log" bash -c 'echo out; echo err >&2; exit 4'
+st=$?
+[[ $st == 4 && $rc == 4 && "$(cat "$TMP/run.log")" == "out"$'\n'"err" ]] &&
+  ok "run_logged returns the exit status (4) and logs stdout and stderr" ||
+  fail "run_logged: status $st, rc $rc, log '$(cat "$TMP/run.log")'"
+t0=$(now_ms)
+out=$(run_logged 1 "$TMP/run.log" "$PSCTL" compare)
+st=$?
+elapsed=$(($(now_ms) - t0))
+[[ $st == 124 && "$out" == "fake_psctl compare: still running after 1 s; stopping it" ]] &&
+  [[ "$(tail -1 "$TMP/run.log")" == stopped ]] && ((elapsed < 5000)) &&
+  ok "run_logged stops a command past its bound with SIGTERM ($elapsed ms)" ||
+  fail "run_logged 1: status $st after $elapsed ms, said '$out', log '$(cat "$TMP/run.log")'"
+psctl_compare 10 "$TMP/compare.log" --quick
+st=$?
+[[ $st == 5 && "$(cat "$TMP/compare.log")" == "args: compare --bin $ROOT --quick" ]] &&
+  ok "psctl_compare runs psctl compare with --bin and returns its status (5)" ||
+  fail "psctl_compare: status $st, log '$(cat "$TMP/compare.log")'"
 
 # psctl_succeeded: 0 for a run that exits 0; a FAIL with the log for one
 # that fails, and for one still running past the bound. It waits for a
@@ -234,6 +260,11 @@ sed -i '/worker-0/d' "$run.log"
 out=$(restarted_and_rolled_back "$run" 1 0 1 | grep -c FAIL)
 [[ "$out" == 2 ]] && ok "restarted_and_rolled_back fails on a missing restart and resume" ||
   fail "restarted_and_rolled_back: $out FAIL lines, want 2"
+
+# Sourcing leaves the script's stderr where it was.
+out=$(bash -c "source '$LIB'; echo to-stderr >&2" 2>&1)
+[[ "$out" == to-stderr ]] && ok "a script that sources procs.sh keeps its stderr" ||
+  fail "a script that sources procs.sh wrote '$out' to stderr, want 'to-stderr'"
 
 # Cleanup: a script that exits with a failure, one killed by SIGTERM, each
 # with a running, a stopped and a SIGTERM-ignoring process.
