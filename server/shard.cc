@@ -841,7 +841,7 @@ absl::Status Shard::IncomingPush::Add(const ChunkData& c) {
         shard_->spare_g_.pop_back();
       }
     }
-    term_g_.resize(std::max<size_t>(lc.length, shard_->max_chunk_length_));
+    term_g_.resize(shard_->max_chunk_length_);
   }
   absl::ReaderMutexLock shard_lock(&shard_->mu_);
   return SumLocked(c, k, src, hash, check_later, !shard_->closed_);
@@ -957,7 +957,8 @@ bool Shard::SumChunk(size_t k, ChunkSum& sum, const char* src,
   // The chunk's term of the step may be held (one worker: the only one; a
   // retry of it is skipped by its contribution, so nothing is added to a
   // held term): it is copied there while its largest |x| is found, in one
-  // pass (most terms are held; one that is not is summed over the copy).
+  // pass (most terms are held; for one that is not, the copy is zeroed and
+  // the term summed).
   const bool may_hold =
       hold_terms_ && (sum.acc == Acc::kZero || sum.acc == Acc::kStale);
   bool zero_first = sum.acc == Acc::kStale;
