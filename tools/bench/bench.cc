@@ -165,7 +165,7 @@ void RunRound(const Plan& plan, int round, Iperf3* iperf, GrpcStream* stream,
   }
   for (uint64_t bytes : plan.ps_bytes) {
     if (stream == nullptr) break;
-    // The share of the CPUs busy during each stream (BusyShare).
+    // The share of the CPUs' time used during each stream (BusyShare).
     const CpuTimes t0 = ReadCpuTimes();
     absl::StatusOr<double> up = stream->Upload(bytes);
     const CpuTimes t1 = ReadCpuTimes();
@@ -372,8 +372,8 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
                                     Fmt(r.Median(anchor)), " GB/s)"),
                        Fmt(r.Median(name)) + " GB/s",
                        RatioMedian(r, R, name, anchor), ">=", 0.9});
-      // Whether the cores, not the wire, bound both: the share of all CPUs
-      // busy during each.
+      // How much of the machine's CPU time each used (both ends of both run
+      // in this process): near 1, the cores bound the rate, not the wire.
       const std::string cpu = "cpu_" + name, bare_cpu = "cpu_" + anchor;
       goals.push_back(
           {absl::StrCat(op, " ", SizeName(bytes),
