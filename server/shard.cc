@@ -710,6 +710,14 @@ absl::StatusOr<PushResult> Shard::AcceptLocked(
       return p->result;
     }
   }
+  // Async: a rank joined again, whose dead process pushed this clock
+  // already (shard.h, "Pushes are idempotent").
+  if (!sync_ && header.clock() < clocks_[w] && last_push_[w].valid &&
+      last_push_[w].session != header.session_id()) {
+    PushResult result;
+    result.version = version_;
+    return result;
+  }
   if (header.clock() != clocks_[w]) {
     return absl::FailedPreconditionError(
         absl::StrCat("worker ", w, " pushed clock ", header.clock(),
@@ -741,7 +749,8 @@ absl::StatusOr<PushResult> Shard::AcceptLocked(
   RecordStalenessLocked(result.staleness);
   result.version = version_;
   prev_push_[w] = last_push_[w];
-  last_push_[w] = LastPush{true, header.clock(), fingerprint, result};
+  last_push_[w] =
+      LastPush{true, header.clock(), fingerprint, result, header.session_id()};
   ServeSnapshotsLocked();
   return result;
 }

@@ -79,6 +79,13 @@
 // it half-way (its summed chunks are the rank's contribution, below) or not
 // at all, so each shard either answers the step's original result or
 // accepts it: no step is summed twice or lost (coordinator/elastic.h).
+// In async, a process that joined a rank again (new session) starts where
+// the slowest live worker is, which the coordinator knows from reports; the
+// rank's dead process may have pushed further before it stopped (its last
+// pushes not reported yet, or still in flight). A push of such a clock from
+// the new session (below the rank's clock, whose last accepted push came
+// from another session) is acknowledged without applying anything: the dead
+// process's push of that clock stands, as in the other shards it reached.
 //
 // Summing on arrival (plain Bsp, i.e. sync without backup workers:
 // sums_on_arrival()). A push stream (BeginPush, IncomingPush) adds each
@@ -527,6 +534,7 @@ class Shard {
     uint64_t clock = 0;
     uint64_t fingerprint = 0;
     PushResult result;
+    uint64_t session = 0;  // PushHeader.session_id
   };
 
   mutable absl::Mutex mu_;

@@ -1314,6 +1314,50 @@ absl::StatusOr<PushResult> PushAs(bool streamed, Shard& shard, uint32_t worker,
   return (*push)->Finish();
 }
 
+// training.on_failure: elastic, mode async: a process that joined a rank
+// again starts where the coordinator saw the slowest live worker, but the
+// rank's dead process had pushed further (its last push was in flight when
+// it stopped). The new session's push of such a clock is acknowledged and
+// changes nothing; the rank's next clock is accepted. Within one session a
+// different push for an accepted clock is still refused.
+TEST(ElasticAsyncTest, JoinedRankPushOfAClockItsDeadProcessPushedIsSkipped) {
+  std::unique_ptr<Shard> shard =
+      MakeShard(SmallConfig(pstrain::v1::MODE_ASYNC, 2, /*staleness=*/4));
+  ASSERT_NE(shard, nullptr);
+  const std::vector<float> g = Constant(*shard, 0.5f);
+  constexpr uint64_t kDead = 7, kJoined = 9, kLive = 3;
+  ASSERT_TRUE(PushAs(false, *shard, 0, kLive, 0, g).ok());
+  ASSERT_TRUE(PushAs(false, *shard, 1, kDead, 0, g).ok());
+  ASSERT_TRUE(PushAs(false, *shard, 1, kDead, 1, g).ok());
+  // The dead process's clocks 0 and 1 are in; it joins again from 0.
+  shard->SetMembership({false, false}, {0, 0});
+  const std::vector<float> before = Weights(*shard);
+  const uint64_t version = shard->Stats().version();
+  for (uint64_t clock : {0, 1}) {
+    absl::StatusOr<PushResult> r =
+        PushAs(false, *shard, 1, kJoined, clock, Constant(*shard, 2.0f));
+    ASSERT_TRUE(r.ok()) << clock << ": " << r.status();
+    EXPECT_FALSE(r->applied) << clock;
+    EXPECT_EQ(r->version, version) << clock;
+  }
+  EXPECT_TRUE(BitIdentical(Weights(*shard), before));
+  EXPECT_EQ(shard->Stats().version(), version);
+  // The rank's next clock is the new session's, and is applied.
+  absl::StatusOr<PushResult> next = PushAs(false, *shard, 1, kJoined, 2, g);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_TRUE(next->applied);
+  // Within the new session, a different push for clock 2: refused as ever.
+  EXPECT_EQ(PushAs(false, *shard, 1, kJoined, 2, Constant(*shard, 1.0f))
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+  // And the live worker, one session throughout, is not affected.
+  EXPECT_EQ(PushAs(false, *shard, 0, kLive, 0, Constant(*shard, 1.0f))
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 class ElasticSyncTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(ElasticSyncTest, StandInRePushGetsTheOriginalAnswerOrIsAccepted) {
