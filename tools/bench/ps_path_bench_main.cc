@@ -2,71 +2,17 @@
 // work on the data path (README "Performance"; what a round measures and
 // prints: tools/bench/ps_path_rounds.h). --compare_early_apply,
 // --compare_hold_first_term and --compare_apply_terms add rows with that
-// ShardOptions setting off, in the same rounds. Flags -> PsPathBenchOptions ->
-// RunPsPathBench -> exit.
-#include <algorithm>
+// ShardOptions setting off, in the same rounds. Flags
+// (ps_path_bench_flags.h) -> PsPathBenchOptions -> RunPsPathBench -> exit;
+// as the child of the memory run (--serve_shard, serve_shard_flags.h) it
+// serves one shard instead.
 #include <cstdio>
 #include <string>
 
-#include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "common/status_macros.h"
+#include "tools/bench/ps_path_bench_flags.h"
 #include "tools/bench/ps_path_rounds.h"
 #include "tools/bench/serve_shard_flags.h"
-#include "tools/bench/stats.h"
-
-ABSL_FLAG(int, rounds, 3, "interleaved rounds");
-ABSL_FLAG(std::string, mb, "16,64", "tensor sizes in decimal MB");
-ABSL_FLAG(std::string, ps_servers, "1,2", "shard counts");
-ABSL_FLAG(std::string, ps_workers, "1,4", "worker counts");
-ABSL_FLAG(uint64_t, memory_params, 16 << 20,
-          "parameters of the memory run (0: skip it)");
-ABSL_FLAG(std::string, memory_workers, "1,4,16",
-          "worker counts of the memory run");
-ABSL_FLAG(bool, all_variants, false,
-          "memory run: every server variant (ps_path.h), interleaved per N");
-ABSL_FLAG(std::string, iperf3, "iperf3", "iperf3 binary");
-ABSL_FLAG(bool, compare_early_apply, false,
-          "also measure every push/pull row with ShardOptions.early_apply "
-          "off, side by side");
-ABSL_FLAG(bool, compare_hold_first_term, false,
-          "also measure every push/pull row with ShardOptions.hold_first_term "
-          "off (one worker: the term through the fixed-point sum)");
-ABSL_FLAG(bool, compare_apply_terms, false,
-          "also measure every push/pull row with "
-          "ShardOptions.apply_terms_on_arrival off (one worker: the term held "
-          "for the applier thread)");
-// Child role (--serve_shard ...): tools/bench/serve_shard_flags.h.
-
-namespace pstrain::bench {
-namespace {
-
-absl::StatusOr<PsPathBenchOptions> OptionsFromFlags(const char* self) {
-  PsPathBenchOptions o;
-  PsPathRoundsOptions& r = o.rounds;
-  r.rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
-  PS_ASSIGN_OR_RETURN(r.mb, ParsePositiveList("mb", absl::GetFlag(FLAGS_mb)));
-  PS_ASSIGN_OR_RETURN(
-      r.servers,
-      ParsePositiveList("ps_servers", absl::GetFlag(FLAGS_ps_servers)));
-  PS_ASSIGN_OR_RETURN(
-      r.workers,
-      ParsePositiveList("ps_workers", absl::GetFlag(FLAGS_ps_workers)));
-  r.compare_early_apply = absl::GetFlag(FLAGS_compare_early_apply);
-  r.compare_hold_first_term = absl::GetFlag(FLAGS_compare_hold_first_term);
-  r.compare_apply_terms = absl::GetFlag(FLAGS_compare_apply_terms);
-  o.iperf3 = absl::GetFlag(FLAGS_iperf3);
-  o.memory_params = absl::GetFlag(FLAGS_memory_params);
-  PS_ASSIGN_OR_RETURN(
-      o.memory_workers,
-      ParsePositiveList("memory_workers", absl::GetFlag(FLAGS_memory_workers)));
-  o.all_variants = absl::GetFlag(FLAGS_all_variants);
-  o.self_path = self;
-  return o;
-}
-
-}  // namespace
-}  // namespace pstrain::bench
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -74,7 +20,7 @@ int main(int argc, char** argv) {
     return pstrain::bench::ServeShardFromFlags();
   }
   absl::StatusOr<pstrain::bench::PsPathBenchOptions> options =
-      pstrain::bench::OptionsFromFlags(argv[0]);
+      pstrain::bench::PsPathBenchOptionsFromFlags(argv[0]);
   if (!options.ok()) {
     std::fprintf(stderr, "ps_path_bench: %s\n",
                  std::string(options.status().message()).c_str());

@@ -1,0 +1,49 @@
+// ps_path_bench's flags: what they give by default, the compared settings,
+// and a bad list naming its flag.
+#include "tools/bench/ps_path_bench_flags.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "gtest/gtest.h"
+
+ABSL_DECLARE_FLAG(std::string, mb);
+ABSL_DECLARE_FLAG(bool, compare_apply_terms);
+
+namespace pstrain::bench {
+namespace {
+
+class PsPathBenchFlagsTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    absl::SetFlag(&FLAGS_mb, "16,64");
+    absl::SetFlag(&FLAGS_compare_apply_terms, false);
+  }
+};
+
+TEST_F(PsPathBenchFlagsTest, DefaultsAndTheComparedSetting) {
+  absl::SetFlag(&FLAGS_compare_apply_terms, true);
+  absl::StatusOr<PsPathBenchOptions> o = PsPathBenchOptionsFromFlags("self");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->rounds.mb, (std::vector<int>{16, 64}));
+  EXPECT_EQ(o->rounds.servers, (std::vector<int>{1, 2}));
+  EXPECT_EQ(o->rounds.workers, (std::vector<int>{1, 4}));
+  EXPECT_TRUE(o->rounds.compare_apply_terms);
+  EXPECT_FALSE(o->rounds.compare_early_apply);
+  EXPECT_EQ(o->memory_workers, (std::vector<int>{1, 4, 16}));
+  EXPECT_EQ(o->self_path, "self");
+}
+
+TEST_F(PsPathBenchFlagsTest, ABadListNamesItsFlag) {
+  absl::SetFlag(&FLAGS_mb, "16,0");
+  absl::StatusOr<PsPathBenchOptions> o = PsPathBenchOptionsFromFlags("self");
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(o.status().message(),
+            "--mb: expected positive integers, got '16,0'");
+}
+
+}  // namespace
+}  // namespace pstrain::bench
