@@ -34,10 +34,7 @@ final=$(ckpt_step 80)
 file="shard-00000-of-00001.ckpt"
 
 # 1. The undisturbed job.
-if ! psctl_run 120 "$TMP/a" "$TMP/a.log" --config "$TMP/job.yaml"; then
-  cat "$TMP/a.log"; echo "FAIL: the undisturbed job failed"; exit 1
-fi
-[[ -f "$TMP/a/$final/MANIFEST.json" ]] || fail "no final checkpoint in the undisturbed run"
+psctl_undisturbed "$TMP/a" "$TMP/job.yaml" "$final"
 "$CHECKPOINT" inspect "$TMP/a/ckpt" > "$TMP/inspect.log" 2>&1 ||
   { cat "$TMP/inspect.log"; fail "ps_checkpoint inspect refused the job's checkpoints"; }
 grep -q "mode: allreduce" "$TMP/inspect.log" || fail "inspect does not say mode allreduce"

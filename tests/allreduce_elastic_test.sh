@@ -20,9 +20,7 @@ set -uo pipefail
 
 source "$TEST_SRCDIR/pstrain/tests/lib/procs.sh" # PSCTL, TMP, psctl_run, ...
 
-seed="${CHAOS_SEED:-$(($(date +%s%N) % 100000))}"
-echo "seed $seed (replay: CHAOS_SEED=$seed)"
-RANDOM=$seed
+chaos_seed
 steps=60
 victim=$((RANDOM % 3))
 kill_step=$((5 * (2 + RANDOM % 3))) # 10..20
@@ -69,12 +67,7 @@ final=$(ckpt_step "$steps")
 file="shard-00000-of-00001.ckpt"
 
 # The undisturbed job (max_restarts changes nothing without a failure).
-if ! psctl_run 120 "$TMP/calm" "$TMP/calm.log" --config "$TMP/hosted.yaml"; then
-  cat "$TMP/calm.log"
-  echo "FAIL: the undisturbed job failed"
-  exit 1
-fi
-[[ -f "$TMP/calm/$final/MANIFEST.json" ]] || fail "no final checkpoint in the undisturbed run"
+psctl_undisturbed "$TMP/calm" "$TMP/hosted.yaml" "$final"
 
 # run_killed NAME CONFIG [THEN]: the job with the victim killed (then
 # command THEN, e.g. another kill); checks what every variant shares.

@@ -19,9 +19,7 @@
 set -uo pipefail
 source "$TEST_SRCDIR/pstrain/tests/lib/procs.sh" # COORD, TMP, psctl_run, ...
 
-seed="${CHAOS_SEED:-$(($(date +%s%N) % 100000))}"
-echo "seed $seed (replay: CHAOS_SEED=$seed)"
-RANDOM=$seed
+chaos_seed
 steps=60
 victims=($((RANDOM % 3)) $((RANDOM % 3)))
 kill_steps=($((5 * (2 + RANDOM % 3)))) # 10..20
@@ -57,12 +55,7 @@ final=$(ckpt_step "$steps")
 file="shard-00000-of-00001.ckpt"
 
 # 1a. The undisturbed job.
-if ! psctl_run 120 "$TMP/calm" "$TMP/calm.log" --config "$TMP/job.yaml"; then
-  cat "$TMP/calm.log"
-  echo "FAIL: the undisturbed job failed"
-  exit 1
-fi
-[[ -f "$TMP/calm/$final/MANIFEST.json" ]] || fail "no final checkpoint in the undisturbed run"
+psctl_undisturbed "$TMP/calm" "$TMP/job.yaml" "$final"
 
 # 1b. The same job with two kills.
 dir="$TMP/kill"

@@ -26,9 +26,7 @@ source "$TEST_SRCDIR/pstrain/tests/lib/procs.sh"  # REPORT, TMP, psctl_run, ...
 TOLERANCE=0.05  # absolute test accuracy (400 test examples)
 STEPS=100
 
-seed="${CHAOS_SEED:-$(($(date +%s%N) % 100000))}"
-echo "chaos seed $seed (replay: --test_env=CHAOS_SEED=$seed)"
-RANDOM=$seed
+chaos_seed chaos
 server_victim=$((RANDOM % 2))
 worker_victim=$((RANDOM % 3))
 server_step=$((10 * (2 + RANDOM % 3)))                # 20..40
@@ -74,10 +72,7 @@ within() {
 }
 
 # 1. The undisturbed job.
-if ! psctl_run 120 "$TMP/a" "$TMP/a.log" --config "$TMP/job-fail.yaml"; then
-  cat "$TMP/a.log"; echo "FAIL: the undisturbed job failed"; exit 1
-fi
-[[ -f "$TMP/a/$final/MANIFEST.json" ]] || fail "no final checkpoint in the undisturbed run"
+psctl_undisturbed "$TMP/a" "$TMP/job-fail.yaml" "$final"
 "$CHECKPOINT" inspect "$TMP/a/ckpt" > "$TMP/inspect-a.log" 2>&1 ||
   { cat "$TMP/inspect-a.log"; fail "ps_checkpoint inspect refused the job's checkpoints"; }
 acc_a=$("$REPORT" summary-get "$TMP/a" final_accuracy)

@@ -12,9 +12,7 @@ set -uo pipefail
 
 source "$TEST_SRCDIR/pstrain/tests/lib/procs.sh"  # PSCTL, TMP, psctl_run, ...
 
-seed="${CHAOS_SEED:-$(( $(date +%s%N) % 100000 ))}"
-echo "chaos seed $seed (replay: CHAOS_SEED=$seed)"
-RANDOM=$seed
+chaos_seed chaos
 steps=80
 server_victim=$((RANDOM % 2))
 worker_victim=$((RANDOM % 2))
@@ -52,10 +50,7 @@ EOF2
 final=$(ckpt_step "$steps")
 
 # 1. The undisturbed job.
-if ! psctl_run 120 "$TMP/calm" "$TMP/calm.log" --config "$TMP/job.yaml"; then
-  cat "$TMP/calm.log"; echo "FAIL: the undisturbed job failed"; exit 1
-fi
-[[ -f "$TMP/calm/$final/MANIFEST.json" ]] || fail "no final checkpoint in the undisturbed run"
+psctl_undisturbed "$TMP/calm" "$TMP/job.yaml" "$final"
 
 # 2. The same job with two kills.
 dir="$TMP/chaos"

@@ -9,9 +9,7 @@ set -uo pipefail
 
 source "$TEST_SRCDIR/pstrain/tests/lib/procs.sh"  # PSCTL, TMP, psctl_run, ...
 
-seed="${CHAOS_SEED:-$(($(date +%s%N) % 100000))}"
-echo "seed $seed (replay: CHAOS_SEED=$seed)"
-RANDOM=$seed
+chaos_seed
 steps=150
 kill_step=$((10 * (1 + RANDOM % 4)))  # 10..40
 delay_ms=$((RANDOM % 100))
@@ -31,12 +29,7 @@ EOF2
 final=$(ckpt_step "$steps")
 
 # 1. The undisturbed job.
-if ! psctl_run 120 "$TMP/calm" "$TMP/calm.log" --config "$TMP/job.yaml"; then
-  cat "$TMP/calm.log"
-  echo "FAIL: the undisturbed job failed"
-  exit 1
-fi
-[[ -f "$TMP/calm/$final/MANIFEST.json" ]] || fail "no final checkpoint in the undisturbed run"
+psctl_undisturbed "$TMP/calm" "$TMP/job.yaml" "$final"
 
 # 2. The same job, worker 1 killed.
 dir="$TMP/elastic"

@@ -431,6 +431,27 @@ restarted_and_rolled_back() {
     fail "the surviving worker-$survivor did not resume in-process"
 }
 
+# psctl_undisturbed OUT CONFIG FINAL: the undisturbed run a test compares
+# with: psctl_run (120 s, log OUT.log) of CONFIG. If it fails, its log and
+# "FAIL: the undisturbed job failed", and the test exits 1; a FAIL when it
+# left no checkpoint FINAL (ckpt_step) under OUT.
+psctl_undisturbed() {
+  if ! psctl_run 120 "$1" "$1.log" --config "$2"; then
+    cat "$1.log"
+    echo "FAIL: the undisturbed job failed"
+    exit 1
+  fi
+  [[ -f "$1/$3/MANIFEST.json" ]] || fail "no final checkpoint in the undisturbed run"
+}
+
+# chaos_seed [LABEL]: seed (and RANDOM) from $CHAOS_SEED, else from the
+# clock, said as "[LABEL ]seed N (replay: --test_env=CHAOS_SEED=N)".
+chaos_seed() {
+  seed="${CHAOS_SEED:-$(($(date +%s%N) % 100000))}"
+  echo "${1:+$1 }seed $seed (replay: --test_env=CHAOS_SEED=$seed)"
+  RANDOM=$seed
+}
+
 # same_files DIR_A DIR_B WHAT FILE...: each FILE in DIR_B is byte-identical
 # (cmp) to the one in DIR_A; a FAIL "WHAT: FILE differs" for each that is not.
 same_files() {

@@ -116,6 +116,30 @@ checked_run
 kill -TERM "$psctl_pid"
 exited_within "$psctl_pid" 5
 
+# psctl_undisturbed, on the stand-in psctl (the config "--fine" exits 0,
+# "--quick" 5): a run with its final checkpoint passes, one without it is a
+# FAIL, a failing run ends the test (here a subshell) with its log.
+mkdir -p "$TMP/calm/ckpt/step-3"
+touch "$TMP/calm/ckpt/step-3/MANIFEST.json"
+out=$(psctl_undisturbed "$TMP/calm" --fine ckpt/step-3; echo "failures=$failures")
+[[ "$out" == "failures=$failures" ]] &&
+  ok "psctl_undisturbed passes a run that left its final checkpoint" ||
+  fail "psctl_undisturbed on a complete run said '$out'"
+out=$(psctl_undisturbed "$TMP/calm" --fine ckpt/step-4; echo "failures=$failures")
+[[ "$out" == "FAIL: no final checkpoint in the undisturbed run"$'\n'"failures=$((failures + 1))" ]] &&
+  ok "psctl_undisturbed fails a run without its final checkpoint" ||
+  fail "psctl_undisturbed on a run without it said '$out'"
+out=$( (psctl_undisturbed "$TMP/calm" --quick ckpt/step-3; echo "went on"); echo "st=$?")
+[[ "$out" == *"FAIL: the undisturbed job failed"$'\n'"st=1" && "$out" == "args: run"* ]] &&
+  ok "psctl_undisturbed ends the test on a failed run, showing its log" ||
+  fail "psctl_undisturbed on a failed run said '$out'"
+
+# chaos_seed: from $CHAOS_SEED, said with how to replay it; RANDOM follows.
+out=$(CHAOS_SEED=42 chaos_seed chaos; echo "seed=$seed first=$RANDOM")
+want_first=$(RANDOM=42; echo $RANDOM)
+[[ "$out" == "chaos seed 42 (replay: --test_env=CHAOS_SEED=42)"$'\n'"seed=42 first=$want_first" ]] &&
+  ok "chaos_seed takes CHAOS_SEED and seeds RANDOM" || fail "chaos_seed said '$out'"
+
 # same_files counts each differing file.
 mkdir -p "$TMP/a" "$TMP/b"
 echo 1 > "$TMP/a/x"; echo 1 > "$TMP/b/x"
