@@ -115,6 +115,7 @@ void ParameterServerService::RecordPush(absl::Duration took,
     metrics_->rejected->Inc();
     return;
   }
+  if (r->pending) return;  // a part of a push not committed yet
   metrics_->pushes->Inc();
   if (r->dropped) metrics_->dropped->Inc();
   metrics_->staleness->Observe(static_cast<double>(r->staleness));
@@ -516,6 +517,8 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     response.set_staleness(result->staleness);
     response.set_applied(result->applied);
     response.set_dropped(result->dropped);
+    response.set_pending(result->pending);
+    response.set_missing_chunks(result->missing_chunks);
     bool own_buffer = false;
     End(grpc::SerializationTraits<pstrain::v1::PushResponse>::Serialize(
         response, response_, &own_buffer));

@@ -284,6 +284,12 @@ uint64_t Fingerprint(const PushHeader& h,
   return absl::HashOf(h.worker(), h.clock(), h.read_version(),
                       h.read_min_clock(), h.num_samples(), sum);
 }
+
+// The fields of a header that a retry must repeat (those of Fingerprint).
+uint64_t HeaderHash(const PushHeader& h) {
+  return absl::HashOf(h.worker(), h.clock(), h.read_version(),
+                      h.read_min_clock(), h.num_samples());
+}
 }  // namespace
 
 // Chunk k's sync state (see shard.h, "Summing on arrival").
@@ -648,6 +654,13 @@ absl::Status Shard::ValidatePush(const PushHeader& header,
   if (header.num_samples() == 0) {
     return absl::InvalidArgumentError("push has num_samples 0");
   }
+  if (header.parts() > 1 && !sums_on_arrival_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("push split into ", header.parts(),
+                     " streams (PushHeader.parts), but shard ", shard_id(),
+                     " takes a push as one stream (async or backup workers: "
+                     "network.push_streams must be 1); nothing applied"));
+  }
   ordered->assign(chunks_.size(), nullptr);
   std::vector<bool> seen(chunks_.size(), false);
   for (const ChunkData* c : chunks) {
@@ -699,7 +712,8 @@ absl::StatusOr<PushResult> Shard::Push(
 absl::StatusOr<PushResult> Shard::AcceptLocked(
     const PushHeader& header, uint64_t fingerprint,
     const std::function<absl::Status(PushResult*)>& record,
-    const std::function<void(const PushDecision&, PushResult*)>& apply) {
+    const std::function<void(const PushDecision&, PushResult*)>& apply,
+    std::vector<uint64_t> chunk_hashes) {
   const uint32_t w = header.worker();
   if (closed_) return absl::UnavailableError("shard is shutting down");
   // A retry of an accepted push (a lost reply, or elastic: a stand-in
@@ -749,8 +763,13 @@ absl::StatusOr<PushResult> Shard::AcceptLocked(
   RecordStalenessLocked(result.staleness);
   result.version = version_;
   prev_push_[w] = last_push_[w];
-  last_push_[w] =
-      LastPush{true, header.clock(), fingerprint, result, header.session_id()};
+  last_push_[w] = LastPush{true,
+                           header.clock(),
+                           fingerprint,
+                           result,
+                           header.session_id(),
+                           HeaderHash(header),
+                           std::move(chunk_hashes)};
   ServeSnapshotsLocked();
   return result;
 }
@@ -805,6 +824,7 @@ Shard::IncomingPush::IncomingPush(Shard* shard, const PushHeader& header,
       header_(header),
       epoch_(epoch),
       summing_(summing),
+      part_(header.parts() > 1),
       hashes_(shard->chunks_.size(), 0),
       seen_(shard->chunks_.size(), false) {}
 
@@ -922,14 +942,55 @@ absl::Status Shard::IncomingPush::SumLocked(const ChunkData& c, size_t k,
 }
 
 absl::StatusOr<PushResult> Shard::IncomingPush::Finish() {
-  if (seen_count_ < seen_.size()) {
+  if (seen_count_ < seen_.size() && !part_) {
     return absl::InvalidArgumentError(
         absl::StrCat("push is missing ", seen_.size() - seen_count_, " of ",
                      seen_.size(), " chunks of shard ", shard_->shard_id()));
   }
   Shard& s = *shard_;
-  const uint64_t fingerprint = Fingerprint(header_, hashes_);
+  const uint32_t w = header_.worker();
+  uint64_t fingerprint = Fingerprint(header_, hashes_);
   absl::MutexLock lock(&s.mu_);
+  if (part_) {
+    // A part of an accepted push (finishing after the part that committed
+    // it, or a retry): the same header and, chunk by chunk, the same bytes.
+    const uint64_t header_hash = HeaderHash(header_);
+    for (const LastPush* p : {&s.last_push_[w], &s.prev_push_[w]}) {
+      if (!p->valid || p->clock != header_.clock() ||
+          p->header_hash != header_hash ||
+          p->chunk_hashes.size() != hashes_.size()) {
+        continue;
+      }
+      bool same = true;
+      for (size_t k = 0; same && k < hashes_.size(); ++k) {
+        same = !seen_[k] || p->chunk_hashes[k] == hashes_[k];
+      }
+      if (same) return p->result;
+    }
+    // The push commits with this part only if every chunk is summed; it
+    // then has the fingerprint of one stream of the same chunks.
+    if (summing_ && epoch_ == s.sum_epoch_ && header_.clock() == s.clocks_[w]) {
+      uint64_t missing = 0;
+      for (size_t k = 0; k < s.chunks_.size(); ++k) {
+        ChunkSum& sum = s.sums_[k];
+        absl::MutexLock sum_lock(&sum.mu);
+        const ChunkSum::Contribution& mine = sum.by_worker[w];
+        if (sum.epoch != epoch_ || !mine.present) {
+          ++missing;
+        } else {
+          hashes_[k] = mine.hash;
+        }
+      }
+      if (missing > 0) {
+        PushResult pending;
+        pending.pending = true;
+        pending.missing_chunks = missing;
+        pending.version = s.version_;
+        return pending;
+      }
+      fingerprint = Fingerprint(header_, hashes_);
+    }
+  }
   return s.AcceptLocked(
       header_, fingerprint,
       [&](PushResult* result) ABSL_NO_THREAD_SAFETY_ANALYSIS {
@@ -949,7 +1010,7 @@ absl::StatusOr<PushResult> Shard::IncomingPush::Finish() {
         s.CountRecordedLocked(header_.num_samples(), result);
         return absl::OkStatus();
       },
-      [](const PushDecision&, PushResult*) {});
+      [](const PushDecision&, PushResult*) {}, hashes_);
 }
 bool Shard::SumChunk(size_t k, ChunkSum& sum, const char* src,
                      double num_samples, double* max_abs, uint64_t* clipped)

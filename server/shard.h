@@ -113,6 +113,21 @@
 // the optimizer (not undoable): there the stream is buffered whole and
 // handed to Push after a clean half-close (the service's buffered path).
 //
+// Parts (plain Bsp only: sums_on_arrival()). A push may be split over
+// several streams at once (PushHeader.parts > 1, network.push_streams),
+// each with some of the shard's chunks and the same header otherwise, so
+// one worker's push uses several connections. Each part's chunks are
+// summed as above; a part that finishes while some chunk of the push has
+// no contribution of the worker yet answers `pending` (and how many are
+// missing) and commits nothing; the part that finishes with every chunk
+// summed commits the push, with the fingerprint a single stream of the
+// same chunks would have (from the contributions' hashes) and its header.
+// A part that finishes after the commit, or comes again (a retry), is a
+// retry of the accepted push when its header and each of its chunks' bytes
+// are those of the push (the accepted push's per-chunk hashes are kept):
+// it gets the push's result and changes nothing. A part of a buffered push
+// (async, backup workers) is INVALID_ARGUMENT.
+//
 // Applying on arrival (plain Bsp with ShardOptions.early_apply, the
 // default). A chunk is final for the open step t as soon as every worker's
 // contribution to it is summed: nothing can be added to it any more (a retry
@@ -251,6 +266,12 @@ struct PushResult {
   // Time spent in the optimizer at the commit (0 if not applied); chunks
   // applied on arrival before it are not counted.
   double apply_seconds = 0;
+  // A part of a push split over several streams (PushHeader.parts, "Parts"
+  // above) whose chunks are summed while `missing_chunks` chunks of the
+  // push are not yet: nothing committed, and the fields above are not the
+  // push's result (version is the shard's).
+  bool pending = false;
+  uint64_t missing_chunks = 0;
 };
 
 // One chunk's weights; shared between the shard and the pulls reading it.
@@ -354,8 +375,10 @@ class Shard {
     absl::Status Add(const pstrain::v1::ChunkData& c);
     // Every chunk added: commits the push (or answers a retry of the last
     // accepted one), as Push would. INVALID_ARGUMENT when chunks are
-    // missing; UNAVAILABLE when the shard restored a checkpoint or closed
-    // while the push streamed (nothing applied; a retry is safe).
+    // missing (a part: `pending` while another part's chunks are, and the
+    // commit once none is; "Parts" above); UNAVAILABLE when the shard
+    // restored a checkpoint or closed while the push streamed (nothing
+    // applied; a retry is safe).
     absl::StatusOr<PushResult> Finish();
     ~IncomingPush();
 
@@ -367,6 +390,7 @@ class Shard {
     const pstrain::v1::PushHeader header_;
     const uint64_t epoch_;          // the step's sum this push adds to
     bool summing_;                  // false: only hashed (a possible retry)
+    const bool part_;               // header_.parts() > 1
     std::vector<uint64_t> hashes_;  // per chunk of the shard
     std::vector<bool> seen_;
     size_t seen_count_ = 0;
@@ -487,11 +511,13 @@ class Shard {
   }
   // The handling common to Push and IncomingPush::Finish under mu_: a retry
   // of the last accepted push, the clock, the rule's decision; `record`
-  // adds the push to the step (Bsp).
+  // adds the push to the step (Bsp). `chunk_hashes` (per chunk, or empty)
+  // is kept with the accepted push for retries of a part.
   absl::StatusOr<PushResult> AcceptLocked(
       const pstrain::v1::PushHeader& header, uint64_t fingerprint,
       const std::function<absl::Status(PushResult*)>& record,
-      const std::function<void(const PushDecision&, PushResult*)>& apply)
+      const std::function<void(const PushDecision&, PushResult*)>& apply,
+      std::vector<uint64_t> chunk_hashes = {})
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ssp: DC-ASGD compensation, then the optimizer at the decided rate.
   void ApplyPushLocked(
@@ -535,6 +561,10 @@ class Shard {
     uint64_t fingerprint = 0;
     PushResult result;
     uint64_t session = 0;  // PushHeader.session_id
+    // Pushes summed on arrival: the header's hash (HeaderHash) and each
+    // chunk's (ChunkHash, chunks() order), for a retry of one part.
+    uint64_t header_hash = 0;
+    std::vector<uint64_t> chunk_hashes;
   };
 
   mutable absl::Mutex mu_;

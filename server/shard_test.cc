@@ -2188,5 +2188,226 @@ TEST(HeldTermRestoreTest, RestoreDiscardsAHeldTerm) {
   EXPECT_TRUE(BitIdentical(Weights(*held), Weights(*fresh)));
 }
 
+// ---- Parts: a push split over several streams (PushHeader.parts) ----------
+
+PushHeader PartHeader(uint32_t worker, uint64_t clock, uint64_t num_samples,
+                      uint32_t parts) {
+  PushHeader h = Header(worker, clock, num_samples);
+  h.set_parts(parts);
+  return h;
+}
+
+// Streams part `part` of h.parts() of `data` (chunks part, part + parts,
+// ...; the client's split) and finishes it.
+absl::StatusOr<PushResult> PushPart(Shard& shard, const PushHeader& h,
+                                    const std::vector<ChunkData>& data,
+                                    size_t part) {
+  absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> p = shard.BeginPush(h);
+  if (!p.ok()) return p.status();
+  for (size_t i = part; i < data.size(); i += h.parts()) {
+    if (absl::Status st = (*p)->Add(data[i]); !st.ok()) return st;
+  }
+  return (*p)->Finish();
+}
+
+// The first part to finish is pending (naming how many chunks are still
+// missing) and changes nothing observable; the last commits the push. Each
+// part again, the whole push again, and a part after the worker's next
+// push get the push's answer and change nothing; the job's results are
+// those of single streams, bit for bit.
+TEST_F(OnArrivalTest, PartsCommitWhenTheLastChunkIsSummed) {
+  ASSERT_EQ(data_[0].size(), 3u);  // part 0: chunks 0 and 2; part 1: chunk 1
+  const Observable before = Observe(*a_);
+  absl::StatusOr<PushResult> first =
+      PushPart(*a_, PartHeader(0, 0, 4, 2), data_[0], 0);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->pending);
+  EXPECT_EQ(first->missing_chunks, 1u);
+  ExpectSame(Observe(*a_), before);
+  absl::StatusOr<PushResult> last =
+      PushPart(*a_, PartHeader(0, 0, 4, 2), data_[0], 1);
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_FALSE(last->pending);
+  EXPECT_FALSE(last->applied);  // worker 1 has not pushed
+  EXPECT_EQ(a_->Stats().pushes(), 1u);
+  for (size_t part : {0u, 1u}) {
+    absl::StatusOr<PushResult> again =
+        PushPart(*a_, PartHeader(0, 0, 4, 2), data_[0], part);
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_FALSE(again->pending);
+    EXPECT_EQ(again->version, last->version);
+  }
+  ASSERT_TRUE(PushGrad(*a_, 0, 0, 0, 4, grads_[0]).ok());  // one stream
+  EXPECT_EQ(a_->Stats().pushes(), 1u);
+  ASSERT_TRUE(PushGrad(*a_, 1, 0, 0, 5, grads_[1]).ok());
+  for (uint32_t w = 0; w < 2; ++w) {
+    ASSERT_TRUE(
+        PushGrad(*a_, w, 1, 1, 3, RandomGrad(a_->num_elements(), 50 + w)).ok());
+  }
+  const Observable done = Observe(*a_);
+  absl::StatusOr<PushResult> late =
+      PushPart(*a_, PartHeader(0, 0, 4, 2), data_[0], 1);
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_EQ(late->version, last->version);
+  ExpectSame(Observe(*a_), done);
+  CleanSteps(*b_);
+  ExpectSame(Observe(*a_), Observe(*b_));
+  EXPECT_EQ(a_->clipped_elements(), 2u);
+}
+
+// A part with other bytes than the push's is refused and changes nothing,
+// before the commit (a summed chunk cannot be replaced) and after it (not
+// a retry of the accepted push).
+TEST_F(OnArrivalTest, PartWithOtherBytesIsRefused) {
+  std::vector<float> other = grads_[0];
+  other[0] += 1.0f;  // chunk 0: part 0 of 2
+  const std::vector<ChunkData> other_data = EncodeAll(*a_, other);
+  ASSERT_TRUE(PushPart(*a_, PartHeader(0, 0, 4, 2), data_[0], 0).ok());
+  Observable before = Observe(*a_);
+  absl::StatusOr<PushResult> r =
+      PushPart(*a_, PartHeader(0, 0, 4, 2), other_data, 0);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(), HasSubstr("already summed"));
+  ExpectSame(Observe(*a_), before);
+  ASSERT_TRUE(PushPart(*a_, PartHeader(0, 0, 4, 2), data_[0], 1).ok());
+  ASSERT_TRUE(PushGrad(*a_, 1, 0, 0, 5, grads_[1]).ok());  // step 0 done
+  before = Observe(*a_);
+  r = PushPart(*a_, PartHeader(0, 0, 4, 2), other_data, 0);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(), HasSubstr("next clock is 1"));
+  // Other num_samples in the header: not the accepted push either.
+  r = PushPart(*a_, PartHeader(0, 0, 5, 2), data_[0], 1);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  ExpectSame(Observe(*a_), before);
+}
+
+// A part whose stream broke half-way (its first chunk summed) and the
+// other part's finish (pending) leave nothing observable; the broken
+// part's retry commits, with the results of one clean stream.
+TEST_F(OnArrivalTest, BrokenPartIsRetriedExactly) {
+  const Observable before = Observe(*a_);
+  StreamPart(*a_, PartHeader(0, 0, 4, 2), {data_[0][0]}, 1);
+  absl::StatusOr<PushResult> other =
+      PushPart(*a_, PartHeader(0, 0, 4, 2), data_[0], 1);
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_TRUE(other->pending);
+  EXPECT_EQ(other->missing_chunks, 1u);  // chunk 2 of the broken part
+  ExpectSame(Observe(*a_), before);
+  absl::StatusOr<PushResult> retry =
+      PushPart(*a_, PartHeader(0, 0, 4, 2), data_[0], 0);
+  ASSERT_TRUE(retry.ok()) << retry.status();
+  EXPECT_FALSE(retry->pending);
+  ASSERT_TRUE(PushGrad(*a_, 1, 0, 0, 5, grads_[1]).ok());
+  for (uint32_t w = 0; w < 2; ++w) {
+    ASSERT_TRUE(
+        PushGrad(*a_, w, 1, 1, 3, RandomGrad(a_->num_elements(), 50 + w)).ok());
+  }
+  CleanSteps(*b_);
+  ExpectSame(Observe(*a_), Observe(*b_));
+  EXPECT_EQ(a_->clipped_elements(), 2u);
+}
+
+// Both workers' pushes split (2 and 3 parts), every part on its own thread
+// at once: every part succeeds, at least one per push answers the commit,
+// and the weights are those of single streams, bit for bit.
+TEST_F(OnArrivalTest, ConcurrentPartsEqualSingleStreams) {
+  for (int rep = 0; rep < 20; ++rep) {
+    const uint64_t clock = rep;
+    std::vector<std::vector<float>> g(2);
+    std::vector<std::vector<ChunkData>> d(2);
+    for (uint32_t w = 0; w < 2; ++w) {
+      g[w] = RandomGrad(a_->num_elements(), 100 * rep + w);
+      d[w] = EncodeAll(*a_, g[w]);
+    }
+    std::vector<std::thread> threads;
+    std::atomic<int> failures{0};
+    std::atomic<int> committed[2] = {0, 0};
+    for (uint32_t w = 0; w < 2; ++w) {
+      const uint32_t parts = 2 + w;
+      for (size_t part = 0; part < parts; ++part) {
+        threads.emplace_back([&, w, parts, part] {
+          absl::StatusOr<PushResult> r =
+              PushPart(*a_, PartHeader(w, clock, 2 + w, parts), d[w], part);
+          if (!r.ok()) {
+            ++failures;
+          } else if (!r->pending) {
+            ++committed[w];
+          }
+        });
+      }
+    }
+    for (std::thread& t : threads) t.join();
+    ASSERT_EQ(failures.load(), 0);
+    EXPECT_GE(committed[0].load(), 1);
+    EXPECT_GE(committed[1].load(), 1);
+    for (uint32_t w : {1u, 0u}) {
+      ASSERT_TRUE(PushGrad(*b_, w, clock, clock, 2 + w, g[w]).ok());
+    }
+    ASSERT_TRUE(BitIdentical(Weights(*a_), Weights(*b_))) << "step " << rep;
+  }
+}
+
+// One worker applying each term as it arrives: parts on two threads apply
+// their chunks at once, with the weights, slots and exponents of one
+// stream, bit for bit.
+TEST(PartsOneWorkerTest, PartsApplyingOnArrivalEqualOneStream) {
+  std::unique_ptr<Shard> parted = MakeHeldShard(true, true);
+  std::unique_ptr<Shard> whole = MakeHeldShard(true, true);
+  ASSERT_NE(parted, nullptr);
+  ASSERT_NE(whole, nullptr);
+  const uint64_t samples[] = {1, 3, 4, 6, 32, 7};
+  for (uint64_t step = 0; step < 6; ++step) {
+    const std::vector<float> g = EdgeGrad(parted->num_elements(), step, step);
+    const std::vector<ChunkData> data = EncodeAll(*parted, g);
+    std::atomic<int> failures{0};
+    std::vector<std::thread> threads;
+    for (size_t part = 0; part < 2; ++part) {
+      threads.emplace_back([&, part] {
+        if (!PushPart(*parted, PartHeader(0, step, samples[step], 2), data,
+                      part)
+                 .ok()) {
+          ++failures;
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    ASSERT_EQ(failures.load(), 0);
+    ASSERT_TRUE(PushGrad(*whole, 0, step, step, samples[step], g).ok());
+    ASSERT_TRUE(BitIdentical(Weights(*parted), Weights(*whole)))
+        << "step " << step;
+    EXPECT_EQ(parted->Stats().version(), step + 1);
+  }
+  absl::StatusOr<ShardState> a = parted->Snapshot();
+  absl::StatusOr<ShardState> b = whole->Snapshot();
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  for (size_t k = 0; k < a->chunks.size(); ++k) {
+    EXPECT_TRUE(BitIdentical(a->chunks[k].slots, b->chunks[k].slots)) << k;
+    EXPECT_EQ(a->chunks[k].exponent, b->chunks[k].exponent) << k;
+  }
+  EXPECT_EQ(parted->clipped_elements(), whole->clipped_elements());
+}
+
+// Shards that take a push as one stream (async, backup workers) refuse a
+// part, naming the setting, and change nothing.
+TEST(PartsModesTest, ShardsThatBufferPushesRefuseParts) {
+  for (const JobConfig& config :
+       {SmallConfig(pstrain::v1::MODE_ASYNC, 2, 1), BackupConfig(3, 1)}) {
+    std::unique_ptr<Shard> shard = MakeShard(config);
+    ASSERT_NE(shard, nullptr);
+    ASSERT_FALSE(shard->sums_on_arrival());
+    const std::vector<float> before = Weights(*shard);
+    const std::vector<ChunkData> data =
+        EncodeAll(*shard, RandomGrad(shard->num_elements(), 3));
+    std::vector<const ChunkData*> ptrs;
+    for (const ChunkData& c : data) ptrs.push_back(&c);
+    absl::StatusOr<PushResult> r = shard->Push(PartHeader(0, 0, 4, 2), ptrs);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(r.status().message(), HasSubstr("network.push_streams"));
+    EXPECT_TRUE(BitIdentical(Weights(*shard), before));
+    EXPECT_EQ(shard->Stats().pushes(), 0u);
+  }
+}
+
 }  // namespace
 }  // namespace pstrain
