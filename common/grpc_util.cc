@@ -41,9 +41,13 @@ grpc::ChannelArguments DefaultChannelArgs() {
 
 std::shared_ptr<grpc::Channel> MakeChannel(
     const std::string& address,
-    std::shared_ptr<grpc::ChannelCredentials> credentials) {
+    std::shared_ptr<grpc::ChannelCredentials> credentials, int connection) {
   if (credentials == nullptr) credentials = grpc::InsecureChannelCredentials();
-  return grpc::CreateCustomChannel(address, credentials, DefaultChannelArgs());
+  grpc::ChannelArguments args = DefaultChannelArgs();
+  // gRPC shares a connection (subchannel) between channels whose target
+  // and arguments are equal; an argument of our own tells them apart.
+  if (connection != 0) args.SetInt("pstrain.connection", connection);
+  return grpc::CreateCustomChannel(address, credentials, args);
 }
 
 namespace {

@@ -45,10 +45,13 @@ MakeChannelCredentials(const TlsFiles& tls,
                        CallerRole role = CallerRole::kMember);
 
 // Channel to `address` (host:port or a DNS name such as ps-0.ps:50061) with
-// pstrain's message limits; plaintext when `credentials` is null.
+// pstrain's message limits; plaintext when `credentials` is null. Channels
+// to one address share a connection unless their `connection` differs
+// (e.g. the parts of a push, PsClient).
 std::shared_ptr<grpc::Channel> MakeChannel(
     const std::string& address,
-    std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
+    std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr,
+    int connection = 0);
 grpc::ChannelArguments DefaultChannelArgs();
 
 // A started gRPC server and the port it listens on.

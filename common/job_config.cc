@@ -592,6 +592,8 @@ const std::vector<Key>& KeyTable() {
       Row("network", "lease_s", PositiveCodec(), 5, PS_FIELD(network, lease_s)),
       Row("network", "wire_dtype", EnumCodec(WireDtypeNames()), v1::DTYPE_F32,
           PS_FIELD(network, wire_dtype)),
+      Row("network", "push_streams", IntCodec<int32_t>(), 0,
+          PS_FIELD(network, push_streams)),
       Row("network", "tls_cert", StringCodec(), "",
           PS_FIELD(network, tls_cert)),
       Row("network", "tls_key", StringCodec(), "", PS_FIELD(network, tls_key)),
@@ -943,6 +945,19 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   PS_RETURN_IF_ERROR(Positive("network.lease_s", n.lease_s()));
   PS_RETURN_IF_ERROR(
       Known("network.wire_dtype", WireDtypeNames(), n.wire_dtype()));
+  PS_RETURN_IF_ERROR(AtLeast("network.push_streams", n.push_streams(), 0));
+  if (n.push_streams() > kMaxPushStreamsConfig) {
+    return KeyError("network.push_streams",
+                    absl::StrCat("must be <= ", kMaxPushStreamsConfig, ", got ",
+                                 n.push_streams()));
+  }
+  if (n.push_streams() > 1 &&
+      (t.mode() != v1::MODE_SYNC || t.backup_workers() > 0)) {
+    return KeyError("network.push_streams",
+                    "a push splits over several streams in mode sync without "
+                    "backup workers only (the servers sum it on arrival); "
+                    "other modes take it as one stream: use 1 or 0");
+  }
   // Mode allreduce: the gRPC ring sends fp32 or bf16
   // (worker/allreduce/ring_allreduce.h); fp16 partial sums could overflow,
   // and NCCL reduces in fp32 only here.
@@ -1113,6 +1128,16 @@ absl::Status ApplyFlagOverrides(const std::vector<FlagOverride>& overrides,
     }
   }
   return valid;
+}
+
+int PushStreams(const JobConfig& config) {
+  if (config.network().push_streams() > 0) {
+    return config.network().push_streams();
+  }
+  const v1::TrainingConfig& t = config.training();
+  return t.mode() == v1::MODE_SYNC && t.backup_workers() == 0
+             ? kDefaultPushStreams
+             : 1;
 }
 
 }  // namespace pstrain

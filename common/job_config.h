@@ -73,6 +73,15 @@ absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path);
 // lr > 0, ...). INVALID_ARGUMENT errors name the key, e.g. "job.workers: ...".
 absl::Status ValidateJobConfig(const JobConfig& config);
 
+// network.push_streams: at most this many; 0 picks PushStreams' default.
+inline constexpr int kMaxPushStreamsConfig = 8;
+inline constexpr int kDefaultPushStreams = 2;
+
+// The streams a worker splits each shard's push over (PushHeader.parts):
+// network.push_streams, or for 0 kDefaultPushStreams in plain sync (mode
+// sync, no backup workers; see README "Performance") and 1 otherwise.
+int PushStreams(const JobConfig& config);
+
 // Serialises back to YAML (round-trips through ParseJobConfig). Used to hand
 // the effective config (after flag overrides) to every process.
 std::string JobConfigToYaml(const JobConfig& config);

@@ -746,6 +746,49 @@ TEST(JobConfigTest, WireDtype) {
               HasSubstr("the nccl backend reduces in fp32"));
 }
 
+// network.push_streams: 0 (the default) picks 2 in plain sync and 1
+// elsewhere; more than 1 only in plain sync; at most 8; errors name the key
+// (and the file and line when parsed).
+TEST(JobConfigTest, PushStreams) {
+  JobConfig c = DefaultJobConfig();
+  EXPECT_EQ(c.network().push_streams(), 0);
+  ASSERT_EQ(c.training().mode(), v1::MODE_SYNC);
+  EXPECT_EQ(PushStreams(c), kDefaultPushStreams);
+  JobConfig async = c;
+  async.mutable_training()->set_mode(v1::MODE_ASYNC);
+  EXPECT_EQ(PushStreams(async), 1);
+  JobConfig backup = c;
+  backup.mutable_job()->set_workers(3);
+  backup.mutable_training()->set_backup_workers(1);
+  FinalizeJobConfig(&backup);
+  EXPECT_EQ(PushStreams(backup), 1);
+  absl::StatusOr<JobConfig> four =
+      ParseJobConfig("network:\n  push_streams: 4\n", "job.yaml");
+  ASSERT_TRUE(four.ok()) << four.status();
+  EXPECT_EQ(PushStreams(*four), 4);
+  EXPECT_TRUE(ValidateJobConfig(*four).ok()) << ValidateJobConfig(*four);
+  EXPECT_THAT(JobConfigToYaml(*four), HasSubstr("push_streams: 4"));
+  absl::StatusOr<JobConfig> negative =
+      ParseJobConfig("network:\n  push_streams: -1\n", "job.yaml");
+  ASSERT_FALSE(negative.ok());
+  EXPECT_THAT(std::string(negative.status().message()),
+              HasSubstr("job.yaml:2: network.push_streams"));
+  JobConfig many = c;
+  many.mutable_network()->set_push_streams(9);
+  EXPECT_THAT(std::string(ValidateJobConfig(many).message()),
+              HasSubstr("network.push_streams: must be <= 8, got 9"));
+  for (JobConfig other : {async, backup}) {
+    other.mutable_network()->set_push_streams(2);
+    const absl::Status st = ValidateJobConfig(other);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(st.message()),
+                HasSubstr("network.push_streams: a push splits over several "
+                          "streams in mode sync without backup workers only"));
+    other.mutable_network()->set_push_streams(1);
+    EXPECT_TRUE(ValidateJobConfig(other).ok()) << ValidateJobConfig(other);
+  }
+}
+
 TEST(ConfigOverrideTest, SetsTypedValues) {
   JobConfig c = DefaultJobConfig();
   ASSERT_TRUE(ApplyConfigOverride("training.staleness", "inf", &c).ok());

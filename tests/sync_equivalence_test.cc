@@ -166,5 +166,25 @@ TEST(SyncEquivalenceControlTest, DifferentGlobalBatchDiffers) {
   }
 }
 
+// network.push_streams splits each shard's push over that many streams
+// (connections) at once; the shards sum each chunk once and commit the
+// push with its last chunk, so the weights are those of one stream per
+// push, bit for bit, and every worker reads them.
+TEST(SyncPushStreamsTest, SplitPushesTrainTheSameWeightsBitForBit) {
+  const OptimizerCase opt{"adam", OptimizerConfig::ADAM, 0.01, false};
+  JobConfig one = MakeConfig(opt, /*workers=*/3, /*servers=*/2, kLocalBatch, 1);
+  one.mutable_network()->set_push_streams(1);
+  JobConfig split = one;
+  split.mutable_network()->set_push_streams(3);
+  ASSERT_EQ(PushStreams(split), 3);
+  absl::StatusOr<std::vector<TensorList>> a = RunParameterServerJob(one);
+  ASSERT_TRUE(a.ok()) << a.status();
+  absl::StatusOr<std::vector<TensorList>> b = RunParameterServerJob(split);
+  ASSERT_TRUE(b.ok()) << b.status();
+  ExpectWorkersIdentical(*b);
+  EXPECT_EQ((*b)[0], (*a)[0]);
+  EXPECT_GT(MaxAbsDiff((*b)[0], *InitialParams(one.model())), 1e-3);
+}
+
 }  // namespace
 }  // namespace pstrain

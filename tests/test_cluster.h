@@ -40,7 +40,8 @@ class TestCluster {
   std::shared_ptr<grpc::Channel> Channel(int i) const;
   std::unique_ptr<pstrain::v1::ParameterServer::Stub> Stub(int i) const;
   // A new client over fresh channels to every shard, for worker `rank`: it
-  // carries that rank's session id unless options.session_id is set.
+  // carries that rank's session id unless options.session_id is set. Each
+  // part of a push (options.push_streams) has a connection of its own.
   absl::StatusOr<std::unique_ptr<PsClient>> NewClient(
       PsClientOptions options = {}, uint32_t rank = 0) const;
   // The session id the shards accept from worker `rank` (0 outside the job).

@@ -58,6 +58,7 @@ absl::StatusOr<std::vector<TensorList>> RunParameterServerJob(
   client_options.rpc_timeout = absl::Seconds(config.network().rpc_timeout_s());
   client_options.barrier_timeout =
       absl::Seconds(config.network().barrier_timeout_s());
+  client_options.push_streams = PushStreams(config);  // as workers do
   std::vector<TensorList> finals(config.job().workers());
   PS_RETURN_IF_ERROR(
       OnThreads(config.job().workers(), [&](int r) -> absl::Status {

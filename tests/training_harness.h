@@ -29,7 +29,8 @@ JobConfig SmallSoftmaxJob(pstrain::v1::ConsistencyMode mode, int64_t staleness,
 absl::Status OnThreads(int n, const std::function<absl::Status(int)>& body);
 
 // A parameter-server job (config.training().mode() sync or async) on a
-// TestCluster with config.job().workers() Trainer threads; the final weights
+// TestCluster with config.job().workers() Trainer threads, each pushing over
+// PushStreams(config) streams per shard as workers do; the final weights
 // each worker pulled.
 absl::StatusOr<std::vector<TensorList>> RunParameterServerJob(
     const JobConfig& config);

@@ -44,6 +44,27 @@ namespace {
 // How long a worker stopped by SIGTERM waits for its last report.
 constexpr absl::Duration kStoppedReportTimeout = absl::Milliseconds(500);
 
+// A client of the job's shards: one channel per shard, and with
+// network.push_streams > 1 (PushStreams) one more connection per extra part
+// of a push.
+absl::StatusOr<std::unique_ptr<PsClient>> ConnectShards(
+    const pstrain::v1::JobSpec& job, const JobConfig& config,
+    const std::shared_ptr<grpc::ChannelCredentials>& creds,
+    PsClientOptions options) {
+  options.push_streams = PushStreams(config);
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  std::vector<std::vector<std::shared_ptr<grpc::Channel>>> push_channels;
+  for (const std::string& a : job.shard_map().server_addresses()) {
+    channels.push_back(MakeChannel(a, creds));
+    push_channels.emplace_back();
+    for (int p = 1; p < options.push_streams; ++p) {
+      push_channels.back().push_back(MakeChannel(a, creds, p));
+    }
+  }
+  return PsClient::Create(job.shard_map(), std::move(channels), options,
+                          std::move(push_channels));
+}
+
 // Sends step records to the coordinator in batches.
 class Reporter {
  public:
@@ -484,10 +505,6 @@ class StandInRanks {
     }
     auto r = std::make_unique<Rank>();
     r->rank = d;
-    std::vector<std::shared_ptr<grpc::Channel>> channels;
-    for (const std::string& a : job_.shard_map().server_addresses()) {
-      channels.push_back(MakeChannel(a, creds_));
-    }
     PsClientOptions client_options;
     client_options.rpc_timeout = rpc_timeout_;
     client_options.barrier_timeout =
@@ -496,8 +513,7 @@ class StandInRanks {
     client_options.wire_dtype = config_.network().wire_dtype();
     client_options.generation = job_.generation();
     PS_ASSIGN_OR_RETURN(r->client,
-                        PsClient::Create(job_.shard_map(), std::move(channels),
-                                         client_options));
+                        ConnectShards(job_, config_, creds_, client_options));
     r->reporter =
         std::make_unique<Reporter>(coord_, rpc_timeout_, report_interval_);
     r->reporter->set_worker(d, reg.session_id());
@@ -1141,10 +1157,6 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
       };
     }
     for (;;) {
-      std::vector<std::shared_ptr<grpc::Channel>> channels;
-      for (const std::string& a : job.shard_map().server_addresses()) {
-        channels.push_back(MakeChannel(a, creds_));
-      }
       PsClientOptions client_options;
       client_options.rpc_timeout =
           absl::Seconds(config.network().rpc_timeout_s());
@@ -1159,8 +1171,7 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
       reporter->set_client(nullptr);
       metrics.set_client(nullptr);
       PS_ASSIGN_OR_RETURN(*client,
-                          PsClient::Create(job.shard_map(), std::move(channels),
-                                           client_options));
+                          ConnectShards(job, config, creds_, client_options));
       liveness->set_generation(job.generation());
       reporter->set_generation(job.generation());
       liveness->set_client(client->get());

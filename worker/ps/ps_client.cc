@@ -53,9 +53,27 @@ absl::Status PsOp::Wait() {
 absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
     const pstrain::v1::ShardMap& map,
     std::vector<std::shared_ptr<grpc::Channel>> channels,
-    PsClientOptions options) {
+    PsClientOptions options,
+    std::vector<std::vector<std::shared_ptr<grpc::Channel>>> push_channels) {
   if (channels.empty()) {
     return absl::InvalidArgumentError("no parameter-server shards");
+  }
+  if (options.push_streams < 1 || options.push_streams > kMaxPushStreams) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("push_streams ", options.push_streams, " is outside [1, ",
+                     kMaxPushStreams, "]"));
+  }
+  if (!push_channels.empty()) {
+    bool sizes_ok = push_channels.size() == channels.size();
+    for (const auto& lanes : push_channels) {
+      sizes_ok = sizes_ok &&
+                 static_cast<int>(lanes.size()) == options.push_streams - 1;
+    }
+    if (!sizes_ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "push channels: want ", options.push_streams - 1,
+          " per shard (push_streams - 1) for ", channels.size(), " shards"));
+    }
   }
   if (options.wire_dtype == pstrain::v1::DTYPE_UNSPECIFIED) {
     options.wire_dtype = pstrain::v1::DTYPE_F32;
@@ -94,6 +112,14 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
         kPullMethod, grpc::internal::RpcMethod::SERVER_STREAMING, ch);
   }
   client->channels_ = std::move(channels);
+  for (auto& lanes : push_channels) {
+    client->part_methods_.emplace_back();
+    for (auto& ch : lanes) {
+      client->part_methods_.back().emplace_back(
+          kPushMethod, grpc::internal::RpcMethod::CLIENT_STREAMING, ch);
+    }
+  }
+  client->part_channels_ = std::move(push_channels);
   return client;
 }
 
@@ -290,9 +316,41 @@ absl::Status PsClient::PullShard(int shard, uint32_t worker, uint64_t clock,
 absl::Status PsClient::PushShard(int shard, uint32_t worker, uint64_t clock,
                                  uint64_t num_samples, const TensorViews& grads,
                                  const ShardRead& read, TensorGate* gate) {
-  return WithRetries(shard, /*push=*/true, [&] {
-    return PushShardOnce(shard, worker, clock, num_samples, grads, read, gate);
-  });
+  const int parts =
+      std::max(1, std::min(options_.push_streams,
+                           static_cast<int>(shard_chunks_[shard].size())));
+  std::vector<absl::Status> statuses(parts);
+  std::vector<pstrain::v1::PushResponse> responses(parts);
+  auto run_part = [&](int p) {
+    statuses[p] = WithRetries(shard, /*push=*/true, [&] {
+      return PushShardOnce(shard, p, parts, worker, clock, num_samples, grads,
+                           read, gate, &responses[p]);
+    });
+  };
+  std::vector<std::thread> threads;
+  for (int p = 1; p < parts; ++p) threads.emplace_back(run_part, p);
+  run_part(0);
+  for (std::thread& t : threads) t.join();
+  uint64_t missing = 0;
+  for (int p = 0; p < parts; ++p) {
+    if (!statuses[p].ok()) {
+      if (parts == 1) return statuses[p];
+      return absl::Status(
+          statuses[p].code(),
+          absl::StrCat("part ", p, " of ", parts, ": ", statuses[p].message()));
+    }
+    if (!responses[p].pending()) return absl::OkStatus();
+    missing = std::max(missing, responses[p].missing_chunks());
+  }
+  // Every part was summed and none saw the push complete: the shard lost
+  // the step's sums meanwhile (a restore), so nothing was applied.
+  return absl::UnavailableError(
+      absl::StrCat("every one of the push's ", parts,
+                   " parts was summed but none "
+                   "committed it (",
+                   missing,
+                   " chunks missing; the shard restored "
+                   "meanwhile?); nothing applied"));
 }
 
 absl::Status PsClient::PullShardOnce(int shard, uint32_t worker, uint64_t clock,
@@ -497,10 +555,12 @@ absl::Status PsClient::DecodePulledChunk(
   return absl::OkStatus();
 }
 
-absl::Status PsClient::PushShardOnce(int shard, uint32_t worker, uint64_t clock,
+absl::Status PsClient::PushShardOnce(int shard, int part, int parts,
+                                     uint32_t worker, uint64_t clock,
                                      uint64_t num_samples,
                                      const TensorViews& grads,
-                                     const ShardRead& read, TensorGate* gate) {
+                                     const ShardRead& read, TensorGate* gate,
+                                     pstrain::v1::PushResponse* response) {
   // fp32 payloads are sent from the gradients in place (ChunkFrame): gRPC
   // references them until `keepalive` says it is done, before we return.
   Keepalive keepalive;
@@ -518,11 +578,23 @@ absl::Status PsClient::PushShardOnce(int shard, uint32_t worker, uint64_t clock,
                tensor_index_.at(map_.chunks(b).tensor());
       });
     }
+    if (parts > 1) {  // this part's share, in the same order
+      std::vector<int> mine;
+      for (size_t i = part; i < order.size(); i += parts) {
+        mine.push_back(order[i]);
+      }
+      order = std::move(mine);
+    }
+    const bool own_channel = part > 0 && !part_channels_.empty();
+    grpc::Channel* channel = own_channel ? part_channels_[shard][part - 1].get()
+                                         : channels_[shard].get();
+    const grpc::internal::RpcMethod& method =
+        own_channel ? part_methods_[shard][part - 1] : push_methods_[shard];
     ActiveCall active(this, &context);
-    pstrain::v1::PushResponse response;
+    response->Clear();
     std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
         grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
-            channels_[shard].get(), push_methods_[shard], &context, &response));
+            channel, method, &context, response));
     pstrain::v1::PushRequest fields;
     auto* h = fields.mutable_header();
     h->set_worker(worker);
@@ -532,6 +604,7 @@ absl::Status PsClient::PushShardOnce(int shard, uint32_t worker, uint64_t clock,
     h->set_read_version(read.version);
     h->set_read_min_clock(read.min_clock);
     h->set_num_samples(num_samples);
+    if (parts > 1) h->set_parts(parts);
     ChunkFrame frame(/*chunk_field=*/2);
     frame.AddFields(fields);
     uint64_t bytes = 0;

@@ -63,7 +63,15 @@ struct PsClientOptions {
   // rounded to nearest even on the way out; pulled weights decode exactly to
   // fp32.
   pstrain::v1::DType wire_dtype = pstrain::v1::DTYPE_F32;
+  // Streams each shard's push is split over, at once (network.push_streams;
+  // plain sync only, the shards refuse parts otherwise): part p sends the
+  // shard's chunks at positions p, p + n, ... of the order a single stream
+  // would send them, on its own connection where Create was given one.
+  // At most one part per chunk. 1..kMaxPushStreams.
+  int push_streams = 1;
 };
+
+inline constexpr int kMaxPushStreams = 8;
 
 // What a pull read from one shard; stamps the next push to that shard.
 struct ShardRead {
@@ -100,11 +108,17 @@ class PsOp {
 class PsClient {
  public:
   // `channels[i]` reaches shard i. Validates the map (every chunk inside its
-  // tensor, shard ids below channels.size()).
+  // tensor, shard ids below channels.size()) and options.push_streams.
+  // `push_channels[i]`, if given, holds options.push_streams - 1 more
+  // channels to shard i (each its own connection, MakeChannel's
+  // `connection`) for parts 1, 2, ... of its pushes; without them every
+  // part shares channels[i].
   static absl::StatusOr<std::unique_ptr<PsClient>> Create(
       const pstrain::v1::ShardMap& map,
       std::vector<std::shared_ptr<grpc::Channel>> channels,
-      PsClientOptions options);
+      PsClientOptions options,
+      std::vector<std::vector<std::shared_ptr<grpc::Channel>>> push_channels =
+          {});
 
   const pstrain::v1::ShardMap& shard_map() const { return map_; }
   int num_shards() const { return static_cast<int>(channels_.size()); }
@@ -184,9 +198,13 @@ class PsClient {
   absl::Status PullShardOnce(int shard, uint32_t worker, uint64_t clock,
                              MutableTensorViews* params, ShardRead* read,
                              PsOp* op, TensorGate* gate);
-  absl::Status PushShardOnce(int shard, uint32_t worker, uint64_t clock,
-                             uint64_t num_samples, const TensorViews& grads,
-                             const ShardRead& read, TensorGate* gate);
+  // Part `part` of `parts` (PsClientOptions::push_streams); `response`
+  // gets the shard's answer.
+  absl::Status PushShardOnce(int shard, int part, int parts, uint32_t worker,
+                             uint64_t clock, uint64_t num_samples,
+                             const TensorViews& grads, const ShardRead& read,
+                             TensorGate* gate,
+                             pstrain::v1::PushResponse* response);
   // One PullResponse message, decoded straight from gRPC's buffers into
   // `params` (fp32: one copy, from the receive buffers to the destination).
   // `head`: the stream's first message (version and min_clock).
@@ -212,6 +230,9 @@ class PsClient {
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<grpc::internal::RpcMethod> push_methods_;
   std::vector<grpc::internal::RpcMethod> pull_methods_;
+  // Per shard: parts 1, 2, ... of a push (empty: on channels_).
+  std::vector<std::vector<std::shared_ptr<grpc::Channel>>> part_channels_;
+  std::vector<std::vector<grpc::internal::RpcMethod>> part_methods_;
   std::vector<std::vector<int>> shard_chunks_;  // shard -> indices into chunks
   std::vector<uint64_t> tensor_sizes_;
   absl::flat_hash_map<std::string, int> tensor_index_;

@@ -37,15 +37,21 @@ class FakeShard final : public pstrain::v1::ParameterServer::Service {
                     grpc::ServerReader<PushRequest>* reader,
                     pstrain::v1::PushResponse* response) override {
     PushRequest m;
+    std::vector<PushRequest> stream;
+    while (reader->Read(&m)) stream.push_back(m);
     absl::MutexLock lock(&mu);
-    pushed.clear();
-    while (reader->Read(&m)) pushed.push_back(m);
+    pushed = stream;
+    streams.push_back(std::move(stream));
     response->set_version(1);
+    response->set_pending(answer_pending);
+    if (answer_pending) response->set_missing_chunks(1);
     return grpc::Status::OK;
   }
   std::vector<PullResponse> pull_messages;
   absl::Mutex mu;
-  std::vector<PushRequest> pushed ABSL_GUARDED_BY(mu);
+  std::vector<PushRequest> pushed ABSL_GUARDED_BY(mu);  // the last stream
+  std::vector<std::vector<PushRequest>> streams ABSL_GUARDED_BY(mu);
+  bool answer_pending ABSL_GUARDED_BY(mu) = false;
 };
 
 class PsClientTest : public ::testing::TestWithParam<pstrain::v1::DType> {
@@ -65,9 +71,8 @@ class PsClientTest : public ::testing::TestWithParam<pstrain::v1::DType> {
     PsClientOptions options;
     options.max_attempts = 1;
     options.wire_dtype = GetParam();
-    auto client = PsClient::Create(
-        map_, {MakeChannel(absl::StrCat("127.0.0.1:", started->port))},
-        options);
+    address_ = absl::StrCat("127.0.0.1:", started->port);
+    auto client = PsClient::Create(map_, {MakeChannel(address_)}, options);
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = std::move(*client);
     for (uint64_t i = 0; i < kElems; ++i) values_.push_back(0.25f * i - 100);
@@ -94,6 +99,7 @@ class PsClientTest : public ::testing::TestWithParam<pstrain::v1::DType> {
   }
 
   FakeShard fake_;
+  std::string address_;
   std::unique_ptr<grpc::Server> server_;
   pstrain::v1::ShardMap map_;
   std::unique_ptr<PsClient> client_;
@@ -177,6 +183,87 @@ TEST_P(PsClientTest, PushSendsTheGradientsAsProtobufReadsThem) {
   std::vector<float> want = values_;
   RoundToWire(GetParam(), want.data(), want.size());
   EXPECT_EQ(got, want);
+}
+
+// push_streams 3: three streams at once (on connections of their own),
+// each with the header (parts = 3) and every third chunk of the shard;
+// together every chunk once, with the gradient's values.
+TEST_P(PsClientTest, PushSplitsTheShardsChunksOverStreams) {
+  PsClientOptions options;
+  options.max_attempts = 1;
+  options.wire_dtype = GetParam();
+  options.push_streams = 3;
+  auto split = PsClient::Create(
+      map_, {MakeChannel(address_)}, options,
+      {{MakeChannel(address_, nullptr, 1), MakeChannel(address_, nullptr, 2)}});
+  ASSERT_TRUE(split.ok()) << split.status();
+  TensorList grads = {values_};
+  ASSERT_TRUE(
+      (*split)->StartPush(0, 3, 16, grads, {ShardRead{2, 1}})->Wait().ok());
+  absl::MutexLock lock(&fake_.mu);
+  ASSERT_EQ(fake_.streams.size(), 3u);
+  std::vector<int> seen(map_.chunks_size(), 0);
+  std::vector<float> got(kElems, -1);
+  for (const std::vector<PushRequest>& stream : fake_.streams) {
+    ASSERT_FALSE(stream.empty());
+    EXPECT_EQ(stream[0].header().parts(), 3u);
+    EXPECT_EQ(stream[0].header().clock(), 3u);
+    size_t chunks = 0;
+    for (const PushRequest& m : stream) {
+      for (const ChunkData& c : m.chunks()) {
+        ASSERT_LT(c.index(), seen.size());
+        ++seen[c.index()];
+        const pstrain::v1::ChunkInfo& info = map_.chunks(c.index());
+        ASSERT_TRUE(DecodeChunk(c, info.length(), true,
+                                got.data() + info.offset(), GetParam())
+                        .ok());
+        ++chunks;
+      }
+    }
+    EXPECT_EQ(chunks, 1u);  // three chunks over three streams
+  }
+  EXPECT_EQ(seen, std::vector<int>(map_.chunks_size(), 1));
+  std::vector<float> want = values_;
+  RoundToWire(GetParam(), want.data(), want.size());
+  EXPECT_EQ(got, want);
+}
+
+// Every part answered "pending" (the shard never saw the push complete):
+// the push fails with UNAVAILABLE saying so.
+TEST_P(PsClientTest, PushWhosePartsAllPendFails) {
+  {
+    absl::MutexLock lock(&fake_.mu);
+    fake_.answer_pending = true;
+  }
+  PsClientOptions options;
+  options.max_attempts = 1;
+  options.wire_dtype = GetParam();
+  options.push_streams = 2;
+  auto split = PsClient::Create(map_, {MakeChannel(address_)}, options);
+  ASSERT_TRUE(split.ok()) << split.status();
+  TensorList grads = {values_};
+  const absl::Status s =
+      (*split)->StartPush(0, 3, 16, grads, {ShardRead{2, 1}})->Wait();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_NE(s.message().find("none committed it"), std::string::npos) << s;
+}
+
+// push_streams outside [1, 8] and extra channels that do not match it are
+// refused.
+TEST_P(PsClientTest, CreateChecksPushStreams) {
+  for (int streams : {0, kMaxPushStreams + 1}) {
+    PsClientOptions options;
+    options.push_streams = streams;
+    auto c = PsClient::Create(map_, {MakeChannel(address_)}, options);
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(c.status().message().find("push_streams"), std::string::npos);
+  }
+  PsClientOptions options;
+  options.push_streams = 3;
+  auto c = PsClient::Create(map_, {MakeChannel(address_)}, options,
+                            {{MakeChannel(address_, nullptr, 1)}});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("want 2 per shard"), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, PsClientTest,
