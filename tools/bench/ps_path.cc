@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
+#include "common/job_config.h"
 #include "common/sharding.h"
 #include "common/signals.h"
 #include "common/tensor_codec.h"
@@ -86,32 +87,47 @@ class Cluster {
 
 // A client over its own connections (a local subchannel pool), like a
 // separate worker process.
+// `push_streams` parts per push, each part on a connection of its own.
 absl::StatusOr<std::unique_ptr<PsClient>> NewClient(
     const pstrain::v1::ShardMap& map, uint32_t rank,
-    pstrain::v1::DType wire_dtype) {
-  std::vector<std::shared_ptr<grpc::Channel>> channels;
-  for (const std::string& address : map.server_addresses()) {
+    pstrain::v1::DType wire_dtype, int push_streams) {
+  auto channel = [](const std::string& address) {
     grpc::ChannelArguments args = DefaultChannelArgs();
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    channels.push_back(grpc::CreateCustomChannel(
-        address, grpc::InsecureChannelCredentials(), args));
+    return grpc::CreateCustomChannel(address,
+                                     grpc::InsecureChannelCredentials(), args);
+  };
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  std::vector<std::vector<std::shared_ptr<grpc::Channel>>> push_channels;
+  for (const std::string& address : map.server_addresses()) {
+    channels.push_back(channel(address));
+    push_channels.emplace_back();
+    for (int p = 1; p < push_streams; ++p) {
+      push_channels.back().push_back(channel(address));
+    }
   }
   PsClientOptions options;
   options.rpc_timeout = absl::Seconds(300);
   options.session_id = rank + 1;
   options.wire_dtype = wire_dtype;
-  return PsClient::Create(map, std::move(channels), options);
+  options.push_streams = push_streams;
+  return PsClient::Create(map, std::move(channels), options,
+                          std::move(push_channels));
 }
 
 // `workers` clients driving sync steps together; Step() times each phase.
 class Workers {
  public:
+  // `push_streams` 0: the job's (PushStreams).
   static absl::StatusOr<Workers> Create(const pstrain::v1::JobSpec& job,
-                                        int workers, uint64_t elems) {
+                                        int workers, uint64_t elems,
+                                        int push_streams = 0) {
     Workers w;
+    if (push_streams <= 0) push_streams = PushStreams(job.config());
     for (int i = 0; i < workers; ++i) {
       absl::StatusOr<std::unique_ptr<PsClient>> c =
-          NewClient(job.shard_map(), i, job.config().network().wire_dtype());
+          NewClient(job.shard_map(), i, job.config().network().wire_dtype(),
+                    push_streams);
       if (!c.ok()) return c.status();
       w.clients_.push_back(std::move(*c));
     }
@@ -194,12 +210,10 @@ absl::StatusOr<JobSpec> OneTensorJob(uint64_t elems, int servers, int workers,
   return job;
 }
 
-absl::StatusOr<PsPathResult> MeasurePsPath(uint64_t elems, int servers,
-                                           int workers, int steps,
-                                           pstrain::v1::DType wire_dtype,
-                                           bool early_apply,
-                                           bool hold_first_term,
-                                           bool apply_terms_on_arrival) {
+absl::StatusOr<PsPathResult> MeasurePsPath(
+    uint64_t elems, int servers, int workers, int steps,
+    pstrain::v1::DType wire_dtype, bool early_apply, bool hold_first_term,
+    bool apply_terms_on_arrival, int push_streams) {
   absl::StatusOr<JobSpec> job = OneTensorJob(
       elems, servers, workers, pstrain::v1::OptimizerConfig::SGD, wire_dtype);
   if (!job.ok()) return job.status();
@@ -208,7 +222,7 @@ absl::StatusOr<PsPathResult> MeasurePsPath(uint64_t elems, int servers,
                      hold_first_term, apply_terms_on_arrival);
   if (!cluster.ok()) return cluster.status();
   absl::StatusOr<Workers> w =
-      Workers::Create((*cluster)->job(), workers, elems);
+      Workers::Create((*cluster)->job(), workers, elems, push_streams);
   if (!w.ok()) return w.status();
   double pull_s = 0, push_s = 0, pull_total = 0, push_total = 0;
   CpuTimes pull_cpu, push_cpu;

@@ -42,12 +42,14 @@ struct PsPathResult {
 // fast shows twice the rate. `early_apply`: ShardOptions.early_apply of
 // every shard (chunks applied as they become final, or the whole step at
 // its commit); `hold_first_term` and `apply_terms_on_arrival`: those
-// ShardOptions of every shard.
+// ShardOptions of every shard; `push_streams`: PsClientOptions.push_streams
+// of every worker, each part on a connection of its own (0: the job's
+// default, PushStreams in common/job_config.h).
 absl::StatusOr<PsPathResult> MeasurePsPath(
     uint64_t elems, int servers, int workers, int steps,
     pstrain::v1::DType wire_dtype = pstrain::v1::DTYPE_F32,
     bool early_apply = true, bool hold_first_term = true,
-    bool apply_terms_on_arrival = true);
+    bool apply_terms_on_arrival = true, int push_streams = 0);
 
 // Seconds of one optimizer step of a sync Shard (1 worker, one tensor of
 // `elems` elements in 4 MiB chunks, optimizer `kind`) applied by `threads`

@@ -28,6 +28,10 @@ ABSL_FLAG(bool, compare_apply_terms, false,
           "also measure every push/pull row with "
           "ShardOptions.apply_terms_on_arrival off (one worker: the term held "
           "for the applier thread)");
+ABSL_FLAG(bool, compare_push_streams, false,
+          "also measure every push/pull row with each push as one stream "
+          "(PsClientOptions.push_streams 1, where the job's default splits "
+          "it over network.push_streams connections)");
 
 namespace pstrain::bench {
 
@@ -46,6 +50,7 @@ absl::StatusOr<PsPathBenchOptions> PsPathBenchOptionsFromFlags(
   r.compare_early_apply = absl::GetFlag(FLAGS_compare_early_apply);
   r.compare_hold_first_term = absl::GetFlag(FLAGS_compare_hold_first_term);
   r.compare_apply_terms = absl::GetFlag(FLAGS_compare_apply_terms);
+  r.compare_push_streams = absl::GetFlag(FLAGS_compare_push_streams);
   o.iperf3 = absl::GetFlag(FLAGS_iperf3);
   o.memory_params = absl::GetFlag(FLAGS_memory_params);
   PS_ASSIGN_OR_RETURN(

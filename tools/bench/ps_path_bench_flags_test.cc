@@ -11,6 +11,7 @@
 
 ABSL_DECLARE_FLAG(std::string, mb);
 ABSL_DECLARE_FLAG(bool, compare_apply_terms);
+ABSL_DECLARE_FLAG(bool, compare_push_streams);
 
 namespace pstrain::bench {
 namespace {
@@ -20,6 +21,7 @@ class PsPathBenchFlagsTest : public ::testing::Test {
   void TearDown() override {
     absl::SetFlag(&FLAGS_mb, "16,64");
     absl::SetFlag(&FLAGS_compare_apply_terms, false);
+    absl::SetFlag(&FLAGS_compare_push_streams, false);
   }
 };
 
@@ -32,6 +34,11 @@ TEST_F(PsPathBenchFlagsTest, DefaultsAndTheComparedSetting) {
   EXPECT_EQ(o->rounds.workers, (std::vector<int>{1, 4}));
   EXPECT_TRUE(o->rounds.compare_apply_terms);
   EXPECT_FALSE(o->rounds.compare_early_apply);
+  EXPECT_FALSE(o->rounds.compare_push_streams);
+  absl::SetFlag(&FLAGS_compare_push_streams, true);
+  o = PsPathBenchOptionsFromFlags("self");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->rounds.compare_push_streams);
   EXPECT_EQ(o->memory_workers, (std::vector<int>{1, 4, 16}));
   EXPECT_EQ(o->self_path, "self");
 }

@@ -37,7 +37,7 @@ PsPathMeasures RealPsPathMeasures(Iperf3* iperf3, GrpcStream* stream) {
     return MeasurePsPath(bytes / sizeof(float), servers, workers, 2,
                          pstrain::v1::DTYPE_F32, setting.early_apply,
                          setting.hold_first_term,
-                         setting.apply_terms_on_arrival);
+                         setting.apply_terms_on_arrival, setting.push_streams);
   };
   return m;
 }
@@ -55,6 +55,11 @@ std::vector<ShardSetting> ShardSettings(const PsPathRoundsOptions& options) {
     settings.push_back({"_applier", /*early_apply=*/true,
                         /*hold_first_term=*/true,
                         /*apply_terms_on_arrival=*/false});
+  }
+  if (options.compare_push_streams) {
+    settings.push_back({"_1stream", /*early_apply=*/true,
+                        /*hold_first_term=*/true,
+                        /*apply_terms_on_arrival=*/true, /*push_streams=*/1});
   }
   return settings;
 }
@@ -165,7 +170,8 @@ std::string PsPathReport(const PsPathRounds& rounds) {
   constexpr std::pair<const char*, const char*> kCompared[] = {
       {"_atcommit", "early apply / at commit"},
       {"_noheld", "held term / not held"},
-      {"_applier", "term applied on arrival / by the applier"}};
+      {"_applier", "term applied on arrival / by the applier"},
+      {"_1stream", "push split over streams / one stream"}};
   for (const auto& [suffix, label] : kCompared) {
     for (const auto& [name, values] : rounds) {
       const auto other = rounds.find(name + suffix);

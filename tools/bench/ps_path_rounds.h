@@ -37,6 +37,9 @@ struct PsPathRoundsOptions {
   // And with ShardOptions.apply_terms_on_arrival off (tagged "_applier": a
   // one-worker term held for the shard's applier thread).
   bool compare_apply_terms = false;
+  // And with every push as one stream (tagged "_1stream": PsClientOptions.
+  // push_streams 1, where the job's default splits it).
+  bool compare_push_streams = false;
 };
 
 // A shard setting push/pull rows are measured under (ShardOptions).
@@ -45,6 +48,7 @@ struct ShardSetting {
   bool early_apply = true;
   bool hold_first_term = true;
   bool apply_terms_on_arrival = true;
+  int push_streams = 0;  // PsClientOptions.push_streams; 0: the job's
 };
 
 // The shipped setting, then each one the options compare it with.
