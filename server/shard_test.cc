@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <memory>
@@ -1524,11 +1525,57 @@ class OnArrivalTest : public ::testing::Test {
     for (uint32_t w = 0; w < 2; ++w) {
       ASSERT_TRUE(PushGrad(shard, w, 0, 0, 4 + w, grads_[w]).ok());
     }
+    Step1(shard);
+  }
+  // Both workers' pushes of clock 1 (CleanSteps' second step).
+  void Step1(Shard& shard) {
     for (uint32_t w = 0; w < 2; ++w) {
       ASSERT_TRUE(
           PushGrad(shard, w, 1, 1, 3, RandomGrad(shard.num_elements(), 50 + w))
               .ok());
     }
+  }
+  // Steps 0..19 of both workers' random gradients (num_samples 2 + w) on
+  // a_: jobs(w, clock, data) pushes worker w's step, each job on a thread
+  // of its own and a step's jobs all at once. After each step every job
+  // succeeded, each push was accepted once, and a_'s weights are b_'s
+  // after plain sequential pushes, bit for bit.
+  using Job = std::function<absl::Status()>;
+  void ConcurrentSteps(
+      const std::function<std::vector<Job>(
+          uint32_t, uint64_t, const std::vector<ChunkData>&)>& jobs) {
+    for (int rep = 0; rep < 20; ++rep) {
+      const uint64_t clock = rep;
+      std::vector<std::vector<float>> g(2);
+      std::vector<std::vector<ChunkData>> d(2);
+      for (uint32_t w = 0; w < 2; ++w) {
+        g[w] = RandomGrad(a_->num_elements(), 100 * rep + w);
+        d[w] = EncodeAll(*a_, g[w]);
+      }
+      std::vector<Job> step;
+      for (uint32_t w = 0; w < 2; ++w) {
+        for (Job& j : jobs(w, clock, d[w])) step.push_back(std::move(j));
+      }
+      std::vector<absl::Status> statuses(step.size());
+      std::vector<std::thread> threads;
+      for (size_t i = 0; i < step.size(); ++i) {
+        threads.emplace_back([&, i] { statuses[i] = step[i](); });
+      }
+      for (std::thread& t : threads) t.join();
+      for (const absl::Status& st : statuses) ASSERT_TRUE(st.ok()) << st;
+      ASSERT_EQ(a_->Stats().pushes(), 2u * (rep + 1));
+      for (uint32_t w : {1u, 0u}) {
+        ASSERT_TRUE(PushGrad(*b_, w, clock, clock, 2 + w, g[w]).ok());
+      }
+      ASSERT_TRUE(BitIdentical(Weights(*a_), Weights(*b_))) << "step " << rep;
+    }
+  }
+  // Step 0 done on a_: step 1 there, then a_ equals `ref` after
+  // CleanSteps, bit for bit.
+  void Step1AndCompare(Shard& ref) {
+    Step1(*a_);
+    CleanSteps(ref);
+    ExpectSame(Observe(*a_), Observe(ref));
   }
   std::unique_ptr<Shard> a_, b_;
   std::vector<float> grads_[2];
@@ -1550,12 +1597,7 @@ TEST_F(OnArrivalTest, PushFailingHalfWayChangesNothingAndRetryIsExact) {
   absl::StatusOr<PushResult> r = PushGrad(*a_, 0, 0, 0, 4, grads_[0]);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->applied);
-  for (uint32_t w = 0; w < 2; ++w) {
-    ASSERT_TRUE(
-        PushGrad(*a_, w, 1, 1, 3, RandomGrad(a_->num_elements(), 50 + w)).ok());
-  }
-  CleanSteps(*b_);
-  ExpectSame(Observe(*a_), Observe(*b_));
+  Step1AndCompare(*b_);
   EXPECT_EQ(a_->clipped_elements(), 2u);  // once per worker, not per stream
 }
 
@@ -1625,50 +1667,27 @@ TEST_F(OnArrivalTest, TwinStreamsOfOnePushCountOnce) {
   EXPECT_EQ(first->version, second->version);
   EXPECT_EQ(a_->Stats().pushes(), 1u);
   ASSERT_TRUE(PushGrad(*a_, 1, 0, 0, 5, grads_[1]).ok());
-  for (uint32_t w = 0; w < 2; ++w) {
-    ASSERT_TRUE(
-        PushGrad(*a_, w, 1, 1, 3, RandomGrad(a_->num_elements(), 50 + w)).ok());
-  }
-  CleanSteps(*b_);
-  ExpectSame(Observe(*a_), Observe(*b_));
+  Step1AndCompare(*b_);
 }
 
 // Workers' streams summed concurrently on threads, chunk by chunk in
 // different orders, equal the plain sequential pushes bit for bit.
 TEST_F(OnArrivalTest, ConcurrentStreamsAreOrderIndependent) {
-  for (int rep = 0; rep < 20; ++rep) {
-    const uint64_t clock = rep;
-    std::vector<std::vector<float>> g(2);
-    std::vector<std::vector<ChunkData>> d(2);
-    for (uint32_t w = 0; w < 2; ++w) {
-      g[w] = RandomGrad(a_->num_elements(), 100 * rep + w);
-      d[w] = EncodeAll(*a_, g[w]);
-    }
-    std::vector<std::thread> threads;
-    std::atomic<int> failures{0};
-    for (uint32_t w = 0; w < 2; ++w) {
-      threads.emplace_back([&, w] {
-        absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> p =
-            a_->BeginPush(Header(w, clock, 2 + w));
-        if (!p.ok()) {
-          ++failures;
-          return;
-        }
-        const size_t n = d[w].size();
-        for (size_t i = 0; i < n; ++i) {
-          // Worker 1 sends last chunk first.
-          if (!(*p)->Add(d[w][w == 0 ? i : n - 1 - i]).ok()) ++failures;
-        }
-        if (!(*p)->Finish().ok()) ++failures;
-      });
-    }
-    for (std::thread& t : threads) t.join();
-    ASSERT_EQ(failures.load(), 0);
-    for (uint32_t w : {1u, 0u}) {
-      ASSERT_TRUE(PushGrad(*b_, w, clock, clock, 2 + w, g[w]).ok());
-    }
-    ASSERT_TRUE(BitIdentical(Weights(*a_), Weights(*b_))) << "step " << rep;
-  }
+  ConcurrentSteps([&](uint32_t w, uint64_t clock,
+                      const std::vector<ChunkData>& d) -> std::vector<Job> {
+    return {[&, w, clock] {
+      absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> p =
+          a_->BeginPush(Header(w, clock, 2 + w));
+      if (!p.ok()) return p.status();
+      const size_t n = d.size();
+      for (size_t i = 0; i < n; ++i) {
+        // Worker 1 sends last chunk first.
+        absl::Status added = (*p)->Add(d[w == 0 ? i : n - 1 - i]);
+        if (!added.ok()) return added;
+      }
+      return (*p)->Finish().status();
+    }};
+  });
 }
 
 // A restore while a push is half summed discards it: the rest of that
@@ -1835,12 +1854,7 @@ TEST_F(ApplyOnArrivalTest, HalfFailedPushAfterItsChunksWereApplied) {
   absl::StatusOr<PushResult> r = PushGrad(*a_, 0, 0, 0, 4, grads_[0]);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->applied);
-  for (uint32_t w = 0; w < 2; ++w) {
-    ASSERT_TRUE(
-        PushGrad(*a_, w, 1, 1, 3, RandomGrad(a_->num_elements(), 50 + w)).ok());
-  }
-  CleanSteps(*ref_);
-  ExpectSame(Observe(*a_), Observe(*ref_));
+  Step1AndCompare(*ref_);
   EXPECT_EQ(a_->clipped_elements(), 2u);
 }
 
@@ -2240,10 +2254,7 @@ TEST_F(OnArrivalTest, PartsCommitWhenTheLastChunkIsSummed) {
   ASSERT_TRUE(PushGrad(*a_, 0, 0, 0, 4, grads_[0]).ok());  // one stream
   EXPECT_EQ(a_->Stats().pushes(), 1u);
   ASSERT_TRUE(PushGrad(*a_, 1, 0, 0, 5, grads_[1]).ok());
-  for (uint32_t w = 0; w < 2; ++w) {
-    ASSERT_TRUE(
-        PushGrad(*a_, w, 1, 1, 3, RandomGrad(a_->num_elements(), 50 + w)).ok());
-  }
+  Step1(*a_);
   const Observable done = Observe(*a_);
   absl::StatusOr<PushResult> late =
       PushPart(*a_, PartHeader(0, 0, 4, 2), data_[0], 1);
@@ -2298,53 +2309,25 @@ TEST_F(OnArrivalTest, BrokenPartIsRetriedExactly) {
   ASSERT_TRUE(retry.ok()) << retry.status();
   EXPECT_FALSE(retry->pending);
   ASSERT_TRUE(PushGrad(*a_, 1, 0, 0, 5, grads_[1]).ok());
-  for (uint32_t w = 0; w < 2; ++w) {
-    ASSERT_TRUE(
-        PushGrad(*a_, w, 1, 1, 3, RandomGrad(a_->num_elements(), 50 + w)).ok());
-  }
-  CleanSteps(*b_);
-  ExpectSame(Observe(*a_), Observe(*b_));
+  Step1AndCompare(*b_);
   EXPECT_EQ(a_->clipped_elements(), 2u);
 }
 
 // Both workers' pushes split (2 and 3 parts), every part on its own thread
-// at once: every part succeeds, at least one per push answers the commit,
-// and the weights are those of single streams, bit for bit.
+// at once: every part succeeds, each push is accepted once, and the
+// weights are those of single streams, bit for bit.
 TEST_F(OnArrivalTest, ConcurrentPartsEqualSingleStreams) {
-  for (int rep = 0; rep < 20; ++rep) {
-    const uint64_t clock = rep;
-    std::vector<std::vector<float>> g(2);
-    std::vector<std::vector<ChunkData>> d(2);
-    for (uint32_t w = 0; w < 2; ++w) {
-      g[w] = RandomGrad(a_->num_elements(), 100 * rep + w);
-      d[w] = EncodeAll(*a_, g[w]);
+  ConcurrentSteps([&](uint32_t w, uint64_t clock,
+                      const std::vector<ChunkData>& d) -> std::vector<Job> {
+    std::vector<Job> parts;
+    for (size_t part = 0; part < 2 + w; ++part) {
+      parts.push_back([&, w, clock, part] {
+        return PushPart(*a_, PartHeader(w, clock, 2 + w, 2 + w), d, part)
+            .status();
+      });
     }
-    std::vector<std::thread> threads;
-    std::atomic<int> failures{0};
-    std::atomic<int> committed[2] = {0, 0};
-    for (uint32_t w = 0; w < 2; ++w) {
-      const uint32_t parts = 2 + w;
-      for (size_t part = 0; part < parts; ++part) {
-        threads.emplace_back([&, w, parts, part] {
-          absl::StatusOr<PushResult> r =
-              PushPart(*a_, PartHeader(w, clock, 2 + w, parts), d[w], part);
-          if (!r.ok()) {
-            ++failures;
-          } else if (!r->pending) {
-            ++committed[w];
-          }
-        });
-      }
-    }
-    for (std::thread& t : threads) t.join();
-    ASSERT_EQ(failures.load(), 0);
-    EXPECT_GE(committed[0].load(), 1);
-    EXPECT_GE(committed[1].load(), 1);
-    for (uint32_t w : {1u, 0u}) {
-      ASSERT_TRUE(PushGrad(*b_, w, clock, clock, 2 + w, g[w]).ok());
-    }
-    ASSERT_TRUE(BitIdentical(Weights(*a_), Weights(*b_))) << "step " << rep;
-  }
+    return parts;
+  });
 }
 
 // One worker applying each term as it arrives: parts on two threads apply
