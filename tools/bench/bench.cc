@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/job_config.h"
 #include "common/signals.h"
 #include "tools/bench/compute.h"
 #include "tools/bench/job_processes.h"
@@ -221,6 +222,21 @@ void RunRound(const Plan& plan, int round, Iperf3* iperf, GrpcStream* stream,
     r->Set(PsName("pull_bf16", bytes, 1, 1), "GB/s", round,
            ps->pull_bytes_per_s / 1e9);
   }
+  // 2c. The same push as one stream per shard (network.push_streams 1),
+  // beside the shipped split (kDefaultPushStreams streams; same round).
+  for (uint64_t bytes : plan.ps_bytes) {
+    if (StopRequested()) return;
+    absl::StatusOr<PsPathResult> ps = MeasurePsPath(
+        bytes / sizeof(float), 1, 1, plan.ps_steps, pstrain::v1::DTYPE_F32,
+        /*early_apply=*/true, /*hold_first_term=*/true,
+        /*apply_terms_on_arrival=*/true, /*push_streams=*/1);
+    if (!ps.ok()) {
+      errors->Add(PsName("pstrain one stream", bytes, 1, 1), ps.status());
+      continue;
+    }
+    r->Set(PsName("push_1stream", bytes, 1, 1), "GB/s", round,
+           ps->push_bytes_per_s / 1e9);
+  }
   // 3. The optimizer against the triad.
   const double triad = TriadBytesPerSecond(plan.opt_elems, 3);
   r->Set("triad", "GB/s", round, triad / 1e9);
@@ -397,6 +413,18 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
                        Fmt(r.Median(bf16)) + " GB/s",
                        RatioMedian(r, R, bf16, fp32), "", 0, "no goal"});
     }
+  }
+  // One push over several streams: no goal, the ratio to one stream.
+  for (uint64_t bytes : plan.ps_bytes) {
+    const std::string split = PsName("push", bytes, 1, 1);
+    const std::string one = PsName("push_1stream", bytes, 1, 1);
+    goals.push_back({absl::StrCat("push ", SizeName(bytes),
+                                  ", 1 server, 1 worker: ", kDefaultPushStreams,
+                                  " streams (network.push_streams) / one "
+                                  "stream (",
+                                  Fmt(r.Median(one)), " GB/s)"),
+                     Fmt(r.Median(split)) + " GB/s",
+                     RatioMedian(r, R, split, one), "", 0, "no goal"});
   }
   for (size_t v = 0; v < variants.size(); ++v) {
     double lo = 0, hi = 0;
