@@ -977,9 +977,17 @@ absl::StatusOr<PushResult> Shard::IncomingPush::Finish() {
         const ChunkSum::Contribution& mine = sum.by_worker[w];
         if (sum.epoch != epoch_ || !mine.present) {
           ++missing;
-        } else {
-          hashes_[k] = mine.hash;
+          continue;
         }
+        if (mine.num_samples != header_.num_samples()) {
+          const LocalChunk& lc = s.chunks_[k];
+          return absl::FailedPreconditionError(absl::StrCat(
+              "tensor '", lc.tensor, "' chunk ", lc.index, " of worker ", w,
+              " clock ", header_.clock(), " was summed with num_samples ",
+              mine.num_samples, " by another part of this push, not ",
+              header_.num_samples(), "; nothing committed"));
+        }
+        hashes_[k] = mine.hash;
       }
       if (missing > 0) {
         PushResult pending;

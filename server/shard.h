@@ -121,7 +121,9 @@
 // no contribution of the worker yet answers `pending` (and how many are
 // missing) and commits nothing; the part that finishes with every chunk
 // summed commits the push, with the fingerprint a single stream of the
-// same chunks would have (from the contributions' hashes) and its header.
+// same chunks would have (from the contributions' hashes) and its header
+// (parts with another num_samples make it FAILED_PRECONDITION: summed
+// chunks cannot be replaced, as above).
 // A part that finishes after the commit, or comes again (a retry), is a
 // retry of the accepted push when its header and each of its chunks' bytes
 // are those of the push (the accepted push's per-chunk hashes are kept):

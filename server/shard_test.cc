@@ -2292,6 +2292,22 @@ TEST_F(OnArrivalTest, PartWithOtherBytesIsRefused) {
   ExpectSame(Observe(*a_), before);
 }
 
+// Parts of one push with different num_samples: the part that would
+// commit finds a chunk summed with the other's and refuses to commit it.
+TEST_F(OnArrivalTest, PartsWithOtherNumSamplesDoNotCommit) {
+  const Observable before = Observe(*a_);
+  absl::StatusOr<PushResult> first =
+      PushPart(*a_, PartHeader(0, 0, 4, 2), data_[0], 0);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->pending);
+  absl::StatusOr<PushResult> other =
+      PushPart(*a_, PartHeader(0, 0, 5, 2), data_[0], 1);
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(other.status().message(),
+              HasSubstr("was summed with num_samples 4 by another part"));
+  ExpectSame(Observe(*a_), before);
+}
+
 // A part whose stream broke half-way (its first chunk summed) and the
 // other part's finish (pending) leave nothing observable; the broken
 // part's retry commits, with the results of one clean stream.

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/chunk_frames.h"
 #include "common/grpc_util.h"
@@ -344,13 +345,10 @@ absl::Status PsClient::PushShard(int shard, uint32_t worker, uint64_t clock,
   }
   // Every part was summed and none saw the push complete: the shard lost
   // the step's sums meanwhile (a restore), so nothing was applied.
-  return absl::UnavailableError(
-      absl::StrCat("every one of the push's ", parts,
-                   " parts was summed but none "
-                   "committed it (",
-                   missing,
-                   " chunks missing; the shard restored "
-                   "meanwhile?); nothing applied"));
+  return absl::UnavailableError(absl::StrFormat(
+      "every one of the push's %d parts was summed but none committed it (%u "
+      "chunks missing; the shard restored meanwhile?); nothing applied",
+      parts, missing));
 }
 
 absl::Status PsClient::PullShardOnce(int shard, uint32_t worker, uint64_t clock,
