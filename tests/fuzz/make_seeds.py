@@ -4,12 +4,12 @@ and the text fuzzers (config_fuzzer, loaders_fuzzer) into corpus/<target>/.
 
 The protobuf messages are encoded by hand (no protobuf module needed); the
 framing is fuzz_input.h's: one variant byte, then frames of a 2-byte
-little-endian length and a serialized message. Run from anywhere:
+little-endian length and a serialized message. Seeds it does not write
+(inputs `psctl fuzz` found, added by hand) are kept. Run from anywhere:
     python3 tests/fuzz/make_seeds.py
 """
 import math
 import os
-import shutil
 import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -44,10 +44,12 @@ def chunk(tensor, index, values, dtype=1, shape=None):
             field_varint(3, dtype) + field_bytes(4, packed) + field_bytes(5, data))
 
 
-def header(worker=0, clock=0, read_version=0, read_min_clock=0, samples=8):
+def header(worker=0, clock=0, read_version=0, read_min_clock=0, samples=8,
+           parts=0):
     return (field_varint(1, worker) + field_varint(2, clock) +
             field_varint(3, read_version) + field_varint(4, read_min_clock) +
-            field_varint(5, samples))
+            field_varint(5, samples) +
+            (field_varint(41, parts) if parts else b""))
 
 
 def push(hdr=None, chunks=()):
@@ -82,7 +84,6 @@ def write(target, name, data):
 
 
 def main():
-    shutil.rmtree(os.path.join(HERE, "corpus"), ignore_errors=True)
     # push_fuzzer: shard 0 of two holds w/0 and w/1.
     shard0 = [chunk("w", 0, W0), chunk("w", 1, W1)]
     for variant in range(6):
@@ -101,6 +102,13 @@ def main():
     write("push_fuzzer", "duplicate", framed(2, [push(header(), [
         chunk("w", 0, W0), chunk("w", 0, W0)])]))
     write("push_fuzzer", "no_samples", framed(2, [push(header(samples=0), shard0)]))
+    # Sync: worker 0's push in two parts (pending, then the commit), a part
+    # again (a retry), worker 1 in one stream.
+    write("push_fuzzer", "parts", framed(0, [
+        push(header(0, 0, parts=2), shard0[:1]),
+        push(header(0, 0, parts=2), shard0[1:]),
+        push(header(0, 0, parts=2), shard0[:1]),
+        push(header(1, 0), shard0)]))
 
     # stream_fuzzer: one shard holds everything; even variants push, odd pull.
     everything = [chunk("w", 0, W0), chunk("w", 1, W1), chunk("w", 2, W2),
@@ -134,7 +142,8 @@ def main():
 
     # loaders_fuzzer: byte 0 picks the parser (0 digits, 1 sklearn csv,
     # 2 csv with header, 3 libsvm).
-    with open(os.path.join(ROOT, "worker", "testdata", "digits_5.csv")) as f:
+    with open(os.path.join(ROOT, "worker", "data", "testdata",
+                           "digits_5.csv")) as f:
         write("loaders_fuzzer", "digits", "\0" + f.read())
     write("loaders_fuzzer", "sklearn",
           "\1" + "3,2,benign,malignant\n1.5,2,0\n3,4.25,1\n-1,0,1\n")
