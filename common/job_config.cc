@@ -1135,7 +1135,8 @@ int PushStreams(const JobConfig& config) {
     return config.network().push_streams();
   }
   const v1::TrainingConfig& t = config.training();
-  return t.mode() == v1::MODE_SYNC && t.backup_workers() == 0
+  return t.mode() == v1::MODE_SYNC && t.backup_workers() == 0 &&
+                 config.job().workers() == 1
              ? kDefaultPushStreams
              : 1;
 }

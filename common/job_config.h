@@ -79,7 +79,10 @@ inline constexpr int kDefaultPushStreams = 2;
 
 // The streams a worker splits each shard's push over (PushHeader.parts):
 // network.push_streams, or for 0 kDefaultPushStreams in plain sync (mode
-// sync, no backup workers; see README "Performance") and 1 otherwise.
+// sync, no backup workers) with one worker, and 1 otherwise. Splitting uses
+// the cores a server's single push stream leaves idle; with several
+// workers each server already receives several streams at once, and a
+// split measured slower (README "One push over several streams").
 int PushStreams(const JobConfig& config);
 
 // Serialises back to YAML (round-trips through ParseJobConfig). Used to hand

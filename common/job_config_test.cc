@@ -746,13 +746,17 @@ TEST(JobConfigTest, WireDtype) {
               HasSubstr("the nccl backend reduces in fp32"));
 }
 
-// network.push_streams: 0 (the default) picks 2 in plain sync and 1
-// elsewhere; more than 1 only in plain sync; at most 8; errors name the key
-// (and the file and line when parsed).
+// network.push_streams: 0 (the default) picks 2 in plain sync with one
+// worker and 1 elsewhere; more than 1 only in plain sync; at most 8; errors
+// name the key (and the file and line when parsed).
 TEST(JobConfigTest, PushStreams) {
   JobConfig c = DefaultJobConfig();
   EXPECT_EQ(c.network().push_streams(), 0);
   ASSERT_EQ(c.training().mode(), v1::MODE_SYNC);
+  ASSERT_EQ(c.job().workers(), 2);
+  EXPECT_EQ(PushStreams(c), 1);
+  c.mutable_job()->set_workers(1);
+  FinalizeJobConfig(&c);
   EXPECT_EQ(PushStreams(c), kDefaultPushStreams);
   JobConfig async = c;
   async.mutable_training()->set_mode(v1::MODE_ASYNC);

@@ -91,6 +91,12 @@ int ExitCodeFor(const absl::Status& status) {
   return IsJobOver(status) ? kExitJobOver : kExitFailed;
 }
 
+void ExitNow(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(code);
+}
+
 CancelOnStop::CancelOnStop(grpc::ClientContext* context,
                            std::function<bool()> stop) {
   if (!stop) return;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 namespace pstrain {
 namespace {
 
@@ -51,6 +53,19 @@ TEST(ProcessTest, MetricsOffByDefault) {
   auto on = MaybeServeMetrics(&r, "127.0.0.1", 0);
   ASSERT_TRUE(on.ok());
   EXPECT_GT((*on)->port(), 0);
+}
+
+// ExitNow ends the process with the code given, after flushing stderr
+// (made fully buffered here, so only the flush can show the line).
+TEST(ProcessDeathTest, ExitNowFlushesAndExits) {
+  EXPECT_EXIT(
+      {
+        static char buffer[4096];
+        std::setvbuf(stderr, buffer, _IOFBF, sizeof(buffer));
+        std::fprintf(stderr, "last words");
+        ExitNow(7);
+      },
+      ::testing::ExitedWithCode(7), "last words");
 }
 
 TEST(ProcessTest, ExitCodes) {

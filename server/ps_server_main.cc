@@ -35,7 +35,7 @@ int Main() {
   auto http = MaybeServeMetrics(&metrics, o.bind, o.node.metrics_port);
   absl::Status st = http.ok() ? (*server)->Run(StopRequested) : http.status();
   if (!st.ok()) PS_LOG_ERROR("%s", st.message());
-  return ExitCodeFor(st);
+  ExitNow(ExitCodeFor(st));  // not gRPC's shutdown (common/process.h)
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ int Main() {
                                 (*worker)->options().node.metrics_port);
   absl::Status st = http.ok() ? (*worker)->Run(StopRequested) : http.status();
   if (!st.ok()) PS_LOG_ERROR("%s", st.message());
-  return ExitCodeFor(st);
+  ExitNow(ExitCodeFor(st));  // not gRPC's shutdown (common/process.h)
 }
 
 }  // namespace

@@ -31,7 +31,8 @@ ABSL_FLAG(bool, compare_apply_terms, false,
 ABSL_FLAG(bool, compare_push_streams, false,
           "also measure every push/pull row with each push as one stream "
           "(PsClientOptions.push_streams 1, where the job's default splits "
-          "it over network.push_streams connections)");
+          "it: one worker in plain sync; rows with several workers push one "
+          "stream anyway and measure the same setting twice)");
 
 namespace pstrain::bench {
 
