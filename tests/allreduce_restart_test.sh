@@ -197,8 +197,16 @@ if start_coordinator "$dir" "$TMP/close.yaml"; then
     fail "the final-close case did not set up (reached: $stage; worker 0 running: $(running "${workers[0]}" && echo yes || echo no))"
   else
     sigterm_ends_worker0 "in its final close"
-    grep -q "cancelled while waiting for the neighbour to confirm the last segments" "$dir/worker-0.log" ||
-      fail "worker 0's log does not say its final close was cancelled"
+    if grep -qE " done$" "$dir/worker-0.log"; then
+      # Rank 1 confirmed the close before its SIGSTOP took (seen about once
+      # in six runs): worker 0 finished its close before SIGTERM, so there
+      # was no close to cancel. It must still have ended within 1 s (above:
+      # its ring server's grace for rank 1's stream honours SIGTERM).
+      echo "note: worker 0's final close completed before SIGTERM arrived; the cancellation was not exercised this run (seed $seed)"
+    else
+      grep -q "cancelled while waiting for the neighbour to confirm the last segments" "$dir/worker-0.log" ||
+        fail "worker 0's log does not say its final close was cancelled"
+    fi
   fi
   kill -KILL "${workers[1]}" 2>/dev/null
 fi

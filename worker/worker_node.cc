@@ -780,19 +780,25 @@ class WorkerMetrics {
 };
 
 // Mode allreduce: this worker's RingPeer service, which its left neighbour
-// streams segments to. Stops (with a grace period for the neighbour's last
-// segments; 100 ms once `stopped`, so that SIGTERM ends the worker within a
-// second even while a hung neighbour holds its stream open) before the
-// service goes.
+// streams segments to. Stops before the service goes: it gives the
+// neighbour's streams up to 2 s to end by themselves (its last segments),
+// polled every 50 ms, then 100 ms to gRPC's Shutdown. The wait ends as soon
+// as `stopped` says so, also when SIGTERM comes during it, so that SIGTERM
+// ends the worker within a second even while a stopped or hung neighbour
+// holds its stream open.
 struct PeerServer {
   std::unique_ptr<RingPeerService> service;
   std::unique_ptr<grpc::Server> server;
   std::string address;            // advertised host:port
   std::function<bool()> stopped;  // may be empty
   ~PeerServer() {
-    const absl::Duration grace =
-        stopped && stopped() ? absl::Milliseconds(100) : absl::Seconds(2);
-    if (server) server->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+    if (!server) return;
+    const absl::Time grace_end = absl::Now() + absl::Seconds(2);
+    while (service->open_streams() > 0 && !(stopped && stopped()) &&
+           absl::Now() < grace_end) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Milliseconds(100)));
   }
 };
 

@@ -38,12 +38,15 @@ constexpr char kSendSegments[] = "/pstrain.v1.RingPeer/SendSegments";
 class SegmentReader : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   SegmentReader(Mailbox* mailbox, std::atomic<uint64_t>* segments,
+                std::atomic<int>* open_streams,
                 grpc::CallbackServerContext* context,
                 grpc::ByteBuffer* response)
       : mailbox_(mailbox),
         segments_(segments),
+        open_streams_(open_streams),
         context_(context),
         response_(response) {
+    open_streams_->fetch_add(1);
     StartRead(&message_);
   }
 
@@ -88,7 +91,10 @@ class SegmentReader : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     StartRead(&message_);
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    open_streams_->fetch_sub(1);
+    delete this;
+  }
 
  private:
   void BrokeOff(absl::Status why) {
@@ -99,6 +105,7 @@ class SegmentReader : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 
   Mailbox* const mailbox_;
   std::atomic<uint64_t>* const segments_;
+  std::atomic<int>* const open_streams_;
   grpc::CallbackServerContext* const context_;
   grpc::ByteBuffer* const response_;
   std::optional<uint32_t> sender_;  // from_rank of the last segment read
@@ -126,7 +133,8 @@ std::shared_ptr<grpc::Channel> MakeRingChannel(
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* RingPeerService::SendSegments(
     grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
-  return new SegmentReader(&mailbox_, &segments_, context, response);
+  return new SegmentReader(&mailbox_, &segments_, &open_streams_, context,
+                           response);
 }
 
 // The outgoing stream. Segments queue in `queue_` and are written one at a

@@ -56,6 +56,9 @@ class RingPeerService final
  public:
   Mailbox* mailbox() { return &mailbox_; }
   uint64_t segments_received() const { return segments_.load(); }
+  // SendSegments streams not ended yet (a neighbour still sending, or one
+  // that holds its stream open: stopped, hung).
+  int open_streams() const { return open_streams_.load(); }
 
   grpc::ServerReadReactor<grpc::ByteBuffer>* SendSegments(
       grpc::CallbackServerContext* context,
@@ -64,6 +67,7 @@ class RingPeerService final
  private:
   Mailbox mailbox_;
   std::atomic<uint64_t> segments_{0};
+  std::atomic<int> open_streams_{0};
 };
 
 class GrpcTransport final : public Transport {
