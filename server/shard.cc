@@ -275,20 +275,19 @@ uint64_t ChunkHash(size_t k, const ChunkData& c) {
   return absl::HashOf(k, absl::string_view(c.data()));
 }
 
+// The fields of a header that a retry must repeat.
+uint64_t HeaderHash(const PushHeader& h) {
+  return absl::HashOf(h.worker(), h.clock(), h.read_version(),
+                      h.read_min_clock(), h.num_samples());
+}
+
 // The push's fingerprint from its header and every chunk's hash, summed so
 // the order of arrival does not matter.
 uint64_t Fingerprint(const PushHeader& h,
                      const std::vector<uint64_t>& chunk_hashes) {
   uint64_t sum = 0;
   for (uint64_t x : chunk_hashes) sum += x;
-  return absl::HashOf(h.worker(), h.clock(), h.read_version(),
-                      h.read_min_clock(), h.num_samples(), sum);
-}
-
-// The fields of a header that a retry must repeat (those of Fingerprint).
-uint64_t HeaderHash(const PushHeader& h) {
-  return absl::HashOf(h.worker(), h.clock(), h.read_version(),
-                      h.read_min_clock(), h.num_samples());
+  return absl::HashOf(HeaderHash(h), sum);
 }
 }  // namespace
 
@@ -762,7 +761,7 @@ absl::StatusOr<PushResult> Shard::AcceptLocked(
   ++clocks_[w];
   RecordStalenessLocked(result.staleness);
   result.version = version_;
-  prev_push_[w] = last_push_[w];
+  prev_push_[w] = std::move(last_push_[w]);
   last_push_[w] = LastPush{true,
                            header.clock(),
                            fingerprint,
@@ -1018,7 +1017,7 @@ absl::StatusOr<PushResult> Shard::IncomingPush::Finish() {
         s.CountRecordedLocked(header_.num_samples(), result);
         return absl::OkStatus();
       },
-      [](const PushDecision&, PushResult*) {}, hashes_);
+      [](const PushDecision&, PushResult*) {}, std::move(hashes_));
 }
 bool Shard::SumChunk(size_t k, ChunkSum& sum, const char* src,
                      double num_samples, double* max_abs, uint64_t* clipped)

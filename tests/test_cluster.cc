@@ -70,17 +70,12 @@ std::unique_ptr<pstrain::v1::ParameterServer::Stub> TestCluster::Stub(
 absl::StatusOr<std::unique_ptr<PsClient>> TestCluster::NewClient(
     PsClientOptions options, uint32_t rank) const {
   if (options.session_id == 0) options.session_id = session_id(rank);
-  std::vector<std::shared_ptr<grpc::Channel>> channels;
-  std::vector<std::vector<std::shared_ptr<grpc::Channel>>> push_channels;
-  for (int i = 0; i < num_shards(); ++i) {
-    channels.push_back(Channel(i));
-    push_channels.emplace_back();
-    for (int p = 1; p < options.push_streams; ++p) {
-      push_channels.back().push_back(MakeChannel(address(i), nullptr, p));
-    }
-  }
-  return PsClient::Create(job_.shard_map(), std::move(channels), options,
-                          std::move(push_channels));
+  return PsClient::Connect(
+      job_.shard_map(),
+      [](const std::string& address, int connection) {
+        return MakeChannel(address, nullptr, connection);
+      },
+      options);
 }
 
 }  // namespace pstrain

@@ -52,17 +52,12 @@ absl::StatusOr<std::unique_ptr<PsClient>> ConnectShards(
     const std::shared_ptr<grpc::ChannelCredentials>& creds,
     PsClientOptions options) {
   options.push_streams = PushStreams(config);
-  std::vector<std::shared_ptr<grpc::Channel>> channels;
-  std::vector<std::vector<std::shared_ptr<grpc::Channel>>> push_channels;
-  for (const std::string& a : job.shard_map().server_addresses()) {
-    channels.push_back(MakeChannel(a, creds));
-    push_channels.emplace_back();
-    for (int p = 1; p < options.push_streams; ++p) {
-      push_channels.back().push_back(MakeChannel(a, creds, p));
-    }
-  }
-  return PsClient::Create(job.shard_map(), std::move(channels), options,
-                          std::move(push_channels));
+  return PsClient::Connect(
+      job.shard_map(),
+      [&creds](const std::string& address, int connection) {
+        return MakeChannel(address, creds, connection);
+      },
+      options);
 }
 
 // Sends step records to the coordinator in batches.

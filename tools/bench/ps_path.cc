@@ -91,28 +91,21 @@ class Cluster {
 absl::StatusOr<std::unique_ptr<PsClient>> NewClient(
     const pstrain::v1::ShardMap& map, uint32_t rank,
     pstrain::v1::DType wire_dtype, int push_streams) {
-  auto channel = [](const std::string& address) {
-    grpc::ChannelArguments args = DefaultChannelArgs();
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    return grpc::CreateCustomChannel(address,
-                                     grpc::InsecureChannelCredentials(), args);
-  };
-  std::vector<std::shared_ptr<grpc::Channel>> channels;
-  std::vector<std::vector<std::shared_ptr<grpc::Channel>>> push_channels;
-  for (const std::string& address : map.server_addresses()) {
-    channels.push_back(channel(address));
-    push_channels.emplace_back();
-    for (int p = 1; p < push_streams; ++p) {
-      push_channels.back().push_back(channel(address));
-    }
-  }
   PsClientOptions options;
   options.rpc_timeout = absl::Seconds(300);
   options.session_id = rank + 1;
   options.wire_dtype = wire_dtype;
   options.push_streams = push_streams;
-  return PsClient::Create(map, std::move(channels), options,
-                          std::move(push_channels));
+  // Every channel has a local subchannel pool: a connection of its own.
+  return PsClient::Connect(
+      map,
+      [](const std::string& address, int) {
+        grpc::ChannelArguments args = DefaultChannelArgs();
+        args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+        return grpc::CreateCustomChannel(
+            address, grpc::InsecureChannelCredentials(), args);
+      },
+      options);
 }
 
 // `workers` clients driving sync steps together; Step() times each phase.

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/job_config.h"
 #include "common/run_record.h"
 #include "tools/bench/job_processes.h"
 
@@ -24,7 +25,9 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-std::string JobYaml(const WholeJobModel& m, int compute_ms, bool overlap) {
+// `push_streams` > 0: network.push_streams (else the default).
+std::string JobYaml(const WholeJobModel& m, int compute_ms, bool overlap,
+                    int push_streams) {
   return absl::StrCat(
       "# ps_bench whole job ", m.name,
       ": written by tools/bench/whole_job.cc\n", "job:\n  name: bench_", m.name,
@@ -38,7 +41,10 @@ std::string JobYaml(const WholeJobModel& m, int compute_ms, bool overlap) {
       "data:\n  source: synthetic\n  num_features: ", m.input_dim,
       "\n  num_classes: ", m.num_classes, "\n  test_examples: 64\n",
       "worker:\n  device: cpu\n  compute_ms: ", compute_ms,
-      "\n  overlap: ", overlap ? "true" : "false", "\n");
+      "\n  overlap: ", overlap ? "true" : "false", "\n",
+      push_streams > 0
+          ? absl::StrCat("network:\n  push_streams: ", push_streams, "\n")
+          : "");
 }
 
 struct JobFigures {
@@ -47,10 +53,13 @@ struct JobFigures {
 
 absl::StatusOr<JobFigures> RunOne(const WholeJobModel& m, int compute_ms,
                                   bool overlap, const std::string& bin_dir,
-                                  const std::string& work_dir) {
-  std::string tmpl =
-      absl::StrCat(work_dir, "/ps_bench_job_", m.name, "_", compute_ms, "ms",
-                   overlap ? "_overlap" : "", "_XXXXXX");
+                                  const std::string& work_dir,
+                                  int push_streams = 0) {
+  std::string tmpl = absl::StrCat(
+      work_dir, "/ps_bench_job_", m.name, "_", compute_ms, "ms",
+      overlap ? "_overlap" : "",
+      push_streams > 0 ? absl::StrCat("_", push_streams, "streams") : "",
+      "_XXXXXX");
   if (mkdtemp(tmpl.data()) == nullptr) {
     return absl::InternalError(absl::StrCat("mkdtemp ", tmpl, " failed"));
   }
@@ -58,7 +67,7 @@ absl::StatusOr<JobFigures> RunOne(const WholeJobModel& m, int compute_ms,
   const std::string config = dir + "/job.yaml";
   {
     std::ofstream out(config);
-    out << JobYaml(m, compute_ms, overlap);
+    out << JobYaml(m, compute_ms, overlap, push_streams);
     if (!out) return absl::InternalError("cannot write " + config);
   }
   JobRunOptions o;
@@ -131,6 +140,12 @@ absl::StatusOr<std::vector<WholeJobSample>> MeasureWholeJob(
     const std::string& work_dir, double iperf_bytes_per_s) {
   absl::StatusOr<JobFigures> alone = RunOne(m, 0, false, bin_dir, work_dir);
   if (!alone.ok()) return alone.status();
+  // The same with every push split as a one-worker push is (no goal: why
+  // the split is for one worker only, README "One push over several
+  // streams").
+  absl::StatusOr<JobFigures> split =
+      RunOne(m, 0, false, bin_dir, work_dir, kDefaultPushStreams);
+  if (!split.ok()) return split.status();
   const int compute_ms = std::max(1, int(std::lround(alone->comm_s * 1e3)));
   absl::StatusOr<JobFigures> both =
       RunOne(m, compute_ms, true, bin_dir, work_dir);
@@ -141,6 +156,7 @@ absl::StatusOr<std::vector<WholeJobSample>> MeasureWholeJob(
   const std::string p = "job_" + m.name + "_";
   std::vector<WholeJobSample> out = {
       {p + "comm", "ms", alone->comm_s * 1e3},
+      {p + "comm_split", "ms", split->comm_s * 1e3},
       {p + "bytes", "MB", alone->bytes_per_step / 1e6},
       {p + "step", "ms", both->step_s * 1e3},
       {p + "compute", "ms", both->compute_s * 1e3},
@@ -164,6 +180,11 @@ std::vector<WholeJobGoal> WholeJobGoals(const std::vector<WholeJobModel>& ms) {
     goals.push_back({what + "communication per step / (bytes all workers "
                             "moved / iperf3 rate)",
                      p + "comm", p + "comm", p + "ideal", 1.5});
+    goals.push_back({what + absl::StrCat("communication with every push split "
+                                         "over ",
+                                         kDefaultPushStreams,
+                                         " streams / as shipped (one stream)"),
+                     p + "comm_split", p + "comm_split", p + "comm", 0});
     goals.push_back({what + "step time with compute_ms = comm and "
                             "worker.overlap / max(compute, comm)",
                      p + "step", p + "step", p + "bound", 1.1});

@@ -2,7 +2,7 @@
 // and 2 servers, separate processes on loopback, sync mode, emulated compute
 // (worker.compute_ms), read back from metrics.csv and summary.json.
 //
-// Per model and round, two jobs one after the other:
+// Per model and round, four jobs one after the other:
 //  1. no emulated compute: the communication per step (median over steps of
 //     the workers' mean pull_s + push_s, metrics.csv comm_s) against the
 //     ideal time (bytes all workers moved in a step, summary.json
@@ -10,6 +10,9 @@
 //     over iperf3's rate of the same round: the workers and servers share
 //     this host's loopback, so their traffic together meets one wire);
 //     goal <= 1.5;
+//  1b. the same with network.push_streams kDefaultPushStreams (every push
+//     split, as a one-worker push is): its communication against job 1's
+//     (no goal; why the split is for one worker only);
 //  2. worker.compute_ms set to the communication time of job 1 (so both
 //     matter equally: the case overlap helps most) and worker.overlap: the
 //     step time (median over steps of the difference of consecutive wall_s)
@@ -48,8 +51,9 @@ struct WholeJobSample {
   double value;
 };
 
-// Runs the two jobs of one round for `model` (binaries under bin_dir, files
-// under work_dir) and returns its figures: job_<name>_comm (ms),
+// Runs the jobs of one round for `model` (binaries under bin_dir, files
+// under work_dir) and returns its figures: job_<name>_comm and
+// job_<name>_comm_split (ms),
 // job_<name>_ideal (ms, needs iperf_bytes_per_s > 0, else left out),
 // job_<name>_bytes (MB per step), job_<name>_step, job_<name>_compute,
 // job_<name>_bound = max(compute, comm) and job_<name>_step_no_overlap (ms).

@@ -124,6 +124,21 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
   return client;
 }
 
+absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
+    const pstrain::v1::ShardMap& map, const ChannelFactory& make_channel,
+    PsClientOptions options) {
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  std::vector<std::vector<std::shared_ptr<grpc::Channel>>> push_channels;
+  for (const std::string& address : map.server_addresses()) {
+    channels.push_back(make_channel(address, 0));
+    push_channels.emplace_back();
+    for (int c = 1; c < options.push_streams; ++c) {
+      push_channels.back().push_back(make_channel(address, c));
+    }
+  }
+  return Create(map, std::move(channels), options, std::move(push_channels));
+}
+
 std::unique_ptr<PsOp> PsClient::StartPull(uint32_t worker, uint64_t clock,
                                           TensorList* params) {
   params->resize(tensor_sizes_.size());

@@ -119,6 +119,16 @@ class PsClient {
       PsClientOptions options,
       std::vector<std::vector<std::shared_ptr<grpc::Channel>>> push_channels =
           {});
+  // A channel to `address`; `connection` 0 for a shard's pulls and the
+  // first part of its pushes, 1, 2, ... for the other parts, each to be a
+  // connection of its own (MakeChannel's `connection`).
+  using ChannelFactory = std::function<std::shared_ptr<grpc::Channel>(
+      const std::string& address, int connection)>;
+  // Create over channels from `make_channel` to every shard of
+  // map.server_addresses(), options.push_streams per shard.
+  static absl::StatusOr<std::unique_ptr<PsClient>> Connect(
+      const pstrain::v1::ShardMap& map, const ChannelFactory& make_channel,
+      PsClientOptions options);
 
   const pstrain::v1::ShardMap& shard_map() const { return map_; }
   int num_shards() const { return static_cast<int>(channels_.size()); }
