@@ -513,10 +513,11 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
          RatioMedian(r, R, many, one, /*invert=*/true), ">=", 0.7 * t});
   }
   for (const WholeJobGoal& g : WholeJobGoals(jobs)) {
-    goals.push_back({g.figure, Fmt(r.Median(g.measured)) + " ms",
-                     RatioMedian(r, R, g.numerator, g.denominator),
-                     g.goal > 0 ? "<=" : "", g.goal,
-                     g.goal > 0 ? "" : "no goal"});
+    goals.push_back(
+        {g.figure,
+         Fmt(r.Median(g.measured)) + (g.unit.empty() ? "" : " " + g.unit),
+         RatioMedian(r, R, g.numerator, g.denominator), g.goal > 0 ? "<=" : "",
+         g.goal, g.goal > 0 ? "" : "no goal"});
   }
   return goals;
 }

@@ -1,6 +1,7 @@
 #include "tools/bench/stats.h"
 
 #include <sched.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include <algorithm>
@@ -42,6 +43,25 @@ CpuTimes ReadCpuTimes() {
            static_cast<uint64_t>(t.tv_nsec);
   };
   return CpuTimes{ns(cpu), ns(wall) * static_cast<uint64_t>(CPU_COUNT(&cpus))};
+}
+
+CpuTimes ReadChildrenCpuTimes() {
+  rusage usage;
+  timespec wall;
+  cpu_set_t cpus;
+  if (getrusage(RUSAGE_CHILDREN, &usage) != 0 ||
+      clock_gettime(CLOCK_MONOTONIC, &wall) != 0 ||
+      sched_getaffinity(0, sizeof(cpus), &cpus) != 0) {
+    return {};
+  }
+  auto ns = [](const timeval& t) {
+    return static_cast<uint64_t>(t.tv_sec) * 1000000000u +
+           static_cast<uint64_t>(t.tv_usec) * 1000u;
+  };
+  const uint64_t wall_ns = static_cast<uint64_t>(wall.tv_sec) * 1000000000u +
+                           static_cast<uint64_t>(wall.tv_nsec);
+  return CpuTimes{ns(usage.ru_utime) + ns(usage.ru_stime),
+                  wall_ns * static_cast<uint64_t>(CPU_COUNT(&cpus))};
 }
 
 CpuTimes AddCpuDelta(const CpuTimes& sum, const CpuTimes& a,

@@ -28,6 +28,11 @@ struct CpuTimes {
   uint64_t total = 0;
 };
 CpuTimes ReadCpuTimes();
+// The same for the children this process has waited for (getrusage
+// RUSAGE_CHILDREN, user and system, descendants they waited for included):
+// the difference over a job whose processes were started and waited for in
+// between is the CPU time of the job's processes.
+CpuTimes ReadChildrenCpuTimes();
 // `sum` + (b - a).
 CpuTimes AddCpuDelta(const CpuTimes& sum, const CpuTimes& a, const CpuTimes& b);
 // The share of the CPUs' time that was busy in `t` (1: every core busy all

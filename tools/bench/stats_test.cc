@@ -3,6 +3,8 @@
 #include "tools/bench/stats.h"
 
 #include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <string>
@@ -48,6 +50,30 @@ TEST(CpuTimes, ThisProcessSpinningIsBusy) {
   ASSERT_EQ(sched_getaffinity(0, sizeof(cpus), &cpus), 0);
   EXPECT_GT(share, 0.0);
   EXPECT_LE(share, 1.0 / CPU_COUNT(&cpus) + 0.02);
+}
+
+TEST(CpuTimes, AWaitedChildsSpinCountsAsChildrenTime) {
+  const CpuTimes before = ReadChildrenCpuTimes();
+  ASSERT_GT(before.total, 0u);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // spins for 50 ms of its own CPU time
+    timespec t;
+    do {
+      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    } while (t.tv_sec == 0 && t.tv_nsec < 50000000);
+    _exit(0);
+  }
+  // Not yet waited for: not counted.
+  EXPECT_EQ(ReadChildrenCpuTimes().busy, before.busy);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  const CpuTimes after = ReadChildrenCpuTimes();
+  // getrusage counts in ticks or microseconds: at least most of the 50 ms.
+  EXPECT_GE(after.busy - before.busy, 40000000u);
+  const double share = BusyShare(AddCpuDelta({}, before, after));
+  EXPECT_GT(share, 0.0);
+  EXPECT_LE(share, 1.0);
 }
 
 TEST(ParsePositiveList, AcceptsPositiveIntegersAndNamesTheFlagOtherwise) {

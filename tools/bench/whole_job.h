@@ -20,6 +20,8 @@
 //     of this job, the communication of job 1); goal <= 1.1 (1.0 is perfect
 //     overlap, 2.0 none);
 //  3. the same without overlap, for comparison (no goal).
+// For jobs 2 and 3 also the share of the CPUs their processes kept busy
+// (no goal): near 1, the cores bound the step, not the schedule.
 // The first step (connections, first allocations) is left out.
 #ifndef PSTRAIN_TOOLS_BENCH_WHOLE_JOB_H_
 #define PSTRAIN_TOOLS_BENCH_WHOLE_JOB_H_
@@ -56,7 +58,10 @@ struct WholeJobSample {
 // job_<name>_comm_split (ms),
 // job_<name>_ideal (ms, needs iperf_bytes_per_s > 0, else left out),
 // job_<name>_bytes (MB per step), job_<name>_step, job_<name>_compute,
-// job_<name>_bound = max(compute, comm) and job_<name>_step_no_overlap (ms).
+// job_<name>_bound = max(compute, comm) and job_<name>_step_no_overlap (ms),
+// job_<name>_cpu_busy and job_<name>_cpu_busy_no_overlap (the share of the
+// CPUs the jobs of steps 2 and 3 kept busy, getrusage of the children over
+// their whole run) and job_<name>_one (1, their ratios' denominator).
 // Errors name the job's logs.
 absl::StatusOr<std::vector<WholeJobSample>> MeasureWholeJob(
     const WholeJobModel& model, const std::string& bin_dir,
@@ -66,7 +71,8 @@ struct WholeJobGoal {
   std::string figure;
   std::string measured;                // the series shown as measured (ms)
   std::string numerator, denominator;  // the ratio's series
-  double goal;  // ratio <= goal; 0: a figure without a goal
+  double goal;              // ratio <= goal; 0: a figure without a goal
+  std::string unit = "ms";  // of `measured`
 };
 std::vector<WholeJobGoal> WholeJobGoals(const std::vector<WholeJobModel>& m);
 

@@ -106,6 +106,16 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
     client->shard_chunks_[c.shard()].push_back(i);
     client->chunk_index_[{c.tensor(), c.index()}] = i;
   }
+  client->tensor_chunks_.resize(client->tensor_sizes_.size());
+  for (int i = 0; i < map.chunks_size(); ++i) {
+    client->tensor_chunks_[client->tensor_index_.at(map.chunks(i).tensor())]
+        .push_back(i);
+  }
+  for (std::vector<int>& chunks : client->tensor_chunks_) {
+    std::stable_sort(chunks.begin(), chunks.end(), [&](int a, int b) {
+      return map.chunks(a).offset() < map.chunks(b).offset();
+    });
+  }
   for (auto& ch : channels) {
     client->push_methods_.emplace_back(
         kPushMethod, grpc::internal::RpcMethod::CLIENT_STREAMING, ch);
@@ -172,22 +182,10 @@ std::unique_ptr<PsOp> PsClient::StartPull(uint32_t worker, uint64_t clock,
                                 "pull destination does not match the model"));
     return op;
   }
-  if (arrived != nullptr) {
-    if (arrived->size() != static_cast<int>(tensor_sizes_.size())) {
-      op->statuses_.assign(
-          n, absl::InvalidArgumentError("pull gate does not match the model"));
-      return op;
-    }
-    op->missing_.reset(new std::atomic<int64_t>[tensor_sizes_.size()]);
-    op->chunk_seen_.reset(new std::atomic<bool>[map_.chunks_size()]);
-    for (int i = 0; i < map_.chunks_size(); ++i) op->chunk_seen_[i] = false;
-    for (size_t i = 0; i < tensor_sizes_.size(); ++i) op->missing_[i] = 0;
-    for (const ChunkInfo& c : map_.chunks()) {
-      ++op->missing_[tensor_index_.at(c.tensor())];
-    }
-    for (size_t i = 0; i < tensor_sizes_.size(); ++i) {
-      if (op->missing_[i] == 0) arrived->Open(i);
-    }
+  if (arrived != nullptr && arrived->size() != map_.chunks_size()) {
+    op->statuses_.assign(n, absl::InvalidArgumentError(
+                                "pull gate does not match the shard map"));
+    return op;
   }
   for (int s = 0; s < n; ++s) {
     op->threads_.emplace_back(
@@ -233,7 +231,7 @@ std::unique_ptr<PsOp> PsClient::StartPush(uint32_t worker, uint64_t clock,
   for (size_t i = 0; shapes_ok && i < grads.size(); ++i) {
     shapes_ok = grads[i].size() == tensor_sizes_[i];
   }
-  if (ready != nullptr && ready->size() != static_cast<int>(grads.size())) {
+  if (ready != nullptr && ready->size() != map_.chunks_size()) {
     shapes_ok = false;
   }
   if (!shapes_ok || reads.size() != static_cast<size_t>(n)) {
@@ -442,12 +440,8 @@ absl::Status PsClient::DecodePullMessage(int shard, grpc::ByteBuffer* buffer,
         if (!in.ConsumedEntireMessage()) return malformed();
         in.PopLimit(limit);
         ++*received;
-        // A retry decodes the same weights again but counts each chunk once.
-        if (gate != nullptr && chunk >= 0 &&
-            !op->chunk_seen_[chunk].exchange(true)) {
-          const int t = tensor_index_[map_.chunks(chunk).tensor()];
-          if (--op->missing_[t] == 0) gate->Open(t);
-        }
+        // A retry decodes the same weights again; opening twice is harmless.
+        if (gate != nullptr && chunk >= 0) gate->Open(chunk);
         break;
       }
       default:
@@ -582,8 +576,9 @@ absl::Status PsClient::PushShardOnce(int shard, int part, int parts,
     grpc::ClientContext context;
     SetTimeout(&context, options_.rpc_timeout);
     const absl::Time deadline = absl::Now() + options_.rpc_timeout;
-    // With a gate, the last layer's chunks go first: backward produces them
-    // first. The shard accepts chunks in any order.
+    // With a gate, the last layer's chunks go first (each tensor's in
+    // offset order): backward produces them in that order. The shard
+    // accepts chunks in any order.
     std::vector<int> order = shard_chunks_[shard];
     if (gate != nullptr) {
       std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
@@ -632,8 +627,7 @@ absl::Status PsClient::PushShardOnce(int shard, int part, int parts,
     bool header_sent = false;
     for (int idx : order) {
       const ChunkInfo& c = map_.chunks(idx);
-      const int t = tensor_index_.at(c.tensor());
-      const bool wait = gate != nullptr && !gate->IsOpen(t);
+      const bool wait = gate != nullptr && !gate->IsOpen(idx);
       if ((frame.payload_bytes() > 0 || (wait && !header_sent)) &&
           (wait || frame.payload_bytes() + c.length() * element_bytes >
                        kMaxMessagePayloadBytes)) {
@@ -641,8 +635,12 @@ absl::Status PsClient::PushShardOnce(int shard, int part, int parts,
         header_sent = true;
       }
       if (wait) {
-        gate_status = gate->Wait(t, deadline);
+        gate_status = gate->Wait(idx, deadline);
         if (!gate_status.ok()) {
+          gate_status = absl::Status(
+              gate_status.code(),
+              absl::StrCat("tensor '", c.tensor(), "' chunk ", c.index(), ": ",
+                           gate_status.message()));
           context.TryCancel();  // nothing is applied without a clean half-close
           break;
         }

@@ -97,9 +97,6 @@ class PsOp {
   std::vector<ShardRead> reads_;
   TensorViews views_;          // a push's gradients
   MutableTensorViews pulled_;  // a pull's destination
-  // A pull with a gate: chunks still to arrive per tensor (all shards).
-  std::unique_ptr<std::atomic<int64_t>[]> missing_;
-  std::unique_ptr<std::atomic<bool>[]> chunk_seen_;  // by ShardMap chunk
   bool joined_ = false;
 };
 
@@ -131,6 +128,11 @@ class PsClient {
       PsClientOptions options);
 
   const pstrain::v1::ShardMap& shard_map() const { return map_; }
+  // The shard-map indices of tensor `tensor`'s chunks (model order), in
+  // offset order: the units of the gates of StartPull and StartPush.
+  const std::vector<int>& tensor_chunks(int tensor) const {
+    return tensor_chunks_[tensor];
+  }
   int num_shards() const { return static_cast<int>(channels_.size()); }
 
   // Resizes *params to the model and fills it from every shard. `params`
@@ -142,10 +144,11 @@ class PsClient {
   // which must stay alive and untouched until Wait() returns.
   std::unique_ptr<PsOp> StartPull(uint32_t worker, uint64_t clock,
                                   MutableTensorViews params);
-  // The same, opening tensor i of `arrived` (sized like the model, reset by
-  // the caller, alive until Wait() returns) as soon as all its chunks are
-  // decoded, so the caller can use the first layers while the rest streams
-  // in. On failure Wait() reports it; tensors may stay closed.
+  // The same, opening entry i of `arrived` (one per chunk of the shard map,
+  // shard_map().chunks(i); reset by the caller, alive until Wait() returns)
+  // as soon as chunk i is decoded, so the caller can compute with the first
+  // chunks while the rest streams in. On failure Wait() reports it; chunks
+  // may stay closed.
   std::unique_ptr<PsOp> StartPull(uint32_t worker, uint64_t clock,
                                   MutableTensorViews params,
                                   TensorGate* arrived);
@@ -161,12 +164,13 @@ class PsClient {
                                   uint64_t num_samples, TensorViews grads,
                                   const std::vector<ShardRead>& reads);
   // The same while backward still runs: each shard's stream opens at once
-  // and sends its chunks last tensor first, each only once `ready` (sized
-  // like the model, alive until Wait() returns) has that tensor open; a
-  // message is flushed before waiting, so the shard decodes what is ready
-  // while the rest is computed. The values sent, and so the result, are
-  // those of the plain push; only the timing differs. A tensor not opened
-  // within network.rpc_timeout_s (or an aborted gate) fails the push.
+  // and sends its chunks last tensor first (each tensor's in offset order,
+  // tensor_chunks()), each only once `ready` (one entry per chunk of the
+  // shard map, alive until Wait() returns) has that chunk open; a message
+  // is flushed before waiting, so the shard decodes what is ready while the
+  // rest is computed. The values sent, and so the result, are those of the
+  // plain push; only the timing differs. A chunk not opened within
+  // network.rpc_timeout_s (or an aborted gate) fails the push.
   std::unique_ptr<PsOp> StartPush(uint32_t worker, uint64_t clock,
                                   uint64_t num_samples, TensorViews grads,
                                   const std::vector<ShardRead>& reads,
@@ -197,8 +201,8 @@ class PsClient {
   // with UNAVAILABLE; without this wait all attempts could fall into that
   // window.
   void AwaitChannel(int shard, absl::Duration bound) const;
-  // `gate` (may be null): the pull's `arrived` with op->missing_, or the
-  // push's `ready`.
+  // `gate` (may be null): the pull's `arrived` or the push's `ready`, one
+  // entry per shard-map chunk.
   absl::Status PullShard(int shard, uint32_t worker, uint64_t clock,
                          MutableTensorViews* params, ShardRead* read, PsOp* op,
                          TensorGate* gate);
@@ -243,7 +247,8 @@ class PsClient {
   // Per shard: parts 1, 2, ... of a push (empty: on channels_).
   std::vector<std::vector<std::shared_ptr<grpc::Channel>>> part_channels_;
   std::vector<std::vector<grpc::internal::RpcMethod>> part_methods_;
-  std::vector<std::vector<int>> shard_chunks_;  // shard -> indices into chunks
+  std::vector<std::vector<int>> shard_chunks_;   // shard -> indices into chunks
+  std::vector<std::vector<int>> tensor_chunks_;  // tensor -> (offset order)
   std::vector<uint64_t> tensor_sizes_;
   absl::flat_hash_map<std::string, int> tensor_index_;
   absl::flat_hash_map<std::pair<std::string, uint32_t>, int> chunk_index_;

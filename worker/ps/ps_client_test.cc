@@ -10,11 +10,14 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "common/grpc_util.h"
 #include "common/sharding.h"
 #include "common/tensor_codec.h"
 #include "gtest/gtest.h"
 #include "proto/pstrain.grpc.pb.h"
+#include "worker/ps/tensor_gate.h"
 
 namespace pstrain {
 namespace {
@@ -30,7 +33,12 @@ class FakeShard final : public pstrain::v1::ParameterServer::Service {
  public:
   grpc::Status Pull(grpc::ServerContext*, const pstrain::v1::PullRequest*,
                     grpc::ServerWriter<PullResponse>* writer) override {
-    for (const PullResponse& m : pull_messages) writer->Write(m);
+    for (size_t i = 0; i < pull_messages.size(); ++i) {
+      if (i == hold_pull_at && hold_pull != nullptr) {
+        hold_pull->WaitForNotificationWithTimeout(absl::Seconds(10));
+      }
+      writer->Write(pull_messages[i]);
+    }
     return grpc::Status::OK;
   }
   grpc::Status Push(grpc::ServerContext*,
@@ -38,7 +46,11 @@ class FakeShard final : public pstrain::v1::ParameterServer::Service {
                     pstrain::v1::PushResponse* response) override {
     PushRequest m;
     std::vector<PushRequest> stream;
-    while (reader->Read(&m)) stream.push_back(m);
+    while (reader->Read(&m)) {
+      stream.push_back(m);
+      absl::MutexLock lock(&mu);
+      for (const ChunkData& c : m.chunks()) arrived.push_back(c.index());
+    }
     absl::MutexLock lock(&mu);
     pushed = stream;
     streams.push_back(std::move(stream));
@@ -48,7 +60,11 @@ class FakeShard final : public pstrain::v1::ParameterServer::Service {
     return grpc::Status::OK;
   }
   std::vector<PullResponse> pull_messages;
+  // Set: message hold_pull_at is sent only once notified.
+  absl::Notification* hold_pull = nullptr;
+  size_t hold_pull_at = 0;
   absl::Mutex mu;
+  std::vector<uint32_t> arrived ABSL_GUARDED_BY(mu);    // pushed chunks, so far
   std::vector<PushRequest> pushed ABSL_GUARDED_BY(mu);  // the last stream
   std::vector<std::vector<PushRequest>> streams ABSL_GUARDED_BY(mu);
   bool answer_pending ABSL_GUARDED_BY(mu) = false;
@@ -183,6 +199,82 @@ TEST_P(PsClientTest, PushSendsTheGradientsAsProtobufReadsThem) {
   std::vector<float> want = values_;
   RoundToWire(GetParam(), want.data(), want.size());
   EXPECT_EQ(got, want);
+}
+
+// worker.overlap's units are the shard map's chunks: a pull with a gate
+// opens each chunk as soon as it is decoded, while the rest of the same
+// tensor is still on its way.
+TEST_P(PsClientTest, PullWithAGateOpensEachChunkAsItArrives) {
+  PullResponse head;
+  head.set_version(7);
+  fake_.pull_messages = {head};
+  for (const auto& c : map_.chunks()) {
+    EncodeChunk(c.tensor(), c.index(), values_.data() + c.offset(), c.length(),
+                fake_.pull_messages.emplace_back().add_chunks(), GetParam());
+  }
+  absl::Notification rest;
+  fake_.hold_pull = &rest;
+  fake_.hold_pull_at = 2;  // the head and chunk 0 first
+  TensorList params = {std::vector<float>(kElems)};
+  TensorGate arrived(map_.chunks_size());
+  auto op = client_->StartPull(
+      0, 0, MutableTensorViews(params.begin(), params.end()), &arrived);
+  EXPECT_TRUE(arrived.Wait(0, absl::Now() + absl::Seconds(10)).ok());
+  EXPECT_FALSE(arrived.IsOpen(1));
+  EXPECT_FALSE(arrived.IsOpen(2));
+  rest.Notify();
+  ASSERT_TRUE(op->Wait().ok());
+  for (int i = 0; i < map_.chunks_size(); ++i) EXPECT_TRUE(arrived.IsOpen(i));
+  std::vector<float> want = values_;
+  RoundToWire(GetParam(), want.data(), want.size());
+  EXPECT_EQ(params[0], want);
+
+  // A gate sized like the tensors, not the chunks, is refused.
+  TensorGate by_tensor(1);
+  const absl::Status s =
+      client_
+          ->StartPull(0, 0, MutableTensorViews(params.begin(), params.end()),
+                      &by_tensor)
+          ->Wait();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+}
+
+// A push with a gate sends each chunk only once it is open, in
+// tensor_chunks order, and the shard reads what is open while the rest is
+// still being computed.
+TEST_P(PsClientTest, PushWithAGateSendsEachChunkOnceOpen) {
+  EXPECT_EQ(client_->tensor_chunks(0), (std::vector<int>{0, 1, 2}));
+  TensorList grads = {values_};
+  TensorGate ready(map_.chunks_size());
+  auto op =
+      client_->StartPush(0, 3, 16, TensorViews(grads.begin(), grads.end()),
+                         {ShardRead{2, 1}}, &ready);
+  ready.Open(0);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  auto arrived = [&] {
+    absl::MutexLock lock(&fake_.mu);
+    return fake_.arrived;
+  };
+  while (arrived().empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(arrived(), std::vector<uint32_t>{0});
+  ready.Open(1);
+  ready.Open(2);
+  ASSERT_TRUE(op->Wait().ok());
+  EXPECT_EQ(arrived(), (std::vector<uint32_t>{0, 1, 2}));
+
+  // A chunk that never opens fails the push once network.rpc_timeout_s
+  // passes; here the gate is aborted instead.
+  TensorGate stuck(map_.chunks_size());
+  stuck.Abort(absl::CancelledError("backward failed"));
+  const absl::Status s =
+      client_
+          ->StartPush(0, 4, 16, TensorViews(grads.begin(), grads.end()),
+                      {ShardRead{2, 1}}, &stuck)
+          ->Wait();
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+  EXPECT_NE(s.message().find("tensor 'w' chunk 0"), std::string::npos) << s;
 }
 
 // push_streams 3: three streams at once (on connections of their own),

@@ -47,7 +47,7 @@ bool TensorGate::IsOpen(int tensor) const {
 absl::Status TensorGate::Wait(int tensor, absl::Time deadline) const {
   if (tensor < 0 || tensor >= size()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("tensor ", tensor, " not in the gate (", size(), ")"));
+        absl::StrCat("gate entry ", tensor, " not in the gate (", size(), ")"));
   }
   absl::MutexLock lock(&mu_);
   auto done = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
@@ -57,7 +57,7 @@ absl::Status TensorGate::Wait(int tensor, absl::Time deadline) const {
   if (open_[tensor]) return absl::OkStatus();
   if (!aborted_.ok()) return aborted_;
   return absl::DeadlineExceededError(
-      absl::StrCat("tensor ", tensor, " was not ready in time"));
+      absl::StrCat("gate entry ", tensor, " was not ready in time"));
 }
 
 }  // namespace pstrain

@@ -1,8 +1,9 @@
-// Per-tensor "ready" flags between the trainer and PsClient, for overlapping
-// communication with computation (README "Performance", overlap): a push
-// sends a tensor's chunks only once backward has opened it (last layer
-// first), and a pull opens each tensor when all its chunks have arrived, so
-// forward can start on the first layer while the rest still streams in.
+// "Ready" flags between the trainer and PsClient, for overlapping
+// communication with computation (README "Performance", overlap): PsClient
+// uses one per chunk of the shard map. A push sends a chunk only once
+// backward has opened it (last layer first), and a pull opens each chunk as
+// soon as it has arrived, so forward can start on the first rows of the
+// first layer while the rest still streams in.
 #ifndef PSTRAIN_WORKER_PS_TENSOR_GATE_H_
 #define PSTRAIN_WORKER_PS_TENSOR_GATE_H_
 
@@ -15,15 +16,16 @@
 
 namespace pstrain {
 
-// Thread-safe. Tensors are indices 0..size-1 (ShardMap.tensors() order).
+// Thread-safe. Entries are indices 0..size-1 (for PsClient: ShardMap.chunks()
+// order).
 class TensorGate {
  public:
   explicit TensorGate(int size) : size_(size), open_(size, false) {}
   int size() const { return size_; }
 
-  // Closes every tensor and clears an abort (before each use).
+  // Closes every entry and clears an abort (before each use).
   void Reset();
-  // Opens one tensor (out of range: ignored) or all; waiters wake up.
+  // Opens one entry (out of range: ignored) or all; waiters wake up.
   void Open(int tensor);
   void OpenAll();
   // Wakes every waiter with `status` (not OK), now and until Reset: the
@@ -34,7 +36,7 @@ class TensorGate {
   // When the last Open or OpenAll happened (InfinitePast before any).
   absl::Time last_open() const;
   // Blocks until `tensor` is open (OK), the gate is aborted (its status) or
-  // `deadline` passes (DEADLINE_EXCEEDED naming the tensor).
+  // `deadline` passes (DEADLINE_EXCEEDED naming the entry).
   absl::Status Wait(int tensor, absl::Time deadline) const;
 
  private:

@@ -201,31 +201,50 @@ absl::Status Trainer::OverlappedStep(int64_t step, LocalStep* local,
   const uint32_t rank = options_.rank;
   const int n = static_cast<int>(weights.size());
   const int64_t total = model_->num_params();
+  const int units = client_->shard_map().chunks_size();
   if (arrived_ == nullptr) {
-    arrived_ = std::make_unique<TensorGate>(n);
-    ready_ = std::make_unique<TensorGate>(n);
+    arrived_ = std::make_unique<TensorGate>(units);
+    ready_ = std::make_unique<TensorGate>(units);
   }
-  // Each tensor's share of the emulated time: its share of the parameters
-  // (a layer's products scale with its weights). A third of it is forward,
-  // two thirds backward, as for the FLOPs of a dense layer.
+  // Each chunk's share of the emulated time: its share of the parameters (a
+  // layer's products scale with its weights, and a chunk of a layer's rows
+  // is that share of them). A third of it is forward, two thirds backward,
+  // as for the FLOPs of a dense layer.
   const absl::Duration target = local->EmulatedCompute();
-  auto share = [&](int i, absl::Duration part) {
-    return part * (static_cast<double>(weights[i].size()) / total);
+  auto share = [&](int chunk, absl::Duration part) {
+    return part *
+           (static_cast<double>(client_->shard_map().chunks(chunk).length()) /
+            total);
   };
   const absl::Time wait_deadline =
       absl::Now() + absl::Seconds(c.network().barrier_timeout_s());
+  // The emulated device computes at its own pace: each chunk's share ends at
+  // `clock` + share, `clock` being where the previous chunk's ended, or now
+  // if this one had to wait for its weights. (Sleeping each share from now
+  // would add every oversleep of the host's timer to the step.)
+  absl::Time clock = absl::Now();
+  absl::Duration compute = absl::ZeroDuration();
+  auto run_share = [&](absl::Duration d) {
+    clock += d;
+    absl::SleepFor(clock - absl::Now());
+    compute += d;
+  };
 
-  // Pull, and forward on each layer as soon as its weights are in.
+  // Pull, and forward on each chunk as soon as its weights are in.
   const absl::Time t0 = absl::Now();
   arrived_->Reset();
   std::unique_ptr<PsOp> pull =
       client_->StartPull(rank, step, pull_into, arrived_.get());
-  absl::Duration compute = absl::ZeroDuration();
-  for (int i = 0; i < n; ++i) {
-    if (!arrived_->Wait(i, wait_deadline).ok()) break;  // Wait() says why
-    const absl::Duration d = share(i, target / 3);
-    absl::SleepFor(d);
-    compute += d;
+  bool arriving = true;  // false: the pull failed (its Wait() says why)
+  for (int i = 0; arriving && i < n; ++i) {
+    for (int chunk : client_->tensor_chunks(i)) {
+      if (!arrived_->IsOpen(chunk)) {
+        arriving = arrived_->Wait(chunk, wait_deadline).ok();
+        if (!arriving) break;
+        clock = std::max(clock, absl::Now());
+      }
+      run_share(share(chunk, target / 3));
+    }
   }
   PS_RETURN_IF_ERROR(pull->Wait());
   const absl::Time all_in = arrived_->last_open();
@@ -237,7 +256,7 @@ absl::Status Trainer::OverlappedStep(int64_t step, LocalStep* local,
   }
 
   // The math (the whole gradient, in one backend call), then backward's
-  // emulated time, last layer first, each layer's gradient pushed as soon
+  // emulated time, last layer first, each chunk's gradient pushed as soon
   // as its share is over. The values pushed are the same as without
   // overlap: only when each goes out changes.
   const absl::Time math_start = absl::Now();
@@ -252,11 +271,12 @@ absl::Status Trainer::OverlappedStep(int64_t step, LocalStep* local,
   const absl::Time push_start = absl::Now();
   std::unique_ptr<PsOp> push = client_->StartPush(
       rank, step, local->slice(), grads, pull->reads(), ready_.get());
+  clock = std::max(clock, absl::Now());
   for (int i = n - 1; i >= 0; --i) {
-    const absl::Duration d = share(i, backward);
-    absl::SleepFor(d);
-    compute += d;
-    ready_->Open(i);
+    for (int chunk : client_->tensor_chunks(i)) {
+      run_share(share(chunk, backward));
+      ready_->Open(chunk);
+    }
   }
   PS_RETURN_IF_ERROR(push->Wait());
   m->set_push_s(absl::ToDoubleSeconds(absl::Now() - push_start));

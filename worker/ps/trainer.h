@@ -10,11 +10,12 @@
 // encodes its chunks from. No staging copies for weights or gradients.
 //
 // With worker.overlap and emulated compute (worker.compute_ms), a step
-// overlaps communication and computation: the emulated forward time of each
-// layer starts as soon as that layer's weights have arrived (the pull opens
-// a TensorGate per tensor), and after the math the emulated backward time
-// runs last layer first while the push streams each layer's gradient as
-// soon as its share is over (PsClient::StartPush with a gate). Values are
+// overlaps communication and computation chunk by chunk (the shard map's
+// chunks, rows of a layer's weights): the emulated forward time of each
+// chunk starts as soon as its weights have arrived (the pull opens a
+// TensorGate entry per chunk), and after the math the emulated backward
+// time runs last layer first while the push streams each chunk's gradient
+// as soon as its share is over (PsClient::StartPush with a gate). Values are
 // those of the plain step (sync runs stay bit-identical); pull_s is then the
 // time until the last weights arrived, push_s the push's wall time (both
 // overlap compute_s), and the step time is the wall time between reports.
