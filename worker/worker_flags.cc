@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "common/node_flags.h"
 #include "common/process.h"
 #include "common/status_macros.h"
@@ -26,6 +27,10 @@ ABSL_FLAG(int, peer_port, 0, "allreduce: ring peer port; 0 picks a free one");
 ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
           "allreduce: host name the left neighbour dials (the pod's DNS name)");
 ABSL_FLAG(std::string, check_config, "", "check job FILE (data, fit); exit");
+ABSL_FLAG(int, compute_threads, 0,
+          "threads of the CPU backend's matrix products; 0: the CPUs this "
+          "process may use (affinity, capped by its cgroup's CPU quota); psctl "
+          "run gives each of its workers max(1, cores / workers)");
 
 namespace pstrain {
 
@@ -51,5 +56,14 @@ absl::StatusOr<WorkerNodeOptions> WorkerOptionsFromFlags() {
 std::string CheckConfigFlag() { return absl::GetFlag(FLAGS_check_config); }
 
 std::string MetricsBindFlag() { return absl::GetFlag(FLAGS_metrics_bind); }
+
+absl::StatusOr<int> ComputeThreadsFlag() {
+  const int threads = absl::GetFlag(FLAGS_compute_threads);
+  if (threads < 0 || threads > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--compute_threads: expected 0 (automatic) to 1024, got ", threads));
+  }
+  return threads;
+}
 
 }  // namespace pstrain

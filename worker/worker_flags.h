@@ -23,6 +23,10 @@ std::string CheckConfigFlag();
 // --metrics_bind: the address of the metrics endpoint.
 std::string MetricsBindFlag();
 
+// --compute_threads (SetCpuComputeThreads' argument); an error naming the
+// flag outside [0, 1024].
+absl::StatusOr<int> ComputeThreadsFlag();
+
 }  // namespace pstrain
 
 #endif  // PSTRAIN_WORKER_WORKER_FLAGS_H_

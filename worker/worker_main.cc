@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "common/process.h"
 #include "common/signals.h"
+#include "worker/compute/cpu_backend.h"
 #include "worker/data/data_check.h"
 #include "worker/worker_flags.h"
 #include "worker/worker_node.h"
@@ -23,6 +24,9 @@ int Main() {
   MetricsRegistry metrics;
   absl::StatusOr<WorkerNodeOptions> options = WorkerOptionsFromFlags();
   if (!options.ok()) return FailStartup("ps_worker", options.status());
+  const absl::StatusOr<int> threads = ComputeThreadsFlag();
+  if (!threads.ok()) return FailStartup("ps_worker", threads.status());
+  SetCpuComputeThreads(*threads);  // before any backend is created
   options->metrics = &metrics;
   absl::StatusOr<std::unique_ptr<WorkerNode>> worker =
       WorkerNode::Create(*std::move(options));

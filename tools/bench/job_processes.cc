@@ -1,5 +1,7 @@
 #include "tools/bench/job_processes.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -47,10 +49,16 @@ absl::StatusOr<JobRunResult> RunJobProcesses(const JobRunOptions& o) {
     if (!s.ok()) return s.status();
     servers.push_back(std::move(*s));
   }
+  // As psctl run does: the workers split this host's cores.
+  cpu_set_t cpus;
+  const int cores =
+      sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  const int threads = std::max(1, cores / std::max(1, o.workers));
   for (int r = 0; r < o.workers; ++r) {
     std::vector<std::string> argv = {
         o.bin_dir + "/worker/ps_worker", "--config=" + o.config,
-        "--coordinator=" + address, absl::StrCat("--rank=", r)};
+        "--coordinator=" + address, absl::StrCat("--rank=", r),
+        absl::StrCat("--compute_threads=", threads)};
     argv.insert(argv.end(), o.worker_flags.begin(), o.worker_flags.end());
     absl::StatusOr<Child> w =
         Child::Start(argv, false, "", absl::StrCat(dir, "/worker-", r, ".log"));

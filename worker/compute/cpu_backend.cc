@@ -1,14 +1,23 @@
 #include "worker/compute/cpu_backend.h"
 
 #include <cblas.h>
+#include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <new>
 #include <string>
+#include <vector>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/status_macros.h"
 
 namespace pstrain {
@@ -253,6 +262,54 @@ class CpuBackend : public ComputeBackend {
 
 absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCpuBackend() {
   return std::unique_ptr<ComputeBackend>(new CpuBackend());
+}
+
+absl::StatusOr<int> ParseCpuMax(absl::string_view text) {
+  std::vector<absl::string_view> fields =
+      absl::StrSplit(absl::StripAsciiWhitespace(text), ' ', absl::SkipEmpty());
+  int64_t quota = 0, period = 0;
+  if (fields.size() == 2 && absl::SimpleAtoi(fields[1], &period) &&
+      period > 0) {
+    if (fields[0] == "max") return 0;
+    if (absl::SimpleAtoi(fields[0], &quota) && quota > 0) {
+      return static_cast<int>((quota + period - 1) / period);
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "cgroup cpu.max '", absl::CEscape(text),
+      "' is not 'max PERIOD' or 'QUOTA PERIOD' with positive integers"));
+}
+
+int UsableCpus() {
+  cpu_set_t set;
+  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+  if (cpus <= 0) cpus = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  // cgroup v2: "0::/path" in /proc/self/cgroup; the quota of the path and of
+  // every cgroup above it.
+  std::ifstream self("/proc/self/cgroup");
+  std::string line, path;
+  while (std::getline(self, line)) {
+    if (absl::StartsWith(line, "0::")) path = line.substr(3);
+  }
+  if (path.empty()) return cpus;
+  while (true) {
+    std::ifstream f(absl::StrCat("/sys/fs/cgroup", path, "/cpu.max"));
+    std::string text;
+    if (f && std::getline(f, text)) {
+      absl::StatusOr<int> quota = ParseCpuMax(text);
+      if (quota.ok() && *quota > 0) cpus = std::min(cpus, *quota);
+    }
+    if (path.empty() || path == "/") break;
+    const size_t slash = path.rfind('/');
+    path = slash == std::string::npos ? "" : path.substr(0, slash);
+  }
+  return std::max(1, cpus);
+}
+
+int SetCpuComputeThreads(int threads) {
+  const int n = threads > 0 ? threads : UsableCpus();
+  openblas_set_num_threads(n);
+  return openblas_get_num_threads();
 }
 
 }  // namespace pstrain
