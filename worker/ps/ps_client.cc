@@ -582,8 +582,10 @@ absl::Status PsClient::PushShardOnce(int shard, int part, int parts,
     std::vector<int> order = shard_chunks_[shard];
     if (gate != nullptr) {
       std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-        return tensor_index_.at(map_.chunks(a).tensor()) >
-               tensor_index_.at(map_.chunks(b).tensor());
+        const int ta = tensor_index_.at(map_.chunks(a).tensor());
+        const int tb = tensor_index_.at(map_.chunks(b).tensor());
+        return ta != tb ? ta > tb
+                        : map_.chunks(a).offset() < map_.chunks(b).offset();
       });
     }
     if (parts > 1) {  // this part's share, in the same order
