@@ -304,16 +304,26 @@ void RunRound(const Plan& plan, int round, Iperf3* iperf, GrpcStream* stream,
 
 // The whole-job runs of round `round` (whole_job.h), after the others, so
 // that the round's iperf3 figure anchors them.
-void RunWholeJobRound(const std::vector<WholeJobModel>& jobs,
+void RunWholeJobRound(const std::vector<WholeJobModel>& jobs, const Plan& plan,
                       const BenchOptions& o, int round, Results* r,
                       Errors* errors) {
   if (o.bin_dir.empty()) return;  // noted with the worker memory
   const double iperf = r->At("iperf3", round) * 1e9;  // NaN when missing
+  // A bare gRPC stream of the round: the largest size up to 64 MB, upload
+  // and download averaged (NaN when missing).
+  double bare = Results::kMissing;
+  for (uint64_t bytes : plan.ps_bytes) {
+    if (bytes > 64000000u) continue;
+    bare = (r->At("grpc_upload_" + SizeName(bytes), round) +
+            r->At("grpc_download_" + SizeName(bytes), round)) /
+           2 * 1e9;
+  }
   for (const WholeJobModel& m : jobs) {
     if (StopRequested()) return;
     fprintf(stderr, "ps_bench: whole job %s\n", m.name.c_str());
     absl::StatusOr<std::vector<WholeJobSample>> samples =
-        MeasureWholeJob(m, o.bin_dir, o.work_dir, Have(iperf) ? iperf : 0);
+        MeasureWholeJob(m, o.bin_dir, o.work_dir, Have(iperf) ? iperf : 0,
+                        Have(bare) ? bare : 0);
     if (!samples.ok()) {
       errors->Add("whole job " + m.name, samples.status());
       continue;
@@ -555,7 +565,7 @@ int RunBench(const BenchOptions& o) {
     RunRound(plan, k, iperf.ok() ? iperf->get() : nullptr,
              stream.ok() ? stream->get() : nullptr, o.mpirun, mpi_program, &r,
              &errors);
-    RunWholeJobRound(whole_jobs, o, k, &r, &errors);
+    RunWholeJobRound(whole_jobs, plan, o, k, &r, &errors);
   }
   if (iperf.ok()) iperf->reset();
   if (stream.ok()) stream->reset();

@@ -145,7 +145,8 @@ int64_t WholeJobParams(const WholeJobModel& m) {
 
 absl::StatusOr<std::vector<WholeJobSample>> MeasureWholeJob(
     const WholeJobModel& m, const std::string& bin_dir,
-    const std::string& work_dir, double iperf_bytes_per_s) {
+    const std::string& work_dir, double iperf_bytes_per_s,
+    double bare_bytes_per_s) {
   absl::StatusOr<JobFigures> alone = RunOne(m, 0, false, bin_dir, work_dir);
   if (!alone.ok()) return alone.status();
   // The same with every push split as a one-worker push is (no goal: why
@@ -178,6 +179,10 @@ absl::StatusOr<std::vector<WholeJobSample>> MeasureWholeJob(
     out.push_back(
         {p + "ideal", "ms", alone->bytes_per_step / iperf_bytes_per_s * 1e3});
   }
+  if (bare_bytes_per_s > 0) {
+    out.push_back({p + "ideal_bare", "ms",
+                   alone->bytes_per_step / bare_bytes_per_s * 1e3});
+  }
   return out;
 }
 
@@ -191,6 +196,10 @@ std::vector<WholeJobGoal> WholeJobGoals(const std::vector<WholeJobModel>& ms) {
     goals.push_back({what + "communication per step / (bytes all workers "
                             "moved / iperf3 rate)",
                      p + "comm", p + "comm", p + "ideal", 1.5});
+    goals.push_back({what + "communication per step / (the same bytes / a "
+                            "bare gRPC stream's rate: the round's largest "
+                            "size up to 64 MB, up and down)",
+                     p + "comm", p + "comm", p + "ideal_bare", 0});
     goals.push_back({what + absl::StrCat("communication with every push split "
                                          "over ",
                                          kDefaultPushStreams,

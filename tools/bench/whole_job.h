@@ -9,7 +9,8 @@
 //     bytes_pushed / steps + bytes_pulled / (steps + 1) for the final pull,
 //     over iperf3's rate of the same round: the workers and servers share
 //     this host's loopback, so their traffic together meets one wire);
-//     goal <= 1.5;
+//     goal <= 1.5; and, no goal, against the same bytes over a bare gRPC
+//     stream's rate of the round (what gRPC itself would need);
 //  1b. the same with network.push_streams kDefaultPushStreams (every push
 //     split, as a one-worker push is): its communication against job 1's
 //     (no goal; why the split is for one worker only);
@@ -63,9 +64,13 @@ struct WholeJobSample {
 // CPUs the jobs of steps 2 and 3 kept busy, getrusage of the children over
 // their whole run) and job_<name>_one (1, their ratios' denominator).
 // Errors name the job's logs.
+// `bare_bytes_per_s` (> 0, else left out): a bare gRPC stream's rate in the
+// same round, for job_<name>_ideal_bare (ms; no goal): the bytes over that
+// rate, the communication gRPC itself would need.
 absl::StatusOr<std::vector<WholeJobSample>> MeasureWholeJob(
     const WholeJobModel& model, const std::string& bin_dir,
-    const std::string& work_dir, double iperf_bytes_per_s);
+    const std::string& work_dir, double iperf_bytes_per_s,
+    double bare_bytes_per_s = 0);
 
 struct WholeJobGoal {
   std::string figure;
