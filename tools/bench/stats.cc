@@ -30,38 +30,42 @@ std::string LoadAverage() {
   return absl::StrCat(a, " ", b, " ", c);
 }
 
-CpuTimes ReadCpuTimes() {
-  timespec cpu, wall;
+namespace {
+
+uint64_t Nanos(const timespec& t) {
+  return static_cast<uint64_t>(t.tv_sec) * 1000000000u +
+         static_cast<uint64_t>(t.tv_nsec);
+}
+
+uint64_t Nanos(const timeval& t) {
+  return static_cast<uint64_t>(t.tv_sec) * 1000000000u +
+         static_cast<uint64_t>(t.tv_usec) * 1000u;
+}
+
+// `busy` with the CPUs' time now (monotonic wall time x the CPUs this
+// process may run on); zeros where the clocks cannot be read.
+CpuTimes WithCpusTime(uint64_t busy) {
+  timespec wall;
   cpu_set_t cpus;
-  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) != 0 ||
-      clock_gettime(CLOCK_MONOTONIC, &wall) != 0 ||
+  if (clock_gettime(CLOCK_MONOTONIC, &wall) != 0 ||
       sched_getaffinity(0, sizeof(cpus), &cpus) != 0) {
     return {};
   }
-  auto ns = [](const timespec& t) {
-    return static_cast<uint64_t>(t.tv_sec) * 1000000000u +
-           static_cast<uint64_t>(t.tv_nsec);
-  };
-  return CpuTimes{ns(cpu), ns(wall) * static_cast<uint64_t>(CPU_COUNT(&cpus))};
+  return CpuTimes{busy, Nanos(wall) * static_cast<uint64_t>(CPU_COUNT(&cpus))};
+}
+
+}  // namespace
+
+CpuTimes ReadCpuTimes() {
+  timespec cpu;
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) != 0) return {};
+  return WithCpusTime(Nanos(cpu));
 }
 
 CpuTimes ReadChildrenCpuTimes() {
   rusage usage;
-  timespec wall;
-  cpu_set_t cpus;
-  if (getrusage(RUSAGE_CHILDREN, &usage) != 0 ||
-      clock_gettime(CLOCK_MONOTONIC, &wall) != 0 ||
-      sched_getaffinity(0, sizeof(cpus), &cpus) != 0) {
-    return {};
-  }
-  auto ns = [](const timeval& t) {
-    return static_cast<uint64_t>(t.tv_sec) * 1000000000u +
-           static_cast<uint64_t>(t.tv_usec) * 1000u;
-  };
-  const uint64_t wall_ns = static_cast<uint64_t>(wall.tv_sec) * 1000000000u +
-                           static_cast<uint64_t>(wall.tv_nsec);
-  return CpuTimes{ns(usage.ru_utime) + ns(usage.ru_stime),
-                  wall_ns * static_cast<uint64_t>(CPU_COUNT(&cpus))};
+  if (getrusage(RUSAGE_CHILDREN, &usage) != 0) return {};
+  return WithCpusTime(Nanos(usage.ru_utime) + Nanos(usage.ru_stime));
 }
 
 CpuTimes AddCpuDelta(const CpuTimes& sum, const CpuTimes& a,
