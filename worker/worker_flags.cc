@@ -28,9 +28,10 @@ ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
           "allreduce: host name the left neighbour dials (the pod's DNS name)");
 ABSL_FLAG(std::string, check_config, "", "check job FILE (data, fit); exit");
 ABSL_FLAG(int, compute_threads, 0,
-          "threads of the CPU backend's matrix products; 0: the CPUs this "
-          "process may use (affinity, capped by its cgroup's CPU quota); psctl "
-          "run gives each of its workers max(1, cores / workers)");
+          "threads of the CPU backend's matrix products; 0: "
+          "OPENBLAS_NUM_THREADS if set, else the CPUs this process may use "
+          "(affinity, capped by its cgroup's CPU quota); psctl run gives each "
+          "of its workers max(1, cores / workers)");
 
 namespace pstrain {
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <new>
@@ -307,7 +308,17 @@ int UsableCpus() {
 }
 
 int SetCpuComputeThreads(int threads) {
-  const int n = threads > 0 ? threads : UsableCpus();
+  int n = threads;
+  if (n <= 0) {
+    // OpenBLAS read its own variable at start-up: a deployment that sets it
+    // (deploy/k8s: the pod's CPU limit) keeps it.
+    int from_env = 0;
+    const char* env = std::getenv("OPENBLAS_NUM_THREADS");
+    if (env != nullptr && absl::SimpleAtoi(env, &from_env) && from_env > 0) {
+      return openblas_get_num_threads();
+    }
+    n = UsableCpus();
+  }
   openblas_set_num_threads(n);
   return openblas_get_num_threads();
 }

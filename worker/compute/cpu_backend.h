@@ -26,11 +26,12 @@ absl::StatusOr<int> ParseCpuMax(absl::string_view text);
 int UsableCpus();
 
 // Sets the threads of the CPU backend's matrix products for this process
-// (OpenBLAS's pool is process-wide): `threads` > 0 as given, 0 for
-// UsableCpus(). Several workers on one host's cores should split them
-// (psctl run gives each max(1, cores / workers)): OpenBLAS's threads spin
-// while they wait for work, taking the CPU from the other workers and the
-// servers. Returns the number set.
+// (OpenBLAS's pool is process-wide): `threads` > 0 as given; 0 keeps a
+// positive OPENBLAS_NUM_THREADS from the environment (OpenBLAS applied it at
+// start-up), else takes UsableCpus(). Several workers on one host's cores
+// should split them (psctl run gives each max(1, cores / workers)): OpenBLAS's
+// threads spin while they wait for work, taking the CPU from the other workers
+// and the servers. Returns the number set.
 int SetCpuComputeThreads(int threads);
 
 }  // namespace pstrain

@@ -2,6 +2,7 @@
 // process may use, and the matrix products' threads (psctl run splits a
 // host's cores between its workers).
 #include <sched.h>
+#include <stdlib.h>
 
 #include <memory>
 #include <vector>
@@ -41,9 +42,24 @@ TEST(SetCpuComputeThreads, SetsTheBackendsThreads) {
   absl::StatusOr<std::unique_ptr<ComputeBackend>> cpu = CreateCpuBackend();
   ASSERT_TRUE(cpu.ok());
   EXPECT_EQ((*cpu)->name(), "cpu (OpenBLAS, 1 threads)");
+  unsetenv("OPENBLAS_NUM_THREADS");
   const int all = SetCpuComputeThreads(0);
   EXPECT_GE(all, 1);
   EXPECT_LE(all, UsableCpus());
+}
+
+// 0 keeps what OPENBLAS_NUM_THREADS asked for (OpenBLAS applies it when it
+// starts; here the setting before stands in for it). On a machine with
+// more than one usable CPU, "kept" differs from automatic.
+TEST(SetCpuComputeThreads, AutomaticKeepsOpenBlasNumThreads) {
+  unsetenv("OPENBLAS_NUM_THREADS");
+  const int automatic = SetCpuComputeThreads(0);
+  ASSERT_EQ(SetCpuComputeThreads(1), 1);
+  setenv("OPENBLAS_NUM_THREADS", "1", 1);
+  EXPECT_EQ(SetCpuComputeThreads(0), 1);
+  setenv("OPENBLAS_NUM_THREADS", "0", 1);  // not positive: automatic
+  EXPECT_EQ(SetCpuComputeThreads(0), automatic);
+  unsetenv("OPENBLAS_NUM_THREADS");
 }
 
 }  // namespace
