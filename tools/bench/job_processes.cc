@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "tools/bench/subprocess.h"
@@ -49,11 +51,17 @@ absl::StatusOr<JobRunResult> RunJobProcesses(const JobRunOptions& o) {
     if (!s.ok()) return s.status();
     servers.push_back(std::move(*s));
   }
-  // As psctl run does: the workers split this host's cores.
+  // As psctl run does: the workers split this host's cores, unless
+  // OPENBLAS_NUM_THREADS says otherwise.
   cpu_set_t cpus;
   const int cores =
       sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  const int threads = std::max(1, cores / std::max(1, o.workers));
+  int threads = std::max(1, cores / std::max(1, o.workers));
+  const char* env = std::getenv("OPENBLAS_NUM_THREADS");
+  if (int asked = 0;
+      env != nullptr && absl::SimpleAtoi(env, &asked) && asked > 0) {
+    threads = asked;
+  }
   for (int r = 0; r < o.workers; ++r) {
     std::vector<std::string> argv = {
         o.bin_dir + "/worker/ps_worker", "--config=" + o.config,
