@@ -27,6 +27,10 @@ ABSL_FLAG(int, peer_port, 0, "allreduce: ring peer port; 0 picks a free one");
 ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
           "allreduce: host name the left neighbour dials (the pod's DNS name)");
 ABSL_FLAG(std::string, check_config, "", "check job FILE (data, fit); exit");
+ABSL_FLAG(bool, heap_reuse, true,
+          "keep freed heap mapped for reuse (worker/allreduce/heap_reuse.h); "
+          "false: glibc's defaults, for comparison (a ring's links still "
+          "set it)");
 ABSL_FLAG(int, compute_threads, 0,
           "threads of the CPU backend's matrix products; 0: "
           "OPENBLAS_NUM_THREADS if set, else the CPUs this process may use "
@@ -57,6 +61,8 @@ absl::StatusOr<WorkerNodeOptions> WorkerOptionsFromFlags() {
 std::string CheckConfigFlag() { return absl::GetFlag(FLAGS_check_config); }
 
 std::string MetricsBindFlag() { return absl::GetFlag(FLAGS_metrics_bind); }
+
+bool HeapReuseFlag() { return absl::GetFlag(FLAGS_heap_reuse); }
 
 absl::StatusOr<int> ComputeThreadsFlag() {
   const int threads = absl::GetFlag(FLAGS_compute_threads);

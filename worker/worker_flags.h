@@ -23,6 +23,9 @@ std::string CheckConfigFlag();
 // --metrics_bind: the address of the metrics endpoint.
 std::string MetricsBindFlag();
 
+// --heap_reuse: whether ps_worker keeps freed heap mapped (default true).
+bool HeapReuseFlag();
+
 // --compute_threads (SetCpuComputeThreads' argument); an error naming the
 // flag outside [0, 1024].
 absl::StatusOr<int> ComputeThreadsFlag();

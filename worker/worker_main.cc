@@ -31,8 +31,10 @@ int Main() {
   // Every step moves the model through gRPC's buffers both ways: reuse
   // freed heap rather than fresh pages (heap_reuse.h; the ring did so
   // already). Measured with 4 workers on 2 cores: about 5 % off the step.
-  if (absl::Status st = KeepFreedHeapForReuse(); !st.ok()) {
-    PS_LOG_WARN("%s (freed buffers go back to the kernel)", st.ToString());
+  if (HeapReuseFlag()) {
+    if (absl::Status st = KeepFreedHeapForReuse(); !st.ok()) {
+      PS_LOG_WARN("%s (freed buffers go back to the kernel)", st.ToString());
+    }
   }
   options->metrics = &metrics;
   absl::StatusOr<std::unique_ptr<WorkerNode>> worker =

@@ -1,5 +1,6 @@
 #include "tools/bench/whole_job.h"
 
+#include <sched.h>
 #include <stdlib.h>
 
 #include <algorithm>
@@ -55,15 +56,23 @@ struct JobFigures {
   double cpu_busy;
 };
 
-absl::StatusOr<JobFigures> RunOne(const WholeJobModel& m, int compute_ms,
-                                  bool overlap, const std::string& bin_dir,
-                                  const std::string& work_dir,
-                                  int push_streams = 0) {
+// The CPUs this process may run on (sched_getaffinity; 1 if unknown).
+int Cores() {
+  cpu_set_t cpus;
+  return sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+}
+
+// `worker_flags`: extra ps_worker flags, with `tag` in the job's folder name.
+absl::StatusOr<JobFigures> RunOne(
+    const WholeJobModel& m, int compute_ms, bool overlap,
+    const std::string& bin_dir, const std::string& work_dir,
+    int push_streams = 0, const std::vector<std::string>& worker_flags = {},
+    const std::string& tag = "") {
   std::string tmpl = absl::StrCat(
       work_dir, "/ps_bench_job_", m.name, "_", compute_ms, "ms",
       overlap ? "_overlap" : "",
       push_streams > 0 ? absl::StrCat("_", push_streams, "streams") : "",
-      "_XXXXXX");
+      tag.empty() ? "" : "_" + tag, "_XXXXXX");
   if (mkdtemp(tmpl.data()) == nullptr) {
     return absl::InternalError(absl::StrCat("mkdtemp ", tmpl, " failed"));
   }
@@ -81,6 +90,7 @@ absl::StatusOr<JobFigures> RunOne(const WholeJobModel& m, int compute_ms,
   o.workers = kWorkers;
   o.servers = kServers;
   o.steps = m.steps;
+  o.worker_flags = worker_flags;
   o.timeout = absl::Seconds(300);
   const CpuTimes cpu_before = ReadChildrenCpuTimes();
   absl::StatusOr<JobRunResult> run = RunJobProcesses(o);
@@ -162,6 +172,16 @@ absl::StatusOr<std::vector<WholeJobSample>> MeasureWholeJob(
   absl::StatusOr<JobFigures> serial =
       RunOne(m, compute_ms, false, bin_dir, work_dir);
   if (!serial.ok()) return serial.status();
+  // The workers' settings, each undone in a job of its own, as job 1
+  // otherwise (no goal): freed heap returned to the kernel, and every
+  // worker's matrix products on all the cores.
+  absl::StatusOr<JobFigures> heap_off = RunOne(
+      m, 0, false, bin_dir, work_dir, 0, {"--heap_reuse=false"}, "heap_off");
+  if (!heap_off.ok()) return heap_off.status();
+  absl::StatusOr<JobFigures> all_cores =
+      RunOne(m, 0, false, bin_dir, work_dir, 0,
+             {absl::StrCat("--compute_threads=", Cores())}, "all_cores");
+  if (!all_cores.ok()) return all_cores.status();
   const std::string p = "job_" + m.name + "_";
   std::vector<WholeJobSample> out = {
       {p + "comm", "ms", alone->comm_s * 1e3},
@@ -171,6 +191,9 @@ absl::StatusOr<std::vector<WholeJobSample>> MeasureWholeJob(
       {p + "compute", "ms", both->compute_s * 1e3},
       {p + "bound", "ms", std::max(both->compute_s, alone->comm_s) * 1e3},
       {p + "step_no_overlap", "ms", serial->step_s * 1e3},
+      {p + "step_alone", "ms", alone->step_s * 1e3},
+      {p + "step_heap_off", "ms", heap_off->step_s * 1e3},
+      {p + "step_all_cores", "ms", all_cores->step_s * 1e3},
       {p + "cpu_busy", "", both->cpu_busy},
       {p + "cpu_busy_no_overlap", "", serial->cpu_busy},
       {p + "one", "", 1.0},
@@ -220,6 +243,17 @@ std::vector<WholeJobGoal> WholeJobGoals(const std::vector<WholeJobModel>& ms) {
     goals.push_back({what + "without overlap: the same share",
                      p + "cpu_busy_no_overlap", p + "cpu_busy_no_overlap",
                      p + "one", 0, ""});
+    goals.push_back({what + "no emulated compute: step time with the "
+                            "workers' freed heap returned to the kernel "
+                            "(ps_worker --heap_reuse=false) / as shipped",
+                     p + "step_heap_off", p + "step_heap_off", p + "step_alone",
+                     0});
+    goals.push_back(
+        {what + absl::StrCat("no emulated compute: step time with every "
+                             "worker's matrix products on all ",
+                             Cores(), " cores / as shipped (",
+                             std::max(1, Cores() / kWorkers), ")"),
+         p + "step_all_cores", p + "step_all_cores", p + "step_alone", 0});
   }
   return goals;
 }

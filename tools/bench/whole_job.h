@@ -20,7 +20,11 @@
 //     against max(compute, communication) = max(the workers' mean compute_s
 //     of this job, the communication of job 1); goal <= 1.1 (1.0 is perfect
 //     overlap, 2.0 none);
-//  3. the same without overlap, for comparison (no goal).
+//  3. the same without overlap, for comparison (no goal);
+//  4., 5. as job 1, with the workers' freed heap returned to the kernel
+//     (ps_worker --heap_reuse=false), and with every worker's matrix
+//     products on all the cores (--compute_threads): their step time
+//     against job 1's (no goal; what the shipped settings buy).
 // For jobs 2 and 3 also the share of the CPUs their processes kept busy
 // (no goal): near 1, the cores bound the step, not the schedule.
 // The first step (connections, first allocations) is left out.
@@ -60,9 +64,11 @@ struct WholeJobSample {
 // job_<name>_ideal (ms, needs iperf_bytes_per_s > 0, else left out),
 // job_<name>_bytes (MB per step), job_<name>_step, job_<name>_compute,
 // job_<name>_bound = max(compute, comm) and job_<name>_step_no_overlap (ms),
-// job_<name>_cpu_busy and job_<name>_cpu_busy_no_overlap (the share of the
-// CPUs the jobs of steps 2 and 3 kept busy, getrusage of the children over
-// their whole run) and job_<name>_one (1, their ratios' denominator).
+// job_<name>_step_alone, _step_heap_off and _step_all_cores (ms, jobs 1, 4
+// and 5), job_<name>_cpu_busy and job_<name>_cpu_busy_no_overlap (the share
+// of the CPUs the jobs of steps 2 and 3 kept busy, getrusage of the
+// children over their whole run) and job_<name>_one (1, their ratios'
+// denominator).
 // Errors name the job's logs.
 // `bare_bytes_per_s` (> 0, else left out): a bare gRPC stream's rate in the
 // same round, for job_<name>_ideal_bare (ms; no goal): the bytes over that
