@@ -479,6 +479,20 @@ bool BitIdentical(const std::vector<float>& a, const std::vector<float>& b) {
          std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// Every chunk of `a` and `b` holds bit-identical optimizer slots and the
+// same fixed-point exponent (Snapshot).
+void ExpectSameSlotsAndExponents(Shard& a, Shard& b) {
+  absl::StatusOr<ShardState> sa = a.Snapshot();
+  absl::StatusOr<ShardState> sb = b.Snapshot();
+  ASSERT_TRUE(sa.ok()) << sa.status();
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  ASSERT_EQ(sa->chunks.size(), sb->chunks.size());
+  for (size_t k = 0; k < sa->chunks.size(); ++k) {
+    EXPECT_TRUE(BitIdentical(sa->chunks[k].slots, sb->chunks[k].slots)) << k;
+    EXPECT_EQ(sa->chunks[k].exponent, sb->chunks[k].exponent) << k;
+  }
+}
+
 // A pull that must not block; copies the weights.
 PullResult MustPull(Shard& shard, uint32_t worker, uint64_t clock) {
   absl::StatusOr<PullResult> r =
@@ -1822,14 +1836,7 @@ TEST_F(ApplyOnArrivalTest, NobodyReadsAHalfAppliedStep) {
     ASSERT_TRUE(PushGrad(*ref_, w, 0, 0, 4 + w, grads_[w]).ok());
   }
   EXPECT_TRUE(BitIdentical(next->values, Weights(*ref_)));
-  absl::StatusOr<ShardState> at_a = a_->Snapshot();
-  absl::StatusOr<ShardState> at_ref = ref_->Snapshot();
-  ASSERT_TRUE(at_a.ok()) << at_a.status();
-  ASSERT_TRUE(at_ref.ok()) << at_ref.status();
-  for (size_t k = 0; k < at_a->chunks.size(); ++k) {
-    EXPECT_TRUE(BitIdentical(at_a->chunks[k].slots, at_ref->chunks[k].slots));
-    EXPECT_EQ(at_a->chunks[k].exponent, at_ref->chunks[k].exponent);
-  }
+  ExpectSameSlotsAndExponents(*a_, *ref_);
 }
 
 // Every chunk final and applied, then worker 0's stream breaks before its
@@ -1945,14 +1952,7 @@ TEST(ApplyOnArrivalStepsTest, ConcurrentStreamsEqualApplyingAtTheCommit) {
     ASSERT_TRUE(BitIdentical(Weights(early), Weights(at_commit)))
         << "step " << step;
   }
-  absl::StatusOr<ShardState> a = early.Snapshot();
-  absl::StatusOr<ShardState> b = at_commit.Snapshot();
-  ASSERT_TRUE(a.ok()) << a.status();
-  ASSERT_TRUE(b.ok()) << b.status();
-  for (size_t k = 0; k < a->chunks.size(); ++k) {
-    EXPECT_TRUE(BitIdentical(a->chunks[k].slots, b->chunks[k].slots));
-    EXPECT_EQ(a->chunks[k].exponent, b->chunks[k].exponent);
-  }
+  ExpectSameSlotsAndExponents(early, at_commit);
 }
 
 // ---- Held terms (ShardOptions.hold_first_term, shard.h) ------------------
@@ -2045,14 +2045,7 @@ TEST_P(HeldTermTest, SameBitsAsTheFixedPointSum) {
   // The spikes of odd steps were clipped, the term beyond the fast range
   // was not.
   EXPECT_EQ(held->clipped_elements(), 3u);
-  absl::StatusOr<ShardState> a = held->Snapshot();
-  absl::StatusOr<ShardState> b = summed->Snapshot();
-  ASSERT_TRUE(a.ok()) << a.status();
-  ASSERT_TRUE(b.ok()) << b.status();
-  for (size_t k = 0; k < a->chunks.size(); ++k) {
-    EXPECT_TRUE(BitIdentical(a->chunks[k].slots, b->chunks[k].slots)) << k;
-    EXPECT_EQ(a->chunks[k].exponent, b->chunks[k].exponent) << k;
-  }
+  ExpectSameSlotsAndExponents(*held, *summed);
 }
 
 INSTANTIATE_TEST_SUITE_P(Apply, HeldTermTest,
@@ -2376,14 +2369,7 @@ TEST(PartsOneWorkerTest, PartsApplyingOnArrivalEqualOneStream) {
         << "step " << step;
     EXPECT_EQ(parted->Stats().version(), step + 1);
   }
-  absl::StatusOr<ShardState> a = parted->Snapshot();
-  absl::StatusOr<ShardState> b = whole->Snapshot();
-  ASSERT_TRUE(a.ok()) << a.status();
-  ASSERT_TRUE(b.ok()) << b.status();
-  for (size_t k = 0; k < a->chunks.size(); ++k) {
-    EXPECT_TRUE(BitIdentical(a->chunks[k].slots, b->chunks[k].slots)) << k;
-    EXPECT_EQ(a->chunks[k].exponent, b->chunks[k].exponent) << k;
-  }
+  ExpectSameSlotsAndExponents(*parted, *whole);
   EXPECT_EQ(parted->clipped_elements(), whole->clipped_elements());
 }
 
