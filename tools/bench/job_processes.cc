@@ -16,6 +16,20 @@
 
 namespace pstrain::bench {
 
+int HostCores() {
+  cpu_set_t cpus;
+  return sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+}
+
+int WorkerComputeThreads(int workers) {
+  const char* env = std::getenv("OPENBLAS_NUM_THREADS");
+  if (int asked = 0;
+      env != nullptr && absl::SimpleAtoi(env, &asked) && asked > 0) {
+    return asked;
+  }
+  return std::max(1, HostCores() / std::max(1, workers));
+}
+
 absl::StatusOr<JobRunResult> RunJobProcesses(const JobRunOptions& o) {
   const std::string& dir = o.work_dir;
   const std::string port_file = dir + "/coordinator.port";
@@ -51,17 +65,7 @@ absl::StatusOr<JobRunResult> RunJobProcesses(const JobRunOptions& o) {
     if (!s.ok()) return s.status();
     servers.push_back(std::move(*s));
   }
-  // As psctl run does: the workers split this host's cores, unless
-  // OPENBLAS_NUM_THREADS says otherwise.
-  cpu_set_t cpus;
-  const int cores =
-      sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  int threads = std::max(1, cores / std::max(1, o.workers));
-  const char* env = std::getenv("OPENBLAS_NUM_THREADS");
-  if (int asked = 0;
-      env != nullptr && absl::SimpleAtoi(env, &asked) && asked > 0) {
-    threads = asked;
-  }
+  const int threads = WorkerComputeThreads(o.workers);
   for (int r = 0; r < o.workers; ++r) {
     std::vector<std::string> argv = {
         o.bin_dir + "/worker/ps_worker", "--config=" + o.config,

@@ -29,6 +29,13 @@ struct JobRunResult {
   int64_t worker_peak_rss_bytes = 0;  // the largest worker's VmHWM
 };
 
+// The CPUs this process may run on (sched_getaffinity; 1 if unknown).
+int HostCores();
+// The --compute_threads each of `workers` ps_worker processes on this host
+// gets, as psctl run gives them: a positive OPENBLAS_NUM_THREADS, else
+// max(1, HostCores() / workers).
+int WorkerComputeThreads(int workers);
+
 // Runs the job to its end; INTERNAL naming the logs when a process fails,
 // DEADLINE_EXCEEDED past options.timeout (every process is killed then).
 absl::StatusOr<JobRunResult> RunJobProcesses(const JobRunOptions& options);

@@ -1,6 +1,5 @@
 #include "tools/bench/whole_job.h"
 
-#include <sched.h>
 #include <stdlib.h>
 
 #include <algorithm>
@@ -55,12 +54,6 @@ struct JobFigures {
   // every core all the time).
   double cpu_busy;
 };
-
-// The CPUs this process may run on (sched_getaffinity; 1 if unknown).
-int Cores() {
-  cpu_set_t cpus;
-  return sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-}
 
 // `worker_flags`: extra ps_worker flags, with `tag` in the job's folder name.
 absl::StatusOr<JobFigures> RunOne(
@@ -180,7 +173,7 @@ absl::StatusOr<std::vector<WholeJobSample>> MeasureWholeJob(
   if (!heap_off.ok()) return heap_off.status();
   absl::StatusOr<JobFigures> all_cores =
       RunOne(m, 0, false, bin_dir, work_dir, 0,
-             {absl::StrCat("--compute_threads=", Cores())}, "all_cores");
+             {absl::StrCat("--compute_threads=", HostCores())}, "all_cores");
   if (!all_cores.ok()) return all_cores.status();
   const std::string p = "job_" + m.name + "_";
   std::vector<WholeJobSample> out = {
@@ -251,8 +244,8 @@ std::vector<WholeJobGoal> WholeJobGoals(const std::vector<WholeJobModel>& ms) {
     goals.push_back(
         {what + absl::StrCat("no emulated compute: step time with every "
                              "worker's matrix products on all ",
-                             Cores(), " cores / as shipped (",
-                             std::max(1, Cores() / kWorkers), ")"),
+                             HostCores(), " cores / as shipped (",
+                             WorkerComputeThreads(kWorkers), ")"),
          p + "step_all_cores", p + "step_all_cores", p + "step_alone", 0});
   }
   return goals;
