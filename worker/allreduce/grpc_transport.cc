@@ -22,9 +22,9 @@ namespace {
 
 // The HTTP/2 lookahead of a ring link: 16 segments of the default size, 4
 // of the largest (allreduce.segment_bytes <= 4 MiB). With the BDP probe off
-// gRPC 1.51 does not announce it as the streams' window (RingLinkArgs); the
-// setting as a whole (with the probe off) beat gRPC's defaults at 1-16 MiB
-// with 2 and 4 ranks.
+// the connection's window, not this, bounds a segment's first write
+// (RingLinkArgs); the setting as a whole (with the probe off) beat gRPC's
+// defaults at 1-16 MiB with 2 and 4 ranks.
 constexpr int kRingWindowBytes = 16 << 20;
 
 // The full name of RingPeer.SendSegments (proto/pstrain.proto), called raw.

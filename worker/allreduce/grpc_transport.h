@@ -28,11 +28,14 @@ namespace pstrain {
 // HTTP/2 settings for both ends of the ring's links (the RingPeer server's
 // int_args for StartGrpcServer, and MakeRingChannel's): the BDP probe off
 // and a 16 MiB lookahead. Measured with gRPC 1.51 (strace of ring_bench):
-// with the probe off the lookahead does not become the streams' initial
-// window: every segment leaves as a 64 KiB write and, after the receiver's
+// every segment leaves as a 64 KiB write and, after the receiver's
 // WINDOW_UPDATE, the rest (a round trip per segment), with or without the
-// lookahead. With the probe on a segment leaves in one write, yet the ring
-// is slower at every size (README "Ring all-reduce alone (ring_bench)").
+// lookahead. The lookahead is the streams' initial window, but with the
+// probe off the connection's window stays at 64 KiB plus what the open
+// reads ask for beyond their streams' windows (gRPC 1.51's
+// TransportFlowControl::target_window), and no channel argument sets it.
+// With the probe on a segment leaves in one write, yet the ring is slower
+// at every size (README "Ring all-reduce alone (ring_bench)").
 std::vector<std::pair<std::string, int>> RingLinkArgs();
 
 // A channel to a RingPeer server at `address` with pstrain's defaults
