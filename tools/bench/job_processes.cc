@@ -1,6 +1,8 @@
 #include "tools/bench/job_processes.h"
 
 #include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -12,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "tools/bench/stats.h"
 #include "tools/bench/subprocess.h"
 
 namespace pstrain::bench {
@@ -29,6 +32,75 @@ int WorkerComputeThreads(int workers) {
   }
   return std::max(1, HostCores() / std::max(1, workers));
 }
+
+namespace {
+
+// The summed CPU ticks of `pids`, and whether any of them has exited.
+struct TreeCpu {
+  uint64_t ticks = 0;
+  bool exited = false;
+};
+TreeCpu ReadTreeCpu(const std::vector<pid_t>& pids) {
+  TreeCpu t;
+  for (pid_t pid : pids) {
+    const std::string path = absl::StrCat("/proc/", pid, "/stat");
+    std::ifstream in(path);
+    std::string line;
+    std::getline(in, line);
+    absl::StatusOr<ProcStat> st = ParseProcStat(line, path);
+    if (!st.ok() || st->state == 'Z' || st->state == 'X') t.exited = true;
+    if (st.ok()) t.ticks += st->cpu_ticks;
+  }
+  return t;
+}
+
+// Watches `csv` (metrics.csv, appended and flushed a row per completed step)
+// until the row of step `steps - 1` is in, one of `pids` exits, or
+// `deadline`; see SteadyWindow. Polls the file's size every 2 ms and reads
+// the processes' CPU only when rows were added, so the watch itself costs
+// next to nothing of the cores it measures.
+SteadyWindow WatchSteadyWindow(const std::string& csv, int steps,
+                               const std::vector<pid_t>& pids,
+                               absl::Time deadline) {
+  SteadyWindow w;
+  if (steps < 3) return w;
+  const double tick_s = 1.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
+  off_t seen_size = -1;
+  int first_rows = 0;  // rows when step 1's was first seen (0: not yet)
+  absl::Time first_time;
+  uint64_t first_ticks = 0;
+  for (int poll = 1; absl::Now() < deadline; ++poll) {
+    struct stat sb;
+    if (stat(csv.c_str(), &sb) == 0 && sb.st_size != seen_size) {
+      seen_size = sb.st_size;
+      const absl::Time now = absl::Now();
+      const TreeCpu cpu = ReadTreeCpu(pids);
+      std::ifstream in(csv);
+      std::stringstream text;
+      text << in.rdbuf();
+      const int rows = CsvDataRows(text.str());
+      // Rows are steps 0, 1, ...: `rows` >= k + 1 once step k's is in.
+      if (first_rows == 0 && rows >= 2) {
+        first_rows = rows;
+        first_time = now;
+        first_ticks = cpu.ticks;
+      } else if (first_rows > 0 && rows >= steps) {
+        w.steps = rows - first_rows;
+        w.wall_s = absl::ToDoubleSeconds(now - first_time);
+        w.cpu_s = static_cast<double>(cpu.ticks - first_ticks) * tick_s;
+        if (w.steps <= 0) w = SteadyWindow{};
+        return w;
+      }
+      if (cpu.exited) return w;
+    } else if (poll % 50 == 0 && ReadTreeCpu(pids).exited) {
+      return w;  // checked every 100 ms between rows
+    }
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return w;
+}
+
+}  // namespace
 
 absl::StatusOr<JobRunResult> RunJobProcesses(const JobRunOptions& o) {
   const std::string& dir = o.work_dir;
@@ -70,7 +142,10 @@ absl::StatusOr<JobRunResult> RunJobProcesses(const JobRunOptions& o) {
     std::vector<std::string> argv = {
         o.bin_dir + "/worker/ps_worker", "--config=" + o.config,
         "--coordinator=" + address, absl::StrCat("--rank=", r),
-        absl::StrCat("--compute_threads=", threads)};
+        absl::StrCat("--compute_threads=", threads),
+        // Every step's record at once (not batched every 0.5 s), so that
+        // metrics.csv grows step by step for WatchSteadyWindow.
+        "--report_interval_s=0"};
     argv.insert(argv.end(), o.worker_flags.begin(), o.worker_flags.end());
     absl::StatusOr<Child> w =
         Child::Start(argv, false, "", absl::StrCat(dir, "/worker-", r, ".log"));
@@ -78,6 +153,12 @@ absl::StatusOr<JobRunResult> RunJobProcesses(const JobRunOptions& o) {
     workers.push_back(std::move(*w));
   }
   JobRunResult result;
+  {
+    std::vector<pid_t> pids = {coordinator->pid()};
+    for (const Child& s : servers) pids.push_back(s.pid());
+    for (const Child& w : workers) pids.push_back(w.pid());
+    result.steady = WatchSteadyWindow(dir + "/metrics.csv", o.steps, pids, end);
+  }
   std::string failed;
   for (int r = 0; r < o.workers; ++r) {
     absl::StatusOr<Finished> w = workers[r].Wait(end);

@@ -25,8 +25,24 @@ struct JobRunOptions {
   absl::Duration timeout = absl::Seconds(120);  // the whole job
 };
 
+// The job's steady state, watched while it trained: from the moment step
+// 1's row appeared in metrics.csv (step 0 warms up the connections) to the
+// moment the last training step's did, the steps completed in between, the
+// wall time, and the CPU time all the job's processes (coordinator, servers,
+// workers; /proc/PID/stat, all threads) used meanwhile. Start-up, the final
+// evaluation and the shutdown fall outside. steps is 0 when the rows were
+// not seen (a job that failed, or one of fewer than 3 steps). The workers
+// report every step (ps_worker --report_interval_s=0) so that the rows
+// appear as the steps end.
+struct SteadyWindow {
+  int steps = 0;
+  double wall_s = 0;
+  double cpu_s = 0;
+};
+
 struct JobRunResult {
   int64_t worker_peak_rss_bytes = 0;  // the largest worker's VmHWM
+  SteadyWindow steady;
 };
 
 // The CPUs this process may run on (sched_getaffinity; 1 if unknown).

@@ -80,6 +80,31 @@ double BusyShare(const CpuTimes& t) {
   return static_cast<double>(t.busy) / static_cast<double>(t.total);
 }
 
+absl::StatusOr<ProcStat> ParseProcStat(absl::string_view text,
+                                       absl::string_view source) {
+  const size_t close = text.rfind(')');
+  if (close == absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": no ')' after the command name"));
+  }
+  // After the name: state (field 3), ..., utime (14), stime (15).
+  const std::vector<absl::string_view> f =
+      absl::StrSplit(text.substr(close + 1), ' ', absl::SkipEmpty());
+  uint64_t utime = 0, stime = 0;
+  if (f.size() < 13 || f[0].size() != 1 || !absl::SimpleAtoi(f[11], &utime) ||
+      !absl::SimpleAtoi(f[12], &stime)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": expected the state and 12 more fields after the name"));
+  }
+  return ProcStat{f[0][0], utime + stime};
+}
+
+int CsvDataRows(absl::string_view text) {
+  const int lines =
+      static_cast<int>(std::count(text.begin(), text.end(), '\n'));
+  return std::max(0, lines - 1);
+}
+
 absl::StatusOr<std::vector<int>> ParsePositiveList(absl::string_view flag,
                                                    absl::string_view text) {
   std::vector<int> out;

@@ -39,6 +39,22 @@ CpuTimes AddCpuDelta(const CpuTimes& sum, const CpuTimes& a, const CpuTimes& b);
 // the time); NaN when no time passed.
 double BusyShare(const CpuTimes& t);
 
+// The CPU time (user + system, all threads, in clock ticks) in the text of
+// /proc/PID/stat, and its state letter ('Z' for a process that exited and
+// was not reaped yet). The command name may hold spaces and parentheses:
+// the fields are counted from its last ')'. INVALID_ARGUMENT naming
+// `source` when the text is not such a line.
+struct ProcStat {
+  char state = '?';
+  uint64_t cpu_ticks = 0;
+};
+absl::StatusOr<ProcStat> ParseProcStat(absl::string_view text,
+                                       absl::string_view source);
+
+// The number of data rows in a CSV text with a header line: its complete
+// lines ('\n'-terminated) less the header; 0 for an empty text.
+int CsvDataRows(absl::string_view text);
+
 // A comma-separated list of positive integers ("1,4,16"); an error naming
 // --flag and the text otherwise.
 absl::StatusOr<std::vector<int>> ParsePositiveList(absl::string_view flag,

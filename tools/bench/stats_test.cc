@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
@@ -74,6 +76,51 @@ TEST(CpuTimes, AWaitedChildsSpinCountsAsChildrenTime) {
   const double share = BusyShare(AddCpuDelta({}, before, after));
   EXPECT_GT(share, 0.0);
   EXPECT_LE(share, 1.0);
+}
+
+TEST(ParseProcStat, CountsFieldsFromTheLastParenthesis) {
+  // A command name with spaces and a ')' of its own; utime 250, stime 70.
+  const std::string line =
+      "4242 (ps worker) x) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 70 0 0 "
+      "20 0 9 0 12345 100000 2000 18446744073709551615";
+  absl::StatusOr<ProcStat> st = ParseProcStat(line, "/proc/4242/stat");
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->state, 'S');
+  EXPECT_EQ(st->cpu_ticks, 320u);
+  absl::StatusOr<ProcStat> zombie =
+      ParseProcStat("7 (w) Z 1 7 7 0 -1 0 0 0 0 0 3 4 0 0 20 0 1 0 9", "z");
+  ASSERT_TRUE(zombie.ok()) << zombie.status();
+  EXPECT_EQ(zombie->state, 'Z');
+  EXPECT_EQ(zombie->cpu_ticks, 7u);
+}
+
+TEST(ParseProcStat, ThisProcessCountsItsOwnCpu) {
+  std::ifstream in("/proc/self/stat");
+  std::string line;
+  std::getline(in, line);
+  absl::StatusOr<ProcStat> st = ParseProcStat(line, "/proc/self/stat");
+  ASSERT_TRUE(st.ok()) << st.status() << " in " << line;
+  EXPECT_EQ(st->state, 'R');  // reading its own stat
+}
+
+TEST(ParseProcStat, NamesTheSourceOfABadLine) {
+  for (const char* bad : {"", "12 (x S 1", "12 (x) S 1 2 3",
+                          "12 (x) S 1 2 3 4 5 6 7 8 9 10 u 3 4",
+                          "12 (x) SS 1 2 3 4 5 6 7 8 9 10 3 4"}) {
+    absl::StatusOr<ProcStat> st = ParseProcStat(bad, "/proc/12/stat");
+    ASSERT_FALSE(st.ok()) << bad;
+    EXPECT_EQ(st.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StartsWith(st.status().message(), "/proc/12/stat: "))
+        << st.status();
+  }
+}
+
+TEST(CsvDataRows, CountsCompleteLinesBelowTheHeader) {
+  EXPECT_EQ(CsvDataRows(""), 0);
+  EXPECT_EQ(CsvDataRows("step,wall_s\n"), 0);
+  EXPECT_EQ(CsvDataRows("step,wall_s\n0,0.1\n1,0.2\n"), 2);
+  // A row still being written is not counted.
+  EXPECT_EQ(CsvDataRows("step,wall_s\n0,0.1\n1,0.2"), 1);
 }
 
 TEST(ParsePositiveList, AcceptsPositiveIntegersAndNamesTheFlagOtherwise) {

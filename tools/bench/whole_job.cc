@@ -53,6 +53,10 @@ struct JobFigures {
   // The share of the CPUs the job's processes kept busy, start to end (1:
   // every core all the time).
   double cpu_busy;
+  // The same from step 1's end to the last step's (JobRunResult.steady),
+  // and the CPU seconds the job's processes used per step there; NaN when
+  // that window was not seen.
+  double steady_busy, steady_cpu_per_step_s;
 };
 
 // `worker_flags`: extra ps_worker flags, with `tag` in the job's folder name.
@@ -125,6 +129,10 @@ absl::StatusOr<JobFigures> RunOne(
   f.bytes_per_step = double(summary->bytes_pushed) / summary->steps +
                      double(summary->bytes_pulled) / (summary->steps + 1);
   f.cpu_busy = cpu_busy;
+  const SteadyWindow& w = run->steady;
+  f.steady_busy = w.steps > 0 && w.wall_s > 0 ? w.cpu_s / w.wall_s / HostCores()
+                                              : std::nan("");
+  f.steady_cpu_per_step_s = w.steps > 0 ? w.cpu_s / w.steps : std::nan("");
   return f;
 }
 
@@ -189,6 +197,11 @@ absl::StatusOr<std::vector<WholeJobSample>> MeasureWholeJob(
       {p + "step_all_cores", "ms", all_cores->step_s * 1e3},
       {p + "cpu_busy", "", both->cpu_busy},
       {p + "cpu_busy_no_overlap", "", serial->cpu_busy},
+      {p + "steady_busy", "", both->steady_busy},
+      {p + "steady_busy_no_overlap", "", serial->steady_busy},
+      // What the cores allow: the CPU time a step of the overlapped job
+      // used, spread over all the cores.
+      {p + "cpu_bound", "ms", both->steady_cpu_per_step_s / HostCores() * 1e3},
       {p + "one", "", 1.0},
   };
   if (iperf_bytes_per_s > 0) {
@@ -236,6 +249,17 @@ std::vector<WholeJobGoal> WholeJobGoals(const std::vector<WholeJobModel>& ms) {
     goals.push_back({what + "without overlap: the same share",
                      p + "cpu_busy_no_overlap", p + "cpu_busy_no_overlap",
                      p + "one", 0, ""});
+    goals.push_back({what + "with overlap, steps 1 to the last: share of "
+                            "the CPUs busy (no start-up, no shutdown)",
+                     p + "steady_busy", p + "steady_busy", p + "one", 0, ""});
+    goals.push_back({what + "without overlap, steps 1 to the last: the same",
+                     p + "steady_busy_no_overlap", p + "steady_busy_no_overlap",
+                     p + "one", 0, ""});
+    goals.push_back(
+        {what + absl::StrCat("step time with overlap / (the CPU time its "
+                             "processes used per step / ",
+                             HostCores(), " cores)"),
+         p + "step", p + "step", p + "cpu_bound", 0});
     goals.push_back({what + "no emulated compute: step time with the "
                             "workers' freed heap returned to the kernel "
                             "(ps_worker --heap_reuse=false) / as shipped",

@@ -67,8 +67,10 @@ struct WholeJobSample {
 // job_<name>_step_alone, _step_heap_off and _step_all_cores (ms, jobs 1, 4
 // and 5), job_<name>_cpu_busy and job_<name>_cpu_busy_no_overlap (the share
 // of the CPUs the jobs of steps 2 and 3 kept busy, getrusage of the
-// children over their whole run) and job_<name>_one (1, their ratios'
-// denominator).
+// children over their whole run), job_<name>_steady_busy and
+// _steady_busy_no_overlap (the same from step 1's end to the last step's:
+// JobRunResult.steady), job_<name>_cpu_bound (ms: job 3's CPU time per step
+// there over the cores) and job_<name>_one (1, the shares' denominator).
 // Errors name the job's logs.
 // `bare_bytes_per_s` (> 0, else left out): a bare gRPC stream's rate in the
 // same round, for job_<name>_ideal_bare (ms; no goal): the bytes over that
