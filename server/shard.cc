@@ -538,6 +538,11 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(ShardOptions options) {
         absl::StrCat("wire dtype ", DtypeName(options.wire_dtype),
                      " is not one of DTYPE_F32, DTYPE_BF16, DTYPE_F16"));
   }
+  if (options.apply_block % 16 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("apply_block ", options.apply_block,
+                     " is not a multiple of 16 elements"));
+  }
   std::unique_ptr<Shard> shard(new Shard(std::move(options)));
   shard->rule_ = std::move(rule);
   const pstrain::v1::ShardMap& map = shard->options_.shard_map;
@@ -1153,20 +1158,45 @@ void Shard::ApplySumLocked(size_t k, ChunkSum& sum, double samples,
   int64_t* acc = accumulator_.data() + lc.local_offset;
   using Acc = ChunkSum::Acc;
   if (sum.acc == Acc::kHeld) {
-    HeldToFloat(reinterpret_cast<const char*>(acc), lc.length, sum.held_n,
-                std::ldexp(1.0, -lsb), from_fixed, samples, g);
+    const char* held = reinterpret_cast<const char*>(acc);
+    const double to_fixed = std::ldexp(1.0, -lsb);
+    ApplyInBlocksLocked(k, g, [&](uint64_t offset, uint64_t n, float* out) {
+      HeldToFloat(held + offset * sizeof(float), n, sum.held_n, to_fixed,
+                  from_fixed, samples, out);
+    });
     sum.acc = Acc::kStale;
   } else {
     // kStale here: no term at all (not reached: a chunk is applied with
     // every worker's), so the sum is zero.
     if (sum.acc == Acc::kStale) std::fill_n(acc, lc.length, 0);
-    FixedToFloat(acc, lc.length, from_fixed, samples,
-                 FixedFitsFast(acc, lc.length), g);
+    ApplyInBlocksLocked(k, g, [&](uint64_t offset, uint64_t n, float* out) {
+      // The fast conversion's condition per block: the same values either
+      // way (FixedToFloatLoops).
+      FixedToFloat(acc + offset, n, from_fixed, samples,
+                   FixedFitsFast(acc + offset, n), out);
+    });
     sum.acc = Acc::kZero;
   }
-  optimizer_->Apply(version_, version_, MutableChunkLocked(k), g,
-                    slots_[k].data(), lc.length);
   sum.exponent = NextExponent(max_abs, sum.exponent);
+}
+
+void Shard::ApplyInBlocksLocked(
+    size_t k, float* g,
+    absl::FunctionRef<void(uint64_t, uint64_t, float*)> fill)
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {  // the caller holds mu_, maybe shared
+  const uint64_t length = chunks_[k].length;
+  float* w = MutableChunkLocked(k);
+  float* slots = slots_[k].data();
+  const int num_slots = optimizer_->num_slots();
+  const uint64_t block = num_slots <= 1 && options_.apply_block > 0
+                             ? options_.apply_block
+                             : length;
+  for (uint64_t offset = 0; offset < length; offset += block) {
+    const uint64_t n = std::min(block, length - offset);
+    fill(offset, n, g);
+    optimizer_->Apply(version_, version_, w + offset, g,
+                      num_slots == 0 ? slots : slots + offset, n);
+  }
 }
 
 Shard::TermOutcome Shard::ApplyTermLocked(
@@ -1193,10 +1223,11 @@ Shard::TermOutcome Shard::ApplyTermLocked(
   *max_abs = std::max(*max_abs, chunk_max);
   // ApplySumLocked of the held term with ApplyOnArrival's numbers (one
   // contribution: its num_samples and largest |x|).
-  HeldToFloat(src, lc.length, num_samples, to_fixed, std::ldexp(1.0, lsb),
-              num_samples, g);
-  optimizer_->Apply(version_, version_, MutableChunkLocked(k), g,
-                    slots_[k].data(), lc.length);
+  const double from_fixed = std::ldexp(1.0, lsb);
+  ApplyInBlocksLocked(k, g, [&](uint64_t offset, uint64_t n, float* out) {
+    HeldToFloat(src + offset * sizeof(float), n, num_samples, to_fixed,
+                from_fixed, num_samples, out);
+  });
   sum.exponent = NextExponent(*max_abs, sum.exponent);
   sum.applied = true;
   chunks_applied_early_.fetch_add(1, std::memory_order_relaxed);

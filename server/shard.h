@@ -211,6 +211,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -253,6 +254,11 @@ struct ShardOptions {
   // (ApplyTermLocked), instead of being held in the accumulator for the
   // applier thread. Results are the same bit for bit.
   bool apply_terms_on_arrival = true;
+  // Sync: elements per block of the optimizer's pass over a chunk
+  // (ApplyInBlocksLocked), so that each block's gradient is still in the
+  // core's cache when the rule reads it; 0: the whole chunk at once. A
+  // multiple of 16 (whole vectors). Results are the same bit for bit.
+  uint64_t apply_block = 8192;
 };
 
 // The options of shard `shard_id` of `job`.
@@ -503,6 +509,21 @@ class Shard {
   // only on the applier thread).
   void ApplySumLocked(size_t k, ChunkSum& sum, double samples, double max_abs,
                       float* g) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Runs the optimizer for the open step on chunk k with the gradient that
+  // `fill(offset, length, out)` writes (elements [offset, offset + length)
+  // of the chunk's, into out[0, length)), through `g` (length() floats). In
+  // blocks of ShardOptions.apply_block elements where the rule's slots allow
+  // it (none, or one array, so a block's slots are a sub-range; else one
+  // block): a block's gradient is still in the core's cache when the rule
+  // reads it, where a whole chunk's (4 MiB at the default size) would have
+  // gone to memory and back. Bit for bit one call over the chunk: every
+  // rule and every fill is elementwise, and blocks are whole vectors.
+  // Caller holds mu_ (shared only on the applier thread or for a term
+  // applied on arrival).
+  void ApplyInBlocksLocked(
+      size_t k, float* g,
+      absl::FunctionRef<void(uint64_t, uint64_t, float*)> fill)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The applier's task: applies chunk k if every worker's contribution to it
   // is summed in sum epoch `epoch` and it is not applied yet.
   void ApplyOnArrival(size_t k, uint64_t epoch);

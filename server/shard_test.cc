@@ -2110,6 +2110,106 @@ TEST(HeldTermOnArrivalTest, TheStreamAppliesEachTermAsItAddsIt) {
   EXPECT_TRUE(BitIdentical(Weights(*held), Weights(*summed)));
 }
 
+// The optimizer's pass in blocks (ShardOptions.apply_block) changes
+// nothing, bit for bit: chunks of several blocks and a remainder, rules
+// with no slot and with one (blocked) and with two (whole chunks), over
+// several steps, for each way a sync chunk is applied: one worker's term
+// applied from the pushed floats by its stream, one worker's term held for
+// the applier, and three workers' fixed-point sum.
+enum class BlockPath { kTermOnArrival, kHeldTerm, kSum };
+class ApplyBlockTest
+    : public ::testing::TestWithParam<
+          std::tuple<pstrain::v1::OptimizerConfig::Kind, BlockPath>> {};
+
+std::unique_ptr<Shard> MakeBlockShard(pstrain::v1::OptimizerConfig::Kind kind,
+                                      BlockPath path, uint64_t apply_block) {
+  JobConfig config =
+      SmallConfig(pstrain::v1::MODE_SYNC, path == BlockPath::kSum ? 3 : 1, 0);
+  config.mutable_model()->set_input_dim(2000);
+  config.mutable_model()->set_num_classes(5);
+  config.mutable_data()->set_num_features(2000);
+  config.mutable_data()->set_num_classes(5);
+  config.mutable_server()->set_chunk_bytes(16384);  // 4096 elements
+  config.mutable_training()->mutable_optimizer()->set_kind(kind);
+  config.mutable_training()->mutable_optimizer()->set_base_lr(0.01);
+  config.mutable_training()->mutable_optimizer()->set_momentum(0.9);
+  absl::StatusOr<pstrain::v1::JobSpec> job = MakeJobSpec(config);
+  EXPECT_TRUE(job.ok()) << job.status();
+  if (!job.ok()) return nullptr;
+  ShardOptions options = ShardOptionsFromJob(*job, 0);
+  options.apply_terms_on_arrival = path == BlockPath::kTermOnArrival;
+  options.apply_block = apply_block;
+  absl::StatusOr<std::unique_ptr<Shard>> shard =
+      Shard::Create(std::move(options));
+  EXPECT_TRUE(shard.ok()) << shard.status();
+  return shard.ok() ? *std::move(shard) : nullptr;
+}
+
+TEST_P(ApplyBlockTest, BlocksEqualOnePassOverTheChunk) {
+  const auto [kind, path] = GetParam();
+  // Chunks of 4096 and 1808 elements: 4 blocks of 1024, and 1 and a
+  // remainder of 784.
+  std::unique_ptr<Shard> blocked = MakeBlockShard(kind, path, 1024);
+  std::unique_ptr<Shard> whole = MakeBlockShard(kind, path, 0);
+  ASSERT_NE(blocked, nullptr);
+  ASSERT_NE(whole, nullptr);
+  ASSERT_EQ(blocked->chunks()[0].length, 4096u);
+  const uint32_t workers = path == BlockPath::kSum ? 3 : 1;
+  for (uint64_t step = 0; step < 3; ++step) {
+    for (uint32_t w = 0; w < workers; ++w) {
+      const std::vector<float> g =
+          RandomGrad(blocked->num_elements(), 10 * step + w);
+      for (Shard* shard : {blocked.get(), whole.get()}) {
+        absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> p =
+            shard->BeginPush(Header(w, step, 2 + w));
+        ASSERT_TRUE(p.ok()) << p.status();
+        for (const ChunkData& c : EncodeAll(*shard, g)) {
+          ASSERT_TRUE((*p)->Add(c).ok());
+        }
+        ASSERT_TRUE((*p)->Finish().ok());
+      }
+    }
+    ASSERT_TRUE(BitIdentical(Weights(*blocked), Weights(*whole)))
+        << "step " << step;
+  }
+  EXPECT_EQ(blocked->Stats().version(), 3u);
+  // The step changed the weights (the comparison is not of two untouched
+  // models).
+  EXPECT_FALSE(BitIdentical(Weights(*blocked),
+                            Weights(*MakeBlockShard(kind, path, 1024))));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    RulesAndPaths, ApplyBlockTest,
+    ::testing::Combine(::testing::Values(pstrain::v1::OptimizerConfig::SGD,
+                                         pstrain::v1::OptimizerConfig::MOMENTUM,
+                                         pstrain::v1::OptimizerConfig::ADAGRAD,
+                                         pstrain::v1::OptimizerConfig::ADAM),
+                       ::testing::Values(BlockPath::kTermOnArrival,
+                                         BlockPath::kHeldTerm,
+                                         BlockPath::kSum)),
+    [](const auto& info) {
+      const BlockPath path = std::get<1>(info.param);
+      return absl::StrCat(
+          pstrain::v1::OptimizerConfig::Kind_Name(std::get<0>(info.param)),
+          path == BlockPath::kTermOnArrival ? "TermOnArrival"
+          : path == BlockPath::kHeldTerm    ? "HeldTerm"
+                                            : "Sum");
+    });
+
+TEST(ApplyBlockTest, CreateRefusesABlockOfPartVectors) {
+  absl::StatusOr<pstrain::v1::JobSpec> job =
+      MakeJobSpec(SmallConfig(pstrain::v1::MODE_SYNC, 1, 0));
+  ASSERT_TRUE(job.ok()) << job.status();
+  ShardOptions options = ShardOptionsFromJob(*job, 0);
+  options.apply_block = 1000;
+  absl::StatusOr<std::unique_ptr<Shard>> shard = Shard::Create(options);
+  ASSERT_FALSE(shard.ok());
+  EXPECT_EQ(shard.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(shard.status().message(),
+            "apply_block 1000 is not a multiple of 16 elements");
+}
+
 // A NaN is refused as before (INVALID_ARGUMENT, nothing changed), whole or
 // streamed after a held chunk; the retry with valid values applies exactly
 // what the fixed-point sum does.
