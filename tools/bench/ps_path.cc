@@ -36,7 +36,8 @@ class Cluster {
       const std::vector<std::pair<std::string, int>>& int_args =
           PsServerChannelArgs(),
       const PsServiceOptions& options = {}, bool early_apply = true,
-      bool hold_first_term = true, bool apply_terms_on_arrival = true) {
+      bool hold_first_term = true, bool apply_terms_on_arrival = true,
+      bool apply_in_blocks = true) {
     std::unique_ptr<Cluster> c(new Cluster);
     job.mutable_shard_map()->clear_server_addresses();
     for (uint32_t i = 0; i < job.num_servers(); ++i) {
@@ -54,6 +55,7 @@ class Cluster {
       shard_options.early_apply = early_apply;
       shard_options.hold_first_term = hold_first_term;
       shard_options.apply_terms_on_arrival = apply_terms_on_arrival;
+      if (!apply_in_blocks) shard_options.apply_block = 0;
       absl::StatusOr<std::unique_ptr<Shard>> shard =
           Shard::Create(std::move(shard_options));
       if (!shard.ok()) return shard.status();
@@ -206,13 +208,13 @@ absl::StatusOr<JobSpec> OneTensorJob(uint64_t elems, int servers, int workers,
 absl::StatusOr<PsPathResult> MeasurePsPath(
     uint64_t elems, int servers, int workers, int steps,
     pstrain::v1::DType wire_dtype, bool early_apply, bool hold_first_term,
-    bool apply_terms_on_arrival, int push_streams) {
+    bool apply_terms_on_arrival, int push_streams, bool apply_in_blocks) {
   absl::StatusOr<JobSpec> job = OneTensorJob(
       elems, servers, workers, pstrain::v1::OptimizerConfig::SGD, wire_dtype);
   if (!job.ok()) return job.status();
   absl::StatusOr<std::unique_ptr<Cluster>> cluster =
       Cluster::Start(*job, PsServerChannelArgs(), {}, early_apply,
-                     hold_first_term, apply_terms_on_arrival);
+                     hold_first_term, apply_terms_on_arrival, apply_in_blocks);
   if (!cluster.ok()) return cluster.status();
   absl::StatusOr<Workers> w =
       Workers::Create((*cluster)->job(), workers, elems, push_streams);

@@ -44,12 +44,14 @@ struct PsPathResult {
 // its commit); `hold_first_term` and `apply_terms_on_arrival`: those
 // ShardOptions of every shard; `push_streams`: PsClientOptions.push_streams
 // of every worker, each part on a connection of its own (0: the job's
-// default, PushStreams in common/job_config.h).
+// default, PushStreams in common/job_config.h); `apply_in_blocks` false:
+// ShardOptions.apply_block 0 (the optimizer over whole chunks).
 absl::StatusOr<PsPathResult> MeasurePsPath(
     uint64_t elems, int servers, int workers, int steps,
     pstrain::v1::DType wire_dtype = pstrain::v1::DTYPE_F32,
     bool early_apply = true, bool hold_first_term = true,
-    bool apply_terms_on_arrival = true, int push_streams = 0);
+    bool apply_terms_on_arrival = true, int push_streams = 0,
+    bool apply_in_blocks = true);
 
 // Seconds of one optimizer step of a sync Shard (1 worker, one tensor of
 // `elems` elements in 4 MiB chunks, optimizer `kind`) applied by `threads`

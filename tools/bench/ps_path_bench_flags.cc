@@ -34,6 +34,10 @@ ABSL_FLAG(bool, compare_push_streams, false,
           "it: one worker in plain sync; rows with several workers push one "
           "stream anyway and measure the same setting twice)");
 
+ABSL_FLAG(bool, compare_apply_block, false,
+          "also measure every push/pull row with the shards' optimizer over "
+          "whole chunks (ShardOptions.apply_block 0) instead of in blocks");
+
 namespace pstrain::bench {
 
 absl::StatusOr<PsPathBenchOptions> PsPathBenchOptionsFromFlags(
@@ -52,6 +56,7 @@ absl::StatusOr<PsPathBenchOptions> PsPathBenchOptionsFromFlags(
   r.compare_hold_first_term = absl::GetFlag(FLAGS_compare_hold_first_term);
   r.compare_apply_terms = absl::GetFlag(FLAGS_compare_apply_terms);
   r.compare_push_streams = absl::GetFlag(FLAGS_compare_push_streams);
+  r.compare_apply_block = absl::GetFlag(FLAGS_compare_apply_block);
   o.iperf3 = absl::GetFlag(FLAGS_iperf3);
   o.memory_params = absl::GetFlag(FLAGS_memory_params);
   PS_ASSIGN_OR_RETURN(

@@ -12,6 +12,7 @@
 ABSL_DECLARE_FLAG(std::string, mb);
 ABSL_DECLARE_FLAG(bool, compare_apply_terms);
 ABSL_DECLARE_FLAG(bool, compare_push_streams);
+ABSL_DECLARE_FLAG(bool, compare_apply_block);
 
 namespace pstrain::bench {
 namespace {
@@ -22,6 +23,7 @@ class PsPathBenchFlagsTest : public ::testing::Test {
     absl::SetFlag(&FLAGS_mb, "16,64");
     absl::SetFlag(&FLAGS_compare_apply_terms, false);
     absl::SetFlag(&FLAGS_compare_push_streams, false);
+    absl::SetFlag(&FLAGS_compare_apply_block, false);
   }
 };
 
@@ -35,10 +37,13 @@ TEST_F(PsPathBenchFlagsTest, DefaultsAndTheComparedSetting) {
   EXPECT_TRUE(o->rounds.compare_apply_terms);
   EXPECT_FALSE(o->rounds.compare_early_apply);
   EXPECT_FALSE(o->rounds.compare_push_streams);
+  EXPECT_FALSE(o->rounds.compare_apply_block);
   absl::SetFlag(&FLAGS_compare_push_streams, true);
+  absl::SetFlag(&FLAGS_compare_apply_block, true);
   o = PsPathBenchOptionsFromFlags("self");
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_TRUE(o->rounds.compare_push_streams);
+  EXPECT_TRUE(o->rounds.compare_apply_block);
   EXPECT_EQ(o->memory_workers, (std::vector<int>{1, 4, 16}));
   EXPECT_EQ(o->self_path, "self");
 }

@@ -37,7 +37,8 @@ PsPathMeasures RealPsPathMeasures(Iperf3* iperf3, GrpcStream* stream) {
     return MeasurePsPath(bytes / sizeof(float), servers, workers, 2,
                          pstrain::v1::DTYPE_F32, setting.early_apply,
                          setting.hold_first_term,
-                         setting.apply_terms_on_arrival, setting.push_streams);
+                         setting.apply_terms_on_arrival, setting.push_streams,
+                         setting.apply_in_blocks);
   };
   return m;
 }
@@ -60,6 +61,11 @@ std::vector<ShardSetting> ShardSettings(const PsPathRoundsOptions& options) {
     settings.push_back({"_1stream", /*early_apply=*/true,
                         /*hold_first_term=*/true,
                         /*apply_terms_on_arrival=*/true, /*push_streams=*/1});
+  }
+  if (options.compare_apply_block) {
+    ShardSetting whole{"_wholechunk"};
+    whole.apply_in_blocks = false;
+    settings.push_back(whole);
   }
   return settings;
 }
@@ -171,7 +177,8 @@ std::string PsPathReport(const PsPathRounds& rounds) {
       {"_atcommit", "early apply / at commit"},
       {"_noheld", "held term / not held"},
       {"_applier", "term applied on arrival / by the applier"},
-      {"_1stream", "push split over streams / one stream"}};
+      {"_1stream", "push split over streams / one stream"},
+      {"_wholechunk", "optimizer in blocks / whole chunks"}};
   for (const auto& [suffix, label] : kCompared) {
     for (const auto& [name, values] : rounds) {
       const auto other = rounds.find(name + suffix);

@@ -40,6 +40,9 @@ struct PsPathRoundsOptions {
   // And with every push as one stream (tagged "_1stream": PsClientOptions.
   // push_streams 1, where the job's default splits it).
   bool compare_push_streams = false;
+  // And with the optimizer over whole chunks (tagged "_wholechunk":
+  // ShardOptions.apply_block 0, where the shipped shard goes in blocks).
+  bool compare_apply_block = false;
 };
 
 // A shard setting push/pull rows are measured under (ShardOptions).
@@ -48,7 +51,8 @@ struct ShardSetting {
   bool early_apply = true;
   bool hold_first_term = true;
   bool apply_terms_on_arrival = true;
-  int push_streams = 0;  // PsClientOptions.push_streams; 0: the job's
+  int push_streams = 0;         // PsClientOptions.push_streams; 0: the job's
+  bool apply_in_blocks = true;  // false: ShardOptions.apply_block 0
 };
 
 // The shipped setting, then each one the options compare it with.

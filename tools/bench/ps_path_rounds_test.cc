@@ -51,7 +51,8 @@ struct Fakes {
       r.push_bytes_per_s = (setting.early_apply ? 1e9 : 0.5e9) *
                            (setting.hold_first_term ? 1 : 0.25) *
                            (setting.apply_terms_on_arrival ? 1 : 0.8) *
-                           (setting.push_streams == 1 ? 0.5 : 1) * (round + 1);
+                           (setting.push_streams == 1 ? 0.5 : 1) *
+                           (setting.apply_in_blocks ? 1 : 0.9) * (round + 1);
       r.pull_bytes_per_s = 2 * r.push_bytes_per_s;
       return r;
     };
@@ -115,13 +116,15 @@ TEST(RunPsPathRounds, EveryComparedSettingBesideTheShippedOneInTurn) {
   o.compare_hold_first_term = true;
   o.compare_apply_terms = true;
   o.compare_push_streams = true;
+  o.compare_apply_block = true;
   Fakes f;
   const PsPathRounds rounds = RunPsPathRounds(o, f.Measures());
   EXPECT_EQ(f.calls,
             (std::vector<std::string>{
                 "iperf3", "up1", "down1", "ps1/1/1", "ps1/1/1/atcommit",
                 "ps1/1/1/noheld", "ps1/1/1/applier", "ps1/1/1/1stream",
-                "iperf3", "up1", "down1", "ps1/1/1/1stream", "ps1/1/1/applier",
+                "ps1/1/1/wholechunk", "iperf3", "up1", "down1",
+                "ps1/1/1/wholechunk", "ps1/1/1/1stream", "ps1/1/1/applier",
                 "ps1/1/1/noheld", "ps1/1/1/atcommit", "ps1/1/1"}));
   EXPECT_EQ(rounds.at("push_1MB_1s_1w_noheld"),
             (std::vector<double>{0.25, 0.5}));
@@ -135,6 +138,10 @@ TEST(RunPsPathRounds, EveryComparedSettingBesideTheShippedOneInTurn) {
       << report;
   EXPECT_NE(report.find("push split over streams / one stream 2.00  "
                         "rounds: 2.00 2.00\n"),
+            std::string::npos)
+      << report;
+  EXPECT_NE(report.find("optimizer in blocks / whole chunks 1.11  "
+                        "rounds: 1.11 1.11\n"),
             std::string::npos)
       << report;
 }
