@@ -111,7 +111,7 @@ class Sgd : public Optimizer {
   using Optimizer::Optimizer;
   int num_slots() const override { return 0; }
   void ApplyWithLr(double lr_d, uint64_t, float* w, const float* g, float*,
-                   size_t n) const override {
+                   size_t n, size_t) const override {
     const float lr = static_cast<float>(lr_d);
     const float wd = static_cast<float>(config().weight_decay());
     if (wd != 0) {
@@ -138,7 +138,7 @@ class Momentum : public Optimizer {
   using Optimizer::Optimizer;
   int num_slots() const override { return 1; }
   void ApplyWithLr(double lr_d, uint64_t, float* w, const float* g, float* buf,
-                   size_t n) const override {
+                   size_t n, size_t) const override {
     const float lr = static_cast<float>(lr_d);
     const float wd = static_cast<float>(config().weight_decay());
     const float mu = static_cast<float>(config().momentum());
@@ -183,7 +183,7 @@ class Adam : public Optimizer {
       : Optimizer(config), decoupled_(decoupled) {}
   int num_slots() const override { return 2; }
   void ApplyWithLr(double lr, uint64_t update_count, float* w, const float* g,
-                   float* slots, size_t n) const override {
+                   float* slots, size_t n, size_t slot_stride) const override {
     const OptimizerConfig& c = config();
     const double t = static_cast<double>(update_count) + 1.0;
     const double bc1 = 1.0 - std::pow(c.beta1(), t);
@@ -200,7 +200,7 @@ class Adam : public Optimizer {
     s.decay =
         decoupled_ ? static_cast<float>(1.0 - lr * c.weight_decay()) : 1.0f;
     float* m = slots;
-    float* v = slots + n;
+    float* v = slots + slot_stride;
     // decay == 1 multiplies by one exactly, so skipping it changes nothing
     // for finite weights and keeps infinities.
     if (s.l2 != 0) {
@@ -232,7 +232,7 @@ class Adagrad : public Optimizer {
   using Optimizer::Optimizer;
   int num_slots() const override { return 1; }
   void ApplyWithLr(double lr_d, uint64_t, float* w, const float* g, float* acc,
-                   size_t n) const override {
+                   size_t n, size_t) const override {
     const float lr = static_cast<float>(lr_d);
     const float wd = static_cast<float>(config().weight_decay());
     const float eps = static_cast<float>(config().epsilon());

@@ -60,15 +60,18 @@ class Optimizer {
   // of this update only (e.g. 1 / staleness for staleness-aware async SGD);
   // everything the rule does with the learning rate, AdamW's decoupled decay
   // included, uses the scaled value, and 1 gives bit-identical results to no
-  // scaling. `slots` holds num_slots() * n floats laid out as InitSlots(n) and
-  // is updated in place; it may be null when num_slots() is 0.
-  // The buffers must not overlap. Thread-compatible: concurrent calls on
+  // scaling. `slots` holds element i's slot j at slots[j * slot_stride + i]
+  // (slot_stride 0: n, InitSlots(n)'s layout; a caller updating elements
+  // [o, o + n) of a chunk of N passes slots + o and N) and is updated in
+  // place; it may be null when num_slots() is 0. The buffers must not
+  // overlap. Thread-compatible: concurrent calls on
   // disjoint chunks are safe. Deterministic: element i's result depends only
   // on element i's inputs, step, update_count and lr_scale.
   void Apply(uint64_t step, uint64_t update_count, float* w, const float* g,
-             float* slots, size_t n, double lr_scale = 1.0) const {
+             float* slots, size_t n, double lr_scale = 1.0,
+             size_t slot_stride = 0) const {
     ApplyWithLr(LearningRate(config_, step) * lr_scale, update_count, w, g,
-                slots, n);
+                slots, n, slot_stride == 0 ? n : slot_stride);
   }
 
   // The validated config, with defaults filled in.
@@ -80,9 +83,10 @@ class Optimizer {
 
  private:
   // The update rule proper, at learning rate `lr` (already scheduled and
-  // scaled); the other arguments are Apply's.
+  // scaled); the other arguments are Apply's, with slot_stride >= n.
   virtual void ApplyWithLr(double lr, uint64_t update_count, float* w,
-                           const float* g, float* slots, size_t n) const = 0;
+                           const float* g, float* slots, size_t n,
+                           size_t slot_stride) const = 0;
 
   // Initial value of every slot (only AdaGrad's accumulator is not 0).
   virtual float initial_slot_value() const { return 0.0f; }

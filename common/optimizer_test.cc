@@ -468,6 +468,38 @@ INSTANTIATE_TEST_SUITE_P(
       return OptimizerConfig::Kind_Name(info.param);
     });
 
+// Updating [0, split) and [split, n) of one chunk's slots in place
+// (slots + offset, slot_stride n) is bit-identical to updating [0, n) at
+// once: the blocks the shard applies in (ShardOptions.apply_block).
+TEST_P(ChunkingTest, SubRangesOfOneSlotLayoutEqualOnePass) {
+  OptimizerConfig c = MakeConfig(GetParam(), 0.05);
+  c.set_momentum(0.9);
+  c.set_weight_decay(0.01);
+  c.set_adagrad_init(0.1);
+  std::unique_ptr<Optimizer> opt = MustCreate(c);
+  const size_t n = 37, split = 16;
+  std::mt19937 rng(321);
+  std::normal_distribution<float> dist;
+  std::vector<float> whole(n);
+  for (float& x : whole) x = dist(rng);
+  std::vector<float> blocked = whole;
+  std::vector<float> slots = opt->InitSlots(n);
+  std::vector<float> blocked_slots = opt->InitSlots(n);
+  for (uint64_t t = 0; t < 5; ++t) {
+    std::vector<float> g(n);
+    for (float& x : g) x = dist(rng);
+    opt->Apply(t, t, whole.data(), g.data(), slots.data(), n);
+    opt->Apply(t, t, blocked.data(), g.data(), blocked_slots.data(), split, 1.0,
+               n);
+    opt->Apply(t, t, blocked.data() + split, g.data() + split,
+               blocked_slots.data() + split, n - split, 1.0, n);
+  }
+  EXPECT_EQ(std::memcmp(blocked.data(), whole.data(), n * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(blocked_slots.data(), slots.data(),
+                        slots.size() * sizeof(float)),
+            0);
+}
+
 // Issue 11, defect 6: with weight decay 0 the update must not touch the
 // decay term, so a weight at -inf (or +inf) stays there instead of becoming
 // NaN through 0 * w. Every rule, with a finite gradient.

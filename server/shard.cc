@@ -1187,15 +1187,16 @@ void Shard::ApplyInBlocksLocked(
   const uint64_t length = chunks_[k].length;
   float* w = MutableChunkLocked(k);
   float* slots = slots_[k].data();
-  const int num_slots = optimizer_->num_slots();
-  const uint64_t block = num_slots <= 1 && options_.apply_block > 0
-                             ? options_.apply_block
-                             : length;
+  const bool has_slots = optimizer_->num_slots() > 0;
+  const uint64_t block =
+      options_.apply_block > 0 ? options_.apply_block : length;
   for (uint64_t offset = 0; offset < length; offset += block) {
     const uint64_t n = std::min(block, length - offset);
     fill(offset, n, g);
+    // Slot j of element offset + i is at slots[j * length + offset + i].
     optimizer_->Apply(version_, version_, w + offset, g,
-                      num_slots == 0 ? slots : slots + offset, n);
+                      has_slots ? slots + offset : slots, n, /*lr_scale=*/1.0,
+                      length);
   }
 }
 

@@ -512,11 +512,11 @@ class Shard {
   // Runs the optimizer for the open step on chunk k with the gradient that
   // `fill(offset, length, out)` writes (elements [offset, offset + length)
   // of the chunk's, into out[0, length)), through `g` (length() floats). In
-  // blocks of ShardOptions.apply_block elements where the rule's slots allow
-  // it (none, or one array, so a block's slots are a sub-range; else one
-  // block): a block's gradient is still in the core's cache when the rule
-  // reads it, where a whole chunk's (4 MiB at the default size) would have
-  // gone to memory and back. Bit for bit one call over the chunk: every
+  // blocks of ShardOptions.apply_block elements (each block's slots a
+  // sub-range of every slot array: Optimizer::Apply's slot_stride): a
+  // block's gradient is still in the core's cache when the rule reads it,
+  // where a whole chunk's (4 MiB at the default size) would have gone to
+  // memory and back. Bit for bit one call over the chunk: every
   // rule and every fill is elementwise, and blocks are whole vectors.
   // Caller holds mu_ (shared only on the applier thread or for a term
   // applied on arrival).

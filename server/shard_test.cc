@@ -2112,10 +2112,10 @@ TEST(HeldTermOnArrivalTest, TheStreamAppliesEachTermAsItAddsIt) {
 
 // The optimizer's pass in blocks (ShardOptions.apply_block) changes
 // nothing, bit for bit: chunks of several blocks and a remainder, rules
-// with no slot and with one (blocked) and with two (whole chunks), over
-// several steps, for each way a sync chunk is applied: one worker's term
-// applied from the pushed floats by its stream, one worker's term held for
-// the applier, and three workers' fixed-point sum.
+// with no slot array, one and two, over several steps, for each way a sync
+// chunk is applied: one worker's term applied from the pushed floats by its
+// stream, one worker's term held for the applier, and three workers'
+// fixed-point sum.
 enum class BlockPath { kTermOnArrival, kHeldTerm, kSum };
 class ApplyBlockTest
     : public ::testing::TestWithParam<
@@ -2184,7 +2184,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(pstrain::v1::OptimizerConfig::SGD,
                                          pstrain::v1::OptimizerConfig::MOMENTUM,
                                          pstrain::v1::OptimizerConfig::ADAGRAD,
-                                         pstrain::v1::OptimizerConfig::ADAM),
+                                         pstrain::v1::OptimizerConfig::ADAM,
+                                         pstrain::v1::OptimizerConfig::ADAMW),
                        ::testing::Values(BlockPath::kTermOnArrival,
                                          BlockPath::kHeldTerm,
                                          BlockPath::kSum)),
