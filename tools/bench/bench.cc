@@ -258,16 +258,20 @@ void RunRound(const Plan& plan, int round, Iperf3* iperf, GrpcStream* stream,
       }
     }
   }
-  // 3b. A shard's apply across chunks, T threads against 1 (interleaved).
+  // 3b. A shard's apply across chunks, T threads against 1 (interleaved),
+  // and 1 thread with the rule over whole chunks instead of in blocks.
   for (auto kind : {pstrain::v1::OptimizerConfig::SGD,
                     pstrain::v1::OptimizerConfig::ADAM}) {
     if (plan.apply_threads < 2) break;
-    for (int threads : {1, plan.apply_threads}) {
+    for (int threads : {1, plan.apply_threads, 0}) {
       if (StopRequested()) return;
+      const bool whole = threads == 0;
       const std::string name =
-          absl::StrCat("apply_", OptimizerName(kind), "_", threads, "t");
-      absl::StatusOr<double> s =
-          ShardApplySeconds(plan.apply_elems, kind, threads, 3);
+          whole
+              ? absl::StrCat("apply_", OptimizerName(kind), "_1t_whole")
+              : absl::StrCat("apply_", OptimizerName(kind), "_", threads, "t");
+      absl::StatusOr<double> s = ShardApplySeconds(
+          plan.apply_elems, kind, whole ? 1 : threads, 3, !whole);
       if (s.ok()) {
         r->Set(name, "ms", round, *s * 1e3);
       } else {
@@ -521,6 +525,14 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
                       Fmt(r.Median(one)), " ms)"),
          Fmt(r.Median(many)) + " ms",
          RatioMedian(r, R, many, one, /*invert=*/true), ">=", 0.7 * t});
+    const std::string whole =
+        absl::StrCat("apply_", OptimizerName(kind), "_1t_whole");
+    goals.push_back(
+        {absl::StrCat("shard apply ", OptimizerName(kind),
+                      ", 1 thread: the rule over whole chunks / in blocks "
+                      "(ShardOptions.apply_block)"),
+         Fmt(r.Median(whole)) + " ms", RatioMedian(r, R, whole, one), "", 0,
+         "no goal"});
   }
   for (const WholeJobGoal& g : WholeJobGoals(jobs)) {
     goals.push_back(

@@ -242,11 +242,12 @@ absl::StatusOr<PsPathResult> MeasurePsPath(
 
 absl::StatusOr<double> ShardApplySeconds(
     uint64_t elems, pstrain::v1::OptimizerConfig::Kind kind, int threads,
-    int repeats) {
+    int repeats, bool in_blocks) {
   absl::StatusOr<JobSpec> job = OneTensorJob(elems, 1, 1, kind);
   if (!job.ok()) return job.status();
   ShardOptions options = ShardOptionsFromJob(*job, 0);
   options.apply_threads = threads;
+  if (!in_blocks) options.apply_block = 0;
   // The whole step at the commit, where PushResult.apply_seconds sees it.
   options.early_apply = false;
   absl::StatusOr<std::unique_ptr<Shard>> shard =

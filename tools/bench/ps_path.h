@@ -59,9 +59,11 @@ absl::StatusOr<PsPathResult> MeasurePsPath(
 // fixed-point sum turned into the gradient and the rule applied, chunk by
 // chunk across the threads (ShardOptions.early_apply off, so the whole
 // step is applied there). Best of `repeats` steps after one warm-up.
+// `in_blocks` false: ShardOptions.apply_block 0 (the rule over whole
+// chunks instead of the shipped blocks).
 absl::StatusOr<double> ShardApplySeconds(
     uint64_t elems, pstrain::v1::OptimizerConfig::Kind kind, int threads,
-    int repeats);
+    int repeats, bool in_blocks = true);
 
 // How the memory benchmark's shard server runs: the transport and
 // allocator settings whose effect on peak memory (and throughput) is
