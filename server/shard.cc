@@ -1160,28 +1160,30 @@ void Shard::ApplySumLocked(size_t k, ChunkSum& sum, double samples,
   if (sum.acc == Acc::kHeld) {
     const char* held = reinterpret_cast<const char*>(acc);
     const double to_fixed = std::ldexp(1.0, -lsb);
-    ApplyInBlocksLocked(k, g, [&](uint64_t offset, uint64_t n, float* out) {
-      HeldToFloat(held + offset * sizeof(float), n, sum.held_n, to_fixed,
-                  from_fixed, samples, out);
-    });
+    ApplyInBlocksLocked(
+        k, version_, 1.0, g, [&](uint64_t offset, uint64_t n, float* out) {
+          HeldToFloat(held + offset * sizeof(float), n, sum.held_n, to_fixed,
+                      from_fixed, samples, out);
+        });
     sum.acc = Acc::kStale;
   } else {
     // kStale here: no term at all (not reached: a chunk is applied with
     // every worker's), so the sum is zero.
     if (sum.acc == Acc::kStale) std::fill_n(acc, lc.length, 0);
-    ApplyInBlocksLocked(k, g, [&](uint64_t offset, uint64_t n, float* out) {
-      // The fast conversion's condition per block: the same values either
-      // way (FixedToFloatLoops).
-      FixedToFloat(acc + offset, n, from_fixed, samples,
-                   FixedFitsFast(acc + offset, n), out);
-    });
+    ApplyInBlocksLocked(k, version_, 1.0, g,
+                        [&](uint64_t offset, uint64_t n, float* out) {
+                          // The fast conversion's condition per block: the same
+                          // values either way (FixedToFloatLoops).
+                          FixedToFloat(acc + offset, n, from_fixed, samples,
+                                       FixedFitsFast(acc + offset, n), out);
+                        });
     sum.acc = Acc::kZero;
   }
   sum.exponent = NextExponent(max_abs, sum.exponent);
 }
 
 void Shard::ApplyInBlocksLocked(
-    size_t k, float* g,
+    size_t k, uint64_t step, double lr_scale, float* g,
     absl::FunctionRef<void(uint64_t, uint64_t, float*)> fill)
     ABSL_NO_THREAD_SAFETY_ANALYSIS {  // the caller holds mu_, maybe shared
   const uint64_t length = chunks_[k].length;
@@ -1194,9 +1196,8 @@ void Shard::ApplyInBlocksLocked(
     const uint64_t n = std::min(block, length - offset);
     fill(offset, n, g);
     // Slot j of element offset + i is at slots[j * length + offset + i].
-    optimizer_->Apply(version_, version_, w + offset, g,
-                      has_slots ? slots + offset : slots, n, /*lr_scale=*/1.0,
-                      length);
+    optimizer_->Apply(step, version_, w + offset, g,
+                      has_slots ? slots + offset : slots, n, lr_scale, length);
   }
 }
 
@@ -1225,10 +1226,11 @@ Shard::TermOutcome Shard::ApplyTermLocked(
   // ApplySumLocked of the held term with ApplyOnArrival's numbers (one
   // contribution: its num_samples and largest |x|).
   const double from_fixed = std::ldexp(1.0, lsb);
-  ApplyInBlocksLocked(k, g, [&](uint64_t offset, uint64_t n, float* out) {
-    HeldToFloat(src + offset * sizeof(float), n, num_samples, to_fixed,
-                from_fixed, num_samples, out);
-  });
+  ApplyInBlocksLocked(
+      k, version_, 1.0, g, [&](uint64_t offset, uint64_t n, float* out) {
+        HeldToFloat(src + offset * sizeof(float), n, num_samples, to_fixed,
+                    from_fixed, num_samples, out);
+      });
   sum.exponent = NextExponent(*max_abs, sum.exponent);
   sum.applied = true;
   chunks_applied_early_.fetch_add(1, std::memory_order_relaxed);
@@ -1271,22 +1273,27 @@ void Shard::ApplyPushLocked(uint32_t worker,
   const std::vector<float>& read = read_weights_[worker];
   const bool compensate = rule_->dc_lambda() > 0 && !read.empty();
   const float lambda = static_cast<float>(rule_->dc_lambda());
+  const uint64_t wire_bytes = WireElementBytes(wire_dtype());
   ForEachChunkLocked([&](size_t k, int slot) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     const LocalChunk& lc = chunks_[k];
-    float* g = scratch_[slot].data();
-    DecodeElements(wire_dtype(), ordered[k]->data().data(), lc.length, g);
-    float* w = MutableChunkLocked(k);
-    if (compensate) {
-      // DC-ASGD: a first-order Taylor correction of g towards the gradient
-      // at the current weights, with lambda * g * g standing in for the
-      // Hessian.
-      const float* r = read.data() + lc.local_offset;
-      for (uint64_t i = 0; i < lc.length; ++i) {
-        g[i] += lambda * g[i] * g[i] * (w[i] - r[i]);
-      }
-    }
-    optimizer_->Apply(decision.schedule_step, version_, w, g, slots_[k].data(),
-                      lc.length, decision.lr_scale);
+    const char* src = ordered[k]->data().data();
+    // The chunk's weights before the update; each block's are read here
+    // before that block is applied.
+    const float* w = MutableChunkLocked(k);
+    ApplyInBlocksLocked(
+        k, decision.schedule_step, decision.lr_scale, scratch_[slot].data(),
+        [&](uint64_t offset, uint64_t n, float* g) {
+          DecodeElements(wire_dtype(), src + offset * wire_bytes, n, g);
+          if (!compensate) return;
+          // DC-ASGD: a first-order Taylor correction of g towards the
+          // gradient at the current weights, with lambda * g * g standing in
+          // for the Hessian.
+          const float* wb = w + offset;
+          const float* r = read.data() + lc.local_offset + offset;
+          for (uint64_t i = 0; i < n; ++i) {
+            g[i] += lambda * g[i] * g[i] * (wb[i] - r[i]);
+          }
+        });
   });
   ++version_;
   result->apply_seconds = absl::ToDoubleSeconds(absl::Now() - start);

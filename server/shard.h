@@ -254,7 +254,7 @@ struct ShardOptions {
   // (ApplyTermLocked), instead of being held in the accumulator for the
   // applier thread. Results are the same bit for bit.
   bool apply_terms_on_arrival = true;
-  // Sync: elements per block of the optimizer's pass over a chunk
+  // Elements per block of the optimizer's pass over a chunk
   // (ApplyInBlocksLocked), so that each block's gradient is still in the
   // core's cache when the rule reads it; 0: the whole chunk at once. A
   // multiple of 16 (whole vectors). Results are the same bit for bit.
@@ -509,7 +509,8 @@ class Shard {
   // only on the applier thread).
   void ApplySumLocked(size_t k, ChunkSum& sum, double samples, double max_abs,
                       float* g) ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Runs the optimizer for the open step on chunk k with the gradient that
+  // Runs the optimizer on chunk k (schedule step `step`, update count
+  // version_, `lr_scale`: Optimizer::Apply's) with the gradient that
   // `fill(offset, length, out)` writes (elements [offset, offset + length)
   // of the chunk's, into out[0, length)), through `g` (length() floats). In
   // blocks of ShardOptions.apply_block elements (each block's slots a
@@ -521,7 +522,7 @@ class Shard {
   // Caller holds mu_ (shared only on the applier thread or for a term
   // applied on arrival).
   void ApplyInBlocksLocked(
-      size_t k, float* g,
+      size_t k, uint64_t step, double lr_scale, float* g,
       absl::FunctionRef<void(uint64_t, uint64_t, float*)> fill)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The applier's task: applies chunk k if every worker's contribution to it

@@ -2112,11 +2112,13 @@ TEST(HeldTermOnArrivalTest, TheStreamAppliesEachTermAsItAddsIt) {
 
 // The optimizer's pass in blocks (ShardOptions.apply_block) changes
 // nothing, bit for bit: chunks of several blocks and a remainder, rules
-// with no slot array, one and two, over several steps, for each way a sync
-// chunk is applied: one worker's term applied from the pushed floats by its
-// stream, one worker's term held for the applier, and three workers'
-// fixed-point sum.
-enum class BlockPath { kTermOnArrival, kHeldTerm, kSum };
+// with no slot array, one and two, over several steps, for each way a
+// chunk is applied: in sync, one worker's term applied from the pushed
+// floats by its stream, one worker's term held for the applier, and three
+// workers' fixed-point sum; in async, each push decoded and applied, with
+// DC-ASGD's correction and the staleness-aware learning rate, on an fp32
+// and a bf16 wire.
+enum class BlockPath { kTermOnArrival, kHeldTerm, kSum, kAsync, kAsyncBf16 };
 class ApplyBlockTest
     : public ::testing::TestWithParam<
           std::tuple<pstrain::v1::OptimizerConfig::Kind, BlockPath>> {};
@@ -2124,7 +2126,10 @@ class ApplyBlockTest
 std::unique_ptr<Shard> MakeBlockShard(pstrain::v1::OptimizerConfig::Kind kind,
                                       BlockPath path, uint64_t apply_block) {
   JobConfig config =
-      SmallConfig(pstrain::v1::MODE_SYNC, path == BlockPath::kSum ? 3 : 1, 0);
+      path == BlockPath::kAsync || path == BlockPath::kAsyncBf16
+          ? AsyncRulesConfig(/*staleness_aware_lr=*/true, /*dc_lambda=*/0.5)
+          : SmallConfig(pstrain::v1::MODE_SYNC, path == BlockPath::kSum ? 3 : 1,
+                        0);
   config.mutable_model()->set_input_dim(2000);
   config.mutable_model()->set_num_classes(5);
   config.mutable_data()->set_num_features(2000);
@@ -2139,6 +2144,9 @@ std::unique_ptr<Shard> MakeBlockShard(pstrain::v1::OptimizerConfig::Kind kind,
   ShardOptions options = ShardOptionsFromJob(*job, 0);
   options.apply_terms_on_arrival = path == BlockPath::kTermOnArrival;
   options.apply_block = apply_block;
+  if (path == BlockPath::kAsyncBf16) {
+    options.wire_dtype = pstrain::v1::DTYPE_BF16;
+  }
   absl::StatusOr<std::unique_ptr<Shard>> shard =
       Shard::Create(std::move(options));
   EXPECT_TRUE(shard.ok()) << shard.status();
@@ -2154,11 +2162,24 @@ TEST_P(ApplyBlockTest, BlocksEqualOnePassOverTheChunk) {
   ASSERT_NE(blocked, nullptr);
   ASSERT_NE(whole, nullptr);
   ASSERT_EQ(blocked->chunks()[0].length, 4096u);
-  const uint32_t workers = path == BlockPath::kSum ? 3 : 1;
+  const bool async = path == BlockPath::kAsync || path == BlockPath::kAsyncBf16;
+  const pstrain::v1::DType wire = path == BlockPath::kAsyncBf16
+                                      ? pstrain::v1::DTYPE_BF16
+                                      : pstrain::v1::DTYPE_F32;
+  const uint32_t workers = path == BlockPath::kSum ? 3 : async ? 2 : 1;
   for (uint64_t step = 0; step < 3; ++step) {
     for (uint32_t w = 0; w < workers; ++w) {
       const std::vector<float> g =
           RandomGrad(blocked->num_elements(), 10 * step + w);
+      if (async) {
+        // Worker 1 pulls only once, so its later pushes are corrected and
+        // scaled for worker 0's updates since (DC-ASGD, staleness).
+        for (Shard* shard : {blocked.get(), whole.get()}) {
+          if (w == 0 || step == 0) MustPull(*shard, w, w == 0 ? step : 0);
+          ASSERT_TRUE(PushGrad(*shard, w, step, 0, 2 + w, g, wire).ok());
+        }
+        continue;
+      }
       for (Shard* shard : {blocked.get(), whole.get()}) {
         absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> p =
             shard->BeginPush(Header(w, step, 2 + w));
@@ -2172,7 +2193,7 @@ TEST_P(ApplyBlockTest, BlocksEqualOnePassOverTheChunk) {
     ASSERT_TRUE(BitIdentical(Weights(*blocked), Weights(*whole)))
         << "step " << step;
   }
-  EXPECT_EQ(blocked->Stats().version(), 3u);
+  EXPECT_EQ(blocked->Stats().version(), async ? 6u : 3u);
   // The step changed the weights (the comparison is not of two untouched
   // models).
   EXPECT_FALSE(BitIdentical(Weights(*blocked),
@@ -2187,15 +2208,18 @@ INSTANTIATE_TEST_SUITE_P(
                                          pstrain::v1::OptimizerConfig::ADAM,
                                          pstrain::v1::OptimizerConfig::ADAMW),
                        ::testing::Values(BlockPath::kTermOnArrival,
-                                         BlockPath::kHeldTerm,
-                                         BlockPath::kSum)),
+                                         BlockPath::kHeldTerm, BlockPath::kSum,
+                                         BlockPath::kAsync,
+                                         BlockPath::kAsyncBf16)),
     [](const auto& info) {
       const BlockPath path = std::get<1>(info.param);
       return absl::StrCat(
           pstrain::v1::OptimizerConfig::Kind_Name(std::get<0>(info.param)),
           path == BlockPath::kTermOnArrival ? "TermOnArrival"
           : path == BlockPath::kHeldTerm    ? "HeldTerm"
-                                            : "Sum");
+          : path == BlockPath::kSum         ? "Sum"
+          : path == BlockPath::kAsync       ? "Async"
+                                            : "AsyncBf16");
     });
 
 TEST(ApplyBlockTest, CreateRefusesABlockOfPartVectors) {
