@@ -243,18 +243,21 @@ std::vector<WholeJobGoal> WholeJobGoals(const std::vector<WholeJobModel>& ms) {
     // Near 1, the machine's CPUs, not the schedule, bound the step: the
     // emulated compute sleeps, but the real math, the servers and the
     // loopback transfers all run on these cores.
-    goals.push_back({what + "with overlap: share of the CPUs the job's "
-                            "processes kept busy (1 = all, all the time)",
-                     p + "cpu_busy", p + "cpu_busy", p + "one", 0, ""});
-    goals.push_back({what + "without overlap: the same share",
-                     p + "cpu_busy_no_overlap", p + "cpu_busy_no_overlap",
-                     p + "one", 0, ""});
-    goals.push_back({what + "with overlap, steps 1 to the last: share of "
-                            "the CPUs busy (no start-up, no shutdown)",
-                     p + "steady_busy", p + "steady_busy", p + "one", 0, ""});
-    goals.push_back({what + "without overlap, steps 1 to the last: the same",
-                     p + "steady_busy_no_overlap", p + "steady_busy_no_overlap",
-                     p + "one", 0, ""});
+    // A share of the CPUs: no unit, over 1.
+    auto share = [&](const std::string& label, const std::string& series) {
+      goals.push_back({what + label, p + series, p + series, p + "one", 0, ""});
+    };
+    share(
+        "with overlap: share of the CPUs the job's processes kept busy "
+        "(1 = all, all the time)",
+        "cpu_busy");
+    share("without overlap: the same share", "cpu_busy_no_overlap");
+    share(
+        "with overlap, steps 1 to the last: share of the CPUs busy (no "
+        "start-up, no shutdown)",
+        "steady_busy");
+    share("without overlap, steps 1 to the last: the same",
+          "steady_busy_no_overlap");
     goals.push_back(
         {what + absl::StrCat("step time with overlap / (the CPU time its "
                              "processes used per step / ",
