@@ -64,9 +64,9 @@ class Optimizer {
   // (slot_stride 0: n, InitSlots(n)'s layout; a caller updating elements
   // [o, o + n) of a chunk of N passes slots + o and N) and is updated in
   // place; it may be null when num_slots() is 0. The buffers must not
-  // overlap. Thread-compatible: concurrent calls on
-  // disjoint chunks are safe. Deterministic: element i's result depends only
-  // on element i's inputs, step, update_count and lr_scale.
+  // overlap. Thread-compatible: concurrent calls on disjoint chunks are
+  // safe. Deterministic: element i's result depends only on element i's
+  // inputs, step, update_count and lr_scale.
   void Apply(uint64_t step, uint64_t update_count, float* w, const float* g,
              float* slots, size_t n, double lr_scale = 1.0,
              size_t slot_stride = 0) const {

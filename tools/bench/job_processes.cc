@@ -1,6 +1,7 @@
 #include "tools/bench/job_processes.h"
 
 #include <sched.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/signals.h"
 #include "tools/bench/stats.h"
 #include "tools/bench/subprocess.h"
 
@@ -55,10 +57,11 @@ TreeCpu ReadTreeCpu(const std::vector<pid_t>& pids) {
 }
 
 // Watches `csv` (metrics.csv, appended and flushed a row per completed step)
-// until the row of step `steps - 1` is in, one of `pids` exits, or
-// `deadline`; see SteadyWindow. Polls the file's size every 2 ms and reads
-// the processes' CPU only when rows were added, so the watch itself costs
-// next to nothing of the cores it measures.
+// until the row of step `steps - 1` is in, one of `pids` exits, a stop
+// signal (StopRequested) or `deadline`; see SteadyWindow. Polls the file's
+// size every 2 ms and reads the processes' CPU when rows were added (and
+// every 100 ms for an exit), so the watch itself costs next to nothing of
+// the cores it measures.
 SteadyWindow WatchSteadyWindow(const std::string& csv, int steps,
                                const std::vector<pid_t>& pids,
                                absl::Time deadline) {
@@ -69,7 +72,7 @@ SteadyWindow WatchSteadyWindow(const std::string& csv, int steps,
   int first_rows = 0;  // rows when step 1's was first seen (0: not yet)
   absl::Time first_time;
   uint64_t first_ticks = 0;
-  for (int poll = 1; absl::Now() < deadline; ++poll) {
+  for (int poll = 1; absl::Now() < deadline && !StopRequested(); ++poll) {
     struct stat sb;
     if (stat(csv.c_str(), &sb) == 0 && sb.st_size != seen_size) {
       seen_size = sb.st_size;
@@ -158,6 +161,18 @@ absl::StatusOr<JobRunResult> RunJobProcesses(const JobRunOptions& o) {
     for (const Child& s : servers) pids.push_back(s.pid());
     for (const Child& w : workers) pids.push_back(w.pid());
     result.steady = WatchSteadyWindow(dir + "/metrics.csv", o.steps, pids, end);
+  }
+  if (StopRequested()) {
+    // SIGINT/SIGTERM to ps_bench: the job's processes end within a second
+    // of their own SIGTERM; the waits below reap them.
+    coordinator->Signal(SIGTERM);
+    for (Child& s : servers) s.Signal(SIGTERM);
+    for (Child& w : workers) w.Signal(SIGTERM);
+    const absl::Time reap = absl::Now() + absl::Seconds(5);
+    for (Child& w : workers) (void)w.Wait(reap);
+    (void)coordinator->Wait(reap);
+    for (Child& s : servers) (void)s.Wait(reap);
+    return absl::CancelledError("stopped by a signal");
   }
   std::string failed;
   for (int r = 0; r < o.workers; ++r) {

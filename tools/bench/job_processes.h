@@ -53,7 +53,9 @@ int HostCores();
 int WorkerComputeThreads(int workers);
 
 // Runs the job to its end; INTERNAL naming the logs when a process fails,
-// DEADLINE_EXCEEDED past options.timeout (every process is killed then).
+// DEADLINE_EXCEEDED past options.timeout (every process is killed then),
+// CANCELLED when ps_bench is asked to stop (StopRequested, common/signals.h)
+// while the job trains (every process is sent SIGTERM and reaped first).
 absl::StatusOr<JobRunResult> RunJobProcesses(const JobRunOptions& options);
 
 // Runs `config` (its model; 1 worker, 1 server, `steps` steps) with the
