@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
@@ -189,8 +190,21 @@ absl::StatusOr<std::string> Scalar(const Field& f, const char* expected) {
   return f.node.Scalar();
 }
 
+// A string without control characters: names and paths have none, and
+// one such as a trailing carriage return (a file saved with CRLF line ends
+// and no final newline) would not survive JobConfigToYaml's round trip.
 absl::StatusOr<std::string> String(const Field& f) {
-  return Scalar(f, "a string");
+  PS_ASSIGN_OR_RETURN(std::string s, Scalar(f, "a string"));
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f) {
+      return f.Error(absl::StrFormat(
+          "expected a string without control characters, got byte 0x%02x "
+          "at position %d",
+          c, i));
+    }
+  }
+  return s;
 }
 
 // An integer in [min, max of T].

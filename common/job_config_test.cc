@@ -310,6 +310,13 @@ TEST(JobConfigTest, ParseErrorsNameSourceLineAndKey) {
        {"job.yaml:3: duplicate key 'workers' in section 'job'"}},
       {"job:\n  name: x\n training: {\n", {"job.yaml:3:", "syntax error"}},
       {"job: {name: x\n", {"job.yaml:", "syntax error"}},
+      // A CRLF file's last line without its newline keeps the '\r'.
+      {"job:\n  name: bench\r",
+       {"job.yaml:2: job.name: expected a string without control "
+        "characters, got byte 0x0d at position 5"}},
+      {"data:\n  path: \"a\\tb.csv\"\n",
+       {"job.yaml:2: data.path: expected a string without control "
+        "characters, got byte 0x09 at position 1"}},
   };
   for (const BadYaml& bad : cases) {
     SCOPED_TRACE(bad.text);
