@@ -1161,7 +1161,8 @@ void Shard::ApplySumLocked(size_t k, ChunkSum& sum, double samples,
     const char* held = reinterpret_cast<const char*>(acc);
     const double to_fixed = std::ldexp(1.0, -lsb);
     ApplyInBlocksLocked(
-        k, version_, 1.0, g, [&](uint64_t offset, uint64_t n, float* out) {
+        k, version_, 1.0, g,
+        [&](uint64_t offset, uint64_t n, const float*, float* out) {
           HeldToFloat(held + offset * sizeof(float), n, sum.held_n, to_fixed,
                       from_fixed, samples, out);
         });
@@ -1170,13 +1171,14 @@ void Shard::ApplySumLocked(size_t k, ChunkSum& sum, double samples,
     // kStale here: no term at all (not reached: a chunk is applied with
     // every worker's), so the sum is zero.
     if (sum.acc == Acc::kStale) std::fill_n(acc, lc.length, 0);
-    ApplyInBlocksLocked(k, version_, 1.0, g,
-                        [&](uint64_t offset, uint64_t n, float* out) {
-                          // The fast conversion's condition per block: the same
-                          // values either way (FixedToFloatLoops).
-                          FixedToFloat(acc + offset, n, from_fixed, samples,
-                                       FixedFitsFast(acc + offset, n), out);
-                        });
+    ApplyInBlocksLocked(
+        k, version_, 1.0, g,
+        [&](uint64_t offset, uint64_t n, const float*, float* out) {
+          // The fast conversion's condition per block: the same
+          // values either way (FixedToFloatLoops).
+          FixedToFloat(acc + offset, n, from_fixed, samples,
+                       FixedFitsFast(acc + offset, n), out);
+        });
     sum.acc = Acc::kZero;
   }
   sum.exponent = NextExponent(max_abs, sum.exponent);
@@ -1184,7 +1186,7 @@ void Shard::ApplySumLocked(size_t k, ChunkSum& sum, double samples,
 
 void Shard::ApplyInBlocksLocked(
     size_t k, uint64_t step, double lr_scale, float* g,
-    absl::FunctionRef<void(uint64_t, uint64_t, float*)> fill)
+    absl::FunctionRef<void(uint64_t, uint64_t, const float*, float*)> fill)
     ABSL_NO_THREAD_SAFETY_ANALYSIS {  // the caller holds mu_, maybe shared
   const uint64_t length = chunks_[k].length;
   float* w = MutableChunkLocked(k);
@@ -1194,7 +1196,7 @@ void Shard::ApplyInBlocksLocked(
       options_.apply_block > 0 ? options_.apply_block : length;
   for (uint64_t offset = 0; offset < length; offset += block) {
     const uint64_t n = std::min(block, length - offset);
-    fill(offset, n, g);
+    fill(offset, n, w + offset, g);
     // Slot j of element offset + i is at slots[j * length + offset + i].
     optimizer_->Apply(step, version_, w + offset, g,
                       has_slots ? slots + offset : slots, n, lr_scale, length);
@@ -1227,7 +1229,8 @@ Shard::TermOutcome Shard::ApplyTermLocked(
   // contribution: its num_samples and largest |x|).
   const double from_fixed = std::ldexp(1.0, lsb);
   ApplyInBlocksLocked(
-      k, version_, 1.0, g, [&](uint64_t offset, uint64_t n, float* out) {
+      k, version_, 1.0, g,
+      [&](uint64_t offset, uint64_t n, const float*, float* out) {
         HeldToFloat(src + offset * sizeof(float), n, num_samples, to_fixed,
                     from_fixed, num_samples, out);
       });
@@ -1277,21 +1280,17 @@ void Shard::ApplyPushLocked(uint32_t worker,
   ForEachChunkLocked([&](size_t k, int slot) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     const LocalChunk& lc = chunks_[k];
     const char* src = ordered[k]->data().data();
-    // The chunk's weights before the update; each block's are read here
-    // before that block is applied.
-    const float* w = MutableChunkLocked(k);
     ApplyInBlocksLocked(
         k, decision.schedule_step, decision.lr_scale, scratch_[slot].data(),
-        [&](uint64_t offset, uint64_t n, float* g) {
+        [&](uint64_t offset, uint64_t n, const float* w, float* g) {
           DecodeElements(wire_dtype(), src + offset * wire_bytes, n, g);
           if (!compensate) return;
           // DC-ASGD: a first-order Taylor correction of g towards the
           // gradient at the current weights, with lambda * g * g standing in
           // for the Hessian.
-          const float* wb = w + offset;
           const float* r = read.data() + lc.local_offset + offset;
           for (uint64_t i = 0; i < n; ++i) {
-            g[i] += lambda * g[i] * g[i] * (wb[i] - r[i]);
+            g[i] += lambda * g[i] * g[i] * (w[i] - r[i]);
           }
         });
   });

@@ -511,8 +511,9 @@ class Shard {
                       float* g) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Runs the optimizer on chunk k (schedule step `step`, update count
   // version_, `lr_scale`: Optimizer::Apply's) with the gradient that
-  // `fill(offset, length, out)` writes (elements [offset, offset + length)
-  // of the chunk's, into out[0, length)), through `g` (length() floats). In
+  // `fill(offset, length, w, out)` writes (elements [offset, offset +
+  // length) of the chunk's, into out[0, length); w: those elements' weights
+  // before the update), through `g` (length() floats). In
   // blocks of ShardOptions.apply_block elements (each block's slots a
   // sub-range of every slot array: Optimizer::Apply's slot_stride): a
   // block's gradient is still in the core's cache when the rule reads it,
@@ -523,7 +524,7 @@ class Shard {
   // applied on arrival).
   void ApplyInBlocksLocked(
       size_t k, uint64_t step, double lr_scale, float* g,
-      absl::FunctionRef<void(uint64_t, uint64_t, float*)> fill)
+      absl::FunctionRef<void(uint64_t, uint64_t, const float*, float*)> fill)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The applier's task: applies chunk k if every worker's contribution to it
   // is summed in sum epoch `epoch` and it is not applied yet.
