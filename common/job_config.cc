@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -195,14 +196,14 @@ absl::StatusOr<std::string> Scalar(const Field& f, const char* expected) {
 // and no final newline) would not survive JobConfigToYaml's round trip.
 absl::StatusOr<std::string> String(const Field& f) {
   PS_ASSIGN_OR_RETURN(std::string s, Scalar(f, "a string"));
-  for (size_t i = 0; i < s.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f) {
-      return f.Error(absl::StrFormat(
-          "expected a string without control characters, got byte 0x%02x "
-          "at position %d",
-          c, i));
-    }
+  const auto bad = std::find_if(s.begin(), s.end(), [](char c) {
+    return absl::ascii_iscntrl(static_cast<unsigned char>(c));
+  });
+  if (bad != s.end()) {
+    return f.Error(absl::StrFormat(
+        "expected a string without control characters, got byte 0x%02x at "
+        "position %d",
+        static_cast<unsigned char>(*bad), bad - s.begin()));
   }
   return s;
 }

@@ -1,6 +1,5 @@
 #include "tools/bench/job_processes.h"
 
-#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,11 +19,6 @@
 #include "tools/bench/subprocess.h"
 
 namespace pstrain::bench {
-
-int HostCores() {
-  cpu_set_t cpus;
-  return sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-}
 
 int WorkerComputeThreads(int workers) {
   const char* env = std::getenv("OPENBLAS_NUM_THREADS");

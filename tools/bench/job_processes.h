@@ -45,11 +45,9 @@ struct JobRunResult {
   SteadyWindow steady;
 };
 
-// The CPUs this process may run on (sched_getaffinity; 1 if unknown).
-int HostCores();
 // The --compute_threads each of `workers` ps_worker processes on this host
 // gets, as psctl run gives them: a positive OPENBLAS_NUM_THREADS, else
-// max(1, HostCores() / workers).
+// max(1, HostCores() / workers) (HostCores: stats.h).
 int WorkerComputeThreads(int workers);
 
 // Runs the job to its end; INTERNAL naming the logs when a process fails,

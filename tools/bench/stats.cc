@@ -44,17 +44,22 @@ uint64_t Nanos(const timeval& t) {
 
 // `busy` with the CPUs' time now (monotonic wall time x the CPUs this
 // process may run on); zeros where the clocks cannot be read.
+// The CPUs of the affinity mask; 0 when it cannot be read.
+int AffinityCpus() {
+  cpu_set_t cpus;
+  return sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
+}
+
 CpuTimes WithCpusTime(uint64_t busy) {
   timespec wall;
-  cpu_set_t cpus;
-  if (clock_gettime(CLOCK_MONOTONIC, &wall) != 0 ||
-      sched_getaffinity(0, sizeof(cpus), &cpus) != 0) {
-    return {};
-  }
-  return CpuTimes{busy, Nanos(wall) * static_cast<uint64_t>(CPU_COUNT(&cpus))};
+  const int cpus = AffinityCpus();
+  if (clock_gettime(CLOCK_MONOTONIC, &wall) != 0 || cpus == 0) return {};
+  return CpuTimes{busy, Nanos(wall) * static_cast<uint64_t>(cpus)};
 }
 
 }  // namespace
+
+int HostCores() { return std::max(1, AffinityCpus()); }
 
 CpuTimes ReadCpuTimes() {
   timespec cpu;

@@ -18,6 +18,9 @@ double Median(std::vector<double> values);
 // The three load averages of /proc/loadavg, e.g. "1.69 1.99 2.61".
 std::string LoadAverage();
 
+// The CPUs this process may run on (sched_getaffinity; 1 if unknown).
+int HostCores();
+
 // This process's CPU time (all its threads, user and system) and the time
 // all the CPUs it may run on had meanwhile (wall time x their number), in
 // nanoseconds since some start: a row's client, servers and streams all run
