@@ -681,6 +681,7 @@ grpc::Status ParameterServerService::StreamedPull(
       !st.ok()) {
     return ToGrpcStatus(st);
   }
+  if (request->session_only()) return grpc::Status::OK;  // the session known
   absl::StatusOr<PulledWeights> result =
       s->PullWeights(request->worker(), request->clock(),
                      ServerDeadline(*context, barrier_timeout));

@@ -27,7 +27,10 @@
 // PERMISSION_DENIED and nothing changes. A pull with an id the shard does
 // not know refreshes the table from the coordinator first
 // (server/worker_sessions.h); a push is checked against the table as it is,
-// as soon as its first message arrives.
+// as soon as its first message arrives. A pull with session_only does the
+// checks (and the refresh) and ends OK with no message, waiting for no step:
+// how a stand-in makes its new session known before its first push
+// (PsClient::AnnounceSession).
 //
 // Generations (training.on_failure: restart; README "Failures and
 // recovery"): the service serves one generation of the job at a time (0

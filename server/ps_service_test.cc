@@ -3,7 +3,8 @@
 // after some of its messages were summed changes nothing observable, the
 // same push afterwards completes the step exactly, and pushes split over
 // many messages, from several workers at once, give the shard's own result
-// bit for bit.
+// bit for bit, and a stand-in's session-only pull does not wait for the
+// half-applied step its push completes.
 #include "server/ps_service.h"
 
 #include <grpcpp/generic/generic_stub.h>
@@ -18,11 +19,14 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
 #include "common/tensor_codec.h"
 #include "server/shard.h"
+#include "server/worker_sessions.h"
 
 namespace pstrain {
 namespace {
@@ -67,16 +71,18 @@ std::shared_ptr<Shard> MakeShard() {
   return shard.ok() ? std::shared_ptr<Shard>(std::move(*shard)) : nullptr;
 }
 
-// One push as frames: the header with chunk 0, then one chunk per message.
+// One push as frames: the header with chunk 0, then one chunk per message;
+// `session` 0: the worker's first one.
 std::vector<std::string> Frames(uint32_t worker, uint64_t clock,
-                                const std::vector<float>& g) {
+                                const std::vector<float>& g,
+                                uint64_t session = 0) {
   std::vector<std::string> frames;
   for (int i = 0; i < kChunks; ++i) {
     v1::PushRequest msg;
     if (i == 0) {
       auto* h = msg.mutable_header();
       h->set_worker(worker);
-      h->set_session_id(SessionOf(worker));
+      h->set_session_id(session != 0 ? session : SessionOf(worker));
       h->set_clock(clock);
       h->set_read_min_clock(clock);
       h->set_num_samples(3 + worker);
@@ -103,8 +109,17 @@ class OnArrivalServiceTest : public ::testing::Test {
     shard_ = MakeShard();
     ASSERT_NE(shard_, nullptr);
     ASSERT_TRUE(shard_->sums_on_arrival());
-    service_->SetShard(shard_,
-                       WorkerSessions::Fixed({SessionOf(0), SessionOf(1)}));
+    // The coordinator's table, which a test may change (a rank registered
+    // again by another process).
+    auto sessions = std::make_shared<WorkerSessions>(
+        2,
+        [this](absl::Time) -> absl::StatusOr<std::vector<uint64_t>> {
+          absl::MutexLock lock(&ids_mu_);
+          return ids_;
+        },
+        absl::ZeroDuration());
+    ASSERT_TRUE(sessions->Refresh(absl::Now() + absl::Seconds(1)).ok());
+    service_->SetShard(shard_, sessions);
     auto started = StartGrpcServer(
         "127.0.0.1", 0, grpc::InsecureServerCredentials(), {service_.get()});
     ASSERT_TRUE(started.ok()) << started.status();
@@ -204,6 +219,28 @@ class OnArrivalServiceTest : public ::testing::Test {
     ASSERT_TRUE(shard.Push(msgs[0].header(), chunks).ok());
   }
 
+  // A pull of `worker` at `clock` with `session`, waiting at most
+  // `timeout`: its status, and the messages it got in *messages.
+  grpc::Status PullCall(uint32_t worker, uint64_t clock, uint64_t session,
+                        bool session_only, absl::Duration timeout,
+                        int* messages) {
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, timeout);
+    v1::PullRequest req;
+    req.set_worker(worker);
+    req.set_clock(clock);
+    req.set_session_id(session);
+    req.set_session_only(session_only);
+    auto reader = stub_->Pull(&ctx, req);
+    v1::PullResponse msg;
+    *messages = 0;
+    while (reader->Read(&msg)) ++*messages;
+    return reader->Finish();
+  }
+
+  absl::Mutex ids_mu_;
+  std::vector<uint64_t> ids_ ABSL_GUARDED_BY(ids_mu_) = {SessionOf(0),
+                                                         SessionOf(1)};
   std::unique_ptr<ParameterServerService> service_;
   std::shared_ptr<Shard> shard_;
   std::unique_ptr<grpc::Server> server_;
@@ -310,6 +347,58 @@ TEST_F(OnArrivalServiceTest, ConcurrentManyMessagePushesAreExact) {
     DirectPush(*reference, 0, step, g[0]);
     ASSERT_TRUE(Observe(*shard_) == Observe(*reference)) << "step " << step;
   }
+}
+
+// A stand-in (elastic sync) for a rank whose dead process half pushed a
+// step: worker 0's push is in, worker 1's old session summed chunks 0-3 and
+// died, so those chunks were applied and the step is half applied. A pull
+// of the step then waits for the commit, which only the stand-in's push of
+// the rank brings; the session-only pull makes the new session known
+// without waiting (refreshing the table), refuses the old session and an
+// unknown rank, and the stand-in's push of the same bytes completes the
+// step exactly.
+TEST_F(OnArrivalServiceTest,
+       SessionOnlyPullAnnouncesAStandInOfAHalfAppliedStep) {
+  const std::vector<float> g0 = RandomGrad(21), g1 = RandomGrad(22);
+  ASSERT_TRUE(PushFrames(Frames(0, 0, g0)).ok());
+  const std::vector<std::string> dead = Frames(1, 0, g1);
+  grpc::Status s =
+      PushFrames({dead.begin(), dead.begin() + 4}, /*cancel=*/true);
+  ASSERT_EQ(s.error_code(), grpc::StatusCode::CANCELLED) << s.error_message();
+  absl::SleepFor(absl::Milliseconds(100));  // the server's side of it
+  int messages = -1;
+  s = PullCall(0, 0, SessionOf(0), false, absl::Milliseconds(500), &messages);
+  ASSERT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+      << s.error_message();
+  EXPECT_EQ(shard_->Stats().version(), 0u);
+
+  const uint64_t stand_in = 0x5eed01;
+  {
+    absl::MutexLock lock(&ids_mu_);
+    ids_[1] = stand_in;
+  }
+  const absl::Time start = absl::Now();
+  s = PullCall(1, 0, stand_in, true, absl::Seconds(5), &messages);
+  ASSERT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message();
+  EXPECT_EQ(messages, 0);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(4));
+  s = PullCall(1, 0, SessionOf(1), true, absl::Seconds(5), &messages);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+      << s.error_message();
+  s = PullCall(7, 0, stand_in, true, absl::Seconds(5), &messages);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+  // What a stand-in's pull of the step (the registration before) got.
+  s = PullCall(1, 0, stand_in, false, absl::Milliseconds(500), &messages);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+      << s.error_message();
+  EXPECT_EQ(shard_->Stats().version(), 0u);
+
+  ASSERT_TRUE(PushFrames(Frames(1, 0, g1, stand_in)).ok());
+  EXPECT_EQ(shard_->Stats().version(), 1u);
+  std::shared_ptr<Shard> reference = MakeShard();
+  DirectPush(*reference, 0, 0, g0);
+  DirectPush(*reference, 1, 0, g1);
+  EXPECT_TRUE(Observe(*shard_) == Observe(*reference));
 }
 
 }  // namespace

@@ -9,7 +9,9 @@
 // pulls with made-up ids cost the coordinator at most one call per interval;
 // a pull with an unknown id waits (bounded by its deadline) for a refresh
 // that started after it arrived. Pushes only consult the table: every worker
-// pulls from a shard before it pushes to it.
+// pulls from a shard before it pushes to it (a stand-in, whose first push may
+// have to complete a step before any pull could read, sends a pull with
+// PullRequest.session_only instead).
 //
 // Thread-safe.
 #ifndef PSTRAIN_SERVER_WORKER_SESSIONS_H_

@@ -516,17 +516,12 @@ class StandInRanks {
     r->session_id = reg.session_id();
     r->liveness = MakeLiveness(*r, reg.start_step());
     // Shards learn a session id from a pull (pushes only consult their
-    // table): one pull at `held`, which every shard has reached (this
-    // worker read it), so it returns at once.
-    {
-      TensorList scratch;
-      const absl::Status st =
-          r->client->StartPull(d, static_cast<uint64_t>(held), &scratch)
-              ->Wait();
-      if (!st.ok()) {
-        return absl::Status(st.code(), absl::StrCat("standing in for rank ", d,
-                                                    ": ", st.message()));
-      }
+    // table). Not a pull of weights: while the dead process's push of step
+    // `held` is half applied on a shard, a pull of the rank waits for the
+    // commit, which only this stand-in's push brings.
+    if (absl::Status st = r->client->AnnounceSession(d); !st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("standing in for rank ", d,
+                                                  ": ", st.message()));
     }
     PS_LOG_WARN(
         "standing in for worker rank %d from step %d (training.on_failure: "

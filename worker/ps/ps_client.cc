@@ -364,6 +364,48 @@ absl::Status PsClient::PushShard(int shard, uint32_t worker, uint64_t clock,
       parts, missing));
 }
 
+absl::Status PsClient::AnnounceSession(uint32_t worker) {
+  const int n = num_shards();
+  std::vector<absl::Status> statuses(n);
+  auto announce = [&](int shard) {
+    statuses[shard] = WithRetries(shard, /*push=*/false, [&] {
+      grpc::ClientContext context;
+      SetTimeout(&context, options_.rpc_timeout);
+      ActiveCall active(this, &context);
+      pstrain::v1::PullRequest request;
+      request.set_worker(worker);
+      request.set_session_id(options_.session_id);
+      request.set_generation(options_.generation);
+      request.set_session_only(true);
+      std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+          grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+              channels_[shard].get(), pull_methods_[shard], &context, request));
+      grpc::ByteBuffer msg;
+      int messages = 0;
+      while (reader->Read(&msg)) ++messages;
+      PS_RETURN_IF_ERROR(FromGrpcStatus(reader->Finish()));
+      if (messages != 0) {
+        return absl::InternalError(
+            absl::StrCat("a session-only pull was answered with ", messages,
+                         " messages (a server without session_only?)"));
+      }
+      return absl::OkStatus();
+    });
+  };
+  std::vector<std::thread> threads;
+  for (int shard = 1; shard < n; ++shard) threads.emplace_back(announce, shard);
+  announce(0);
+  for (std::thread& t : threads) t.join();
+  for (int shard = 0; shard < n; ++shard) {
+    if (!statuses[shard].ok()) {
+      return absl::Status(
+          statuses[shard].code(),
+          absl::StrCat("shard ", shard, ": ", statuses[shard].message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PsClient::PullShardOnce(int shard, uint32_t worker, uint64_t clock,
                                      MutableTensorViews* params,
                                      ShardRead* read, PsOp* op,

@@ -176,6 +176,14 @@ class PsClient {
                                   const std::vector<ShardRead>& reads,
                                   TensorGate* ready);
 
+  // Makes `worker`'s session id (options.session_id) known to every shard:
+  // a pull with PullRequest.session_only to each, which reads no weights
+  // and waits for no step, bounded by options.rpc_timeout per attempt and
+  // retried as pulls are. For a stand-in (elastic sync) whose first push
+  // must come before any pull of the rank could read: a step the rank's
+  // dead process half pushed waits for that push. The first shard's error.
+  absl::Status AnnounceSession(uint32_t worker);
+
   // Cancels every call in flight and every later one (CANCELLED, not
   // retried): for a worker that must stop now (SIGTERM, coordinator gone).
   // Thread-safe; irreversible.

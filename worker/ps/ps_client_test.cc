@@ -15,6 +15,7 @@
 #include "common/grpc_util.h"
 #include "common/sharding.h"
 #include "common/tensor_codec.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/pstrain.grpc.pb.h"
 #include "worker/ps/tensor_gate.h"
@@ -31,8 +32,13 @@ constexpr uint64_t kElems = 3000;  // three chunks of 1024, 1024, 952
 // One shard that answers pulls with `pull_messages` and records pushes.
 class FakeShard final : public pstrain::v1::ParameterServer::Service {
  public:
-  grpc::Status Pull(grpc::ServerContext*, const pstrain::v1::PullRequest*,
+  grpc::Status Pull(grpc::ServerContext*,
+                    const pstrain::v1::PullRequest* request,
                     grpc::ServerWriter<PullResponse>* writer) override {
+    {
+      absl::MutexLock lock(&mu);
+      pull_requests.push_back(*request);
+    }
     for (size_t i = 0; i < pull_messages.size(); ++i) {
       if (i == hold_pull_at && hold_pull != nullptr) {
         hold_pull->WaitForNotificationWithTimeout(absl::Seconds(10));
@@ -68,6 +74,7 @@ class FakeShard final : public pstrain::v1::ParameterServer::Service {
   std::vector<PushRequest> pushed ABSL_GUARDED_BY(mu);  // the last stream
   std::vector<std::vector<PushRequest>> streams ABSL_GUARDED_BY(mu);
   bool answer_pending ABSL_GUARDED_BY(mu) = false;
+  std::vector<pstrain::v1::PullRequest> pull_requests ABSL_GUARDED_BY(mu);
 };
 
 class PsClientTest : public ::testing::TestWithParam<pstrain::v1::DType> {
@@ -135,6 +142,25 @@ TEST_P(PsClientTest, PullDecodesEveryChunk) {
   EXPECT_EQ(params[0], want);
   EXPECT_EQ(client_->bytes_pulled(), fake_.pull_messages[0].ByteSizeLong() +
                                          fake_.pull_messages[1].ByteSizeLong());
+}
+
+// A stand-in's announcement is a pull with session_only, answered with no
+// message; a shard that sends weights instead (one that ignores the field)
+// is an error, not a silent read.
+TEST_P(PsClientTest, AnnounceSessionSendsASessionOnlyPull) {
+  ASSERT_TRUE(client_->AnnounceSession(1).ok());
+  {
+    absl::MutexLock lock(&fake_.mu);
+    ASSERT_EQ(fake_.pull_requests.size(), 1u);
+    EXPECT_TRUE(fake_.pull_requests[0].session_only());
+    EXPECT_EQ(fake_.pull_requests[0].worker(), 1u);
+  }
+  ServeValues();
+  const absl::Status st = client_->AnnounceSession(1);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInternal) << st;
+  EXPECT_THAT(std::string(st.message()),
+              ::testing::HasSubstr("shard 0: a session-only pull was answered "
+                                   "with 2 messages"));
 }
 
 TEST_P(PsClientTest, PullRefusesChunksThatDoNotFitTheMap) {
