@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
 #include "common/tensor_codec.h"
@@ -138,7 +139,8 @@ class OnArrivalServiceTest : public ::testing::Test {
   // Writes `frames` (raw messages) on one push stream; `cancel`: cancels
   // instead of half-closing. The stream's status.
   grpc::Status PushFrames(const std::vector<std::string>& frames,
-                          bool cancel = false) {
+                          bool cancel = false,
+                          absl::Notification* cancel_when = nullptr) {
     grpc::GenericStub stub(channel_);
     grpc::ClientContext ctx;
     SetTimeout(&ctx, absl::Seconds(10));
@@ -164,6 +166,9 @@ class OnArrivalServiceTest : public ::testing::Test {
     if (cancel) {
       // Let the frames reach the server (and be summed) first.
       absl::SleepFor(absl::Milliseconds(150));
+      if (cancel_when != nullptr) {
+        cancel_when->WaitForNotificationWithTimeout(absl::Seconds(20));
+      }
       ctx.TryCancel();
     } else {
       call->WritesDone(reinterpret_cast<void*>(id));
@@ -351,23 +356,29 @@ TEST_F(OnArrivalServiceTest, ConcurrentManyMessagePushesAreExact) {
 
 // A stand-in (elastic sync) for a rank whose dead process half pushed a
 // step: worker 0's push is in, worker 1's old session summed chunks 0-3 and
-// died, so those chunks were applied and the step is half applied. A pull
-// of the step then waits for the commit, which only the stand-in's push of
-// the rank brings; the session-only pull makes the new session known
-// without waiting (refreshing the table), refuses the old session and an
-// unknown rank, and the stand-in's push of the same bytes completes the
-// step exactly.
+// stopped with its stream open, so those chunks were applied and the step
+// is half applied. A pull of the step then waits for the commit, which only
+// the stand-in's push of the rank brings; the session-only pull makes the
+// new session known without waiting (refreshing the table), refuses the
+// old session and an unknown rank, and the stand-in's push of the same
+// bytes completes the step exactly while the dead stream is still open.
 TEST_F(OnArrivalServiceTest,
        SessionOnlyPullAnnouncesAStandInOfAHalfAppliedStep) {
   const std::vector<float> g0 = RandomGrad(21), g1 = RandomGrad(22);
   ASSERT_TRUE(PushFrames(Frames(0, 0, g0)).ok());
+  // The dead process's stream stays open (a stopped process) until the
+  // stand-in's push is in.
   const std::vector<std::string> dead = Frames(1, 0, g1);
-  grpc::Status s =
-      PushFrames({dead.begin(), dead.begin() + 4}, /*cancel=*/true);
-  ASSERT_EQ(s.error_code(), grpc::StatusCode::CANCELLED) << s.error_message();
-  absl::SleepFor(absl::Milliseconds(100));  // the server's side of it
+  absl::Notification stand_in_pushed;
+  grpc::Status dead_status;
+  std::thread dead_process([&] {
+    dead_status = PushFrames({dead.begin(), dead.begin() + 4},
+                             /*cancel=*/true, &stand_in_pushed);
+  });
+  absl::SleepFor(absl::Milliseconds(300));  // its chunks summed
   int messages = -1;
-  s = PullCall(0, 0, SessionOf(0), false, absl::Milliseconds(500), &messages);
+  grpc::Status s =
+      PullCall(0, 0, SessionOf(0), false, absl::Milliseconds(500), &messages);
   ASSERT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
       << s.error_message();
   EXPECT_EQ(shard_->Stats().version(), 0u);
@@ -393,7 +404,12 @@ TEST_F(OnArrivalServiceTest,
       << s.error_message();
   EXPECT_EQ(shard_->Stats().version(), 0u);
 
-  ASSERT_TRUE(PushFrames(Frames(1, 0, g1, stand_in)).ok());
+  s = PushFrames(Frames(1, 0, g1, stand_in));
+  stand_in_pushed.Notify();
+  dead_process.join();
+  ASSERT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message();
+  EXPECT_EQ(dead_status.error_code(), grpc::StatusCode::CANCELLED)
+      << dead_status.error_message();
   EXPECT_EQ(shard_->Stats().version(), 1u);
   std::shared_ptr<Shard> reference = MakeShard();
   DirectPush(*reference, 0, 0, g0);
