@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -375,6 +376,16 @@ TEST_F(OnArrivalServiceTest,
     dead_status = PushFrames({dead.begin(), dead.begin() + 4},
                              /*cancel=*/true, &stand_in_pushed);
   });
+  // Ends the dead stream on every way out of the test (a failed ASSERT
+  // included).
+  auto end_dead_stream = [&] {
+    if (!stand_in_pushed.HasBeenNotified()) stand_in_pushed.Notify();
+    if (dead_process.joinable()) dead_process.join();
+  };
+  struct AtExit {
+    std::function<void()> fn;
+    ~AtExit() { fn(); }
+  } at_exit{end_dead_stream};
   absl::SleepFor(absl::Milliseconds(300));  // its chunks summed
   int messages = -1;
   grpc::Status s =
@@ -405,8 +416,7 @@ TEST_F(OnArrivalServiceTest,
   EXPECT_EQ(shard_->Stats().version(), 0u);
 
   s = PushFrames(Frames(1, 0, g1, stand_in));
-  stand_in_pushed.Notify();
-  dead_process.join();
+  end_dead_stream();
   ASSERT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message();
   EXPECT_EQ(dead_status.error_code(), grpc::StatusCode::CANCELLED)
       << dead_status.error_message();
