@@ -42,14 +42,14 @@ uint64_t Nanos(const timeval& t) {
          static_cast<uint64_t>(t.tv_usec) * 1000u;
 }
 
-// `busy` with the CPUs' time now (monotonic wall time x the CPUs this
-// process may run on); zeros where the clocks cannot be read.
 // The CPUs of the affinity mask; 0 when it cannot be read.
 int AffinityCpus() {
   cpu_set_t cpus;
   return sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
 }
 
+// `busy` with the CPUs' time now (monotonic wall time x the CPUs this
+// process may run on); zeros where the clocks cannot be read.
 CpuTimes WithCpusTime(uint64_t busy) {
   timespec wall;
   const int cpus = AffinityCpus();
