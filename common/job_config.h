@@ -1,5 +1,5 @@
 // The job configuration: one YAML file read by psctl and every binary, with
-// command-line flags overriding individual keys (see README "Configuration").
+// command-line flags overriding individual keys (see docs/configuration.md).
 #ifndef PSTRAIN_COMMON_JOB_CONFIG_H_
 #define PSTRAIN_COMMON_JOB_CONFIG_H_
 
@@ -46,9 +46,9 @@ void SetList(google::protobuf::RepeatedField<T>* field,
 }
 
 // Returns the defaults (each key table row's default: 2 workers, 2 servers,
-// sync, an mlp on synthetic data, SGD lr 0.1, ...; see README
-// "Configuration"), already finalized. optimizer.epsilon is 0 (unset): the
-// optimizer's own default, 1e-8 (AdaGrad 1e-10); YAML `training.epsilon`
+// sync, an mlp on synthetic data, SGD lr 0.1, ...; see
+// docs/configuration.md), already finalized. optimizer.epsilon is 0 (unset):
+// the optimizer's own default, 1e-8 (AdaGrad 1e-10); YAML `training.epsilon`
 // sets it (> 0) and JobConfigToYaml omits it when unset.
 JobConfig DefaultJobConfig();
 
@@ -82,7 +82,8 @@ inline constexpr int kDefaultPushStreams = 2;
 // sync, no backup workers) with one worker, and 1 otherwise. Splitting uses
 // the cores a server's single push stream leaves idle; with several
 // workers each server already receives several streams at once, and a
-// split measured slower (README "One push over several streams").
+// split measured slower (docs/architecture.md, "One push over several
+// streams").
 int PushStreams(const JobConfig& config);
 
 // Serialises back to YAML (round-trips through ParseJobConfig). Used to hand

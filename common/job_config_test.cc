@@ -476,8 +476,8 @@ TEST(JobConfigTest, RestartPolicyIsAcceptedInModesSyncAndAsync) {
   EXPECT_TRUE(ValidateJobConfig(c).ok());
   EXPECT_EQ(c.training().restart_timeout_s(), 60);
   EXPECT_EQ(c.training().max_restarts(), 3);
-  // Async rolls back to the newest clock cut (README "Failures and
-  // recovery").
+  // Async rolls back to the newest clock cut
+  // (docs/failures-and-recovery.md).
   c.mutable_training()->set_mode(v1::MODE_ASYNC);
   c.mutable_training()->set_staleness(2);
   EXPECT_TRUE(ValidateJobConfig(c).ok()) << ValidateJobConfig(c);
@@ -512,7 +512,8 @@ TEST(JobConfigTest, ElasticPolicyIsAcceptedInModesSyncAndAsync) {
 }
 
 // Mode allreduce: a live worker hosts a lost rank and every rank rolls
-// back, as under restart: the gRPC ring only (README "Elastic workers").
+// back, as under restart: the gRPC ring only
+// (docs/failures-and-recovery.md, "Elastic workers").
 TEST(JobConfigTest, ElasticPolicyIsAcceptedInModeAllreduceWithTheGrpcRing) {
   JobConfig c = DefaultJobConfig();
   c.mutable_job()->set_workers(3);

@@ -1,5 +1,5 @@
-// Conversions between fp32 and the two 16-bit wire formats (README
-// "Performance", network.wire_dtype):
+// Conversions between fp32 and the two 16-bit wire formats
+// (docs/architecture.md, "Low-precision wire"; network.wire_dtype):
 //  * bf16 (bfloat16): fp32's sign and 8-bit exponent, 7 stored mantissa bits.
 //    Same range as fp32; relative rounding error at most 2^-8 for normals.
 //  * fp16 (IEEE 754 binary16): 5-bit exponent, 10 stored mantissa bits.

@@ -2,7 +2,7 @@
 // (one row per step) and summary.json (one object). This file is the only
 // writer and the only reader of both; the coordinator writes them, ps_report
 // and the shell tests (through `ps_report summary-get`) read them. Keys and
-// columns are a user-facing contract, documented in README "Running jobs":
+// columns are a user-facing contract, documented in docs/observability.md:
 // add, never rename or drop.
 #ifndef PSTRAIN_COMMON_RUN_RECORD_H_
 #define PSTRAIN_COMMON_RUN_RECORD_H_

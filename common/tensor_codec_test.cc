@@ -110,7 +110,8 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, CodecRoundTrip,
 
 TEST(TensorCodecTest, Fp16OverflowBecomesInfinityAndIsNotFinite) {
   // A gradient beyond fp16's range turns into infinity on the wire, which a
-  // shard rejects (README "Low-precision wire": use bf16 for such models).
+  // shard rejects (docs/architecture.md, "Low-precision wire": use bf16 for
+  // such models).
   const float big = 70000.0f;
   ChunkData chunk;
   EncodeChunk("w", 0, &big, 1, &chunk, pstrain::v1::DTYPE_F16);

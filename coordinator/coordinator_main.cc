@@ -1,5 +1,6 @@
 // ps_coordinator: registers servers and workers, publishes the shard map,
-// aggregates metrics and ends the job. See README "Running as services".
+// aggregates metrics and ends the job. See README.md "Running as separate
+// services".
 // Flags -> options (coordinator_flags.cc) -> CoordinatorNode (or DryRun,
 // coordinator/dry_run.h) -> exit code:
 // 0 the job succeeded, 1 it failed, 2 bad flags, config or port, 3 --out

@@ -1,4 +1,4 @@
-// ps_coordinator --dry_run (README "Running as services"): the effective job
+// ps_coordinator --dry_run (README.md "Running a job"): the effective job
 // and, with --resume, where it would start, without starting anything.
 // Part of the ps_coordinator binary (it writes --plan_dir through
 // coordinator_flags.h); only coordinator_main.cc calls it.

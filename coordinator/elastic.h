@@ -1,6 +1,6 @@
-// Elastic workers (training.on_failure: elastic; README "Failures and
-// recovery", "Elastic workers"): what becomes of a rank whose worker was
-// declared dead, and who may register for it later.
+// Elastic workers (training.on_failure: elastic;
+// docs/failures-and-recovery.md, "Elastic workers"): what becomes of a rank
+// whose worker was declared dead, and who may register for it later.
 //
 // A rank is in one of these states:
 //  - live: held by the worker process that registered for it;

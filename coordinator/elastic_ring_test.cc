@@ -1,10 +1,10 @@
 // training.on_failure: elastic in mode allreduce, at the coordinator
-// service (README "Elastic workers"): a rank declared dead starts a new
-// generation and is offered to the (d mod count)-th live rank, whose
-// second ring member registers for it with `adopt`; then the rollback is
-// due, the ring has N members again, and the job rolls every rank back as
-// under restart. A new worker for a hosted rank takes it back with one more
-// generation; a host's death offers both its ranks to another live worker;
+// service (docs/failures-and-recovery.md, "Elastic workers"): a rank declared
+// dead starts a new generation and is offered to the (d mod count)-th live
+// rank, whose second ring member registers for it with `adopt`; then the
+// rollback is due, the ring has N members again, and the job rolls every rank
+// back as under restart. A new worker for a hosted rank takes it back with one
+// more generation; a host's death offers both its ranks to another live worker;
 // fewer live workers than training.min_workers fail the job.
 #include <gtest/gtest.h>
 

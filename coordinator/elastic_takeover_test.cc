@@ -1,12 +1,12 @@
 // training.on_failure: elastic in mode sync, at the coordinator service
-// (README "Elastic workers"): a dead rank is offered to a live worker in its
-// heartbeat answers; the stand-in registers with `adopt` and
-// `adopt_from_step`, gets a new session and starts at the step whose
-// weights it holds; the dead process's unreported steps before it are
-// excused (rows complete without them), its session is refused, and the job
-// ends with every step a row. The handover (coordinator/elastic.h): a new
-// worker for a stood-in rank waits until the stand-in released it and starts
-// at the first step the stand-in did not push.
+// (docs/failures-and-recovery.md, "Elastic workers"): a dead rank is offered to
+// a live worker in its heartbeat answers; the stand-in registers with `adopt`
+// and `adopt_from_step`, gets a new session and starts at the step whose
+// weights it holds; the dead process's unreported steps before it are excused
+// (rows complete without them), its session is refused, and the job ends with
+// every step a row. The handover (coordinator/elastic.h): a new worker for a
+// stood-in rank waits until the stand-in released it and starts at the first
+// step the stand-in did not push.
 #include <gtest/gtest.h>
 
 #include <memory>

@@ -3,7 +3,7 @@
 // class: no locking, no waiting, no RPC; the coordinator service holds it
 // under its mutex and waits on its predicates.
 //
-// Assignment rules (README "Architecture"):
+// Assignment rules (docs/architecture.md):
 // - A server asks for a shard (or -1: the lowest free one). A retry from an
 //   address that already holds a shard gets that shard back. A shard held by
 //   another address is ALREADY_EXISTS; a shard >= K is INVALID_ARGUMENT; no

@@ -1,7 +1,7 @@
-// training.on_failure: restart, as the coordinator sees it (README "Failures
-// and recovery"). A plain value class (no locking, no clock of its own, no
-// RPC): the coordinator service holds it under its mutex and passes the
-// time in; the node performs the rollback RPCs.
+// training.on_failure: restart, as the coordinator sees it
+// (docs/failures-and-recovery.md). A plain value class (no locking, no clock of
+// its own, no RPC): the coordinator service holds it under its mutex and passes
+// the time in; the node performs the rollback RPCs.
 //
 // The story of one failure:
 // 1. Lost(): a server or worker is gone (its lease expired, or a

@@ -1,9 +1,9 @@
-// Process-wide memory settings of a parameter-server process: glibc
-// malloc's arenas and mmap threshold, and gRPC's TCP read buffers. They
-// keep a sync server's peak RSS within weights + slots + accumulator +
-// 64 MiB and nearly independent of the number of workers (README
-// "Performance", "Where a sync server's memory goes"; measured by ps_bench's
-// server-memory variants).
+// Process-wide memory settings of a parameter-server process: glibc malloc's
+// arenas and mmap threshold, and gRPC's TCP read buffers. They keep a sync
+// server's peak RSS within weights + slots + accumulator + 64 MiB and nearly
+// independent of the number of workers (docs/architecture.md, "Server data path
+// and push safety"; CHANGELOG.md; measured by ps_bench's server-memory
+// variants).
 #ifndef PSTRAIN_SERVER_PROCESS_MEMORY_H_
 #define PSTRAIN_SERVER_PROCESS_MEMORY_H_
 

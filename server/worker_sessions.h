@@ -1,4 +1,4 @@
-// The workers' session ids as a shard knows them (README "Security"): every
+// The workers' session ids as a shard knows them (docs/security.md): every
 // pull and push names its rank and carries that rank's session id, which the
 // coordinator issued at registration (coordinator/membership.h). The shard
 // learns the ids from the coordinator (GetWorkerSessions) when a pull brings

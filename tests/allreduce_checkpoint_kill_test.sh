@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Checkpoints and resume in mode allreduce, as separate processes through
-# psctl (README "Checkpoints in mode allreduce"): a 2-rank all-reduce job
-# that checkpoints every 10 steps loses worker 1 to SIGKILL mid-job (psctl
+# Checkpoints and resume in mode allreduce, as separate processes through psctl
+# (docs/checkpoints.md, "Checkpoints in mode allreduce"): a 2-rank all-reduce
+# job that checkpoints every 10 steps loses worker 1 to SIGKILL mid-job (psctl
 # then fails the job and stops the rest); `psctl run --resume latest` in the
 # same folder continues from the newest complete checkpoint and ends with a
 # final checkpoint byte-identical to the undisturbed run's, and the same
-# safetensors export. `ps_checkpoint inspect` verifies the checkpoints; a
-# sync job refuses the all-reduce checkpoint (exit 2, nothing started).
+# safetensors export. `ps_checkpoint inspect` verifies the checkpoints; a sync
+# job refuses the all-reduce checkpoint (exit 2, nothing started).
 set -uo pipefail
 source "$TEST_SRCDIR/pstrain/tests/lib/procs.sh" # CHECKPOINT, TMP, psctl_run, ...
 

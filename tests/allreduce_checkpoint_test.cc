@@ -1,11 +1,11 @@
-// Checkpoints and resume in mode allreduce (README "Checkpoints in mode
-// allreduce"): rank 0 writes its replica in the PS modes' format (one shard);
-// a job resumed from one of its checkpoints, all later state gone as after a
-// crash, ends with weights, optimizer slots and final checkpoint file
-// bit-identical to the undisturbed job; a crash injected mid-write leaves the
-// previous checkpoint loadable; a checkpoint of another model or mode is
-// refused with a clear error and changes nothing. Whole jobs run in-process
-// on loopback (tests/in_process_job.h).
+// Checkpoints and resume in mode allreduce (docs/checkpoints.md,
+// "Checkpoints in mode allreduce"): rank 0 writes its replica in the PS modes'
+// format (one shard); a job resumed from one of its checkpoints, all later
+// state gone as after a crash, ends with weights, optimizer slots and final
+// checkpoint file bit-identical to the undisturbed job; a crash injected
+// mid-write leaves the previous checkpoint loadable; a checkpoint of another
+// model or mode is refused with a clear error and changes nothing. Whole jobs
+// run in-process on loopback (tests/in_process_job.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>

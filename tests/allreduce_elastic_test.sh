@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# training.on_failure: elastic in mode allreduce under `psctl run` (README
-# "Elastic workers"), with real processes on loopback ephemeral ports. A
-# 3-rank gRPC ring checkpoints every 5 steps; a seeded random rank is
-# SIGKILLed a seeded random delay after a seeded checkpoint (CHAOS_SEED=N
-# replays a draw):
+# training.on_failure: elastic in mode allreduce under `psctl run`
+# (docs/failures-and-recovery.md, "Elastic workers"), with real processes on
+# loopback ephemeral ports. A 3-rank gRPC ring checkpoints every 5 steps; a
+# seeded random rank is SIGKILLed a seeded random delay after a seeded
+# checkpoint (CHAOS_SEED=N replays a draw):
 #  1. training.max_restarts 0, so psctl leaves it dead: once its lease runs
 #     out a live worker hosts the rank as a second ring member, every rank
 #     rolls back to the newest checkpoint and the ring re-forms with 3

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# training.on_failure: restart in mode allreduce (README "Failures and
-# recovery"), with real processes on loopback ephemeral ports:
+# training.on_failure: restart in mode allreduce
+# (docs/failures-and-recovery.md), with real processes on loopback ephemeral
+# ports:
 #  1. A 3-rank job that checkpoints every 5 steps loses a seeded random
 #     rank to SIGKILL a seeded random delay after a checkpoint, and after
 #     that rollback another one; `psctl run` restarts each, the coordinator

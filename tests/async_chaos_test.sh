@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Async chaos, as separate processes through psctl (README "Failures and
-# recovery", "Checkpoints and resume"). The job: mode async, staleness 2,
-# three workers of which one is a 2x straggler (so workers run at different
-# clocks), Adam on a cosine schedule, a checkpoint (a consistent clock cut)
-# every 10 of 100 steps.
+# Async chaos, as separate processes through psctl
+# (docs/failures-and-recovery.md, docs/checkpoints.md). The job: mode async,
+# staleness 2, three workers of which one is a 2x straggler (so workers run at
+# different clocks), Adam on a cosine schedule, a checkpoint (a consistent clock
+# cut) every 10 of 100 steps.
 #
 # 1. The undisturbed job.
 # 2. training.on_failure: restart: SIGKILL of a seeded random server a

@@ -1,4 +1,4 @@
-// Checkpoints in mode async (README "Checkpoints and resume"): the shards
+// Checkpoints in mode async (docs/checkpoints.md): the shards
 // hold reads at each cut clock until every worker reached it, so every
 // checkpoint is one consistent cut (server/shard.h, "Checkpoints"), and a
 // job resumed from it with `--resume` completes.

@@ -1,11 +1,11 @@
-// training.on_failure: restart in mode async (README "Failures and
-// recovery"), in one process: a real CoordinatorNode and two ServerNodes on
-// threads, the two workers played by the test through PsClient so that
-// every clock is placed by hand. Cut 4 is checkpointed; worker 0 runs ahead
-// to clock 8, where the shards hold its read for cut 8 (in flight); then a
-// replacement registers for worker 1. Checked: the held read is released by
-// the generation change (not left to the barrier timeout); the job rolls
-// back to cut 4 (JobSpec start_step 4: every worker resumes at clock 4);
+// training.on_failure: restart in mode async
+// (docs/failures-and-recovery.md), in one process: a real CoordinatorNode and
+// two ServerNodes on threads, the two workers played by the test through
+// PsClient so that every clock is placed by hand. Cut 4 is checkpointed; worker
+// 0 runs ahead to clock 8, where the shards hold its read for cut 8 (in
+// flight); then a replacement registers for worker 1. Checked: the held read is
+// released by the generation change (not left to the barrier timeout); the job
+// rolls back to cut 4 (JobSpec start_step 4: every worker resumes at clock 4);
 // every shard is at the cut (the weights read at clock 4 before the loss,
 // bit for bit, version 8, every worker clock 4); a push of the old
 // generation is ABORTED and changes nothing; and the next cut (8) is taken

@@ -1,4 +1,4 @@
-// checkpoint.every_seconds in mode async (README "Checkpoints and resume"):
+// checkpoint.every_seconds in mode async (docs/checkpoints.md):
 // the coordinator orders a time cut at the next clock the shards can still
 // hold (the largest worker clock + 1), and every checkpoint it writes is a
 // consistent cut: on every shard, every worker clock at the cut and the

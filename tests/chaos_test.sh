@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Chaos under training.on_failure: restart (README "Failures and recovery"):
+# Chaos under training.on_failure: restart (docs/failures-and-recovery.md):
 # a sync job that checkpoints every 5 steps loses a random server shard and
 # then a random worker to SIGKILL at random steps, all drawn from a seed
 # (printed; CHAOS_SEED=N replays it). `psctl run` restarts each killed

@@ -1,4 +1,4 @@
-// Exact recovery from checkpoints (README "Checkpoints and resume"): a sync
+// Exact recovery from checkpoints (docs/checkpoints.md): a sync
 // job that checkpoints every few steps, and the same job resumed from one of
 // its checkpoints (all later state gone, as after a crash), end with
 // bit-identical weights, optimizer slots and final checkpoint files; also

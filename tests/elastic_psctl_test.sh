@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# training.on_failure: elastic in mode sync under `psctl run` (README
-# "Failures and recovery", "Elastic workers"): a worker is SIGKILLed at a
+# training.on_failure: elastic in mode sync under `psctl run`
+# (docs/failures-and-recovery.md, "Elastic workers"): a worker is SIGKILLed at a
 # random step (seed printed; CHAOS_SEED=N replays it). psctl starts it again
-# once its lease has run out; meanwhile worker 0 stands in for its rank, and
-# the new process takes the rank back by a handover. The job ends with final
-# shard files byte-identical (cmp) to the undisturbed run's.
+# once its lease has run out; meanwhile worker 0 stands in for its rank, and the
+# new process takes the rank back by a handover. The job ends with final shard
+# files byte-identical (cmp) to the undisturbed run's.
 set -uo pipefail
 
 source "$TEST_SRCDIR/pstrain/tests/lib/procs.sh"  # PSCTL, TMP, psctl_run, ...

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # training.on_failure: elastic in mode sync with real processes, the cases
-# tests/elastic_sync_test.sh (a SIGSTOPped worker) leaves out (README
-# "Elastic workers"): a coordinator, 2 ps_server and 2 or 3 ps_worker
-# processes on loopback ephemeral ports, network.lease_s = 1.5, a final
-# checkpoint.
+# tests/elastic_sync_test.sh (a SIGSTOPped worker) leaves out
+# (docs/failures-and-recovery.md, "Elastic workers"): a coordinator, 2 ps_server
+# and 2 or 3 ps_worker processes on loopback ephemeral ports,
+# network.lease_s = 1.5, a final checkpoint.
 #  1. Handover: worker 1 is SIGKILLed after a random number of steps,
 #     declared dead and stood in for by worker 0; then a fresh ps_worker is
 #     started for rank 1. Its registration waits until worker 0 releases the

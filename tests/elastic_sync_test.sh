@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# training.on_failure: elastic in mode sync with real processes (README
-# "Elastic workers"): a coordinator, 2 ps_server and 2 ps_worker processes
-# on loopback ephemeral ports, network.lease_s = 1, a final checkpoint.
+# training.on_failure: elastic in mode sync with real processes
+# (docs/failures-and-recovery.md, "Elastic workers"): a coordinator, 2 ps_server
+# and 2 ps_worker processes on loopback ephemeral ports, network.lease_s = 1, a
+# final checkpoint.
 #  1. The undisturbed job.
 #  2. The same job with worker 1 SIGSTOPped mid-job: it is declared dead
 #     after the lease, worker 0 stands in for rank 1 (registers for it with

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# training.on_failure: elastic with real processes (README "Failures and
-# recovery", "Elastic workers"): a coordinator, 2 ps_server and 2 ps_worker
-# processes on loopback ephemeral ports, mode async with staleness 1,
-# network.lease_s = 3 (on a loaded 2-core CI machine a live process was once
-# starved past a 2 s lease).
+# training.on_failure: elastic with real processes
+# (docs/failures-and-recovery.md, "Elastic workers"): a coordinator, 2 ps_server
+# and 2 ps_worker processes on loopback ephemeral ports, mode async with
+# staleness 1, network.lease_s = 3 (on a loaded 2-core CI machine a live process
+# was once starved past a 2 s lease).
 #  1. A SIGSTOPped worker is declared dead after the lease; the job does not
 #     fail: the survivor, which the staleness bound held back, goes on alone
 #     (the shards drop the dead rank from the slowest-worker clock) and the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Liveness with real processes (README "Failures and recovery"): a
+# Liveness with real processes (docs/failures-and-recovery.md): a
 # coordinator, 2 ps_server and 2 ps_worker processes on loopback ephemeral
 # ports, network.lease_s = 2.
 #  1. A SIGSTOPped worker is declared dead after the lease: the coordinator

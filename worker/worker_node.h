@@ -5,7 +5,7 @@
 // compute, all-reduce, apply the optimizer locally, report). Under
 // training.on_failure: elastic in mode allreduce a node may host dead ranks:
 // for each one the coordinator names, it runs another WorkerNode in a thread
-// of its own (README "Elastic workers").
+// of its own (docs/failures-and-recovery.md, "Elastic workers").
 #ifndef PSTRAIN_WORKER_WORKER_NODE_H_
 #define PSTRAIN_WORKER_WORKER_NODE_H_
 

@@ -58,7 +58,7 @@ OUTPUT_BASE="$("${BAZEL[@]}" info "${FLAGS[@]}" output_base 2>/dev/null)"
 grep -h "NVCC_ARCH_FLAGS\|NCCL_NOTE\|^# building" \
   "$OUTPUT_BASE/external/local_config_cuda/defs.bzl" 2>/dev/null
 # ps_worker links no CUDA library: they come with libpstrain_cuda.so beside
-# it, which it loads on demand (README "GPU workers").
+# it, which it loads on demand (docs/gpu.md).
 [[ -f "$BIN/worker/libpstrain_cuda.so" ]] ||
   fail "no $BIN/worker/libpstrain_cuda.so next to ps_worker (the CUDA backend)"
 ldd "$BIN/worker/ps_worker" | grep -E "libnccl|libcudart|libcublas" &&

@@ -1,5 +1,5 @@
 // ps_path_bench: ps_bench's push, pull and server-memory rows alone, for
-// work on the data path (README "Performance"; what a round measures and
+// work on the data path (docs/performance.md; what a round measures and
 // prints: tools/bench/ps_path_rounds.h). --compare_early_apply,
 // --compare_hold_first_term and --compare_apply_terms add rows with that
 // ShardOptions setting off, --compare_push_streams rows with every push as

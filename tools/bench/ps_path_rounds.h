@@ -1,4 +1,4 @@
-// ps_path_bench's measuring loop and report (README "Performance"): in each
+// ps_path_bench's measuring loop and report (docs/performance.md): in each
 // of R interleaved rounds, /proc/loadavg, iperf3 on loopback, a bare gRPC
 // stream of every size (upload and download), then pstrain push and pull
 // for every size x servers x workers (tools/bench/ps_path.h), GB/s kept per

@@ -1,4 +1,4 @@
-// ring_bench: the ring rows of ps_bench alone (README "Performance"): the
+// ring_bench: the ring rows of ps_bench alone (docs/performance.md): the
 // ring all-reduce over gRPC against OpenMPI's MPI_Allreduce over TCP, in
 // interleaved rounds, ratios taken within a round and their medians. Flags
 // (ring_bench_flags.h) -> RingRoundsOptions -> RunRingRounds

@@ -1,4 +1,4 @@
-// ring_bench's measuring loop and report (README "Performance"): the ring
+// ring_bench's measuring loop and report (docs/performance.md): the ring
 // all-reduce (tools/bench/ring.h) against OpenMPI's MPI_Allreduce in
 // interleaved rounds (in each round, for every rank count: the ring, then
 // MPI), milliseconds kept per round, ratios taken within a round and their

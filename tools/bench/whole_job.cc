@@ -161,8 +161,8 @@ absl::StatusOr<std::vector<WholeJobSample>> MeasureWholeJob(
   absl::StatusOr<JobFigures> alone = RunOne(m, 0, false, bin_dir, work_dir);
   if (!alone.ok()) return alone.status();
   // The same with every push split as a one-worker push is (no goal: why
-  // the split is for one worker only, README "One push over several
-  // streams").
+  // the split is for one worker only: docs/architecture.md, "One push over
+  // several streams").
   absl::StatusOr<JobFigures> split =
       RunOne(m, 0, false, bin_dir, work_dir, kDefaultPushStreams);
   if (!split.ok()) return split.status();

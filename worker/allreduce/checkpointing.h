@@ -1,6 +1,7 @@
-// Checkpoints in mode allreduce (README "Checkpoints in mode allreduce"): the
-// same on-disk format as the parameter-server modes (server/checkpoint.h),
-// written and read with the same code, for a job that has no servers.
+// Checkpoints in mode allreduce (docs/checkpoints.md, "Checkpoints in mode
+// allreduce"): the same on-disk format as the parameter-server modes
+// (server/checkpoint.h), written and read with the same code, for a job that
+// has no servers.
 //
 // The state: after every step all ranks hold bit-identical weights and
 // optimizer slots (worker/allreduce/allreduce_trainer.h), so one replica is

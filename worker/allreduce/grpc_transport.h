@@ -35,7 +35,8 @@ namespace pstrain {
 // reads ask for beyond their streams' windows (gRPC 1.51's
 // TransportFlowControl::target_window), and no channel argument sets it.
 // With the probe on a segment leaves in one write, yet the ring is slower
-// at every size (README "Ring all-reduce alone (ring_bench)").
+// at every size (docs/architecture.md, "Ring all-reduce transport";
+// CHANGELOG.md).
 std::vector<std::pair<std::string, int>> RingLinkArgs();
 
 // A channel to a RingPeer server at `address` with pstrain's defaults

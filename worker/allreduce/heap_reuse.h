@@ -12,7 +12,7 @@
 // near its peak instead of falling back). ps_worker calls it at start-up in
 // every mode: a parameter-server step's pulls and pushes go through gRPC's
 // read buffers too (4 workers, 2 servers on 2 cores: about 5 % off the
-// step time, README "Overlap chunk by chunk, and the workers' CPU threads").
+// step time, CHANGELOG.md).
 #ifndef PSTRAIN_WORKER_ALLREDUCE_HEAP_REUSE_H_
 #define PSTRAIN_WORKER_ALLREDUCE_HEAP_REUSE_H_
 

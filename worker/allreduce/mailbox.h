@@ -3,19 +3,19 @@
 // or into the next), so segments are kept by key rather than in a queue; a
 // well-behaved neighbour leaves at most about one all-reduce's worth here.
 //
-// Session ids (README "Security"): every segment carries its sender's
+// Session ids (docs/security.md): every segment carries its sender's
 // session id. Once the rank knows its left neighbour and that neighbour's id
 // (ExpectSender, from the coordinator's GetPeers), a segment from another
 // rank or with another id is PERMISSION_DENIED and stored nothing; segments
 // that came earlier (the neighbour may start first) are kept with their ids
 // and those that do not match are dropped by ExpectSender.
 //
-// Generations (training.on_failure: restart, README "Failures and
-// recovery"): every segment carries the job generation its sender trains
-// in, and the rank expects one (ExpectSender; 0 before any rollback). A
-// segment of an older generation is refused (ABORTED, nothing stored), so a
-// late segment from before a rollback is never summed. One of a newer
-// generation (the neighbour re-formed the ring first, with a session id
+// Generations (training.on_failure: restart,
+// docs/failures-and-recovery.md): every segment carries the job generation its
+// sender trains in, and the rank expects one (ExpectSender; 0 before any
+// rollback). A segment of an older generation is refused (ABORTED, nothing
+// stored), so a late segment from before a rollback is never summed. One of a
+// newer generation (the neighbour re-formed the ring first, with a session id
 // this rank does not know yet) is held apart, by key and session id, with
 // a byte bound of its own, until this rank expects that generation: then
 // those with the right sender and id join the waiting segments, the rest

@@ -33,7 +33,7 @@ struct RingOptions {
   // When set, polled before and about every `poll` during each wait for a
   // segment, the final flush of a step and the close (RingAllReducer::
   // Close): true ends the wait with CANCELLED (SIGTERM, the job's end, or a
-  // rollback: README "Failures and recovery"), so no wait outlasts it by
+  // rollback: docs/failures-and-recovery.md), so no wait outlasts it by
   // more than `poll` (plus, for the flush and close, the transport's brief
   // wait for its cancelled link to let go). Called on the rank's thread;
   // must be cheap and thread-safe with whatever sets it.

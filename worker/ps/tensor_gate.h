@@ -1,9 +1,9 @@
-// "Ready" flags between the trainer and PsClient, for overlapping
-// communication with computation (README "Performance", overlap): PsClient
-// uses one per chunk of the shard map. A push sends a chunk only once
+// "Ready" flags between the trainer and PsClient, for overlapping communication
+// with computation (docs/architecture.md, "Worker: overlap chunk by chunk"):
+// PsClient uses one per chunk of the shard map. A push sends a chunk only once
 // backward has opened it (last layer first), and a pull opens each chunk as
-// soon as it has arrived, so forward can start on the first rows of the
-// first layer while the rest still streams in.
+// soon as it has arrived, so forward can start on the first rows of the first
+// layer while the rest still streams in.
 #ifndef PSTRAIN_WORKER_PS_TENSOR_GATE_H_
 #define PSTRAIN_WORKER_PS_TENSOR_GATE_H_
 

@@ -43,10 +43,10 @@ using StepCallback =
     std::function<absl::Status(const pstrain::v1::StepMetrics&)>;
 
 // training.on_failure: elastic, mode sync: a dead rank this worker stands in
-// for (README "Elastic workers"). Each step, after its own push, the trainer
-// computes the rank's gradient from the same weights (the same model, the
-// rank's data slice) and pushes it through `client`, which carries the
-// rank's session id; the rank's records go to `on_step`. The caller
+// for (docs/failures-and-recovery.md, "Elastic workers"). Each step, after its
+// own push, the trainer computes the rank's gradient from the same weights (the
+// same model, the rank's data slice) and pushes it through `client`, which
+// carries the rank's session id; the rank's records go to `on_step`. The caller
 // registered the rank and owns what `client` points to.
 struct StandIn {
   uint32_t rank = 0;
