@@ -615,6 +615,9 @@ const std::vector<Key>& KeyTable() {
       Row("network", "tls_ca", StringCodec(), "", PS_FIELD(network, tls_ca)),
       Row("network", "token_file", StringCodec(), "",
           PS_FIELD(network, token_file)),
+
+      Row("security", "insecure", BoolCodec(), false,
+          PS_FIELD(security, insecure)),
   };
   return *table;
 }

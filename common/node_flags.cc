@@ -3,6 +3,7 @@
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/process.h"
 #include "common/status_macros.h"
 
@@ -49,7 +50,8 @@ absl::StatusOr<double> TimeoutFlag(const char* flag, double value,
 
 }  // namespace
 
-absl::StatusOr<NodeOptions> NodeOptionsFromFlags(NodeRole role) {
+absl::StatusOr<NodeOptions> NodeOptionsFromFlags(NodeRole role,
+                                                 bool require_token) {
   NodeOptions options;
   PS_ASSIGN_OR_RETURN(options.file_config,
                       LoadConfigFlag(absl::GetFlag(FLAGS_config)));
@@ -87,6 +89,17 @@ absl::StatusOr<NodeOptions> NodeOptionsFromFlags(NodeRole role) {
   options.tls = ResolveTls(
       file, absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
       absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_token_file));
+  if (!require_token) return options;
+  const char* name = is_coordinator              ? "coordinator"
+                     : role == NodeRole::kServer ? "server"
+                                                 : "worker";
+  PS_RETURN_IF_ERROR(CheckTokenRequired(file, options.tls, name));
+  if (options.tls.token_file.empty()) {
+    PS_LOG_WARN(
+        "security.insecure is set: this %s runs WITHOUT a job token, so "
+        "anyone who can reach its ports can call it (docs/security.md)",
+        name);
+  }
   return options;
 }
 

@@ -41,8 +41,12 @@ struct NodeOptions {
 
 // Parses the shared flags for `role`. INVALID_ARGUMENT (or the config file's
 // error) with a message that starts with the offending flag, e.g.
-// "--rpc_timeout_s: must be > 0, got -1".
-absl::StatusOr<NodeOptions> NodeOptionsFromFlags(NodeRole role);
+// "--rpc_timeout_s: must be > 0, got -1". With `require_token` (every
+// process that will listen or call; not a dry run), a process without a job
+// token fails unless the job file sets security.insecure
+// (CheckTokenRequired), and one with the opt-out logs a warning.
+absl::StatusOr<NodeOptions> NodeOptionsFromFlags(NodeRole role,
+                                                 bool require_token = true);
 
 }  // namespace pstrain
 

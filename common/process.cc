@@ -20,6 +20,21 @@ absl::StatusOr<JobConfig> LoadConfigFlag(const std::string& path) {
   return config;
 }
 
+absl::Status CheckTokenRequired(const JobConfig& config, const TlsFiles& tls,
+                                absl::string_view role) {
+  if (!tls.token_file.empty() || config.security().insecure()) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--token_file: required: a ", role,
+      " will not start without the job token (every process of a job needs "
+      "the same one). Make one with `openssl rand -hex 32 > job.token` "
+      "(mode 0600) and pass --token_file=job.token to the coordinator, every "
+      "server and every worker (./psctl run does this for you); or, on a "
+      "network you trust, opt out with `security: {insecure: true}` in the "
+      "job file given to every process with --config"));
+}
+
 TlsFiles ResolveTls(const JobConfig& config, const std::string& cert_flag,
                     const std::string& key_flag, const std::string& ca_flag,
                     const std::string& token_flag) {

@@ -30,6 +30,14 @@ TlsFiles ResolveTls(const JobConfig& config, const std::string& cert_flag,
                     const std::string& key_flag, const std::string& ca_flag,
                     const std::string& token_flag = "");
 
+// Secure by default (docs/security.md): a process with no job token
+// (`tls.token_file` empty) may start only when the job file says
+// `security: {insecure: true}`. INVALID_ARGUMENT naming --token_file, how to
+// make a token and how to opt out; OK otherwise. `role` ("coordinator",
+// "server", "worker") is named in the message.
+absl::Status CheckTokenRequired(const JobConfig& config, const TlsFiles& tls,
+                                absl::string_view role);
+
 // The ordinal of a StatefulSet pod from its host name ("ps-3" -> 3).
 absl::StatusOr<int> OrdinalFromHostname(const std::string& hostname);
 

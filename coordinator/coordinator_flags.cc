@@ -71,13 +71,17 @@ absl::StatusOr<JobConfig> ConfigFromFlags(const NodeOptions& node) {
 
 absl::StatusOr<JobConfig> ConfigFromFlags() {
   PS_ASSIGN_OR_RETURN(NodeOptions node,
-                      NodeOptionsFromFlags(NodeRole::kCoordinator));
+                      NodeOptionsFromFlags(NodeRole::kCoordinator,
+                                           /*require_token=*/false));
   return ConfigFromFlags(node);
 }
 
 absl::StatusOr<CoordinatorNodeOptions> CoordinatorOptionsFromFlags() {
-  PS_ASSIGN_OR_RETURN(NodeOptions node,
-                      NodeOptionsFromFlags(NodeRole::kCoordinator));
+  // A dry run listens nowhere and calls nobody: no token needed.
+  PS_ASSIGN_OR_RETURN(
+      NodeOptions node,
+      NodeOptionsFromFlags(NodeRole::kCoordinator,
+                           /*require_token=*/!DryRunRequested()));
   CoordinatorNodeOptions o;
   PS_ASSIGN_OR_RETURN(o.config, ConfigFromFlags(node));
   o.bind = absl::GetFlag(FLAGS_bind);

@@ -265,11 +265,14 @@ OUT="$WORK/out"
 mkdir -p "$OUT"
 chown 10001:10001 "$OUT"
 chmod 0644 "$JOB"
+# The job token, mounted like the Kubernetes Secret (every process needs it).
+od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$WORK/token"
+chmod 0644 "$WORK/token"
 # Like the pods: read-only root, writable /tmp, no capabilities, no new
 # privileges, the job file mounted read-only at /etc/pstrain/job.yaml.
 # shellcheck disable=SC2054  # commas inside option values
 LOCKED=(--read-only --tmpfs /tmp:rw,size=64m --cap-drop ALL --security-opt no-new-privileges
-  --user 10001:10001 -v "$JOB:/etc/pstrain/job.yaml:ro")
+  --user 10001:10001 -v "$JOB:/etc/pstrain/job.yaml:ro" -v "$WORK/token:/etc/pstrain/token:ro")
 
 mapfile -t coord_flags < <(optional ps_coordinator metrics_port 9090; optional ps_coordinator keep_serving_after_job)
 mapfile -t server_flags < <(optional ps_server config /etc/pstrain/job.yaml; optional ps_server metrics_port 9091)
@@ -283,14 +286,15 @@ log "job: coordinator, 1 server, 1 worker sharing one loopback"
 "${PODMAN[@]}" run -d --name "$PFX-coordinator" --network none "${RUN_OPTS[@]}" "${LOCKED[@]}" \
   -v "$OUT:/var/lib/pstrain/out" "$TAG" /usr/local/bin/ps_coordinator \
   --config=/etc/pstrain/job.yaml --bind=127.0.0.1 --port=50051 --out=/var/lib/pstrain/out \
-  --quiet "${coord_flags[@]}" >/dev/null
+  --quiet --token_file=/etc/pstrain/token "${coord_flags[@]}" >/dev/null
 "${PODMAN[@]}" run -d --name "$PFX-server" --network "container:$PFX-coordinator" "${RUN_OPTS[@]}" \
   "${LOCKED[@]}" "$TAG" /usr/local/bin/ps_server --coordinator=127.0.0.1:50051 --bind=127.0.0.1 \
-  --port=50061 --advertise_host=127.0.0.1 "${server_flags[@]}" >/dev/null
+  --port=50061 --advertise_host=127.0.0.1 --token_file=/etc/pstrain/token "${server_flags[@]}" >/dev/null
 worker_rc=0
 timeout 300 "${PODMAN[@]}" run --name "$PFX-worker" --network "container:$PFX-coordinator" \
   "${RUN_OPTS[@]}" "${LOCKED[@]}" -e JOB_COMPLETION_INDEX=0 "$TAG" /usr/local/bin/ps_worker \
-  --coordinator=127.0.0.1:50051 "${worker_flags[@]}" >"$WORK/worker.log" 2>&1 || worker_rc=$?
+  --coordinator=127.0.0.1:50051 --token_file=/etc/pstrain/token "${worker_flags[@]}" \
+  >"$WORK/worker.log" 2>&1 || worker_rc=$?
 
 wait_exit() {  # CONTAINER SECONDS: prints the exit code, or "running"
   local i state

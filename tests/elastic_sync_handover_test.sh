@@ -87,7 +87,8 @@ if wait_for 10 "the takeover of rank 1" \
 else
   fail "worker 0 did not take rank 1 over"
 fi
-spawn "$dir/worker-1-new.log" "$WORKER" --coordinator="$addr" --rank=1
+spawn "$dir/worker-1-new.log" "$WORKER" --coordinator="$addr" --rank=1 \
+  --token_file="$JOB_TOKEN"
 newcomer=$spawned
 completed_identical "$dir" "$calm2" "handover"
 line=$(grep -o "worker rank 1 released by its stand-in, which pushed every step before [0-9]*" "$dir/coordinator.log")

@@ -38,12 +38,13 @@ wait_steps "$dir" 3
 kill -STOP "${workers[1]}"
 wait_for 15 "'goes on without worker 1' in $dir/coordinator.log" \
   file_has "$dir/coordinator.log" "goes on without worker 1"
-timeout 30 "$WORKER" --coordinator="$addr" --rank=0 2> "$dir/worker-0-bad.log"
+timeout 30 "$WORKER" --coordinator="$addr" --rank=0 --token_file="$JOB_TOKEN" 2> "$dir/worker-0-bad.log"
 rc=$?
 ((rc == 1)) && grep -q "worker rank 0 is held by a live worker" "$dir/worker-0-bad.log" &&
   ok "a worker asking for the live rank 0 is refused (held by a live worker)" ||
   fail "joining the live rank 0: exit $rc: $(tail -1 "$dir/worker-0-bad.log")"
-spawn "$dir/worker-1-new.log" "$WORKER" --coordinator="$addr" --rank=1
+spawn "$dir/worker-1-new.log" "$WORKER" --coordinator="$addr" --rank=1 \
+  --token_file="$JOB_TOKEN"
 joiner=$spawned
 if exited_within "$coord" 40; then
   ((rc == 0)) && ok "the job completed without worker 1 (exit 0)" ||

@@ -189,9 +189,11 @@ kill -KILL "${workers[1]}" 2>/dev/null
 # 4. SIGTERM while waiting for an absent coordinator.
 dir="$TMP/sigterm"
 mkdir -p "$dir"
-spawn "$dir/server.log" "$SERVER" --coordinator=127.0.0.1:1 --startup_timeout_s=60
+spawn "$dir/server.log" "$SERVER" --coordinator=127.0.0.1:1 --startup_timeout_s=60 \
+  --token_file="$JOB_TOKEN"
 s=$spawned
-spawn "$dir/worker.log" "$WORKER" --coordinator=127.0.0.1:1 --startup_timeout_s=60
+spawn "$dir/worker.log" "$WORKER" --coordinator=127.0.0.1:1 --startup_timeout_s=60 \
+  --token_file="$JOB_TOKEN"
 w=$spawned
 # Both are waiting once they say so.
 both_waiting() {
@@ -215,11 +217,11 @@ wait_for 15 "$dir/summary.json" test -s "$dir/summary.json" ||
   fail "the short job did not finish"
 # The servers were told to shut down before summary.json was written.
 ended_cleanly 1 "the job's end" "${servers[@]}"
-timeout 10 "$WORKER" --coordinator="$addr" 2> "$dir/late-worker.log"
+timeout 10 "$WORKER" --coordinator="$addr" --token_file="$JOB_TOKEN" 2> "$dir/late-worker.log"
 rc=$?
 ((rc == 3)) && ok "a worker started after the end exits 3" ||
   fail "late worker exited $rc, want 3: $(tail -1 "$dir/late-worker.log")"
-timeout 10 "$SERVER" --coordinator="$addr" 2> "$dir/late-server.log"
+timeout 10 "$SERVER" --coordinator="$addr" --token_file="$JOB_TOKEN" 2> "$dir/late-server.log"
 rc=$?
 ((rc == 3)) && ok "a server started after the end exits 3" ||
   fail "late server exited $rc, want 3: $(tail -1 "$dir/late-server.log")"
@@ -227,6 +229,7 @@ kill -TERM "$coord"
 exited_within "$coord" 2 || fail "coordinator did not stop on SIGTERM"
 before=$(md5sum "$dir/summary.json" "$dir/metrics.csv")
 timeout 10 "$COORD" --config="$dir/job.yaml" --port=0 --out="$dir" --quiet \
+  --token_file="$JOB_TOKEN" \
   2> "$dir/restarted.log"
 rc=$?
 ((rc == 3)) && ok "a coordinator restarted on a finished job exits 3" ||
@@ -244,7 +247,7 @@ kill -KILL "$coord"
 wait "$coord" 2>/dev/null
 rows_before=$(wc -l < "$dir/metrics.csv")
 spawn "$dir/coordinator-2.log" "$COORD" --config="$dir/job.yaml" --port="$port" \
-  --out="$dir" --quiet --startup_timeout_s=30
+  --out="$dir" --quiet --startup_timeout_s=30 --token_file="$JOB_TOKEN"
 coord=$spawned
 for p in "${servers[@]}" "${workers[@]}"; do
   # Well before the 10 s lease: the new coordinator answers NOT_FOUND.

@@ -9,7 +9,9 @@
 #   source "$TEST_SRCDIR/pstrain/tests/lib/procs.sh"
 #
 # Sourcing sets ROOT, COORD, SERVER, WORKER, REPORT, PSCTL, CHECKPOINT (paths
-# in the runfiles), TMP (the test's scratch folder), failures and passed (0),
+# in the runfiles), TMP (the test's scratch folder), JOB_TOKEN (a token file
+# that start_coordinator/servers/workers pass to every process), failures
+# and passed (0),
 # and installs traps: on exit, SIGINT and SIGTERM every process started
 # through this file (or passed to procs_track) is stopped (procs_cleanup).
 # Functions that start processes set globals (named in each contract), as
@@ -25,6 +27,10 @@ REPORT="$ROOT/tools/report/ps_report"
 PSCTL="$ROOT/psctl"
 CHECKPOINT="$ROOT/tools/checkpoint/ps_checkpoint"
 TMP="${TEST_TMPDIR:-$(mktemp -d)}"
+# The job token every process started here carries (processes refuse to
+# start without one unless the job file sets security.insecure).
+JOB_TOKEN="$TMP/job.token"
+(umask 077 && od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$JOB_TOKEN")
 failures=0
 passed=0
 PROCS_PIDS=()
@@ -215,7 +221,7 @@ start_coordinator() {
   shift 2
   mkdir -p "$dir"
   spawn "$dir/coordinator.log" "$COORD" --config="$config" --port=0 \
-    --port_file="$dir/port" --out="$dir" --quiet "$@"
+    --port_file="$dir/port" --out="$dir" --quiet --token_file="$JOB_TOKEN" "$@"
   coord=$spawned
   if ! wait_for --while "$coord" 10 "the coordinator's port in $dir/port" \
     test -s "$dir/port"; then
@@ -231,7 +237,8 @@ start_servers() {
   local k
   servers=()
   for ((k = 0; k < $2; ++k)); do
-    spawn "$1/server-$k.log" "$SERVER" --coordinator="$addr" --shard="$k"
+    spawn "$1/server-$k.log" "$SERVER" --coordinator="$addr" --shard="$k" \
+      --token_file="$JOB_TOKEN"
     servers+=("$spawned")
   done
 }
@@ -244,7 +251,8 @@ start_workers() {
   shift 2
   workers=()
   for ((k = 0; k < n; ++k)); do
-    spawn "$dir/worker-$k.log" "$WORKER" --coordinator="$addr" --rank="$k" "$@"
+    spawn "$dir/worker-$k.log" "$WORKER" --coordinator="$addr" --rank="$k" \
+      --token_file="$JOB_TOKEN" "$@"
     workers+=("$spawned")
   done
 }

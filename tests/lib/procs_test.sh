@@ -179,7 +179,7 @@ elapsed=$(($(now_ms) - t0))
   ((elapsed < 2500)) && ok "run_job gives up on a job past its bound ($elapsed ms)" ||
   fail "run_job, past its bound: said '$out' after $elapsed ms"
 
-# start_workers passes its flags on to every worker.
+# start_workers passes the job token and its flags on to every worker.
 WORKER="$TMP/fake_args"
 printf '#!/usr/bin/env bash\necho "args: $*" >&2\n' > "$WORKER"
 chmod +x "$WORKER"
@@ -188,7 +188,7 @@ mkdir -p "$TMP/flags"
 start_workers "$TMP/flags" 2 --peer_port=0 --metrics_port=0
 for p in "${workers[@]}"; do exited_within "$p" 5; done
 [[ ${#workers[@]} == 2 && "$(cat "$TMP/flags/worker-1.log")" == \
-  "args: --coordinator=127.0.0.1:1 --rank=1 --peer_port=0 --metrics_port=0" ]] &&
+  "args: --coordinator=127.0.0.1:1 --rank=1 --token_file=$JOB_TOKEN --peer_port=0 --metrics_port=0" ]] &&
   ok "start_workers passes its flags to each worker" ||
   fail "start_workers with flags: ${#workers[@]} workers, worker-1 got '$(cat "$TMP/flags/worker-1.log")'"
 
