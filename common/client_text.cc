@@ -11,4 +11,12 @@ std::string EchoClientText(absl::string_view text, size_t max_bytes) {
                       text.size(), " bytes)");
 }
 
+absl::Status CheckClientString(absl::string_view field, absl::string_view value,
+                               size_t max_bytes) {
+  if (value.size() <= max_bytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, " is ", value.size(), " bytes long; at most ", max_bytes,
+      " are accepted (", EchoClientText(value, 32), ")"));
+}
+
 }  // namespace pstrain

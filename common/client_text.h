@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 
 namespace pstrain {
@@ -19,6 +20,20 @@ inline constexpr size_t kMaxEchoBytes = 128;
 // (which would turn into RESOURCE_EXHAUSTED).
 std::string EchoClientText(absl::string_view text,
                            size_t max_bytes = kMaxEchoBytes);
+
+// Bounds on strings a client sends, checked when a request is read (before
+// anything is stored or echoed): a host name (DNS allows 253 characters,
+// 255 bytes on the wire) with ":PORT"; a name (tensor, process kind); a file
+// path; a free-text message (a worker's error).
+inline constexpr size_t kMaxAddressBytes = 255 + 6;
+inline constexpr size_t kMaxNameBytes = 128;
+inline constexpr size_t kMaxPathBytes = 4096;
+inline constexpr size_t kMaxMessageBytes = 4096;
+
+// INVALID_ARGUMENT "<field> is N bytes long; at most MAX are accepted
+// (<the first bytes>...)" when `value` is longer than `max_bytes`, else OK.
+absl::Status CheckClientString(absl::string_view field, absl::string_view value,
+                               size_t max_bytes);
 
 }  // namespace pstrain
 

@@ -129,14 +129,15 @@ absl::StatusOr<StartedServer> StartGrpcServer(
     const std::string& bind, int port,
     std::shared_ptr<grpc::ServerCredentials> credentials,
     const std::vector<grpc::Service*>& services,
-    const std::vector<std::pair<std::string, int>>& int_args) {
+    const std::vector<std::pair<std::string, int>>& int_args,
+    int max_receive_bytes) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   StartedServer started;
   builder.AddListeningPort(absl::StrCat(bind, ":", port), credentials,
                            &started.port);
-  builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+  builder.SetMaxReceiveMessageSize(max_receive_bytes);
   builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
   // gRPC turns SO_REUSEPORT on by default: a second process could then bind
   // the same port and the kernel would split the clients between the two.

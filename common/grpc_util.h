@@ -67,12 +67,15 @@ struct StartedServer {
 // error rather than a silent split of its clients.
 // UNAVAILABLE naming the address when it cannot listen.
 // `int_args`: extra integer channel arguments of the server (e.g.
-// grpc.http2.bdp_probe).
+// grpc.http2.bdp_probe). `max_receive_bytes`: the largest request message
+// accepted (larger ones are RESOURCE_EXHAUSTED); a service whose requests
+// are all small passes a small bound, so junk is refused early.
 absl::StatusOr<StartedServer> StartGrpcServer(
     const std::string& bind, int port,
     std::shared_ptr<grpc::ServerCredentials> credentials,
     const std::vector<grpc::Service*>& services,
-    const std::vector<std::pair<std::string, int>>& int_args = {});
+    const std::vector<std::pair<std::string, int>>& int_args = {},
+    int max_receive_bytes = kMaxGrpcMessageBytes);
 
 // Sets `context`'s deadline to now + timeout.
 void SetTimeout(grpc::ClientContext* context, absl::Duration timeout);

@@ -8,13 +8,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace pstrain {
 namespace {
@@ -249,6 +252,64 @@ absl::Status CheckJobToken(absl::string_view method, absl::string_view token,
         "only the coordinator may order a rollback");
   }
   return absl::OkStatus();
+}
+
+std::string FormatPushSession(const PushSession& s) {
+  return absl::StrCat(s.worker, ".", s.session_id, ".", s.generation);
+}
+
+absl::StatusOr<PushSession> ParsePushSession(absl::string_view text) {
+  const std::vector<absl::string_view> parts = absl::StrSplit(text, '.');
+  PushSession s;
+  if (text.size() > 64 || parts.size() != 3 ||
+      !absl::SimpleAtoi(parts[0], &s.worker) ||
+      !absl::SimpleAtoi(parts[1], &s.session_id) ||
+      !absl::SimpleAtoi(parts[2], &s.generation)) {
+    return absl::InvalidArgumentError(
+        "malformed push session (metadata x-pstrain-push-session: "
+        "WORKER.SESSION.GENERATION)");
+  }
+  return s;
+}
+
+void AddPushSession(grpc::ClientContext* context, uint32_t worker,
+                    uint64_t session_id, uint64_t generation) {
+  context->AddMetadata(kPushSessionMetadataKey,
+                       FormatPushSession({worker, session_id, generation}));
+}
+
+std::string NewCoordinatorKey() {
+  std::random_device source;  // /dev/urandom with libstdc++ on Linux
+  std::string key;
+  key.reserve(2 * kCoordinatorKeyBytes);
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (int i = 0; i < kCoordinatorKeyBytes; ++i) {
+    const unsigned byte = source() & 0xff;
+    key.push_back(kHex[byte >> 4]);
+    key.push_back(kHex[byte & 15]);
+  }
+  return key;
+}
+
+void AddCoordinatorKey(grpc::ClientContext* context, const std::string& key) {
+  if (!key.empty()) context->AddMetadata(kCoordinatorKeyMetadataKey, key);
+}
+
+absl::Status CheckCoordinatorKey(const grpc::ServerContext& context,
+                                 absl::string_view expected,
+                                 absl::string_view what) {
+  const auto& md = context.client_metadata();
+  auto it = md.find(kCoordinatorKeyMetadataKey);
+  const absl::string_view got =
+      it == md.end() ? absl::string_view()
+                     : absl::string_view(it->second.data(), it->second.size());
+  if (!expected.empty() && SameSecret(got, expected)) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      "only the coordinator may ", what,
+      expected.empty() ? " (this shard has not registered with one yet)"
+      : got.empty()    ? " (the call carries no coordinator key)"
+                       : " (wrong coordinator key)",
+      "; nothing changed"));
 }
 
 std::shared_ptr<grpc::ChannelCredentials> WithJobToken(

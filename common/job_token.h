@@ -21,6 +21,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -31,6 +32,27 @@
 namespace pstrain {
 
 inline constexpr char kTokenMetadataKey[] = "x-pstrain-token";
+// The coordinator's per-run key (RegisterServerResponse.coordinator_key), on
+// the coordinator's Shutdown, Checkpoint and Rollback calls only.
+inline constexpr char kCoordinatorKeyMetadataKey[] = "x-pstrain-coordinator";
+inline constexpr int kCoordinatorKeyBytes = 32;  // random bytes, hex-encoded
+// Who opens a push stream: "<worker>.<session id>.<generation>" (decimal),
+// the same as its first message's PushHeader. A shard checks it when the
+// stream opens, before the stream takes an admission slot or any buffer.
+inline constexpr char kPushSessionMetadataKey[] = "x-pstrain-push-session";
+
+struct PushSession {
+  uint32_t worker = 0;
+  uint64_t session_id = 0;
+  uint64_t generation = 0;
+};
+std::string FormatPushSession(const PushSession& s);
+// INVALID_ARGUMENT unless `text` is FormatPushSession's form.
+absl::StatusOr<PushSession> ParsePushSession(absl::string_view text);
+// Adds kPushSessionMetadataKey for a push of `worker` in `session_id` and
+// `generation` to `context` (before the call starts).
+void AddPushSession(grpc::ClientContext* context, uint32_t worker,
+                    uint64_t session_id, uint64_t generation);
 inline constexpr char kRoleMetadataKey[] = "x-pstrain-role";
 inline constexpr int kMinTokenBytes = 16;
 inline constexpr int kMaxTokenBytes = 1024;
@@ -49,6 +71,22 @@ absl::StatusOr<std::string> ReadJobToken(const std::string& path);
 // coordinator-only method from another role). Health checks always pass.
 absl::Status CheckJobToken(absl::string_view method, absl::string_view token,
                            absl::string_view role, absl::string_view expected);
+
+// A new coordinator key: kCoordinatorKeyBytes from the system's random
+// source (std::random_device: /dev/urandom), as lower-case hex.
+std::string NewCoordinatorKey();
+
+// Adds the coordinator key to one call (never to a channel: the key must
+// reach shards only, and only on coordinator-only calls).
+void AddCoordinatorKey(grpc::ClientContext* context, const std::string& key);
+
+// Whether a call that reached a shard carries the coordinator's key
+// `expected`: OK, else PERMISSION_DENIED "only the coordinator may <what>"
+// (also when `expected` is empty: the shard has no coordinator yet). The
+// comparison does not stop at the first differing byte.
+absl::Status CheckCoordinatorKey(const grpc::ServerContext& context,
+                                 absl::string_view expected,
+                                 absl::string_view what);
 
 // Channel credentials that add `token` and `role` to every call of every
 // channel made from them (plaintext or TLS `inner`).

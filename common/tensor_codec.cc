@@ -122,9 +122,15 @@ absl::Status CheckChunk(const pstrain::v1::ChunkData& chunk,
   }
   if (chunk.shape_size() != 1 ||
       static_cast<uint64_t>(chunk.shape(0)) != expected_len) {
+    // At most 8 dimensions are quoted: a hostile shape list of 100,000
+    // entries must not make an error too large for gRPC's metadata.
     std::string got;
-    for (int64_t d : chunk.shape())
-      absl::StrAppend(&got, got.empty() ? "" : ",", d);
+    for (int i = 0; i < chunk.shape_size() && i < 8; ++i) {
+      absl::StrAppend(&got, i == 0 ? "" : ",", chunk.shape(i));
+    }
+    if (chunk.shape_size() > 8) {
+      absl::StrAppend(&got, ",...(", chunk.shape_size(), " dimensions)");
+    }
     return absl::InvalidArgumentError(absl::StrCat(
         where(), ": shape [", got, "] does not match [", expected_len, "]"));
   }

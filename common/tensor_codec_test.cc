@@ -130,5 +130,20 @@ TEST(TensorCodecTest, UnknownDtypeOnTheWireIsNamed) {
   EXPECT_NE(st.message().find("dtype 42"), std::string::npos) << st;
 }
 
+// Issue 23, finding 6: a hostile shape list is not echoed whole (100,000
+// entries made the error too large for gRPC's metadata: RESOURCE_EXHAUSTED
+// instead of the INVALID_ARGUMENT the client should read).
+TEST(TensorCodecTest, LongShapeListIsNotEchoedWhole) {
+  ChunkData chunk;
+  EncodeChunk("w", 0, kValues.data(), kValues.size(), &chunk);
+  chunk.clear_shape();
+  for (int i = 0; i < 100000; ++i) chunk.add_shape(123456789);
+  const absl::Status st = CheckChunk(chunk, kValues.size(), false);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_LT(st.message().size(), 300u) << st.message().substr(0, 300);
+  EXPECT_NE(st.message().find("(100000 dimensions)"), std::string::npos)
+      << st.message().substr(0, 300);
+}
+
 }  // namespace
 }  // namespace pstrain

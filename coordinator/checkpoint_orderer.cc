@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
+#include "common/job_token.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "proto/pstrain.grpc.pb.h"
@@ -172,6 +173,7 @@ absl::Status CheckpointOrderer::Round(uint64_t cut, absl::Duration wait,
     calls.emplace_back([&, i] {
       grpc::ClientContext ctx;
       SetTimeout(&ctx, wait);
+      AddCoordinatorKey(&ctx, options_.coordinator_key);
       pstrain::v1::CheckpointRequest req;
       req.set_step(cut);
       status[i] = FromGrpcStatus(stubs_[i]->Checkpoint(&ctx, req, &reply[i]));

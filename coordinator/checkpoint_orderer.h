@@ -74,6 +74,7 @@ struct CheckpointOrdererOptions {
   uint64_t start_step = 0;   // the last cut already saved (resume) or 0
   pstrain::v1::JobSpec job;  // name, mode, workers, shards, optimizer, map
   std::shared_ptr<grpc::ChannelCredentials> credentials;  // coordinator role
+  std::string coordinator_key;  // CoordinatorService::coordinator_key()
   absl::Duration poll = absl::Seconds(1);  // longest single Checkpoint call
   CheckpointEnv* env = nullptr;            // null: CheckpointEnv::Default()
 };

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/job_token.h"
 #include "common/logging.h"
 #include "common/process.h"
 #include "common/status_macros.h"
@@ -29,7 +30,8 @@ std::string ModeName(pstrain::v1::ConsistencyMode mode) {
 std::vector<pstrain::v1::ShardStats> CollectStatsAndShutdown(
     const std::vector<std::string>& addresses,
     std::shared_ptr<grpc::ChannelCredentials> credentials,
-    absl::Duration timeout, const std::string& reason) {
+    const std::string& coordinator_key, absl::Duration timeout,
+    const std::string& reason) {
   std::vector<pstrain::v1::ShardStats> stats;
   for (const std::string& address : addresses) {
     if (address.empty()) continue;
@@ -48,6 +50,7 @@ std::vector<pstrain::v1::ShardStats> CollectStatsAndShutdown(
     }
     grpc::ClientContext ctx;
     SetTimeout(&ctx, timeout);
+    AddCoordinatorKey(&ctx, coordinator_key);
     pstrain::v1::ShutdownRequest req;
     req.set_reason(reason);
     pstrain::v1::ShutdownResponse resp;
@@ -150,6 +153,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Create(
   }
   CoordinatorOptions service_options;
   service_options.config = options.config;
+  const std::string coordinator_key = NewCoordinatorKey();
+  service_options.coordinator_key = coordinator_key;
   PS_ASSIGN_OR_RETURN(node->checkpoint_root_,
                       CheckpointRoot(options.config, options.out));
   PS_ASSIGN_OR_RETURN(pstrain::v1::JobSpec job, MakeJobSpec(options.config));
@@ -179,6 +184,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Create(
     o.start_step = service_options.start_step;
     o.job = job;
     o.credentials = node->client_credentials_;
+    o.coordinator_key = coordinator_key;
     node->orderer_ = std::make_unique<CheckpointOrderer>(std::move(o));
     service_options.checkpoint_dir = node->checkpoint_root_;
   }
@@ -192,9 +198,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Create(
   PS_ASSIGN_OR_RETURN(
       node->metrics_server_,
       MaybeServeMetrics(&node->metrics_, options.bind, options.metrics_port));
-  PS_ASSIGN_OR_RETURN(StartedServer started,
-                      StartGrpcServer(options.bind, options.port, server_creds,
-                                      {node->service_.get()}));
+  PS_ASSIGN_OR_RETURN(
+      StartedServer started,
+      StartGrpcServer(options.bind, options.port, server_creds,
+                      {node->service_.get()}, {}, kMaxCoordinatorRequestBytes));
   node->server_ = std::move(started.server);
   node->port_ = started.port;
   if (!options.port_file.empty()) {
@@ -327,9 +334,9 @@ absl::Status CoordinatorNode::Run(const std::function<bool()>& stop) {
     }
     timeout = std::min(timeout, absl::Seconds(2));
   }
-  write_summary(
-      CollectStatsAndShutdown(addresses, client_credentials_, timeout,
-                              outcome.failed ? "job failed" : "job finished"));
+  write_summary(CollectStatsAndShutdown(
+      addresses, client_credentials_, service_->coordinator_key(), timeout,
+      outcome.failed ? "job failed" : "job finished"));
   if (options_.keep_serving_after_job && !stop()) {
     PS_LOG_INFO("job over; serving status and metrics until terminated");
     while (!stop()) absl::SleepFor(absl::Milliseconds(200));
@@ -386,6 +393,7 @@ void CoordinatorNode::MaybeRollBack(const std::function<bool()>& stop) {
     grpc::ClientContext ctx;
     SetTimeout(&ctx, timeout);
     CancelOnStop cancel(&ctx, stop);
+    AddCoordinatorKey(&ctx, service_->coordinator_key());
     pstrain::v1::RollbackRequest req;
     req.set_generation(order->generation);
     req.set_checkpoint(checkpoint);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/client_text.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
 #include "common/model_spec.h"
@@ -152,6 +153,7 @@ absl::Status CoordinatorService::RegisterServerLocked(
       members_.RegisterServer(request.address(), request.requested_shard()));
   response->set_shard(shard);
   response->set_session_id(members_.server_session(shard));
+  response->set_coordinator_key(coordinator_key_);
   if (members_.registered_servers() == before) return absl::OkStatus();
   if (metrics_ != nullptr) {
     metrics_->registered_servers->Set(members_.registered_servers());
@@ -567,6 +569,10 @@ absl::Status CoordinatorService::ReportLocked(
   const uint32_t worker = request.worker();
   PS_RETURN_IF_ERROR(
       members_.CheckWorkerSession(worker, request.session_id(), "Report"));
+  for (const auto& m : request.steps()) {
+    PS_RETURN_IF_ERROR(CheckClientString("StepMetrics.checkpoint",
+                                         m.checkpoint(), kMaxPathBytes));
+  }
   if (request.generation() != recovery_.generation()) {
     return absl::AbortedError(
         absl::StrCat("report of generation ", request.generation(),
@@ -611,8 +617,13 @@ absl::Status CoordinatorService::ReportLocked(
     // Workers prefix their errors with "worker R: "; the cause names it.
     absl::string_view message = request.error();
     absl::ConsumePrefix(&message, absl::StrCat("worker ", worker, ": "));
-    FailLocked(
-        {"worker", static_cast<int64_t>(worker), -1, std::string(message)});
+    // Kept whole up to kMaxMessageBytes (summary.json, the log); longer
+    // text is cut, saying how long it was.
+    std::string cause(message.substr(0, kMaxMessageBytes));
+    if (message.size() > kMaxMessageBytes) {
+      absl::StrAppend(&cause, "...(", message.size(), " bytes)");
+    }
+    FailLocked({"worker", static_cast<int64_t>(worker), -1, std::move(cause)});
   }
   // A final report may carry no step records (they went out in the batch
   // before), so the sender is named by `worker`, not by its records.
@@ -753,15 +764,21 @@ grpc::Status CoordinatorService::GetWorkerSessions(
 grpc::Status CoordinatorService::JobStatus(
     ServerContext* context, const pstrain::v1::JobStatusRequest* request,
     pstrain::v1::JobStatusResponse* response) {
+  if (absl::Status st = CheckClientString("JobStatusRequest.process",
+                                          request->process(), kMaxNameBytes);
+      !st.ok()) {
+    return ToGrpcStatus(st);
+  }
   absl::MutexLock lock(&mu_);
   if (request->process() == "server" || request->process() == "worker") {
     const bool server = request->process() == "server";
     const LeaseHolder holder =
         server ? LeaseHolder::kServer : LeaseHolder::kWorker;
     // A worker whose rank was declared dead (elastic) or given to another
-    // process: PERMISSION_DENIED, so it stops.
-    if (!server && !ended_ && request->session_id() != 0 &&
-        members_.CheckWorker(request->id()).ok()) {
+    // process: PERMISSION_DENIED, so it stops. Heartbeats renew leases, so
+    // every one must carry the holder's session (0 or a made-up id is
+    // refused): nobody else can keep a silent process "alive".
+    if (!server && !ended_ && members_.CheckWorker(request->id()).ok()) {
       const absl::Status st = members_.CheckWorkerSession(
           request->id(), request->session_id(), "JobStatus");
       if (!st.ok()) return ToGrpcStatus(st);
@@ -783,6 +800,11 @@ grpc::Status CoordinatorService::JobStatus(
                        server ? "server shard " : "worker ", request->id(),
                        " holds no lease here (was the coordinator "
                        "restarted?)"));
+    }
+    if (server && !ended_) {
+      const absl::Status st = members_.CheckServerSession(
+          request->id(), request->session_id(), "JobStatus");
+      if (!st.ok()) return ToGrpcStatus(st);
     }
     std::optional<uint64_t> step;
     if (!server) step = request->step();

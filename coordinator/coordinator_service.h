@@ -90,6 +90,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/job_config.h"
+#include "common/job_token.h"
 #include "common/metrics.h"
 #include "common/run_record.h"
 #include "coordinator/elastic.h"
@@ -100,6 +101,11 @@
 #include "proto/pstrain.grpc.pb.h"
 
 namespace pstrain {
+
+// The largest request the coordinator reads: its requests are small (a
+// report holds the step records of about one second), so large junk is
+// refused (RESOURCE_EXHAUSTED) before the service sees it.
+inline constexpr int kMaxCoordinatorRequestBytes = 1 << 20;
 
 struct CoordinatorOptions {
   JobConfig config =
@@ -112,6 +118,8 @@ struct CoordinatorOptions {
   // Where to publish pstrain_coordinator_* metrics; may be null. Must
   // outlive the service.
   MetricsRegistry* metrics = nullptr;
+  // The run's coordinator key (coordinator_key()); empty: a new one.
+  std::string coordinator_key;
   // Checkpoints (coordinator/checkpoint_orderer.h), published in the JobSpec:
   // where shards write them ("" = none) and, for a resumed job, the
   // checkpoint every shard restores (resume_from) and its step, where
@@ -211,6 +219,10 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   // Where the job started: the rollback point when no checkpoint exists.
   const std::string& start_checkpoint() const { return options_.resume_from; }
   uint64_t start_step() const { return options_.start_step; }
+  // This run's coordinator key (RegisterServerResponse.coordinator_key):
+  // the coordinator adds it to its Shutdown, Checkpoint and Rollback calls
+  // (AddCoordinatorKey), and shards refuse those calls without it.
+  const std::string& coordinator_key() const { return coordinator_key_; }
 
  private:
   struct Metrics {
@@ -315,6 +327,9 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   void FlushRows() ABSL_LOCKS_EXCLUDED(mu_, write_mu_, queue_mu_);
 
   const CoordinatorOptions options_;
+  const std::string coordinator_key_ = options_.coordinator_key.empty()
+                                           ? NewCoordinatorKey()
+                                           : options_.coordinator_key;
   std::unique_ptr<Metrics> metrics_;
 
   mutable absl::Mutex mu_;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/client_text.h"
 #include "common/run_record.h"
 
 namespace pstrain {
@@ -80,13 +81,17 @@ class CoordinatorTest : public ::testing::Test {
     return coord_->Report(&ctx, &req, &resp);
   }
 
+  // A heartbeat with the holder's own session, or `session_id`.
   grpc::Status Heartbeat(const std::string& process, int id, uint64_t step,
-                         v1::JobStatusResponse* resp) {
+                         v1::JobStatusResponse* resp,
+                         std::optional<uint64_t> session_id = std::nullopt) {
     grpc::ServerContext ctx;
     v1::JobStatusRequest req;
     req.set_process(process);
     req.set_id(id);
     req.set_step(step);
+    req.set_session_id(session_id.value_or(
+        process == "server" ? server_session_ : SessionOf(id)));
     return coord_->JobStatus(&ctx, &req, resp);
   }
 
@@ -363,6 +368,72 @@ TEST(CoordinatorRingTest, GetPeersNeedsTheSessionIdAndGivesTheLeftOne) {
   req.set_session_id(ids[1]);
   ASSERT_TRUE((*c)->GetPeers(&ctx, &req, &resp).ok());
   EXPECT_EQ(resp.left_session_id(), ids[0]);
+}
+
+// Issue 23, finding 5: heartbeats renew leases only with the holder's
+// session. A stranger's JobStatus with session 0 or a made-up id for a
+// silent worker or server is PERMISSION_DENIED and does not keep it alive.
+TEST_F(CoordinatorTest, HeartbeatsWithoutTheSessionRenewNoLease) {
+  Start(2);
+  v1::JobStatusResponse resp;
+  ASSERT_TRUE(Heartbeat("worker", 0, 1, &resp).ok());
+  ASSERT_TRUE(Heartbeat("worker", 1, 1, &resp).ok());
+  ASSERT_TRUE(Heartbeat("server", 0, 0, &resp).ok());
+  absl::SleepFor(absl::Milliseconds(50));
+  // The stranger beats for worker 1 and the server; worker 0 beats itself.
+  for (uint64_t forged : {uint64_t{0}, uint64_t{0x123456789}}) {
+    EXPECT_EQ(Heartbeat("worker", 1, 5, &resp, forged).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_EQ(Heartbeat("server", 0, 0, &resp, forged).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
+  ASSERT_TRUE(Heartbeat("worker", 0, 2, &resp).ok());
+  // 5 s after the holders' own beats: worker 1 (or the server) is dead.
+  EXPECT_TRUE(coord_->CheckLeases(absl::Now() + absl::Seconds(5) -
+                                  absl::Milliseconds(20)));
+  const JobOutcome o = coord_->Outcome();
+  ASSERT_TRUE(o.failed);
+  ASSERT_TRUE(o.failure.has_value());
+  EXPECT_TRUE(o.failure->process == "server" ||
+              (o.failure->process == "worker" && o.failure->rank == 1))
+      << o.message;
+}
+
+// Issue 23, findings 4 and 6: what a client sends is bounded when it is
+// read, and errors quote at most a short prefix of it.
+TEST_F(CoordinatorTest, ClientStringsAreBoundedAndNotEchoedWhole) {
+  Start(1);
+  grpc::ServerContext ctx;
+  // A 7 MB address is refused, naming its size, in a short message.
+  v1::RegisterServerRequest big;
+  big.set_address(std::string(7 << 20, 'a'));
+  big.set_requested_shard(-1);
+  v1::RegisterServerResponse resp;
+  grpc::Status s = coord_->RegisterServer(&ctx, &big, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("7340032 bytes"), std::string::npos)
+      << s.error_message().substr(0, 300);
+  EXPECT_LT(s.error_message().size(), 400u);
+  // Shard 0 is held by "127.0.0.1:1": a longest-allowed address asking for
+  // it gets ALREADY_EXISTS, quoting the holder in a bounded message.
+  v1::RegisterServerRequest other;
+  other.set_address(std::string(kMaxAddressBytes, 'b'));
+  other.set_requested_shard(0);
+  s = coord_->RegisterServer(&ctx, &other, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS)
+      << s.error_message();
+  EXPECT_LT(s.error_message().size(), 400u);
+  // A process kind longer than any name is refused.
+  v1::JobStatusResponse status;
+  s = Heartbeat(std::string(1000, 'p'), 0, 0, &status);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // A worker's error text is kept up to kMaxMessageBytes, then cut.
+  s = Report(0, {0}, false, 0, -1, std::string(100000, 'e'));
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const JobOutcome o = coord_->Outcome();
+  ASSERT_TRUE(o.failed);
+  EXPECT_LT(o.message.size(), kMaxMessageBytes + 200);
+  EXPECT_NE(o.message.find("(100000 bytes)"), std::string::npos);
 }
 
 }  // namespace

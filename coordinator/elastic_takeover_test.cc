@@ -46,6 +46,7 @@ class TakeoverTest : public ::testing::Test {
     rs.set_requested_shard(-1);
     v1::RegisterServerResponse rsr;
     ASSERT_TRUE(coord_->RegisterServer(&ctx, &rs, &rsr).ok());
+    server_session_ = rsr.session_id();
     v1::ServerReadyRequest ready;
     ready.set_session_id(rsr.session_id());
     v1::ServerReadyResponse ready_resp;
@@ -94,7 +95,7 @@ class TakeoverTest : public ::testing::Test {
   void LeasesRunOutForAllButWorker0() {
     absl::SleepFor(absl::Milliseconds(50));
     v1::JobStatusResponse resp;
-    ASSERT_TRUE(Heartbeat("server", 0, 0, &resp).ok());
+    ASSERT_TRUE(Heartbeat("server", 0, server_session_, &resp).ok());
     ASSERT_TRUE(Heartbeat("worker", 0, sessions_[0], &resp).ok());
     EXPECT_EQ(resp.adopt_ranks_size(), 0);
     EXPECT_FALSE(coord_->CheckLeases(absl::Now() + absl::Seconds(5) -
@@ -156,6 +157,7 @@ class TakeoverTest : public ::testing::Test {
     EXPECT_EQ(o.samples, static_cast<uint64_t>(2 * 8 * kSteps - 2 * 8));
   }
 
+  uint64_t server_session_ = 0;  // shard 0's
   std::unique_ptr<CoordinatorService> coord_;
   std::vector<uint64_t> sessions_;
 };

@@ -4,6 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/client_text.h"
+#include "common/status_macros.h"
 
 namespace pstrain {
 
@@ -28,6 +30,8 @@ absl::StatusOr<int> Membership::RegisterServer(const std::string& address,
   if (address.empty()) {
     return absl::InvalidArgumentError("server address is empty");
   }
+  PS_RETURN_IF_ERROR(
+      CheckClientString("server address", address, kMaxAddressBytes));
   const int k = num_servers();
   for (int s = 0; s < k; ++s) {
     if (servers_[s].address == address) {
@@ -48,8 +52,9 @@ absl::StatusOr<int> Membership::RegisterServer(const std::string& address,
           absl::StrCat("all ", k, " server shards are taken"));
     }
   } else if (!servers_[shard].address.empty()) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "shard ", shard, " is already held by ", servers_[shard].address));
+    return absl::AlreadyExistsError(
+        absl::StrCat("shard ", shard, " is already held by ",
+                     EchoClientText(servers_[shard].address)));
   }
   servers_[shard].address = address;
   servers_[shard].session_id = new_session_id_();
@@ -66,6 +71,8 @@ absl::Status Membership::MarkServerReady(int64_t shard) {
 
 absl::StatusOr<int> Membership::RegisterWorker(
     int requested_rank, const std::string& peer_address) {
+  PS_RETURN_IF_ERROR(
+      CheckClientString("worker peer address", peer_address, kMaxAddressBytes));
   const int n = num_workers();
   if (ring_peers_ && peer_address.empty()) {
     return absl::InvalidArgumentError(

@@ -9,11 +9,15 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/chunk_frames.h"
+#include "common/client_text.h"
 #include "common/grpc_util.h"
+#include "common/job_token.h"
 #include "common/sharding.h"
+#include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "server/checkpoint.h"
 
@@ -136,6 +140,50 @@ void ParameterServerService::SetCheckpointRoot(std::string root,
   num_shards_ = num_shards;
 }
 
+void ParameterServerService::SetCoordinator(std::string key,
+                                            std::string resume_from,
+                                            uint64_t max_generation) {
+  absl::MutexLock lock(&mu_);
+  coordinator_key_ = std::move(key);
+  resume_from_ = std::move(resume_from);
+  max_generation_ = max_generation;
+}
+
+absl::Status ParameterServerService::CheckCoordinator(
+    const grpc::ServerContext& context, absl::string_view what) const {
+  std::string key;
+  {
+    absl::MutexLock lock(&mu_);
+    key = coordinator_key_;
+  }
+  return CheckCoordinatorKey(context, key, what);
+}
+
+absl::Status ParameterServerService::CheckRollbackTarget(
+    const pstrain::v1::RollbackRequest& r) const {
+  if (r.generation() > max_generation_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rollback to generation ", r.generation(),
+        " refused: this job reaches at most generation ", max_generation_,
+        " (training.max_restarts); nothing changed"));
+  }
+  const std::string& path = r.checkpoint();
+  if (path.empty()) return absl::OkStatus();  // the initial state
+  const bool dotdot = path == ".." || absl::StartsWith(path, "../") ||
+                      absl::StrContains(path, "/../") ||
+                      absl::EndsWith(path, "/..");
+  const bool resume_point = !resume_from_.empty() && path == resume_from_;
+  const bool step_dir = !checkpoint_root_.empty() &&
+                        path == CheckpointDir(checkpoint_root_, r.step());
+  if (dotdot || !(resume_point || step_dir)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rollback refused: '", EchoClientText(path),
+        "' is neither the job's resume point nor the step ", r.step(),
+        " directory of its checkpoint folder; nothing changed"));
+  }
+  return absl::OkStatus();
+}
+
 void ParameterServerService::SetRollbackFactory(RollbackFactory factory) {
   absl::MutexLock lock(&mu_);
   rollback_factory_ = std::move(factory);
@@ -182,10 +230,12 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   PushReactor(ParameterServerService* service, std::shared_ptr<Shard> shard,
               std::shared_ptr<WorkerSessions> sessions,
-              grpc::CallbackServerContext* context, grpc::ByteBuffer* response)
+              const PushSession& session, grpc::CallbackServerContext* context,
+              grpc::ByteBuffer* response)
       : service_(service),
         shard_(std::move(shard)),
         sessions_(std::move(sessions)),
+        session_(session),
         context_(context),
         response_(response),
         start_(absl::Now()),
@@ -206,6 +256,19 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   // no page faults per push once the first push has been received).
   void Begin() {
     admitted_ = true;
+    // An admitted stream that sends nothing is ended, so that it cannot
+    // hold the slot (the worker sends its header at once, even while its
+    // gradients are still being computed).
+    first_alarm_.Set(
+        absl::ToChronoTime(absl::Now() +
+                           service_->options_.first_message_timeout),
+        [watch = watch_](bool expired) {
+          if (!expired) return;
+          absl::MutexLock lock(&watch->mu);
+          if (!watch->first_read && watch->context != nullptr) {
+            watch->context->TryCancel();
+          }
+        });
     messages_ = service_->TakePushBuffers();
     if (on_arrival_) {
       while (messages_->size() < 2) messages_->emplace_back();
@@ -224,6 +287,11 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   }
 
   void OnReadDone(bool ok) override {
+    if (!first_read_) {
+      first_read_ = true;  // reads never overlap: no lock for this flag
+      absl::MutexLock lock(&watch_->mu);
+      watch_->first_read = true;
+    }
     if (on_arrival_) {
       OnArrivalReadDone(ok);
       return;
@@ -261,12 +329,8 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       return;
     }
     if (count_ == 1 && message.has_header()) {
-      const pstrain::v1::PushHeader& h = message.header();
-      absl::Status st = sessions_->Check(h.worker(), h.session_id(), "Push");
-      if (st.ok()) st = service_->CheckGeneration(h.generation(), "push");
-      if (!st.ok()) {
-        Fail(ToGrpcStatus(absl::Status(
-            st.code(), absl::StrCat(st.message(), "; nothing applied"))));
+      if (absl::Status st = MatchesSession(message.header()); !st.ok()) {
+        Fail(ToGrpcStatus(st));
         return;
       }
     }
@@ -405,12 +469,7 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
             "the first push message must carry a header");
       }
       const pstrain::v1::PushHeader& h = message.header();
-      absl::Status st = sessions_->Check(h.worker(), h.session_id(), "Push");
-      if (st.ok()) st = service_->CheckGeneration(h.generation(), "push");
-      if (!st.ok()) {
-        return absl::Status(st.code(),
-                            absl::StrCat(st.message(), "; nothing applied"));
-      }
+      PS_RETURN_IF_ERROR(MatchesSession(h));
       absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> incoming =
           shard_->BeginPush(h);
       if (!incoming.ok()) return incoming.status();
@@ -433,6 +492,8 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       watch_->context = nullptr;
     }
     alarm_.Cancel();
+    first_alarm_.Cancel();
+    ReleaseStream();  // if End never ran
     ReturnBuffers();  // kept past End while a read could still use them
     delete this;
   }
@@ -442,7 +503,22 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   struct Watch {
     absl::Mutex mu;
     grpc::CallbackServerContext* context ABSL_GUARDED_BY(mu) = nullptr;
+    bool first_read ABSL_GUARDED_BY(mu) = false;
   };
+
+  // The first message's header must be the one the stream opened with
+  // (checked then, before admission): worker, session and generation.
+  absl::Status MatchesSession(const pstrain::v1::PushHeader& h) const {
+    if (h.worker() == session_.worker &&
+        h.session_id() == session_.session_id &&
+        h.generation() == session_.generation) {
+      return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push header (worker ", h.worker(), ", generation ", h.generation(),
+        ") is not the session the stream opened with (worker ", session_.worker,
+        ", generation ", session_.generation, "); nothing applied"));
+  }
 
   // Frees the admission slot and the buffers, then finishes the call.
   void End(const grpc::Status& status) {
@@ -455,7 +531,17 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     // after the half-close, with no read left.
     if (!on_arrival_ || status.ok()) ReturnBuffers();
     if (admitted_) service_->EndPush();
+    // Before Finish: the client may open its next stream as soon as it has
+    // the status (OnDone may come later).
+    ReleaseStream();
     Finish(status);
+  }
+
+  // Gives back the stream this push counts against its worker's bound
+  // (ParameterServerService::TakePushStream), once.
+  void ReleaseStream() {
+    if (std::exchange(stream_released_, true)) return;
+    service_->ReleasePushStream(session_.worker);
   }
 
   void ReturnBuffers() {
@@ -536,6 +622,7 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   ParameterServerService* const service_;
   const std::shared_ptr<Shard> shard_;
   const std::shared_ptr<WorkerSessions> sessions_;
+  const PushSession session_;  // checked when the stream opened
   grpc::CallbackServerContext* const context_;
   grpc::ByteBuffer* const response_;
   const absl::Time start_;
@@ -560,8 +647,11 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   bool half_closed_ ABSL_GUARDED_BY(pipe_mu_) = false;
   bool done_ ABSL_GUARDED_BY(pipe_mu_) = false;  // the call is being ended
   std::optional<grpc::Status> failure_ ABSL_GUARDED_BY(pipe_mu_);
+  bool first_read_ = false;
+  bool stream_released_ = false;  // End, then OnDone: never concurrent
   const std::shared_ptr<Watch> watch_;
   grpc::Alarm alarm_;
+  grpc::Alarm first_alarm_;  // options.first_message_timeout after Begin
 };
 
 std::unique_ptr<std::vector<PushRequest>>
@@ -647,8 +737,49 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterServerService::Push(
     return new RejectedPush(
         grpc::Status(grpc::StatusCode::UNAVAILABLE, "shard not initialised"));
   }
-  return new PushReactor(this, std::move(s), std::move(sessions), context,
-                         response);
+  // Authenticated before admitted: a stream whose session is not current
+  // takes no slot and no buffer.
+  const auto& md = context->client_metadata();
+  auto it = md.find(kPushSessionMetadataKey);
+  if (it == md.end()) {
+    return new RejectedPush(grpc::Status(
+        grpc::StatusCode::UNAUTHENTICATED,
+        "push without its session (metadata x-pstrain-push-session); "
+        "nothing applied"));
+  }
+  absl::StatusOr<PushSession> session =
+      ParsePushSession(absl::string_view(it->second.data(), it->second.size()));
+  absl::Status st = session.status();
+  if (st.ok()) {
+    st = sessions->Check(session->worker, session->session_id, "Push");
+  }
+  if (st.ok()) st = CheckGeneration(session->generation, "push");
+  if (st.ok() && !TakePushStream(session->worker)) {
+    st = absl::ResourceExhaustedError(absl::StrCat(
+        "worker ", session->worker, " already has ", kMaxPushStreamsPerWorker,
+        " push streams open on this shard"));
+  }
+  if (!st.ok()) {
+    if (metrics_ != nullptr) metrics_->rejected->Inc();
+    return new RejectedPush(ToGrpcStatus(absl::Status(
+        st.code(), absl::StrCat(st.message(), "; nothing applied"))));
+  }
+  return new PushReactor(this, std::move(s), std::move(sessions), *session,
+                         context, response);
+}
+
+bool ParameterServerService::TakePushStream(uint32_t worker) {
+  absl::MutexLock lock(&push_mu_);
+  int& open = push_streams_[worker];
+  if (open >= kMaxPushStreamsPerWorker) return false;
+  ++open;
+  return true;
+}
+
+void ParameterServerService::ReleasePushStream(uint32_t worker) {
+  absl::MutexLock lock(&push_mu_);
+  auto it = push_streams_.find(worker);
+  if (it != push_streams_.end() && --it->second <= 0) push_streams_.erase(it);
 }
 
 grpc::Status ParameterServerService::StreamedPull(
@@ -746,6 +877,10 @@ grpc::Status ParameterServerService::GetStats(
 grpc::Status ParameterServerService::Shutdown(
     grpc::ServerContext* context, const pstrain::v1::ShutdownRequest* request,
     pstrain::v1::ShutdownResponse* response) {
+  if (absl::Status st = CheckCoordinator(*context, "shut a shard down");
+      !st.ok()) {
+    return ToGrpcStatus(st);
+  }
   std::function<void(const std::string&)> callback;
   std::shared_ptr<Shard> s;
   {
@@ -761,6 +896,10 @@ grpc::Status ParameterServerService::Shutdown(
 grpc::Status ParameterServerService::Checkpoint(
     grpc::ServerContext* context, const pstrain::v1::CheckpointRequest* request,
     pstrain::v1::CheckpointResponse* response) {
+  if (absl::Status st = CheckCoordinator(*context, "order a checkpoint");
+      !st.ok()) {
+    return ToGrpcStatus(st);
+  }
   const absl::Time deadline =
       ServerDeadline(*context, options_.barrier_timeout);
   auto answer = [response](const CheckpointFile& file) {
@@ -815,9 +954,16 @@ namespace pstrain {
 grpc::Status ParameterServerService::Rollback(
     grpc::ServerContext* context, const pstrain::v1::RollbackRequest* request,
     pstrain::v1::RollbackResponse* response) {
+  if (absl::Status st = CheckCoordinator(*context, "order a rollback");
+      !st.ok()) {
+    return ToGrpcStatus(st);
+  }
   RollbackFactory factory;
   {
     absl::MutexLock lock(&mu_);
+    if (absl::Status st = CheckRollbackTarget(*request); !st.ok()) {
+      return ToGrpcStatus(st);
+    }
     if (request->generation() < generation_) {
       return grpc::Status(
           grpc::StatusCode::ABORTED,

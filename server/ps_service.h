@@ -22,12 +22,19 @@
 // pin of its own until gRPC has sent it (common/chunk_frames.h), so the
 // weights are copied only by the kernel.
 //
-// Session ids (README "Security"): a pull and a push must carry their rank's
+// Session ids (docs/security.md): a pull and a push must carry their rank's
 // current session id (PullRequest / PushHeader.session_id), else
-// PERMISSION_DENIED and nothing changes. A pull with an id the shard does
-// not know refreshes the table from the coordinator first
-// (server/worker_sessions.h); a push is checked against the table as it is,
-// as soon as its first message arrives. A pull with session_only does the
+// PERMISSION_DENIED and nothing changes. A push stream names its session in
+// its metadata (x-pstrain-push-session, common/job_token.h), checked when
+// the stream opens: a stream without a current session is refused before it
+// takes an admission slot or any buffer (UNAUTHENTICATED without one,
+// PERMISSION_DENIED for a stale or made-up one), its first header must match
+// it, an admitted stream that sends nothing for
+// options.first_message_timeout is cancelled, and a worker may have at most
+// kMaxPushStreamsPerWorker streams open (RESOURCE_EXHAUSTED beyond). A pull
+// with an id the shard does not know refreshes the table from the coordinator
+// first (server/worker_sessions.h); a push is checked against the table as it
+// is, as soon as its first message arrives. A pull with session_only does the
 // checks (and the refresh) and ends OK with no message, waiting for no step:
 // how a stand-in makes its new session known before its first push
 // (PsClient::AnnounceSession).
@@ -68,6 +75,10 @@ namespace pstrain {
 // (ServerNode; ps_bench measures its memory variants against them).
 std::vector<std::pair<std::string, int>> PsServerChannelArgs();
 
+// Push streams one worker may have open (admitted or waiting) on a shard
+// at once: a push uses up to network.push_streams (at most 8) of them.
+inline constexpr int kMaxPushStreamsPerWorker = 8;
+
 struct PsServiceOptions {
   absl::Duration barrier_timeout = absl::Minutes(5);  // longest blocked pull
   // Where to publish pstrain_server_* metrics; may be null. Must outlive the
@@ -87,6 +98,10 @@ struct PsServiceOptions {
   // A push stream (waiting included) still open after this long is
   // cancelled, nothing applied, so a stalled client cannot hold a slot.
   absl::Duration push_timeout = absl::Minutes(2);
+  // An admitted push stream whose first message has not arrived this long
+  // after its admission is cancelled, nothing applied (a worker sends its
+  // header at once).
+  absl::Duration first_message_timeout = absl::Seconds(5);
   // Where Checkpoint writes files (may be null: CheckpointEnv::Default()).
   // Must outlive the service.
   CheckpointEnv* checkpoint_env = nullptr;
@@ -126,6 +141,19 @@ class ParameterServerService final
   // job's current one, JobSpec.generation).
   void SetGeneration(uint64_t generation);
   uint64_t generation() const;
+  // The coordinator this shard registered with (docs/security.md):
+  //  - `key` (RegisterServerResponse.coordinator_key) must come with every
+  //    Shutdown, Checkpoint and Rollback (metadata x-pstrain-coordinator,
+  //    common/job_token.h), else PERMISSION_DENIED and nothing changes,
+  //    token or not; until set, those calls are refused;
+  //  - a Rollback may restore only `resume_from` (the job's resume point,
+  //    JobSpec.resume_from; "" for none) or a step directory of the
+  //    checkpoint root (SetCheckpointRoot, CheckpointDir(root, step)), or
+  //    build the initial state (""); any other path, a path with "..", and
+  //    a generation above `max_generation` (the most a job can reach:
+  //    training.max_restarts) are INVALID_ARGUMENT.
+  void SetCoordinator(std::string key, std::string resume_from,
+                      uint64_t max_generation);
   // Runs once, on the first Shutdown RPC (from the coordinator at job end).
   void SetShutdownCallback(std::function<void(const std::string&)> callback);
 
@@ -169,8 +197,18 @@ class ParameterServerService final
   friend class PushReactor;
   std::shared_ptr<Shard> shard() const;
   std::shared_ptr<WorkerSessions> sessions() const;
+  // OK when the call carries the coordinator's key (SetCoordinator).
+  absl::Status CheckCoordinator(const grpc::ServerContext& context,
+                                absl::string_view what) const;
+  // OK when a Rollback may restore `checkpoint` at `step` in `generation`.
+  absl::Status CheckRollbackTarget(const pstrain::v1::RollbackRequest& r) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // OK when `generation` is the one served, else ABORTED naming both.
   absl::Status CheckGeneration(uint64_t generation, const char* what) const;
+  // Open push streams per worker (at most kMaxPushStreamsPerWorker): false
+  // when `worker` has that many already.
+  bool TakePushStream(uint32_t worker);
+  void ReleasePushStream(uint32_t worker);
   // Push admission (max_concurrent_pushes): true if `r` may read now,
   // false if it was queued.
   bool AdmitPush(PushReactor* r, bool on_arrival);
@@ -209,6 +247,9 @@ class ParameterServerService final
   absl::Duration barrier_timeout_ ABSL_GUARDED_BY(mu_);
   std::function<void(const std::string&)> on_shutdown_ ABSL_GUARDED_BY(mu_);
   std::string checkpoint_root_ ABSL_GUARDED_BY(mu_);
+  std::string coordinator_key_ ABSL_GUARDED_BY(mu_);
+  std::string resume_from_ ABSL_GUARDED_BY(mu_);
+  uint64_t max_generation_ ABSL_GUARDED_BY(mu_) = 0;
   RollbackFactory rollback_factory_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t generation_step_ ABSL_GUARDED_BY(mu_) = 0;  // its rollback step
@@ -222,6 +263,7 @@ class ParameterServerService final
   mutable absl::Mutex push_mu_;
   int active_pushes_ ABSL_GUARDED_BY(push_mu_) = 0;
   std::deque<PushReactor*> waiting_pushes_ ABSL_GUARDED_BY(push_mu_);
+  std::map<uint32_t, int> push_streams_ ABSL_GUARDED_BY(push_mu_);
   std::vector<std::unique_ptr<std::vector<pstrain::v1::PushRequest>>>
       push_buffers_ ABSL_GUARDED_BY(push_mu_);
   std::atomic<uint64_t> bytes_in_{0};

@@ -13,7 +13,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -26,6 +28,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
+#include "common/job_token.h"
 #include "common/tensor_codec.h"
 #include "server/shard.h"
 #include "server/worker_sessions.h"
@@ -145,6 +148,13 @@ class OnArrivalServiceTest : public ::testing::Test {
     grpc::GenericStub stub(channel_);
     grpc::ClientContext ctx;
     SetTimeout(&ctx, absl::Seconds(10));
+    // The stream opens as its first header's session, as workers do.
+    v1::PushRequest first;
+    if (!frames.empty() && first.ParseFromString(frames[0]) &&
+        first.has_header()) {
+      AddPushSession(&ctx, first.header().worker(), first.header().session_id(),
+                     first.header().generation());
+    }
     grpc::CompletionQueue cq;
     auto call = stub.PrepareCall(&ctx, "/pstrain.v1.ParameterServer/Push", &cq);
     void* tag = nullptr;
@@ -425,6 +435,111 @@ TEST_F(OnArrivalServiceTest,
   DirectPush(*reference, 0, 0, g0);
   DirectPush(*reference, 1, 0, g1);
   EXPECT_TRUE(Observe(*shard_) == Observe(*reference));
+}
+
+// Issue 23, finding 1: Rollback, Checkpoint and Shutdown come from the
+// coordinator only (its key, RegisterServerResponse.coordinator_key, in the
+// call's metadata), token or not; a rollback names only the job's own
+// checkpoints and a generation the job can reach. A refused call changes
+// nothing: the shard keeps its weights and version, writes no file, and
+// keeps serving.
+TEST_F(OnArrivalServiceTest, ControlCallsComeFromTheCoordinatorOnly) {
+  const std::string key(64, 'c');
+  const std::string root = ::testing::TempDir() + "/control_calls";
+  int rollbacks = 0, shutdowns = 0;
+  service_->SetCheckpointRoot(root, 1);
+  service_->SetRollbackFactory(
+      [&rollbacks](const std::string&,
+                   uint64_t) -> absl::StatusOr<std::shared_ptr<Shard>> {
+        ++rollbacks;
+        return MakeShard();
+      });
+  service_->SetShutdownCallback(
+      [&shutdowns](const std::string&) { ++shutdowns; });
+  ASSERT_TRUE(PushFrames(Frames(0, 0, RandomGrad(1))).ok());
+  ASSERT_TRUE(PushFrames(Frames(1, 0, RandomGrad(2))).ok());
+  const Observed before = Observe(*shard_);
+  ASSERT_EQ(before.version, 1u);
+
+  // `with_key`: "" sends none.
+  auto rollback = [&](const std::string& with_key, uint64_t generation,
+                      const std::string& checkpoint, uint64_t step) {
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, absl::Seconds(10));
+    AddCoordinatorKey(&ctx, with_key);
+    v1::RollbackRequest req;
+    req.set_generation(generation);
+    req.set_checkpoint(checkpoint);
+    req.set_step(step);
+    v1::RollbackResponse resp;
+    return stub_->Rollback(&ctx, req, &resp);
+  };
+  auto checkpoint = [&](const std::string& with_key) {
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, absl::Seconds(10));
+    AddCoordinatorKey(&ctx, with_key);
+    v1::CheckpointRequest req;
+    req.set_step(1);
+    v1::CheckpointResponse resp;
+    return stub_->Checkpoint(&ctx, req, &resp);
+  };
+  auto shutdown = [&](const std::string& with_key) {
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, absl::Seconds(10));
+    AddCoordinatorKey(&ctx, with_key);
+    v1::ShutdownResponse resp;
+    return stub_->Shutdown(&ctx, v1::ShutdownRequest(), &resp);
+  };
+  auto expect = [](const grpc::Status& s, grpc::StatusCode code,
+                   const std::string& words) {
+    EXPECT_EQ(s.error_code(), code) << s.error_message();
+    EXPECT_NE(s.error_message().find(words), std::string::npos)
+        << s.error_message();
+  };
+
+  // Before the shard knows its coordinator, and then without or with a
+  // wrong key: PERMISSION_DENIED. The finding's call: Rollback(2^64 - 1, "").
+  const uint64_t kMax = std::numeric_limits<uint64_t>::max();
+  expect(rollback(key, kMax, "", 0), grpc::StatusCode::PERMISSION_DENIED,
+         "has not registered");
+  service_->SetCoordinator(key, "", /*max_generation=*/3);
+  for (const std::string& wrong : {std::string(), std::string(64, 'x')}) {
+    SCOPED_TRACE(wrong.empty() ? "no key" : "wrong key");
+    expect(rollback(wrong, kMax, "", 0), grpc::StatusCode::PERMISSION_DENIED,
+           "only the coordinator may order a rollback");
+    expect(rollback(wrong, 1, "/etc", 0), grpc::StatusCode::PERMISSION_DENIED,
+           "only the coordinator");
+    expect(checkpoint(wrong), grpc::StatusCode::PERMISSION_DENIED,
+           "only the coordinator may order a checkpoint");
+    expect(shutdown(wrong), grpc::StatusCode::PERMISSION_DENIED,
+           "only the coordinator may shut a shard down");
+  }
+  // With the key, still no impossible generation and no foreign path.
+  expect(rollback(key, kMax, "", 0), grpc::StatusCode::INVALID_ARGUMENT,
+         "at most generation 3");
+  expect(rollback(key, 1, "/etc", 0), grpc::StatusCode::INVALID_ARGUMENT,
+         "neither the job's resume point");
+  expect(rollback(key, 1, root + "/../etc", 0),
+         grpc::StatusCode::INVALID_ARGUMENT, "neither");
+  expect(rollback(key, 1, root + "/step-000000000000/..", 0),
+         grpc::StatusCode::INVALID_ARGUMENT, "neither");
+  EXPECT_EQ(rollbacks, 0);
+  EXPECT_EQ(shutdowns, 0);
+  EXPECT_FALSE(std::filesystem::exists(root)) << "a checkpoint was written";
+  EXPECT_TRUE(Observe(*shard_) == before) << "a refused call changed the shard";
+  EXPECT_EQ(service_->generation(), 0u);
+  // Still serving: the next step's pushes apply.
+  ASSERT_TRUE(PushFrames(Frames(0, 1, RandomGrad(3))).ok());
+  ASSERT_TRUE(PushFrames(Frames(1, 1, RandomGrad(4))).ok());
+  EXPECT_EQ(shard_->Stats().version(), 2u);
+
+  // The coordinator's own calls pass (so the refusals above are the key's).
+  const grpc::Status ok = rollback(key, 1, "", 0);
+  EXPECT_TRUE(ok.ok()) << ok.error_message();
+  EXPECT_EQ(rollbacks, 1);
+  EXPECT_EQ(service_->generation(), 1u);
+  EXPECT_TRUE(shutdown(key).ok());
+  EXPECT_EQ(shutdowns, 1);
 }
 
 }  // namespace

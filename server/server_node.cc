@@ -189,6 +189,13 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
   if (!job.checkpoint_dir().empty()) {
     service.SetCheckpointRoot(job.checkpoint_dir(), job.num_servers());
   }
+  // Only the coordinator may stop, checkpoint or roll back this shard.
+  service.SetCoordinator(
+      reg.coordinator_key(), job.resume_from(),
+      job.config().training().on_failure() ==
+              pstrain::v1::TrainingConfig::RESTART
+          ? static_cast<uint64_t>(job.config().training().max_restarts())
+          : 0);
   // training.on_failure: restart: the coordinator may order a rollback.
   service.SetGeneration(job.generation());
   service.SetRollbackFactory(
@@ -281,6 +288,7 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
     pstrain::v1::JobStatusRequest req;
     req.set_process("server");
     req.set_id(reg.shard());
+    req.set_session_id(reg.session_id());
     pstrain::v1::JobStatusResponse status;
     grpc::Status s = coord->JobStatus(&ctx, req, &status);
     if (s.ok()) {
@@ -308,6 +316,11 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the coordinator at ", coordinator,
           " does not know this shard: ", s.error_message(), "; exiting"));
+    } else if (s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+      // Another process registered for this shard since (a replacement).
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the coordinator at ", coordinator,
+          " ended this shard's session: ", s.error_message(), "; exiting"));
     } else if (absl::Now() - last_contact > lease) {
       return absl::UnavailableError(absl::StrFormat(
           "the coordinator at %s has been silent for %.1f s "

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/job_token.h"
 #include "common/tensor_codec.h"
 #include "tests/test_cluster.h"
 
@@ -107,6 +108,10 @@ class BadInputTest : public ::testing::Test {
   }
 
   // Carries the worker's session id.
+  static void OpenAs(grpc::ClientContext* ctx, const v1::PushHeader& h) {
+    AddPushSession(ctx, h.worker(), h.session_id(), h.generation());
+  }
+
   v1::PushHeader Header(uint32_t worker = 0, uint64_t clock = 0) const {
     v1::PushHeader h;
     h.set_worker(worker);
@@ -124,6 +129,9 @@ class BadInputTest : public ::testing::Test {
   grpc::Status Push(const v1::PushHeader* header,
                     const std::vector<v1::ChunkData>& chunks) {
     grpc::ClientContext ctx;
+    // The stream opens as the header's session (the valid one when the
+    // message has no header).
+    OpenAs(&ctx, header != nullptr ? *header : Header());
     v1::PushResponse resp;
     auto writer = stub_->Push(&ctx, &resp);
     v1::PushRequest msg;
@@ -356,6 +364,7 @@ TEST_F(BadInputTest, PushCancelledOrTimedOutBeforeHalfCloseChangesNothing) {
                        std::chrono::milliseconds(1000));
     }
     v1::PushResponse resp;
+    OpenAs(&ctx, Header());
     auto writer = stub_->Push(&ctx, &resp);
     v1::PushRequest msg;
     *msg.mutable_header() = Header();
@@ -387,6 +396,13 @@ grpc::Status RawPushFrames(const std::string& address,
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   grpc::CompletionQueue cq;
   grpc::ClientContext ctx;
+  // The stream opens as its first header's session, as workers do.
+  v1::PushRequest first;
+  if (!frames.empty() && first.ParseFromString(frames[0]) &&
+      first.has_header()) {
+    AddPushSession(&ctx, first.header().worker(), first.header().session_id(),
+                   first.header().generation());
+  }
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   auto call = stub.PrepareCall(&ctx, "/pstrain.v1.ParameterServer/Push", &cq);
   void* tag = nullptr;
@@ -443,6 +459,7 @@ TEST_F(BadInputTest, TrailingUndecodableFrameRejectsThePush) {
 TEST_F(BadInputTest, RetriedPushGetsTheOriginalAnswer) {
   auto push = [&](float value, v1::PushResponse* resp) {
     grpc::ClientContext ctx;
+    OpenAs(&ctx, Header());
     auto writer = stub_->Push(&ctx, resp);
     v1::PushRequest msg;
     *msg.mutable_header() = Header();
@@ -480,6 +497,7 @@ TEST_F(BadInputTest, RetriedPushGetsTheOriginalAnswer) {
 TEST_F(BadInputTest, OversizedPushStreamIsRefusedEarly) {
   grpc::ClientContext ctx;
   v1::PushResponse resp;
+  OpenAs(&ctx, Header());
   auto writer = stub_->Push(&ctx, &resp);
   v1::PushRequest msg;
   *msg.mutable_header() = Header();
@@ -499,6 +517,7 @@ TEST_F(BadInputTest, OversizedPushStreamIsRefusedEarly) {
 TEST_F(BadInputTest, EndlessEmptyMessagesAreRefused) {
   grpc::ClientContext ctx;
   v1::PushResponse resp;
+  OpenAs(&ctx, Header());
   auto writer = stub_->Push(&ctx, &resp);
   v1::PushRequest msg;
   *msg.mutable_header() = Header();

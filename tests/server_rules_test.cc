@@ -25,6 +25,7 @@
 #include "absl/time/time.h"
 #include "common/grpc_util.h"
 #include "common/job_config.h"
+#include "common/job_token.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "gtest/gtest.h"
@@ -82,6 +83,7 @@ absl::StatusOr<pstrain::v1::PushResponse> RawPush(
   }
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  AddPushSession(&context, worker, session_id, 0);
   pstrain::v1::PushResponse response;
   std::unique_ptr<grpc::ClientWriter<pstrain::v1::PushRequest>> writer =
       stub.Push(&context, &response);

@@ -161,15 +161,19 @@ class Reporter {
 // pull blocked on a barrier) outlasts it by more than ~50 ms.
 class Liveness {
  public:
+  // `session_id`: the rank's session (RegisterWorkerResponse), which every
+  // heartbeat carries from the first: the coordinator renews no lease
+  // without it.
   Liveness(pstrain::v1::Coordinator::Stub* coord, uint32_t rank,
-           absl::Duration lease, absl::Duration rpc_timeout,
-           std::function<bool()> stop)
+           uint64_t session_id, absl::Duration lease,
+           absl::Duration rpc_timeout, std::function<bool()> stop)
       : coord_(coord),
         rank_(rank),
         lease_(lease),
         beat_(std::min(absl::Seconds(1), lease / 4)),
         rpc_timeout_(rpc_timeout),
         stop_(std::move(stop)),
+        session_id_(session_id),
         thread_([this] { Loop(); }) {}
   ~Liveness() {
     done_.Notify();
@@ -177,7 +181,7 @@ class Liveness {
   }
 
   void set_step(uint64_t step) { step_.store(step); }
-  // The session id heartbeats carry (0: none). With it the coordinator
+  // A new session id for the heartbeats to carry. With it the coordinator
   // refuses a replaced process (PERMISSION_DENIED: this process stops) and
   // names the ranks to take over (elastic sync, TakeAdoptions).
   void set_session(uint64_t session_id) { session_id_.store(session_id); }
@@ -547,9 +551,8 @@ class StandInRanks {
   // The rank's heartbeat (with its session): keeps its lease.
   std::unique_ptr<Liveness> MakeLiveness(const Rank& r, uint64_t step) {
     auto l = std::make_unique<Liveness>(
-        coord_, r.rank, absl::Seconds(config_.network().lease_s()),
-        rpc_timeout_, stop_);
-    l->set_session(r.session_id);
+        coord_, r.rank, r.session_id,
+        absl::Seconds(config_.network().lease_s()), rpc_timeout_, stop_);
     l->set_step(step);
     l->set_client(r.client.get());
     return l;
@@ -1210,8 +1213,8 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
         absl::Seconds(reg.job().config().network().lease_s() > 0
                           ? reg.job().config().network().lease_s()
                           : 5.0);
-    Liveness liveness(coord.get(), rank, lease, rpc_timeout, stop);
-    liveness.set_session(reg.session_id());
+    Liveness liveness(coord.get(), rank, reg.session_id(), lease, rpc_timeout,
+                      stop);
     reporter.set_cancel([&liveness] { return liveness.lost_coordinator(); });
     hosted = MaybeHostedRanks(reg.job(), options_, &liveness, stop);
     st = run(&reporter, &client, &link, &liveness);

@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
+#include "common/job_token.h"
 #include "proto/pstrain.grpc.pb.h"
 #include "server/ps_service.h"
 #include "server/shard.h"
@@ -111,6 +112,15 @@ void FuzzPush(Env& env, const FramedInput& in) {
   const std::string before = Observe(shard.get());
   grpc::ClientContext context;
   SetTimeout(&context, absl::Seconds(5));
+  // The stream opens as the first header's worker and generation (checked
+  // before admission), so that the frames reach the decode path.
+  for (const std::string& frame : in.frames) {
+    v1::PushRequest msg;
+    if (!msg.ParseFromString(frame) || !msg.has_header()) continue;
+    AddPushSession(&context, msg.header().worker(), msg.header().worker() + 1,
+                   msg.header().generation());
+    break;
+  }
   v1::PushResponse response;
   auto writer = env.push_stub->Push(&context, &response);
   for (const std::string& frame : in.frames) {

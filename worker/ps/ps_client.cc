@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "common/chunk_frames.h"
 #include "common/grpc_util.h"
+#include "common/job_token.h"
 #include "common/model_spec.h"
 #include "common/sharding.h"
 #include "common/status_macros.h"
@@ -617,6 +618,7 @@ absl::Status PsClient::PushShardOnce(int shard, int part, int parts,
   {
     grpc::ClientContext context;
     SetTimeout(&context, options_.rpc_timeout);
+    AddPushSession(&context, worker, options_.session_id, options_.generation);
     const absl::Time deadline = absl::Now() + options_.rpc_timeout;
     // With a gate, the last layer's chunks go first (each tensor's in
     // offset order): backward produces them in that order. The shard
