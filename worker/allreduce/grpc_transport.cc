@@ -1,6 +1,7 @@
 #include "worker/allreduce/grpc_transport.h"
 
 #include <grpc/grpc.h>
+#include <grpcpp/alarm.h>
 
 #include <algorithm>
 #include <deque>
@@ -13,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/grpc_util.h"
 #include "worker/allreduce/segment_wire.h"
 
@@ -31,22 +33,37 @@ constexpr int kRingWindowBytes = 16 << 20;
 constexpr char kSendSegments[] = "/pstrain.v1.RingPeer/SendSegments";
 
 // One incoming SendSegments stream: every segment goes to the mailbox until
-// the left neighbour half-closes (OK) or sends something bad (its error). A
-// stream that ends any other way (cancelled, past its deadline, an
-// undecodable segment) is not a clean end: the mailbox learns that the
-// sender's stream broke, so the rank's next Take from it fails at once.
+// the left neighbour half-closes (OK) or sends something bad (its error).
+// The stream is the first segment's sender's (rank, session id, generation):
+// a later segment claiming another is PERMISSION_DENIED, and when the stream
+// ends any other way than a clean close (cancelled, past its deadline, an
+// undecodable segment) the mailbox learns that that sender's stream broke.
+// The mailbox decides whether it counts (mailbox.h: only if it is the
+// sender the rank expects), so a stranger's stream fails nothing. A stream
+// without a first segment within `first_segment_timeout` is ended
+// (DEADLINE_EXCEEDED), touching nothing.
+//
+// Lifetime: gRPC's OnDone and the alarm's callback (which always runs, on
+// expiry or after Cancel) each hold the reactor; the later one deletes it.
 class SegmentReader : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   SegmentReader(Mailbox* mailbox, std::atomic<uint64_t>* segments,
                 std::atomic<int>* open_streams,
                 grpc::CallbackServerContext* context,
-                grpc::ByteBuffer* response)
+                grpc::ByteBuffer* response,
+                absl::Duration first_segment_timeout)
       : mailbox_(mailbox),
         segments_(segments),
         open_streams_(open_streams),
         context_(context),
-        response_(response) {
+        response_(response),
+        first_segment_timeout_(first_segment_timeout) {
     open_streams_->fetch_add(1);
+    // Finish from the alarm is safe even before gRPC binds the reactor
+    // (the reactor queues it as it does StartRead).
+    first_segment_alarm_.Set(
+        absl::ToChronoTime(absl::Now() + first_segment_timeout_),
+        [this](bool expired) { OnFirstSegmentAlarm(expired); });
     StartRead(&message_);
   }
 
@@ -57,8 +74,8 @@ class SegmentReader : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         BrokeOff(absl::DataLossError(
             absl::StrCat("the stream ended without a clean close after ",
                          count_, " segments")));
-        Finish(grpc::Status(grpc::StatusCode::CANCELLED,
-                            "segment stream ended without a clean close"));
+        FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED,
+                                "segment stream ended without a clean close"));
         return;
       }
       pstrain::v1::SendSegmentsResponse response;
@@ -66,24 +83,45 @@ class SegmentReader : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       const std::string bytes = response.SerializeAsString();
       grpc::Slice slice(bytes);
       *response_ = grpc::ByteBuffer(&slice, 1);
-      Finish(grpc::Status::OK);
+      FinishOnce(grpc::Status::OK);
       return;
+    }
+    if (!sender_.has_value()) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (finished_) return;  // ended by the alarm meanwhile
+        first_read_ = true;
+      }
+      first_segment_alarm_.Cancel();
     }
     absl::StatusOr<DecodedSegment> segment = DecodeSegment(std::move(message_));
     message_.Clear();
     if (!segment.ok()) {
       BrokeOff(absl::DataLossError(
           absl::StrCat("an undecodable segment after ", count_, " segments")));
-      Finish(ToGrpcStatus(segment.status()));
+      FinishOnce(ToGrpcStatus(segment.status()));
       return;
     }
-    sender_ = segment->from_rank;
-    generation_ = segment->generation;
+    const Sender claimed{segment->from_rank, segment->session_id,
+                         segment->generation};
+    if (!sender_.has_value()) {
+      sender_ = claimed;
+    } else if (!(claimed == *sender_)) {
+      BrokeOff(absl::DataLossError(
+          absl::StrCat("a segment from another sender on its stream after ",
+                       count_, " segments")));
+      FinishOnce(grpc::Status(
+          grpc::StatusCode::PERMISSION_DENIED,
+          absl::StrCat("segment ", segment->key.ToString(),
+                       " claims another rank, session id or generation than "
+                       "the stream's first segment")));
+      return;
+    }
     absl::Status st =
         mailbox_->Put(segment->key, segment->from_rank, segment->session_id,
                       std::move(segment->payload), segment->generation);
     if (!st.ok()) {
-      Finish(ToGrpcStatus(st));
+      FinishOnce(ToGrpcStatus(st));
       return;
     }
     ++count_;
@@ -93,14 +131,57 @@ class SegmentReader : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 
   void OnDone() override {
     open_streams_->fetch_sub(1);
-    delete this;
+    first_segment_alarm_.Cancel();  // its callback runs soon, not expired
+    Unref();
   }
 
  private:
+  // Who the stream's first segment says sent it.
+  struct Sender {
+    uint32_t rank;
+    uint64_t session_id;
+    uint64_t generation;
+    bool operator==(const Sender& o) const {
+      return rank == o.rank && session_id == o.session_id &&
+             generation == o.generation;
+    }
+  };
+
+  void OnFirstSegmentAlarm(bool expired) {
+    bool end = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (expired && !first_read_ && !finished_) end = finished_ = true;
+    }
+    if (end) {
+      Finish(grpc::Status(
+          grpc::StatusCode::DEADLINE_EXCEEDED,
+          absl::StrCat("no segment within ",
+                       absl::FormatDuration(first_segment_timeout_),
+                       " of opening the stream")));
+    }
+    Unref();
+  }
+
+  // Finish, unless the alarm ended the stream already.
+  void FinishOnce(const grpc::Status& status) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
+    Finish(status);
+  }
+
   void BrokeOff(absl::Status why) {
     if (sender_.has_value()) {
-      mailbox_->Fail(*sender_, std::move(why), generation_);
+      mailbox_->Fail(sender_->rank, sender_->session_id, std::move(why),
+                     sender_->generation);
     }
+  }
+
+  void Unref() {
+    if (refs_.fetch_sub(1) == 1) delete this;
   }
 
   Mailbox* const mailbox_;
@@ -108,10 +189,15 @@ class SegmentReader : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   std::atomic<int>* const open_streams_;
   grpc::CallbackServerContext* const context_;
   grpc::ByteBuffer* const response_;
-  std::optional<uint32_t> sender_;  // from_rank of the last segment read
-  uint64_t generation_ = 0;         // and its generation
+  const absl::Duration first_segment_timeout_;
+  std::optional<Sender> sender_;  // gRPC's reactions only
   grpc::ByteBuffer message_;
   uint64_t count_ = 0;
+  grpc::Alarm first_segment_alarm_;
+  std::atomic<int> refs_{2};  // OnDone and the alarm's callback
+  absl::Mutex mu_;            // between the reactions and the alarm
+  bool first_read_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace
@@ -134,7 +220,7 @@ std::shared_ptr<grpc::Channel> MakeRingChannel(
 grpc::ServerReadReactor<grpc::ByteBuffer>* RingPeerService::SendSegments(
     grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
   return new SegmentReader(&mailbox_, &segments_, &open_streams_, context,
-                           response);
+                           response, first_segment_timeout_);
 }
 
 // The outgoing stream. Segments queue in `queue_` and are written one at a

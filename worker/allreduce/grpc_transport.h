@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "proto/pstrain.grpc.pb.h"
 #include "worker/allreduce/mailbox.h"
 #include "worker/allreduce/transport.h"
@@ -51,6 +52,13 @@ std::shared_ptr<grpc::Channel> MakeRingChannel(
 // can serve before the rank is known (the address is registered first).
 // Must outlive the grpc::Server it is registered on and every transport
 // reading from it.
+// A stream is its first segment's sender's: the mailbox counts it as the
+// stream from rank r (whose break fails the rank's next Take at once) only
+// if that segment carried the id and generation the rank expects from r
+// (mailbox.h); a stream claiming another sender later is PERMISSION_DENIED.
+// A stream that sends no segment within `first_segment_timeout` of opening
+// is ended DEADLINE_EXCEEDED and changes nothing (GrpcTransport sends its
+// first segment as it opens the stream).
 // SendSegments is served raw (grpc::ByteBuffer) so that segments are parsed
 // in place (segment_wire.h); on the wire it is the RingPeer service of
 // proto/pstrain.proto.
@@ -58,6 +66,13 @@ class RingPeerService final
     : public pstrain::v1::RingPeer::WithRawCallbackMethod_SendSegments<
           pstrain::v1::RingPeer::Service> {
  public:
+  static constexpr absl::Duration kDefaultFirstSegmentTimeout =
+      absl::Seconds(10);
+
+  explicit RingPeerService(
+      absl::Duration first_segment_timeout = kDefaultFirstSegmentTimeout)
+      : first_segment_timeout_(first_segment_timeout) {}
+
   Mailbox* mailbox() { return &mailbox_; }
   uint64_t segments_received() const { return segments_.load(); }
   // SendSegments streams not ended yet (a neighbour still sending, or one
@@ -69,6 +84,7 @@ class RingPeerService final
       grpc::ByteBuffer* response) override;
 
  private:
+  const absl::Duration first_segment_timeout_;
   Mailbox mailbox_;
   std::atomic<uint64_t> segments_{0};
   std::atomic<int> open_streams_{0};

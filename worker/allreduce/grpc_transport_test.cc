@@ -6,6 +6,13 @@
 // buffer may be freed as soon as they return (run under ASan too: bazel test
 // --config=asan). The ring's final flush and RingAllReducer::Close end the
 // same way with RingOptions::cancelled.
+//
+// Strangers at a rank's RingPeer (a process holding the job token but not
+// the left neighbour's session id): a stream whose first segment claims the
+// left neighbour's rank with a made-up id, then sends garbage or is
+// cancelled, fails nothing, before the rank knows its neighbour or after;
+// its segments take no key and move no window; a stream that sends nothing
+// is ended. The real ring then completes with the right sums.
 #include "worker/allreduce/grpc_transport.h"
 
 #include <grpcpp/grpcpp.h>
@@ -28,6 +35,7 @@
 #include "gtest/gtest.h"
 #include "worker/allreduce/mailbox.h"
 #include "worker/allreduce/ring_allreduce.h"
+#include "worker/allreduce/segment_wire.h"
 #include "worker/allreduce/transport.h"
 
 namespace pstrain {
@@ -306,6 +314,337 @@ TEST(RingFlushTest, CancelEndsTheReducersCloseWithinASecond) {
   EXPECT_EQ(st.code(), absl::StatusCode::kCancelled) << st;
   EXPECT_GE(returned, cancelled_at) << st;
   EXPECT_LT(returned - cancelled_at, absl::Seconds(1)) << st;
+}
+
+// N ranks' RingPeer services behind real servers on 127.0.0.1 (the ring's
+// link settings, as shipped). Rank r's session id is kRingSession + r. A
+// rank learns its left neighbour (Mailbox::ExpectSender) only when its
+// transport is made (Connect), as a worker does after GetPeers; until then
+// its inbox already serves, as a worker's does once its address is
+// registered.
+constexpr uint64_t kRingSession = 5000;
+constexpr uint64_t kMadeUpSession = 0xbad5e55;
+constexpr size_t kRingSegmentElems = 64;  // several segments a chunk
+
+class ServedRing {
+ public:
+  explicit ServedRing(int n, absl::Duration first_segment_timeout =
+                                 RingPeerService::kDefaultFirstSegmentTimeout)
+      : transports_(n) {
+    for (int r = 0; r < n; ++r) {
+      services_.push_back(
+          std::make_unique<RingPeerService>(first_segment_timeout));
+      grpc::ServerBuilder builder;
+      int port = 0;
+      builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                               &port);
+      for (const auto& [key, value] : RingLinkArgs()) {
+        builder.AddChannelArgument(key, value);
+      }
+      builder.RegisterService(services_[r].get());
+      servers_.push_back(builder.BuildAndStart());
+      addresses_.push_back(servers_[r] == nullptr || port == 0
+                               ? std::string()
+                               : absl::StrCat("127.0.0.1:", port));
+    }
+  }
+  ~ServedRing() {
+    transports_.clear();  // cancels streams still open
+    for (auto& s : servers_) {
+      if (s != nullptr) {
+        s->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+      }
+    }
+  }
+
+  bool serving() const {
+    for (const std::string& a : addresses_) {
+      if (a.empty()) return false;
+    }
+    return true;
+  }
+  int size() const { return static_cast<int>(services_.size()); }
+  const std::string& address(int r) const { return addresses_[r]; }
+  RingPeerService* service(int r) { return services_[r].get(); }
+  Transport* transport(int r) { return transports_[r].get(); }
+
+  // Makes rank r's transport: from now on it knows its left neighbour.
+  absl::Status Connect(int r) {
+    const int n = size();
+    absl::StatusOr<std::unique_ptr<GrpcTransport>> t = GrpcTransport::Create(
+        r, n, MakeRingChannel(addresses_[(r + 1) % n]), services_[r].get(),
+        kRingSession + r, kRingSession + (r + n - 1) % n);
+    if (!t.ok()) return t.status();
+    transports_[r] = *std::move(t);
+    return absl::OkStatus();
+  }
+  absl::Status ConnectAll() {
+    for (int r = 0; r < size(); ++r) {
+      if (absl::Status st = Connect(r); !st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<std::unique_ptr<RingPeerService>> services_;
+  std::vector<std::unique_ptr<grpc::Server>> servers_;
+  std::vector<std::string> addresses_;
+  std::vector<std::unique_ptr<Transport>> transports_;
+};
+
+// Rank r's input for the ring tests, and the sum over n ranks.
+float Input(int r, size_t i) { return static_cast<float>(r + 1 + i % 7); }
+float Sum(int n, size_t i) {
+  float sum = 0;
+  for (int r = 0; r < n; ++r) sum += Input(r, i);
+  return sum;
+}
+
+// Runs step `step`'s all-reduce of `elems` values on the ranks in `ranks`
+// (one thread each; the others' all-reduces run elsewhere) into (*v)[r].
+std::vector<std::thread> StartAllReduce(ServedRing* ring,
+                                        const std::vector<int>& ranks,
+                                        uint64_t step,
+                                        std::vector<std::vector<float>>* v,
+                                        std::vector<absl::Status>* st) {
+  RingOptions options;
+  options.segment_elems = kRingSegmentElems;
+  options.timeout = absl::Seconds(20);
+  std::vector<std::thread> threads;
+  for (int r : ranks) {
+    threads.emplace_back([ring, r, step, v, st, options] {
+      (*st)[r] = RingAllReduce(ring->transport(r), step,
+                               absl::MakeSpan((*v)[r]), options);
+    });
+  }
+  return threads;
+}
+
+// Every rank's all-reduce of step `step` is OK and holds the exact sums.
+void ExpectRingSums(ServedRing* ring, uint64_t step, size_t elems) {
+  const int n = ring->size();
+  std::vector<std::vector<float>> v(n, std::vector<float>(elems));
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = 0; i < elems; ++i) v[r][i] = Input(r, i);
+  }
+  std::vector<absl::Status> st(n);
+  std::vector<int> all;
+  for (int r = 0; r < n; ++r) all.push_back(r);
+  std::vector<std::thread> threads = StartAllReduce(ring, all, step, &v, &st);
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r];
+    for (size_t i = 0; i < elems; ++i) {
+      ASSERT_EQ(v[r][i], Sum(n, i)) << "rank " << r << " element " << i;
+    }
+  }
+}
+
+// A SendSegments stream of raw messages to `address` (the stranger's own
+// client; a deadline of 30 s, never reached by these tests).
+class RawStream {
+ public:
+  explicit RawStream(const std::string& address)
+      : channel_(MakeRingChannel(address)),
+        method_("/pstrain.v1.RingPeer/SendSegments",
+                grpc::internal::RpcMethod::CLIENT_STREAMING, channel_) {
+    context_.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    writer_.reset(grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
+        channel_.get(), method_, &context_, &response_));
+  }
+
+  bool Write(const grpc::ByteBuffer& message) {
+    return writer_->Write(message);
+  }
+  bool WritesDone() { return writer_->WritesDone(); }
+  void Cancel() { context_.TryCancel(); }
+  grpc::Status Finish() { return writer_->Finish(); }
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+  grpc::internal::RpcMethod method_;
+  grpc::ClientContext context_;
+  grpc::ByteBuffer response_;
+  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer_;
+};
+
+// Bytes no RingSegment parses from (field 1 with wire type 7).
+grpc::ByteBuffer Garbage() {
+  grpc::Slice slice(std::string("\x0f\x01\x02"));
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+// Polls `done` until it holds or 10 s pass (then false).
+bool Eventually(const std::function<bool()>& done) {
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (!done()) {
+    if (absl::Now() >= until) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
+
+constexpr int kRanks = 3;
+constexpr size_t kElems = 1000;  // chunks of 334, 333 and 333 elements
+
+// A stranger's segment: `key` claiming to come from rank 2, rank 0's left
+// neighbour, with a made-up session id.
+grpc::ByteBuffer StrangersSegment(const SegmentKey& key) {
+  const std::vector<float> junk(kRingSegmentElems, 1e30f);
+  return EncodeSegment(key, /*from_rank=*/2, kMadeUpSession, junk);
+}
+
+// The key of the first segment rank 0 receives in step `step` from its left
+// neighbour, rank 2 (the start of that rank's own chunk).
+SegmentKey FirstKeyAtRank0(uint64_t step) {
+  return SegmentKey{step, pstrain::v1::REDUCE_SCATTER, 2,
+                    RingChunk(kElems, kRanks, 2).begin};
+}
+
+// Rank 0 does not take a stranger's broken stream for its neighbour's: with
+// nothing from rank 2 yet, a Recv waits for its deadline instead of failing
+// at once with DATA_LOSS "the stream from rank 2 broke".
+void ExpectRank0Waits(ServedRing* ring) {
+  std::vector<float> out(kRingSegmentElems);
+  const absl::Status recv = ring->transport(0)->Recv(
+      FirstKeyAtRank0(0), Combine::kCopy, absl::MakeSpan(out),
+      absl::Now() + absl::Milliseconds(200));
+  EXPECT_EQ(recv.code(), absl::StatusCode::kDeadlineExceeded) << recv;
+}
+
+// How the stranger's stream ends after its first segment.
+enum class Ending { kGarbage, kCancel };
+
+class StrangerBeforePeersKnownTest : public ::testing::TestWithParam<Ending> {};
+
+// While rank 0 waits for its peers (its inbox serves, it does not know its
+// left neighbour's id yet), a stranger's stream claims rank 2 with a
+// made-up id, sends a segment (held: nobody can check it yet), then
+// garbage or a cancel. Once rank 0 knows its neighbour, the stranger's
+// segment is gone, its break fails nothing, and the ring's all-reduces
+// complete with the right sums.
+TEST_P(StrangerBeforePeersKnownTest, BrokenStreamFailsNothing) {
+  ServedRing ring(kRanks);
+  ASSERT_TRUE(ring.serving());
+  RingPeerService* inbox = ring.service(0);
+  {
+    RawStream stranger(ring.address(0));
+    ASSERT_TRUE(stranger.Write(StrangersSegment(FirstKeyAtRank0(0))));
+    ASSERT_TRUE(Eventually([&] { return inbox->segments_received() == 1; }));
+    grpc::Status st;
+    if (GetParam() == Ending::kGarbage) {
+      EXPECT_TRUE(stranger.Write(Garbage()));
+      st = stranger.Finish();
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+          << st.error_message();
+    } else {
+      stranger.Cancel();
+      st = stranger.Finish();
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::CANCELLED)
+          << st.error_message();
+    }
+  }
+  // The server has seen the stream end (and told the mailbox).
+  ASSERT_TRUE(Eventually([&] { return inbox->open_streams() == 0; }));
+  ASSERT_TRUE(ring.ConnectAll().ok());
+  EXPECT_EQ(inbox->mailbox()->size(), 0u);
+  ExpectRank0Waits(&ring);
+  ExpectRingSums(&ring, 0, kElems);
+  ExpectRingSums(&ring, 1, kElems);
+}
+
+INSTANTIATE_TEST_SUITE_P(Endings, StrangerBeforePeersKnownTest,
+                         ::testing::Values(Ending::kGarbage, Ending::kCancel),
+                         [](const ::testing::TestParamInfo<Ending>& info) {
+                           return info.param == Ending::kGarbage ? "Garbage"
+                                                                 : "Cancel";
+                         });
+
+// Once rank 0 knows its neighbour, the stranger's stream is refused at its
+// first segment (PERMISSION_DENIED), whatever it sends next, and fails
+// nothing.
+TEST(StrangerTest, RefusedAtItsFirstSegmentOncePeersKnown) {
+  ServedRing ring(kRanks);
+  ASSERT_TRUE(ring.serving());
+  ASSERT_TRUE(ring.ConnectAll().ok());
+  {
+    RawStream stranger(ring.address(0));
+    stranger.Write(StrangersSegment(FirstKeyAtRank0(0)));
+    stranger.Write(Garbage());  // may fail: the stream may be over already
+    const grpc::Status st = stranger.Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+        << st.error_message();
+  }
+  EXPECT_TRUE(Eventually([&] { return ring.service(0)->open_streams() == 0; }));
+  EXPECT_EQ(ring.service(0)->mailbox()->size(), 0u);
+  ExpectRank0Waits(&ring);
+  ExpectRingSums(&ring, 0, kElems);
+}
+
+// The left neighbour starts first: its segments reach rank 0 before rank 0
+// knows whom to expect, after a stranger's segments with the same key and
+// with a step far ahead. The stranger's segments neither take the key nor
+// move the step window (the neighbour's stream is not refused with
+// ALREADY_EXISTS or FAILED_PRECONDITION); once rank 0 knows its neighbour,
+// the neighbour's are taken and the all-reduce is right.
+TEST(StrangerTest, SegmentsBeforePeersKnownTakeNoKeyAndMoveNoWindow) {
+  ServedRing ring(kRanks);
+  ASSERT_TRUE(ring.serving());
+  RingPeerService* inbox = ring.service(0);
+  for (const SegmentKey& key :
+       {FirstKeyAtRank0(0),
+        SegmentKey{1000, pstrain::v1::REDUCE_SCATTER, 2, 0}}) {
+    RawStream stranger(ring.address(0));
+    ASSERT_TRUE(stranger.Write(StrangersSegment(key)));
+    stranger.WritesDone();
+    const grpc::Status st = stranger.Finish();
+    EXPECT_TRUE(st.ok()) << key.ToString() << ": " << st.error_message();
+  }
+  const uint64_t from_strangers = inbox->segments_received();
+  // Ranks 1 and 2 start their all-reduce; rank 2 streams its first
+  // segments to rank 0, which does not know its neighbour yet.
+  ASSERT_TRUE(ring.Connect(1).ok());
+  ASSERT_TRUE(ring.Connect(2).ok());
+  std::vector<std::vector<float>> v(kRanks, std::vector<float>(kElems));
+  for (int r = 0; r < kRanks; ++r) {
+    for (size_t i = 0; i < kElems; ++i) v[r][i] = Input(r, i);
+  }
+  std::vector<absl::Status> st(kRanks);
+  std::vector<std::thread> threads = StartAllReduce(&ring, {1, 2}, 0, &v, &st);
+  const bool neighbour_first =
+      Eventually([&] { return inbox->segments_received() > from_strangers; });
+  ASSERT_TRUE(ring.Connect(0).ok());
+  std::vector<std::thread> rank0 = StartAllReduce(&ring, {0}, 0, &v, &st);
+  rank0[0].join();
+  for (std::thread& t : threads) t.join();
+  EXPECT_TRUE(neighbour_first);
+  for (int r = 0; r < kRanks; ++r) {
+    ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r];
+    for (size_t i = 0; i < kElems; ++i) {
+      ASSERT_EQ(v[r][i], Sum(kRanks, i)) << "rank " << r << " element " << i;
+    }
+  }
+}
+
+// A stream that opens and sends nothing is ended DEADLINE_EXCEEDED by the
+// server (not by the client's own deadline, 30 s away) and fails
+// nothing; the ring then completes. (The ring's own streams send their
+// first segment as they open; 2 s is far more than that takes.)
+TEST(StrangerTest, SilentStreamIsEnded) {
+  ServedRing ring(kRanks, /*first_segment_timeout=*/absl::Seconds(2));
+  ASSERT_TRUE(ring.serving());
+  ASSERT_TRUE(ring.ConnectAll().ok());
+  {
+    RawStream silent(ring.address(0));
+    const grpc::Status st = silent.Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+        << st.error_message();
+    EXPECT_TRUE(absl::StrContains(st.error_message(), "no segment within"))
+        << st.error_message();
+  }
+  EXPECT_TRUE(Eventually([&] { return ring.service(0)->open_streams() == 0; }));
+  ExpectRank0Waits(&ring);
+  ExpectRingSums(&ring, 0, kElems);
 }
 
 }  // namespace

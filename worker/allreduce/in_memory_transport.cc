@@ -10,10 +10,17 @@
 namespace pstrain {
 namespace {
 
+// One process, no strangers: rank r's session id is r + 1 (the mailboxes
+// check them as GrpcTransport's inbox does, and take no segment before they
+// know their sender).
+uint64_t SessionId(int rank) { return static_cast<uint64_t>(rank) + 1; }
+
 class InMemoryTransport : public Transport {
  public:
   InMemoryTransport(int rank, std::shared_ptr<std::vector<Mailbox>> mailboxes)
-      : rank_(rank), mailboxes_(std::move(mailboxes)) {}
+      : rank_(rank), mailboxes_(std::move(mailboxes)) {
+    (*mailboxes_)[rank_].ExpectSender(left(), SessionId(left()));
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(mailboxes_->size()); }
@@ -31,9 +38,7 @@ class InMemoryTransport : public Transport {
     bytes_sent_ += bytes.size();
     SegmentPayload payload = SegmentPayload::FromString(std::move(bytes));
     payload.dtype = wire;
-    // One process, no strangers: the mailboxes never learn a sender, so
-    // the session id is not checked (GrpcTransport's are).
-    return (*mailboxes_)[right()].Put(key, rank_, /*session_id=*/0,
+    return (*mailboxes_)[right()].Put(key, rank_, SessionId(rank_),
                                       std::move(payload));
   }
 

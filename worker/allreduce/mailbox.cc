@@ -43,6 +43,11 @@ absl::Status Mailbox::Put(const SegmentKey& key, uint32_t from_rank,
                      " bytes, not a whole number ", "of ",
                      pstrain::v1::DType_Name(payload.dtype), " values"));
   }
+  if (session_id == 0) {
+    return absl::PermissionDeniedError(absl::StrCat("segment ", key.ToString(),
+                                                    " from rank ", from_rank,
+                                                    " carries no session id"));
+  }
   absl::MutexLock lock(&mu_);
   // The left neighbour's rank is the same in every generation.
   if (sender_.has_value() && from_rank != *sender_) {
@@ -56,33 +61,31 @@ absl::Status Mailbox::Put(const SegmentKey& key, uint32_t from_rank,
                      " refused: this rank trains in generation ", generation_,
                      " (the job rolled back); nothing stored"));
   }
-  if (generation > generation_) {
-    // The neighbour re-formed the ring first: held apart until this rank
-    // expects the generation (ExpectSender checks the session id then).
-    if (early_.contains({key, session_id})) {
+  if (!sender_.has_value() || generation > generation_) {
+    // Not checkable yet (the neighbour started, or re-formed the ring,
+    // first): held apart until this rank expects the sender and generation
+    // (ExpectSender checks the session id then).
+    if (held_.contains({key, session_id})) {
       return absl::AlreadyExistsError(
           absl::StrCat("segment ", key.ToString(), " arrived twice"));
     }
-    if (size > max_bytes_ - early_bytes_) {
+    if (size > max_bytes_ - held_bytes_) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "segment ", key.ToString(), " of generation ", generation, " (", size,
-          " bytes) would take the ring mailbox's segments of newer ",
-          "generations over ", max_bytes_, " bytes; not stored"));
+          " bytes) would take the ring mailbox's segments held before they ",
+          "can be checked over ", max_bytes_, " bytes; not stored"));
     }
-    early_bytes_ += size;
-    early_.try_emplace(
+    held_bytes_ += size;
+    held_.try_emplace(
         std::make_pair(key, session_id),
         Segment{from_rank, session_id, std::move(payload), size, generation});
     return absl::OkStatus();
   }
-  if (sender_.has_value() &&
-      (session_id == 0 || session_id != sender_session_)) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "segment ", key.ToString(), " from rank ", from_rank,
-        session_id == 0 ? " carries no session id"
-                        : " carries a session id that is not the current "
-                          "one of that rank (another process, or a "
-                          "replaced one)"));
+  if (session_id != sender_session_) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("segment ", key.ToString(), " from rank ", from_rank,
+                     " carries a session id that is not the current one of "
+                     "that rank (another process, or a replaced one)"));
   }
   if (!step_.has_value()) step_ = key.step;
   if (key.step < *step_) {
@@ -114,28 +117,32 @@ absl::Status Mailbox::Put(const SegmentKey& key, uint32_t from_rank,
 void Mailbox::ExpectSender(uint32_t rank, uint64_t session_id,
                            uint64_t generation) {
   absl::MutexLock lock(&mu_);
+  const bool same_sender = sender_.has_value() && *sender_ == rank &&
+                           sender_session_ == session_id &&
+                           generation_ == generation;
+  if (!same_sender) broken_.reset();
   sender_ = rank;
   sender_session_ = session_id;
   generation_ = generation;
   auto wrong = [&](const Segment& s) {
-    return s.from_rank != rank || s.session_id == 0 ||
-           s.session_id != session_id || s.generation != generation;
+    return s.from_rank != rank || s.session_id != session_id ||
+           s.generation != generation;
   };
   DropLocked([&](const SegmentKey&, const Segment& s) { return wrong(s); });
   // Held segments of this generation from the sender join; those of an
   // older one, or of this one from anyone else, go.
-  for (auto it = early_.begin(); it != early_.end();) {
+  for (auto it = held_.begin(); it != held_.end();) {
     Segment& s = it->second;
     if (s.generation > generation) {
       ++it;
       continue;
     }
-    early_bytes_ -= s.bytes;
+    held_bytes_ -= s.bytes;
     if (!wrong(s) && !segments_.contains(it->first.first)) {
       bytes_ += s.bytes;
       segments_.try_emplace(it->first.first, std::move(s));
     }
-    early_.erase(it++);
+    held_.erase(it++);
   }
   std::optional<uint64_t> first_step;
   for (const auto& [key, s] : segments_) {
@@ -144,21 +151,39 @@ void Mailbox::ExpectSender(uint32_t rank, uint64_t session_id,
     }
   }
   step_ = first_step;
-  for (auto it = failed_.begin(); it != failed_.end();) {
-    if (it->second.generation < generation) {
-      failed_.erase(it++);
+  // Likewise a held broken stream: the sender's counts, the rest go.
+  auto held = held_failures_.find({session_id, generation});
+  if (held != held_failures_.end() && held->second.from_rank == rank) {
+    broken_ = std::move(held->second.error);
+  }
+  for (auto it = held_failures_.begin(); it != held_failures_.end();) {
+    if (it->first.second <= generation) {
+      held_failures_.erase(it++);
     } else {
       ++it;
     }
   }
 }
 
-void Mailbox::Fail(uint32_t from_rank, absl::Status error,
+void Mailbox::Fail(uint32_t from_rank, uint64_t session_id, absl::Status error,
                    uint64_t generation) {
   if (error.ok()) error = absl::UnknownError("the stream broke");
   absl::MutexLock lock(&mu_);
   if (generation < generation_) return;  // a stream of before a rollback
-  failed_.insert_or_assign(from_rank, Broken{std::move(error), generation});
+  if (sender_.has_value() && from_rank != *sender_) return;  // not the left
+  if (sender_.has_value() && generation == generation_) {
+    // Checkable now: only the expected sender's stream counts.
+    if (session_id == sender_session_) broken_ = std::move(error);
+    return;
+  }
+  // Before ExpectSender, or of a newer generation: held by the claimed id.
+  if (session_id == 0) return;
+  const std::pair<uint64_t, uint64_t> id{session_id, generation};
+  if (held_failures_.size() >= kMaxHeldFailures &&
+      !held_failures_.contains(id)) {
+    return;  // only a fast path is lost: the Takes wait for their deadline
+  }
+  held_failures_.insert_or_assign(id, HeldFailure{from_rank, std::move(error)});
 }
 
 absl::Status Mailbox::Take(const SegmentKey& key, uint32_t from_rank,
@@ -178,8 +203,7 @@ absl::Status Mailbox::Take(const SegmentKey& key, uint32_t from_rank,
       return it != segments_.end() && it->second.generation == generation_;
     };
     auto broken = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      auto it = failed_.find(from_rank);
-      return it != failed_.end() && it->second.generation == generation_;
+      return broken_.has_value() && sender_ == from_rank;
     };
     auto arrived = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return here() || broken();
@@ -190,7 +214,7 @@ absl::Status Mailbox::Take(const SegmentKey& key, uint32_t from_rank,
     }
     auto it = segments_.find(key);
     if (!here()) {
-      const absl::Status& error = failed_.at(from_rank).error;
+      const absl::Status& error = *broken_;
       return absl::Status(error.code(),
                           absl::StrCat("segment ", key.ToString(),
                                        " will not arrive: the "
@@ -222,12 +246,12 @@ absl::Status Mailbox::Take(const SegmentKey& key, uint32_t from_rank,
 
 size_t Mailbox::size() const {
   absl::MutexLock lock(&mu_);
-  return segments_.size() + early_.size();
+  return segments_.size() + held_.size();
 }
 
 size_t Mailbox::bytes() const {
   absl::MutexLock lock(&mu_);
-  return bytes_ + early_bytes_;
+  return bytes_ + held_bytes_;
 }
 
 }  // namespace pstrain

@@ -6,22 +6,30 @@
 // Session ids (docs/security.md): every segment carries its sender's
 // session id. Once the rank knows its left neighbour and that neighbour's id
 // (ExpectSender, from the coordinator's GetPeers), a segment from another
-// rank or with another id is PERMISSION_DENIED and stored nothing; segments
-// that came earlier (the neighbour may start first) are kept with their ids
-// and those that do not match are dropped by ExpectSender.
+// rank or with another id is PERMISSION_DENIED and stored nothing.
 //
 // Generations (training.on_failure: restart,
-// docs/failures-and-recovery.md): every segment carries the job generation its
-// sender trains in, and the rank expects one (ExpectSender; 0 before any
-// rollback). A segment of an older generation is refused (ABORTED, nothing
-// stored), so a late segment from before a rollback is never summed. One of a
-// newer generation (the neighbour re-formed the ring first, with a session id
-// this rank does not know yet) is held apart, by key and session id, with
-// a byte bound of its own, until this rank expects that generation: then
-// those with the right sender and id join the waiting segments, the rest
-// are dropped. So a segment without the sender's id changes nothing the
-// rank's current all-reduce sees, whatever generation it claims (once the
-// sender's rank is known, another rank is PERMISSION_DENIED as always).
+// docs/failures-and-recovery.md): every segment carries the job generation its sender trains
+// in, and the rank expects one (ExpectSender; 0 before any rollback). A
+// segment of an older generation is refused (ABORTED, nothing stored), so a
+// late segment from before a rollback is never summed.
+//
+// Held segments: one that cannot be checked yet -- it came before the
+// first ExpectSender (the neighbour may start first), or it is of a newer
+// generation (the neighbour re-formed the ring first, with a session id
+// this rank does not know yet) -- is held apart, by key and claimed session
+// id, with a byte bound of its own, until this rank expects that sender
+// and generation: then those with the right sender and id join the waiting
+// segments, the rest are dropped. So a segment without the sender's id
+// changes nothing the rank's all-reduce sees, whatever it claims: it
+// neither moves the step window nor takes a key the neighbour will send.
+//
+// Broken streams (Fail) follow the same rule: a stream counts as "the
+// stream from rank r" only if its first segment carried the id and
+// generation the rank expects from r. A stranger's stream that breaks
+// fails nothing; one that breaks before the rank knows whom to expect is
+// held by its claimed id (a few at most) and counts only if ExpectSender
+// then names that id.
 #ifndef PSTRAIN_WORKER_ALLREDUCE_MAILBOX_H_
 #define PSTRAIN_WORKER_ALLREDUCE_MAILBOX_H_
 
@@ -50,10 +58,16 @@ class Mailbox {
   explicit Mailbox(size_t max_bytes = kDefaultMaxBytes)
       : max_bytes_(max_bytes) {}
 
+  // Broken streams (Fail) held before they can be checked, at most.
+  static constexpr size_t kMaxHeldFailures = 16;
+
   // From now on only segments from `rank` (the left neighbour) carrying
-  // `session_id` (its id) and `generation` are stored; waiting ones that are
-  // not are dropped (and the step window is taken again from those that
-  // remain), and so are broken streams (Fail) of older generations.
+  // `session_id` (its id) and `generation` are stored; held ones that are
+  // join the waiting ones, waiting and held ones of this or an older
+  // generation that are not are dropped (and the step window is taken again
+  // from those that remain). A broken stream counts only if it is that
+  // sender's (one held with that id and generation, or one already counted
+  // for the same sender, id and generation).
   void ExpectSender(uint32_t rank, uint64_t session_id,
                     uint64_t generation = 0);
 
@@ -67,10 +81,12 @@ class Mailbox {
   // ALREADY_EXISTS if a segment with that key is already waiting;
   // INVALID_ARGUMENT if the payload is not whole floats; RESOURCE_EXHAUSTED
   // if it would take the waiting bytes over max_bytes (nothing stored);
-  // ABORTED if `generation` is older than the expected one. A segment of a
-  // newer generation is held apart (see above): its session id and step
-  // are checked by ExpectSender; ALREADY_EXISTS only for the same key and
-  // session id; RESOURCE_EXHAUSTED past max_bytes of such segments.
+  // ABORTED if `generation` is older than the expected one; PERMISSION_DENIED
+  // for session id 0 (an honest sender always has one). A segment that
+  // cannot be checked yet (before ExpectSender, or of a newer generation) is
+  // held apart (see above): its session id and step are checked by
+  // ExpectSender; ALREADY_EXISTS only for the same key and session id;
+  // RESOURCE_EXHAUSTED past max_bytes of such segments.
   absl::Status Put(const SegmentKey& key, uint32_t from_rank,
                    uint64_t session_id, SegmentPayload payload,
                    uint64_t generation = 0);
@@ -81,12 +97,19 @@ class Mailbox {
                SegmentPayload::FromString(std::move(bytes)), generation);
   }
 
-  // The stream from `from_rank`, whose segments were of `generation`, broke
-  // (`error`, not OK): from now on a Take from that rank whose segment is
-  // not already here fails with `error` at once instead of waiting for its
-  // deadline, while the rank expects that generation. Ignored for an older
-  // generation (a stream of before the rollback, cancelled by its sender).
-  void Fail(uint32_t from_rank, absl::Status error, uint64_t generation = 0);
+  // The stream whose first segment claimed `from_rank`, `session_id` and
+  // `generation` broke (`error`, not OK). If that is the sender the rank
+  // expects (ExpectSender: rank, id and generation), from now on a Take from
+  // that rank whose segment is not already here fails with `error` at once
+  // instead of waiting for its deadline, while the rank expects that sender.
+  // One that cannot be checked yet (before ExpectSender, or of a newer
+  // generation) is held by id and generation, kMaxHeldFailures at most
+  // (beyond that it is forgotten: Takes then wait for their deadline), and
+  // counts if ExpectSender names it. Any other is ignored: a stranger's
+  // stream, one of another rank, one of an older generation (a stream of
+  // before the rollback, cancelled by its sender).
+  void Fail(uint32_t from_rank, uint64_t session_id, absl::Status error,
+            uint64_t generation = 0);
 
   // Waits until segment `key` is here, removes it and folds it into `out`
   // as `how` says (outside the lock, straight from the received bytes).
@@ -105,8 +128,8 @@ class Mailbox {
     return Take(key, from_rank, Combine::kCopy, out, deadline);
   }
 
-  // Segments waiting (of the expected generation and held newer ones),
-  // and their payload bytes.
+  // Segments waiting (of the expected sender and generation, and held
+  // ones), and their payload bytes.
   size_t size() const;
   size_t bytes() const;
 
@@ -118,9 +141,9 @@ class Mailbox {
     size_t bytes;  // payload.size()
     uint64_t generation;
   };
-  struct Broken {
+  struct HeldFailure {
+    uint32_t from_rank;
     absl::Status error;
-    uint64_t generation;
   };
   // Drops waiting segments for which `drop` is true.
   template <typename Pred>
@@ -133,11 +156,15 @@ class Mailbox {
   uint64_t sender_session_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<uint64_t> step_ ABSL_GUARDED_BY(mu_);  // window start
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;       // expected
-  // Segments of newer generations, by key and claimed session id.
-  absl::flat_hash_map<std::pair<SegmentKey, uint64_t>, Segment> early_
+  // Segments not checked yet, by key and claimed session id.
+  absl::flat_hash_map<std::pair<SegmentKey, uint64_t>, Segment> held_
       ABSL_GUARDED_BY(mu_);
-  size_t early_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::flat_hash_map<uint32_t, Broken> failed_ ABSL_GUARDED_BY(mu_);
+  size_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // The expected sender's stream broke (its error).
+  std::optional<absl::Status> broken_ ABSL_GUARDED_BY(mu_);
+  // Broken streams not checked yet, by claimed session id and generation.
+  absl::flat_hash_map<std::pair<uint64_t, uint64_t>, HeldFailure> held_failures_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pstrain

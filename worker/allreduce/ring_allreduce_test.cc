@@ -333,6 +333,7 @@ constexpr uint64_t kSession = 0x5e55;
 // frees the bound as segments are taken.
 TEST(MailboxTest, BoundsTheBytesWaiting) {
   Mailbox mailbox(/*max_bytes=*/16);
+  mailbox.ExpectSender(0, kSession);
   SegmentKey a{1, pstrain::v1::REDUCE_SCATTER, 0, 0};
   SegmentKey b{1, pstrain::v1::REDUCE_SCATTER, 0, 4};
   ASSERT_TRUE(mailbox.Put(a, 0, kSession, std::string(12, '\0')).ok());
@@ -434,12 +435,13 @@ TEST(RingAllReduceGrpcTest, CancelledStreamIsAnErrorNotAnEnd) {
   ServedPeer peer;
   ASSERT_FALSE(peer.address.empty());
   RingPeerService& service = peer.service;
+  service.mailbox()->ExpectSender(0, kSession);
   auto stub = pstrain::v1::RingPeer::NewStub(MakeChannel(peer.address));
   {
     grpc::ClientContext context;
     pstrain::v1::SendSegmentsResponse response;
     auto writer = stub->SendSegments(&context, &response);
-    ASSERT_TRUE(writer->Write(Segment(1, 0)));
+    ASSERT_TRUE(writer->Write(Segment(1, kSession)));
     const absl::Time until = absl::Now() + absl::Seconds(5);
     while (service.segments_received() < 1 && absl::Now() < until) {
       absl::SleepFor(absl::Milliseconds(5));
@@ -500,6 +502,94 @@ TEST(MailboxTest, EarlySegmentsWithTheWrongIdAreDroppedWhenTheSenderIsKnown) {
                   .Take(key(0, 0), 2, absl::MakeSpan(out),
                         absl::Now() + absl::Seconds(1))
                   .ok());
+}
+
+// Before the rank knows its neighbour, a stranger's segments (a made-up id)
+// are held by key and id: the neighbour's segment with the same key is not
+// ALREADY_EXISTS, and the stranger's step far ahead does not push the
+// neighbour's step out of the window. Once the neighbour is known, only its
+// own are taken. Segments without an id are refused at once.
+TEST(MailboxTest, StrangersEarlySegmentsTakeNoKeyAndMoveNoWindow) {
+  Mailbox mailbox;
+  const auto key = [](uint64_t step) {
+    return SegmentKey{step, pstrain::v1::REDUCE_SCATTER, 0, 0};
+  };
+  const auto bytes = [](float v) {
+    return std::string(reinterpret_cast<const char*>(&v), sizeof(v));
+  };
+  ASSERT_TRUE(mailbox.Put(key(1000), 2, 99, bytes(2)).ok());
+  ASSERT_TRUE(mailbox.Put(key(0), 2, 99, bytes(2)).ok());
+  EXPECT_TRUE(mailbox.Put(key(0), 2, kSession, bytes(1)).ok());
+  EXPECT_TRUE(mailbox.Put(key(1), 2, kSession, bytes(3)).ok());
+  absl::Status st = mailbox.Put(key(0), 2, 0, bytes(4));
+  EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied) << st;
+  mailbox.ExpectSender(2, kSession);
+  EXPECT_EQ(mailbox.size(), 2u);
+  std::vector<float> out(1);
+  ASSERT_TRUE(
+      mailbox
+          .Take(key(0), 2, absl::MakeSpan(out), absl::Now() + absl::Seconds(1))
+          .ok());
+  EXPECT_EQ(out[0], 1.0f);
+  ASSERT_TRUE(
+      mailbox
+          .Take(key(1), 2, absl::MakeSpan(out), absl::Now() + absl::Seconds(1))
+          .ok());
+  EXPECT_EQ(out[0], 3.0f);
+}
+
+// A broken stream (Fail) fails the rank's Takes at once only if its first
+// segment carried the id and generation the rank expects from that rank:
+// not a stranger's (made-up id, no id, another rank), before or after the
+// rank knows its neighbour; the neighbour's own, even from before the rank
+// knew it, does. At most kMaxHeldFailures are held before they can be
+// checked: strangers can crowd out the neighbour's early break, which then
+// costs only the fast path (Takes wait for their deadline).
+TEST(MailboxTest, OnlyTheExpectedSendersBrokenStreamFailsTakes) {
+  const SegmentKey key{0, pstrain::v1::REDUCE_SCATTER, 0, 0};
+  std::vector<float> out(1);
+  const auto take = [&](Mailbox& mailbox, absl::Duration wait) {
+    return mailbox.Take(key, 2, absl::MakeSpan(out), absl::Now() + wait);
+  };
+  const auto broke = [](const char* whose) {
+    return absl::DataLossError(absl::StrCat(whose, "'s stream broke"));
+  };
+  {
+    Mailbox mailbox;
+    mailbox.Fail(2, 99, broke("a stranger"));
+    mailbox.Fail(2, 0, broke("an anonymous stranger"));
+    mailbox.Fail(2, 99, broke("a stranger of the next generation"), 1);
+    mailbox.ExpectSender(2, kSession);
+    EXPECT_EQ(take(mailbox, absl::Milliseconds(50)).code(),
+              absl::StatusCode::kDeadlineExceeded);
+    mailbox.Fail(2, 99, broke("a stranger"));
+    mailbox.Fail(1, kSession, broke("another rank"));
+    mailbox.ExpectSender(2, kSession, 1);  // the next generation
+    EXPECT_EQ(take(mailbox, absl::Milliseconds(50)).code(),
+              absl::StatusCode::kDeadlineExceeded);
+    mailbox.Fail(2, kSession, broke("the neighbour"), 1);
+    const absl::Status st = take(mailbox, absl::Seconds(60));
+    EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+    EXPECT_TRUE(absl::StrContains(st.message(), "the neighbour's stream"))
+        << st;
+  }
+  {
+    Mailbox mailbox;
+    mailbox.Fail(2, kSession, broke("the neighbour"));
+    mailbox.ExpectSender(2, kSession);
+    EXPECT_EQ(take(mailbox, absl::Seconds(60)).code(),
+              absl::StatusCode::kDataLoss);
+  }
+  {
+    Mailbox mailbox;
+    for (uint64_t id = 1; id <= Mailbox::kMaxHeldFailures; ++id) {
+      mailbox.Fail(2, 100 + id, broke("a stranger"));
+    }
+    mailbox.Fail(2, kSession, broke("the neighbour"));
+    mailbox.ExpectSender(2, kSession);
+    EXPECT_EQ(take(mailbox, absl::Milliseconds(50)).code(),
+              absl::StatusCode::kDeadlineExceeded);
+  }
 }
 
 // Over gRPC: a stream whose segments carry a wrong id ends PERMISSION_DENIED
@@ -695,9 +785,9 @@ TEST(MailboxTest, GenerationsRefuseOldSegmentsAndHoldNewOnes) {
   st = mailbox.Take(key(4, 0), 2, absl::MakeSpan(out),
                     absl::Now() + absl::Milliseconds(50));
   EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded) << st;
-  mailbox.Fail(2, absl::DataLossError("old stream cancelled"), 1);
+  mailbox.Fail(2, kSession, absl::DataLossError("old stream cancelled"), 1);
   mailbox.ExpectSender(2, kNew, 2);
-  mailbox.Fail(2, absl::DataLossError("old stream cancelled"), 1);
+  mailbox.Fail(2, kSession, absl::DataLossError("old stream cancelled"), 1);
   EXPECT_EQ(mailbox.size(), 1u);  // the stranger's is gone
   EXPECT_EQ(mailbox.bytes(), 4u);
   EXPECT_TRUE(mailbox
