@@ -1025,6 +1025,17 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   return absl::OkStatus();
 }
 
+std::vector<std::string> ConfigWarnings(const JobConfig& c) {
+  std::vector<std::string> warnings;
+  if (c.network().wire_dtype() == v1::DTYPE_F16) {
+    warnings.push_back(
+        "network.wire_dtype: fp16 carries values up to +-65504 only; larger "
+        "finite weights and gradients are sent as +-65504 (saturated, logged "
+        "by the process that sends them); bf16 keeps fp32's range");
+  }
+  return warnings;
+}
+
 std::string JobConfigToYaml(const JobConfig& c) {
   YAML::Emitter out;
   out << YAML::BeginMap;

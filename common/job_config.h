@@ -73,6 +73,12 @@ absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path);
 // lr > 0, ...). INVALID_ARGUMENT errors name the key, e.g. "job.workers: ...".
 absl::Status ValidateJobConfig(const JobConfig& config);
 
+// What a valid config allows but may not be what its author wants, as
+// "key: what happens" lines (empty if nothing): network.wire_dtype: fp16
+// saturates values beyond +-65504. Not errors: callers print them (psctl,
+// a dry run) and go on.
+std::vector<std::string> ConfigWarnings(const JobConfig& config);
+
 // network.push_streams: at most this many; 0 picks PushStreams' default.
 inline constexpr int kMaxPushStreamsConfig = 8;
 inline constexpr int kDefaultPushStreams = 2;

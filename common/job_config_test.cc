@@ -16,6 +16,7 @@ namespace pstrain {
 namespace {
 
 using ::pstrain::v1::OptimizerConfig;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -752,6 +753,20 @@ TEST(JobConfigTest, WireDtype) {
   ring.mutable_allreduce()->set_backend(v1::AllReduceConfig::NCCL);
   EXPECT_THAT(std::string(ValidateJobConfig(ring).message()),
               HasSubstr("the nccl backend reduces in fp32"));
+}
+
+// fp16 on the wire is valid but saturates beyond +-65504: a warning, not an
+// error; the other dtypes warn of nothing.
+TEST(JobConfigTest, Fp16WireIsAWarning) {
+  JobConfig c = DefaultJobConfig();
+  EXPECT_THAT(ConfigWarnings(c), ElementsAre());
+  c.mutable_network()->set_wire_dtype(v1::DTYPE_BF16);
+  EXPECT_THAT(ConfigWarnings(c), ElementsAre());
+  c.mutable_network()->set_wire_dtype(v1::DTYPE_F16);
+  EXPECT_TRUE(ValidateJobConfig(c).ok()) << ValidateJobConfig(c);
+  EXPECT_THAT(ConfigWarnings(c),
+              ElementsAre(AllOf(HasSubstr("network.wire_dtype: fp16"),
+                                HasSubstr("65504"), HasSubstr("saturated"))));
 }
 
 // network.push_streams: 0 (the default) picks 2 in plain sync with one
