@@ -104,7 +104,7 @@ void ChunkFrame::AddChunk(const std::string& tensor, uint32_t index,
   if (dtype == pstrain::v1::DTYPE_BF16) {
     FloatsToBf16(values, n, out);
   } else {
-    FloatsToF16(values, n, out);
+    NoteF16Saturation(tensor, FloatsToF16(values, n, out));
   }
   slices_.emplace_back(out, bytes,
                        [](void* p) { delete[] static_cast<uint16_t*>(p); });

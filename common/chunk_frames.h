@@ -7,7 +7,9 @@
 // points at the caller's floats and holds a `Keepalive` reference until gRPC
 // is done with it, so the caller can tell when the memory is free again
 // (Keepalive::WaitUnused) or tie it to a refcounted owner. A bf16/fp16
-// payload is converted (round to nearest even) into a slice of its own.
+// payload is converted (round to nearest even; fp16 saturating at +-65504,
+// reported by NoteF16Saturation with the tensor's name) into a slice of
+// its own.
 // Any protobuf parser reads the result as the message it mimics.
 #ifndef PSTRAIN_COMMON_CHUNK_FRAMES_H_
 #define PSTRAIN_COMMON_CHUNK_FRAMES_H_

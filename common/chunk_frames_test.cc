@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/low_precision.h"
 #include "common/tensor_codec.h"
 #include "gtest/gtest.h"
 #include "proto/pstrain.grpc.pb.h"
@@ -61,6 +62,26 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, ChunkFramesTest,
                          ::testing::Values(pstrain::v1::DTYPE_F32,
                                            pstrain::v1::DTYPE_BF16,
                                            pstrain::v1::DTYPE_F16));
+
+// An fp16 payload beyond fp16's range (a weight of -131008 pulled) is sent
+// as +-65504, never +-inf, and counted, as EncodeChunk does.
+TEST(ChunkFrameTest, Fp16BeyondItsRangeSaturatesAndIsCounted) {
+  const std::vector<float> weights = {-131008.0f, 2.0f, 70000.0f};
+  const uint64_t before = F16SaturationCount();
+  ChunkFrame frame(/*chunk_field=*/3);
+  frame.AddChunk("w", 0, weights.data(), weights.size(), pstrain::v1::DTYPE_F16,
+                 /*keepalive=*/nullptr);
+  EXPECT_EQ(F16SaturationCount(), before + 2);
+  grpc::ByteBuffer buffer = frame.Release();
+  PullResponse got = Parse<PullResponse>(&buffer);
+  ASSERT_EQ(got.chunks_size(), 1);
+  std::vector<float> pulled(weights.size());
+  ASSERT_TRUE(DecodeChunk(got.chunks(0), weights.size(),
+                          /*require_finite=*/true, pulled.data(),
+                          pstrain::v1::DTYPE_F16)
+                  .ok());
+  EXPECT_EQ(pulled, (std::vector<float>{-65504.0f, 2.0f, 65504.0f}));
+}
 
 // fp32 payloads are borrowed: the keepalive counts them until the last copy
 // of the buffer is gone, and the owner lives as long.

@@ -1,6 +1,9 @@
 #include "common/low_precision.h"
 
+#include <atomic>
 #include <cstring>
+
+#include "common/logging.h"
 
 namespace pstrain {
 
@@ -19,8 +22,11 @@ float FromBits(uint32_t u) {
 }
 
 constexpr uint32_t kF32Inf = 0x7f800000u;
-// 65520 = 65504 + half an fp16 ulp: from here on fp16 rounds to infinity.
+// 65520 = 65504 + half an fp16 ulp: from here on fp16 rounding would reach
+// infinity; the encoder saturates instead.
 constexpr uint32_t kF16Overflow = 0x477ff000u;
+constexpr uint16_t kF16MaxBits = 0x7bffu;  // 65504
+constexpr uint16_t kF16InfBits = 0x7c00u;
 // 2^-14, the smallest normal fp16.
 constexpr uint32_t kF16MinNormal = 0x38800000u;
 
@@ -52,7 +58,8 @@ uint16_t FloatToF16(float f) {
   if (a > kF32Inf) {
     return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
   }
-  if (a >= kF16Overflow) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (a == kF32Inf) return static_cast<uint16_t>(sign | kF16InfBits);
+  if (a >= kF16Overflow) return static_cast<uint16_t>(sign | kF16MaxBits);
   if (a >= kF16MinNormal) {
     // Rebias the exponent (127 -> 15: subtract 112 << 23, written as adding
     // its two's complement) and round the 13 dropped bits to nearest even;
@@ -98,12 +105,42 @@ void Bf16ToFloats(const uint16_t* in, size_t n, float* out) {
   for (size_t i = 0; i < n; ++i) out[i] = Bf16ToFloat(in[i]);
 }
 
-void FloatsToF16(const float* in, size_t n, uint16_t* out) {
-  for (size_t i = 0; i < n; ++i) out[i] = FloatToF16(in[i]);
+size_t FloatsToF16(const float* in, size_t n, uint16_t* out) {
+  size_t saturated = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t a = Bits(in[i]) & 0x7fffffffu;
+    saturated += static_cast<size_t>(a >= kF16Overflow && a < kF32Inf);
+    out[i] = FloatToF16(in[i]);
+  }
+  return saturated;
 }
 
 void F16ToFloats(const uint16_t* in, size_t n, float* out) {
   for (size_t i = 0; i < n; ++i) out[i] = F16ToFloat(in[i]);
+}
+
+namespace {
+std::atomic<uint64_t> f16_saturated{0};
+}  // namespace
+
+void NoteF16Saturation(absl::string_view tensor, uint64_t count) {
+  if (count == 0) return;
+  const uint64_t before =
+      f16_saturated.fetch_add(count, std::memory_order_relaxed);
+  const uint64_t after = before + count;
+  if (before != 0 &&
+      before / kF16SaturationLogEvery == after / kF16SaturationLogEvery) {
+    return;
+  }
+  PS_LOG_WARN(
+      "fp16 wire: %d finite value(s) of tensor '%s' beyond fp16's range sent "
+      "as +-65504 (saturated; %d so far in this process, logged at most once "
+      "per %d); network.wire_dtype: bf16 keeps fp32's range",
+      count, tensor, after, kF16SaturationLogEvery);
+}
+
+uint64_t F16SaturationCount() {
+  return f16_saturated.load(std::memory_order_relaxed);
 }
 
 }  // namespace pstrain

@@ -6,8 +6,10 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
 namespace pstrain {
@@ -130,12 +132,22 @@ TEST(LowPrecisionTest, F16RoundsToNearestTiesToEven) {
   EXPECT_EQ(FloatToF16(std::nextafter(65520.0f, 0.0f)), 0x7bff);
 }
 
-TEST(LowPrecisionTest, F16OverflowInfinityAndNaN) {
+// A finite value beyond fp16's range saturates to +-65504 instead of
+// rounding to +-inf (a weight of -131008 used to be pulled as -inf);
+// +-inf and NaN stay what they are.
+TEST(LowPrecisionTest, F16SaturatesFiniteValuesAndKeepsInfinityAndNaN) {
   const float inf = std::numeric_limits<float>::infinity();
-  EXPECT_EQ(FloatToF16(65520.0f), 0x7c00);  // the tie goes to even = inf
-  EXPECT_EQ(FloatToF16(-65520.0f), 0xfc00);
-  EXPECT_EQ(FloatToF16(1e6f), 0x7c00);
-  EXPECT_EQ(FloatToF16(std::numeric_limits<float>::max()), 0x7c00);
+  EXPECT_EQ(FloatToF16(-131008.0f), 0xfbff);
+  EXPECT_EQ(F16ToFloat(FloatToF16(-131008.0f)), -65504.0f);
+  EXPECT_EQ(F16ToFloat(FloatToF16(70000.0f)), 65504.0f);
+  // Below the midpoint 65520 plain rounding already gives 65504.
+  EXPECT_EQ(FloatToF16(65519.0f), 0x7bff);
+  EXPECT_EQ(FloatToF16(65520.0f), 0x7bff);  // rounding would tie to inf
+  EXPECT_EQ(FloatToF16(-65520.0f), 0xfbff);
+  EXPECT_EQ(FloatToF16(1e6f), 0x7bff);
+  EXPECT_EQ(FloatToF16(std::numeric_limits<float>::max()), 0x7bff);
+  EXPECT_EQ(FloatToF16(-std::numeric_limits<float>::max()), 0xfbff);
+  EXPECT_EQ(F16ToFloat(0x7bff), kF16Max);
   EXPECT_EQ(FloatToF16(inf), 0x7c00);
   EXPECT_EQ(FloatToF16(-inf), 0xfc00);
   for (uint32_t nan : {0x7fc00000u, 0x7f800001u, 0xff800001u, 0x7fffffffu}) {
@@ -165,13 +177,16 @@ TEST(LowPrecisionTest, F16Subnormals) {
 // Nearest neighbour by search over the sorted finite values, ties to the
 // even pattern: a reference for the encoders independent of their bit
 // tricks. `finite` holds (value, pattern) for every finite non-negative
-// pattern, ascending; `overflow` is where rounding reaches infinity.
+// pattern, ascending; `overflow` is where rounding reaches infinity, and
+// from there a finite value is `saturated` (the pattern of the largest
+// finite value, or `inf` where the format does not saturate).
 uint16_t ReferenceEncode(float x,
                          const std::vector<std::pair<double, uint16_t>>& finite,
-                         double overflow, uint16_t inf) {
+                         double overflow, uint16_t inf, uint16_t saturated) {
   const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
   const double a = std::fabs(static_cast<double>(x));
-  if (a >= overflow) return sign | inf;
+  if (std::isinf(x)) return sign | inf;
+  if (a >= overflow) return sign | saturated;
   auto hi = std::lower_bound(finite.begin(), finite.end(),
                              std::make_pair(a, uint16_t{0}));
   if (hi->first == a) return sign | hi->second;
@@ -215,7 +230,8 @@ TEST(LowPrecisionTest, Bf16EncodeMatchesNearestEvenSearch) {
   for (uint32_t u : SamplePatterns(16)) {
     const float x = FromBits(u);
     if (std::isnan(x)) continue;
-    ASSERT_EQ(FloatToBf16(x), ReferenceEncode(x, finite, overflow, 0x7f80))
+    ASSERT_EQ(FloatToBf16(x),
+              ReferenceEncode(x, finite, overflow, 0x7f80, 0x7f80))
         << std::hex << u;
   }
 }
@@ -225,7 +241,8 @@ TEST(LowPrecisionTest, F16EncodeMatchesNearestEvenSearch) {
   for (uint32_t u : SamplePatterns(13)) {
     const float x = FromBits(u);
     if (std::isnan(x)) continue;
-    ASSERT_EQ(FloatToF16(x), ReferenceEncode(x, finite, 65520.0, 0x7c00))
+    ASSERT_EQ(FloatToF16(x),
+              ReferenceEncode(x, finite, 65520.0, 0x7c00, 0x7bff))
         << std::hex << u;
   }
 }
@@ -274,7 +291,50 @@ TEST(LowPrecisionTest, ArraysMatchScalars) {
     EXPECT_EQ(Bits(bx[i]), Bits(Bf16ToFloat(b[i])));
     EXPECT_EQ(Bits(fx[i]), Bits(F16ToFloat(f[i])));
   }
-  EXPECT_EQ(fx[4], -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(fx[4], -kF16Max);  // saturated
+  EXPECT_EQ(fx[5], kF16Max);
+}
+
+// FloatsToF16 counts the finite values it saturated: not those that round
+// to 65504 anyway, nor +-inf and NaN.
+TEST(LowPrecisionTest, F16EncodeCountsSaturatedValues) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> x = {1.0f,     65504.0f,   65519.0f,
+                                65520.0f, -131008.0f, 70000.0f,
+                                inf,      -inf,       std::nanf("")};
+  std::vector<uint16_t> f(x.size());
+  EXPECT_EQ(FloatsToF16(x.data(), x.size(), f.data()), 3u);
+  const std::vector<uint16_t> want = {0x3c00, 0x7bff, 0x7bff, 0x7bff,
+                                      0xfbff, 0x7bff, 0x7c00, 0xfc00};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(f[i], want[i]) << i;
+  EXPECT_TRUE(std::isnan(F16ToFloat(f[8])));
+}
+
+// NoteF16Saturation adds to the process-wide count and logs a warning
+// naming the tensor on the first value and then once per
+// kF16SaturationLogEvery values, not on every call.
+TEST(LowPrecisionTest, F16SaturationIsCountedAndLoggedAtMostOncePerN) {
+  const uint64_t before = F16SaturationCount();
+  NoteF16Saturation("unused", 0);
+  EXPECT_EQ(F16SaturationCount(), before);
+  // Passing a multiple of N always logs.
+  testing::internal::CaptureStderr();
+  NoteF16Saturation("layer1/w", kF16SaturationLogEvery);
+  std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(absl::StrContains(log, "'layer1/w'")) << log;
+  EXPECT_TRUE(absl::StrContains(log, "65504")) << log;
+  uint64_t total = before + kF16SaturationLogEvery;
+  EXPECT_EQ(F16SaturationCount(), total);
+  // Then N - 1 single values pass at most one multiple of N: one line.
+  testing::internal::CaptureStderr();
+  for (uint64_t i = 0; i + 1 < kF16SaturationLogEvery; ++i) {
+    NoteF16Saturation("layer2/w", 1);
+  }
+  log = testing::internal::GetCapturedStderr();
+  total += kF16SaturationLogEvery - 1;
+  EXPECT_EQ(F16SaturationCount(), total);
+  const size_t lines = std::count(log.begin(), log.end(), '\n');
+  EXPECT_LE(lines, 1u) << log;
 }
 
 }  // namespace

@@ -90,15 +90,17 @@ void EncodeChunk(const std::string& tensor, uint32_t index, const float* values,
   std::string* data = out->mutable_data();
   data->resize(n * sizeof(uint16_t));
   uint16_t block[kBlock];
+  uint64_t saturated = 0;
   for (uint64_t i = 0; i < n; i += kBlock) {
     const uint64_t m = std::min<uint64_t>(kBlock, n - i);
     if (dtype == pstrain::v1::DTYPE_BF16) {
       FloatsToBf16(values + i, m, block);
     } else {
-      FloatsToF16(values + i, m, block);
+      saturated += FloatsToF16(values + i, m, block);
     }
     std::memcpy(&(*data)[i * sizeof(uint16_t)], block, m * sizeof(uint16_t));
   }
+  NoteF16Saturation(tensor, saturated);
 }
 
 absl::Status CheckChunk(const pstrain::v1::ChunkData& chunk,
@@ -205,6 +207,7 @@ void RoundToWire(DType dtype, float* values, uint64_t n) {
       FloatsToBf16(values + i, m, block);
       Bf16ToFloats(block, m, values + i);
     } else {
+      // Saturates as the encode of what is sent does (which counts it).
       FloatsToF16(values + i, m, block);
       F16ToFloats(block, m, values + i);
     }

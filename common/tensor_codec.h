@@ -2,7 +2,7 @@
 //
 // Values are fp32 on both ends; on the wire they are fp32, bf16 or fp16
 // (network.wire_dtype, common/low_precision.h: round to nearest even on
-// encode, exact decode).
+// encode, fp16 saturating at +-65504, exact decode).
 #ifndef PSTRAIN_COMMON_TENSOR_CODEC_H_
 #define PSTRAIN_COMMON_TENSOR_CODEC_H_
 
@@ -26,7 +26,8 @@ std::string DtypeName(pstrain::v1::DType dtype);
 uint64_t WireElementBytes(pstrain::v1::DType dtype);
 
 // Fills `out` with `n` floats from `values`, shape [n], converted to `dtype`
-// (a wire dtype, else DTYPE_F32 is used).
+// (a wire dtype, else DTYPE_F32 is used). fp16 values beyond its range are
+// saturated and reported (NoteF16Saturation, naming `tensor`).
 void EncodeChunk(const std::string& tensor, uint32_t index, const float* values,
                  uint64_t n, pstrain::v1::ChunkData* out,
                  pstrain::v1::DType dtype = pstrain::v1::DTYPE_F32);
@@ -52,7 +53,8 @@ void DecodeElements(pstrain::v1::DType dtype, const char* src, uint64_t n,
                     float* out);
 
 // Rounds `n` values in place to what `dtype` can carry (encode, then
-// decode): what the other end of the wire sees. A no-op for DTYPE_F32.
+// decode): what the other end of the wire sees (fp16 saturated, not
+// reported: this mirrors an encode that reports). A no-op for DTYPE_F32.
 void RoundToWire(pstrain::v1::DType dtype, float* values, uint64_t n);
 
 }  // namespace pstrain

@@ -108,13 +108,35 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, CodecRoundTrip,
                            return pstrain::v1::DType_Name(info.param);
                          });
 
-TEST(TensorCodecTest, Fp16OverflowBecomesInfinityAndIsNotFinite) {
-  // A gradient beyond fp16's range turns into infinity on the wire, which a
-  // shard rejects (docs/architecture.md, "Low-precision wire": use bf16 for
-  // such models).
-  const float big = 70000.0f;
+TEST(TensorCodecTest, Fp16BeyondItsRangeSaturatesAndIsCounted) {
+  // A finite value beyond fp16's range is sent as +-65504, never +-inf, and
+  // counted (docs/architecture.md, "Low-precision wire"); RoundToWire, the shard's model of
+  // what a worker reads, rounds the same way without counting.
+  const std::vector<float> values = {70000.0f, -131008.0f, 65519.0f, 1.5f};
+  const uint64_t before = F16SaturationCount();
   ChunkData chunk;
-  EncodeChunk("w", 0, &big, 1, &chunk, pstrain::v1::DTYPE_F16);
+  EncodeChunk("w", 0, values.data(), values.size(), &chunk,
+              pstrain::v1::DTYPE_F16);
+  EXPECT_EQ(F16SaturationCount(), before + 2);
+  EXPECT_TRUE(
+      CheckChunk(chunk, values.size(), true, pstrain::v1::DTYPE_F16).ok());
+  std::vector<float> out(values.size());
+  ASSERT_TRUE(DecodeChunk(chunk, values.size(), true, out.data(),
+                          pstrain::v1::DTYPE_F16)
+                  .ok());
+  const std::vector<float> want = {65504.0f, -65504.0f, 65504.0f, 1.5f};
+  EXPECT_EQ(out, want);
+  std::vector<float> rounded = values;
+  RoundToWire(pstrain::v1::DTYPE_F16, rounded.data(), rounded.size());
+  EXPECT_EQ(rounded, want);
+  EXPECT_EQ(F16SaturationCount(), before + 2);
+}
+
+TEST(TensorCodecTest, Fp16InfinityStaysInfiniteAndIsNotFinite) {
+  // An infinite value stays infinite, which a shard rejects.
+  const float inf = std::numeric_limits<float>::infinity();
+  ChunkData chunk;
+  EncodeChunk("w", 0, &inf, 1, &chunk, pstrain::v1::DTYPE_F16);
   EXPECT_FALSE(CheckChunk(chunk, 1, true, pstrain::v1::DTYPE_F16).ok());
   float out = 0;
   ASSERT_TRUE(DecodeChunk(chunk, 1, false, &out, pstrain::v1::DTYPE_F16).ok());

@@ -1235,17 +1235,30 @@ TEST(WireDtypeTest, ChunkInAnotherDtypeIsRejectedAndChangesNothing) {
   EXPECT_TRUE(ok->applied);
 }
 
-TEST(WireDtypeTest, Fp16OverflowIsANonFiniteGradient) {
+// A finite gradient beyond fp16's range travels as +-65504 (saturated,
+// common/low_precision.h) and applies as the fp32 push of 65504; an
+// infinite one stays infinite and is refused as non-finite, changing
+// nothing.
+TEST(WireDtypeTest, Fp16GradientBeyondItsRangeSaturates) {
   JobConfig config = SmallConfig(pstrain::v1::MODE_SYNC, 1, 0);
+  std::unique_ptr<Shard> fp32 = MakeShard(config);
   config.mutable_network()->set_wire_dtype(pstrain::v1::DTYPE_F16);
   std::unique_ptr<Shard> shard = MakeShard(config);
+  ASSERT_NE(fp32, nullptr);
   ASSERT_NE(shard, nullptr);
-  absl::StatusOr<PushResult> r = PushGrad(
-      *shard, 0, 0, 0, 4, Constant(*shard, 1e5f), pstrain::v1::DTYPE_F16);
+  absl::StatusOr<PushResult> r =
+      PushGrad(*shard, 0, 0, 0, 4,
+               Constant(*shard, std::numeric_limits<float>::infinity()),
+               pstrain::v1::DTYPE_F16);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("not finite"));
   EXPECT_EQ(shard->Stats().version(), 0u);
+  r = PushGrad(*shard, 0, 0, 0, 4, Constant(*shard, 1e5f),
+               pstrain::v1::DTYPE_F16);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(PushGrad(*fp32, 0, 0, 0, 4, Constant(*fp32, 65504.0f)).ok());
+  EXPECT_TRUE(BitIdentical(Weights(*shard), Weights(*fp32)));
 }
 
 TEST(WireDtypeTest, CreateRejectsADtypeThatCannotTravel) {
