@@ -7,6 +7,7 @@
 // holds a finished job (common/process.h).
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/job_config.h"
 #include "common/logging.h"
 #include "common/process.h"
 #include "common/signals.h"
@@ -23,6 +24,9 @@ int Main() {
       CoordinatorOptionsFromFlags();
   if (!options.ok()) return FailStartup("ps_coordinator", options.status());
   if (DryRunRequested()) return DryRun(*options);
+  for (const std::string& w : ConfigWarnings(options->config)) {
+    PS_LOG_WARN("%s", w);
+  }
   absl::StatusOr<std::unique_ptr<CoordinatorNode>> node =
       CoordinatorNode::Create(*std::move(options));
   if (!node.ok()) {

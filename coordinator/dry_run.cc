@@ -25,6 +25,11 @@ absl::StatusOr<ResumePoint> DryRunResume(const CoordinatorNodeOptions& o) {
 
 int DryRun(const CoordinatorNodeOptions& options) {
   const JobConfig& c = options.config;
+  // What a valid config does that its author may not expect (psctl run
+  // shows stderr before anything starts).
+  for (const std::string& w : ConfigWarnings(c)) {
+    std::fprintf(stderr, "ps_coordinator: warning: %s\n", w.c_str());
+  }
   // Servers the job needs: none in mode allreduce (job.servers ignored).
   std::printf("workers=%d servers=%d\n%s", c.job().workers(),
               c.training().mode() == pstrain::v1::MODE_ALLREDUCE

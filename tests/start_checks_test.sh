@@ -110,4 +110,14 @@ else
   fail "bad token file: exit $rc, output: $out"
 fi
 
+# 4. A valid config's surprise is said before anything starts: the dry run
+#    (what psctl run does first) warns that fp16 on the wire saturates.
+sed 's/^network:$/network:\n  wire_dtype: fp16/' "$ROOT/configs/default.yaml" >"$TMP/fp16.yaml"
+run "$COORD" --config="$TMP/fp16.yaml" --dry_run
+if [[ $rc -eq 0 && "$out" == *"warning: network.wire_dtype: fp16"* ]]; then
+  ok "the dry run warns that an fp16 wire saturates beyond +-65504"
+else
+  fail "dry run of an fp16 job: exit $rc, output: $(tail -3 "$TMP/run.log")"
+fi
+
 procs_finish "start_checks_test: $passed passed, $failures failed" "($passed passed)"
