@@ -455,7 +455,7 @@ Key Row(const char* section, const char* name, Codec<T> codec,
 
 // Every key, in the order JobConfigToYaml writes them, with its default.
 // Adding a key: a field in pstrain.v1.JobConfig (proto/pstrain.proto), a row
-// here, its check in ValidateJobConfig, a line in README "Configuration"
+// here, its check in ValidateJobConfig, a line in docs/configuration.md
 // (see CONTRIBUTING.md).
 const std::vector<Key>& KeyTable() {
   using OC = OptimizerConfig;
@@ -738,7 +738,7 @@ absl::Status Known(const std::string& key, const Names<T>& names,
 }
 
 // training.on_failure: restart rolls every shard back to a checkpoint (a
-// sync step cut or an async clock cut; README "Failures and recovery"); in
+// sync step cut or an async clock cut; docs/failures-and-recovery.md); in
 // mode allreduce every rank reloads rank 0's checkpoint and the ring
 // re-forms, which the NCCL backend cannot do (its communicator is built
 // once from one unique id). training.on_failure: elastic in mode allreduce

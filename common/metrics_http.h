@@ -2,7 +2,7 @@
 // from Debian). The server runs on its own thread from Start() until the
 // object is destroyed.
 //
-// The endpoint is open (README "Security"), so what a client can hold is
+// The endpoint is open (docs/security.md), so what a client can hold is
 // bounded (MetricsHttpOptions): each connection is served on a thread of
 // its own, at most max_threads at once, and every read and write of a
 // connection ends at its timeout, so unfinished requests (a partial request

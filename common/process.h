@@ -45,8 +45,8 @@ absl::StatusOr<int> OrdinalFromHostname(const std::string& hostname);
 // Kubernetes Indexed Job's JOB_COMPLETION_INDEX); `value` null = unset.
 absl::StatusOr<int> IndexFromEnv(const std::string& name, const char* value);
 
-// Exit codes of ps_coordinator, ps_server and ps_worker (README "Failures
-// and recovery"):
+// Exit codes of ps_coordinator, ps_server and ps_worker
+// (docs/failures-and-recovery.md):
 inline constexpr int kExitOk = 0;        // the job succeeded (or stopped)
 inline constexpr int kExitFailed = 1;    // the job or this process failed
 inline constexpr int kExitBadStart = 2;  // bad flags, config or port

@@ -303,7 +303,7 @@ absl::Status CoordinatorNode::Run(const std::function<bool()>& stop) {
   }
   JobOutcome outcome = service_->Outcome();
   if (!options_.resume.empty()) {
-    // The whole job (README "Checkpoints and resume"): the steps before the
+    // The whole job (docs/checkpoints.md): the steps before the
     // resume point processed the global batch each; the earlier parts' wall
     // time is what their summary.json in --out recorded.
     const JobConfig& c = options_.config;

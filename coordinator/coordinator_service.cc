@@ -1072,7 +1072,7 @@ bool CoordinatorService::FinishRollback(uint64_t generation,
   }
   recovery_.Done(step);
   // Every worker did the steps below `step`; unreported records of them
-  // never come (README "Failures and recovery", "What is lost").
+  // never come (docs/failures-and-recovery.md, "What is lost").
   step_log_.RolledBack(step);
   job_.set_resume_from(checkpoint);
   job_.set_start_step(step);

@@ -17,7 +17,7 @@
 // with allreduce.backend nccl. Workers report their ring byte counters as
 // bytes_pushed (sent) and bytes_pulled (received).
 //
-// Session ids (README "Security"): registration gives each process a random
+// Session ids (docs/security.md): registration gives each process a random
 // id (coordinator/membership.h). Report and GetPeers need the worker's
 // current id, ServerReady and GetWorkerSessions the shard's
 // (PERMISSION_DENIED, nothing changed). GetPeers hands a worker its left

@@ -35,7 +35,7 @@ std::vector<std::pair<std::string, int>> PsServerChannelArgs() {
   // Without the HTTP/2 BDP probe, flow-control windows keep their initial
   // size, so push streams waiting for admission buffer almost nothing: peak
   // memory stops growing with the number of workers, for a measured cost
-  // in push throughput (README "Performance", ps_bench's memory variants).
+  // in push throughput (docs/performance.md, ps_bench's memory variants).
   // Each connection's TCP read buffer is at most 64 KiB (it is kept while
   // the connection lives); it takes effect where gRPC's tcp_read_chunks
   // experiment is off, as ps_server turns it (server/process_memory.h).

@@ -39,14 +39,13 @@
 // how a stand-in makes its new session known before its first push
 // (PsClient::AnnounceSession).
 //
-// Generations (training.on_failure: restart; README "Failures and
-// recovery"): the service serves one generation of the job at a time (0
-// until the first Rollback). A pull or push of another generation
-// (PullRequest / PushHeader.generation) is ABORTED, naming both
-// generations and the rollback step, and changes nothing. Rollback replaces
-// the shard by one restored from a checkpoint (or built afresh, step 0)
-// through the factory SetRollbackFactory gave; the old shard is closed, so
-// pulls blocked on it return at once.
+// Generations (training.on_failure: restart; docs/failures-and-recovery.md):
+// the service serves one generation of the job at a time (0 until the first
+// Rollback). A pull or push of another generation (PullRequest /
+// PushHeader.generation) is ABORTED, naming both generations and the rollback
+// step, and changes nothing. Rollback replaces the shard by one restored from a
+// checkpoint (or built afresh, step 0) through the factory SetRollbackFactory
+// gave; the old shard is closed, so pulls blocked on it return at once.
 #ifndef PSTRAIN_SERVER_PS_SERVICE_H_
 #define PSTRAIN_SERVER_PS_SERVICE_H_
 

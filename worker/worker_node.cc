@@ -388,7 +388,7 @@ absl::StatusOr<pstrain::v1::JobSpec> AwaitNewGeneration(
   return AwaitRollback(coord, current + 1, config, stop);
 }
 
-// training.on_failure: elastic, mode sync (README "Elastic workers"): the
+// training.on_failure: elastic, mode sync (docs/failures-and-recovery.md): the
 // dead ranks this worker stands in for. Take() registers each rank the
 // coordinator named in a heartbeat (RegisterWorkerRequest.adopt, a new
 // session id) and gives the trainer what it needs to compute the rank's
@@ -584,7 +584,7 @@ std::unique_ptr<StandInRanks> MaybeStandIns(
                                         stop);
 }
 
-// training.on_failure: elastic, mode allreduce (README "Elastic workers"):
+// training.on_failure: elastic, mode allreduce (docs/failures-and-recovery.md):
 // the dead ranks this worker process hosts. A thread takes the ranks the
 // coordinator names in this worker's heartbeat answers (it looks every
 // 50 ms) and runs a WorkerNode for each, registered with `adopt`: a second
@@ -1065,7 +1065,7 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
         config.training().on_failure() == pstrain::v1::TrainingConfig::RESTART;
     if (allreduce) {
       // training.on_failure: restart, and elastic, whose lost rank a live
-      // worker hosts (README "Failures and recovery"): each generation
+      // worker hosts (docs/failures-and-recovery.md): each generation
       // re-forms the ring and starts from the rollback's checkpoint; a
       // replacement first waits for the rollback.
       const bool rolls_back =
