@@ -1,8 +1,8 @@
 // GrpcTransport's waits on a hung right neighbour: a RingPeer on 127.0.0.1
 // that takes the stream and never reads it, so the sender's HTTP/2 window
 // fills (as when the neighbour's process is stopped). Flush and Close end
-// DEADLINE_EXCEEDED at their deadline, or CANCELLED within a second of
-// WaitBound::cancelled turning true (SIGTERM in a worker), and the rank's
+// DEADLINE_EXCEEDED at their deadline, or CANCELLED promptly after
+// WaitBound::cancelled turns true (SIGTERM in a worker), and the rank's
 // buffer may be freed as soon as they return (run under ASan too: bazel test
 // --config=asan). The ring's final flush and RingAllReducer::Close end the
 // same way with RingOptions::cancelled.
@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/config.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -40,6 +41,19 @@
 
 namespace pstrain {
 namespace {
+
+// How soon after its flag a cancelled wait must end. The waits poll the flag
+// every few tens of milliseconds, so on a quiet machine it is well under a
+// second; the bound is generous for a loaded machine and scaled under
+// sanitizers (a TSan run measured 1.9 s), and still far below the tests' 60 s
+// deadlines, so only the cancel can meet it (and the status says CANCELLED).
+#if defined(ABSL_HAVE_ADDRESS_SANITIZER) || \
+    defined(ABSL_HAVE_THREAD_SANITIZER) || defined(ABSL_HAVE_MEMORY_SANITIZER)
+constexpr int kSanitizerSlowdown = 5;
+#else
+constexpr int kSanitizerSlowdown = 1;
+#endif
+const absl::Duration kPromptly = absl::Seconds(3) * kSanitizerSlowdown;
 
 // Segments of 1 MiB, 48 of them: three times the link's 16 MiB window.
 constexpr size_t kSegmentElems = (1 << 20) / sizeof(float);
@@ -199,8 +213,8 @@ class HungNeighbourTest : public ::testing::TestWithParam<Wait> {
 };
 
 // SIGTERM's case: the deadline is a minute away, the flag turns true after
-// 200 ms, and the wait ends CANCELLED within a second of it.
-TEST_P(HungNeighbourTest, CancelEndsTheWaitWithinASecond) {
+// 200 ms, and the wait ends CANCELLED promptly after it (kPromptly).
+TEST_P(HungNeighbourTest, CancelEndsTheWaitPromptly) {
   HungLink link;
   absl::StatusOr<GrpcTransport*> t = link.Start();
   ASSERT_TRUE(t.ok()) << t.status();
@@ -215,7 +229,7 @@ TEST_P(HungNeighbourTest, CancelEndsTheWaitWithinASecond) {
   EXPECT_TRUE(absl::StrContains(st.message(), "cancelled while waiting for"))
       << st;
   EXPECT_GE(returned, cancelled_at) << "ended before the flag: " << st;
-  EXPECT_LT(returned - cancelled_at, absl::Seconds(1)) << st;
+  EXPECT_LT(returned - cancelled_at, kPromptly) << st;
   // The link is cancelled: nothing more goes out.
   const std::vector<float> more(4, 1.0f);
   EXPECT_FALSE((*t)->Send(SegmentKey{1, pstrain::v1::REDUCE_SCATTER, 0, 0},
@@ -224,7 +238,7 @@ TEST_P(HungNeighbourTest, CancelEndsTheWaitWithinASecond) {
                    .ok());
   const absl::Time destroying = absl::Now();
   link.DestroyTransport();
-  EXPECT_LT(absl::Now() - destroying, absl::Seconds(1));
+  EXPECT_LT(absl::Now() - destroying, kPromptly);
   std::printf(
       "[%s] cancelled %.3fs after the flag: %s\n", WaitName(GetParam()).c_str(),
       absl::ToDoubleSeconds(returned - cancelled_at), st.ToString().c_str());
@@ -257,8 +271,8 @@ INSTANTIATE_TEST_SUITE_P(Waits, HungNeighbourTest,
 // into its inbox by hand, as from rank 1), so its rounds end and it waits in
 // the flush of the 48 MiB it sent to the hung neighbour. RingOptions::
 // cancelled, turned true once the rounds are over, ends it with CANCELLED
-// within a second instead of at options.timeout.
-TEST(RingFlushTest, CancelEndsTheFinalFlushWithinASecond) {
+// promptly instead of at options.timeout.
+TEST(RingFlushTest, CancelEndsTheFinalFlushPromptly) {
   HungLink link;
   absl::StatusOr<GrpcTransport*> t = link.Start();
   ASSERT_TRUE(t.ok()) << t.status();
@@ -291,12 +305,12 @@ TEST(RingFlushTest, CancelEndsTheFinalFlushWithinASecond) {
   EXPECT_EQ(st.code(), absl::StatusCode::kCancelled) << st;
   EXPECT_TRUE(absl::StrContains(st.message(), "take the segments")) << st;
   EXPECT_GE(returned, cancelled_at) << st;
-  EXPECT_LT(returned - cancelled_at, absl::Seconds(1)) << st;
+  EXPECT_LT(returned - cancelled_at, kPromptly) << st;
 }
 
 // RingAllReducer::Close (the trainer's last call) passes RingOptions::
 // cancelled on to the transport's close.
-TEST(RingFlushTest, CancelEndsTheReducersCloseWithinASecond) {
+TEST(RingFlushTest, CancelEndsTheReducersClosePromptly) {
   HungLink link;
   absl::StatusOr<GrpcTransport*> t = link.Start();
   ASSERT_TRUE(t.ok()) << t.status();
@@ -313,7 +327,7 @@ TEST(RingFlushTest, CancelEndsTheReducersCloseWithinASecond) {
   const absl::Time cancelled_at = canceller.Join();
   EXPECT_EQ(st.code(), absl::StatusCode::kCancelled) << st;
   EXPECT_GE(returned, cancelled_at) << st;
-  EXPECT_LT(returned - cancelled_at, absl::Seconds(1)) << st;
+  EXPECT_LT(returned - cancelled_at, kPromptly) << st;
 }
 
 // N ranks' RingPeer services behind real servers on 127.0.0.1 (the ring's
