@@ -509,15 +509,22 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   // The first message's header must be the one the stream opened with
   // (checked then, before admission): worker, session and generation.
   absl::Status MatchesSession(const pstrain::v1::PushHeader& h) const {
-    if (h.worker() == session_.worker &&
-        h.session_id() == session_.session_id &&
-        h.generation() == session_.generation) {
-      return absl::OkStatus();
+    if (h.worker() != session_.worker ||
+        h.session_id() != session_.session_id ||
+        h.generation() != session_.generation) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "push header (worker ", h.worker(), ", generation ", h.generation(),
+          ") is not the session the stream opened with (worker ",
+          session_.worker, ", generation ", session_.generation,
+          "); nothing applied"));
     }
-    return absl::InvalidArgumentError(absl::StrCat(
-        "push header (worker ", h.worker(), ", generation ", h.generation(),
-        ") is not the session the stream opened with (worker ", session_.worker,
-        ", generation ", session_.generation, "); nothing applied"));
+    // Checked again: the rank may have been declared dead, or the job rolled
+    // back, while the stream waited for admission.
+    absl::Status st = sessions_->Check(h.worker(), h.session_id(), "Push");
+    if (st.ok()) st = service_->CheckGeneration(h.generation(), "push");
+    if (st.ok()) return st;
+    return absl::Status(st.code(),
+                        absl::StrCat(st.message(), "; nothing applied"));
   }
 
   // Frees the admission slot and the buffers, then finishes the call.
