@@ -313,20 +313,25 @@ std::string FormatFloat(float value) {
 }
 
 // ---------------------------------------------------------------------------
-// The key table: one row per YAML key drives parsing, emission and
-// `section.key=value` overrides. A row pairs a codec (YAML value <-> T) with
-// where the value lives in JobConfig.
+// The key table: one row per YAML key drives parsing, emission,
+// `section.key=value` overrides and the reference (docs/configuration.md). A
+// row pairs a codec (YAML value <-> T) with where the value lives in
+// JobConfig and what the key means.
 
 template <typename T>
 struct Codec {
   using value_type = T;
   std::function<absl::StatusOr<T>(const Field&)> parse;
   std::function<void(YAML::Emitter&, const T&)> emit;
+  std::string type;  // what `parse` accepts, for the reference (Markdown)
 };
 
 struct Key {
   std::string section;
   std::string name;
+  std::string type;           // the codec's
+  std::string default_value;  // as emitted; "" when unset (ConfigKeyDoc)
+  std::string description;    // one line of Markdown
   std::function<absl::Status(const Field&, JobConfig&)> parse;
   // Writes "name: value" (or nothing, for an optional key left unset).
   std::function<void(const JobConfig&, YAML::Emitter&)> emit;
@@ -337,17 +342,20 @@ struct Key {
 template <typename T>
 Codec<T> IntCodec(int64_t min = 0) {
   return {[min](const Field& f) { return Int<T>(f, min); },
-          [](YAML::Emitter& out, const T& v) { out << v; }};
+          [](YAML::Emitter& out, const T& v) { out << v; },
+          absl::StrCat("integer >= ", min)};
 }
 
 Codec<double> NumberCodec() {
   return {Number,
-          [](YAML::Emitter& out, const double& v) { out << FormatDouble(v); }};
+          [](YAML::Emitter& out, const double& v) { out << FormatDouble(v); },
+          "number"};
 }
 
 Codec<double> PositiveCodec() {
   return {static_cast<absl::StatusOr<double> (*)(const Field&)>(Positive),
-          [](YAML::Emitter& out, const double& v) { out << FormatDouble(v); }};
+          [](YAML::Emitter& out, const double& v) { out << FormatDouble(v); },
+          "number > 0"};
 }
 
 Codec<float> FloatCodec() {
@@ -355,15 +363,18 @@ Codec<float> FloatCodec() {
             PS_ASSIGN_OR_RETURN(double v, Number(f));
             return static_cast<float>(v);
           },
-          [](YAML::Emitter& out, const float& v) { out << FormatFloat(v); }};
+          [](YAML::Emitter& out, const float& v) { out << FormatFloat(v); },
+          "number"};
 }
 
 Codec<bool> BoolCodec() {
-  return {Bool, [](YAML::Emitter& out, const bool& v) { out << v; }};
+  return {Bool, [](YAML::Emitter& out, const bool& v) { out << v; },
+          "`true` or `false`"};
 }
 
 Codec<std::string> StringCodec() {
-  return {String, [](YAML::Emitter& out, const std::string& v) { out << v; }};
+  return {String, [](YAML::Emitter& out, const std::string& v) { out << v; },
+          "string"};
 }
 
 template <typename T>
@@ -372,17 +383,22 @@ Codec<T> EnumCodec(const Names<T>& names) {
           [&names](YAML::Emitter& out, const T& v) {
             // An unknown value is written as is and rejected on the way in.
             out << NameOrUnspecified(names, v);
-          }};
+          },
+          absl::StrJoin(names, ", ", [](std::string* out, const auto& entry) {
+            absl::StrAppend(out, "`", entry.first, "`");
+          })};
 }
 
 Codec<int64_t> StalenessCodec() {
-  return {Staleness, [](YAML::Emitter& out, const int64_t& v) {
+  return {Staleness,
+          [](YAML::Emitter& out, const int64_t& v) {
             if (v == -1) {
               out << "inf";
             } else {
               out << v;
             }
-          }};
+          },
+          "integer >= 0 or `inf`"};
 }
 
 Codec<std::vector<int64_t>> IntListCodec() {
@@ -394,7 +410,8 @@ Codec<std::vector<int64_t>> IntListCodec() {
             out << YAML::Flow << YAML::BeginSeq;
             for (int64_t x : v) out << x;
             out << YAML::EndSeq;
-          }};
+          },
+          "list of integers >= 0"};
 }
 
 Codec<std::vector<float>> FloatListCodec() {
@@ -406,15 +423,22 @@ Codec<std::vector<float>> FloatListCodec() {
             out << YAML::Flow << YAML::BeginSeq;
             for (float x : v) out << FormatFloat(x);
             out << YAML::EndSeq;
-          }};
+          },
+          "list of numbers"};
 }
 
 // A row: the key's default, `get` reads the value from a config, `set`
-// stores a parsed one.
+// stores a parsed one, `description` says what the key does (one line of
+// Markdown for docs/configuration.md: its meaning, and the checks
+// ValidateJobConfig adds to the codec's).
 template <typename T, typename Get, typename Set>
 Key Row(const char* section, const char* name, Codec<T> codec,
-        const typename Codec<T>::value_type& default_value, Get get, Set set) {
-  Key key{section, name, nullptr, nullptr, nullptr};
+        const typename Codec<T>::value_type& default_value, Get get, Set set,
+        const char* description) {
+  YAML::Emitter default_yaml;
+  codec.emit(default_yaml, default_value);
+  Key key{section,     name,    codec.type, default_yaml.c_str(),
+          description, nullptr, nullptr,    nullptr};
   key.set_default = [default_value, set](JobConfig& c) {
     set(c, T(default_value));
   };
@@ -453,49 +477,103 @@ Key Row(const char* section, const char* name, Codec<T> codec,
         c.mutable_training()->mutable_optimizer()->set_##field(v);     \
       }
 
-// Every key, in the order JobConfigToYaml writes them, with its default.
-// Adding a key: a field in pstrain.v1.JobConfig (proto/pstrain.proto), a row
-// here, its check in ValidateJobConfig, a line in docs/configuration.md
-// (see CONTRIBUTING.md).
+// Every key, in the order JobConfigToYaml writes them, with its default and
+// what it means. Adding a key: a field in pstrain.v1.JobConfig
+// (proto/pstrain.proto), a row here, its check in ValidateJobConfig, then
+// regenerate docs/configuration.md (see CONTRIBUTING.md).
 const std::vector<Key>& KeyTable() {
   using OC = OptimizerConfig;
   static const auto* table = new std::vector<Key>{
-      Row("job", "name", StringCodec(), "pstrain", PS_FIELD(job, name)),
-      Row("job", "workers", IntCodec<int32_t>(), 2, PS_FIELD(job, workers)),
-      Row("job", "servers", IntCodec<int32_t>(), 2, PS_FIELD(job, servers)),
+      Row("job", "name", StringCodec(), "pstrain", PS_FIELD(job, name),
+          "Names the job in logs, errors, `summary.json` and checkpoints."),
+      Row("job", "workers", IntCodec<int32_t>(), 2, PS_FIELD(job, workers),
+          "Number of workers N; >= 1."),
+      Row("job", "servers", IntCodec<int32_t>(), 2, PS_FIELD(job, servers),
+          "Number of server shards K; >= 1 (mode `allreduce` starts none)."),
 
       Row("training", "mode", EnumCodec(ModeNames()), v1::MODE_SYNC,
-          PS_FIELD(training, mode)),
+          PS_FIELD(training, mode),
+          "`sync`: parameter servers, every step waits for every worker "
+          "(BSP); `async`: parameter servers, pushes applied as they arrive "
+          "within `training.staleness` (SSP); `allreduce`: a ring among the "
+          "workers, no servers ([architecture](architecture.md))."),
       Row("training", "staleness", StalenessCodec(), 0,
-          PS_FIELD(training, staleness)),
+          PS_FIELD(training, staleness),
+          "Mode `async`: the SSP bound s in clocks: a pull at clock c waits "
+          "until the slowest worker has pushed clock c - s; `0` is "
+          "lock-step, `inf` never waits."),
       Row("training", "backup_workers", IntCodec<int64_t>(), 0,
-          PS_FIELD(training, backup_workers)),
+          PS_FIELD(training, backup_workers),
+          "Mode `sync` only: each step is applied with the first N - b "
+          "gradients and late ones are dropped (Chen et al. 2016); below "
+          "`job.workers`."),
       Row("training", "staleness_aware_lr", BoolCodec(), false,
-          PS_FIELD(training, staleness_aware_lr)),
+          PS_FIELD(training, staleness_aware_lr),
+          "Mode `async` only: a push of staleness tau is applied with "
+          "learning rate lr / max(tau, 1) (Zhang et al. 2016)."),
       Row("training", "dc_lambda", NumberCodec(), 0,
-          PS_FIELD(training, dc_lambda)),
+          PS_FIELD(training, dc_lambda),
+          "Mode `async` only: DC-ASGD delay compensation lambda >= 0, the "
+          "gradient applied as g + lambda * g * g * (w_now - w_read) (Zheng "
+          "et al. 2017); 0: off."),
       Row("training", "fail_on_divergence", BoolCodec(), true,
-          PS_FIELD(training, fail_on_divergence)),
+          PS_FIELD(training, fail_on_divergence),
+          "A NaN or infinite loss fails the job; `false`: the job goes on "
+          "and `summary.json` says `diverged`."),
       Row("training", "on_failure", EnumCodec(OnFailureNames()),
-          v1::TrainingConfig::FAIL, PS_FIELD(training, on_failure)),
+          v1::TrainingConfig::FAIL, PS_FIELD(training, on_failure),
+          "What a dead process (silent for `network.lease_s`) does to the "
+          "job: `fail` ends it at once; `restart` waits for a replacement "
+          "and rolls every shard and worker back to the last checkpoint "
+          "(async: the last clock cut; allreduce: every rank reloads rank "
+          "0's last checkpoint and the ring re-forms); `elastic` (workers; "
+          "a dead server fails the job) goes on with the live workers: in "
+          "sync a live worker takes the dead rank over (global batch kept), "
+          "in async the rank's micro-batches are skipped, in allreduce a "
+          "live worker hosts the rank and every rank rolls back to the last "
+          "checkpoint. `restart` and `elastic` in mode allreduce need "
+          "`allreduce.backend: grpc`; `elastic` in mode sync needs "
+          "`backup_workers: 0` ([failures and "
+          "recovery](failures-and-recovery.md))."),
       Row("training", "restart_timeout_s", PositiveCodec(), 60,
-          PS_FIELD(training, restart_timeout_s)),
+          PS_FIELD(training, restart_timeout_s),
+          "`restart`: the longest wait in seconds for a dead process's "
+          "replacement (registered, and for a server ready) before the job "
+          "fails; `elastic` in mode allreduce: the same for the member that "
+          "hosts a lost rank (or a new worker)."),
       Row("training", "max_restarts", IntCodec<int64_t>(), 3,
-          PS_FIELD(training, max_restarts)),
+          PS_FIELD(training, max_restarts),
+          "`restart`: the failures the job survives in all (each a "
+          "replacement and a rollback); one more fails it. `elastic`: how "
+          "many times `psctl run` starts a dead worker again to rejoin its "
+          "rank; after that the job goes on without it."),
       Row("training", "min_workers", IntCodec<int64_t>(), 1,
-          PS_FIELD(training, min_workers)),
+          PS_FIELD(training, min_workers),
+          "`on_failure: elastic`: the job fails once fewer workers than this "
+          "are alive; in [1, `job.workers`]."),
       Row("training", "optimizer", EnumCodec(OptimizerNames()), OC::SGD,
-          PS_OPTIMIZER(kind)),
-      Row("training", "base_lr", PositiveCodec(), 0.1, PS_OPTIMIZER(base_lr)),
-      Row("training", "momentum", NumberCodec(), 0.9, PS_OPTIMIZER(momentum)),
-      Row("training", "nesterov", BoolCodec(), false, PS_OPTIMIZER(nesterov)),
-      Row("training", "beta1", NumberCodec(), 0.9, PS_OPTIMIZER(beta1)),
-      Row("training", "beta2", NumberCodec(), 0.999, PS_OPTIMIZER(beta2)),
+          PS_OPTIMIZER(kind),
+          "The update rule (the servers', or every replica's in mode "
+          "allreduce: the same code)."),
+      Row("training", "base_lr", PositiveCodec(), 0.1, PS_OPTIMIZER(base_lr),
+          "Base learning rate, before warm-up, schedule and `lr_scaling`."),
+      Row("training", "momentum", NumberCodec(), 0.9, PS_OPTIMIZER(momentum),
+          "`momentum`: the momentum coefficient; in [0, 1)."),
+      Row("training", "nesterov", BoolCodec(), false, PS_OPTIMIZER(nesterov),
+          "`momentum`: Nesterov's variant."),
+      Row("training", "beta1", NumberCodec(), 0.9, PS_OPTIMIZER(beta1),
+          "`adam`, `adamw`: decay of the first moment; in [0, 1)."),
+      Row("training", "beta2", NumberCodec(), 0.999, PS_OPTIMIZER(beta2),
+          "`adam`, `adamw`: decay of the second moment; in [0, 1)."),
       // Optional: unset (0) means the optimizer's default, 1e-8 (AdaGrad
       // 1e-10); an explicit value must be > 0.
       [] {
         Key key = Row("training", "epsilon", PositiveCodec(), 0,
-                      PS_OPTIMIZER(epsilon));
+                      PS_OPTIMIZER(epsilon),
+                      "`adam`, `adamw`, `adagrad`: the epsilon of the "
+                      "denominator; leave the key out for the optimizer's "
+                      "default (1e-8; AdaGrad 1e-10), or give a value > 0.");
+        key.default_value.clear();
         auto emit = key.emit;
         key.emit = [emit](const JobConfig& c, YAML::Emitter& out) {
           if (c.training().optimizer().epsilon() != 0) emit(c, out);
@@ -503,121 +581,245 @@ const std::vector<Key>& KeyTable() {
         return key;
       }(),
       Row("training", "weight_decay", NumberCodec(), 0,
-          PS_OPTIMIZER(weight_decay)),
+          PS_OPTIMIZER(weight_decay),
+          "Weight decay >= 0: an L2 term in the gradient (`sgd`, `momentum`, "
+          "`adam`, `adagrad`) or decoupled (`adamw`)."),
       Row("training", "adagrad_init", NumberCodec(), 0.1,
-          PS_OPTIMIZER(adagrad_init)),
+          PS_OPTIMIZER(adagrad_init),
+          "`adagrad`: the accumulator's initial value; >= 0."),
       Row("training", "lr_schedule", EnumCodec(ScheduleNames()), OC::CONSTANT,
-          PS_OPTIMIZER(schedule)),
+          PS_OPTIMIZER(schedule),
+          "`constant`; `step`: lr times `gamma` every `step_size` steps; "
+          "`cosine`: cosine decay to `min_lr_ratio` times lr over "
+          "`training.steps`."),
       Row("training", "warmup_steps", IntCodec<uint64_t>(), 0,
-          PS_OPTIMIZER(warmup_steps)),
+          PS_OPTIMIZER(warmup_steps),
+          "Steps of linear warm-up from 0 to the learning rate, before the "
+          "schedule."),
       Row("training", "step_size", IntCodec<uint64_t>(), 0,
-          PS_OPTIMIZER(step_size)),
-      Row("training", "gamma", NumberCodec(), 0.1, PS_OPTIMIZER(gamma)),
+          PS_OPTIMIZER(step_size),
+          "`lr_schedule: step`: steps between decays; >= 1 with that "
+          "schedule."),
+      Row("training", "gamma", NumberCodec(), 0.1, PS_OPTIMIZER(gamma),
+          "`lr_schedule: step`: the factor applied every `step_size` steps; "
+          "> 0 with that schedule."),
       Row("training", "min_lr_ratio", NumberCodec(), 0,
-          PS_OPTIMIZER(min_lr_ratio)),
+          PS_OPTIMIZER(min_lr_ratio),
+          "`lr_schedule: cosine`: the final learning rate as a fraction of "
+          "the base; in [0, 1]."),
       Row("training", "lr_scaling", EnumCodec(ScalingNames()), false,
-          PS_OPTIMIZER(linear_scaling)),
+          PS_OPTIMIZER(linear_scaling),
+          "`linear`: lr = `base_lr` times the global batch / "
+          "`reference_batch`; `none`: `base_lr` as is."),
       Row("training", "reference_batch", IntCodec<uint64_t>(), 256,
-          PS_OPTIMIZER(reference_batch)),
+          PS_OPTIMIZER(reference_batch),
+          "`lr_scaling: linear`: the batch `base_lr` is meant for; >= 1 with "
+          "it."),
       Row("training", "local_batch", IntCodec<int64_t>(), 32,
-          PS_FIELD(training, local_batch)),
+          PS_FIELD(training, local_batch),
+          "Examples per worker per micro-batch; >= 1."),
       Row("training", "grad_accum_steps", IntCodec<int64_t>(), 1,
-          PS_FIELD(training, grad_accum_steps)),
+          PS_FIELD(training, grad_accum_steps),
+          "Micro-batches a worker accumulates per step; the global batch is "
+          "`local_batch` times `job.workers` times this; >= 1."),
       Row("training", "steps", IntCodec<int64_t>(), 200,
-          PS_FIELD(training, steps)),
+          PS_FIELD(training, steps),
+          "Training steps (clocks) of every worker; >= 1."),
 
       Row("model", "type", EnumCodec(ModelTypeNames()), ModelConfig::MLP,
-          PS_FIELD(model, type)),
+          PS_FIELD(model, type),
+          "`scalar`: one weight w, loss (w - y)^2 on `data.targets`; "
+          "`linear`: linear regression (squared error); `softmax`: softmax "
+          "regression; `mlp`: a multi-layer perceptron of `hidden` widths."),
       Row("model", "input_dim", IntCodec<int64_t>(), 32,
-          PS_FIELD(model, input_dim)),
+          PS_FIELD(model, input_dim),
+          "Input width; >= 1 (except `scalar`); synthetic data: equal to "
+          "`data.num_features` (file data: checked when loaded)."),
       Row("model", "num_classes", IntCodec<int64_t>(), 4,
-          PS_FIELD(model, num_classes)),
-      Row("model", "hidden", IntListCodec(), {64}, PS_LIST(model, hidden)),
+          PS_FIELD(model, num_classes),
+          "Output width (1: regression); >= 1; synthetic data: equal to "
+          "`data.num_classes`."),
+      Row("model", "hidden", IntListCodec(), {64}, PS_LIST(model, hidden),
+          "`mlp`: the widths of the hidden layers, each >= 1."),
       Row("model", "activation", EnumCodec(ActivationNames()),
-          ModelConfig::RELU, PS_FIELD(model, activation)),
-      Row("model", "classifier", BoolCodec(), true,
-          PS_FIELD(model, classifier)),
-      Row("model", "seed", IntCodec<uint64_t>(), 1, PS_FIELD(model, seed)),
-      Row("model", "init_value", FloatCodec(), 0, PS_FIELD(model, init_value)),
+          ModelConfig::RELU, PS_FIELD(model, activation),
+          "`mlp`: the hidden layers' activation."),
+      Row("model", "classifier", BoolCodec(), true, PS_FIELD(model, classifier),
+          "A softmax cross-entropy head; `false`: squared error."),
+      Row("model", "seed", IntCodec<uint64_t>(), 1, PS_FIELD(model, seed),
+          "Seed of the initial weights."),
+      Row("model", "init_value", FloatCodec(), 0, PS_FIELD(model, init_value),
+          "`scalar`: the initial w."),
 
       Row("data", "source", EnumCodec(SourceNames()), DataConfig::SYNTHETIC,
-          PS_FIELD(data, source)),
-      Row("data", "seed", IntCodec<uint64_t>(), 7, PS_FIELD(data, seed)),
+          PS_FIELD(data, source),
+          "`synthetic`: generated from `data.seed`; `digits`, "
+          "`breast_cancer`: the built-in data sets (in `data.dir`); `csv`, "
+          "`libsvm`: the file `data.path`."),
+      Row("data", "seed", IntCodec<uint64_t>(), 7, PS_FIELD(data, seed),
+          "Seed of the synthetic task and examples, the train/test split "
+          "and the shuffling."),
       Row("data", "num_features", IntCodec<int64_t>(), 32,
-          PS_FIELD(data, num_features)),
+          PS_FIELD(data, num_features),
+          "Synthetic: input features; equal to `model.input_dim`."),
       Row("data", "num_classes", IntCodec<int64_t>(), 4,
-          PS_FIELD(data, num_classes)),
-      Row("data", "noise", NumberCodec(), 0.1, PS_FIELD(data, noise)),
+          PS_FIELD(data, num_classes),
+          "Synthetic: classes (1: regression); >= 1; equal to "
+          "`model.num_classes`."),
+      Row("data", "noise", NumberCodec(), 0.1, PS_FIELD(data, noise),
+          "Synthetic: the share of labels drawn at random (classes: at most "
+          "1), or the scale of the target noise (regression); >= 0."),
       Row("data", "test_examples", IntCodec<int64_t>(), 2000,
-          PS_FIELD(data, test_examples)),
-      Row("data", "targets", FloatListCodec(), {}, PS_LIST(data, targets)),
+          PS_FIELD(data, test_examples),
+          "Synthetic: held-out examples, split over the workers for "
+          "evaluation."),
+      Row("data", "targets", FloatListCodec(), {}, PS_LIST(data, targets),
+          "`model.type: scalar`: the targets, cycled through by example id; "
+          "not empty for that model."),
       Row("data", "num_categorical", IntCodec<int64_t>(), 0,
-          PS_FIELD(data, num_categorical)),
+          PS_FIELD(data, num_categorical),
+          "Synthetic: how many of the `num_features` columns are "
+          "categorical (one-hot encoded); at most `num_features`."),
       Row("data", "categories", IntCodec<int64_t>(), 4,
-          PS_FIELD(data, categories)),
+          PS_FIELD(data, categories),
+          "Synthetic: the one-hot slots of each categorical column; >= 2."),
       Row("data", "missing_rate", NumberCodec(), 0,
-          PS_FIELD(data, missing_rate)),
-      Row("data", "path", StringCodec(), "", PS_FIELD(data, path)),
+          PS_FIELD(data, missing_rate),
+          "Synthetic: the share of missing values (each 0 plus a "
+          "missing-indicator feature); in [0, 1)."),
+      Row("data", "path", StringCodec(), "", PS_FIELD(data, path),
+          "The `csv` or `libsvm` file (required with them); with `digits` "
+          "or `breast_cancer`, a file instead of the built-in one."),
       Row("data", "dir", StringCodec(), ".cache/pstrain/datasets",
-          PS_FIELD(data, dir)),
+          PS_FIELD(data, dir),
+          "Where the built-in data sets are (`./psctl setup` puts "
+          "`digits.csv` and `breast_cancer.csv` there)."),
       Row("data", "label_column", StringCodec(), "label",
-          PS_FIELD(data, label_column)),
+          PS_FIELD(data, label_column),
+          "`csv`: the header of the label column."),
       Row("data", "test_fraction", NumberCodec(), 0.2,
-          PS_FIELD(data, test_fraction)),
-      Row("data", "standardize", BoolCodec(), true,
-          PS_FIELD(data, standardize)),
+          PS_FIELD(data, test_fraction),
+          "File data: the share held out for evaluation (a seeded split); "
+          "in [0, 1)."),
+      Row("data", "standardize", BoolCodec(), true, PS_FIELD(data, standardize),
+          "File data: z-score every feature with the training split's "
+          "statistics."),
 
       Row("worker", "device", EnumCodec(DeviceNames()), WorkerConfig::AUTO,
-          PS_FIELD(worker, device)),
+          PS_FIELD(worker, device),
+          "Where a worker computes: `auto` (the GPU when one is visible), "
+          "`cpu` or `cuda`; `ps_worker --device` overrides, `--cuda_device "
+          "N` / `--local_rank R` pick the GPU ([GPU](gpu.md))."),
       Row("worker", "compute_ms", NumberCodec(), 0,
-          PS_FIELD(worker, compute_ms)),
+          PS_FIELD(worker, compute_ms),
+          "Emulated compute: each step's gradient computation takes at "
+          "least this many milliseconds (the math still runs); 0: off; "
+          ">= 0."),
       Row("worker", "straggler_rank", IntCodec<int64_t>(-1), -1,
-          PS_FIELD(worker, straggler_rank)),
+          PS_FIELD(worker, straggler_rank),
+          "One slow worker: this rank's compute takes `straggler_factor` "
+          "times as long; -1: none, else below `job.workers`."),
       Row("worker", "straggler_factor", NumberCodec(), 1,
-          PS_FIELD(worker, straggler_factor)),
-      Row("worker", "overlap", BoolCodec(), false, PS_FIELD(worker, overlap)),
+          PS_FIELD(worker, straggler_factor),
+          "The straggler's slow-down; >= 1."),
+      Row("worker", "overlap", BoolCodec(), false, PS_FIELD(worker, overlap),
+          "Modes `sync` and `async` with `compute_ms`: overlap "
+          "communication and compute layer by layer ([architecture]"
+          "(architecture.md#worker-overlap-chunk-by-chunk)); the same "
+          "values, other timing; ignored in mode `allreduce`."),
 
       Row("allreduce", "segment_bytes", IntCodec<int64_t>(), 1 << 20,
-          PS_FIELD(allreduce, segment_bytes)),
+          PS_FIELD(allreduce, segment_bytes),
+          "Bytes per ring segment: a multiple of 4 in [4096, 4 MiB]."),
       Row("allreduce", "backend", EnumCodec(AllReduceBackendNames()),
-          AllReduceConfig::GRPC, PS_FIELD(allreduce, backend)),
+          AllReduceConfig::GRPC, PS_FIELD(allreduce, backend),
+          "`grpc`: the ring over gRPC streams; `nccl`: NCCL (every worker on "
+          "a GPU)."),
       Row("allreduce", "timeout_s", PositiveCodec(), 60,
-          PS_FIELD(allreduce, timeout_s)),
+          PS_FIELD(allreduce, timeout_s),
+          "The longest wait of any ring step, in seconds."),
 
       Row("evaluation", "every_steps", IntCodec<int64_t>(), 0,
-          PS_FIELD(evaluation, every_steps)),
+          PS_FIELD(evaluation, every_steps),
+          "Evaluate on the held-out examples every k steps; 0: only at the "
+          "end."),
 
       Row("server", "chunk_bytes", IntCodec<int64_t>(), 0,
-          PS_FIELD(server, chunk_bytes)),
+          PS_FIELD(server, chunk_bytes),
+          "Bytes per chunk, the unit tensors are sharded, pushed and pulled "
+          "in: 0 (automatic: about eight chunks per shard) or a multiple of "
+          "4 in [64, 4 MiB]."),
 
-      Row("checkpoint", "dir", StringCodec(), "", PS_FIELD(checkpoint, dir)),
+      Row("checkpoint", "dir", StringCodec(), "", PS_FIELD(checkpoint, dir),
+          "Where checkpoints go; \"\": the coordinator's `--out`/ckpt "
+          "([checkpoints](checkpoints.md))."),
       Row("checkpoint", "every_steps", IntCodec<int64_t>(), 0,
-          PS_FIELD(checkpoint, every_steps)),
+          PS_FIELD(checkpoint, every_steps),
+          "A checkpoint every k steps (async: a consistent clock cut; "
+          "allreduce: rank 0 writes its replica), plus one at the end; 0: "
+          "off."),
       Row("checkpoint", "every_seconds", NumberCodec(), 0,
-          PS_FIELD(checkpoint, every_seconds)),
+          PS_FIELD(checkpoint, every_seconds),
+          "A checkpoint once this many seconds passed since the last one "
+          "(sync, allreduce: at the end of the next step; async: at the next "
+          "clock the shards can reach), plus one at the end; 0: off; >= 0."),
       Row("checkpoint", "keep", IntCodec<int64_t>(), 0,
-          PS_FIELD(checkpoint, keep)),
+          PS_FIELD(checkpoint, keep),
+          "Keep the newest k complete checkpoints; 0: all."),
 
       Row("network", "rpc_timeout_s", PositiveCodec(), 30,
-          PS_FIELD(network, rpc_timeout_s)),
+          PS_FIELD(network, rpc_timeout_s),
+          "The deadline of every call and push, in seconds."),
       Row("network", "barrier_timeout_s", PositiveCodec(), 300,
-          PS_FIELD(network, barrier_timeout_s)),
+          PS_FIELD(network, barrier_timeout_s),
+          "The longest a pull may take, barrier wait included, in seconds "
+          "(the coordinator hands it to servers and workers; no per-binary "
+          "flag)."),
       Row("network", "startup_timeout_s", PositiveCodec(), 60,
-          PS_FIELD(network, startup_timeout_s)),
-      Row("network", "lease_s", PositiveCodec(), 5, PS_FIELD(network, lease_s)),
+          PS_FIELD(network, startup_timeout_s),
+          "The coordinator fails the job if not every server and worker has "
+          "registered within this many seconds (binaries also take "
+          "`--startup_timeout_s`)."),
+      Row("network", "lease_s", PositiveCodec(), 5, PS_FIELD(network, lease_s),
+          "A server or worker silent this many seconds is dead; the "
+          "coordinator silent this long ends every server and worker "
+          "([failures and recovery](failures-and-recovery.md))."),
       Row("network", "wire_dtype", EnumCodec(WireDtypeNames()), v1::DTYPE_F32,
-          PS_FIELD(network, wire_dtype)),
+          PS_FIELD(network, wire_dtype),
+          "Gradients (push) and weights (pull) between workers and servers, "
+          "rounded to nearest even; servers keep fp32 weights and optimizer "
+          "state; `fp16` saturates beyond +-65504. Mode allreduce: `fp32`, "
+          "or `bf16` with `allreduce.backend: grpc` (segments in bf16, sums "
+          "in fp32) ([low-precision "
+          "wire](architecture.md#low-precision-wire))."),
       Row("network", "push_streams", IntCodec<int32_t>(), 0,
-          PS_FIELD(network, push_streams)),
-      Row("network", "tls_cert", StringCodec(), "",
-          PS_FIELD(network, tls_cert)),
-      Row("network", "tls_key", StringCodec(), "", PS_FIELD(network, tls_key)),
-      Row("network", "tls_ca", StringCodec(), "", PS_FIELD(network, tls_ca)),
+          PS_FIELD(network, push_streams),
+          "Streams (each its own connection) a worker splits each shard's "
+          "push over: 1 to 8, or 0: 2 in mode sync without backup workers "
+          "with one worker, else 1; more than 1 only in mode sync without "
+          "backup workers ([one push over several "
+          "streams](architecture.md#one-push-over-several-streams))."),
+      Row("network", "tls_cert", StringCodec(), "", PS_FIELD(network, tls_cert),
+          "PEM certificate of every gRPC server (with `tls_key`): TLS on "
+          "every connection; `--tls_cert` overrides."),
+      Row("network", "tls_key", StringCodec(), "", PS_FIELD(network, tls_key),
+          "PEM private key of `tls_cert` (the two go together); `--tls_key` "
+          "overrides."),
+      Row("network", "tls_ca", StringCodec(), "", PS_FIELD(network, tls_ca),
+          "PEM CA that clients check servers with; on servers, mutual TLS; "
+          "`--tls_ca` overrides."),
       Row("network", "token_file", StringCodec(), "",
-          PS_FIELD(network, token_file)),
+          PS_FIELD(network, token_file),
+          "The job token file: every call carries it, every service "
+          "requires it; `--token_file` overrides; `psctl run` makes one per "
+          "job ([security](security.md))."),
 
       Row("security", "insecure", BoolCodec(), false,
-          PS_FIELD(security, insecure)),
+          PS_FIELD(security, insecure),
+          "`false`: a process started without a job token (`--token_file` "
+          "or `network.token_file`) refuses to start; `true`: it starts, "
+          "checks no token and logs a warning (a process given a token "
+          "checks it either way; [security](security.md))."),
   };
   return *table;
 }
@@ -1089,6 +1291,15 @@ std::vector<std::string> ConfigKeys() {
   std::vector<std::string> keys;
   for (const Key& key : KeyTable()) {
     keys.push_back(absl::StrCat(key.section, ".", key.name));
+  }
+  return keys;
+}
+
+std::vector<ConfigKeyDoc> ConfigReference() {
+  std::vector<ConfigKeyDoc> keys;
+  for (const Key& key : KeyTable()) {
+    keys.push_back(
+        {key.section, key.name, key.type, key.default_value, key.description});
   }
   return keys;
 }

@@ -103,6 +103,26 @@ absl::StatusOr<int64_t> ParseStaleness(absl::string_view text);
 // Every key as "section.key", in the order JobConfigToYaml writes them.
 std::vector<std::string> ConfigKeys();
 
+// One key of the reference that docs/configuration.md is generated from
+// (`ps_report config-doc`), as its key table row states it.
+struct ConfigKeyDoc {
+  std::string section;  // "training"
+  std::string name;     // "base_lr"
+  // What the parser accepts, from the row's codec, in Markdown: "number >
+  // 0", "integer >= 0 or `inf`", "`sgd`, `momentum`, ...".
+  std::string type;
+  // The default as JobConfigToYaml writes it ("0.1", "sync", "[64]", and
+  // "" in quotes for an empty string); empty for an optional key that is
+  // unset by default (training.epsilon).
+  std::string default_value;
+  // One line of Markdown: what the key does, and the checks beyond its type
+  // (ValidateJobConfig's ranges and cross-field rules).
+  std::string description;
+};
+
+// Every key, in ConfigKeys() order.
+std::vector<ConfigKeyDoc> ConfigReference();
+
 // Sets one key from its YAML value text ("20", "inf", "[64, 64]", "" for an
 // empty string) through the same key table as ParseJobConfig. Errors are
 // INVALID_ARGUMENT without a location: "unknown key 'wokers' in section

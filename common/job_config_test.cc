@@ -723,6 +723,33 @@ TEST(ConfigOverrideTest, EveryEmittedKeyOverridesToItself) {
   EXPECT_GT(seen, 60u);
 }
 
+// The reference (docs/configuration.md) states every key, and its default
+// column is the defaults: setting each documented default on a bare message
+// gives DefaultJobConfig().
+TEST(ConfigReferenceTest, DocumentsEveryKeyWithItsDefault) {
+  const std::vector<ConfigKeyDoc> reference = ConfigReference();
+  ASSERT_EQ(reference.size(), ConfigKeys().size());
+  JobConfig c;
+  for (size_t i = 0; i < reference.size(); ++i) {
+    const ConfigKeyDoc& key = reference[i];
+    const std::string name = key.section + "." + key.name;
+    EXPECT_EQ(name, ConfigKeys()[i]);
+    EXPECT_FALSE(key.type.empty()) << name;
+    EXPECT_FALSE(key.description.empty()) << name;
+    EXPECT_EQ(key.description.find('\n'), std::string::npos) << name;
+    if (key.default_value.empty()) {  // optional, unset by default
+      EXPECT_EQ(name, "training.epsilon");
+      continue;
+    }
+    absl::Status st = ApplyConfigOverride(name, key.default_value, &c);
+    EXPECT_TRUE(st.ok()) << name << "=" << key.default_value << ": " << st;
+  }
+  FinalizeJobConfig(&c);
+  ExpectSameConfig(c, DefaultJobConfig());
+  EXPECT_EQ(reference[1].type, "integer >= 0");  // job.workers
+  EXPECT_EQ(reference[3].type, "`sync`, `async`, `allreduce`");
+}
+
 TEST(JobConfigTest, WireDtype) {
   EXPECT_EQ(DefaultJobConfig().network().wire_dtype(), v1::DTYPE_F32);
   absl::StatusOr<JobConfig> c =
