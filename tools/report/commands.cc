@@ -1,6 +1,7 @@
 #include "tools/report/commands.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -10,8 +11,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/job_config.h"
 #include "common/run_record.h"
 #include "tools/report/compare_report.h"
+#include "tools/report/config_doc.h"
 #include "tools/report/derive_config.h"
 #include "tools/report/plots.h"
 
@@ -30,7 +33,8 @@ const char kUsage[] =
     "                 [--wire-gb-per-s RATE --wire TEXT]\n"
     "       ps_report summary-get RUN_DIR|summary.json KEY\n"
     "       ps_report metrics-get RUN_DIR|metrics.csv COLUMN\n"
-    "       ps_report failure RUN_DIR|summary.json\n";
+    "       ps_report failure RUN_DIR|summary.json\n"
+    "       ps_report config-doc [--update FILE]\n";
 
 int Usage(const std::string& error) {
   std::fprintf(stderr, "ps_report: %s\n%s", error.c_str(), kUsage);
@@ -348,6 +352,41 @@ int FailureMain(int argc, char** argv) {
     return 0;
   }
   return 1;
+}
+
+int ConfigDocMain(int argc, char** argv) {
+  std::string file, error;
+  if (!Options(argc, argv, &error,
+               [&](const std::string& n, const std::string& v) {
+                 if (n != "--update") return false;
+                 file = v;
+                 return true;
+               })) {
+    return Usage(error);
+  }
+  const std::string generated = ConfigDocMarkdown(ConfigReference());
+  if (file.empty()) {
+    std::fputs(generated.c_str(), stdout);
+    return 0;
+  }
+  // `bazel run` starts the binary in its runfiles; the user meant a path
+  // from where they typed the command.
+  const char* typed_in = std::getenv("BUILD_WORKING_DIRECTORY");
+  if (typed_in != nullptr && std::filesystem::path(file).is_relative()) {
+    file = (std::filesystem::path(typed_in) / file).string();
+  }
+  absl::StatusOr<std::string> doc = ReadFileText(file);
+  if (!doc.ok()) return Error(std::string(doc.status().message()));
+  absl::StatusOr<std::string> updated = UpdateConfigDoc(*doc, generated);
+  if (!updated.ok()) {
+    return Error(absl::StrCat(file, ": ", updated.status().message()));
+  }
+  if (*updated == *doc) return 0;
+  std::ofstream out(file, std::ios::trunc);
+  out << *updated;
+  if (!out.flush()) return Error(absl::StrCat("cannot write ", file));
+  std::fprintf(stderr, "ps_report: %s: reference regenerated\n", file.c_str());
+  return 0;
 }
 
 }  // namespace report_cli

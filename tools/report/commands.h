@@ -28,6 +28,12 @@
 //   ps_report failure RUN_DIR|summary.json
 //       prints the job's first failure ("worker 2: <message>"); exit 1
 //       (printing nothing) when the summary records none.
+//   ps_report config-doc [--update FILE]
+//       prints the job-config reference rendered from the key table (the
+//       generated part of docs/configuration.md, from its marker line on);
+//       --update FILE rewrites FILE from its marker line on instead, keeping
+//       the text above. A relative FILE is taken from where `bazel run` was
+//       started (BUILD_WORKING_DIRECTORY), else the current directory.
 //
 // Subcommands repeat options (--set, --run), so arguments are parsed here
 // rather than with absl flags.
@@ -51,6 +57,7 @@ int CompareMain(int argc, char** argv);
 int SummaryGetMain(int argc, char** argv);
 int MetricsGetMain(int argc, char** argv);
 int FailureMain(int argc, char** argv);
+int ConfigDocMain(int argc, char** argv);
 
 }  // namespace report_cli
 }  // namespace pstrain
