@@ -160,6 +160,9 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
                         absl::StrCat("registration failed: ", st.message()));
   }
   if (options_.set_log_role) SetLogRole(absl::StrCat("server/", reg.shard()));
+  // From now on the coordinator may stop this shard (a job that ends before
+  // the shard has its job); the rollback bounds follow with the job.
+  service.SetCoordinator(reg.coordinator_key(), "", 0);
   pstrain::v1::JobSpec job;
   st = RetryUntil(
       startup_deadline, "all server shards to register",
