@@ -231,14 +231,16 @@ start_coordinator() {
   addr="127.0.0.1:$(cat "$dir/port")"
 }
 
-# start_servers DIR N: N ps_server processes (shards 0..N-1) for the
-# coordinator at $addr, logs in DIR/server-K.log; sets servers (their pids).
+# start_servers DIR N [FLAG...]: N ps_server processes (shards 0..N-1) for
+# the coordinator at $addr (with FLAGs), logs in DIR/server-K.log; sets
+# servers (their pids).
 start_servers() {
-  local k
+  local dir="$1" n="$2" k
+  shift 2
   servers=()
-  for ((k = 0; k < $2; ++k)); do
-    spawn "$1/server-$k.log" "$SERVER" --coordinator="$addr" --shard="$k" \
-      --token_file="$JOB_TOKEN"
+  for ((k = 0; k < n; ++k)); do
+    spawn "$dir/server-$k.log" "$SERVER" --coordinator="$addr" --shard="$k" \
+      --token_file="$JOB_TOKEN" "$@"
     servers+=("$spawned")
   done
 }
