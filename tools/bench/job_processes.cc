@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/job_token.h"
 #include "common/signals.h"
 #include "tools/bench/stats.h"
 #include "tools/bench/subprocess.h"
@@ -103,13 +104,27 @@ absl::StatusOr<JobRunResult> RunJobProcesses(const JobRunOptions& o) {
   const std::string& dir = o.work_dir;
   const std::string port_file = dir + "/coordinator.port";
   std::remove(port_file.c_str());
+  // A fresh job token, as psctl run makes (processes refuse to start
+  // without one).
+  const std::string token_file = dir + "/job.token";
+  {
+    const mode_t old_mask = umask(077);
+    std::ofstream token(token_file, std::ios::trunc);
+    token << NewCoordinatorKey() << "\n";
+    umask(old_mask);
+    if (!token.flush()) {
+      return absl::InternalError(
+          absl::StrCat("cannot write the job token ", token_file));
+    }
+  }
+  const std::string token_flag = "--token_file=" + token_file;
   const absl::Time end = absl::Now() + o.timeout;
   absl::StatusOr<Child> coordinator = Child::Start(
       {o.bin_dir + "/coordinator/ps_coordinator", "--config=" + o.config,
        "--port=0", "--port_file=" + port_file, "--out=" + dir,
        absl::StrCat("--workers=", o.workers),
        absl::StrCat("--servers=", o.servers), absl::StrCat("--steps=", o.steps),
-       "--quiet"},
+       "--quiet", token_flag},
       false, "", dir + "/coordinator.log");
   if (!coordinator.ok()) return coordinator.status();
   std::string port;
@@ -127,10 +142,11 @@ absl::StatusOr<JobRunResult> RunJobProcesses(const JobRunOptions& o) {
   const std::string address = absl::StrCat("127.0.0.1:", port);
   std::vector<Child> servers, workers;
   for (int k = 0; k < o.servers; ++k) {
-    absl::StatusOr<Child> s = Child::Start(
-        {o.bin_dir + "/server/ps_server", "--config=" + o.config,
-         "--coordinator=" + address, "--port=0", absl::StrCat("--shard=", k)},
-        false, "", absl::StrCat(dir, "/server-", k, ".log"));
+    absl::StatusOr<Child> s =
+        Child::Start({o.bin_dir + "/server/ps_server", "--config=" + o.config,
+                      "--coordinator=" + address, "--port=0",
+                      absl::StrCat("--shard=", k), token_flag},
+                     false, "", absl::StrCat(dir, "/server-", k, ".log"));
     if (!s.ok()) return s.status();
     servers.push_back(std::move(*s));
   }
@@ -138,7 +154,7 @@ absl::StatusOr<JobRunResult> RunJobProcesses(const JobRunOptions& o) {
   for (int r = 0; r < o.workers; ++r) {
     std::vector<std::string> argv = {
         o.bin_dir + "/worker/ps_worker", "--config=" + o.config,
-        "--coordinator=" + address, absl::StrCat("--rank=", r),
+        "--coordinator=" + address, absl::StrCat("--rank=", r), token_flag,
         absl::StrCat("--compute_threads=", threads),
         // Every step's record at once (not batched every 0.5 s), so that
         // metrics.csv grows step by step for WatchSteadyWindow.
