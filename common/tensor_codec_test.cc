@@ -110,8 +110,8 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, CodecRoundTrip,
 
 TEST(TensorCodecTest, Fp16BeyondItsRangeSaturatesAndIsCounted) {
   // A finite value beyond fp16's range is sent as +-65504, never +-inf, and
-  // counted (docs/architecture.md, "Low-precision wire"); RoundToWire, the shard's model of
-  // what a worker reads, rounds the same way without counting.
+  // counted (docs/architecture.md, "Low-precision wire"); RoundToWire, the
+  // shard's model of what a worker reads, rounds the same way without counting.
   const std::vector<float> values = {70000.0f, -131008.0f, 65519.0f, 1.5f};
   const uint64_t before = F16SaturationCount();
   ChunkData chunk;

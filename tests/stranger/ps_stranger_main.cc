@@ -8,18 +8,16 @@
 // health); 1 naming each method a call of which returned OK instead, or when
 // calls did not end after the final cancel; 2 on bad flags.
 #include <cstdio>
-#include <fstream>
 #include <random>
-#include <sstream>
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/job_token.h"
 #include "tests/stranger/loopback_target.h"
 #include "tests/stranger/stranger.h"
 
@@ -62,14 +60,12 @@ absl::StatusOr<StrangerOptions> OptionsFromFlags() {
   if (o.seed == 0) o.seed = std::random_device()();
   const std::string token_file = absl::GetFlag(FLAGS_token_file);
   if (!token_file.empty()) {
-    std::ifstream in(token_file);
-    std::stringstream text;
-    if (in.is_open()) text << in.rdbuf();
-    if (!in.is_open() || in.bad()) {
+    absl::StatusOr<std::string> token = ReadJobToken(token_file);
+    if (!token.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--token_file: cannot read ", token_file));
+          absl::StrCat("--token_file: ", token.status().message()));
     }
-    o.token = std::string(absl::StripAsciiWhitespace(text.str()));
+    o.token = *std::move(token);
   }
   return o;
 }

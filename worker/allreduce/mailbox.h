@@ -9,10 +9,10 @@
 // rank or with another id is PERMISSION_DENIED and stored nothing.
 //
 // Generations (training.on_failure: restart,
-// docs/failures-and-recovery.md): every segment carries the job generation its sender trains
-// in, and the rank expects one (ExpectSender; 0 before any rollback). A
-// segment of an older generation is refused (ABORTED, nothing stored), so a
-// late segment from before a rollback is never summed.
+// docs/failures-and-recovery.md): every segment carries the job generation its
+// sender trains in, and the rank expects one (ExpectSender; 0 before any
+// rollback). A segment of an older generation is refused (ABORTED, nothing
+// stored), so a late segment from before a rollback is never summed.
 //
 // Held segments: one that cannot be checked yet -- it came before the
 // first ExpectSender (the neighbour may start first), or it is of a newer
