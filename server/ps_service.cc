@@ -520,8 +520,7 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     }
     // Checked again: the rank may have been declared dead, or the job rolled
     // back, while the stream waited for admission.
-    absl::Status st = sessions_->Check(h.worker(), h.session_id(), "Push");
-    if (st.ok()) st = service_->CheckGeneration(h.generation(), "push");
+    absl::Status st = service_->CheckPushSession(*sessions_, session_);
     if (st.ok()) return st;
     return absl::Status(st.code(),
                         absl::StrCat(st.message(), "; nothing applied"));
@@ -757,10 +756,7 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterServerService::Push(
   absl::StatusOr<PushSession> session =
       ParsePushSession(absl::string_view(it->second.data(), it->second.size()));
   absl::Status st = session.status();
-  if (st.ok()) {
-    st = sessions->Check(session->worker, session->session_id, "Push");
-  }
-  if (st.ok()) st = CheckGeneration(session->generation, "push");
+  if (st.ok()) st = CheckPushSession(*sessions, *session);
   if (st.ok() && !TakePushStream(session->worker)) {
     st = absl::ResourceExhaustedError(absl::StrCat(
         "worker ", session->worker, " already has ", kMaxPushStreamsPerWorker,
@@ -773,6 +769,13 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterServerService::Push(
   }
   return new PushReactor(this, std::move(s), std::move(sessions), *session,
                          context, response);
+}
+
+absl::Status ParameterServerService::CheckPushSession(
+    const WorkerSessions& sessions, const PushSession& session) const {
+  PS_RETURN_IF_ERROR(
+      sessions.Check(session.worker, session.session_id, "Push"));
+  return CheckGeneration(session.generation, "push");
 }
 
 bool ParameterServerService::TakePushStream(uint32_t worker) {

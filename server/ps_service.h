@@ -61,6 +61,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/job_token.h"
 #include "common/metrics.h"
 #include "proto/pstrain.grpc.pb.h"
 #include "server/checkpoint.h"
@@ -204,6 +205,10 @@ class ParameterServerService final
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // OK when `generation` is the one served, else ABORTED naming both.
   absl::Status CheckGeneration(uint64_t generation, const char* what) const;
+  // OK when `session` is its worker's current one and of the generation
+  // served (a push's check when its stream opens, and again when admitted).
+  absl::Status CheckPushSession(const WorkerSessions& sessions,
+                                const PushSession& session) const;
   // Open push streams per worker (at most kMaxPushStreamsPerWorker): false
   // when `worker` has that many already.
   bool TakePushStream(uint32_t worker);
