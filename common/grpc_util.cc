@@ -1,5 +1,6 @@
 #include "common/grpc_util.h"
 
+#include <grpcpp/ext/health_check_service_server_builder_option.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 
 #include <algorithm>
@@ -131,10 +132,17 @@ absl::StatusOr<StartedServer> StartGrpcServer(
     const std::vector<grpc::Service*>& services,
     const std::vector<std::pair<std::string, int>>& int_args,
     int max_receive_bytes) {
-  grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   StartedServer started;
+  // Our health service (bounded Watch streams) in place of gRPC's default:
+  // the server owns it and answers GetHealthCheckService() with it.
+  auto health = std::make_unique<HealthService>();
+  started.health = health.get();
+  builder.RegisterService(started.health);
+  builder.SetOption(
+      std::make_unique<grpc::HealthCheckServiceServerBuilderOption>(
+          std::move(health)));
   builder.AddListeningPort(absl::StrCat(bind, ":", port), credentials,
                            &started.port);
   builder.SetMaxReceiveMessageSize(max_receive_bytes);
@@ -153,6 +161,14 @@ absl::StatusOr<StartedServer> StartGrpcServer(
                      port == 0 ? "" : " (is another process using the port?)"));
   }
   return started;
+}
+
+void ShutdownGrpcServer(grpc::Server* server, absl::Duration grace) {
+  if (grpc::HealthCheckServiceInterface* health =
+          server->GetHealthCheckService()) {
+    health->Shutdown();
+  }
+  server->Shutdown(absl::ToChronoTime(absl::Now() + grace));
 }
 
 void SetTimeout(grpc::ClientContext* context, absl::Duration timeout) {

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/health_service.h"
 #include "common/job_token.h"
 
 namespace pstrain {
@@ -58,10 +59,14 @@ grpc::ChannelArguments DefaultChannelArgs();
 struct StartedServer {
   std::unique_ptr<grpc::Server> server;
   int port = 0;
+  // The server's health service (grpc.health.v1, common/health_service.h),
+  // owned by `server`; also server->GetHealthCheckService().
+  HealthService* health = nullptr;
 };
 
 // Starts a server on bind:port (port 0 picks a free one) with pstrain's
-// message limits, the standard health service (grpc.health.v1) and server
+// message limits, the standard health protocol (grpc.health.v1, served by
+// HealthService with bounded Watch streams) and server
 // reflection, serving `services` (borrowed; they must outlive the server).
 // Port reuse (SO_REUSEPORT) is off, so a port another process holds is an
 // error rather than a silent split of its clients.
@@ -76,6 +81,11 @@ absl::StatusOr<StartedServer> StartGrpcServer(
     const std::vector<grpc::Service*>& services,
     const std::vector<std::pair<std::string, int>>& int_args = {},
     int max_receive_bytes = kMaxGrpcMessageBytes);
+
+// Stops `server`: its health service says NOT_SERVING and ends its Watch
+// streams (gRPC does not tell a custom health service), then the server
+// shuts down, cancelling calls still running after `grace`.
+void ShutdownGrpcServer(grpc::Server* server, absl::Duration grace);
 
 // Sets `context`'s deadline to now + timeout.
 void SetTimeout(grpc::ClientContext* context, absl::Duration timeout);

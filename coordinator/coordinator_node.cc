@@ -240,7 +240,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Create(
 
 CoordinatorNode::~CoordinatorNode() {
   if (server_ != nullptr) {
-    server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+    ShutdownGrpcServer(server_.get(), absl::Seconds(2));
   }
 }
 
@@ -344,7 +344,7 @@ absl::Status CoordinatorNode::Run(const std::function<bool()>& stop) {
   // Calls in flight (workers' final reports) get their answers; new ones
   // are refused at once. A call from a stopped process never completes:
   // cancelled after 0.5 s, so the coordinator exits promptly.
-  server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
+  ShutdownGrpcServer(server_.get(), absl::Milliseconds(500));
   if (outcome.failed) return absl::AbortedError(outcome.message);
   PS_LOG_INFO("job finished: %d steps in %.2fs, final loss %.5f%s%s",
               outcome.steps, outcome.wall_s, outcome.final_loss,

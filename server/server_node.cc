@@ -122,8 +122,7 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
     ~Stopper() {
       server->GetHealthCheckService()->SetServingStatus(false);
       service->CloseShard();
-      server->Shutdown(
-          absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
+      ShutdownGrpcServer(server, absl::Milliseconds(500));
     }
   } stopper{server, &service};
 

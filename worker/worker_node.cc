@@ -791,7 +791,7 @@ struct PeerServer {
            absl::Now() < grace_end) {
       absl::SleepFor(absl::Milliseconds(50));
     }
-    server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Milliseconds(100)));
+    ShutdownGrpcServer(server.get(), absl::Milliseconds(100));
   }
 };
 

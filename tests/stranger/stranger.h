@@ -55,10 +55,12 @@ struct StrangerOptions {
   // presents none.
   std::string token;
   int max_streams_per_target = 64;  // calls of any kind open at once
-  int max_watches_per_target = 4;   // health Watch streams among them
-  int max_raw_per_target = 8;       // unfinished TCP connections at once
-  int actions_per_second = 100;     // per target
-  uint64_t seed = 1;                // what is chosen, made up and junk
+  // Health Watch streams among them: twice what a process allows one peer
+  // (HealthLimits), so some are refused.
+  int max_watches_per_target = 8;
+  int max_raw_per_target = 8;    // unfinished TCP connections at once
+  int actions_per_second = 100;  // per target
+  uint64_t seed = 1;             // what is chosen, made up and junk
 };
 
 // What the calls returned.
