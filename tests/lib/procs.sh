@@ -317,6 +317,15 @@ summary_ok() {
     fail "summary.json steps = '$steps', want $2"
 }
 
+# summary_succeeded DIR WHAT: DIR/summary.json (read with ps_report) records
+# a job that did not fail; else a FAIL naming WHAT and the recorded failure.
+summary_succeeded() {
+  local failed
+  failed=$("$REPORT" summary-get "$1" failed 2>&1)
+  [[ "$failed" == "false" ]] ||
+    fail "$2: summary.json failed = '$failed': $("$REPORT" failure "$1" 2>&1)"
+}
+
 # ckpt_step STEP: the checkpoint folder of STEP under a job's --out
 # ("ckpt/step-000000000020").
 ckpt_step() { printf 'ckpt/step-%012d' "$1"; }
