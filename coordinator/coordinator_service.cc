@@ -59,29 +59,14 @@ CoordinatorService::CoordinatorService(CoordinatorOptions options,
       leases_(job_.num_servers(), options_.config.job().workers(),
               absl::Seconds(options_.config.network().lease_s())),
       step_log_(MakeStepLogOptions(options_)),
-      restart_(options_.config.training().on_failure() ==
-               pstrain::v1::TrainingConfig::RESTART),
-      ring_elastic_(options_.config.training().on_failure() ==
-                        pstrain::v1::TrainingConfig::ELASTIC &&
-                    options_.config.training().mode() ==
-                        pstrain::v1::MODE_ALLREDUCE),
-      // Elastic rings roll back once per lost rank; their bound is
-      // training.min_workers (training.max_restarts counts the new worker
-      // processes psctl starts).
-      recovery_(ring_elastic_ ? std::numeric_limits<int64_t>::max()
-                              : options_.config.training().max_restarts(),
+      policy_(FailurePolicy::ForJob(options_.config.training())),
+      recovery_(policy_->max_rollbacks(),
                 absl::Seconds(options_.config.training().restart_timeout_s())) {
   bytes_pushed_.assign(options_.config.job().workers(), 0);
   start_steps_.assign(options_.config.job().workers(), job_.start_step());
-  const pstrain::v1::TrainingConfig& training = options_.config.training();
-  if (training.on_failure() == pstrain::v1::TrainingConfig::ELASTIC) {
-    ElasticOptions e;
-    e.num_workers = options_.config.job().workers();
-    e.min_workers =
-        static_cast<int>(std::max<int64_t>(training.min_workers(), 1));
-    e.takeover = training.mode() == pstrain::v1::MODE_SYNC ||
-                 training.mode() == pstrain::v1::MODE_ALLREDUCE;
-    elastic_ = std::make_unique<ElasticWorkers>(e);
+  if (std::optional<ElasticOptions> e =
+          policy_->Elastic(options_.config.job().workers())) {
+    elastic_ = std::make_unique<ElasticWorkers>(*e);
   }
   bytes_pulled_.assign(options_.config.job().workers(), 0);
   if (MetricsRegistry* r = options_.metrics) {
@@ -130,7 +115,7 @@ absl::Status CoordinatorService::RegisterServerLocked(
     const pstrain::v1::RegisterServerRequest& request,
     pstrain::v1::RegisterServerResponse* response) {
   if (ended_) return EndedError();
-  if (restart_) {
+  if (policy_->NewcomerReplacesHolder()) {
     // A replacement (restart): the shard it asks for, or the one its
     // address held, is freed first; a holder with a lease (ready) is lost.
     const int held = members_.ShardOf(request.address());
@@ -236,8 +221,10 @@ absl::Status CoordinatorService::RegisterWorkerLocked(
   }
   if (ended_) return EndedError();
   int asked = request.requested_rank();
-  if (ring_elastic_) PS_RETURN_IF_ERROR(RingMemberLocked(request, &asked));
-  if (restart_ && members_.WorkerHeld(asked)) {
+  if (policy_->RingMembers()) {
+    PS_RETURN_IF_ERROR(RingMemberLocked(request, &asked));
+  }
+  if (policy_->NewcomerReplacesHolder() && members_.WorkerHeld(asked)) {
     // A replacement (restart): the rank's holder, if it holds a lease, is
     // lost; if it is part of the recovery under way, this is its
     // replacement registering again.
@@ -249,12 +236,11 @@ absl::Status CoordinatorService::RegisterWorkerLocked(
       if (ended_) return EndedError();
     }
   }
-  if (elastic_ != nullptr && !ring_elastic_ &&
-      elastic_->Handles(request.requested_rank(),
-                        members_.registered_workers())) {
+  if (policy_->Rejoins() && elastic_->Handles(request.requested_rank(),
+                                              members_.registered_workers())) {
     return RejoinLocked(context, request, response);
   }
-  if (request.adopt() && !ring_elastic_) {
+  if (request.adopt() && !policy_->RingMembers()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "RegisterWorker: adopt is only for a rank whose worker was declared "
         "dead (training.on_failure: elastic); rank ",
@@ -279,7 +265,7 @@ absl::Status CoordinatorService::RegisterWorkerLocked(
     PS_LOG_INFO("replacement of worker %d registered (generation %d)", rank,
                 recovery_.generation());
   }
-  if (ring_elastic_) {
+  if (policy_->RingMembers()) {
     elastic_->Registered(rank, request.adopt());
     if (request.adopt()) {
       PS_LOG_WARN(
@@ -303,7 +289,7 @@ absl::Status CoordinatorService::RejoinLocked(
   PS_ASSIGN_OR_RETURN(
       const int rank,
       elastic_->RankFor(request.requested_rank(), request.adopt()));
-  const bool handover = !request.adopt() && elastic_->options().takeover;
+  const bool handover = !request.adopt() && policy_->HandsOver();
   if (handover && !elastic_->Ready(rank)) {
     PS_RETURN_IF_ERROR(AwaitHandoverLocked(context, rank));
   }
@@ -323,7 +309,7 @@ absl::Status CoordinatorService::RejoinLocked(
     // The first step the stand-in did not push (it reported the others).
     start = elastic_->released_step(rank);
   }
-  if (!elastic_->options().takeover) {
+  if (!policy_->HandsOver()) {
     // Async: where the slowest live worker is, so nobody waits for the
     // newcomer; the rank's micro-batches in between are skipped.
     const std::vector<bool> done = members_.done_workers();
@@ -445,7 +431,7 @@ grpc::Status CoordinatorService::ReleaseRank(
 
 absl::Status CoordinatorService::ReleaseRankLocked(
     const pstrain::v1::ReleaseRankRequest& request) {
-  if (elastic_ == nullptr || ring_elastic_ || !elastic_->options().takeover) {
+  if (!policy_->HandsOver()) {
     return absl::FailedPreconditionError(
         "ReleaseRank: only for training.on_failure: elastic in mode sync");
   }
@@ -483,7 +469,7 @@ bool CoordinatorService::DepartLocked(const ExpiredLease& dead) {
   }
   const uint64_t from = step_log_.NextStep(rank);
   const int adopter = elastic_->AdopterOf(rank, done);
-  if (ring_elastic_) {
+  if (policy_->OnLost(LeaseHolder::kWorker) == LossResponse::kHostAndRollBack) {
     // Mode allreduce: the live worker hosts the rank as a second ring
     // member, and every rank rolls back as under restart (the generation
     // machinery), so the ring keeps its N members and its sum order.
@@ -502,7 +488,7 @@ bool CoordinatorService::DepartLocked(const ExpiredLease& dead) {
         "micro-batches over from step %d (global batch kept, same "
         "gradients); %d live workers",
         adopter, rank, from, elastic_->live_workers());
-  } else if (!elastic_->options().takeover) {
+  } else if (!policy_->HandsOver()) {
     PS_LOG_WARN(
         "training.on_failure: elastic: the job goes on without worker %d "
         "from step %d (mode async: its micro-batches are skipped, so the "
@@ -857,21 +843,24 @@ bool CoordinatorService::CheckLeases(absl::Time now) {
            absl::StrCat("no replacement for ", recovery_.Missing(),
                         " within training.restart_timeout_s = ",
                         options_.config.training().restart_timeout_s(),
-                        " s (training.on_failure: ", PolicyName(), ")")});
+                        " s (training.on_failure: ", policy_->name(), ")")});
       return true;
     }
     const std::optional<ExpiredLease> dead = leases_.Expired(now);
     if (!dead.has_value()) return false;
-    if (restart_) {
-      PS_LOG_ERROR("%s", dead->Describe(leases_.lease()));
-      LoseLocked(dead->holder, dead->id, dead->Cause(leases_.lease()));
-      return ended_;
+    switch (policy_->OnLost(dead->holder)) {
+      case LossResponse::kFailJob:
+        return FailOnLeaseLocked(*dead);
+      case LossResponse::kRollBack:
+        PS_LOG_ERROR("%s", dead->Describe(leases_.lease()));
+        LoseLocked(dead->holder, dead->id, dead->Cause(leases_.lease()));
+        return ended_;
+      case LossResponse::kTakeOver:
+      case LossResponse::kHostAndRollBack:
+        PS_LOG_ERROR("%s", dead->Describe(leases_.lease()));
+        if (!DepartLocked(*dead)) return true;
+        break;
     }
-    if (dead->holder != LeaseHolder::kWorker || elastic_ == nullptr) {
-      return FailOnLeaseLocked(*dead);
-    }
-    PS_LOG_ERROR("%s", dead->Describe(leases_.lease()));
-    if (!DepartLocked(*dead)) return true;
   }
   FlushRows();  // rows that completed without the departed rank
   return false;
@@ -879,16 +868,11 @@ bool CoordinatorService::CheckLeases(absl::Time now) {
 
 bool CoordinatorService::FailOnLeaseLocked(const ExpiredLease& dead) {
   PS_LOG_ERROR("%s", dead.Describe(leases_.lease()));
-  // training.on_failure: fail ends the job now; so does a dead server under
-  // elastic, which covers workers only.
   const bool server = dead.holder == LeaseHolder::kServer;
   FailLocked({server ? "server" : "worker", server ? -1 : dead.id,
               server ? dead.id : -1,
               absl::StrCat(dead.Cause(leases_.lease()),
-                           elastic_ != nullptr
-                               ? " (training.on_failure: elastic covers "
-                                 "workers only)"
-                               : " (training.on_failure: fail)")});
+                           policy_->FailureNote(dead.holder))});
   return true;
 }
 
@@ -944,7 +928,7 @@ void CoordinatorService::LoseLocked(LeaseHolder holder, int id,
                 absl::StrCat(why,
                              "; a worker has already finished, so the job "
                              "cannot roll back (training.on_failure: ",
-                             PolicyName(), ")")});
+                             policy_->name(), ")")});
     return;
   }
   if (absl::Status st = recovery_.Lost(holder, id, absl::Now()); !st.ok()) {
@@ -959,7 +943,7 @@ void CoordinatorService::LoseLocked(LeaseHolder holder, int id,
   }
   leases_.Release(holder, id);
   job_.set_generation(recovery_.generation());
-  if (ring_elastic_) {
+  if (policy_->HostsRanks()) {
     PS_LOG_WARN(
         "worker %d lost (%s); generation %d: waiting up to %g s for its new "
         "ring member, then every rank rolls back to the newest checkpoint "
@@ -984,10 +968,6 @@ int CoordinatorService::RingPeerRankLocked(const std::string& address) const {
     }
   }
   return -1;
-}
-
-const char* CoordinatorService::PolicyName() const {
-  return ring_elastic_ ? "elastic" : "restart";
 }
 
 absl::Status CoordinatorService::RingMemberLocked(

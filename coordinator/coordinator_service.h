@@ -94,6 +94,7 @@
 #include "common/metrics.h"
 #include "common/run_record.h"
 #include "coordinator/elastic.h"
+#include "coordinator/failure_policy.h"
 #include "coordinator/leases.h"
 #include "coordinator/membership.h"
 #include "coordinator/recovery.h"
@@ -258,9 +259,6 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   // when no restart is left or a worker already finished.
   void LoseLocked(LeaseHolder holder, int id, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // "restart", or "elastic" for an elastic ring: what failure messages
-  // name.
-  const char* PolicyName() const;
   // Elastic ring: checks a registration for `*rank` (-1 resolved to a rank
   // once every rank was registered). `adopt` (a live worker hosting the
   // rank) only for a departed rank; a live rank is refused
@@ -347,10 +345,9 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   absl::Time train_start_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   JobOutcome outcome_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
-  const bool restart_;  // training.on_failure: restart
-  // training.on_failure: elastic in mode allreduce: a lost rank is hosted
-  // by a live worker and every rank rolls back (the restart machinery).
-  const bool ring_elastic_;
+  // training.on_failure (coordinator/failure_policy.h): what a loss and a
+  // registration for a held slot do.
+  const std::unique_ptr<const FailurePolicy> policy_;
   Recovery recovery_ ABSL_GUARDED_BY(mu_);
 
   // Rows handed from the handlers (queued in step order under mu_) to the

@@ -15,6 +15,7 @@
 #include "common/process.h"
 #include "common/retry.h"
 #include "common/status_macros.h"
+#include "coordinator/failure_policy.h"
 #include "proto/pstrain.grpc.pb.h"
 #include "server/checkpoint.h"
 #include "server/ps_service.h"
@@ -194,10 +195,7 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
   // Only the coordinator may stop, checkpoint or roll back this shard.
   service.SetCoordinator(
       reg.coordinator_key(), job.resume_from(),
-      job.config().training().on_failure() ==
-              pstrain::v1::TrainingConfig::RESTART
-          ? static_cast<uint64_t>(job.config().training().max_restarts())
-          : 0);
+      FailurePolicy::ForJob(job.config().training())->max_shard_generation());
   // training.on_failure: restart: the coordinator may order a rollback.
   service.SetGeneration(job.generation());
   service.SetRollbackFactory(

@@ -24,6 +24,7 @@
 #include "common/process.h"
 #include "common/retry.h"
 #include "common/status_macros.h"
+#include "coordinator/failure_policy.h"
 #include "proto/pstrain.grpc.pb.h"
 #include "worker/allreduce/allreduce_trainer.h"
 #include "worker/allreduce/grpc_transport.h"
@@ -575,9 +576,7 @@ std::unique_ptr<StandInRanks> MaybeStandIns(
     const std::shared_ptr<grpc::ChannelCredentials>& creds,
     const pstrain::v1::JobSpec& job, absl::Duration report_interval,
     Liveness* own, const std::function<bool()>& stop) {
-  const pstrain::v1::TrainingConfig& t = job.config().training();
-  if (t.mode() != pstrain::v1::MODE_SYNC ||
-      t.on_failure() != pstrain::v1::TrainingConfig::ELASTIC) {
+  if (!FailurePolicy::ForJob(job.config().training())->StandsIn()) {
     return nullptr;
   }
   return std::make_unique<StandInRanks>(coord, creds, job, report_interval, own,
@@ -696,9 +695,8 @@ class HostedRanks {
 std::unique_ptr<HostedRanks> MaybeHostedRanks(
     const pstrain::v1::JobSpec& job, const WorkerNodeOptions& options,
     Liveness* own, const std::function<bool()>& stop) {
-  const pstrain::v1::TrainingConfig& t = job.config().training();
-  if (options.adopt || t.mode() != pstrain::v1::MODE_ALLREDUCE ||
-      t.on_failure() != pstrain::v1::TrainingConfig::ELASTIC) {
+  if (options.adopt ||
+      !FailurePolicy::ForJob(job.config().training())->HostsRanks()) {
     return nullptr;
   }
   return std::make_unique<HostedRanks>(options, own, stop);
@@ -1061,16 +1059,13 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
           "elastic)",
           rank, reg.start_step());
     }
-    const bool restart =
-        config.training().on_failure() == pstrain::v1::TrainingConfig::RESTART;
+    // training.on_failure: restart, and elastic all-reduce, whose lost rank
+    // a live worker hosts (coordinator/failure_policy.h): each generation
+    // starts from the rollback's checkpoint; a replacement first waits for
+    // the rollback.
+    const bool rolls_back =
+        FailurePolicy::ForJob(config.training())->RollsBack();
     if (allreduce) {
-      // training.on_failure: restart, and elastic, whose lost rank a live
-      // worker hosts (docs/failures-and-recovery.md): each generation
-      // re-forms the ring and starts from the rollback's checkpoint; a
-      // replacement first waits for the rollback.
-      const bool rolls_back =
-          restart || config.training().on_failure() ==
-                         pstrain::v1::TrainingConfig::ELASTIC;
       pstrain::v1::JobSpec ring_job = reg.job();
       if (rolls_back && ring_job.generation() > 0) {
         PS_ASSIGN_OR_RETURN(
@@ -1134,7 +1129,7 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
       }
     }
     pstrain::v1::JobSpec job = reg.job();
-    if (restart && job.generation() > 0) {
+    if (rolls_back && job.generation() > 0) {
       // A replacement (training.on_failure: restart): it starts where the
       // rollback puts every worker.
       PS_ASSIGN_OR_RETURN(
@@ -1182,7 +1177,7 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
         final_params_ = trainer.final_params();
         return stand_ins != nullptr ? stand_ins->Finish() : absl::OkStatus();
       }
-      if (!restart || stop() || reporter->stop() || liveness->ended()) {
+      if (!rolls_back || stop() || reporter->stop() || liveness->ended()) {
         return trained;
       }
       // training.on_failure: restart: a failed call may be a sign of a

@@ -1,0 +1,104 @@
+// training.on_failure as a type (docs/failures-and-recovery.md).
+//
+// What the job does when one of its processes is lost, who may register for
+// a slot a live process holds, and which recovery machinery the coordinator,
+// the shards and the workers run, decided from the job's plain values, like
+// ConsistencyRule decides reads and pushes for a shard. The coordinator
+// service, the server node and the worker node ask the policy; no other
+// file compares training.on_failure.
+//
+//   policy             lost worker          lost server   newcomer for a
+//                                                          held slot
+//   fail               job fails            job fails     refused
+//   restart            roll back            roll back     replaces it
+//   elastic (sync,     taken over by a      job fails     rejoins (sync: a
+//     async)           live worker                         handover)
+//   elastic (ring)     hosted by a live     (none)        takes the rank back
+//                      worker + roll back
+//
+// "Roll back": a new generation; once every lost process's replacement is in
+// (coordinator/recovery.h) every process restarts from the newest complete
+// checkpoint. "Taken over": coordinator/elastic.h. Policies are immutable
+// and thread-compatible.
+#ifndef PSTRAIN_COORDINATOR_FAILURE_POLICY_H_
+#define PSTRAIN_COORDINATOR_FAILURE_POLICY_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "coordinator/elastic.h"
+#include "coordinator/leases.h"
+#include "proto/pstrain.pb.h"
+
+namespace pstrain {
+
+// What losing a process (its lease expired) does to the job.
+enum class LossResponse {
+  kFailJob,   // the job fails now, naming the process
+  kRollBack,  // a new generation awaits its replacement, then every
+              // process rolls back to the newest checkpoint
+  kTakeOver,  // the rank departs; live workers take its micro-batches over
+              // (sync) or the job goes on without them (async)
+  kHostAndRollBack,  // a live worker hosts the rank as a second ring member
+                     // and every rank rolls back (all-reduce)
+};
+
+class FailurePolicy {
+ public:
+  // The policy of a job with `training` (on_failure, mode, max_restarts,
+  // min_workers). An unset on_failure is `fail`.
+  static std::unique_ptr<FailurePolicy> ForJob(
+      const pstrain::v1::TrainingConfig& training);
+
+  virtual ~FailurePolicy() = default;
+
+  // training.on_failure as the job file spells it: "fail", "restart" or
+  // "elastic".
+  virtual const char* name() const = 0;
+
+  // --- Coordinator ---------------------------------------------------------
+  // A process of kind `holder` is lost.
+  virtual LossResponse OnLost(LeaseHolder holder) const = 0;
+  // Why a loss under kFailJob fails the job, appended to the cause:
+  // " (training.on_failure: fail)".
+  virtual std::string FailureNote(LeaseHolder holder) const;
+  // A process registering for a shard or rank that a live process holds
+  // replaces it (the holder is lost, OnLost). Otherwise membership refuses
+  // it, or the elastic membership handles it (Rejoins, RingMembers).
+  virtual bool NewcomerReplacesHolder() const { return false; }
+  // The elastic membership (coordinator/elastic.h) the job keeps, or none.
+  virtual std::optional<ElasticOptions> Elastic(int num_workers) const {
+    return std::nullopt;
+  }
+  // A new worker for a departed rank rejoins under the elastic membership
+  // (parameter-server modes).
+  virtual bool Rejoins() const { return false; }
+  // ... and in sync mode takes the rank back through a handover: the rank's
+  // stand-in releases it at a step boundary (ReleaseRank).
+  virtual bool HandsOver() const { return false; }
+  // Workers register as all-reduce ring members that may host a lost rank
+  // (RegisterWorkerRequest.adopt) and take it back.
+  virtual bool RingMembers() const { return false; }
+  // How many losses the job may recover from by rolling back.
+  virtual int64_t max_rollbacks() const { return 0; }
+
+  // --- Server shards -------------------------------------------------------
+  // The highest generation the coordinator may roll a shard back to; 0: the
+  // job never rolls shards back.
+  virtual uint64_t max_shard_generation() const { return 0; }
+
+  // --- Workers -------------------------------------------------------------
+  // Each generation starts from a rollback: a worker of generation > 0 first
+  // waits for it, and a failed step waits for the next generation.
+  virtual bool RollsBack() const { return false; }
+  // A live worker stands in for departed ranks (parameter-server sync).
+  virtual bool StandsIn() const { return false; }
+  // A live worker hosts departed ranks as second ring members.
+  virtual bool HostsRanks() const { return false; }
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_COORDINATOR_FAILURE_POLICY_H_

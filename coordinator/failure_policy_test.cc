@@ -1,0 +1,108 @@
+// The failure policies, decided from plain values (no processes): the
+// table in failure_policy.h, row by row.
+#include "coordinator/failure_policy.h"
+
+#include <limits>
+
+#include "gtest/gtest.h"
+
+namespace pstrain {
+namespace {
+
+using pstrain::v1::TrainingConfig;
+
+std::unique_ptr<FailurePolicy> Policy(TrainingConfig::OnFailure on_failure,
+                                      pstrain::v1::ConsistencyMode mode,
+                                      int64_t max_restarts = 3,
+                                      int64_t min_workers = 2) {
+  TrainingConfig t;
+  t.set_on_failure(on_failure);
+  t.set_mode(mode);
+  t.set_max_restarts(max_restarts);
+  t.set_min_workers(min_workers);
+  return FailurePolicy::ForJob(t);
+}
+
+TEST(FailurePolicyTest, FailEndsTheJobOnAnyLoss) {
+  for (auto on_failure :
+       {TrainingConfig::FAIL, TrainingConfig::ON_FAILURE_UNSPECIFIED}) {
+    auto p = Policy(on_failure, pstrain::v1::MODE_SYNC);
+    EXPECT_STREQ(p->name(), "fail");
+    EXPECT_EQ(p->OnLost(LeaseHolder::kServer), LossResponse::kFailJob);
+    EXPECT_EQ(p->OnLost(LeaseHolder::kWorker), LossResponse::kFailJob);
+    EXPECT_EQ(p->FailureNote(LeaseHolder::kWorker),
+              " (training.on_failure: fail)");
+    EXPECT_FALSE(p->NewcomerReplacesHolder());
+    EXPECT_FALSE(p->Elastic(4).has_value());
+    EXPECT_FALSE(p->Rejoins() || p->HandsOver() || p->RingMembers());
+    EXPECT_EQ(p->max_rollbacks(), 0);
+    EXPECT_EQ(p->max_shard_generation(), 0u);
+    EXPECT_FALSE(p->RollsBack() || p->StandsIn() || p->HostsRanks());
+  }
+}
+
+TEST(FailurePolicyTest, RestartRollsBackInEveryMode) {
+  for (auto mode : {pstrain::v1::MODE_SYNC, pstrain::v1::MODE_ASYNC,
+                    pstrain::v1::MODE_ALLREDUCE}) {
+    auto p = Policy(TrainingConfig::RESTART, mode, /*max_restarts=*/5);
+    EXPECT_STREQ(p->name(), "restart");
+    EXPECT_EQ(p->OnLost(LeaseHolder::kServer), LossResponse::kRollBack);
+    EXPECT_EQ(p->OnLost(LeaseHolder::kWorker), LossResponse::kRollBack);
+    EXPECT_TRUE(p->NewcomerReplacesHolder());
+    EXPECT_FALSE(p->Elastic(4).has_value());
+    EXPECT_EQ(p->max_rollbacks(), 5);
+    EXPECT_EQ(p->max_shard_generation(), 5u);
+    EXPECT_TRUE(p->RollsBack());
+    EXPECT_FALSE(p->StandsIn() || p->HostsRanks() || p->RingMembers());
+  }
+  // A negative bound gives shards no generation to roll back to.
+  EXPECT_EQ(Policy(TrainingConfig::RESTART, pstrain::v1::MODE_SYNC, -1)
+                ->max_shard_generation(),
+            0u);
+}
+
+TEST(FailurePolicyTest, ElasticSyncTakesRanksOverAndHandsThemBack) {
+  auto p = Policy(TrainingConfig::ELASTIC, pstrain::v1::MODE_SYNC,
+                  /*max_restarts=*/3, /*min_workers=*/2);
+  EXPECT_STREQ(p->name(), "elastic");
+  EXPECT_EQ(p->OnLost(LeaseHolder::kWorker), LossResponse::kTakeOver);
+  EXPECT_EQ(p->OnLost(LeaseHolder::kServer), LossResponse::kFailJob);
+  EXPECT_EQ(p->FailureNote(LeaseHolder::kServer),
+            " (training.on_failure: elastic covers workers only)");
+  EXPECT_FALSE(p->NewcomerReplacesHolder());
+  ASSERT_TRUE(p->Elastic(4).has_value());
+  EXPECT_EQ(p->Elastic(4)->num_workers, 4);
+  EXPECT_EQ(p->Elastic(4)->min_workers, 2);
+  EXPECT_TRUE(p->Elastic(4)->takeover);
+  EXPECT_TRUE(p->Rejoins() && p->HandsOver() && p->StandsIn());
+  EXPECT_FALSE(p->RingMembers() || p->RollsBack() || p->HostsRanks());
+  EXPECT_EQ(p->max_shard_generation(), 0u);
+}
+
+TEST(FailurePolicyTest, ElasticAsyncGoesOnWithoutTheRank) {
+  auto p = Policy(TrainingConfig::ELASTIC, pstrain::v1::MODE_ASYNC,
+                  /*max_restarts=*/3, /*min_workers=*/0);
+  EXPECT_EQ(p->OnLost(LeaseHolder::kWorker), LossResponse::kTakeOver);
+  ASSERT_TRUE(p->Elastic(3).has_value());
+  EXPECT_FALSE(p->Elastic(3)->takeover);
+  EXPECT_EQ(p->Elastic(3)->min_workers, 1);  // at least one worker
+  EXPECT_TRUE(p->Rejoins());
+  EXPECT_FALSE(p->HandsOver() || p->StandsIn() || p->RollsBack());
+}
+
+TEST(FailurePolicyTest, ElasticRingHostsTheRankAndRollsBack) {
+  auto p = Policy(TrainingConfig::ELASTIC, pstrain::v1::MODE_ALLREDUCE,
+                  /*max_restarts=*/1);
+  EXPECT_STREQ(p->name(), "elastic");
+  EXPECT_EQ(p->OnLost(LeaseHolder::kWorker), LossResponse::kHostAndRollBack);
+  ASSERT_TRUE(p->Elastic(4).has_value());
+  EXPECT_TRUE(p->Elastic(4)->takeover);
+  EXPECT_TRUE(p->RingMembers() && p->RollsBack() && p->HostsRanks());
+  EXPECT_FALSE(p->Rejoins() || p->HandsOver() || p->StandsIn());
+  // Bounded by training.min_workers, not by training.max_restarts.
+  EXPECT_EQ(p->max_rollbacks(), std::numeric_limits<int64_t>::max());
+  EXPECT_FALSE(p->NewcomerReplacesHolder());
+}
+
+}  // namespace
+}  // namespace pstrain
