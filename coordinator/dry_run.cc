@@ -51,6 +51,9 @@ int DryRun(const CoordinatorNodeOptions& options) {
     std::printf("# resume: step %llu from %s\n",
                 static_cast<unsigned long long>(resume->step),
                 resume->dir.c_str());
+    for (const std::string& s : resume->skipped) {
+      std::printf("# skipped damaged checkpoint %s\n", s.c_str());
+    }
   }
   const absl::Status plan =
       WritePlanIfRequested(c, resume ? &*resume : nullptr);
