@@ -595,7 +595,7 @@ const std::vector<Key>& KeyTable() {
       Row("training", "warmup_steps", IntCodec<uint64_t>(), 0,
           PS_OPTIMIZER(warmup_steps),
           "Steps of linear warm-up from 0 to the learning rate, before the "
-          "schedule."),
+          "schedule; with `cosine`, below `training.steps`."),
       Row("training", "step_size", IntCodec<uint64_t>(), 0,
           PS_OPTIMIZER(step_size),
           "`lr_schedule: step`: steps between decays; >= 1 with that "
@@ -637,7 +637,8 @@ const std::vector<Key>& KeyTable() {
           "`data.num_features` (file data: checked when loaded)."),
       Row("model", "num_classes", IntCodec<int64_t>(), 4,
           PS_FIELD(model, num_classes),
-          "Output width (1: regression); >= 1; synthetic data: equal to "
+          "Output width (1: regression); >= 1, and >= 2 for a classifier "
+          "(`softmax`, or `mlp` with `classifier`); synthetic data: equal to "
           "`data.num_classes`."),
       Row("model", "hidden", IntListCodec(), {64}, PS_LIST(model, hidden),
           "`mlp`: the widths of the hidden layers, each >= 1."),
@@ -661,7 +662,8 @@ const std::vector<Key>& KeyTable() {
           "and the shuffling."),
       Row("data", "num_features", IntCodec<int64_t>(), 32,
           PS_FIELD(data, num_features),
-          "Synthetic: input features; equal to `model.input_dim`."),
+          "Synthetic: input features; equal to `model.input_dim`; at least "
+          "`num_categorical` x (`categories`, + 1 with `missing_rate` > 0)."),
       Row("data", "num_classes", IntCodec<int64_t>(), 4,
           PS_FIELD(data, num_classes),
           "Synthetic: classes (1: regression); >= 1; equal to "
@@ -675,7 +677,7 @@ const std::vector<Key>& KeyTable() {
           "evaluation."),
       Row("data", "targets", FloatListCodec(), {}, PS_LIST(data, targets),
           "`model.type: scalar`: the targets, cycled through by example id; "
-          "not empty for that model."),
+          "finite, not empty for that model and empty for the others."),
       Row("data", "num_categorical", IntCodec<int64_t>(), 0,
           PS_FIELD(data, num_categorical),
           "Synthetic: how many of the `num_features` columns are "
@@ -1048,11 +1050,31 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   PS_RETURN_IF_ERROR(
       AtLeast("training.grad_accum_steps", t.grad_accum_steps(), 1));
   PS_RETURN_IF_ERROR(AtLeast("training.steps", t.steps(), 1));
+  // The cosine decays over the steps after the warm-up (Optimizer::Create
+  // refuses a schedule with none left).
+  if (o.schedule() == OptimizerConfig::COSINE &&
+      t.steps() <= static_cast<int64_t>(o.warmup_steps())) {
+    return KeyError(
+        "training.steps",
+        absl::StrCat("must exceed training.warmup_steps (", o.warmup_steps(),
+                     ") with lr_schedule cosine, got ", t.steps()));
+  }
 
   PS_RETURN_IF_ERROR(Known("model.type", ModelTypeNames(), m.type()));
   PS_RETURN_IF_ERROR(
       Known("model.activation", ActivationNames(), m.activation()));
   PS_RETURN_IF_ERROR(AtLeast("model.num_classes", m.num_classes(), 1));
+  // A softmax cross-entropy head (ModelParamSpecs) needs two outputs.
+  if ((m.type() == ModelConfig::SOFTMAX ||
+       (m.type() == ModelConfig::MLP && m.classifier())) &&
+      m.num_classes() < 2) {
+    return KeyError(
+        "model.num_classes",
+        absl::StrCat(
+            "must be >= 2 for a classifier (model.type ", ConfigName(m.type()),
+            m.type() == ModelConfig::MLP ? " with model.classifier true" : "",
+            "), got ", m.num_classes()));
+  }
   for (int i = 0; i < m.hidden_size(); ++i) {
     PS_RETURN_IF_ERROR(
         AtLeast(absl::StrCat("model.hidden[", i, "]"), m.hidden(i), 1));
@@ -1061,6 +1083,30 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   PS_RETURN_IF_ERROR(AtLeast("data.num_classes", d.num_classes(), 1));
   PS_RETURN_IF_ERROR(AtLeast("data.test_examples", d.test_examples(), 0));
   PS_RETURN_IF_ERROR(NonNegative("data.noise", d.noise()));
+  for (float target : d.targets()) {
+    if (!std::isfinite(target)) {
+      return KeyError("data.targets",
+                      absl::StrCat("must be finite, got ", target));
+    }
+  }
+  // Synthetic classes: noise is the share of labels drawn at random.
+  const bool synthetic_task =
+      d.source() == DataConfig::SYNTHETIC && d.targets().empty();
+  if (synthetic_task && d.num_classes() >= 2 && d.noise() > 1) {
+    return KeyError("data.noise",
+                    absl::StrCat("must be <= 1 with data.num_classes >= 2 "
+                                 "(the share of random labels), got ",
+                                 d.noise()));
+  }
+  // Targets replace the synthetic task by one target per example and no
+  // features (worker/data/data.cc): only the scalar model reads them.
+  if (m.type() != ModelConfig::SCALAR && !d.targets().empty() &&
+      d.source() == DataConfig::SYNTHETIC) {
+    return KeyError("data.targets",
+                    absl::StrCat("apply to model.type scalar only (model.type "
+                                 "is ",
+                                 ConfigName(m.type()), "); remove them"));
+  }
   if (m.type() == ModelConfig::SCALAR) {
     if (d.targets().empty()) {
       return KeyError("data.targets",
@@ -1087,6 +1133,22 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   PS_RETURN_IF_ERROR(AtLeast("data.categories", d.categories(), 2));
   PS_RETURN_IF_ERROR(
       InRange("data.missing_rate", d.missing_rate(), 0, 1, false));
+  // The synthetic layout (worker/data/data.cc): each categorical column takes
+  // `categories` one-hot slots, plus a missing indicator when values go
+  // missing.
+  if (synthetic_task && d.num_categorical() > 0) {
+    const int64_t slots =
+        d.num_categorical() * (d.categories() + (d.missing_rate() > 0 ? 1 : 0));
+    if (d.num_features() < slots) {
+      return KeyError(
+          "data.num_features",
+          absl::StrCat(
+              "is ", d.num_features(), " but ", d.num_categorical(),
+              " categorical columns x ", d.categories(), " levels",
+              d.missing_rate() > 0 ? " + their missing indicators" : "",
+              " need ", slots, " encoded features"));
+    }
+  }
   PS_RETURN_IF_ERROR(
       InRange("data.test_fraction", d.test_fraction(), 0, 1, false));
   if ((d.source() == DataConfig::CSV || d.source() == DataConfig::LIBSVM) &&

@@ -48,7 +48,8 @@ struct RunFailure {
 
 // summary.json. Keys a mode does not produce keep these defaults. A loss
 // that is NaN or infinite is written as null (and `diverged` is set by the
-// coordinator); a null read back is NaN.
+// coordinator); a null read back is NaN. final_eval_loss is NaN (null) when
+// the job made no final evaluation (it failed, or has no test set).
 struct RunSummary {
   std::string job;
   std::string mode;       // "sync", "async", "allreduce"

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
 #include "common/job_token.h"
@@ -52,24 +53,60 @@ absl::StatusOr<ResumePoint> ResolveResume(CheckpointEnv* env,
                                 : mode == pstrain::v1::MODE_ASYNC ? "async"
                                                                   : "allreduce";
   std::string dir = resume;
+  std::string from_root;  // the root whose newest usable checkpoint is taken
   if (resume == "latest") {
     if (root.empty()) {
       return absl::InvalidArgumentError(
           "--resume latest: the job has no checkpoint directory "
           "(checkpoint.dir, or --out with checkpoint.every_*)");
     }
-    absl::StatusOr<std::string> latest = LatestCheckpoint(env, root);
-    if (!latest.ok()) return prefixed(latest.status());
-    dir = *latest;
+    from_root = root;
   } else if (!env->FileExists(dir + "/" + kCheckpointManifest)) {
     // A root holding step directories: its newest complete checkpoint.
-    absl::StatusOr<std::string> latest = LatestCheckpoint(env, dir);
-    if (!latest.ok()) return prefixed(latest.status());
-    dir = *latest;
+    from_root = dir;
   }
-  absl::StatusOr<std::unique_ptr<CheckpointReader>> reader =
-      CheckpointReader::Open(env, dir);
-  if (!reader.ok()) return prefixed(reader.status());
+  std::vector<std::string> skipped;
+  absl::StatusOr<std::unique_ptr<CheckpointReader>> reader;
+  if (from_root.empty()) {
+    reader = CheckpointReader::Open(env, dir);
+  } else {
+    absl::StatusOr<CheckpointListing> listing = ListCheckpoints(env, from_root);
+    if (!listing.ok()) return prefixed(listing.status());
+    if (listing->complete.empty()) {
+      return prefixed(LatestCheckpoint(env, from_root).status());
+    }
+    // Newest first; a damaged one (a crash or a disk error after its
+    // manifest was written) gives way to the one before it.
+    for (auto it = listing->complete.rbegin(); it != listing->complete.rend();
+         ++it) {
+      dir = CheckpointDir(from_root, *it);
+      reader = CheckpointReader::Open(env, dir);
+      if (reader.ok() ||
+          reader.status().code() != absl::StatusCode::kDataLoss) {
+        break;
+      }
+      skipped.push_back(absl::StrCat(dir, ": ", reader.status().message()));
+      PS_LOG_WARN(
+          "--resume %s: skipping the damaged checkpoint %s (%s); trying the "
+          "previous complete one",
+          resume, dir, reader.status().message());
+    }
+  }
+  if (!reader.ok()) {
+    if (skipped.size() > 1) {
+      return prefixed(absl::DataLossError(
+          absl::StrCat("no complete checkpoint under ", from_root,
+                       " reads back whole; the damaged ones: ",
+                       absl::StrJoin(skipped, "; "))));
+    }
+    return prefixed(reader.status());
+  }
+  if (!skipped.empty()) {
+    PS_LOG_WARN(
+        "--resume %s: resuming from %s, %d newer damaged checkpoint%s "
+        "skipped",
+        resume, dir, skipped.size(), skipped.size() > 1 ? "s" : "");
+  }
   const CheckpointManifest& m = (*reader)->manifest();
   if (m.mode != mode_name) {
     // A sync cut and an async cut mean different things (server/shard.h).
@@ -88,7 +125,7 @@ absl::StatusOr<ResumePoint> ResolveResume(CheckpointEnv* env,
         fits.code(),
         absl::StrCat(dir, " does not fit the job: ", fits.message())));
   }
-  return ResumePoint{dir, m.step};
+  return ResumePoint{dir, m.step, std::move(skipped)};
 }
 
 CheckpointOrderer::CheckpointOrderer(CheckpointOrdererOptions options)

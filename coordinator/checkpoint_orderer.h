@@ -53,14 +53,23 @@ absl::StatusOr<std::string> CheckpointRoot(const JobConfig& config,
 struct ResumePoint {
   std::string dir;    // the complete checkpoint (a step directory)
   uint64_t step = 0;  // its cut: workers start there
+  // Newer complete checkpoints passed over because they are damaged, as
+  // "DIR: why" (newest first; empty when the newest was usable).
+  std::vector<std::string> skipped;
 };
 
 // `resume` (--resume): "latest", the newest complete checkpoint under
 // `root`; a checkpoint directory (with MANIFEST.json); or a root holding
 // step directories (its newest complete one). Reads and verifies every file
-// (DATA_LOSS naming a bad one) and checks that it fits `job` (same tensors,
-// workers, optimizer, the job's mode (sync or async), step <= training.steps):
-// FAILED_PRECONDITION naming the difference. Errors start with "--resume".
+// (DATA_LOSS naming a bad one). Through a root ("latest" or a root folder),
+// a damaged checkpoint (DATA_LOSS: a file missing, truncated or failing its
+// checksum, a bad manifest) is skipped with a logged warning naming it and
+// why, for the newest older complete one that reads back whole
+// (ResumePoint::skipped); DATA_LOSS only when none does. A checkpoint
+// directory given itself is never replaced. Then checks that it fits `job`
+// (same tensors, workers, optimizer, the job's mode (sync or async), step <=
+// training.steps): FAILED_PRECONDITION naming the difference. Errors start with
+// "--resume".
 absl::StatusOr<ResumePoint> ResolveResume(CheckpointEnv* env,
                                           const std::string& resume,
                                           const std::string& root,

@@ -31,7 +31,7 @@ std::vector<pstrain::v1::ShardStats> CollectStatsAndShutdown(
     const std::vector<std::string>& addresses,
     std::shared_ptr<grpc::ChannelCredentials> credentials,
     const std::string& coordinator_key, absl::Duration timeout,
-    const std::string& reason) {
+    const std::string& reason, bool job_failed) {
   std::vector<pstrain::v1::ShardStats> stats;
   for (const std::string& address : addresses) {
     if (address.empty()) continue;
@@ -53,6 +53,7 @@ std::vector<pstrain::v1::ShardStats> CollectStatsAndShutdown(
     AddCoordinatorKey(&ctx, coordinator_key);
     pstrain::v1::ShutdownRequest req;
     req.set_reason(reason);
+    req.set_job_failed(job_failed);
     pstrain::v1::ShutdownResponse resp;
     grpc::Status st = stub->Shutdown(&ctx, req, &resp);
     if (!st.ok())
@@ -98,7 +99,9 @@ RunSummary MakeRunSummary(const JobConfig& config, const JobOutcome& o,
   s.samples = o.samples;
   s.samples_per_s = o.wall_s > 0 ? o.samples / o.wall_s : 0.0;
   s.final_loss = o.final_loss;
-  s.final_eval_loss = o.final_eval_loss;
+  // No final evaluation (a failed job, or no test set): null, like
+  // final_accuracy, not a loss of 0.
+  s.final_eval_loss = o.has_final_eval ? o.final_eval_loss : std::nan("");
   if (o.has_accuracy) s.final_accuracy = o.final_accuracy;
   s.bytes_pushed = o.bytes_pushed;
   s.bytes_pulled = o.bytes_pulled;
@@ -193,6 +196,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Create(
   service_options.metrics = &node->metrics_;
   if (!options.out.empty())
     service_options.metrics_csv = options.out + "/metrics.csv";
+  if (!options.out.empty()) {
+    service_options.supervision_file = options.out + "/supervision.txt";
+  }
   PS_ASSIGN_OR_RETURN(node->service_,
                       CoordinatorService::Create(std::move(service_options)));
   PS_ASSIGN_OR_RETURN(
@@ -248,6 +254,7 @@ absl::Status CoordinatorNode::Run(const std::function<bool()>& stop) {
   const JobConfig& config = options_.config;
   const absl::Time startup_deadline =
       absl::Now() + absl::Seconds(config.network().startup_timeout_s());
+  service_->SetStopRequested(stop);
   // Checkpoints are ordered on their own thread once every worker is in
   // (the servers' addresses are known and their shards are built).
   absl::Notification orderer_done;
@@ -272,11 +279,30 @@ absl::Status CoordinatorNode::Run(const std::function<bool()>& stop) {
       orderer_done.Notify();
     });
   }
-  while (!service_->WaitForEnd(absl::Now() + absl::Milliseconds(100))) {
+  const absl::Duration lease = absl::Seconds(config.network().lease_s());
+  for (;;) {
+    const absl::Time waited_from = absl::Now();
+    if (service_->WaitForEnd(waited_from + absl::Milliseconds(100))) break;
+    // A wait of 100 ms that took longer than a lease: this process was not
+    // running (SIGSTOP, a debugger, a starved machine). The servers and
+    // workers have taken it for gone meanwhile; their leases expiring now
+    // would blame them.
+    const absl::Duration stalled = absl::Now() - waited_from;
+    if (stalled > lease) {
+      service_->Fail(
+          {"coordinator", -1, -1,
+           absl::StrFormat("the coordinator was not running for %.1f s "
+                           "(stopped, e.g. SIGSTOP, or starved), longer than "
+                           "network.lease_s = %g: the servers and workers "
+                           "took it for gone",
+                           absl::ToDoubleSeconds(stalled),
+                           config.network().lease_s())});
+      break;
+    }
     if (service_->CheckLeases(absl::Now())) break;
     MaybeRollBack(stop);
     if (stop()) {
-      service_->Fail({"coordinator", -1, -1, "coordinator stopped by signal"});
+      service_->Fail({"coordinator", -1, -1, std::string(kCoordinatorStopped)});
       break;
     }
     if (absl::Now() > startup_deadline && !service_->TrainingStarted()) {
@@ -336,7 +362,7 @@ absl::Status CoordinatorNode::Run(const std::function<bool()>& stop) {
   }
   write_summary(CollectStatsAndShutdown(
       addresses, client_credentials_, service_->coordinator_key(), timeout,
-      outcome.failed ? "job failed" : "job finished"));
+      outcome.failed ? "job failed" : "job finished", outcome.failed));
   if (options_.keep_serving_after_job && !stop()) {
     PS_LOG_INFO("job over; serving status and metrics until terminated");
     while (!stop()) absl::SleepFor(absl::Milliseconds(200));

@@ -50,6 +50,20 @@ class CoordinatorNodeTest : public ::testing::Test {
     session_id_ = resp.session_id();
   }
 
+  // Worker 0's last report on a signal (ps_worker's FlushStopped).
+  grpc::Status ReportStopped() {
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, absl::Seconds(10));
+    v1::ReportRequest req;
+    req.set_worker(0);
+    req.set_session_id(session_id_);
+    req.set_done(true);
+    req.set_error("worker 0: stopped by signal");
+    req.set_stopped(true);
+    v1::ReportResponse resp;
+    return stub_->Report(&ctx, req, &resp);
+  }
+
   grpc::Status Report(uint64_t step, double loss, bool done) {
     grpc::ClientContext ctx;
     SetTimeout(&ctx, absl::Seconds(10));
@@ -117,6 +131,10 @@ TEST_F(CoordinatorNodeTest, DivergedJobFailsWithValidJson) {
   EXPECT_EQ(j["failed"], true);
   EXPECT_EQ(j["failure"]["process"], "worker");
   EXPECT_EQ(j["failure"]["rank"], 0);
+  // Issue 22: no final evaluation ran, so both of its figures are null (the
+  // evaluation loss used to say 0 beside a null accuracy).
+  EXPECT_TRUE(j["final_eval_loss"].is_null()) << *text;
+  EXPECT_TRUE(j["final_accuracy"].is_null()) << *text;
 }
 
 TEST_F(CoordinatorNodeTest, DivergenceMayBeOnlyRecorded) {
@@ -142,6 +160,37 @@ TEST_F(CoordinatorNodeTest, StopEndsTheJobAsTheCoordinatorsFailure) {
   absl::StatusOr<std::string> text = ReadFileText(out_ + "/summary.json");
   ASSERT_TRUE(text.ok());
   EXPECT_EQ(*SummaryValue(*text, "failure.process", "s"), "coordinator");
+}
+
+// Issue 22: Ctrl-C reaches every process at once; a worker's "stopped by
+// signal" report arriving before the coordinator's loop sees its own stop
+// was recorded as the cause ("worker 0: stopped by signal").
+TEST_F(CoordinatorNodeTest, WorkerStoppedWithTheCoordinatorIsNotTheCause) {
+  StartNode("ctrl-c", true);
+  ASSERT_TRUE(Report(0, 2.0, false).ok());
+  stop_ = true;  // the coordinator's signal, then at once the worker's report
+  const grpc::Status reported = ReportStopped();
+  Join();
+  EXPECT_EQ(result_.code(), absl::StatusCode::kAborted);
+  absl::StatusOr<std::string> text = ReadFileText(out_ + "/summary.json");
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(*SummaryValue(*text, "failure.process", "s"), "coordinator")
+      << *text << " (the worker's report: " << reported.error_message() << ")";
+  EXPECT_EQ(*SummaryValue(*text, "failure.message", "s"),
+            std::string(kCoordinatorStopped));
+}
+
+// ... while a worker stopped alone (SIGTERM to it only) is the cause.
+TEST_F(CoordinatorNodeTest, WorkerStoppedAloneIsTheCause) {
+  StartNode("worker-stop", true);
+  ASSERT_TRUE(Report(0, 2.0, false).ok());
+  ASSERT_TRUE(ReportStopped().ok());
+  Join();
+  EXPECT_EQ(result_.code(), absl::StatusCode::kAborted);
+  absl::StatusOr<std::string> text = ReadFileText(out_ + "/summary.json");
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(*SummaryValue(*text, "failure.process", "s"), "worker") << *text;
+  EXPECT_EQ(*SummaryValue(*text, "failure.message", "s"), "stopped by signal");
 }
 
 // Issue 23, finding 4: the coordinator's requests are small, so a large one

@@ -1,5 +1,7 @@
 #include "coordinator/coordinator_service.h"
 
+#include <algorithm>
+#include <fstream>
 #include <limits>
 #include <utility>
 
@@ -609,7 +611,10 @@ absl::Status CoordinatorService::ReportLocked(
     if (message.size() > kMaxMessageBytes) {
       absl::StrAppend(&cause, "...(", message.size(), " bytes)");
     }
-    FailLocked({"worker", static_cast<int64_t>(worker), -1, std::move(cause)});
+    RunFailure failure{"worker", static_cast<int64_t>(worker), -1,
+                       std::move(cause)};
+    FailLocked(request.stopped() ? SignalStopCauseLocked(std::move(failure))
+                                 : failure);
   }
   // A final report may carry no step records (they went out in the batch
   // before), so the sender is named by `worker`, not by its records.
@@ -792,6 +797,28 @@ grpc::Status CoordinatorService::JobStatus(
           request->id(), request->session_id(), "JobStatus");
       if (!st.ok()) return ToGrpcStatus(st);
     }
+    if (server && !ended_ && !request->stopping().empty()) {
+      // The server's last word: it stops on its own (a signal) before the
+      // job ends. Recorded now, not a lease later.
+      std::string why(request->stopping().substr(0, kMaxMessageBytes));
+      PS_LOG_ERROR("server shard %d is stopping: %s", request->id(), why);
+      const bool rolls_back =
+          policy_->OnLost(LeaseHolder::kServer) == LossResponse::kRollBack;
+      const RunFailure cause = SignalStopCauseLocked(
+          {"server", -1, request->id(),
+           absl::StrCat(
+               "stopped: ", why,
+               rolls_back ? "" : policy_->FailureNote(LeaseHolder::kServer))});
+      if (rolls_back && cause.process == "server") {
+        LoseLocked(LeaseHolder::kServer, request->id(), cause.message);
+      } else {
+        FailLocked(cause);
+      }
+      response->set_finished(ended_);
+      response->set_failed(outcome_.failed);
+      response->set_message(outcome_.message);
+      return grpc::Status::OK;
+    }
     std::optional<uint64_t> step;
     if (!server) step = request->step();
     leases_.Renew(holder, request->id(), absl::Now(), step);
@@ -816,12 +843,39 @@ void CoordinatorService::Fail(const RunFailure& failure) {
   FailLocked(failure);
 }
 
+void CoordinatorService::SuperviseLocked(const std::string& line) {
+  if (options_.supervision_file.empty()) return;
+  std::ofstream out(options_.supervision_file, std::ios::app);
+  out << line << "\n";
+  out.flush();
+  if (!out) {
+    PS_LOG_WARN("cannot append to %s", options_.supervision_file);
+  }
+}
+
+void CoordinatorService::SetStopRequested(
+    std::function<bool()> stop_requested) {
+  absl::MutexLock lock(&mu_);
+  stop_requested_ = std::move(stop_requested);
+}
+
+RunFailure CoordinatorService::SignalStopCauseLocked(RunFailure own) const {
+  if (stop_requested_ && stop_requested_()) {
+    return {"coordinator", -1, -1, std::string(kCoordinatorStopped)};
+  }
+  return own;
+}
+
 void CoordinatorService::FailLocked(const RunFailure& failure) {
   if (!outcome_.failed) {
     outcome_.failed = true;
     outcome_.failure = failure;
     outcome_.message = DescribeFailure(failure);
+    failed_at_ = absl::Now();
     PS_LOG_ERROR("job failed: %s", outcome_.message);
+    // Before any process can learn it (JobStatus takes mu_): a supervisor
+    // seeing a process exit then knows the job failed first.
+    SuperviseLocked("failed");
   }
   ended_ = true;
   leases_.ReleaseAll();
@@ -900,10 +954,19 @@ JobOutcome CoordinatorService::Outcome() const {
   o.steps = t.steps;
   o.samples = t.samples;
   o.wall_s = t.wall_s;
+  // A failed job ran until it failed, not until its last complete step
+  // (training may have stalled long before: a hung process, a restart that
+  // never came).
+  if (outcome_.failed && train_start_ != absl::InfinitePast() &&
+      failed_at_ > train_start_) {
+    o.wall_s =
+        std::max(o.wall_s, absl::ToDoubleSeconds(failed_at_ - train_start_));
+  }
   o.final_loss = t.final_loss;
   o.has_accuracy = t.has_accuracy;
   o.final_accuracy = t.final_accuracy;
   o.final_eval_loss = t.final_eval_loss;
+  o.has_final_eval = t.has_final_eval;
   for (uint64_t b : bytes_pushed_) o.bytes_pushed += b;
   for (uint64_t b : bytes_pulled_) o.bytes_pulled += b;
   return o;
@@ -943,6 +1006,8 @@ void CoordinatorService::LoseLocked(LeaseHolder holder, int id,
   }
   leases_.Release(holder, id);
   job_.set_generation(recovery_.generation());
+  SuperviseLocked(absl::StrCat("lost ", recovery_.generation(), " ",
+                               server ? "server " : "worker ", id));
   if (policy_->HostsRanks()) {
     PS_LOG_WARN(
         "worker %d lost (%s); generation %d: waiting up to %g s for its new "

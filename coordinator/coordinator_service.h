@@ -80,6 +80,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -87,6 +88,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/job_config.h"
@@ -112,6 +114,13 @@ struct CoordinatorOptions {
   JobConfig config =
       DefaultJobConfig();   // effective config (after flag overrides)
   std::string metrics_csv;  // path, or empty for none
+  // Lines for a supervisor (psctl; docs/failures-and-recovery.md), appended
+  // as things happen, or empty for none: "lost GENERATION server|worker ID"
+  // when a process is declared lost under training.on_failure restart (its
+  // replacement is awaited: a supervisor ends a process still running under
+  // that name, e.g. a hung one, and starts it again), and "failed" once the
+  // job has failed (a process exiting after that exits because of it).
+  std::string supervision_file;
   absl::Duration wait_cap = absl::Seconds(30);  // longest a waiting RPC blocks
   bool progress = true;  // log a progress line about every second
   // Steps that may wait for reports at once (StepLogOptions).
@@ -130,6 +139,10 @@ struct CoordinatorOptions {
   uint64_t start_step = 0;
 };
 
+// The failure a coordinator stopped by a signal records.
+inline constexpr absl::string_view kCoordinatorStopped =
+    "coordinator stopped by signal";
+
 // What the job produced, for summary.json.
 struct JobOutcome {
   bool failed = false;
@@ -143,7 +156,8 @@ struct JobOutcome {
   bool has_accuracy = false;
   double final_accuracy = 0;  // final evaluation (summed counts / total)
   double final_eval_loss = 0;
-  uint64_t bytes_pushed = 0;  // all workers, payload messages
+  bool has_final_eval = false;  // else final_eval_loss is null in summary.json
+  uint64_t bytes_pushed = 0;    // all workers, payload messages
   uint64_t bytes_pulled = 0;
 };
 
@@ -191,6 +205,12 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   // Ends the job as failed because of `failure` (e.g. the coordinator's
   // start-up timeout, a signal). Only the first failure is kept.
   void Fail(const RunFailure& failure);
+  // The coordinator's own stop (SIGTERM, SIGINT; thread-safe, polled). A
+  // worker or server that stops on a signal (ReportRequest.stopped,
+  // JobStatusRequest.stopping) while it returns true did not cause the end:
+  // Ctrl-C reaches every process at once, and the failure recorded is then
+  // the coordinator's stop (kCoordinatorStopped), whoever reports first.
+  void SetStopRequested(std::function<bool()> stop_requested);
   JobOutcome Outcome() const;
   // Declares dead the process whose lease expired at `now`, if any: one log
   // line naming it, and the job fails with it as the cause (a worker with
@@ -254,6 +274,14 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
                               pstrain::v1::GetPeersResponse* response)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(const RunFailure& failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends `line` to options_.supervision_file (if set); a write error is
+  // logged, not fatal.
+  void SuperviseLocked(const std::string& line)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A process that stops on a signal: `own`, or the coordinator's stop when
+  // that is under way too (SetStopRequested).
+  RunFailure SignalStopCauseLocked(RunFailure own) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // training.on_failure: restart: `holder` `id` is gone (`why`, for the log
   // and the failure): a new generation, its slot freed; or the job fails
   // when no restart is left or a worker already finished.
@@ -334,6 +362,7 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   pstrain::v1::JobSpec job_ ABSL_GUARDED_BY(mu_);  // shard map filled at start
   Membership members_ ABSL_GUARDED_BY(mu_);
   LeaseTable leases_ ABSL_GUARDED_BY(mu_);
+  std::function<bool()> stop_requested_ ABSL_GUARDED_BY(mu_);
   StepLog step_log_ ABSL_GUARDED_BY(mu_);
   // Null unless training.on_failure is elastic.
   std::unique_ptr<ElasticWorkers> elastic_ ABSL_GUARDED_BY(mu_);
@@ -343,6 +372,7 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   std::vector<uint64_t> bytes_pushed_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> bytes_pulled_ ABSL_GUARDED_BY(mu_);
   absl::Time train_start_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Time failed_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   JobOutcome outcome_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   // training.on_failure (coordinator/failure_policy.h): what a loss and a

@@ -25,6 +25,11 @@ absl::StatusOr<ResumePoint> DryRunResume(const CoordinatorNodeOptions& o) {
 
 int DryRun(const CoordinatorNodeOptions& options) {
   const JobConfig& c = options.config;
+  // What the coordinator builds at start-up (the model's tensors and the
+  // shard map), so a job the real run would refuse is refused here.
+  if (absl::StatusOr<pstrain::v1::JobSpec> job = MakeJobSpec(c); !job.ok()) {
+    return FailStartup("ps_coordinator", job.status());
+  }
   // What a valid config does that its author may not expect (psctl run
   // shows stderr before anything starts).
   for (const std::string& w : ConfigWarnings(c)) {
@@ -46,6 +51,9 @@ int DryRun(const CoordinatorNodeOptions& options) {
     std::printf("# resume: step %llu from %s\n",
                 static_cast<unsigned long long>(resume->step),
                 resume->dir.c_str());
+    for (const std::string& s : resume->skipped) {
+      std::printf("# skipped damaged checkpoint %s\n", s.c_str());
+    }
   }
   const absl::Status plan =
       WritePlanIfRequested(c, resume ? &*resume : nullptr);

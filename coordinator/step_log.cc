@@ -160,6 +160,7 @@ std::vector<MetricsRow> StepLog::TakeCompleteRows(absl::Time train_start) {
         totals_.final_accuracy =
             static_cast<double>(p.eval_correct) / p.eval_total;
         totals_.final_eval_loss = *r.eval_loss;
+        totals_.has_final_eval = true;
       }
     }
     rows.push_back(r);

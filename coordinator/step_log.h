@@ -58,6 +58,7 @@ struct StepTotals {
   bool has_accuracy = false;
   double final_accuracy = 0;  // final evaluation (summed counts / total)
   double final_eval_loss = 0;
+  bool has_final_eval = false;  // the final evaluation was reported
 };
 
 // The first non-finite loss seen.

@@ -128,7 +128,7 @@ void ParameterServerService::RecordPush(absl::Duration took,
 }
 
 void ParameterServerService::SetShutdownCallback(
-    std::function<void(const std::string&)> callback) {
+    std::function<void(const pstrain::v1::ShutdownRequest&)> callback) {
   absl::MutexLock lock(&mu_);
   on_shutdown_ = std::move(callback);
 }
@@ -891,7 +891,7 @@ grpc::Status ParameterServerService::Shutdown(
       !st.ok()) {
     return ToGrpcStatus(st);
   }
-  std::function<void(const std::string&)> callback;
+  std::function<void(const pstrain::v1::ShutdownRequest&)> callback;
   std::shared_ptr<Shard> s;
   {
     absl::MutexLock lock(&mu_);
@@ -899,7 +899,7 @@ grpc::Status ParameterServerService::Shutdown(
     s = shard_;
   }
   if (s != nullptr) s->Close();
-  if (callback) callback(request->reason());
+  if (callback) callback(*request);
   return grpc::Status::OK;
 }
 

@@ -154,8 +154,10 @@ class ParameterServerService final
   //    training.max_restarts) are INVALID_ARGUMENT.
   void SetCoordinator(std::string key, std::string resume_from,
                       uint64_t max_generation);
-  // Runs once, on the first Shutdown RPC (from the coordinator at job end).
-  void SetShutdownCallback(std::function<void(const std::string&)> callback);
+  // Runs once, on the first Shutdown RPC (from the coordinator at job end),
+  // with its request (the reason, whether the job failed).
+  void SetShutdownCallback(
+      std::function<void(const pstrain::v1::ShutdownRequest&)> callback);
 
   uint64_t bytes_in() const { return bytes_in_.load(); }
   // Push streams being read now (holding an admission slot), and streams
@@ -249,7 +251,8 @@ class ParameterServerService final
   std::shared_ptr<Shard> shard_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<WorkerSessions> sessions_ ABSL_GUARDED_BY(mu_);
   absl::Duration barrier_timeout_ ABSL_GUARDED_BY(mu_);
-  std::function<void(const std::string&)> on_shutdown_ ABSL_GUARDED_BY(mu_);
+  std::function<void(const pstrain::v1::ShutdownRequest&)> on_shutdown_
+      ABSL_GUARDED_BY(mu_);
   std::string checkpoint_root_ ABSL_GUARDED_BY(mu_);
   std::string coordinator_key_ ABSL_GUARDED_BY(mu_);
   std::string resume_from_ ABSL_GUARDED_BY(mu_);

@@ -455,7 +455,7 @@ TEST_F(OnArrivalServiceTest, ControlCallsComeFromTheCoordinatorOnly) {
         return MakeShard();
       });
   service_->SetShutdownCallback(
-      [&shutdowns](const std::string&) { ++shutdowns; });
+      [&shutdowns](const v1::ShutdownRequest&) { ++shutdowns; });
   ASSERT_TRUE(PushFrames(Frames(0, 0, RandomGrad(1))).ok());
   ASSERT_TRUE(PushFrames(Frames(1, 0, RandomGrad(2))).ok());
   const Observed before = Observe(*shard_);

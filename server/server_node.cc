@@ -88,10 +88,13 @@ absl::StatusOr<std::unique_ptr<ServerNode>> ServerNode::Create(
   PsServiceOptions service_options;
   service_options.metrics = options.metrics;
   node->service_ = std::make_unique<ParameterServerService>(service_options);
-  node->service_->SetShutdownCallback([n = node.get()](const std::string& r) {
-    PS_LOG_INFO("shutdown requested: %s", r);
-    n->shutdown_.Notify();
-  });
+  node->service_->SetShutdownCallback(
+      [n = node.get()](const pstrain::v1::ShutdownRequest& r) {
+        PS_LOG_INFO("shutdown requested: %s", r.reason());
+        n->shutdown_job_failed_ = r.job_failed();
+        n->shutdown_reason_ = r.reason();
+        n->shutdown_.Notify();
+      });
   // Listening here, not in Run: a busy port is a start-up error (exit 2).
   PS_ASSIGN_OR_RETURN(
       StartedServer started,
@@ -276,9 +279,28 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
   absl::Time last_contact = absl::Now();
   absl::Time next_beat = absl::Now();
   uint64_t membership_epoch = 0;
+  // The coordinator said the job failed: this process exits 1 too (the
+  // exit codes of docs/failures-and-recovery.md).
+  bool job_failed = false;
+  std::string why_failed;
   while (!shutdown.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
     if (stop()) {
       PS_LOG_INFO("stopping on request");
+      // The last word (bounded: SIGTERM ends a server within a second), so
+      // that the coordinator records this stop as the cause now instead of
+      // the lease running out later.
+      grpc::ClientContext ctx;
+      SetTimeout(&ctx, std::min(absl::Milliseconds(200), rpc_timeout));
+      pstrain::v1::JobStatusRequest req;
+      req.set_process("server");
+      req.set_id(reg.shard());
+      req.set_session_id(reg.session_id());
+      req.set_stopping("stopped by a signal (SIGTERM or SIGINT)");
+      pstrain::v1::JobStatusResponse status;
+      const grpc::Status told = coord->JobStatus(&ctx, req, &status);
+      if (!told.ok()) {
+        PS_LOG_WARN("could not tell the coordinator: %s", told.error_message());
+      }
       break;
     }
     if (absl::Now() < next_beat) continue;
@@ -305,6 +327,10 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
         }
       }
       if (status.finished()) {
+        if (status.failed()) {
+          job_failed = true;
+          why_failed = status.message();
+        }
         // The coordinator collects every shard's statistics and then sends
         // Shutdown: wait for it (bounded), so the statistics are not lost
         // to a shard that left first.
@@ -328,6 +354,13 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
           coordinator, absl::ToDoubleSeconds(absl::Now() - last_contact),
           absl::ToDoubleSeconds(lease), s.error_message()));
     }
+  }
+  if (!job_failed && shutdown.HasBeenNotified() && shutdown_job_failed_) {
+    job_failed = true;
+    why_failed = shutdown_reason_;
+  }
+  if (job_failed) {
+    return absl::AbortedError(absl::StrCat("the job failed: ", why_failed));
   }
   PS_LOG_INFO("exiting");
   return absl::OkStatus();

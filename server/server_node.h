@@ -49,7 +49,8 @@ class ServerNode {
   // Registers, waits for every shard, builds its shard and serves
   // until the coordinator ends the job (OK: its Shutdown, or the finished
   // job status followed by Shutdown within min(rpc timeout, 5 s), so the
-  // coordinator can collect the shard's statistics first), `stop` returns true
+  // coordinator can collect the shard's statistics first; ABORTED "the job
+  // failed: ..." when either says the job failed), `stop` returns true
   // (OK; polled every 100 ms, also while waiting at start-up) or the
   // coordinator stays silent for the job's network.lease_s (UNAVAILABLE) or
   // no longer knows the shard (FAILED_PRECONDITION: it was restarted).
@@ -71,6 +72,10 @@ class ServerNode {
   std::shared_ptr<grpc::ChannelCredentials> channel_credentials_;
   std::unique_ptr<MetricsRegistry> own_metrics_;  // when options had none
   absl::Notification shutdown_;  // the coordinator's Shutdown arrived
+  // Written before shutdown_ is notified, read after: the Shutdown's
+  // request says the job failed (then Run returns an error: exit 1).
+  bool shutdown_job_failed_ = false;
+  std::string shutdown_reason_;
   // Created and listening from Create on (server_ is destroyed first).
   std::unique_ptr<ParameterServerService> service_;
   std::unique_ptr<grpc::Server> server_;

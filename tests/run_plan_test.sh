@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `psctl run`'s plan step (issue 11 #8, #9, #10): an explicitly given
-# --servers/--workers/--steps 0 is rejected by name, default output folders
+# `psctl run`'s plan step (issue 11 #8, #9, #10; issue 22): an explicitly
+# given --servers/--workers/--steps 0, or a job a process would refuse at
+# start-up (--steps within the warm-up), is rejected by name, default output folders
 # are never shared, and a missing or malformed data file or a model that does
 # not fit the data is found before any process is launched.
 set -uo pipefail
@@ -36,6 +37,14 @@ expect_rejected "--servers: job.servers: must be >= 1, got 0" servers0 --config 
 expect_rejected "--workers: job.workers: must be >= 1, got 0" workers0 --config "$CONFIG" --workers 0
 expect_rejected "--steps: training.steps: must be >= 1, got 0" steps0 --config "$CONFIG" --steps 0
 expect_rejected "--staleness: training.staleness" staleness_bad --config "$CONFIG" --staleness -1
+# Issue 22: a rule a process enforces when it starts is checked here too (the
+# servers used to exit 1 on it after every process had started):
+# configs/default.yaml decays a cosine over the steps after a 10-step warm-up.
+expect_rejected "--steps: training.steps: must exceed training.warmup_steps (10)" \
+  steps_below_warmup --config "$CONFIG" --steps 5
+sed 's/^  noise: .*/  noise: 1.5/' "$CONFIG" >"$TMP/noise.yaml"
+grep -q '^  noise: 1.5' "$TMP/noise.yaml" || fail "configs/default.yaml has no data.noise line to edit"
+expect_rejected "data.noise: must be <= 1" noise_above_1 --config "$TMP/noise.yaml"
 
 # #10: data problems before anything is launched, naming the file (and line).
 job() {  # job FILE DATA_PATH INPUT_DIM

@@ -137,6 +137,12 @@ class Reporter {
     return absl::OkStatus();
   }
 
+  // The last report of a worker that stops on a signal (ReportRequest.stopped).
+  absl::Status FlushStopped(const std::string& error, absl::Duration timeout) {
+    pending_.set_stopped(true);
+    return Flush(true, error, timeout);
+  }
+
   bool stop() const { return stop_; }
 
  private:
@@ -1225,8 +1231,8 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
       // SIGTERM ends a worker within a second, even with the coordinator
       // hung: its last word gets half of that.
       reporter
-          .Flush(true, absl::StrCat("worker ", rank, ": stopped by signal"),
-                 kStoppedReportTimeout)
+          .FlushStopped(absl::StrCat("worker ", rank, ": stopped by signal"),
+                        kStoppedReportTimeout)
           .IgnoreError();
       return absl::OkStatus();
     }

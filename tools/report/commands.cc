@@ -1,5 +1,7 @@
 #include "tools/report/commands.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -34,6 +36,7 @@ const char kUsage[] =
     "       ps_report summary-get RUN_DIR|summary.json KEY\n"
     "       ps_report metrics-get RUN_DIR|metrics.csv COLUMN\n"
     "       ps_report failure RUN_DIR|summary.json\n"
+    "       ps_report record-failure RUN_DIR PROCESS MESSAGE [--wall-s S]\n"
     "       ps_report config-doc [--update FILE]\n";
 
 int Usage(const std::string& error) {
@@ -352,6 +355,79 @@ int FailureMain(int argc, char** argv) {
     return 0;
   }
   return 1;
+}
+
+int RecordFailureMain(int argc, char** argv) {
+  if (argc != 3 && argc != 5) {
+    return Usage("record-failure needs RUN_DIR, PROCESS and MESSAGE");
+  }
+  const std::string dir = argv[0];
+  RunFailure failure;
+  failure.process = argv[1];
+  failure.message = argv[2];
+  if (failure.process != "coordinator" && failure.process != "server" &&
+      failure.process != "worker") {
+    return Usage(
+        absl::StrCat("record-failure: PROCESS must be coordinator, "
+                     "server or worker, got '",
+                     failure.process, "'"));
+  }
+  double wall_s = std::nan("");  // unknown: null
+  if (argc == 5) {
+    if (std::string(argv[3]) != "--wall-s" ||
+        !absl::SimpleAtod(argv[4], &wall_s) || !(wall_s >= 0)) {
+      return Usage("record-failure: --wall-s needs a number of seconds >= 0");
+    }
+  }
+  const std::string path = dir + "/summary.json";
+  std::error_code exists_error;
+  if (std::filesystem::exists(path, exists_error)) {
+    absl::StatusOr<std::string> text = ReadFileText(path);
+    if (!text.ok()) return Error(std::string(text.status().message()));
+    absl::StatusOr<RunSummary> old = ParseSummaryJson(*text, path);
+    if (old.ok() && !old->failed) {
+      return Error(absl::StrCat(path, " records a finished job; not changed"));
+    }
+  }
+  // The job as its plan wrote it (job.yaml), and the steps that completed
+  // (metrics.csv, when there is one): what the coordinator would have said.
+  absl::StatusOr<JobConfig> config = LoadJobConfig(dir + "/job.yaml");
+  if (!config.ok()) return Error(std::string(config.status().message()));
+  const v1::TrainingConfig& t = config->training();
+  RunSummary s;
+  s.job = config->job().name();
+  s.mode = ConfigName(t.mode());
+  s.staleness = t.mode() != v1::MODE_ASYNC ? "0"
+                : t.staleness() < 0        ? "inf"
+                                           : absl::StrCat(t.staleness());
+  s.workers = config->job().workers();
+  s.servers = t.mode() == v1::MODE_ALLREDUCE ? 0 : config->job().servers();
+  s.local_batch = t.local_batch();
+  s.global_batch = t.local_batch() * s.workers * t.grad_accum_steps();
+  s.wall_s = wall_s;
+  s.final_loss = std::nan("");
+  s.final_eval_loss = std::nan("");
+  absl::StatusOr<std::string> csv = ReadFileText(dir + "/metrics.csv");
+  if (csv.ok()) {
+    absl::StatusOr<std::vector<MetricsRow>> rows =
+        ParseMetricsCsv(*csv, dir + "/metrics.csv");
+    if (rows.ok()) {
+      for (const MetricsRow& r : *rows) {
+        if (!r.loss) continue;  // the final evaluation's row
+        s.steps = std::max<int64_t>(s.steps, r.step + 1);
+        s.samples += r.samples;
+        s.final_loss = *r.loss;
+      }
+    }
+  }
+  s.samples_per_s = s.wall_s > 0 ? s.samples / s.wall_s : std::nan("");
+  s.failed = true;
+  s.message = DescribeFailure(failure);
+  s.failure = failure;
+  if (absl::Status st = WriteSummaryJson(path, s); !st.ok()) {
+    return Error(std::string(st.message()));
+  }
+  return 0;
 }
 
 int ConfigDocMain(int argc, char** argv) {

@@ -57,6 +57,12 @@ int CompareMain(int argc, char** argv);
 int SummaryGetMain(int argc, char** argv);
 int MetricsGetMain(int argc, char** argv);
 int FailureMain(int argc, char** argv);
+// `record-failure RUN_DIR PROCESS MESSAGE [--wall-s S]`: summary.json for a
+// job whose coordinator died before writing one (psctl saw it die): failed,
+// its failure {PROCESS, MESSAGE}, the job from RUN_DIR/job.yaml, the steps
+// completed from metrics.csv, wall_s S (else null). Refuses (2) to replace a
+// summary.json that records a finished job.
+int RecordFailureMain(int argc, char** argv);
 int ConfigDocMain(int argc, char** argv);
 
 }  // namespace report_cli

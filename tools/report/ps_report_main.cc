@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
     return pstrain::report_cli::MetricsGetMain(argc - 2, argv + 2);
   if (sub == "failure")
     return pstrain::report_cli::FailureMain(argc - 2, argv + 2);
+  if (sub == "record-failure")
+    return pstrain::report_cli::RecordFailureMain(argc - 2, argv + 2);
   if (sub == "config-doc")
     return pstrain::report_cli::ConfigDocMain(argc - 2, argv + 2);
   if (sub == "-h" || sub == "--help" || sub == "help") {
