@@ -195,6 +195,12 @@ class Session:
         self.start_step = reg.start_step
         lease = self.job.config.network.lease_s or 5.0
         self._liveness = Liveness(self, lease)
+        if (self.job.config.training.on_failure == pb.TrainingConfig.RESTART
+                and self.job.generation > 0):
+            # A replacement (training.on_failure: restart): it starts where
+            # the rollback puts every worker.
+            self.await_generation(self.job.generation)
+            self.start_step = self.job.start_step
         return reg
 
     def await_generation(self, generation):
