@@ -71,7 +71,8 @@ const Names<ModelConfig::ModelType>& ModelTypeNames() {
       new Names<ModelConfig::ModelType>{{"scalar", ModelConfig::SCALAR},
                                         {"linear", ModelConfig::LINEAR},
                                         {"softmax", ModelConfig::SOFTMAX},
-                                        {"mlp", ModelConfig::MLP}};
+                                        {"mlp", ModelConfig::MLP},
+                                        {"external", ModelConfig::EXTERNAL}};
   return *names;
 }
 
@@ -414,6 +415,16 @@ Codec<std::vector<int64_t>> IntListCodec() {
           "list of integers >= 0"};
 }
 
+Codec<std::vector<std::string>> StringListCodec() {
+  return {[](const Field& f) { return List<std::string>(f, String); },
+          [](YAML::Emitter& out, const std::vector<std::string>& v) {
+            out << YAML::Flow << YAML::BeginSeq;
+            for (const std::string& x : v) out << x;
+            out << YAML::EndSeq;
+          },
+          "list of strings"};
+}
+
 Codec<std::vector<float>> FloatListCodec() {
   return {[](const Field& f) -> absl::StatusOr<std::vector<float>> {
             PS_ASSIGN_OR_RETURN(std::vector<double> v, List<double>(f, Number));
@@ -630,7 +641,9 @@ const std::vector<Key>& KeyTable() {
           PS_FIELD(model, type),
           "`scalar`: one weight w, loss (w - y)^2 on `data.targets`; "
           "`linear`: linear regression (squared error); `softmax`: softmax "
-          "regression; `mlp`: a multi-layer perceptron of `hidden` widths."),
+          "regression; `mlp`: a multi-layer perceptron of `hidden` widths; "
+          "`external`: the tensors listed in `tensors`, trained by Python "
+          "workers (docs/python.md)."),
       Row("model", "input_dim", IntCodec<int64_t>(), 32,
           PS_FIELD(model, input_dim),
           "Input width; >= 1 (except `scalar`); synthetic data: equal to "
@@ -642,6 +655,11 @@ const std::vector<Key>& KeyTable() {
           "`data.num_classes`."),
       Row("model", "hidden", IntListCodec(), {64}, PS_LIST(model, hidden),
           "`mlp`: the widths of the hidden layers, each >= 1."),
+      Row("model", "tensors", StringListCodec(), {}, PS_LIST(model, tensors),
+          "`external`: the model's tensors, `NAME:D0xD1x...[:INIT]` each "
+          "(INIT `zeros`, `constant(V)`, `uniform(S)` or `normal(S)`; by "
+          "default Glorot uniform for rank >= 2, zeros for rank 1); Python "
+          "workers check their parameters against them (docs/python.md)."),
       Row("model", "activation", EnumCodec(ActivationNames()),
           ModelConfig::RELU, PS_FIELD(model, activation),
           "`mlp`: the hidden layers' activation."),
@@ -1111,6 +1129,11 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
     if (d.targets().empty()) {
       return KeyError("data.targets",
                       "must be non-empty for model.type scalar");
+    }
+  } else if (m.type() == ModelConfig::EXTERNAL) {
+    if (m.tensors().empty()) {
+      return KeyError("model.tensors",
+                      "must list the tensors for model.type external");
     }
   } else {
     PS_RETURN_IF_ERROR(AtLeast("model.input_dim", m.input_dim(), 1));

@@ -4,7 +4,12 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/status_macros.h"
 
 namespace pstrain {
 namespace {
@@ -72,6 +77,83 @@ absl::Status Invalid(const std::string& field, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
 }
 
+// "uniform(0.1)" -> 0.1 for `kind` "uniform"; false when `text` is not
+// kind(NUMBER).
+bool ParseInitArg(absl::string_view text, absl::string_view kind,
+                  double* value) {
+  if (!absl::ConsumePrefix(&text, kind) || !absl::ConsumePrefix(&text, "(") ||
+      !absl::ConsumeSuffix(&text, ")")) {
+    return false;
+  }
+  return absl::SimpleAtod(text, value) && std::isfinite(*value);
+}
+
+// model.type external: one "NAME:D0xD1x...[:INIT]" entry of model.tensors.
+absl::StatusOr<TensorSpec> ExternalTensor(int i, const std::string& entry,
+                                          uint64_t seed) {
+  const std::string field = absl::StrCat("model.tensors[", i, "]");
+  const std::vector<std::string> parts = absl::StrSplit(entry, ':');
+  if (parts.size() < 2 || parts.size() > 3) {
+    return Invalid(field,
+                   absl::StrCat("'", entry, "' is not NAME:D0xD1x...[:INIT]"));
+  }
+  // Torch's parameter names use '.', the job's tensors '/'.
+  std::string name = parts[0];
+  for (char& c : name) {
+    if (c == '.') c = '/';
+  }
+  if (name.empty() || name.size() > 256 ||
+      name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVW"
+                             "XYZ0123456789_/-") != std::string::npos) {
+    return Invalid(field, absl::StrCat("tensor name '", parts[0],
+                                       "': 1..256 of [A-Za-z0-9_./-]"));
+  }
+  std::vector<int64_t> shape;
+  int64_t elements = 1;
+  for (absl::string_view d : absl::StrSplit(parts[1], 'x')) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(d, &v) || v < 1 || v > (int64_t{1} << 32) ||
+        elements > (int64_t{1} << 34) / v) {
+      return Invalid(field,
+                     absl::StrCat("tensor '", name, "': shape '", parts[1],
+                                  "' is not D0xD1x... with each D >= "
+                                  "1 (at most 2^34 elements)"));
+    }
+    elements *= v;
+    shape.push_back(v);
+  }
+  // Default: Glorot uniform over torch's layout [out, in, kernel...].
+  InitRule::Kind kind = InitRule::ZEROS;
+  double scale = 0, value = 0;
+  if (shape.size() >= 2) {
+    const double receptive = static_cast<double>(elements) /
+                             (static_cast<double>(shape[0]) * shape[1]);
+    kind = InitRule::UNIFORM;
+    scale = std::sqrt(6.0 / ((shape[0] + shape[1]) * receptive));
+  }
+  if (parts.size() == 3) {
+    const std::string init = absl::AsciiStrToLower(parts[2]);
+    if (init == "zeros") {
+      kind = InitRule::ZEROS;
+    } else if (ParseInitArg(init, "constant", &value)) {
+      kind = InitRule::CONSTANT;
+    } else if (ParseInitArg(init, "uniform", &scale) && scale >= 0) {
+      kind = InitRule::UNIFORM;
+    } else if (ParseInitArg(init, "normal", &scale) && scale >= 0) {
+      kind = InitRule::NORMAL;
+    } else {
+      return Invalid(field,
+                     absl::StrCat("tensor '", name, "': init '", parts[2],
+                                  "' is not zeros, constant(V), "
+                                  "uniform(S) or normal(S)"));
+    }
+  }
+  TensorSpec spec =
+      MakeSpec(name, shape, kind, static_cast<float>(scale), seed);
+  spec.mutable_init()->set_value(static_cast<float>(value));
+  return spec;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<TensorSpec>> ModelParamSpecs(
@@ -83,13 +165,33 @@ absl::StatusOr<std::vector<TensorSpec>> ModelParamSpecs(
     specs.back().mutable_init()->set_value(config.init_value());
     return specs;
   }
+  if (config.type() == ModelConfig::EXTERNAL) {
+    if (config.tensors().empty()) {
+      return Invalid("model.tensors",
+                     "must list the tensors for model.type external");
+    }
+    for (int i = 0; i < config.tensors_size(); ++i) {
+      PS_ASSIGN_OR_RETURN(TensorSpec spec,
+                          ExternalTensor(i, config.tensors(i), seed));
+      for (const TensorSpec& other : specs) {
+        if (other.name() == spec.name()) {
+          return Invalid(
+              absl::StrCat("model.tensors[", i, "]"),
+              absl::StrCat("tensor '", spec.name(), "' is listed twice"));
+        }
+      }
+      specs.push_back(std::move(spec));
+    }
+    return specs;
+  }
   if (config.type() != ModelConfig::LINEAR &&
       config.type() != ModelConfig::SOFTMAX &&
       config.type() != ModelConfig::MLP) {
     return Invalid(
         "model.type",
         absl::StrCat("unknown model type '", ConfigName(config.type()),
-                     "' (expected scalar, linear, softmax or mlp)"));
+                     "' (expected scalar, linear, softmax, mlp or "
+                     "external)"));
   }
   const int64_t in = config.input_dim(), out = config.num_classes();
   if (in <= 0) {

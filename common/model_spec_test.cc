@@ -126,6 +126,51 @@ TensorSpec Spec(InitRule::Kind kind, float scale, uint64_t seed,
   return spec;
 }
 
+TEST(ModelParamSpecsTest, ExternalListsItsTensors) {
+  ModelConfig c;
+  c.set_type(ModelConfig::EXTERNAL);
+  c.set_seed(9);
+  c.add_tensors("conv1.weight:8x1x3x3");
+  c.add_tensors("conv1/bias:8");
+  c.add_tensors("fc/weight:10x32:normal(0.5)");
+  c.add_tensors("fc/bias:10:constant(0.25)");
+  c.add_tensors("emb:4x3:zeros");
+  auto specs = ModelParamSpecs(c);
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  ASSERT_EQ(specs->size(), 5u);
+  const TensorSpec& conv = (*specs)[0];
+  EXPECT_EQ(conv.name(), "conv1/weight");  // torch's '.' becomes '/'
+  EXPECT_THAT(conv.shape(), ElementsAre(8, 1, 3, 3));
+  EXPECT_EQ(conv.init().kind(), InitRule::UNIFORM);
+  // Glorot over [out, in, k, k]: fan_in 1*9, fan_out 8*9.
+  EXPECT_FLOAT_EQ(conv.init().scale(), std::sqrt(6.0 / (9 + 72)));
+  EXPECT_EQ(conv.init().seed(), 9u);
+  EXPECT_EQ((*specs)[1].init().kind(), InitRule::ZEROS);
+  EXPECT_EQ((*specs)[2].init().kind(), InitRule::NORMAL);
+  EXPECT_FLOAT_EQ((*specs)[2].init().scale(), 0.5f);
+  EXPECT_EQ((*specs)[3].init().kind(), InitRule::CONSTANT);
+  EXPECT_FLOAT_EQ(InitialValue((*specs)[3], 7), 0.25f);
+  EXPECT_EQ((*specs)[4].init().kind(), InitRule::ZEROS);
+}
+
+TEST(ModelParamSpecsTest, ExternalErrorsNameTheEntry) {
+  auto error = [](std::vector<std::string> tensors) {
+    ModelConfig c;
+    c.set_type(ModelConfig::EXTERNAL);
+    for (const std::string& t : tensors) c.add_tensors(t);
+    return std::string(ModelParamSpecs(c).status().message());
+  };
+  EXPECT_THAT(error({}), HasSubstr("model.tensors: must list"));
+  EXPECT_THAT(error({"a:3", "b"}), HasSubstr("model.tensors[1]: 'b' is not"));
+  EXPECT_THAT(error({"a:3x0"}),
+              HasSubstr("model.tensors[0]: tensor 'a': shape '3x0'"));
+  EXPECT_THAT(error({"a:3xq"}), HasSubstr("shape '3xq'"));
+  EXPECT_THAT(error({"a b:3"}), HasSubstr("tensor name 'a b'"));
+  EXPECT_THAT(error({"a:3:xavier"}), HasSubstr("init 'xavier' is not zeros"));
+  EXPECT_THAT(error({"a.w:3", "a/w:4"}),
+              HasSubstr("model.tensors[1]: tensor 'a/w' is listed twice"));
+}
+
 TEST(InitialValueTest, SlicesMatchElementsAndAreDeterministic) {
   const TensorSpec spec = Spec(InitRule::NORMAL, 1, 5);
   std::vector<float> slice(100);

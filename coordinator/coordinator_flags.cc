@@ -99,6 +99,7 @@ absl::StatusOr<CoordinatorNodeOptions> CoordinatorOptionsFromFlags() {
 bool DryRunRequested() { return absl::GetFlag(FLAGS_dry_run); }
 
 absl::Status WritePlanIfRequested(const JobConfig& config,
+                                  const pstrain::v1::JobSpec& spec,
                                   const ResumePoint* resume) {
   const std::string dir = absl::GetFlag(FLAGS_plan_dir);
   if (dir.empty()) return absl::OkStatus();
@@ -119,7 +120,9 @@ absl::Status WritePlanIfRequested(const JobConfig& config,
     plan << "resume_step=" << resume->step << "\nresume_from=" << resume->dir
          << "\n";
   }
-  if (!job.flush() || !plan.flush()) {
+  std::ofstream spec_file(dir + "/job_spec.pb", std::ios::binary);
+  const bool spec_ok = spec.SerializeToOstream(&spec_file) && spec_file.flush();
+  if (!job.flush() || !plan.flush() || !spec_ok) {
     return absl::InvalidArgumentError(
         absl::StrCat("--plan_dir: cannot write '", dir, "'"));
   }

@@ -22,9 +22,12 @@ bool DryRunRequested();
 
 // --plan_dir DIR (with --dry_run): writes DIR/job.yaml and DIR/plan.env
 // ("workers=N", "servers=K", "lease_s=S", "on_failure=P",
-// "max_restarts=M", and with `resume` "resume_step=T", "resume_from=DIR");
-// nothing without the flag.
+// "max_restarts=M", and with `resume` "resume_step=T", "resume_from=DIR")
+// and DIR/job_spec.pb (`spec`, the JobSpec serialised: what the ddp mode of
+// psctl compare gives its Python workers, docs/python.md); nothing without
+// the flag.
 absl::Status WritePlanIfRequested(const JobConfig& config,
+                                  const pstrain::v1::JobSpec& spec,
                                   const ResumePoint* resume = nullptr);
 
 }  // namespace pstrain

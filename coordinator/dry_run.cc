@@ -55,8 +55,12 @@ int DryRun(const CoordinatorNodeOptions& options) {
       std::printf("# skipped damaged checkpoint %s\n", s.c_str());
     }
   }
+  // The shard map and every tensor (model.tensors of an external model
+  // included), as the real run builds them: a bad one is exit 2 here.
+  absl::StatusOr<pstrain::v1::JobSpec> spec = MakeJobSpec(c);
+  if (!spec.ok()) return FailStartup("ps_coordinator", spec.status());
   const absl::Status plan =
-      WritePlanIfRequested(c, resume ? &*resume : nullptr);
+      WritePlanIfRequested(c, *spec, resume ? &*resume : nullptr);
   if (!plan.ok())
     std::fprintf(stderr, "ps_coordinator: %s\n", plan.ToString().c_str());
   return plan.ok() ? 0 : 2;

@@ -14,7 +14,9 @@ absl::StatusOr<std::unique_ptr<DataSource>> LoadJobData(
     const JobConfig& config) {
   PS_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data,
                       DataSource::Create(config.data()));
+  // An external model's input is its workers' business (docs/python.md).
   if (config.model().type() != ModelConfig::SCALAR &&
+      config.model().type() != ModelConfig::EXTERNAL &&
       (data->num_features() != config.model().input_dim() ||
        data->num_classes() != config.model().num_classes())) {
     const std::string file = DataFilePath(config.data());

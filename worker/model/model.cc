@@ -340,6 +340,11 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(
   if (backend == nullptr) {
     return absl::InvalidArgumentError("Model::Create: null compute backend");
   }
+  if (config.type() == ModelConfig::EXTERNAL) {
+    return absl::FailedPreconditionError(
+        "model.type external is defined by its workers: train it with Python "
+        "workers (psctl run --worker-cmd, docs/python.md), not ps_worker");
+  }
   PS_ASSIGN_OR_RETURN(std::vector<TensorSpec> specs, ModelParamSpecs(config));
   if (config.type() == ModelConfig::SCALAR) {
     return std::unique_ptr<Model>(

@@ -1,0 +1,434 @@
+"""PyTorch workers on pstrain's parameter servers (docs/python.md).
+
+    import pstrain.torch as pst
+    with pst.init() as ctx:                  # PSTRAIN_* env from the launcher
+        model = Net()
+        opt = pst.ServerOptimizer(model, ctx, evaluate=pst.classifier_eval(
+            test_x, test_y, ctx))
+        for x, y in pst.shard((train_x, train_y), ctx):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step(samples=len(y), loss=loss.item())
+
+The job's optimizer runs on the servers: `step` pushes the gradients of the
+current step and pulls the weights of the next one, under the job's
+consistency rule (sync, SSP, async, backup workers, staleness-aware rate:
+the servers apply them; the worker only names its clock). Parameters are
+matched to the job's tensors by name: `a.b.weight` is the tensor
+`a/b/weight`; every tensor must exist with the same shape, checked before
+anything is pulled or pushed.
+
+A Context is not thread-safe: one training loop per process.
+"""
+
+import time
+
+import grpc
+import numpy as np
+import torch
+
+from pstrain import data as _data
+from pstrain._proto import pb
+from pstrain.client import ShardClient
+from pstrain.errors import PstrainError, invalid
+from pstrain.session import Session, WorkerSettings
+
+__all__ = ["init", "Context", "ServerOptimizer", "shard", "classifier_eval",
+           "MLP", "job_data", "PstrainError"]
+
+
+def init(settings=None):
+    """Registers this process as a worker of the job (settings: a
+    WorkerSettings, default from the PSTRAIN_* environment) and returns its
+    Context. Blocks until the coordinator and every server are up (bounded
+    by PSTRAIN_STARTUP_TIMEOUT_S)."""
+    settings = settings or WorkerSettings.from_env()
+    if settings.threads > 0:
+        torch.set_num_threads(settings.threads)
+    session = Session(settings)
+    try:
+        session.register()
+    except BaseException:
+        session.close()
+        raise
+    return Context(session)
+
+
+class Context:
+    """One registered worker: its rank, the job, and where it is."""
+
+    def __init__(self, session):
+        self._session = session
+        self.rank = session.rank
+        self.job = session.job
+        self.config = session.job.config
+        t = self.config.training
+        self.world = self.config.job.workers
+        self.steps = t.steps
+        # Examples per step: the local batch times the accumulation steps.
+        self.slice = t.local_batch * max(t.grad_accum_steps, 1)
+        self.step = session.start_step  # the next step to compute
+        self._client = None
+        self._records = {}  # step -> StepMetrics not yet sent
+        self._stepped = None  # step of the last opt.step()
+        self._finished = False
+        self._new_client()
+
+    # -- public ------------------------------------------------------------
+
+    @property
+    def mode(self):
+        return pb.ConsistencyMode.Name(self.config.training.mode)
+
+    @property
+    def session_id(self):
+        return self._session.session_id
+
+    @property
+    def generation(self):
+        return self._session.generation
+
+    @property
+    def bytes_pushed(self):
+        return self._client.bytes_pushed
+
+    @property
+    def bytes_pulled(self):
+        return self._client.bytes_pulled
+
+    def report(self, loss, samples=None):
+        """Completes the record of the last step with its mean loss (and
+        sample count) and queues it for metrics.csv."""
+        rec = self._records.get(self._stepped)
+        if rec is None:
+            raise invalid("ctx.report() before any opt.step(), or twice for "
+                          "one step")
+        rec.loss = float(loss)
+        if samples is not None:
+            rec.samples = int(samples)
+        self._queue(self._stepped)
+
+    def finish(self, error=""):
+        """Sends the last records and the final report (done); the job ends
+        when every worker has. Idempotent."""
+        if self._finished:
+            return
+        self._finished = True
+        live = self._session.liveness
+        try:
+            if not error:
+                missing = sorted(self._records)
+                if self.step < self.steps:
+                    error = (f"the training loop ended at step {self.step} of "
+                             f"{self.steps}")
+                elif missing:
+                    error = (f"steps {missing} have no loss: call "
+                             "ctx.report(loss=...) or opt.step(loss=...)")
+            if live and live.lost:
+                return
+            self._session.flush(self._client, done=True,
+                                error=f"worker {self.rank}: {error}" if error
+                                else "", timeout_s=None if not error else 2.0)
+        finally:
+            self._client.close()
+            self._session.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, tb):
+        if kind is None:
+            self.finish()
+        else:
+            try:
+                self.finish(error=f"{kind.__name__}: {value}")
+            except Exception:  # the original error says more
+                pass
+        return False
+
+    # -- internal ----------------------------------------------------------
+
+    def _new_client(self):
+        if self._client is not None:
+            self._client.close()
+        cfg = self.config
+        s = self._session.settings
+        self._client = ShardClient(
+            self.job.shard_map, s.channel, s.metadata(),
+            self._session.session_id, self._session.generation,
+            cfg.network.wire_dtype, cfg.network.rpc_timeout_s,
+            cfg.network.barrier_timeout_s)
+        self._session.liveness.set_client(self._client)
+
+    def _check_live(self):
+        live = self._session.liveness
+        if live.ended:
+            raise PstrainError(grpc.StatusCode.ABORTED, live.reason)
+
+    def _record(self, step):
+        m = self._records.get(step)
+        if m is None:
+            m = pb.StepMetrics(worker=self.rank, step=step)
+            self._records[step] = m
+        return m
+
+    def _queue(self, step):
+        m = self._records.pop(step)
+        m.end_unix_s = time.time()
+        self._session.liveness.step = step + 1
+        self._session.add(m, self._client)
+
+    def _recover(self, error):
+        """After a failed pull or push under training.on_failure: restart:
+        waits (bounded: 2 x lease + 1 s) for the coordinator to start a new
+        generation, then for its rollback; resumes at its start step.
+        Re-raises `error` when none comes."""
+        cfg = self.config
+        if (cfg.training.on_failure != pb.TrainingConfig.RESTART or
+                self._session.liveness.ended):
+            raise error
+        live = self._session.liveness
+        until = time.monotonic() + 2 * cfg.network.lease_s + 1
+        while not live.rollback_pending():
+            if live.ended or time.monotonic() > until:
+                raise PstrainError(error.code, f"{error}; no rollback: the job "
+                                   f"stayed in generation {self.generation}")
+            time.sleep(0.05)
+        job = self._session.await_generation(self.generation + 1)
+        self.job = job
+        self.step = job.start_step
+        self._records.clear()
+        self._session.drop_pending()
+        self._new_client()
+        print(f"pstrain: worker {self.rank}: resuming at step {self.step} in "
+              f"generation {job.generation} (was: {error})", flush=True)
+
+
+class ServerOptimizer:
+    """The job's optimizer, run by the servers, for `model`'s parameters.
+
+    evaluate: optional callable(model) -> (correct, total, loss_sum) on this
+    rank's slice of the test set (classifier_eval makes one); called with
+    the pulled weights every evaluation.every_steps steps and after the
+    last step, as the C++ worker evaluates.
+    """
+
+    def __init__(self, model, ctx, evaluate=None):
+        self.ctx = ctx
+        self.model = model
+        self._evaluate = evaluate
+        specs = list(ctx.job.shard_map.tensors)
+        params = dict(model.named_parameters())
+        by_name = {n.replace(".", "/"): p for n, p in params.items()}
+        for spec in specs:
+            p = by_name.get(spec.name)
+            shape = list(spec.shape)
+            if p is None:
+                raise invalid(
+                    f"the job's tensor '{spec.name}' {shape} has no parameter "
+                    f"in the model (a parameter named "
+                    f"'{spec.name.replace('/', '.')}'); the model has "
+                    f"{sorted(params)}; nothing was pushed")
+            if list(p.shape) != shape:
+                raise invalid(
+                    f"tensor '{spec.name}': the model's shape "
+                    f"{list(p.shape)} is not the job's {shape}; nothing was "
+                    "pushed")
+            if p.dtype != torch.float32 or p.device.type != "cpu":
+                raise invalid(f"tensor '{spec.name}': must be a float32 CPU "
+                              f"parameter, is {p.dtype} on {p.device}")
+        known = {s.name for s in specs}
+        extra = sorted(n for n in by_name if n not in known)
+        if extra:
+            raise invalid(
+                f"the model's parameters {extra} are not tensors of the job "
+                f"(model.type {pb.ModelConfig.ModelType.Name(ctx.config.model.type).lower()}: "
+                f"{sorted(known)}); nothing was pushed")
+        self._params = [by_name[s.name] for s in specs]
+        # numpy views sharing the parameters' memory: pulls land in place.
+        self._views = [p.data.view(-1).numpy() for p in self._params]
+        self._reads = None
+        self._pull()
+
+    def zero_grad(self, set_to_none=True):
+        for p in self._params:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
+
+    def step(self, samples, loss=None):
+        """Pushes the gradients of ctx.step over `samples` examples and
+        pulls the weights of the next step into the model. `loss` (the
+        step's mean loss) completes its record; else call ctx.report()."""
+        ctx = self.ctx
+        if samples < 1:
+            raise invalid(f"opt.step(samples={samples}): needs >= 1 examples")
+        if ctx.step >= ctx.steps:
+            raise invalid(f"opt.step() after the job's {ctx.steps} steps")
+        unreported = [s for s in ctx._records if s != ctx.step]
+        if unreported:
+            raise invalid(f"step {unreported[0]} has no loss: call "
+                          "ctx.report(loss=...) or opt.step(loss=...)")
+        ctx._check_live()
+        step = ctx.step
+        m = ctx._record(step)
+        m.compute_s = time.monotonic() - self._pulled_at
+        grads = []
+        for p, v in zip(self._params, self._views):
+            if p.grad is None:
+                grads.append(np.zeros_like(v))
+            else:
+                grads.append(p.grad.detach().reshape(-1).numpy())
+        t0 = time.monotonic()
+        try:
+            ctx._client.push(ctx.rank, step, int(samples), grads, self._reads)
+        except PstrainError as e:
+            ctx._recover(e)
+            self._pull()
+            return
+        m.push_s = time.monotonic() - t0
+        m.samples = int(samples)
+        ctx.step = step + 1
+        ctx._stepped = step
+        if loss is not None:
+            m.loss = float(loss)
+            ctx._queue(step)
+        self._pull()
+
+    def _pull(self):
+        ctx = self.ctx
+        while True:
+            ctx._check_live()
+            step = ctx.step
+            t0 = time.monotonic()
+            try:
+                self._reads = ctx._client.pull(ctx.rank, step, self._views)
+                break
+            except PstrainError as e:
+                ctx._recover(e)
+        self._pulled_at = time.monotonic()
+        every = ctx.config.evaluation.every_steps
+        final = step == ctx.steps
+        m = None
+        if final or (every > 0 and step > 0 and step % every == 0):
+            m = ctx._record(step)
+            m.pull_s = self._pulled_at - t0
+            if self._evaluate is not None:
+                with torch.no_grad():
+                    correct, total, loss_sum = self._evaluate(self.model)
+                m.eval_correct, m.eval_total = int(correct), int(total)
+                m.eval_loss_sum = float(loss_sum)
+        else:
+            ctx._record(step).pull_s = self._pulled_at - t0
+        if final:
+            ctx._stepped = None
+            ctx._queue(step)
+
+
+def _as_tensor(a):
+    return a if isinstance(a, torch.Tensor) else torch.from_numpy(np.asarray(a))
+
+
+def shard(dataset, ctx):
+    """This rank's batches, one per step from ctx.step to the job's end:
+    global example ids [t*N*b + r*b, ... + b) (b = local_batch x
+    grad_accum_steps) through the epoch sampler seeded by data.seed, as the
+    C++ worker takes them. `dataset`: a tuple of equal-length arrays or
+    tensors ((x, y)), a JobData (its training set), a torch Dataset, or a
+    DataLoader (its dataset). Yields tuples of tensors. After a rollback
+    (on_failure: restart) it continues at the step the job resumes from."""
+    if isinstance(dataset, _data.JobData):
+        dataset = (dataset.train_x, dataset.train_y)
+    if isinstance(dataset, torch.utils.data.DataLoader):
+        dataset = dataset.dataset
+    if isinstance(dataset, tuple):
+        arrays = tuple(_as_tensor(a) for a in dataset)
+        n = len(arrays[0])
+        if any(len(a) != n for a in arrays):
+            raise invalid("shard(): the arrays differ in length "
+                          f"{[len(a) for a in arrays]}")
+
+        def take(rows):
+            idx = torch.from_numpy(rows)
+            return tuple(a[idx] for a in arrays)
+    else:
+        n = len(dataset)
+
+        def take(rows):
+            items = [dataset[int(r)] for r in rows]
+            return tuple(torch.stack([_as_tensor(it[k]) for it in items])
+                         for k in range(len(items[0])))
+    sampler = _data.EpochSampler(n, ctx.config.data.seed)
+    last = None
+    while ctx.step < ctx.steps:
+        if ctx.step == last and not ctx._session.liveness.rollback_pending():
+            raise invalid(f"step {last}: the loop asked for the next batch "
+                          "without opt.step(): call it once per batch")
+        last = ctx.step
+        first = _data.first_example_id(ctx.step, ctx.rank, ctx.world, ctx.slice)
+        yield take(sampler.rows(first, ctx.slice))
+
+
+def job_data(ctx):
+    """The job's own file data (data.source digits, breast_cancer, csv),
+    split and standardised as the C++ worker does (pstrain.data)."""
+    return _data.load_job_data(ctx.config)
+
+
+def classifier_eval(test_x, test_y, ctx):
+    """An `evaluate` for ServerOptimizer: accuracy counts and the summed
+    cross-entropy on this rank's slice of the test set (the coordinator
+    adds every rank's counts and divides once)."""
+    lo, hi = _data.test_slice_range(len(test_y), ctx.rank, ctx.world)
+    x = _as_tensor(test_x)[lo:hi]
+    y = _as_tensor(test_y)[lo:hi].long()
+
+    def evaluate(model):
+        if len(y) == 0:
+            return 0, 0, 0.0
+        was = model.training
+        model.eval()
+        out = model(x)
+        model.train(was)
+        loss_sum = torch.nn.functional.cross_entropy(out, y, reduction="sum")
+        return int((out.argmax(1) == y).sum()), len(y), float(loss_sum)
+    return evaluate
+
+
+class _Affine(torch.nn.Module):
+    def __init__(self, fan_in, fan_out):
+        super().__init__()
+        # [in, out], as the job's tensors layer{i}/weight are laid out.
+        self.weight = torch.nn.Parameter(torch.zeros(fan_in, fan_out))
+        self.bias = torch.nn.Parameter(torch.zeros(fan_out))
+
+    def forward(self, x):
+        return torch.addmm(self.bias, x, self.weight)
+
+
+class MLP(torch.nn.Module):
+    """The job's `model.type: mlp` as a torch module: parameters
+    layer{i}.weight [in, out] and layer{i}.bias, the tensors the C++ worker
+    trains (common/model_spec.h), so both workers can train one job."""
+
+    def __init__(self, model_config):
+        super().__init__()
+        m = model_config
+        if m.type != pb.ModelConfig.MLP:
+            raise invalid("MLP(): model.type is not mlp")
+        widths = [m.input_dim] + list(m.hidden) + [m.num_classes]
+        self.act = {pb.ModelConfig.RELU: torch.relu,
+                    pb.ModelConfig.TANH: torch.tanh,
+                    pb.ModelConfig.GELU: torch.nn.functional.gelu}[m.activation]
+        for i in range(len(widths) - 1):
+            self.add_module(f"layer{i}", _Affine(widths[i], widths[i + 1]))
+        self.layers = len(widths) - 1
+
+    def forward(self, x):
+        for i in range(self.layers):
+            x = getattr(self, f"layer{i}")(x)
+            if i + 1 < self.layers:
+                x = self.act(x)
+        return x

@@ -1,0 +1,31 @@
+#!/usr/bin/python3
+"""A linear classifier as a model.type external job on the job's CSV data
+(tests/python): fc.weight [classes, features], fc.bias [classes].
+PSTRAIN_TEST_DIE_AT=STEP: rank 1 of a first process kills itself with
+SIGKILL at that step (the restart test); its replacement trains on."""
+import os
+import signal
+
+import torch
+import torch.nn.functional as F
+
+import pstrain.torch as pst
+
+with pst.init() as ctx:
+    data = pst.job_data(ctx)
+    features = data.train_x.shape[1]
+    model = torch.nn.Sequential()
+    model.add_module("fc", torch.nn.Linear(features, data.num_classes))
+    opt = pst.ServerOptimizer(model, ctx, evaluate=pst.classifier_eval(
+        data.test_x, data.test_y, ctx))
+    die_at = int(os.environ.get("PSTRAIN_TEST_DIE_AT", "-1"))
+    marker = os.environ.get("PSTRAIN_TEST_MARKER", "")
+    for x, y in pst.shard(data, ctx):
+        if (ctx.rank == 1 and ctx.step == die_at and marker and
+                not os.path.exists(marker)):
+            open(marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step(samples=len(y), loss=loss.item())
