@@ -363,6 +363,19 @@ absl::Status CoordinatorNode::Run(const std::function<bool()>& stop) {
   write_summary(CollectStatsAndShutdown(
       addresses, client_credentials_, service_->coordinator_key(), timeout,
       outcome.failed ? "job failed" : "job finished", outcome.failed));
+  if (outcome.failed) {
+    // A worker learns a failed job's end from its next heartbeat (every
+    // min(1 s, lease / 4)); one that had not asked yet would otherwise wait
+    // out its lease on a gone coordinator. Bounded, and polled for a stop
+    // (SIGTERM ends the coordinator within a second).
+    const absl::Time until = absl::Now() +
+                             std::min(absl::Seconds(1), lease / 4) +
+                             absl::Milliseconds(500);
+    while (!stop() && absl::Now() < until &&
+           !service_->AwaitWorkersSawEnd(
+               std::min(until, absl::Now() + absl::Milliseconds(100)))) {
+    }
+  }
   if (options_.keep_serving_after_job && !stop()) {
     PS_LOG_INFO("job over; serving status and metrics until terminated");
     while (!stop()) absl::SleepFor(absl::Milliseconds(200));

@@ -823,6 +823,10 @@ grpc::Status CoordinatorService::JobStatus(
     if (!server) step = request->step();
     leases_.Renew(holder, request->id(), absl::Now(), step);
   }
+  if (ended_ && request->process() == "worker" && request->id() >= 0 &&
+      request->id() < static_cast<int>(end_unseen_.size())) {
+    end_unseen_[request->id()] = false;
+  }
   response->set_finished(ended_);
   response->set_failed(outcome_.failed);
   response->set_message(outcome_.message);
@@ -853,6 +857,15 @@ void CoordinatorService::SuperviseLocked(const std::string& line) {
   }
 }
 
+bool CoordinatorService::AwaitWorkersSawEnd(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto all_saw = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return std::none_of(end_unseen_.begin(), end_unseen_.end(),
+                        [](bool unseen) { return unseen; });
+  };
+  return mu_.AwaitWithDeadline(absl::Condition(&all_saw), deadline);
+}
+
 void CoordinatorService::SetStopRequested(
     std::function<bool()> stop_requested) {
   absl::MutexLock lock(&mu_);
@@ -872,6 +885,11 @@ void CoordinatorService::FailLocked(const RunFailure& failure) {
     outcome_.failure = failure;
     outcome_.message = DescribeFailure(failure);
     failed_at_ = absl::Now();
+    end_unseen_.assign(members_.num_workers(), false);
+    for (int r = 0; r < members_.num_workers(); ++r) {
+      end_unseen_[r] = leases_.Held(LeaseHolder::kWorker, r) &&
+                       !(failure.process == "worker" && failure.rank == r);
+    }
     PS_LOG_ERROR("job failed: %s", outcome_.message);
     // Before any process can learn it (JobStatus takes mu_): a supervisor
     // seeing a process exit then knows the job failed first.

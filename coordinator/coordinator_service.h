@@ -211,6 +211,12 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   // Ctrl-C reaches every process at once, and the failure recorded is then
   // the coordinator's stop (kCoordinatorStopped), whoever reports first.
   void SetStopRequested(std::function<bool()> stop_requested);
+  // After a failed job: waits until every worker that held a lease when the
+  // job failed (but the one the failure names) has asked JobStatus since,
+  // i.e. has learned the end, or until `deadline`; true if all did. A
+  // coordinator that exits sooner leaves a worker that missed the end to
+  // wait out its lease on a gone coordinator.
+  bool AwaitWorkersSawEnd(absl::Time deadline);
   JobOutcome Outcome() const;
   // Declares dead the process whose lease expired at `now`, if any: one log
   // line naming it, and the job fails with it as the cause (a worker with
@@ -373,6 +379,9 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   std::vector<uint64_t> bytes_pulled_ ABSL_GUARDED_BY(mu_);
   absl::Time train_start_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::Time failed_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // Workers expected to learn a failed job's end (AwaitWorkersSawEnd); a
+  // worker's JobStatus after the end removes it.
+  std::vector<bool> end_unseen_ ABSL_GUARDED_BY(mu_);
   JobOutcome outcome_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   // training.on_failure (coordinator/failure_policy.h): what a loss and a

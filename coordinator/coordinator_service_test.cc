@@ -133,6 +133,23 @@ TEST_F(CoordinatorTest, SilentWorkerIsDeclaredDeadAfterTheLease) {
   EXPECT_TRUE(resp.failed());
 }
 
+// Issue 22: a coordinator that exits right after a failed job leaves a
+// worker that had not heartbeaten since waiting out its lease (4-9 s) on a
+// gone coordinator. It can wait until every live worker has learned the
+// end; the worker the failure names is not waited for.
+TEST_F(CoordinatorTest, FailedJobKnowsWhenLiveWorkersLearnedTheEnd) {
+  Start(3);
+  ASSERT_TRUE(Report(2, {}, true, 2, -1, "worker 2: out of memory").ok());
+  ASSERT_TRUE(coord_->WaitForEnd(absl::Now()));
+  EXPECT_FALSE(coord_->AwaitWorkersSawEnd(absl::Now()));
+  v1::JobStatusResponse resp;
+  ASSERT_TRUE(Heartbeat("worker", 0, 1, &resp).ok());
+  EXPECT_TRUE(resp.failed());
+  EXPECT_FALSE(coord_->AwaitWorkersSawEnd(absl::Now()));
+  ASSERT_TRUE(Heartbeat("worker", 1, 1, &resp).ok());
+  EXPECT_TRUE(coord_->AwaitWorkersSawEnd(absl::Now()));
+}
+
 // A finished worker's silence is no death.
 TEST_F(CoordinatorTest, FinishedWorkerHoldsNoLease) {
   Start(2);

@@ -290,7 +290,7 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
       // that the coordinator records this stop as the cause now instead of
       // the lease running out later.
       grpc::ClientContext ctx;
-      SetTimeout(&ctx, std::min(absl::Milliseconds(200), rpc_timeout));
+      SetTimeout(&ctx, std::min(absl::Milliseconds(100), rpc_timeout));
       pstrain::v1::JobStatusRequest req;
       req.set_process("server");
       req.set_id(reg.shard());

@@ -84,6 +84,15 @@ if exited_within "$coord" 30; then
   summary_is "$dir" failure.process server "SIGTERMed server"
   summary_is "$dir" failure.shard 1 "SIGTERMed server"
   summary_matches "$dir" failure.message "stopped: *signal*" "SIGTERMed server"
+  # The surviving processes learn that the job failed from the coordinator
+  # (its 60 s lease cannot have run out): they exit 1.
+  for p in "${workers[@]}" "${servers[0]}"; do
+    if exited_within "$p" 30; then
+      ((rc == 1)) && ok "pid $p exits 1 after the job failed" || fail "pid $p exited $rc, want 1"
+    else
+      fail "pid $p still runs 30 s after the job failed (lease 60 s)"
+    fi
+  done
 else
   fail "the job still runs 30 s after server 1 got SIGTERM (its lease is 60 s)"
 fi
