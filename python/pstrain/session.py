@@ -86,6 +86,8 @@ class WorkerSettings:
         return [("x-pstrain-token", self.token), ("x-pstrain-role", "member")]
 
     def channel(self, address):
+        # gRPC's default flow control. A 16 MiB window with the BDP probe
+        # off made pulls faster but was not kept (docs/python.md, "Speed").
         options = [("grpc.max_receive_message_length", 64 << 20),
                    ("grpc.max_send_message_length", 64 << 20)]
         if not self.tls_ca:

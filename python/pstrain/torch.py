@@ -22,6 +22,7 @@ anything is pulled or pushed.
 A Context is not thread-safe: one training loop per process.
 """
 
+import os
 import time
 
 import grpc
@@ -43,6 +44,10 @@ def init(settings=None):
     WorkerSettings, default from the PSTRAIN_* environment) and returns its
     Context. Blocks until the coordinator and every server are up (bounded
     by PSTRAIN_STARTUP_TIMEOUT_S)."""
+    if settings is None and os.environ.get("PSTRAIN_DDP") == "1":
+        # psctl compare's mode ddp: the same script under torch.distributed.
+        from pstrain.ddp import DdpContext
+        return DdpContext(os.environ)
     settings = settings or WorkerSettings.from_env()
     if settings.threads > 0:
         torch.set_num_threads(settings.threads)
@@ -52,7 +57,11 @@ def init(settings=None):
     except BaseException:
         session.close()
         raise
-    return Context(session)
+    ctx = Context(session)
+    print(f"pstrain: worker {ctx.rank} of {ctx.world}: {ctx.mode.lower()} job "
+          f"'{ctx.config.job.name}', {ctx.steps} steps from step {ctx.step}, "
+          f"{len(ctx.job.shard_map.server_addresses)} shards", flush=True)
+    return ctx
 
 
 class Context:
@@ -133,6 +142,8 @@ class Context:
         finally:
             self._client.close()
             self._session.close()
+            print(f"pstrain: worker {self.rank}: "
+                  f"{'failed: ' + error if error else 'done'}", flush=True)
 
     def __enter__(self):
         return self
@@ -160,6 +171,9 @@ class Context:
             cfg.network.wire_dtype, cfg.network.rpc_timeout_s,
             cfg.network.barrier_timeout_s)
         self._session.liveness.set_client(self._client)
+
+    def _rollback_pending(self):
+        return self._session.liveness.rollback_pending()
 
     def _check_live(self):
         live = self._session.liveness
@@ -205,6 +219,39 @@ class Context:
               f"generation {job.generation} (was: {error})", flush=True)
 
 
+def _match_parameters(model, specs, config):
+    """`model`'s parameters in the order of the job's tensors `specs`
+    (a.b.weight is a/b/weight); INVALID_ARGUMENT naming the tensor when a
+    tensor has no parameter of its shape, or a parameter no tensor."""
+    params = dict(model.named_parameters())
+    by_name = {n.replace(".", "/"): p for n, p in params.items()}
+    for spec in specs:
+        p = by_name.get(spec.name)
+        shape = list(spec.shape)
+        if p is None:
+            raise invalid(
+                f"the job's tensor '{spec.name}' {shape} has no parameter "
+                f"in the model (a parameter named "
+                f"'{spec.name.replace('/', '.')}'); the model has "
+                f"{sorted(params)}; nothing was pushed")
+        if list(p.shape) != shape:
+            raise invalid(
+                f"tensor '{spec.name}': the model's shape "
+                f"{list(p.shape)} is not the job's {shape}; nothing was "
+                "pushed")
+        if p.dtype != torch.float32 or p.device.type != "cpu":
+            raise invalid(f"tensor '{spec.name}': must be a float32 CPU "
+                          f"parameter, is {p.dtype} on {p.device}")
+    known = {s.name for s in specs}
+    extra = sorted(n for n in by_name if n not in known)
+    if extra:
+        raise invalid(
+            f"the model's parameters {extra} are not tensors of the job "
+            f"(model.type {pb.ModelConfig.ModelType.Name(config.model.type).lower()}: "
+            f"{sorted(known)}); nothing was pushed")
+    return [by_name[s.name] for s in specs]
+
+
 class ServerOptimizer:
     """The job's optimizer, run by the servers, for `model`'s parameters.
 
@@ -214,38 +261,21 @@ class ServerOptimizer:
     last step, as the C++ worker evaluates.
     """
 
+    def __new__(cls, model, ctx, evaluate=None):
+        if getattr(ctx, "mode", "") == "ddp":
+            # psctl compare's mode ddp: torch.optim under DDP (pstrain.ddp).
+            from pstrain.ddp import DdpOptimizer
+            specs = list(ctx.job.shard_map.tensors)
+            return DdpOptimizer(model, ctx, _match_parameters(
+                model, specs, ctx.config), specs, evaluate)
+        return super().__new__(cls)
+
     def __init__(self, model, ctx, evaluate=None):
         self.ctx = ctx
         self.model = model
         self._evaluate = evaluate
         specs = list(ctx.job.shard_map.tensors)
-        params = dict(model.named_parameters())
-        by_name = {n.replace(".", "/"): p for n, p in params.items()}
-        for spec in specs:
-            p = by_name.get(spec.name)
-            shape = list(spec.shape)
-            if p is None:
-                raise invalid(
-                    f"the job's tensor '{spec.name}' {shape} has no parameter "
-                    f"in the model (a parameter named "
-                    f"'{spec.name.replace('/', '.')}'); the model has "
-                    f"{sorted(params)}; nothing was pushed")
-            if list(p.shape) != shape:
-                raise invalid(
-                    f"tensor '{spec.name}': the model's shape "
-                    f"{list(p.shape)} is not the job's {shape}; nothing was "
-                    "pushed")
-            if p.dtype != torch.float32 or p.device.type != "cpu":
-                raise invalid(f"tensor '{spec.name}': must be a float32 CPU "
-                              f"parameter, is {p.dtype} on {p.device}")
-        known = {s.name for s in specs}
-        extra = sorted(n for n in by_name if n not in known)
-        if extra:
-            raise invalid(
-                f"the model's parameters {extra} are not tensors of the job "
-                f"(model.type {pb.ModelConfig.ModelType.Name(ctx.config.model.type).lower()}: "
-                f"{sorted(known)}); nothing was pushed")
-        self._params = [by_name[s.name] for s in specs]
+        self._params = _match_parameters(model, specs, ctx.config)
         # numpy views sharing the parameters' memory: pulls land in place.
         self._views = [p.data.view(-1).numpy() for p in self._params]
         self._reads = None
@@ -363,7 +393,7 @@ def shard(dataset, ctx):
     sampler = _data.EpochSampler(n, ctx.config.data.seed)
     last = None
     while ctx.step < ctx.steps:
-        if ctx.step == last and not ctx._session.liveness.rollback_pending():
+        if ctx.step == last and not ctx._rollback_pending():
             raise invalid(f"step {last}: the loop asked for the next batch "
                           "without opt.step(): call it once per batch")
         last = ctx.step

@@ -38,7 +38,7 @@ else cat "$TMP/entry.log"; fail "bad entry: rc $rc"; fi
 # 4. A wrong job token: every call is UNAUTHENTICATED, the job fails.
 od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$TMP/wrong.token"
 py_job "$TMP/token.yaml" "{type: external, num_classes: 3, tensors: $LINEAR_TENSORS}" \
-  "network: {startup_timeout_s: 30}"
+  "network: {startup_timeout_s: 120}"
 psctl_run 120 "$TMP/token" "$TMP/token.log" --config "$TMP/token.yaml" \
   --worker-cmd "env PSTRAIN_TOKEN_FILE=$TMP/wrong.token $LINEAR_CMD"
 if ((rc == 1)) && grep -q "UNAUTHENTICATED" "$TMP"/token/logs/worker-*.log; then

@@ -17,7 +17,8 @@ if ((rc == 0)) && [[ "$(cat "$TMP/cmp/runs/ddp/status")" == ok ]]; then
 else
   cat "$TMP/cmp.log" "$TMP"/cmp/runs/*/psctl.log "$TMP"/cmp/runs/ddp/logs/*.log; fail "compare: rc $rc"
 fi
-if grep -q "^| ddp " "$TMP/cmp/report.md"; then ok "report.md has the ddp row"; else
+if grep -q '^| `ddp` | 1/1 ' "$TMP/cmp/report.md" && grep -q "bytes per worker per step are \*\*computed\*\*" "$TMP/cmp/report.md"; then
+  ok "report.md has the ddp row and says its bytes are computed"; else
   cat "$TMP/cmp/report.md"; fail "no ddp row in report.md"; fi
 if [[ "$(json "$TMP/cmp/runs/ddp" bytes_computed)" == true ]] &&
     (($(json "$TMP/cmp/runs/ddp" bytes_pushed) > 0)); then
