@@ -106,6 +106,13 @@ const Names<v1::DType>& WireDtypeNames() {
   return *names;
 }
 
+const Names<v1::ServerConfig::SparseOnFull>& SparseOnFullNames() {
+  using S = v1::ServerConfig;
+  static const auto* names =
+      new Names<S::SparseOnFull>{{"evict", S::EVICT}, {"reject", S::REJECT}};
+  return *names;
+}
+
 const Names<v1::TrainingConfig::OnFailure>& OnFailureNames() {
   using T = v1::TrainingConfig;
   static const auto* names = new Names<T::OnFailure>{
@@ -749,6 +756,16 @@ const std::vector<Key>& KeyTable() {
           "Bytes per chunk, the unit tensors are sharded, pushed and pulled "
           "in: 0 (automatic: about eight chunks per shard) or a multiple of "
           "4 in [64, 4 MiB]."),
+      Row("server", "sparse_max_rows", IntCodec<int64_t>(), 0,
+          PS_FIELD(server, sparse_max_rows),
+          "Row-sparse tensors: rows of each table one shard stores at most "
+          "(about rows * (dim * 4 * (1 + optimizer slots) + 96) bytes); 0: "
+          "no bound ([sparse](sparse.md#memory-bound))."),
+      Row("server", "sparse_on_full", EnumCodec(SparseOnFullNames()),
+          v1::ServerConfig::EVICT, PS_FIELD(server, sparse_on_full),
+          "At `sparse_max_rows`: `evict` drops the least recently used rows "
+          "(they read as initial values again), `reject` refuses the push "
+          "naming the tensor."),
 
       Row("checkpoint", "dir", StringCodec(), "", PS_FIELD(checkpoint, dir),
           "Where checkpoints go; \"\": the coordinator's `--out`/ckpt "
@@ -1149,6 +1166,10 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
                      "[64, ",
                      kMaxChunkBytes, "], got ", c.server().chunk_bytes()));
   }
+  PS_RETURN_IF_ERROR(
+      AtLeast("server.sparse_max_rows", c.server().sparse_max_rows(), 0));
+  PS_RETURN_IF_ERROR(Known("server.sparse_on_full", SparseOnFullNames(),
+                           c.server().sparse_on_full()));
   const v1::CheckpointConfig& k = c.checkpoint();
   PS_RETURN_IF_ERROR(AtLeast("checkpoint.every_steps", k.every_steps(), 0));
   PS_RETURN_IF_ERROR(
