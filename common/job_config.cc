@@ -71,7 +71,14 @@ const Names<ModelConfig::ModelType>& ModelTypeNames() {
       new Names<ModelConfig::ModelType>{{"scalar", ModelConfig::SCALAR},
                                         {"linear", ModelConfig::LINEAR},
                                         {"softmax", ModelConfig::SOFTMAX},
-                                        {"mlp", ModelConfig::MLP}};
+                                        {"mlp", ModelConfig::MLP},
+                                        {"wide_deep", ModelConfig::WIDE_DEEP}};
+  return *names;
+}
+
+const Names<ModelConfig::Pooling>& PoolingNames() {
+  static const auto* names = new Names<ModelConfig::Pooling>{
+      {"sum", ModelConfig::SUM}, {"mean", ModelConfig::MEAN}};
   return *names;
 }
 
@@ -89,7 +96,8 @@ const Names<DataConfig::DataSource>& SourceNames() {
       {"digits", DataConfig::DIGITS},
       {"breast_cancer", DataConfig::BREAST_CANCER},
       {"csv", DataConfig::CSV},
-      {"libsvm", DataConfig::LIBSVM}};
+      {"libsvm", DataConfig::LIBSVM},
+      {"criteo", DataConfig::CRITEO}};
   return *names;
 }
 
@@ -637,7 +645,10 @@ const std::vector<Key>& KeyTable() {
           PS_FIELD(model, type),
           "`scalar`: one weight w, loss (w - y)^2 on `data.targets`; "
           "`linear`: linear regression (squared error); `softmax`: softmax "
-          "regression; `mlp`: a multi-layer perceptron of `hidden` widths."),
+          "regression; `mlp`: a multi-layer perceptron of `hidden` widths; "
+          "`wide_deep`: hashed embeddings of categorical columns and a "
+          "bottom MLP over the numeric ones, into a top MLP of `hidden` "
+          "widths ([sparse model](sparse-model.md))."),
       Row("model", "input_dim", IntCodec<int64_t>(), 32,
           PS_FIELD(model, input_dim),
           "Input width; >= 1 (except `scalar`); synthetic data: equal to "
@@ -657,12 +668,36 @@ const std::vector<Key>& KeyTable() {
           "Seed of the initial weights."),
       Row("model", "init_value", FloatCodec(), 0, PS_FIELD(model, init_value),
           "`scalar`: the initial w."),
+      Row("model", "sparse_columns", IntCodec<int64_t>(), 0,
+          PS_FIELD(model, sparse_columns),
+          "`wide_deep`: categorical columns per example; >= 1 with it; "
+          "equal to `data.sparse_columns` (synthetic) or 26 (`criteo`)."),
+      Row("model", "buckets", IntCodec<int64_t>(), 1000000,
+          PS_FIELD(model, buckets),
+          "`wide_deep`: rows of the hashed embedding table (the hashing "
+          "trick: a value's row is a hash of column, value and hash number, "
+          "modulo this); >= 1."),
+      Row("model", "embedding_dim", IntCodec<int64_t>(), 16,
+          PS_FIELD(model, embedding_dim),
+          "`wide_deep`: width of each embedding row; >= 1."),
+      Row("model", "hashes", IntCodec<int64_t>(), 1, PS_FIELD(model, hashes),
+          "`wide_deep`: rows per categorical value (independent hashes), "
+          "pooled; >= 1 (2 or more soften collisions)."),
+      Row("model", "pooling", EnumCodec(PoolingNames()), ModelConfig::SUM,
+          PS_FIELD(model, pooling),
+          "`wide_deep`: how a value's `hashes` rows combine: `sum` or "
+          "`mean`."),
+      Row("model", "bottom_hidden", IntListCodec(), {},
+          PS_LIST(model, bottom_hidden),
+          "`wide_deep`: hidden widths of the MLP over the numeric columns "
+          "(`[]`: they enter the top MLP as they are), each >= 1."),
 
       Row("data", "source", EnumCodec(SourceNames()), DataConfig::SYNTHETIC,
           PS_FIELD(data, source),
           "`synthetic`: generated from `data.seed`; `digits`, "
           "`breast_cancer`: the built-in data sets (in `data.dir`); `csv`, "
-          "`libsvm`: the file `data.path`."),
+          "`libsvm`, `criteo` (the Criteo display-ads TSV layout, "
+          "`model.type: wide_deep`): the file `data.path`."),
       Row("data", "seed", IntCodec<uint64_t>(), 7, PS_FIELD(data, seed),
           "Seed of the synthetic task and examples, the train/test split "
           "and the shuffling."),
@@ -694,9 +729,21 @@ const std::vector<Key>& KeyTable() {
           PS_FIELD(data, missing_rate),
           "Synthetic: the share of missing values (each 0 plus a "
           "missing-indicator feature); in [0, 1)."),
+      Row("data", "sparse_columns", IntCodec<int64_t>(), 0,
+          PS_FIELD(data, sparse_columns),
+          "Synthetic: high-cardinality categorical columns, given to the "
+          "model as raw ids (`model.type: wide_deep` only); >= 0."),
+      Row("data", "sparse_cardinality", IntCodec<int64_t>(), 100000,
+          PS_FIELD(data, sparse_cardinality),
+          "Synthetic: distinct values of each sparse column; >= 2."),
+      Row("data", "zipf_exponent", NumberCodec(), 1.1,
+          PS_FIELD(data, zipf_exponent),
+          "Synthetic: sparse values follow a Zipf law, P(rank r) ~ 1 / r^s "
+          "with this s (a few hot values, a long tail); > 0."),
       Row("data", "path", StringCodec(), "", PS_FIELD(data, path),
-          "The `csv` or `libsvm` file (required with them); with `digits` "
-          "or `breast_cancer`, a file instead of the built-in one."),
+          "The `csv`, `libsvm` or `criteo` file (required with them); with "
+          "`digits` or `breast_cancer`, a file instead of the built-in "
+          "one."),
       Row("data", "dir", StringCodec(), ".cache/pstrain/datasets",
           PS_FIELD(data, dir),
           "Where the built-in data sets are (`./psctl setup` puts "
@@ -956,6 +1003,70 @@ absl::Status Known(const std::string& key, const Names<T>& names,
   return KeyError(key, absl::StrCat("must be one of ", AllowedNames(names)));
 }
 
+// model.type wide_deep and its data: synthetic tables with sparse columns,
+// or the Criteo layout (13 numeric and 26 categorical columns, 2 classes).
+absl::Status ValidateSparse(const ModelConfig& m, const DataConfig& d) {
+  PS_RETURN_IF_ERROR(AtLeast("data.sparse_columns", d.sparse_columns(), 0));
+  PS_RETURN_IF_ERROR(
+      AtLeast("data.sparse_cardinality", d.sparse_cardinality(), 2));
+  PS_RETURN_IF_ERROR(Positive("data.zipf_exponent", d.zipf_exponent()));
+  const bool wide_deep = m.type() == ModelConfig::WIDE_DEEP;
+  if (!wide_deep) {
+    if (d.sparse_columns() > 0) {
+      return KeyError("data.sparse_columns",
+                      "needs model.type wide_deep (no other model reads "
+                      "categorical ids)");
+    }
+    if (d.source() == DataConfig::CRITEO) {
+      return KeyError("data.source", "criteo needs model.type wide_deep");
+    }
+    return absl::OkStatus();
+  }
+  PS_RETURN_IF_ERROR(Known("model.pooling", PoolingNames(), m.pooling()));
+  PS_RETURN_IF_ERROR(AtLeast("model.sparse_columns", m.sparse_columns(), 1));
+  PS_RETURN_IF_ERROR(AtLeast("model.buckets", m.buckets(), 1));
+  PS_RETURN_IF_ERROR(AtLeast("model.embedding_dim", m.embedding_dim(), 1));
+  PS_RETURN_IF_ERROR(AtLeast("model.hashes", m.hashes(), 1));
+  PS_RETURN_IF_ERROR(AtLeast("model.num_classes", m.num_classes(), 2));
+  for (int i = 0; i < m.bottom_hidden_size(); ++i) {
+    PS_RETURN_IF_ERROR(AtLeast(absl::StrCat("model.bottom_hidden[", i, "]"),
+                               m.bottom_hidden(i), 1));
+  }
+  if (d.source() == DataConfig::SYNTHETIC) {
+    if (m.sparse_columns() != d.sparse_columns()) {
+      return KeyError("model.sparse_columns",
+                      absl::StrCat("is ", m.sparse_columns(),
+                                   " but data.sparse_columns is ",
+                                   d.sparse_columns(), "; they must match"));
+    }
+    return absl::OkStatus();
+  }
+  if (d.source() != DataConfig::CRITEO) {
+    return KeyError("data.source",
+                    absl::StrCat(ConfigName(d.source()),
+                                 " has no categorical columns for model.type "
+                                 "wide_deep (use synthetic or criteo)"));
+  }
+  if (m.input_dim() != kCriteoNumeric) {
+    return KeyError(
+        "model.input_dim",
+        absl::StrCat("must be ", kCriteoNumeric,
+                     " with data.source criteo, got ", m.input_dim()));
+  }
+  if (m.sparse_columns() != kCriteoCategorical) {
+    return KeyError(
+        "model.sparse_columns",
+        absl::StrCat("must be ", kCriteoCategorical,
+                     " with data.source criteo, got ", m.sparse_columns()));
+  }
+  if (m.num_classes() != 2) {
+    return KeyError("model.num_classes",
+                    absl::StrCat("must be 2 with data.source criteo, got ",
+                                 m.num_classes()));
+  }
+  return absl::OkStatus();
+}
+
 // training.on_failure: restart rolls every shard back to a checkpoint (a
 // sync step cut or an async clock cut; docs/failures-and-recovery.md); in
 // mode allreduce every rank reloads rank 0's checkpoint and the ring
@@ -1094,6 +1205,7 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
                        d.num_features(), "; they must match"));
     }
   }
+  PS_RETURN_IF_ERROR(ValidateSparse(m, d));
   PS_RETURN_IF_ERROR(AtLeast("data.num_categorical", d.num_categorical(), 0));
   if (d.num_categorical() > d.num_features()) {
     return KeyError(
@@ -1106,7 +1218,8 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
       InRange("data.missing_rate", d.missing_rate(), 0, 1, false));
   PS_RETURN_IF_ERROR(
       InRange("data.test_fraction", d.test_fraction(), 0, 1, false));
-  if ((d.source() == DataConfig::CSV || d.source() == DataConfig::LIBSVM) &&
+  if ((d.source() == DataConfig::CSV || d.source() == DataConfig::LIBSVM ||
+       d.source() == DataConfig::CRITEO) &&
       d.path().empty()) {
     return KeyError("data.path", absl::StrCat("is required with data.source ",
                                               ConfigName(d.source())));
@@ -1288,6 +1401,9 @@ const std::string& ConfigName(ModelConfig::ModelType value) {
 }
 const std::string& ConfigName(ModelConfig::Activation value) {
   return NameOrUnspecified(ActivationNames(), value);
+}
+const std::string& ConfigName(ModelConfig::Pooling value) {
+  return NameOrUnspecified(PoolingNames(), value);
 }
 const std::string& ConfigName(DataConfig::DataSource value) {
   return NameOrUnspecified(SourceNames(), value);
