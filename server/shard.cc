@@ -1640,6 +1640,7 @@ size_t Shard::waiting_snapshots() const {
 }
 
 void Shard::SetStandingCuts(uint64_t every, uint64_t last, size_t max_held) {
+  if (sparse_ != nullptr) sparse_->SetStandingCuts(every, last, max_held);
   absl::MutexLock lock(&mu_);
   standing_every_ = every;
   standing_last_ = last;

@@ -718,7 +718,8 @@ class Shard {
   // beyond) until SnapshotAt(t) takes one. So a coordinator ordering those
   // cuts is never too late, however fast the steps. A capture copies
   // weights and slots (memory: max_held copies). Async: reads are held at
-  // each such cut below `last` (above) until it is captured.
+  // each such cut below `last` (above) until it is captured. The row half
+  // (sparse()) gets the same standing cuts.
   void SetStandingCuts(uint64_t every, uint64_t last, size_t max_held = 2);
 
  private:

@@ -322,6 +322,59 @@ void SparseShard::CommitStepLocked() {
   for (auto& p : pending_) p.reset();
   recorded_ = 0;
   ++version_;
+  if (standing_max_held_ > 0 &&
+      ((standing_every_ > 0 && version_ % standing_every_ == 0) ||
+       version_ == standing_last_)) {
+    held_[version_] = CaptureLocked();
+    while (held_.size() > standing_max_held_) held_.erase(held_.begin());
+  }
+}
+
+SparseShardState SparseShard::CaptureLocked() const {
+  SparseShardState s;
+  s.version = version_;
+  s.clocks = clocks_;
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    s.tensors.push_back(names_[t]);
+    s.rows.push_back(tables_[t]->Export());
+  }
+  return s;
+}
+
+void SparseShard::SetStandingCuts(uint64_t every, uint64_t last,
+                                  size_t max_held) {
+  absl::MutexLock lock(&mu_);
+  standing_every_ = every;
+  standing_last_ = last;
+  standing_max_held_ = max_held;
+}
+
+absl::StatusOr<SparseShardState> SparseShard::SnapshotAt(uint64_t cut,
+                                                         absl::Time deadline) {
+  if (!rule_->records_pushes()) {
+    return absl::FailedPreconditionError(
+        "checkpoints of row-sparse tensors need training.mode sync");
+  }
+  absl::MutexLock lock(&mu_);
+  auto decided = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return closed_ || held_.count(cut) > 0 || version_ > cut ||
+           (version_ == cut && recorded_ == 0);
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&decided), deadline);
+  if (auto it = held_.find(cut); it != held_.end()) {
+    SparseShardState s = std::move(it->second);
+    held_.erase(it);
+    return s;
+  }
+  if (closed_) return absl::UnavailableError("shard closed");
+  if (version_ == cut && recorded_ == 0) return CaptureLocked();
+  if (version_ >= cut) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rows are past cut ", cut, " (row step ", version_,
+                     recorded_ > 0 ? " has pushes recorded)" : ")"));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "rows did not reach cut ", cut, " (row step ", version_, ")"));
 }
 
 absl::StatusOr<RowPushResult> SparseShard::Push(RowPush push) {
@@ -453,14 +506,7 @@ absl::StatusOr<SparseShardState> SparseShard::Snapshot() const {
     return absl::FailedPreconditionError(absl::StrCat(
         "row step ", version_, " has ", recorded_, " pushes pending"));
   }
-  SparseShardState s;
-  s.version = version_;
-  s.clocks = clocks_;
-  for (size_t t = 0; t < tables_.size(); ++t) {
-    s.tensors.push_back(names_[t]);
-    s.rows.push_back(tables_[t]->Export());
-  }
-  return s;
+  return CaptureLocked();
 }
 
 absl::Status SparseShard::Restore(const SparseShardState& state) {
@@ -498,6 +544,7 @@ absl::Status SparseShard::Restore(const SparseShardState& state) {
   for (auto& l : last_push_) l = LastPush{};
   for (auto& p : pending_) p.reset();
   recorded_ = 0;
+  held_.clear();
   return absl::OkStatus();
 }
 

@@ -44,6 +44,7 @@
 #define PSTRAIN_SERVER_SPARSE_SHARD_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,6 +55,7 @@
 #include "absl/time/time.h"
 #include "common/optimizer.h"
 #include "proto/pstrain.pb.h"
+#include "server/checkpoint_state.h"
 #include "server/consistency_rule.h"
 #include "server/sparse_table.h"
 
@@ -101,15 +103,6 @@ struct RowPullResult {
   uint64_t min_clock = 0;
   double wait_seconds = 0;
   std::vector<RowBlock> blocks;  // the request's, with values
-};
-
-// The state of the row half at a cut (no pending sync push): per table
-// (tables() order) its stored rows, the version and the worker clocks.
-struct SparseShardState {
-  uint64_t version = 0;
-  std::vector<uint64_t> clocks;
-  std::vector<std::string> tensors;
-  std::vector<std::vector<SparseRowState>> rows;
 };
 
 // Resharding K -> K' (checkpoints restored on another number of servers):
@@ -175,6 +168,17 @@ class SparseShard {
   // nothing).
   absl::StatusOr<SparseShardState> Snapshot() const;
   absl::Status Restore(const SparseShardState& state);
+  // Checkpoint cut `cut` (mode sync only: the state after row step cut - 1,
+  // version == cut and no push of step cut recorded), as Shard::SnapshotAt:
+  // waits until `deadline` for it; a standing cut (SetStandingCuts) is
+  // captured in the commit that reaches it, so a call after the shard moved
+  // on still gets it. FAILED_PRECONDITION past the cut or in mode async,
+  // DEADLINE_EXCEEDED, UNAVAILABLE after Close().
+  absl::StatusOr<SparseShardState> SnapshotAt(uint64_t cut,
+                                              absl::Time deadline);
+  // Cuts captured by themselves from now on: t % every == 0 (every > 0) or
+  // t == last, at most `max_held` kept (the oldest dropped).
+  void SetStandingCuts(uint64_t every, uint64_t last, size_t max_held = 2);
 
  private:
   explicit SparseShard(SparseShardOptions options);
@@ -186,6 +190,7 @@ class SparseShard {
   void ApplyPushLocked(const RowPush& push, uint64_t step, double lr_scale)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CommitStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  SparseShardState CaptureLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SparseShardOptions options_;
   std::unique_ptr<ConsistencyRule> rule_;
@@ -210,6 +215,10 @@ class SparseShard {
   std::vector<std::unique_ptr<RowPush>> pending_ ABSL_GUARDED_BY(mu_);
   uint32_t recorded_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t standing_every_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t standing_last_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t standing_max_held_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, SparseShardState> held_ ABSL_GUARDED_BY(mu_);  // by cut
 };
 
 }  // namespace pstrain

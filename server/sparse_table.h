@@ -44,6 +44,7 @@
 #include "absl/types/span.h"
 #include "common/optimizer.h"
 #include "proto/pstrain.pb.h"
+#include "server/checkpoint_state.h"
 
 namespace pstrain {
 
@@ -55,14 +56,6 @@ struct SparseTableOptions {
   uint64_t max_rows = 0;
   enum class OnFull { kEvict, kReject };
   OnFull on_full = OnFull::kEvict;
-};
-
-// One stored row, for checkpoints: weights (dim floats) then the slots
-// (num_slots * dim floats), and its update count.
-struct SparseRowState {
-  int64_t id = 0;
-  uint64_t updates = 0;
-  std::vector<float> data;
 };
 
 class SparseTable {

@@ -5,6 +5,7 @@
 // holds; bad row pushes are refused naming the tensor and change nothing.
 #include <grpcpp/grpcpp.h>
 
+#include <cstdlib>
 #include <memory>
 #include <set>
 #include <string>
@@ -19,6 +20,8 @@
 #include "common/tensor_codec.h"
 #include "gtest/gtest.h"
 #include "proto/pstrain.grpc.pb.h"
+#include "server/checkpoint.h"
+#include "server/checkpoint_env.h"
 #include "server/ps_service.h"
 #include "server/shard.h"
 #include "server/sparse_shard.h"
@@ -354,6 +357,115 @@ TEST(SparseWireBadInputTest, AJobWithoutRowsRefusesRowCalls) {
       client->StartPullRows(0, 0, {RowSet{"w", {0}, {}}}, &out)->Wait();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("'w'"), std::string::npos);
+}
+
+// Steps [from, to) of the two workers on `cluster`: rows pulled, row and
+// dense gradients pushed (each shard then reaches every cut).
+void Train(const pstrain::v1::JobSpec& job, const Cluster& cluster, int from,
+           int to) {
+  std::vector<std::unique_ptr<PsClient>> clients;
+  for (uint32_t w = 0; w < kWorkers; ++w) {
+    clients.push_back(Client(job, cluster, w));
+  }
+  for (int t = from; t < to; ++t) {
+    for (uint32_t w = 0; w < kWorkers; ++w) {
+      std::vector<RowSet> pulled;
+      auto op = clients[w]->StartPullRows(
+          w, t, {RowSet{"emb", BatchIds(t, w), {}}}, &pulled);
+      ASSERT_TRUE(op->Wait().ok()) << op->Wait();
+      RowSet g{"emb", pulled[0].ids, {}};
+      for (int64_t id : g.ids) {
+        for (int64_t c = 0; c < kDim; ++c) g.values.push_back(G(t, w, id, c));
+      }
+      auto push = clients[w]->StartPushRows(w, t, 16 + w, {g}, op->reads());
+      ASSERT_TRUE(push->Wait().ok()) << push->Wait();
+      TensorList params;
+      auto pull = clients[w]->StartPull(w, t, &params);
+      ASSERT_TRUE(pull->Wait().ok()) << pull->Wait();
+      TensorList grads = {std::vector<float>(300, 0.25f * (w + 1)), {}};
+      auto dense = clients[w]->StartPush(w, t, 16 + w, grads, pull->reads());
+      ASSERT_TRUE(dense->Wait().ok()) << dense->Wait();
+    }
+  }
+}
+
+// Every row of the table and the dense tensor, read through the wire.
+std::pair<std::vector<float>, std::vector<float>> ReadModel(
+    const pstrain::v1::JobSpec& job, const Cluster& cluster, uint64_t clock) {
+  auto client = Client(job, cluster, 0);
+  std::vector<int64_t> all(kRows);
+  for (int64_t r = 0; r < kRows; ++r) all[r] = r;
+  std::vector<RowSet> rows;
+  auto op = client->StartPullRows(0, clock, {RowSet{"emb", all, {}}}, &rows);
+  EXPECT_TRUE(op->Wait().ok()) << op->Wait();
+  TensorList params;
+  auto pull = client->StartPull(0, clock, &params);
+  EXPECT_TRUE(pull->Wait().ok()) << pull->Wait();
+  if (rows.empty() || params.empty()) return {};
+  return {rows[0].values, params[0]};
+}
+
+// A checkpoint at cut 2 taken on K = 2 shards restores onto K' = 3 shards
+// (and onto 2 again) and training goes on exactly: rows, their Adam slots
+// and per-row step counters, the dense tensor.
+TEST(SparseCheckpointTest, ResumeAndReshardKToKPrimeAreExact) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string root = absl::StrCat(tmp ? tmp : "/tmp", "/sparse_ckpt");
+  std::system(absl::StrCat("rm -rf '", root, "'").c_str());
+  CheckpointEnv* env = CheckpointEnv::Default();
+  const pstrain::v1::JobSpec two = Job(2, pstrain::v1::DTYPE_F32);
+  auto original = Start(two);
+  ASSERT_NE(original, nullptr);
+  for (auto& s : original->shards) s->SetStandingCuts(2, 4);
+  Train(two, *original, 0, 3);  // cut 2 is captured as the shards pass it
+  auto manifest = ManifestForJob(two, 2);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  for (uint32_t k = 0; k < 2; ++k) {
+    auto file = SaveShardAt(*original->shards[k], 2, env, root, 2,
+                            absl::Now() + absl::Seconds(30));
+    ASSERT_TRUE(file.ok()) << file.status();
+    manifest->files.push_back(*file);
+  }
+  const std::string dir = CheckpointDir(root, 2);
+  ASSERT_TRUE(WriteManifest(env, dir, *manifest).ok());
+  Train(two, *original, 3, 5);
+  const auto want = ReadModel(two, *original, 5);
+
+  for (uint32_t shards : {3u, 2u}) {
+    const pstrain::v1::JobSpec job = Job(shards, pstrain::v1::DTYPE_F32);
+    auto resumed = Start(job);
+    ASSERT_NE(resumed, nullptr);
+    auto reader = CheckpointReader::Open(env, dir);
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    for (uint32_t k = 0; k < shards; ++k) {
+      absl::Status st = (*reader)->RestoreShard(ShardOptionsFromJob(job, k),
+                                                *resumed->shards[k]);
+      ASSERT_TRUE(st.ok()) << st;
+      EXPECT_EQ(resumed->shards[k]->sparse()->version(), 2u);
+    }
+    Train(job, *resumed, 2, 5);
+    const auto got = ReadModel(job, *resumed, 5);
+    EXPECT_EQ(got.first, want.first) << shards << " shards";
+    EXPECT_EQ(got.second, want.second) << shards << " shards";
+  }
+  // A checkpoint without rows does not restore a job that has them, and
+  // changes nothing.
+  const pstrain::v1::JobSpec dense_only = Job(1, pstrain::v1::DTYPE_F32, false);
+  auto plain = Start(dense_only);
+  ASSERT_NE(plain, nullptr);
+  auto m = ManifestForJob(dense_only, 0);
+  auto file = SaveShardAt(*plain->shards[0], 1, env, root + "/plain", 0,
+                          absl::Now() + absl::Seconds(30));
+  ASSERT_TRUE(file.ok()) << file.status();
+  m->files.push_back(*file);
+  ASSERT_TRUE(WriteManifest(env, CheckpointDir(root + "/plain", 0), *m).ok());
+  auto reader = CheckpointReader::Open(env, CheckpointDir(root + "/plain", 0));
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  const pstrain::v1::JobSpec with_rows = Job(1, pstrain::v1::DTYPE_F32);
+  auto target = Start(with_rows);
+  absl::Status st =
+      (*reader)->RowsFor(*target->shards[0]->sparse(), 0, 1).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
 }
 
 }  // namespace
