@@ -64,6 +64,7 @@ absl::StatusOr<std::vector<int64_t>> DecodeRowIds(const std::string& bytes,
 
 void AppendRowValues(const float* values, uint64_t n, pstrain::v1::DType dtype,
                      const std::string& tensor, std::string* out) {
+  if (n == 0) return;
   pstrain::v1::ChunkData chunk;
   EncodeChunk(tensor, 0, values, n, &chunk, dtype);
   out->append(chunk.data());

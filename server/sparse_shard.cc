@@ -193,8 +193,10 @@ absl::StatusOr<RowPush> SparseShard::DecodePush(
       RowBlock& block = push.blocks[block_of[t]];
       const size_t at = block.values.size();
       block.values.resize(at + ids->size() * dim);
-      DecodeElements(options_.wire_dtype, piece.values().data(),
-                     ids->size() * dim, block.values.data() + at);
+      if (!ids->empty()) {  // an empty piece has no buffer to decode into
+        DecodeElements(options_.wire_dtype, piece.values().data(),
+                       ids->size() * dim, block.values.data() + at);
+      }
       for (size_t i = at; i < block.values.size(); ++i) {
         if (!std::isfinite(block.values[i])) {
           const size_t row = (i - at) / dim;
