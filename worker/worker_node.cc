@@ -1030,6 +1030,18 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
     PS_LOG_INFO("compute backend: %s", chosen.description);
     PS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
                         Model::Create(config.model(), backend.get()));
+    // The trainers pull and push whole dense tensors; a row-sparse table
+    // needs the row client (issue 24's server half), so say so rather than
+    // fail later at SetParams.
+    for (const pstrain::v1::TensorSpec& spec : model->params()) {
+      if (spec.row_sparse()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "model.type ", ConfigName(config.model().type()), ": parameter '",
+            spec.name(),
+            "' is row-sparse, and this worker's trainers move dense tensors "
+            "only (pulling and pushing rows is not wired in this build)"));
+      }
+    }
     PS_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data, LoadJobData(config));
     PS_LOG_INFO("data: %s", data->Describe());
     absl::Time last_line = absl::InfinitePast();
