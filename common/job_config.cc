@@ -1010,6 +1010,12 @@ absl::Status ValidateSparse(const ModelConfig& m, const DataConfig& d) {
   PS_RETURN_IF_ERROR(
       AtLeast("data.sparse_cardinality", d.sparse_cardinality(), 2));
   PS_RETURN_IF_ERROR(Positive("data.zipf_exponent", d.zipf_exponent()));
+  if (d.sparse_columns() > 0 && d.source() != DataConfig::SYNTHETIC) {
+    return KeyError(
+        "data.sparse_columns",
+        absl::StrCat("applies to data.source synthetic only (",
+                     ConfigName(d.source()), " brings its own columns)"));
+  }
   const bool wide_deep = m.type() == ModelConfig::WIDE_DEEP;
   if (!wide_deep) {
     if (d.sparse_columns() > 0) {

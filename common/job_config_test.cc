@@ -468,6 +468,16 @@ TEST(JobConfigTest, ValidateErrorsNameTheKey) {
       {[](JobConfig* c) { c->mutable_data()->set_zipf_exponent(0); },
        "data.zipf_exponent"},
       {[](JobConfig* c) {
+         c->mutable_model()->set_type(ModelConfig::WIDE_DEEP);
+         c->mutable_model()->set_input_dim(13);
+         c->mutable_model()->set_sparse_columns(26);
+         c->mutable_model()->set_num_classes(2);
+         c->mutable_data()->set_source(DataConfig::CRITEO);
+         c->mutable_data()->set_path("day_0.tsv");
+         c->mutable_data()->set_sparse_columns(26);
+       },
+       "data.sparse_columns: applies to data.source synthetic only"},
+      {[](JobConfig* c) {
          c->mutable_data()->set_source(DataConfig::CRITEO);
          c->mutable_data()->set_path("day_0.tsv");
        },

@@ -10,11 +10,15 @@
 //    columns allow), in sync and async.
 //  * Bytes per worker per step follow the rows a step touches, not the
 //    table's size.
+//  * The same job on the real node classes (coordinator, ServerNodes,
+//    WorkerNodes: what ps_worker runs) trains and evaluates; mode allreduce,
+//    which moves dense tensors only, is refused naming the table.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -24,8 +28,10 @@
 #include "common/job_config.h"
 #include "common/model_spec.h"
 #include "common/status_macros.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/pstrain.pb.h"
+#include "tests/in_process_job.h"
 #include "tests/test_cluster.h"
 #include "tests/training_harness.h"
 #include "worker/data/data.h"
@@ -294,6 +300,42 @@ TEST(SparseJobTest, BytesFollowTheRowsTouchedNotTheTable) {
     EXPECT_LT(b->pushed_per_step[r] * 1000, dense_table_bytes);
     EXPECT_LT(b->pulled_per_step[r] * 1000, dense_table_bytes);
   }
+}
+
+// What ps_worker runs: a wide_deep job through CoordinatorNode, ServerNodes
+// and WorkerNodes (in_process_job.h), sync and async.
+TEST(SparseJobTest, WideDeepJobRunsOnTheNodes) {
+  for (pstrain::v1::ConsistencyMode mode :
+       {pstrain::v1::MODE_SYNC, pstrain::v1::MODE_ASYNC}) {
+    SCOPED_TRACE(pstrain::v1::ConsistencyMode_Name(mode));
+    const JobConfig c = MakeConfig(mode, 2, 16, 1, 100000, 30,
+                                   OptimizerConfig::ADAGRAD, kLearnLr);
+    ASSERT_TRUE(ValidateJobConfig(c).ok()) << ValidateJobConfig(c);
+    absl::StatusOr<InProcessJob> job = RunInProcessJob(c);
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_FALSE(job->summary.failed) << job->summary.message;
+    EXPECT_EQ(job->summary.steps, 30);
+    ASSERT_TRUE(job->summary.final_accuracy.has_value());
+    EXPECT_GT(*job->summary.final_accuracy, 0.0);
+    EXPECT_GT(job->summary.bytes_pushed, 0u);
+    ASSERT_EQ(job->finals.size(), 2u);
+    // The table never came whole to a worker: its final entry is empty.
+    EXPECT_TRUE(job->finals[0][0].empty());
+    EXPECT_FALSE(job->finals[0][1].empty());
+  }
+}
+
+TEST(SparseJobTest, AllReduceWideDeepIsRefusedNamingTheTable) {
+  JobConfig c = MakeConfig(pstrain::v1::MODE_SYNC, 2, 16, 1, 1000, 2,
+                           OptimizerConfig::SGD, 0.1);
+  c.mutable_training()->set_mode(pstrain::v1::MODE_ALLREDUCE);
+  FinalizeJobConfig(&c);
+  absl::StatusOr<InProcessJob> job = RunInProcessJob(c);
+  ASSERT_FALSE(job.ok());
+  EXPECT_THAT(std::string(job.status().message()),
+              ::testing::HasSubstr("parameter 'embedding' is row-sparse"));
+  EXPECT_THAT(std::string(job.status().message()),
+              ::testing::HasSubstr("mode allreduce"));
 }
 
 }  // namespace

@@ -647,5 +647,83 @@ INSTANTIATE_TEST_SUITE_P(
         ModelCase{"linear", ModelConfig::LINEAR, 3, false, ModelConfig::RELU}),
     [](const auto& info) { return info.param.name; });
 
+// The wide-and-deep model on CUDA against the CPU: loss, every dense
+// tensor's gradient and the row-sparse gradient of the embedding table
+// (sum and mean pooling, several hashes, rows shared across examples).
+TEST(WideDeepParityTest, CudaMatchesCpu) {
+  std::string skip;
+  std::unique_ptr<ComputeBackend> cuda = MakeBackend("cuda", &skip);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  ASSERT_NE(cuda, nullptr);
+  std::unique_ptr<ComputeBackend> cpu = MakeBackend("cpu", &skip);
+  ASSERT_NE(cpu, nullptr);
+  for (const auto pooling : {ModelConfig::SUM, ModelConfig::MEAN}) {
+    ModelConfig config = DefaultJobConfig().model();
+    config.set_type(ModelConfig::WIDE_DEEP);
+    config.set_input_dim(13);
+    config.set_num_classes(4);
+    config.set_activation(ModelConfig::TANH);
+    config.set_sparse_columns(5);
+    config.set_buckets(100003);
+    config.set_embedding_dim(16);
+    config.set_hashes(2);
+    config.set_pooling(pooling);
+    SetList(config.mutable_bottom_hidden(), {32});
+    SetList(config.mutable_hidden(), {48, 24});
+    auto on_cpu = Model::Create(config, cpu.get());
+    auto on_cuda = Model::Create(config, cuda.get());
+    ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
+    ASSERT_TRUE(on_cuda.ok()) << on_cuda.status();
+    std::mt19937 rng(17);
+    Params params;
+    for (const auto& spec : (*on_cpu)->params()) {
+      std::vector<float> v;
+      if (!spec.row_sparse()) {
+        v.resize(NumElements(spec));
+        InitialValues(spec, 0, v.size(), v.data());
+      }
+      params.push_back(v);
+    }
+    for (const int64_t n : {300, 77}) {
+      Batch batch;
+      batch.n = n;
+      batch.dim = 13;
+      batch.num_cat = 5;
+      batch.x = RandomVector(n * 13, &rng);
+      std::uniform_int_distribution<uint64_t> value(0, 40);
+      for (int64_t k = 0; k < n * 5; ++k) batch.cat.push_back(value(rng));
+      for (int64_t i = 0; i < n; ++i) batch.y.push_back(i % 4);
+      const std::string at = absl::StrCat(ConfigName(pooling), " n=", n, " ");
+      auto ids = (*on_cpu)->RowIds(0, batch);
+      ASSERT_TRUE(ids.ok()) << ids.status();
+      SparseRows rows;
+      rows.ids = *ids;
+      rows.values = RandomVector(ids->size() * 16, &rng, 0.5f);
+      std::vector<float> dense[2];
+      SparseRows row_grad[2];
+      double loss[2];
+      int b = 0;
+      for (Model* m : {on_cpu->get(), on_cuda->get()}) {
+        ASSERT_TRUE(m->SetRows(0, rows).ok());
+        ASSERT_TRUE(m->SetParams(params).ok());
+        auto l = m->ComputeGradient(batch, false);
+        ASSERT_TRUE(l.ok()) << l.status();
+        loss[b] = *l;
+        dense[b].resize(m->num_dense_params());
+        ASSERT_TRUE(
+            m->backend()
+                ->CopyToHost(*m->gradient(), dense[b].size(), dense[b].data())
+                .ok());
+        row_grad[b] = *m->row_gradient(0);
+        ++b;
+      }
+      EXPECT_NEAR(loss[1], loss[0], 1e-4 * std::abs(loss[0])) << at;
+      ExpectClose(dense[1], dense[0], at + "dense gradient");
+      EXPECT_EQ(row_grad[1].ids, row_grad[0].ids) << at;
+      ExpectClose(row_grad[1].values, row_grad[0].values, at + "row gradient");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pstrain
