@@ -72,7 +72,14 @@ const Names<ModelConfig::ModelType>& ModelTypeNames() {
                                         {"linear", ModelConfig::LINEAR},
                                         {"softmax", ModelConfig::SOFTMAX},
                                         {"mlp", ModelConfig::MLP},
-                                        {"external", ModelConfig::EXTERNAL}};
+                                        {"external", ModelConfig::EXTERNAL},
+                                        {"wide_deep", ModelConfig::WIDE_DEEP}};
+  return *names;
+}
+
+const Names<ModelConfig::Pooling>& PoolingNames() {
+  static const auto* names = new Names<ModelConfig::Pooling>{
+      {"sum", ModelConfig::SUM}, {"mean", ModelConfig::MEAN}};
   return *names;
 }
 
@@ -90,7 +97,8 @@ const Names<DataConfig::DataSource>& SourceNames() {
       {"digits", DataConfig::DIGITS},
       {"breast_cancer", DataConfig::BREAST_CANCER},
       {"csv", DataConfig::CSV},
-      {"libsvm", DataConfig::LIBSVM}};
+      {"libsvm", DataConfig::LIBSVM},
+      {"criteo", DataConfig::CRITEO}};
   return *names;
 }
 
@@ -104,6 +112,13 @@ const Names<v1::DType>& WireDtypeNames() {
   static const auto* names = new Names<v1::DType>{{"fp32", v1::DTYPE_F32},
                                                   {"bf16", v1::DTYPE_BF16},
                                                   {"fp16", v1::DTYPE_F16}};
+  return *names;
+}
+
+const Names<v1::ServerConfig::SparseOnFull>& SparseOnFullNames() {
+  using S = v1::ServerConfig;
+  static const auto* names =
+      new Names<S::SparseOnFull>{{"evict", S::EVICT}, {"reject", S::REJECT}};
   return *names;
 }
 
@@ -642,6 +657,9 @@ const std::vector<Key>& KeyTable() {
           "`scalar`: one weight w, loss (w - y)^2 on `data.targets`; "
           "`linear`: linear regression (squared error); `softmax`: softmax "
           "regression; `mlp`: a multi-layer perceptron of `hidden` widths; "
+          "`wide_deep`: hashed embeddings of categorical columns and a "
+          "bottom MLP over the numeric ones, into a top MLP of `hidden` "
+          "widths ([sparse model](sparse-model.md)); "
           "`external`: the tensors listed in `tensors`, trained by Python "
           "workers (docs/python.md)."),
       Row("model", "input_dim", IntCodec<int64_t>(), 32,
@@ -669,12 +687,36 @@ const std::vector<Key>& KeyTable() {
           "Seed of the initial weights."),
       Row("model", "init_value", FloatCodec(), 0, PS_FIELD(model, init_value),
           "`scalar`: the initial w."),
+      Row("model", "sparse_columns", IntCodec<int64_t>(), 0,
+          PS_FIELD(model, sparse_columns),
+          "`wide_deep`: categorical columns per example; >= 1 with it; "
+          "equal to `data.sparse_columns` (synthetic) or 26 (`criteo`)."),
+      Row("model", "buckets", IntCodec<int64_t>(), 1000000,
+          PS_FIELD(model, buckets),
+          "`wide_deep`: rows of the hashed embedding table (the hashing "
+          "trick: a value's row is a hash of column, value and hash number, "
+          "modulo this); >= 1."),
+      Row("model", "embedding_dim", IntCodec<int64_t>(), 16,
+          PS_FIELD(model, embedding_dim),
+          "`wide_deep`: width of each embedding row; >= 1."),
+      Row("model", "hashes", IntCodec<int64_t>(), 1, PS_FIELD(model, hashes),
+          "`wide_deep`: rows per categorical value (independent hashes), "
+          "pooled; >= 1 (2 or more soften collisions)."),
+      Row("model", "pooling", EnumCodec(PoolingNames()), ModelConfig::SUM,
+          PS_FIELD(model, pooling),
+          "`wide_deep`: how a value's `hashes` rows combine: `sum` or "
+          "`mean`."),
+      Row("model", "bottom_hidden", IntListCodec(), {},
+          PS_LIST(model, bottom_hidden),
+          "`wide_deep`: hidden widths of the MLP over the numeric columns "
+          "(`[]`: they enter the top MLP as they are), each >= 1."),
 
       Row("data", "source", EnumCodec(SourceNames()), DataConfig::SYNTHETIC,
           PS_FIELD(data, source),
           "`synthetic`: generated from `data.seed`; `digits`, "
           "`breast_cancer`: the built-in data sets (in `data.dir`); `csv`, "
-          "`libsvm`: the file `data.path`."),
+          "`libsvm`, `criteo` (the Criteo display-ads TSV layout, "
+          "`model.type: wide_deep`): the file `data.path`."),
       Row("data", "seed", IntCodec<uint64_t>(), 7, PS_FIELD(data, seed),
           "Seed of the synthetic task and examples, the train/test split "
           "and the shuffling."),
@@ -707,9 +749,21 @@ const std::vector<Key>& KeyTable() {
           PS_FIELD(data, missing_rate),
           "Synthetic: the share of missing values (each 0 plus a "
           "missing-indicator feature); in [0, 1)."),
+      Row("data", "sparse_columns", IntCodec<int64_t>(), 0,
+          PS_FIELD(data, sparse_columns),
+          "Synthetic: high-cardinality categorical columns, given to the "
+          "model as raw ids (`model.type: wide_deep` only); >= 0."),
+      Row("data", "sparse_cardinality", IntCodec<int64_t>(), 100000,
+          PS_FIELD(data, sparse_cardinality),
+          "Synthetic: distinct values of each sparse column; >= 2."),
+      Row("data", "zipf_exponent", NumberCodec(), 1.1,
+          PS_FIELD(data, zipf_exponent),
+          "Synthetic: sparse values follow a Zipf law, P(rank r) ~ 1 / r^s "
+          "with this s (a few hot values, a long tail); > 0."),
       Row("data", "path", StringCodec(), "", PS_FIELD(data, path),
-          "The `csv` or `libsvm` file (required with them); with `digits` "
-          "or `breast_cancer`, a file instead of the built-in one."),
+          "The `csv`, `libsvm` or `criteo` file (required with them); with "
+          "`digits` or `breast_cancer`, a file instead of the built-in "
+          "one."),
       Row("data", "dir", StringCodec(), ".cache/pstrain/datasets",
           PS_FIELD(data, dir),
           "Where the built-in data sets are (`./psctl setup` puts "
@@ -769,6 +823,16 @@ const std::vector<Key>& KeyTable() {
           "Bytes per chunk, the unit tensors are sharded, pushed and pulled "
           "in: 0 (automatic: about eight chunks per shard) or a multiple of "
           "4 in [64, 4 MiB]."),
+      Row("server", "sparse_max_rows", IntCodec<int64_t>(), 0,
+          PS_FIELD(server, sparse_max_rows),
+          "Row-sparse tensors: rows of each table one shard stores at most "
+          "(about rows * (dim * 4 * (1 + optimizer slots) + 96) bytes); 0: "
+          "no bound ([sparse](sparse.md#memory-bound))."),
+      Row("server", "sparse_on_full", EnumCodec(SparseOnFullNames()),
+          v1::ServerConfig::EVICT, PS_FIELD(server, sparse_on_full),
+          "At `sparse_max_rows`: `evict` drops the least recently used rows "
+          "(they read as initial values again), `reject` refuses the push "
+          "naming the tensor."),
 
       Row("checkpoint", "dir", StringCodec(), "", PS_FIELD(checkpoint, dir),
           "Where checkpoints go; \"\": the coordinator's `--out`/ckpt "
@@ -959,6 +1023,76 @@ absl::Status Known(const std::string& key, const Names<T>& names,
   return KeyError(key, absl::StrCat("must be one of ", AllowedNames(names)));
 }
 
+// model.type wide_deep and its data: synthetic tables with sparse columns,
+// or the Criteo layout (13 numeric and 26 categorical columns, 2 classes).
+absl::Status ValidateSparse(const ModelConfig& m, const DataConfig& d) {
+  PS_RETURN_IF_ERROR(AtLeast("data.sparse_columns", d.sparse_columns(), 0));
+  PS_RETURN_IF_ERROR(
+      AtLeast("data.sparse_cardinality", d.sparse_cardinality(), 2));
+  PS_RETURN_IF_ERROR(Positive("data.zipf_exponent", d.zipf_exponent()));
+  if (d.sparse_columns() > 0 && d.source() != DataConfig::SYNTHETIC) {
+    return KeyError(
+        "data.sparse_columns",
+        absl::StrCat("applies to data.source synthetic only (",
+                     ConfigName(d.source()), " brings its own columns)"));
+  }
+  const bool wide_deep = m.type() == ModelConfig::WIDE_DEEP;
+  if (!wide_deep) {
+    if (d.sparse_columns() > 0) {
+      return KeyError("data.sparse_columns",
+                      "needs model.type wide_deep (no other model reads "
+                      "categorical ids)");
+    }
+    if (d.source() == DataConfig::CRITEO) {
+      return KeyError("data.source", "criteo needs model.type wide_deep");
+    }
+    return absl::OkStatus();
+  }
+  PS_RETURN_IF_ERROR(Known("model.pooling", PoolingNames(), m.pooling()));
+  PS_RETURN_IF_ERROR(AtLeast("model.sparse_columns", m.sparse_columns(), 1));
+  PS_RETURN_IF_ERROR(AtLeast("model.buckets", m.buckets(), 1));
+  PS_RETURN_IF_ERROR(AtLeast("model.embedding_dim", m.embedding_dim(), 1));
+  PS_RETURN_IF_ERROR(AtLeast("model.hashes", m.hashes(), 1));
+  PS_RETURN_IF_ERROR(AtLeast("model.num_classes", m.num_classes(), 2));
+  for (int i = 0; i < m.bottom_hidden_size(); ++i) {
+    PS_RETURN_IF_ERROR(AtLeast(absl::StrCat("model.bottom_hidden[", i, "]"),
+                               m.bottom_hidden(i), 1));
+  }
+  if (d.source() == DataConfig::SYNTHETIC) {
+    if (m.sparse_columns() != d.sparse_columns()) {
+      return KeyError("model.sparse_columns",
+                      absl::StrCat("is ", m.sparse_columns(),
+                                   " but data.sparse_columns is ",
+                                   d.sparse_columns(), "; they must match"));
+    }
+    return absl::OkStatus();
+  }
+  if (d.source() != DataConfig::CRITEO) {
+    return KeyError("data.source",
+                    absl::StrCat(ConfigName(d.source()),
+                                 " has no categorical columns for model.type "
+                                 "wide_deep (use synthetic or criteo)"));
+  }
+  if (m.input_dim() != kCriteoNumeric) {
+    return KeyError(
+        "model.input_dim",
+        absl::StrCat("must be ", kCriteoNumeric,
+                     " with data.source criteo, got ", m.input_dim()));
+  }
+  if (m.sparse_columns() != kCriteoCategorical) {
+    return KeyError(
+        "model.sparse_columns",
+        absl::StrCat("must be ", kCriteoCategorical,
+                     " with data.source criteo, got ", m.sparse_columns()));
+  }
+  if (m.num_classes() != 2) {
+    return KeyError("model.num_classes",
+                    absl::StrCat("must be 2 with data.source criteo, got ",
+                                 m.num_classes()));
+  }
+  return absl::OkStatus();
+}
+
 // training.on_failure: restart rolls every shard back to a checkpoint (a
 // sync step cut or an async clock cut; docs/failures-and-recovery.md); in
 // mode allreduce every rank reloads rank 0's checkpoint and the ring
@@ -1146,6 +1280,7 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
                        d.num_features(), "; they must match"));
     }
   }
+  PS_RETURN_IF_ERROR(ValidateSparse(m, d));
   PS_RETURN_IF_ERROR(AtLeast("data.num_categorical", d.num_categorical(), 0));
   if (d.num_categorical() > d.num_features()) {
     return KeyError(
@@ -1174,7 +1309,8 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   }
   PS_RETURN_IF_ERROR(
       InRange("data.test_fraction", d.test_fraction(), 0, 1, false));
-  if ((d.source() == DataConfig::CSV || d.source() == DataConfig::LIBSVM) &&
+  if ((d.source() == DataConfig::CSV || d.source() == DataConfig::LIBSVM ||
+       d.source() == DataConfig::CRITEO) &&
       d.path().empty()) {
     return KeyError("data.path", absl::StrCat("is required with data.source ",
                                               ConfigName(d.source())));
@@ -1234,6 +1370,10 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
                      "[64, ",
                      kMaxChunkBytes, "], got ", c.server().chunk_bytes()));
   }
+  PS_RETURN_IF_ERROR(
+      AtLeast("server.sparse_max_rows", c.server().sparse_max_rows(), 0));
+  PS_RETURN_IF_ERROR(Known("server.sparse_on_full", SparseOnFullNames(),
+                           c.server().sparse_on_full()));
   const v1::CheckpointConfig& k = c.checkpoint();
   PS_RETURN_IF_ERROR(AtLeast("checkpoint.every_steps", k.every_steps(), 0));
   PS_RETURN_IF_ERROR(
@@ -1352,6 +1492,9 @@ const std::string& ConfigName(ModelConfig::ModelType value) {
 }
 const std::string& ConfigName(ModelConfig::Activation value) {
   return NameOrUnspecified(ActivationNames(), value);
+}
+const std::string& ConfigName(ModelConfig::Pooling value) {
+  return NameOrUnspecified(PoolingNames(), value);
 }
 const std::string& ConfigName(DataConfig::DataSource value) {
   return NameOrUnspecified(SourceNames(), value);

@@ -27,6 +27,7 @@ using AllReduceConfig = v1::AllReduceConfig;
 // "relu", "sync"); "unspecified" for a value no key accepts.
 const std::string& ConfigName(ModelConfig::ModelType value);
 const std::string& ConfigName(ModelConfig::Activation value);
+const std::string& ConfigName(ModelConfig::Pooling value);
 const std::string& ConfigName(DataConfig::DataSource value);
 const std::string& ConfigName(WorkerConfig::Device value);
 const std::string& ConfigName(AllReduceConfig::Backend value);
@@ -78,6 +79,11 @@ absl::Status ValidateJobConfig(const JobConfig& config);
 // saturates values beyond +-65504. Not errors: callers print them (psctl,
 // a dry run) and go on.
 std::vector<std::string> ConfigWarnings(const JobConfig& config);
+
+// The Criteo display-ads layout (data.source criteo): a label, then this
+// many integer columns, then this many categorical (hex) columns.
+inline constexpr int64_t kCriteoNumeric = 13;
+inline constexpr int64_t kCriteoCategorical = 26;
 
 // network.push_streams: at most this many; 0 picks PushStreams' default.
 inline constexpr int kMaxPushStreamsConfig = 8;

@@ -465,6 +465,106 @@ TEST(JobConfigTest, ValidateErrorsNameTheKey) {
        "network.barrier_timeout_s"},
       {[](JobConfig* c) { c->mutable_network()->set_startup_timeout_s(0); },
        "network.startup_timeout_s"},
+      // Sparse columns and the wide_deep model.
+      {[](JobConfig* c) { c->mutable_data()->set_sparse_columns(2); },
+       "data.sparse_columns: needs model.type wide_deep"},
+      {[](JobConfig* c) { c->mutable_data()->set_sparse_cardinality(1); },
+       "data.sparse_cardinality"},
+      {[](JobConfig* c) { c->mutable_data()->set_zipf_exponent(0); },
+       "data.zipf_exponent"},
+      {[](JobConfig* c) {
+         c->mutable_model()->set_type(ModelConfig::WIDE_DEEP);
+         c->mutable_model()->set_input_dim(13);
+         c->mutable_model()->set_sparse_columns(26);
+         c->mutable_model()->set_num_classes(2);
+         c->mutable_data()->set_source(DataConfig::CRITEO);
+         c->mutable_data()->set_path("day_0.tsv");
+         c->mutable_data()->set_sparse_columns(26);
+       },
+       "data.sparse_columns: applies to data.source synthetic only"},
+      {[](JobConfig* c) {
+         c->mutable_data()->set_source(DataConfig::CRITEO);
+         c->mutable_data()->set_path("day_0.tsv");
+       },
+       "data.source: criteo needs model.type wide_deep"},
+      {[](JobConfig* c) {
+         c->mutable_model()->set_type(ModelConfig::WIDE_DEEP);
+         c->mutable_model()->set_sparse_columns(3);
+         c->mutable_data()->set_sparse_columns(2);
+       },
+       "model.sparse_columns: is 3 but data.sparse_columns is 2"},
+      {[](JobConfig* c) {
+         c->mutable_model()->set_type(ModelConfig::WIDE_DEEP);
+         c->mutable_model()->set_sparse_columns(0);
+       },
+       "model.sparse_columns"},
+      {[](JobConfig* c) {
+         c->mutable_model()->set_type(ModelConfig::WIDE_DEEP);
+         c->mutable_model()->set_sparse_columns(2);
+         c->mutable_data()->set_sparse_columns(2);
+         c->mutable_model()->set_buckets(0);
+       },
+       "model.buckets"},
+      {[](JobConfig* c) {
+         c->mutable_model()->set_type(ModelConfig::WIDE_DEEP);
+         c->mutable_model()->set_sparse_columns(2);
+         c->mutable_data()->set_sparse_columns(2);
+         c->mutable_model()->set_embedding_dim(0);
+       },
+       "model.embedding_dim"},
+      {[](JobConfig* c) {
+         c->mutable_model()->set_type(ModelConfig::WIDE_DEEP);
+         c->mutable_model()->set_sparse_columns(2);
+         c->mutable_data()->set_sparse_columns(2);
+         c->mutable_model()->set_hashes(0);
+       },
+       "model.hashes"},
+      {[](JobConfig* c) {
+         c->mutable_model()->set_type(ModelConfig::WIDE_DEEP);
+         c->mutable_model()->set_sparse_columns(2);
+         c->mutable_data()->set_sparse_columns(2);
+         c->mutable_model()->set_pooling(ModelConfig::POOLING_UNSPECIFIED);
+       },
+       "model.pooling"},
+      {[](JobConfig* c) {
+         c->mutable_model()->set_type(ModelConfig::WIDE_DEEP);
+         c->mutable_model()->set_sparse_columns(2);
+         c->mutable_data()->set_sparse_columns(2);
+         SetList(c->mutable_model()->mutable_bottom_hidden(), {8, 0});
+       },
+       "model.bottom_hidden[1]"},
+      {[](JobConfig* c) {
+         c->mutable_model()->set_type(ModelConfig::WIDE_DEEP);
+         c->mutable_model()->set_sparse_columns(2);
+         c->mutable_data()->set_source(DataConfig::CSV);
+         c->mutable_data()->set_path("x.csv");
+       },
+       "data.source: csv has no categorical columns"},
+      {[](JobConfig* c) {
+         c->mutable_model()->set_type(ModelConfig::WIDE_DEEP);
+         c->mutable_model()->set_sparse_columns(26);
+         c->mutable_model()->set_num_classes(2);
+         c->mutable_data()->set_source(DataConfig::CRITEO);
+         c->mutable_data()->set_path("day_0.tsv");
+       },
+       "model.input_dim: must be 13 with data.source criteo"},
+      {[](JobConfig* c) {
+         c->mutable_model()->set_type(ModelConfig::WIDE_DEEP);
+         c->mutable_model()->set_input_dim(13);
+         c->mutable_model()->set_sparse_columns(25);
+         c->mutable_model()->set_num_classes(2);
+         c->mutable_data()->set_source(DataConfig::CRITEO);
+         c->mutable_data()->set_path("day_0.tsv");
+       },
+       "model.sparse_columns: must be 26 with data.source criteo"},
+      {[](JobConfig* c) {
+         c->mutable_model()->set_type(ModelConfig::WIDE_DEEP);
+         c->mutable_model()->set_input_dim(13);
+         c->mutable_model()->set_sparse_columns(26);
+         c->mutable_model()->set_num_classes(2);
+         c->mutable_data()->set_source(DataConfig::CRITEO);
+       },
+       "data.path: is required with data.source criteo"},
   };
   for (const BadConfig& bad : cases) {
     SCOPED_TRACE(bad.key);
@@ -647,6 +747,56 @@ TEST(JobConfigTest, RealDataConfigs) {
   EXPECT_EQ(c->data().source(), DataConfig::BREAST_CANCER);
   EXPECT_EQ(c->model().input_dim(), 30);
   EXPECT_EQ(c->model().num_classes(), 2);
+}
+
+TEST(JobConfigTest, SparseConfig) {
+  absl::StatusOr<JobConfig> c = LoadJobConfig("configs/sparse.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(ValidateJobConfig(*c).ok()) << ValidateJobConfig(*c);
+  EXPECT_EQ(c->model().type(), ModelConfig::WIDE_DEEP);
+  EXPECT_EQ(c->model().buckets(), 10000000);
+  EXPECT_EQ(c->model().embedding_dim(), 16);
+  EXPECT_EQ(c->model().pooling(), ModelConfig::SUM);
+  EXPECT_EQ(c->model().sparse_columns(), c->data().sparse_columns());
+  EXPECT_EQ(c->job().workers(), 4);
+  EXPECT_EQ(c->job().servers(), 2);
+  EXPECT_EQ(c->data().source(), DataConfig::SYNTHETIC);
+  EXPECT_GT(c->data().zipf_exponent(), 0);
+
+  // A criteo job: 13 numeric and 26 categorical columns, 2 classes.
+  JobConfig criteo = *c;
+  criteo.mutable_model()->set_input_dim(13);
+  criteo.mutable_model()->set_sparse_columns(26);
+  criteo.mutable_model()->set_num_classes(2);
+  criteo.mutable_data()->set_source(DataConfig::CRITEO);
+  criteo.mutable_data()->set_path("day_0.tsv");
+  criteo.mutable_data()->set_sparse_columns(0);
+  EXPECT_TRUE(ValidateJobConfig(criteo).ok()) << ValidateJobConfig(criteo);
+
+  // Every sparse key parses.
+  absl::StatusOr<JobConfig> keys = ParseJobConfig(
+      "model: {type: wide_deep, sparse_columns: 3, buckets: 77, "
+      "embedding_dim: 5, hashes: 2, pooling: mean, bottom_hidden: [6, 4]}\n"
+      "data: {source: criteo, sparse_columns: 3, sparse_cardinality: 99, "
+      "zipf_exponent: 0.8}\n",
+      "s.yaml");
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  EXPECT_EQ(keys->model().type(), ModelConfig::WIDE_DEEP);
+  EXPECT_EQ(keys->model().sparse_columns(), 3);
+  EXPECT_EQ(keys->model().buckets(), 77);
+  EXPECT_EQ(keys->model().embedding_dim(), 5);
+  EXPECT_EQ(keys->model().hashes(), 2);
+  EXPECT_EQ(keys->model().pooling(), ModelConfig::MEAN);
+  EXPECT_THAT(keys->model().bottom_hidden(), ElementsAre(6, 4));
+  EXPECT_EQ(keys->data().source(), DataConfig::CRITEO);
+  EXPECT_EQ(keys->data().sparse_columns(), 3);
+  EXPECT_EQ(keys->data().sparse_cardinality(), 99);
+  EXPECT_EQ(keys->data().zipf_exponent(), 0.8);
+
+  absl::StatusOr<JobConfig> parsed =
+      ParseJobConfig("model: {type: wide_deep, pooling: average}\n", "s.yaml");
+  EXPECT_THAT(std::string(parsed.status().message()),
+              HasSubstr("model.pooling"));
 }
 
 TEST(JobConfigTest, AsyncConfigHasBoundedStaleness) {

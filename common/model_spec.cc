@@ -18,6 +18,9 @@ using pstrain::v1::InitRule;
 using pstrain::v1::TensorSpec;
 
 constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
+// wide_deep: embedding rows start UNIFORM(+-kEmbeddingInitScale / sqrt(dim)),
+// small, so that the random rows of rarely seen ids add little noise.
+constexpr double kEmbeddingInitScale = 0.1;
 
 // splitmix64 finaliser: a bijective, well-mixed 64-bit hash.
 uint64_t Mix(uint64_t x) {
@@ -154,6 +157,90 @@ absl::StatusOr<TensorSpec> ExternalTensor(int i, const std::string& entry,
   return spec;
 }
 
+absl::Status CheckActivation(const ModelConfig& config) {
+  const std::string& act = ConfigName(config.activation());
+  if (act != "relu" && act != "tanh" && act != "gelu") {
+    return Invalid("model.activation",
+                   absl::StrCat("unknown activation '", act,
+                                "' (expected relu, tanh or gelu)"));
+  }
+  return absl::OkStatus();
+}
+
+// Dense layers `prefix`{i} over `widths`, initialised as the mlp's.
+void AddLayers(const std::string& prefix, const std::vector<int64_t>& widths,
+               bool last_is_hidden, const ModelConfig& config,
+               std::vector<TensorSpec>* specs) {
+  const bool relu = config.activation() == ModelConfig::RELU;
+  for (size_t i = 0; i + 1 < widths.size(); ++i) {
+    const double fan_in = widths[i], fan_out = widths[i + 1];
+    const bool hidden = last_is_hidden || i + 2 < widths.size();
+    const double scale = (hidden && relu) ? std::sqrt(6.0 / fan_in)
+                                          : std::sqrt(6.0 / (fan_in + fan_out));
+    const std::string name = absl::StrCat(prefix, i);
+    specs->push_back(MakeSpec(name + "/weight", {widths[i], widths[i + 1]},
+                              InitRule::UNIFORM, scale, config.seed()));
+    specs->push_back(MakeSpec(name + "/bias", {widths[i + 1]}, InitRule::ZEROS,
+                              0, config.seed()));
+  }
+}
+
+absl::StatusOr<std::vector<TensorSpec>> WideDeepSpecs(
+    const ModelConfig& config) {
+  struct Count {
+    const char* key;
+    int64_t value, min;
+  };
+  for (const Count& c :
+       {Count{"model.input_dim", config.input_dim(), 1},
+        Count{"model.num_classes", config.num_classes(), 2},
+        Count{"model.sparse_columns", config.sparse_columns(), 1},
+        Count{"model.buckets", config.buckets(), 1},
+        Count{"model.embedding_dim", config.embedding_dim(), 1},
+        Count{"model.hashes", config.hashes(), 1}}) {
+    if (c.value < c.min) {
+      return Invalid(c.key,
+                     absl::StrCat("must be >= ", c.min,
+                                  " for model.type wide_deep, got ", c.value));
+    }
+  }
+  if (config.pooling() != ModelConfig::SUM &&
+      config.pooling() != ModelConfig::MEAN) {
+    return Invalid("model.pooling", "must be sum or mean");
+  }
+  if (absl::Status s = CheckActivation(config); !s.ok()) return s;
+  std::vector<int64_t> bottom = {config.input_dim()};
+  for (int i = 0; i < config.bottom_hidden_size(); ++i) {
+    if (config.bottom_hidden(i) <= 0) {
+      return Invalid(
+          absl::StrCat("model.bottom_hidden[", i, "]"),
+          absl::StrCat("must be > 0, got ", config.bottom_hidden(i)));
+    }
+    bottom.push_back(config.bottom_hidden(i));
+  }
+  std::vector<int64_t> top = {bottom.back() +
+                              config.sparse_columns() * config.embedding_dim()};
+  for (int i = 0; i < config.hidden_size(); ++i) {
+    if (config.hidden(i) <= 0) {
+      return Invalid(absl::StrCat("model.hidden[", i, "]"),
+                     absl::StrCat("must be > 0, got ", config.hidden(i)));
+    }
+    top.push_back(config.hidden(i));
+  }
+  top.push_back(config.num_classes());
+  std::vector<TensorSpec> specs;
+  specs.push_back(
+      MakeSpec("embedding", {config.buckets(), config.embedding_dim()},
+               InitRule::UNIFORM,
+               kEmbeddingInitScale /
+                   std::sqrt(static_cast<double>(config.embedding_dim())),
+               config.seed()));
+  specs.back().set_row_sparse(true);
+  AddLayers("bottom", bottom, /*last_is_hidden=*/true, config, &specs);
+  AddLayers("top", top, /*last_is_hidden=*/false, config, &specs);
+  return specs;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<TensorSpec>> ModelParamSpecs(
@@ -184,13 +271,14 @@ absl::StatusOr<std::vector<TensorSpec>> ModelParamSpecs(
     }
     return specs;
   }
+  if (config.type() == ModelConfig::WIDE_DEEP) return WideDeepSpecs(config);
   if (config.type() != ModelConfig::LINEAR &&
       config.type() != ModelConfig::SOFTMAX &&
       config.type() != ModelConfig::MLP) {
     return Invalid(
         "model.type",
         absl::StrCat("unknown model type '", ConfigName(config.type()),
-                     "' (expected scalar, linear, softmax, mlp or "
+                     "' (expected scalar, linear, softmax, mlp, wide_deep or "
                      "external)"));
   }
   const int64_t in = config.input_dim(), out = config.num_classes();

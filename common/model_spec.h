@@ -20,6 +20,11 @@ namespace pstrain {
 //   softmax: "softmax/weight" [input_dim, num_classes], "softmax/bias".
 //   mlp:     "layer{i}/weight" [in, out], "layer{i}/bias" for each hidden
 //            layer, then the output layer (i = hidden.size()).
+//   wide_deep: "embedding" [buckets, embedding_dim], row_sparse, UNIFORM
+//            0.1/sqrt(embedding_dim); "bottom{i}/weight", "bottom{i}/bias"
+//            over input_dim -> bottom_hidden...; "top{i}/weight",
+//            "top{i}/bias" over (last bottom width + sparse_columns *
+//            embedding_dim) -> hidden... -> num_classes (>= 2).
 // Weights are UNIFORM (1/sqrt(in) for linear/softmax; He sqrt(6/in) for relu
 // hidden layers, Glorot sqrt(6/(in+out)) otherwise and for the output layer);
 // biases are ZEROS. Every rule's seed is config.seed (the tensor name is

@@ -17,7 +17,9 @@ using pstrain::v1::TensorSpec;
 uint64_t AutoChunkElems(const std::vector<TensorSpec>& tensors,
                         int num_shards) {
   uint64_t total = 0;
-  for (const TensorSpec& t : tensors) total += NumElements(t);
+  for (const TensorSpec& t : tensors) {
+    if (!t.row_sparse()) total += NumElements(t);
+  }
   const uint64_t min_elems = 1024 / sizeof(float);
   const uint64_t max_elems = kMaxChunkBytes / sizeof(float);
   uint64_t target =
@@ -48,6 +50,9 @@ absl::StatusOr<ShardMap> BuildShardMap(const std::vector<TensorSpec>& tensors,
           absl::StrCat("tensor '", t.name(), "' has no elements"));
     }
     *map.add_tensors() = t;
+    // Row-sparse tables are spread by row (common/sparse_rows.h), not cut
+    // into chunks.
+    if (t.row_sparse()) continue;
     const uint64_t n = static_cast<uint64_t>(NumElements(t));
     for (uint64_t off = 0, i = 0; off < n; off += chunk_elems, ++i) {
       ChunkInfo* c = map.add_chunks();

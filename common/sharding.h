@@ -19,14 +19,16 @@ inline constexpr uint64_t kMaxMessagePayloadBytes = 4u << 20;
 
 // Picks elements per chunk when the config says "automatic" (chunk_bytes 0):
 // about eight chunks per shard so that small models still use every shard,
-// between 1 KiB and kMaxChunkBytes.
+// between 1 KiB and kMaxChunkBytes. Row-sparse tensors do not count.
 uint64_t AutoChunkElems(const std::vector<pstrain::v1::TensorSpec>& tensors,
                         int num_shards);
 
 // Cuts every tensor into chunks of `chunk_elems` elements (the last chunk of a
 // tensor may be shorter) and assigns each chunk to the shard holding the
 // fewest bytes so far, largest chunks first. Bytes per shard then differ by at
-// most one chunk, even for a single huge tensor. Deterministic.
+// most one chunk, even for a single huge tensor. Deterministic. Row-sparse
+// tensors (TensorSpec.row_sparse) are listed in the map's tensors but get no
+// chunks: their rows are spread by RowShard (common/sparse_rows.h).
 absl::StatusOr<pstrain::v1::ShardMap> BuildShardMap(
     const std::vector<pstrain::v1::TensorSpec>& tensors, int num_shards,
     uint64_t chunk_elems);

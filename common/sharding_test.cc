@@ -64,5 +64,20 @@ TEST(ShardingTest, AutoChunkUsesEveryShardForSmallModels) {
   for (uint64_t b : BytesPerShard(*map, 4)) EXPECT_GT(b, 0u);
 }
 
+// A row-sparse table of 10^8 rows is listed but gets no chunks and does not
+// count towards the automatic chunk size.
+TEST(ShardingTest, RowSparseTablesGetNoChunks) {
+  v1::TensorSpec emb = Tensor("emb", {100000000, 16});
+  emb.set_row_sparse(true);
+  std::vector<v1::TensorSpec> dense = {Tensor("w", {64, 128})};
+  std::vector<v1::TensorSpec> both = {emb, dense[0]};
+  EXPECT_EQ(AutoChunkElems(both, 2), AutoChunkElems(dense, 2));
+  auto map = BuildShardMap(both, 2, AutoChunkElems(both, 2));
+  ASSERT_TRUE(map.ok());
+  ASSERT_EQ(map->tensors_size(), 2);
+  EXPECT_TRUE(map->tensors(0).row_sparse());
+  for (const auto& c : map->chunks()) EXPECT_EQ(c.tensor(), "w");
+}
+
 }  // namespace
 }  // namespace pstrain

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/optimizer.h"
+#include "common/sparse_rows.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -93,7 +94,9 @@ json ShardMapJson(const pstrain::v1::ShardMap& map) {
   for (const auto& t : map.tensors()) {
     json shape = json::array();
     for (int64_t d : t.shape()) shape.push_back(d);
-    tensors.push_back({{"name", t.name()}, {"shape", shape}, {"dtype", "F32"}});
+    json tensor = {{"name", t.name()}, {"shape", shape}, {"dtype", "F32"}};
+    if (t.row_sparse()) tensor["row_sparse"] = true;
+    tensors.push_back(tensor);
   }
   json chunks = json::array();
   for (const auto& c : map.chunks()) {
@@ -139,6 +142,9 @@ absl::StatusOr<CheckpointManifest> ParseManifest(const std::string& path,
       spec->set_name(t.at("name").get<std::string>());
       for (const json& d : t.at("shape")) spec->add_shape(d.get<int64_t>());
       spec->set_dtype(pstrain::v1::DTYPE_F32);
+      if (t.contains("row_sparse")) {
+        spec->set_row_sparse(t.at("row_sparse").get<bool>());
+      }
       if (t.at("dtype").get<std::string>() != "F32") {
         return DataLoss(path, absl::StrCat("tensor '", spec->name(),
                                            "' has a dtype other than F32"));
@@ -241,12 +247,51 @@ absl::StatusOr<CheckpointFile> WriteShardFile(CheckpointEnv* env,
          {"data_offset", data_offset}});
     data_offset += (c.weights.size() + c.slots.size()) * sizeof(float);
   }
-  const json header = {
+  // Row-sparse tables: per table n ids (int64), n update counts (uint64),
+  // then n rows of `row_floats` floats (weights, then slots).
+  json row_tables = json::array();
+  std::vector<std::vector<int64_t>> row_ids;
+  std::vector<std::vector<uint64_t>> row_updates;
+  if (state.has_rows) {
+    const SparseShardState& rs = state.rows;
+    if (rs.rows.size() != rs.tensors.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shard ", shard, " state: ", rs.rows.size(),
+                       " row tables for ", rs.tensors.size(), " tensors"));
+    }
+    for (size_t t = 0; t < rs.tensors.size(); ++t) {
+      const auto& rows = rs.rows[t];
+      const uint64_t row_floats = rows.empty() ? 0 : rows[0].data.size();
+      row_ids.emplace_back();
+      row_updates.emplace_back();
+      for (const SparseRowState& r : rows) {
+        if (r.data.size() != row_floats) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("shard ", shard, " state: rows of '", rs.tensors[t],
+                           "' differ in size"));
+        }
+        row_ids.back().push_back(r.id);
+        row_updates.back().push_back(r.updates);
+      }
+      row_tables.push_back({{"tensor", rs.tensors[t]},
+                            {"rows", rows.size()},
+                            {"row_floats", row_floats},
+                            {"data_offset", data_offset}});
+      data_offset +=
+          rows.size() * (2 * sizeof(uint64_t) + row_floats * sizeof(float));
+    }
+  }
+  json header = {
       {"format", kCheckpointFormat}, {"shard", shard},
       {"num_shards", num_shards},    {"cut", state.cut},
       {"version", state.version},    {"schedule_step", state.schedule_step},
       {"clocks", state.clocks},      {"num_slots", state.num_slots},
       {"records", records}};
+  if (state.has_rows) {
+    header["row_version"] = state.rows.version;
+    header["row_clocks"] = state.rows.clocks;
+    header["row_tables"] = row_tables;
+  }
   const std::string header_text = header.dump();
   std::string preamble(kMagic, sizeof(kMagic));
   const uint64_t h = header_text.size();
@@ -257,6 +302,16 @@ absl::StatusOr<CheckpointFile> WriteShardFile(CheckpointEnv* env,
                        c.weights.size() * sizeof(float));
     parts.emplace_back(reinterpret_cast<const char*>(c.slots.data()),
                        c.slots.size() * sizeof(float));
+  }
+  for (size_t t = 0; t < row_ids.size(); ++t) {
+    parts.emplace_back(reinterpret_cast<const char*>(row_ids[t].data()),
+                       row_ids[t].size() * sizeof(int64_t));
+    parts.emplace_back(reinterpret_cast<const char*>(row_updates[t].data()),
+                       row_updates[t].size() * sizeof(uint64_t));
+    for (const SparseRowState& r : state.rows.rows[t]) {
+      parts.emplace_back(reinterpret_cast<const char*>(r.data.data()),
+                         r.data.size() * sizeof(float));
+    }
   }
   PS_RETURN_IF_ERROR(RefuseComplete(env, dir));
   PS_RETURN_IF_ERROR(env->CreateDirs(dir));
@@ -380,6 +435,10 @@ absl::StatusOr<CheckpointFile> SaveShardAt(Shard& shard, uint32_t num_shards,
                                            const std::string& root,
                                            uint64_t step, absl::Time deadline) {
   PS_ASSIGN_OR_RETURN(ShardState state, shard.SnapshotAt(step, deadline));
+  if (shard.sparse() != nullptr) {
+    PS_ASSIGN_OR_RETURN(state.rows, shard.sparse()->SnapshotAt(step, deadline));
+    state.has_rows = true;
+  }
   return WriteShardFile(env, CheckpointDir(root, step), shard.shard_id(),
                         num_shards, state);
 }
@@ -464,6 +523,36 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
         }
         reader->records_[tensor].push_back(rec);
       }
+      if (header.contains("row_tables")) {
+        sh.has_rows = true;
+        sh.row_version = header.at("row_version").get<uint64_t>();
+        sh.row_clocks = header.at("row_clocks").get<std::vector<uint64_t>>();
+        for (const json& r : header.at("row_tables")) {
+          const std::string tensor = r.at("tensor").get<std::string>();
+          const uint64_t n = r.at("rows").get<uint64_t>();
+          const uint64_t row_floats = r.at("row_floats").get<uint64_t>();
+          const uint64_t at = r.at("data_offset").get<uint64_t>();
+          const uint64_t per_row = 2 * sizeof(uint64_t);
+          if (row_floats > data_bytes / sizeof(float) ||
+              n > data_bytes / (per_row + row_floats * sizeof(float)) ||
+              at > data_bytes - n * (per_row + row_floats * sizeof(float))) {
+            return DataLoss(
+                path, absl::StrCat("rows of '", tensor, "' run past the end"));
+          }
+          const char* p = data.data() + data_start + at;
+          std::vector<SparseRowState>& out = reader->rows_[tensor];
+          for (uint64_t i = 0; i < n; ++i) {
+            SparseRowState row;
+            std::memcpy(&row.id, p + i * sizeof(int64_t), sizeof(int64_t));
+            std::memcpy(&row.updates, p + n * sizeof(int64_t) + i * 8, 8);
+            row.data.resize(row_floats);
+            std::memcpy(row.data.data(),
+                        p + n * per_row + i * row_floats * sizeof(float),
+                        row_floats * sizeof(float));
+            out.push_back(std::move(row));
+          }
+        }
+      }
     } catch (const json::exception& e) {
       return DataLoss(path, absl::StrCat("bad header: ", e.what()));
     }
@@ -547,7 +636,50 @@ absl::Status CheckpointReader::RestoreShard(const ShardOptions& options,
                                             Shard& shard) const {
   PS_RETURN_IF_ERROR(CheckCompatible(options));
   PS_ASSIGN_OR_RETURN(ShardState state, StateFor(shard.chunks()));
-  return shard.Restore(state);
+  if (shard.sparse() == nullptr) return shard.Restore(state);
+  // Rows are checked before anything is restored, so a checkpoint without
+  // them changes nothing.
+  PS_ASSIGN_OR_RETURN(SparseShardState rows,
+                      RowsFor(*shard.sparse(), options.shard_id,
+                              std::max<uint32_t>(options.num_shards, 1)));
+  PS_RETURN_IF_ERROR(shard.Restore(state));
+  return shard.sparse()->Restore(rows);
+}
+
+absl::StatusOr<SparseShardState> CheckpointReader::RowsFor(
+    const SparseShard& sparse, uint32_t shard_id, uint32_t num_shards) const {
+  SparseShardState state;
+  for (size_t i = 0; i < headers_.size(); ++i) {
+    const ShardHeader& h = headers_[i];
+    if (!h.has_rows) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint shard ", i, " holds no rows, the job has ",
+                       "row-sparse tensor '", sparse.table_name(0), "'"));
+    }
+    if (i == 0) {
+      state.version = h.row_version;
+      state.clocks = h.row_clocks;
+    } else if (h.row_version != state.version || h.row_clocks != state.clocks) {
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint shards disagree on the rows' cut: shard 0 has row step ",
+          state.version, ", shard ", i, " has ", h.row_version));
+    }
+  }
+  for (size_t t = 0; t < sparse.num_tables(); ++t) {
+    state.tensors.push_back(sparse.table_name(t));
+    state.rows.emplace_back();
+    auto it = rows_.find(sparse.table_name(t));
+    if (it == rows_.end()) continue;  // no row of the table was stored
+    for (const SparseRowState& r : it->second) {
+      if (RowShard(r.id, num_shards) == shard_id)
+        state.rows.back().push_back(r);
+    }
+    std::sort(state.rows.back().begin(), state.rows.back().end(),
+              [](const SparseRowState& a, const SparseRowState& b) {
+                return a.id < b.id;
+              });
+  }
+  return state;
 }
 
 absl::StatusOr<ShardState> CheckpointReader::StateFor(

@@ -21,11 +21,19 @@
 //                  "num_slots": S,
 //                  "records": [{"tensor": name, "offset": first element,
 //                               "length": n, "exponent": E or null,
-//                               "data_offset": byte offset in the data}]}
+//                               "data_offset": byte offset in the data}],
+//                  and in a job with row-sparse tensors (docs/sparse.md)
+//                  "row_version": row steps applied, "row_clocks": [per
+//                  worker], "row_tables": [{"tensor": name, "rows": n,
+//                  "row_floats": F, "data_offset": byte offset}]}
 //   then the data: per record, at 16 + H + data_offset, n fp32 weights then
 //   S * n fp32 slot values (slot-major: slot 0's n values, then slot 1's;
 //   the slots of common/optimizer.h: momentum 1, Adam/AdamW first and second
-//   moment, AdaGrad the accumulator, SGD none).
+//   moment, AdaGrad the accumulator, SGD none). A row table's data, at its
+//   data_offset: n int64 row ids, n uint64 per-row update counts, then n
+//   rows of F = dim * (1 + S) fp32 values (the row's weights, then its S
+//   slots of dim values each). Rows are keyed by id, so they restore onto
+//   any number of shards (RowShard, common/sparse_rows.h).
 // Records are keyed by (tensor, element range), so a reader can assemble any
 // range of any tensor whichever shard wrote it: a checkpoint taken with K
 // shards and one chunk size restores onto K' shards with another.
@@ -183,8 +191,20 @@ class CheckpointReader {
     uint64_t version = 0;
     uint64_t schedule_step = 0;
     std::vector<uint64_t> clocks;
+    // Row-sparse tables (absent in a job without them).
+    bool has_rows = false;
+    uint64_t row_version = 0;
+    std::vector<uint64_t> row_clocks;
   };
   const std::vector<ShardHeader>& shard_headers() const { return headers_; }
+
+  // The rows shard `shard_id` of `num_shards` holds of `sparse`'s tables
+  // (any number of shards wrote them: each row goes where RowShard says),
+  // with the rows' version and clocks (every file must agree: DATA_LOSS).
+  // FAILED_PRECONDITION when the checkpoint holds no rows.
+  absl::StatusOr<SparseShardState> RowsFor(const SparseShard& sparse,
+                                           uint32_t shard_id,
+                                           uint32_t num_shards) const;
 
   // Elements [offset, offset + length) of `tensor`: weights into
   // weights[0, length) and slots into slots[0, num_slots * length)
@@ -197,7 +217,9 @@ class CheckpointReader {
   // the same tensors (names and shapes, in order), number of workers and
   // optimizer kind. FAILED_PRECONDITION naming the first difference.
   absl::Status CheckCompatible(const ShardOptions& options) const;
-  // CheckCompatible, then StateFor(shard.chunks()) and Shard::Restore.
+  // CheckCompatible, then StateFor(shard.chunks()) and Shard::Restore; in a
+  // job with row-sparse tensors also RowsFor and SparseShard::Restore (rows
+  // checked first).
   absl::Status RestoreShard(const ShardOptions& options, Shard& shard) const;
 
   // The state to Restore into a shard holding `chunks` (any layout): each
@@ -222,7 +244,8 @@ class CheckpointReader {
   CheckpointManifest manifest_;
   std::vector<std::string> contents_;  // per file
   std::vector<ShardHeader> headers_;
-  std::map<std::string, std::vector<Record>> records_;  // by offset
+  std::map<std::string, std::vector<Record>> records_;       // by offset
+  std::map<std::string, std::vector<SparseRowState>> rows_;  // every file's
 };
 
 }  // namespace pstrain

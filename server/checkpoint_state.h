@@ -29,6 +29,25 @@ struct ChunkState {
   int32_t exponent = 0;
 };
 
+// One stored row of a row-sparse table (server/sparse_table.h): weights
+// (dim floats) then the optimizer's slots (num_slots * dim floats), and the
+// row's own update count (Adam's bias correction).
+struct SparseRowState {
+  int64_t id = 0;
+  uint64_t updates = 0;
+  std::vector<float> data;
+};
+
+// The row half of a shard at a cut (server/sparse_shard.h; no sync push
+// pending): per row-sparse tensor its stored rows (by id), the row steps
+// applied and the worker clocks of row pushes.
+struct SparseShardState {
+  uint64_t version = 0;
+  std::vector<uint64_t> clocks;
+  std::vector<std::string> tensors;
+  std::vector<std::vector<SparseRowState>> rows;  // tensors order
+};
+
 struct ShardState {
   // The cut: sync, the number of steps applied (the state after step
   // cut - 1); async, the clock every worker had reached.
@@ -41,6 +60,9 @@ struct ShardState {
   int num_slots = 0;  // Optimizer::num_slots()
   // The shard's chunks, in Shard::chunks() order.
   std::vector<ChunkState> chunks;
+  // A job with row-sparse tensors: the rows this shard holds at the cut.
+  bool has_rows = false;
+  SparseShardState rows;
 };
 
 }  // namespace pstrain

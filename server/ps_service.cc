@@ -17,6 +17,7 @@
 #include "common/grpc_util.h"
 #include "common/job_token.h"
 #include "common/sharding.h"
+#include "common/sparse_rows.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "server/checkpoint.h"
@@ -868,6 +869,198 @@ grpc::Status ParameterServerService::StreamedPull(
     metrics_->pull_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - start));
     metrics_->barrier_wait_seconds->Observe(result->wait_seconds);
   }
+  return grpc::Status::OK;
+}
+
+namespace {
+
+// Bytes a row push's framing may add to its ids and values (per message:
+// the tensor name, tags and lengths); a stream beyond the bound is refused.
+constexpr uint64_t kRowMessageOverheadBytes = 1024;
+
+}  // namespace
+
+grpc::Status ParameterServerService::PushRows(
+    grpc::ServerContext* context,
+    grpc::ServerReader<pstrain::v1::PushRowsRequest>* reader,
+    pstrain::v1::PushRowsResponse* response) {
+  std::shared_ptr<Shard> s = shard();
+  if (s == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "shard not initialised");
+  }
+  SparseShard* sparse = s->sparse();
+  if (sparse == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "the job has no row-sparse tensors; nothing applied");
+  }
+  // Authenticated before admitted, as Push.
+  const auto& md = context->client_metadata();
+  auto it = md.find(kPushSessionMetadataKey);
+  if (it == md.end()) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "row push without its session (metadata "
+                        "x-pstrain-push-session); nothing applied");
+  }
+  absl::StatusOr<PushSession> session =
+      ParsePushSession(absl::string_view(it->second.data(), it->second.size()));
+  absl::Status st = session.status();
+  if (st.ok()) st = CheckPushSession(*sessions(), *session);
+  if (!st.ok()) {
+    return ToGrpcStatus(absl::Status(
+        st.code(), absl::StrCat(st.message(), "; nothing applied")));
+  }
+  {
+    absl::MutexLock lock(&push_mu_);
+    const int limit = std::max(1, options_.max_concurrent_buffered_pushes);
+    auto free = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(push_mu_) {
+      return active_row_pushes_ < limit || context->IsCancelled();
+    };
+    if (!push_mu_.AwaitWithDeadline(
+            absl::Condition(&free),
+            ServerDeadline(*context, options_.push_timeout)) ||
+        context->IsCancelled()) {
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          "row push not admitted before its deadline; "
+                          "nothing applied");
+    }
+    ++active_row_pushes_;
+  }
+  struct Release {
+    ParameterServerService* self;
+    ~Release() {
+      absl::MutexLock lock(&self->push_mu_);
+      --self->active_row_pushes_;
+    }
+  } release{this};
+
+  const uint64_t bound = sparse->max_push_bytes();
+  std::vector<pstrain::v1::PushRowsRequest> messages;
+  uint64_t bytes = 0;
+  pstrain::v1::PushRowsRequest m;
+  while (reader->Read(&m)) {
+    bytes += m.ByteSizeLong();
+    if (bytes > bound + kRowMessageOverheadBytes * (messages.size() + 1)) {
+      return grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("row push over ", bound,
+                       " bytes of ids and values; nothing applied"));
+    }
+    if (messages.empty()) {
+      const pstrain::v1::PushHeader& h = m.header();
+      if (!m.has_header() || h.worker() != session->worker ||
+          h.session_id() != session->session_id ||
+          h.generation() != session->generation) {
+        return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                            "row push header does not match the stream's "
+                            "session; nothing applied");
+      }
+    }
+    messages.push_back(std::move(m));
+    m.Clear();
+  }
+  if (context->IsCancelled()) {
+    return grpc::Status(grpc::StatusCode::CANCELLED,
+                        "row push cancelled; nothing applied");
+  }
+  if (messages.empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "row push without a message; nothing applied");
+  }
+  bytes_in_ += bytes;
+  absl::StatusOr<RowPush> push = sparse->DecodePush(messages);
+  if (!push.ok()) return ToGrpcStatus(push.status());
+  // A rollback while the stream was read: the push is of another generation.
+  if (absl::Status g = CheckGeneration(session->generation, "row push");
+      !g.ok()) {
+    return ToGrpcStatus(g);
+  }
+  absl::StatusOr<RowPushResult> result = sparse->Push(std::move(*push));
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  response->set_version(result->version);
+  response->set_staleness(result->staleness);
+  response->set_applied(result->applied);
+  response->set_rows(result->rows);
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterServerService::PullRows(
+    grpc::ServerContext* context, const pstrain::v1::PullRowsRequest* request,
+    grpc::ServerWriter<pstrain::v1::PullRowsResponse>* writer) {
+  std::shared_ptr<Shard> s = shard();
+  if (s == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "shard not initialised");
+  }
+  SparseShard* sparse = s->sparse();
+  if (sparse == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "the job has no row-sparse tensors");
+  }
+  absl::Duration barrier_timeout;
+  {
+    absl::MutexLock lock(&mu_);
+    barrier_timeout = barrier_timeout_;
+  }
+  if (absl::Status st = CheckGeneration(request->generation(), "row pull");
+      !st.ok()) {
+    return ToGrpcStatus(st);
+  }
+  if (absl::Status st = sessions()->CheckOrRefresh(
+          request->worker(), request->session_id(), "PullRows",
+          ServerDeadline(*context, kSessionRefreshCap));
+      !st.ok()) {
+    return ToGrpcStatus(st);
+  }
+  absl::StatusOr<std::vector<RowBlock>> blocks = sparse->DecodePull(*request);
+  if (!blocks.ok()) return ToGrpcStatus(blocks.status());
+  absl::StatusOr<RowPullResult> result =
+      sparse->Pull(request->worker(), request->clock(), std::move(*blocks),
+                   ServerDeadline(*context, barrier_timeout));
+  if (!result.ok()) return ToGrpcStatus(result.status());
+
+  uint64_t bytes = 0;
+  auto write = [&](pstrain::v1::PullRowsResponse& msg) {
+    bytes += msg.ByteSizeLong();
+    const bool ok = writer->Write(msg);
+    msg.Clear();
+    return ok;
+  };
+  pstrain::v1::PullRowsResponse msg;
+  msg.set_version(result->version);
+  msg.set_min_clock(result->min_clock);
+  if (!write(msg)) {
+    return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+  }
+  const pstrain::v1::DType dtype = sparse->wire_dtype();
+  const uint64_t element_bytes = WireElementBytes(dtype);
+  uint64_t payload = 0;
+  for (const RowBlock& b : result->blocks) {
+    const std::string& name = sparse->table_name(b.table);
+    const uint64_t dim = static_cast<uint64_t>(sparse->table_dim(b.table));
+    const uint64_t per_row = sizeof(int64_t) + dim * element_bytes;
+    const uint64_t step = RowsPerMessage(dim, dtype, /*with_values=*/true);
+    for (uint64_t i = 0; i < b.ids.size(); i += step) {
+      const uint64_t n = std::min<uint64_t>(step, b.ids.size() - i);
+      if (payload > 0 && payload + n * per_row > kMaxMessagePayloadBytes) {
+        if (!write(msg)) {
+          return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+        }
+        payload = 0;
+      }
+      pstrain::v1::SparseRows* piece = msg.add_rows();
+      piece->set_tensor(name);
+      piece->set_dtype(dtype);
+      piece->set_dim(static_cast<uint32_t>(dim));
+      AppendRowIds(absl::MakeConstSpan(b.ids).subspan(i, n),
+                   piece->mutable_ids());
+      AppendRowValues(&b.values[i * dim], n * dim, dtype, name,
+                      piece->mutable_values());
+      payload += n * per_row;
+    }
+  }
+  if (msg.rows_size() > 0 && !write(msg)) {
+    return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+  }
+  bytes_out_ += bytes;
   return grpc::Status::OK;
 }
 

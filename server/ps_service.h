@@ -39,6 +39,18 @@
 // how a stand-in makes its new session known before its first push
 // (PsClient::AnnounceSession).
 //
+// Rows of row-sparse tensors (docs/sparse.md; Shard::sparse()): PushRows
+// is a client stream like Push, opened with the same push-session metadata
+// (checked before admission, the first header must match it) and buffered
+// whole (at most SparseShard::max_push_bytes() of ids and values, at most
+// max_concurrent_buffered_pushes streams read at once, the others waiting
+// holding no buffer) before the shard validates and applies or records it:
+// a stream that fails, is cancelled or carries anything invalid changes
+// nothing. PullRows checks the session like Pull, waits under the job's
+// rule and answers the rows in request order, at most
+// kMaxMessagePayloadBytes of ids and values per message. On a job without
+// row-sparse tensors both are FAILED_PRECONDITION.
+//
 // Generations (training.on_failure: restart; docs/failures-and-recovery.md):
 // the service serves one generation of the job at a time (0 until the first
 // Rollback). A pull or push of another generation (PullRequest /
@@ -178,6 +190,13 @@ class ParameterServerService final
       grpc::ServerContext* context,
       grpc::ServerSplitStreamer<pstrain::v1::PullRequest, grpc::ByteBuffer>*
           stream);
+  grpc::Status PushRows(
+      grpc::ServerContext* context,
+      grpc::ServerReader<pstrain::v1::PushRowsRequest>* reader,
+      pstrain::v1::PushRowsResponse* response) override;
+  grpc::Status PullRows(
+      grpc::ServerContext* context, const pstrain::v1::PullRowsRequest* request,
+      grpc::ServerWriter<pstrain::v1::PullRowsResponse>* writer) override;
   grpc::Status GetStats(grpc::ServerContext* context,
                         const pstrain::v1::ShardStatsRequest* request,
                         pstrain::v1::ShardStats* response) override;
@@ -271,6 +290,7 @@ class ParameterServerService final
   int active_pushes_ ABSL_GUARDED_BY(push_mu_) = 0;
   std::deque<PushReactor*> waiting_pushes_ ABSL_GUARDED_BY(push_mu_);
   std::map<uint32_t, int> push_streams_ ABSL_GUARDED_BY(push_mu_);
+  int active_row_pushes_ ABSL_GUARDED_BY(push_mu_) = 0;
   std::vector<std::unique_ptr<std::vector<pstrain::v1::PushRequest>>>
       push_buffers_ ABSL_GUARDED_BY(push_mu_);
   std::atomic<uint64_t> bytes_in_{0};

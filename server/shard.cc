@@ -491,6 +491,12 @@ ShardOptions ShardOptionsFromJob(const pstrain::v1::JobSpec& job,
   r.staleness = t.staleness();
   r.staleness_aware_lr = t.staleness_aware_lr();
   r.dc_lambda = t.dc_lambda();
+  o.sparse_max_rows = static_cast<uint64_t>(
+      std::max<int64_t>(job.config().server().sparse_max_rows(), 0));
+  o.sparse_on_full = job.config().server().sparse_on_full() ==
+                             pstrain::v1::ServerConfig::REJECT
+                         ? SparseTableOptions::OnFull::kReject
+                         : SparseTableOptions::OnFull::kEvict;
   o.wire_dtype =
       job.config().network().wire_dtype() == pstrain::v1::DTYPE_UNSPECIFIED
           ? pstrain::v1::DTYPE_F32
@@ -548,6 +554,21 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(ShardOptions options) {
   const pstrain::v1::ShardMap& map = shard->options_.shard_map;
   PS_ASSIGN_OR_RETURN(shard->optimizer_,
                       Optimizer::Create(shard->options_.optimizer));
+
+  bool any_sparse = false;
+  for (const auto& t : map.tensors()) any_sparse = any_sparse || t.row_sparse();
+  if (any_sparse) {
+    SparseShardOptions so;
+    so.shard_id = shard->options_.shard_id;
+    so.num_shards = std::max<uint32_t>(shard->options_.num_shards, 1);
+    so.tensors.assign(map.tensors().begin(), map.tensors().end());
+    so.optimizer = shard->options_.optimizer;
+    so.rule = shard->options_.rule;
+    so.wire_dtype = shard->options_.wire_dtype;
+    so.max_rows = shard->options_.sparse_max_rows;
+    so.on_full = shard->options_.sparse_on_full;
+    PS_ASSIGN_OR_RETURN(shard->sparse_, SparseShard::Create(std::move(so)));
+  }
 
   absl::flat_hash_map<std::string, const pstrain::v1::TensorSpec*> specs;
   for (const auto& t : map.tensors()) specs[t.name()] = &t;
@@ -1503,6 +1524,7 @@ uint64_t Shard::clipped_elements() const {
 }
 
 void Shard::Close() {
+  if (sparse_ != nullptr) sparse_->Close();
   absl::MutexLock lock(&mu_);
   closed_ = true;
 }
@@ -1618,6 +1640,7 @@ size_t Shard::waiting_snapshots() const {
 }
 
 void Shard::SetStandingCuts(uint64_t every, uint64_t last, size_t max_held) {
+  if (sparse_ != nullptr) sparse_->SetStandingCuts(every, last, max_held);
   absl::MutexLock lock(&mu_);
   standing_every_ = every;
   standing_last_ = last;

@@ -219,6 +219,7 @@
 #include "proto/pstrain.pb.h"
 #include "server/checkpoint_state.h"
 #include "server/consistency_rule.h"
+#include "server/sparse_shard.h"
 
 namespace pstrain {
 
@@ -259,6 +260,12 @@ struct ShardOptions {
   // core's cache when the rule reads it; 0: the whole chunk at once. A
   // multiple of 16 (whole vectors). Results are the same bit for bit.
   uint64_t apply_block = 8192;
+  // Row-sparse tensors of the map (server/sparse_shard.h): rows of each
+  // table this shard stores at most (server.sparse_max_rows; 0: no bound)
+  // and what happens at the bound (server.sparse_on_full).
+  uint64_t sparse_max_rows = 0;
+  SparseTableOptions::OnFull sparse_on_full =
+      SparseTableOptions::OnFull::kEvict;
 };
 
 // The options of shard `shard_id` of `job`.
@@ -357,6 +364,10 @@ class Shard {
   // names, framing), for the service to reject a stream early.
   uint64_t max_push_bytes() const { return max_push_bytes_; }
   uint64_t max_push_messages() const { return chunks_.size() + 2; }
+  // The row-sparse half (PushRows, PullRows; docs/sparse.md), or null when
+  // the map has no row-sparse tensor. Lives as long as the shard; Close()
+  // closes it too.
+  SparseShard* sparse() const { return sparse_.get(); }
 
   // Validates and applies (Ssp), records (Bsp) or drops (a late push with
   // backup workers) one worker's gradient for this shard's chunks.
@@ -565,6 +576,7 @@ class Shard {
 
   const ShardOptions options_;
   std::unique_ptr<ConsistencyRule> rule_;
+  std::unique_ptr<SparseShard> sparse_;
   std::unique_ptr<ChunkPool> pool_;  // null: one thread
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<LocalChunk> chunks_;
@@ -706,7 +718,8 @@ class Shard {
   // beyond) until SnapshotAt(t) takes one. So a coordinator ordering those
   // cuts is never too late, however fast the steps. A capture copies
   // weights and slots (memory: max_held copies). Async: reads are held at
-  // each such cut below `last` (above) until it is captured.
+  // each such cut below `last` (above) until it is captured. The row half
+  // (sparse()) gets the same standing cuts.
   void SetStandingCuts(uint64_t every, uint64_t last, size_t max_held = 2);
 
  private:

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Writes the seed corpora of the message fuzzers (push_fuzzer, stream_fuzzer)
+"""Writes the seed corpora of the message fuzzers (push_fuzzer, stream_fuzzer,
+rows_fuzzer)
 and the text fuzzers (config_fuzzer, loaders_fuzzer) into corpus/<target>/.
 
 The protobuf messages are encoded by hand (no protobuf module needed); the
@@ -73,6 +74,37 @@ def framed(variant, frames):
     return out
 
 
+def sparse_rows(tensor, ids, values=(), dim=3, dtype=1):
+    packed = b"".join(struct.pack("<q", i) for i in ids)
+    data = b"".join(struct.pack("<f", v) for v in values)
+    return (field_bytes(1, tensor.encode()) + field_bytes(2, packed) +
+            field_varint(3, dtype) + field_varint(4, dim) +
+            (field_bytes(5, data) if data else b""))
+
+
+def row_push(hdr=None, rows=()):
+    msg = b"" if hdr is None else field_bytes(1, hdr)
+    return msg + b"".join(field_bytes(2, r) for r in rows)
+
+
+def row_pull(worker=0, clock=0, rows=()):
+    return (field_varint(1, worker) + field_varint(2, clock) +
+            b"".join(field_bytes(5, r) for r in rows))
+
+
+# Rows of "emb" [64, 3] on shard 0 of two (splitmix64(id) % 2 == 0).
+def splitmix64(x):
+    m = (1 << 64) - 1
+    x = (x + 0x9E3779B97F4A7C15) & m
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & m
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & m
+    return x ^ (x >> 31)
+
+
+SHARD0_ROWS = [r for r in range(64) if splitmix64(r) % 2 == 0]
+SHARD1_ROWS = [r for r in range(64) if splitmix64(r) % 2 == 1]
+
+
 W0, W1, W2, B0 = ([0.5, -1, 2, 0.25], [1, 1, 1, 1], [3, -3], [0.1, 0.2, 0.3, 0.4])
 
 
@@ -139,6 +171,44 @@ def main():
     write("config_fuzzer", "bad_key.yaml", "job:\n  wokers: 3\n")
     write("config_fuzzer", "inf.yaml",
           "training:\n  mode: async\n  staleness: inf\n")
+
+    # rows_fuzzer: byte 0 bit 0 async, bit 1 Adam, bit 2 reject at the
+    # bound of 4 rows, bit 3 bf16 wire; shard 0 of two holds SHARD0_ROWS.
+    a, b, c, d, e = SHARD0_ROWS[:5]
+    g2 = [0.5, -1, 2, 0.25, 1, -0.5]
+    for variant in range(8):
+        write("rows_fuzzer", f"valid_v{variant}", framed(variant, [
+            row_pull(0, 0, [sparse_rows("emb", [a, b, a])]),
+            row_push(header(0, 0), [sparse_rows("emb", [a, b], g2)]),
+            row_push(header(1, 0), [sparse_rows("emb", [b, c], g2)]),
+            row_push(header(0, 1), [sparse_rows("emb", [d, e], g2)]),
+            row_push(header(1, 1)),
+        ]))
+    write("rows_fuzzer", "out_of_range", framed(0, [
+        row_push(header(), [sparse_rows("emb", [a, 64], g2)])]))
+    write("rows_fuzzer", "negative_id", framed(1, [
+        row_push(header(), [sparse_rows("emb", [-1], g2[:3])])]))
+    write("rows_fuzzer", "duplicate", framed(0, [
+        row_push(header(), [sparse_rows("emb", [a], g2[:3]),
+                            sparse_rows("emb", [a], g2[:3])])]))
+    write("rows_fuzzer", "wrong_width", framed(1, [
+        row_push(header(), [sparse_rows("emb", [a, b], g2, dim=2)])]))
+    write("rows_fuzzer", "other_shard", framed(0, [
+        row_push(header(), [sparse_rows("emb", SHARD1_ROWS[:1], g2[:3])])]))
+    write("rows_fuzzer", "past_bound", framed(5, [
+        row_push(header(), [sparse_rows("emb", SHARD0_ROWS[:5], g2 * 2 + g2[:3])])]))
+    write("rows_fuzzer", "nan", framed(1, [
+        row_push(header(), [sparse_rows("emb", [a], [1, math.nan, 2])])]))
+    write("rows_fuzzer", "bf16_values", framed(9, [
+        row_push(header(), [sparse_rows("emb", [a], [], dtype=2) +
+                            field_bytes(5, b"\x80\x3f\x00\x40\x80\xbf")])]))
+    write("rows_fuzzer", "unknown_tensor", framed(0, [
+        row_pull(0, 0, [sparse_rows("w", [a])]),
+        row_push(header(), [sparse_rows("w", [a], g2[:3])])]))
+    write("rows_fuzzer", "retry", framed(1, [
+        row_push(header(0, 0), [sparse_rows("emb", [a], g2[:3])]),
+        row_push(header(0, 0), [sparse_rows("emb", [a], g2[:3])]),
+        row_push(header(0, 0), [sparse_rows("emb", [a], g2[3:])])]))
 
     # loaders_fuzzer: byte 0 picks the parser (0 digits, 1 sklearn csv,
     # 2 csv with header, 3 libsvm).

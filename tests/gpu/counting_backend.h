@@ -126,6 +126,22 @@ class CountingBackend : public ComputeBackend {
     ++counts_.sums;
     return inner_->Sum(n, x);
   }
+  absl::Status EmbeddingBagForward(int64_t bags, int64_t bag_size, int64_t dim,
+                                   Pooling pooling, const DeviceBuffer& index,
+                                   const DeviceBuffer& rows, int64_t num_rows,
+                                   DeviceBuffer* out) override {
+    return inner_->EmbeddingBagForward(bags, bag_size, dim, pooling, index,
+                                       rows, num_rows, out);
+  }
+  absl::Status EmbeddingBagBackward(int64_t bags, int64_t bag_size, int64_t dim,
+                                    Pooling pooling, const DeviceBuffer& dout,
+                                    const DeviceBuffer& row_starts,
+                                    const DeviceBuffer& entries,
+                                    int64_t num_rows,
+                                    DeviceBuffer* drows) override {
+    return inner_->EmbeddingBagBackward(bags, bag_size, dim, pooling, dout,
+                                        row_starts, entries, num_rows, drows);
+  }
 
  protected:
   absl::StatusOr<float*> AllocateRaw(int64_t size) override {

@@ -69,6 +69,17 @@ class FakeBackend : public ComputeBackend {
   absl::StatusOr<double> Sum(int64_t, const DeviceBuffer&) override {
     return Unused();
   }
+  absl::Status EmbeddingBagForward(int64_t, int64_t, int64_t, Pooling,
+                                   const DeviceBuffer&, const DeviceBuffer&,
+                                   int64_t, DeviceBuffer*) override {
+    return Unused();
+  }
+  absl::Status EmbeddingBagBackward(int64_t, int64_t, int64_t, Pooling,
+                                    const DeviceBuffer&, const DeviceBuffer&,
+                                    const DeviceBuffer&, int64_t,
+                                    DeviceBuffer*) override {
+    return Unused();
+  }
 
  protected:
   absl::StatusOr<float*> AllocateRaw(int64_t size) override {

@@ -400,6 +400,116 @@ TEST_P(BackendOpsTest, ColumnSumAndSum) {
   EXPECT_EQ(*sum, 0);
 }
 
+// Embedding bags: the forward against a float loop in the contract's order
+// (exact on every backend), and the backward's gather over the inverse index
+// against a plain scatter-add (exact too: the scatter-add visits each row's
+// positions in increasing order, as the inverse lists them). Rows repeat
+// within and across bags; one row is taken by no bag; the batch spans
+// several CUDA blocks.
+TEST_P(BackendOpsTest, EmbeddingBagForwardAndBackward) {
+  for (const Pooling pooling : {Pooling::kSum, Pooling::kMean}) {
+    for (const int64_t bag_size : {1, 3}) {
+      const int64_t bags = 700, dim = 13, num_rows = 97;
+      const std::string at =
+          absl::StrCat(pooling == Pooling::kSum ? "sum" : "mean",
+                       " bag_size=", bag_size, " ");
+      std::uniform_int_distribution<int64_t> pick(0, num_rows - 2);
+      std::vector<float> index(bags * bag_size);
+      for (float& u : index) u = static_cast<float>(pick(rng_));
+      index[5] = index[4 % index.size()];  // a row twice, maybe in one bag
+      const std::vector<float> rows = RandomVector(num_rows * dim, &rng_);
+      const std::vector<float> dout = RandomVector(bags * dim, &rng_);
+      const float scale =
+          pooling == Pooling::kMean ? 1.0f / static_cast<float>(bag_size) : 1;
+
+      std::vector<float> want_out(bags * dim, 0.0f);
+      for (int64_t b = 0; b < bags; ++b) {
+        for (int64_t j = 0; j < dim; ++j) {
+          float sum = 0;
+          for (int64_t t = 0; t < bag_size; ++t) {
+            sum +=
+                rows[static_cast<int64_t>(index[b * bag_size + t]) * dim + j];
+          }
+          want_out[b * dim + j] = sum * scale;
+        }
+      }
+      std::vector<float> want_drows(num_rows * dim, 0.0f);
+      std::vector<std::vector<int64_t>> positions(num_rows);
+      for (int64_t p = 0; p < bags * bag_size; ++p) {
+        const int64_t u = static_cast<int64_t>(index[p]);
+        positions[u].push_back(p);
+        for (int64_t j = 0; j < dim; ++j) {
+          want_drows[u * dim + j] += dout[(p / bag_size) * dim + j];
+        }
+      }
+      for (float& g : want_drows) g *= scale;
+      std::vector<float> starts = {0}, entries;
+      for (const auto& list : positions) {
+        for (int64_t p : list) entries.push_back(static_cast<float>(p));
+        starts.push_back(static_cast<float>(entries.size()));
+      }
+
+      const DeviceBuffer d_index = Upload(index), d_rows = Upload(rows);
+      const DeviceBuffer d_dout = Upload(dout), d_starts = Upload(starts);
+      const DeviceBuffer d_entries = Upload(entries);
+      // NaN-filled outputs: every element must be written.
+      DeviceBuffer d_out = Upload(std::vector<float>(bags * dim, NAN));
+      DeviceBuffer d_drows = Upload(std::vector<float>(num_rows * dim, NAN));
+      ASSERT_TRUE(backend_
+                      ->EmbeddingBagForward(bags, bag_size, dim, pooling,
+                                            d_index, d_rows, num_rows, &d_out)
+                      .ok());
+      EXPECT_EQ(Download(d_out, bags * dim), want_out) << at << "forward";
+      ASSERT_TRUE(backend_
+                      ->EmbeddingBagBackward(bags, bag_size, dim, pooling,
+                                             d_dout, d_starts, d_entries,
+                                             num_rows, &d_drows)
+                      .ok());
+      EXPECT_EQ(Download(d_drows, num_rows * dim), want_drows)
+          << at << "backward";
+      // The last row is taken by no bag: its gradient is 0, not NaN.
+      EXPECT_EQ(Download(d_drows, num_rows * dim).back(), 0.0f) << at;
+    }
+  }
+}
+
+TEST_P(BackendOpsTest, EmbeddingBagSizeChecks) {
+  const DeviceBuffer four = Upload({0, 1, 0, 1});
+  DeviceBuffer out = Upload(std::vector<float>(8));
+  // bag_size 0, dim 0, a rows matrix too small, an out matrix too small, and
+  // more entries than floats can index exactly.
+  EXPECT_EQ(
+      backend_->EmbeddingBagForward(2, 0, 2, Pooling::kSum, four, four, 2, &out)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      backend_->EmbeddingBagForward(2, 2, 0, Pooling::kSum, four, four, 2, &out)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      backend_->EmbeddingBagForward(2, 2, 2, Pooling::kSum, four, four, 3, &out)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      backend_->EmbeddingBagForward(5, 1, 2, Pooling::kSum, four, four, 2, &out)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_
+                ->EmbeddingBagForward(kMaxEmbeddingEntries, 2, 1, Pooling::kSum,
+                                      four, four, 2, &out)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_
+                ->EmbeddingBagBackward(2, 2, 2, Pooling::kSum, four, four, four,
+                                       4, &out)
+                .code(),
+            absl::StatusCode::kInvalidArgument);  // row_starts needs 5
+  EXPECT_TRUE(backend_
+                  ->EmbeddingBagBackward(2, 2, 2, Pooling::kSum, four,
+                                         Upload({0, 2, 4}), four, 2, &out)
+                  .ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, BackendOpsTest,
                          ::testing::Values("cpu", "cuda"),
                          [](const auto& info) { return info.param; });
@@ -536,6 +646,84 @@ INSTANTIATE_TEST_SUITE_P(
         ModelCase{"softmax", ModelConfig::SOFTMAX, 10, true, ModelConfig::RELU},
         ModelCase{"linear", ModelConfig::LINEAR, 3, false, ModelConfig::RELU}),
     [](const auto& info) { return info.param.name; });
+
+// The wide-and-deep model on CUDA against the CPU: loss, every dense
+// tensor's gradient and the row-sparse gradient of the embedding table
+// (sum and mean pooling, several hashes, rows shared across examples).
+TEST(WideDeepParityTest, CudaMatchesCpu) {
+  std::string skip;
+  std::unique_ptr<ComputeBackend> cuda = MakeBackend("cuda", &skip);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  ASSERT_NE(cuda, nullptr);
+  std::unique_ptr<ComputeBackend> cpu = MakeBackend("cpu", &skip);
+  ASSERT_NE(cpu, nullptr);
+  for (const auto pooling : {ModelConfig::SUM, ModelConfig::MEAN}) {
+    ModelConfig config = DefaultJobConfig().model();
+    config.set_type(ModelConfig::WIDE_DEEP);
+    config.set_input_dim(13);
+    config.set_num_classes(4);
+    config.set_activation(ModelConfig::TANH);
+    config.set_sparse_columns(5);
+    config.set_buckets(100003);
+    config.set_embedding_dim(16);
+    config.set_hashes(2);
+    config.set_pooling(pooling);
+    SetList(config.mutable_bottom_hidden(), {32});
+    SetList(config.mutable_hidden(), {48, 24});
+    auto on_cpu = Model::Create(config, cpu.get());
+    auto on_cuda = Model::Create(config, cuda.get());
+    ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
+    ASSERT_TRUE(on_cuda.ok()) << on_cuda.status();
+    std::mt19937 rng(17);
+    Params params;
+    for (const auto& spec : (*on_cpu)->params()) {
+      std::vector<float> v;
+      if (!spec.row_sparse()) {
+        v.resize(NumElements(spec));
+        InitialValues(spec, 0, v.size(), v.data());
+      }
+      params.push_back(v);
+    }
+    for (const int64_t n : {300, 77}) {
+      Batch batch;
+      batch.n = n;
+      batch.dim = 13;
+      batch.num_cat = 5;
+      batch.x = RandomVector(n * 13, &rng);
+      std::uniform_int_distribution<uint64_t> value(0, 40);
+      for (int64_t k = 0; k < n * 5; ++k) batch.cat.push_back(value(rng));
+      for (int64_t i = 0; i < n; ++i) batch.y.push_back(i % 4);
+      const std::string at = absl::StrCat(ConfigName(pooling), " n=", n, " ");
+      auto ids = (*on_cpu)->RowIds(0, batch);
+      ASSERT_TRUE(ids.ok()) << ids.status();
+      SparseRows rows;
+      rows.ids = *ids;
+      rows.values = RandomVector(ids->size() * 16, &rng, 0.5f);
+      std::vector<float> dense[2];
+      SparseRows row_grad[2];
+      double loss[2];
+      int b = 0;
+      for (Model* m : {on_cpu->get(), on_cuda->get()}) {
+        ASSERT_TRUE(m->SetRows(0, rows).ok());
+        ASSERT_TRUE(m->SetParams(params).ok());
+        auto l = m->ComputeGradient(batch, false);
+        ASSERT_TRUE(l.ok()) << l.status();
+        loss[b] = *l;
+        dense[b].resize(m->num_dense_params());
+        ASSERT_TRUE(
+            m->backend()
+                ->CopyToHost(*m->gradient(), dense[b].size(), dense[b].data())
+                .ok());
+        row_grad[b] = *m->row_gradient(0);
+        ++b;
+      }
+      EXPECT_NEAR(loss[1], loss[0], 1e-4 * std::abs(loss[0])) << at;
+      ExpectClose(dense[1], dense[0], at + "dense gradient");
+      EXPECT_EQ(row_grad[1].ids, row_grad[0].ids) << at;
+      ExpectClose(row_grad[1].values, row_grad[0].values, at + "row gradient");
+    }
+  }
+}
 
 }  // namespace
 }  // namespace pstrain

@@ -1,5 +1,6 @@
-// ComputeBackend: the few dense fp32 operations the models need (matrix
-// products, bias, activations, loss heads, reductions), on the CPU (OpenBLAS)
+// ComputeBackend: the few fp32 operations the models need (matrix products,
+// bias, activations, loss heads, reductions, embedding bags), on the CPU
+// (OpenBLAS)
 // or on a CUDA GPU (cuBLAS plus a few kernels). Both implement the same
 // contracts below, so a model computes the same numbers on either, up to
 // floating-point summation order.
@@ -24,6 +25,14 @@ class ComputeBackend;
 // Hidden-layer activations. The GELU is the tanh approximation
 // 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))).
 enum class Activation { kIdentity, kRelu, kTanh, kGelu };
+
+// How an embedding bag combines its rows: their sum, or their mean.
+enum class Pooling { kSum, kMean };
+
+// Embedding-bag indices travel as floats holding integers (like labels), so
+// they are exact only below 2^24: bags * bag_size and num_rows are at most
+// this.
+inline constexpr int64_t kMaxEmbeddingEntries = int64_t{1} << 24;
 
 // How the two handles below give their memory back (defined after
 // ComputeBackend: its Free and FreeHost).
@@ -225,6 +234,41 @@ class ComputeBackend {
   // sum_k x[k] for k < n, accumulated in double; waits for the result.
   virtual absl::StatusOr<double> Sum(int64_t n, const DeviceBuffer& x) = 0;
 
+  // Embedding bags over `rows`, a compact num_rows x dim matrix: the rows of
+  // an embedding table that a batch touches (the table itself is never on
+  // the backend). `index` holds bags * bag_size floats holding integers in
+  // [0, num_rows) (unchecked, like labels): bag b takes the rows
+  // index[b * bag_size + t], t < bag_size, and
+  //   out[b, j] = scale * (sum over t, in order, of rows[index[..t], j])
+  // with scale 1 (kSum) or 1.0f / bag_size (kMean); out is bags x dim.
+  // Sizes: bag_size >= 1, dim >= 1, bags * bag_size and num_rows at most
+  // kMaxEmbeddingEntries (INVALID_ARGUMENT otherwise). Every backend sums in
+  // the same order with one rounding per operation: bit-identical results.
+  virtual absl::Status EmbeddingBagForward(int64_t bags, int64_t bag_size,
+                                           int64_t dim, Pooling pooling,
+                                           const DeviceBuffer& index,
+                                           const DeviceBuffer& rows,
+                                           int64_t num_rows,
+                                           DeviceBuffer* out) = 0;
+
+  // The gradient of EmbeddingBagForward with respect to `rows` (the
+  // scatter-add of dout into the rows), computed as a gather so that it is
+  // deterministic without atomics: the caller passes the inverse of `index`
+  // grouped by row. `row_starts` holds num_rows + 1 non-decreasing floats
+  // holding integers (row_starts[0] = 0, row_starts[num_rows] = bags *
+  // bag_size) and `entries` the bags * bag_size positions p = b * bag_size +
+  // t, those where index[p] == u at [row_starts[u], row_starts[u + 1]), in
+  // increasing order (both unchecked). Then
+  //   drows[u, j] = scale * (sum over those p, in order, of dout[p / bag_size,
+  //   j])
+  // with the forward's scale; every row of drows (num_rows x dim) is
+  // written, 0 for a row no bag takes. dout is bags x dim. Same size checks
+  // and bit-identical results as the forward.
+  virtual absl::Status EmbeddingBagBackward(
+      int64_t bags, int64_t bag_size, int64_t dim, Pooling pooling,
+      const DeviceBuffer& dout, const DeviceBuffer& row_starts,
+      const DeviceBuffer& entries, int64_t num_rows, DeviceBuffer* drows) = 0;
+
  protected:
   // Memory management for Allocate and ~DeviceBuffer. Free(nullptr) is a
   // no-op; Free cannot report errors (it runs in destructors).
@@ -274,6 +318,24 @@ class ComputeBackend {
     if (s.ok()) s = CheckSize("Gemm", "B", b, k * n);
     if (s.ok()) s = CheckSize("Gemm", "C", c, m * n);
     return s;
+  }
+  static absl::Status CheckEmbeddingBag(const char* op, int64_t bags,
+                                        int64_t bag_size, int64_t dim,
+                                        int64_t num_rows) {
+    if (bags < 0 || bag_size < 1 || dim < 1 || num_rows < 0 ||
+        bags > kMaxEmbeddingEntries / bag_size ||
+        num_rows > kMaxEmbeddingEntries) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          op, ": bad sizes bags=", bags, " bag_size=", bag_size, " dim=", dim,
+          " num_rows=", num_rows, " (bags * bag_size and num_rows at most ",
+          kMaxEmbeddingEntries, ")"));
+    }
+    return absl::OkStatus();
+  }
+  // The scale of a pooled bag (see EmbeddingBagForward).
+  static float PoolingScale(Pooling pooling, int64_t bag_size) {
+    return pooling == Pooling::kMean ? 1.0f / static_cast<float>(bag_size)
+                                     : 1.0f;
   }
   static absl::Status CheckHead(const char* op, int64_t rows, int64_t cols,
                                 const DeviceBuffer& outputs,

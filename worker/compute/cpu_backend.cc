@@ -245,6 +245,57 @@ class CpuBackend : public ComputeBackend {
     return sum;
   }
 
+  absl::Status EmbeddingBagForward(int64_t bags, int64_t bag_size, int64_t dim,
+                                   Pooling pooling, const DeviceBuffer& index,
+                                   const DeviceBuffer& rows, int64_t num_rows,
+                                   DeviceBuffer* out) override {
+    constexpr char kOp[] = "EmbeddingBagForward";
+    PS_RETURN_IF_ERROR(CheckEmbeddingBag(kOp, bags, bag_size, dim, num_rows));
+    PS_RETURN_IF_ERROR(CheckSize(kOp, "index", index, bags * bag_size));
+    PS_RETURN_IF_ERROR(CheckMatrix(kOp, "rows", rows, num_rows, dim));
+    PS_RETURN_IF_ERROR(CheckMatrix(kOp, "out", *out, bags, dim));
+    const float scale = PoolingScale(pooling, bag_size);
+    for (int64_t b = 0; b < bags; ++b) {
+      float* o = out->data() + b * dim;
+      std::fill(o, o + dim, 0.0f);
+      for (int64_t t = 0; t < bag_size; ++t) {
+        const int64_t u = static_cast<int64_t>(index.data()[b * bag_size + t]);
+        const float* r = rows.data() + u * dim;
+        for (int64_t j = 0; j < dim; ++j) o[j] += r[j];
+      }
+      for (int64_t j = 0; j < dim; ++j) o[j] *= scale;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status EmbeddingBagBackward(int64_t bags, int64_t bag_size, int64_t dim,
+                                    Pooling pooling, const DeviceBuffer& dout,
+                                    const DeviceBuffer& row_starts,
+                                    const DeviceBuffer& entries,
+                                    int64_t num_rows,
+                                    DeviceBuffer* drows) override {
+    constexpr char kOp[] = "EmbeddingBagBackward";
+    PS_RETURN_IF_ERROR(CheckEmbeddingBag(kOp, bags, bag_size, dim, num_rows));
+    PS_RETURN_IF_ERROR(CheckMatrix(kOp, "dout", dout, bags, dim));
+    PS_RETURN_IF_ERROR(CheckSize(kOp, "row_starts", row_starts, num_rows + 1));
+    PS_RETURN_IF_ERROR(CheckSize(kOp, "entries", entries, bags * bag_size));
+    PS_RETURN_IF_ERROR(CheckMatrix(kOp, "drows", *drows, num_rows, dim));
+    const float scale = PoolingScale(pooling, bag_size);
+    for (int64_t u = 0; u < num_rows; ++u) {
+      float* g = drows->data() + u * dim;
+      std::fill(g, g + dim, 0.0f);
+      const int64_t begin = static_cast<int64_t>(row_starts.data()[u]);
+      const int64_t end = static_cast<int64_t>(row_starts.data()[u + 1]);
+      for (int64_t e = begin; e < end; ++e) {
+        const int64_t b = static_cast<int64_t>(entries.data()[e]) / bag_size;
+        const float* d = dout.data() + b * dim;
+        for (int64_t j = 0; j < dim; ++j) g[j] += d[j];
+      }
+      for (int64_t j = 0; j < dim; ++j) g[j] *= scale;
+    }
+    return absl::OkStatus();
+  }
+
  protected:
   absl::StatusOr<float*> AllocateRaw(int64_t size) override {
     if (size == 0) return nullptr;

@@ -20,6 +20,11 @@ using pstrain::v1::TensorSpec;
 constexpr int64_t kTeacherHidden = 16;
 constexpr float kNonlinearWeight = 0.5f;  // of the tanh part of the teacher
 constexpr uint64_t kMaxBatchElements = uint64_t{1} << 28;
+// Sparse columns: the sd of each value's effect on each class logit (the
+// numeric teacher's logits have sd about 1), and the rejection sampler's
+// most attempts per draw (it accepts with probability > 0.9).
+constexpr float kSparseEffect = 1.0f;
+constexpr int64_t kZipfAttempts = 32;
 
 // A counter-based random stream: element i is a pure function of
 // (seed, name, i), the same generator that initialises parameters.
@@ -154,7 +159,11 @@ class SyntheticSource : public DataSource {
         dim_(config.num_features()),
         outputs_(config.num_classes()),
         train_(MakeStreams("train", config.seed())),
-        test_(MakeStreams("test", config.seed())) {
+        test_(MakeStreams("test", config.seed())),
+        sparse_(config.sparse_columns()),
+        cardinality_(config.sparse_cardinality()),
+        zipf_(config.sparse_cardinality(), config.zipf_exponent()),
+        effect_(Stream("teacher/sparse", InitRule::NORMAL, config.seed())) {
     const uint64_t seed = config.seed();
     linear_ = Draw("teacher/linear", seed, dim_ * outputs_, 1.0f);
     // Unit-norm columns: every class's logit has the same spread, so the
@@ -195,9 +204,14 @@ class SyntheticSource : public DataSource {
         encoding, "), ",
         outputs_ == 1 ? std::string("regression")
                       : absl::StrCat(outputs_, " classes"),
-        " from a random teacher (linear + tanh), noise ", config_.noise(),
-        "; unlimited training examples by id, ", config_.test_examples(),
-        " test examples from a separate stream");
+        " from a random teacher (linear + tanh",
+        sparse_ > 0
+            ? absl::StrCat(" + an effect per value of ", sparse_,
+                           " sparse columns of ", cardinality_, " Zipf(",
+                           config_.zipf_exponent(), ") values")
+            : std::string(),
+        "), noise ", config_.noise(), "; unlimited training examples by id, ",
+        config_.test_examples(), " test examples from a separate stream");
   }
 
   absl::StatusOr<Batch> TrainBatch(uint64_t first_id, int64_t n) override {
@@ -218,6 +232,9 @@ class SyntheticSource : public DataSource {
     TensorSpec flip;     // UNIFORM, element id: label replaced when < noise
     TensorSpec label;    // UNIFORM, element id: the replacement label
     TensorSpec noise;    // NORMAL, element id: regression noise
+    // UNIFORM, element (id * S + c) * kZipfAttempts + attempt: the Zipf
+    // draw of sparse column c.
+    TensorSpec sparse;
   };
 
   static Streams MakeStreams(const std::string& split, uint64_t seed) {
@@ -227,7 +244,8 @@ class SyntheticSource : public DataSource {
             Stream(p + "missing", InitRule::UNIFORM, seed),
             Stream(p + "flip", InitRule::UNIFORM, seed),
             Stream(p + "label", InitRule::UNIFORM, seed),
-            Stream(p + "noise", InitRule::NORMAL, seed)};
+            Stream(p + "noise", InitRule::NORMAL, seed),
+            Stream(p + "sparse", InitRule::UNIFORM, seed)};
   }
 
   // Encoded features of example `id` into x[0, dim_).
@@ -264,6 +282,8 @@ class SyntheticSource : public DataSource {
     batch.dim = dim_;
     batch.x.resize(n * dim_);
     batch.y.resize(n);
+    batch.num_cat = sparse_;
+    batch.cat.resize(n * sparse_);
     std::vector<float> logits(outputs_), h(kTeacherHidden);
     for (int64_t i = 0; i < n; ++i) {
       const uint64_t id = first_id + i;
@@ -286,6 +306,16 @@ class SyntheticSource : public DataSource {
           logits[j] += t * head_[k * outputs_ + j];
         }
       }
+      for (int64_t c = 0; c < sparse_; ++c) {
+        const uint64_t draw = (id * sparse_ + c) * kZipfAttempts;
+        const int64_t rank = zipf_.Sample(
+            [&](int attempt) { return Unit(s.sparse, draw + attempt); });
+        batch.cat[i * sparse_ + c] = SparseValue(c, rank);
+        const uint64_t at = (c * cardinality_ + rank) * outputs_;
+        for (int64_t j = 0; j < outputs_; ++j) {
+          logits[j] += kSparseEffect * InitialValue(effect_, at + j);
+        }
+      }
       if (outputs_ == 1) {
         batch.y[i] = logits[0] + config_.noise() * InitialValue(s.noise, id);
         continue;
@@ -305,6 +335,18 @@ class SyntheticSource : public DataSource {
     return (InitialValue(stream, id) + 1.0) / 2;
   }
 
+  // The raw id of rank `rank` of sparse column `column`: a bijective
+  // scramble (distinct ranks, distinct ids), so ids carry no order.
+  uint64_t SparseValue(int64_t column, int64_t rank) const {
+    return Mix(Mix(config_.seed() ^ (0x5350415253450000ULL + column)) +
+               static_cast<uint64_t>(rank));
+  }
+  static uint64_t Mix(uint64_t x) {
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  }
+
   const DataConfig config_;
   const Layout layout_;
   const int64_t dim_, outputs_;
@@ -312,23 +354,70 @@ class SyntheticSource : public DataSource {
   // Teacher: linear_ [dim, outputs] + tanh(x hidden_ [dim, H]) head_ [H,
   // outputs].
   std::vector<float> linear_, hidden_, head_;
+  // Sparse columns: count, values per column, the rank sampler, and the
+  // teacher's effects (element (c * cardinality + rank) * outputs + j).
+  const int64_t sparse_, cardinality_;
+  const ZipfSampler zipf_;
+  const TensorSpec effect_;
 };
 
 }  // namespace
+
+ZipfSampler::ZipfSampler(int64_t n, double exponent) : n_(n), s_(exponent) {
+  h_integral_x1_ = HIntegral(1.5) - 1;
+  h_integral_n_ = HIntegral(n_ + 0.5);
+  sv_ = 2 - HIntegralInverse(HIntegral(2.5) - H(2));
+}
+
+int64_t ZipfSampler::Sample(const std::function<double(int)>& uniform) const {
+  int64_t k = 1;
+  for (int attempt = 0; attempt < kZipfAttempts; ++attempt) {
+    const double u =
+        h_integral_n_ + uniform(attempt) * (h_integral_x1_ - h_integral_n_);
+    const double x = HIntegralInverse(u);
+    k = std::clamp<int64_t>(static_cast<int64_t>(x + 0.5), 1, n_);
+    if (k - x <= sv_ || u >= HIntegral(k + 0.5) - H(k)) return k - 1;
+  }
+  return k - 1;  // after kZipfAttempts rejections (probability < 1e-30)
+}
+
+double ZipfSampler::H(double x) const { return std::exp(-s_ * std::log(x)); }
+
+double ZipfSampler::HIntegral(double x) const {
+  const double log_x = std::log(x);
+  return Helper2((1 - s_) * log_x) * log_x;
+}
+
+double ZipfSampler::HIntegralInverse(double x) const {
+  double t = x * (1 - s_);
+  if (t < -1) t = -1;  // rounding near the lower end
+  return std::exp(Helper1(t) * x);
+}
+
+double ZipfSampler::Helper1(double x) {
+  return std::abs(x) > 1e-8 ? std::log1p(x) / x
+                            : 1 - x * (0.5 - x * (1.0 / 3 - 0.25 * x));
+}
+
+double ZipfSampler::Helper2(double x) {
+  return std::abs(x) > 1e-8 ? std::expm1(x) / x
+                            : 1 + x * 0.5 * (1 + x / 3 * (1 + 0.25 * x));
+}
 
 absl::StatusOr<std::unique_ptr<DataSource>> DataSource::Create(
     const DataConfig& config) {
   if (config.source() == DataConfig::DIGITS ||
       config.source() == DataConfig::BREAST_CANCER ||
       config.source() == DataConfig::CSV ||
-      config.source() == DataConfig::LIBSVM) {
+      config.source() == DataConfig::LIBSVM ||
+      config.source() == DataConfig::CRITEO) {
     return CreateFileSource(config);
   }
   if (config.source() != DataConfig::SYNTHETIC) {
     return Invalid("data.source",
                    absl::StrCat("unknown source '", ConfigName(config.source()),
                                 "' (expected synthetic, digits, breast_cancer, "
-                                "csv or libsvm)"));
+                                "csv, libsvm or criteo)"));
   }
   if (config.test_examples() < 0) {
     return Invalid("data.test_examples",
@@ -353,6 +442,23 @@ absl::StatusOr<std::unique_ptr<DataSource>> DataSource::Create(
     return Invalid("data.noise",
                    absl::StrCat("must be >= 0 (and <= 1 for classes), got ",
                                 config.noise()));
+  }
+  if (config.sparse_columns() < 0) {
+    return Invalid("data.sparse_columns",
+                   absl::StrCat("must be >= 0, got ", config.sparse_columns()));
+  }
+  if (config.sparse_columns() > 0) {
+    if (config.sparse_cardinality() < 2 ||
+        config.sparse_cardinality() > (int64_t{1} << 40)) {
+      return Invalid("data.sparse_cardinality",
+                     absl::StrCat("must be in [2, 2^40], got ",
+                                  config.sparse_cardinality()));
+    }
+    if (!(config.zipf_exponent() > 0) ||
+        !std::isfinite(config.zipf_exponent())) {
+      return Invalid("data.zipf_exponent",
+                     absl::StrCat("must be > 0, got ", config.zipf_exponent()));
+    }
   }
   absl::StatusOr<Layout> layout = MakeLayout(config);
   if (!layout.ok()) return layout.status();

@@ -6,6 +6,7 @@
 #define PSTRAIN_WORKER_DATA_DATA_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -37,6 +38,13 @@ namespace pstrain {
 // categorical indicators. W < 0 is INVALID_ARGUMENT. The teacher reads the
 // encoded features, so the task stays learnable. With C = 0 and m = 0 every
 // slot is numeric (the plain generator). Test ids come from separate streams.
+// Sparse columns (data.sparse_columns S > 0, model.type wide_deep): each
+// example also has S categorical values (Batch.cat), column c's value of
+// rank r in [0, sparse_cardinality) drawn from a Zipf law with exponent
+// zipf_exponent (rank 0 the most frequent: a few hot values, a long tail)
+// and given as a scrambled 64-bit id; the teacher adds to the logits an
+// effect vector per (column, rank), N(0, 1) per class, fixed by the seed, so
+// the labels depend on the values and only embeddings of them can learn it.
 // If config.targets is non-empty (the "scalar" model), examples have no
 // features (dim 0) and example id has target targets[id % targets.size()].
 //
@@ -82,6 +90,31 @@ class DataSource {
   // Held-out set (test ids [0, size)): worker `rank` of `world` gets the
   // contiguous slice TestSliceRange(size, rank, world).
   virtual absl::StatusOr<Batch> TestSlice(int rank, int world) = 0;
+};
+
+// Zipf-distributed ranks in [0, n): P(r) proportional to 1 / (r + 1)^s, for
+// any s > 0 and n up to 2^62, by rejection-inversion (Hoermann and
+// Derflinger 1996, "Rejection-inversion to generate variates from monotone
+// discrete distributions"; the formulation of Apache Commons RNG's
+// RejectionInversionZipfSampler) in O(1) time and memory, so a column of
+// 10^8 values needs no table. Thread-compatible; immutable.
+class ZipfSampler {
+ public:
+  ZipfSampler(int64_t n, double exponent);
+  // One rank; `uniform(attempt)` gives the attempt-th uniform in (0, 1]
+  // (a counter-based stream, so every example's draw is reproducible).
+  int64_t Sample(const std::function<double(int)>& uniform) const;
+
+ private:
+  double H(double x) const;
+  double HIntegral(double x) const;
+  double HIntegralInverse(double x) const;
+  static double Helper1(double x);
+  static double Helper2(double x);
+
+  const int64_t n_;
+  const double s_;
+  double h_integral_x1_, h_integral_n_, sv_;
 };
 
 // First global example id of worker `rank` at `step`: step*world*b + rank*b.

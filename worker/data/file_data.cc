@@ -11,6 +11,9 @@
 namespace pstrain {
 namespace {
 
+static_assert(kMissingField == kMissingCategory,
+              "a missing file field is the model's missing category");
+
 constexpr int64_t kMaxClasses = 1000;
 constexpr uint64_t kMaxBatchElements = uint64_t{1} << 28;
 // Stream tags, so the split and the shuffles draw unrelated numbers.
@@ -53,15 +56,21 @@ std::string DescribeLabels(const std::vector<std::string>& names) {
 
 class FileSource : public DataSource {
  public:
+  // train_cat / test_cat: cat_cols categorical values per row (0: none).
   FileSource(int64_t dim, int64_t classes, std::vector<float> train_x,
              std::vector<float> train_y, std::vector<float> test_x,
-             std::vector<float> test_y, uint64_t seed, std::string description)
+             std::vector<float> test_y, int64_t cat_cols,
+             std::vector<uint64_t> train_cat, std::vector<uint64_t> test_cat,
+             uint64_t seed, std::string description)
       : dim_(dim),
         classes_(classes),
+        cat_cols_(cat_cols),
         train_x_(std::move(train_x)),
         train_y_(std::move(train_y)),
         test_x_(std::move(test_x)),
         test_y_(std::move(test_y)),
+        train_cat_(std::move(train_cat)),
+        test_cat_(std::move(test_cat)),
         sampler_(train_y_.size(), Hash(seed, kShuffleTag)),
         description_(std::move(description)) {}
 
@@ -81,6 +90,8 @@ class FileSource : public DataSource {
       const int64_t row = sampler_.Row(first_id + i);
       std::copy_n(&train_x_[row * dim_], dim_, &batch.x[i * dim_]);
       batch.y[i] = train_y_[row];
+      std::copy_n(train_cat_.begin() + row * cat_cols_, cat_cols_,
+                  batch.cat.begin() + i * cat_cols_);
     }
     return batch;
   }
@@ -93,6 +104,8 @@ class FileSource : public DataSource {
     std::copy(test_x_.begin() + begin * dim_, test_x_.begin() + end * dim_,
               batch.x.begin());
     std::copy(test_y_.begin() + begin, test_y_.begin() + end, batch.y.begin());
+    std::copy(test_cat_.begin() + begin * cat_cols_,
+              test_cat_.begin() + end * cat_cols_, batch.cat.begin());
     return batch;
   }
 
@@ -103,11 +116,14 @@ class FileSource : public DataSource {
     batch.dim = dim_;
     batch.x.resize(n * dim_);
     batch.y.resize(n);
+    batch.num_cat = cat_cols_;
+    batch.cat.resize(n * cat_cols_);
     return batch;
   }
 
-  const int64_t dim_, classes_;
+  const int64_t dim_, classes_, cat_cols_;
   const std::vector<float> train_x_, train_y_, test_x_, test_y_;
+  const std::vector<uint64_t> train_cat_, test_cat_;
   EpochSampler sampler_;
   const std::string description_;
 };
@@ -264,10 +280,14 @@ absl::StatusOr<std::unique_ptr<DataSource>> CreateTableSource(
       scale[k] = lo == hi || !(sd > 0) ? 1.0 : sd;
     }
   }
+  const int64_t cat_cols = table.cat_cols;
   auto take = [&](const std::vector<int64_t>& ids, std::vector<float>* out_x,
-                  std::vector<float>* out_y, int64_t* missing) {
+                  std::vector<float>* out_y, std::vector<uint64_t>* out_cat,
+                  int64_t* missing) {
     out_x->reserve(ids.size() * dim);
     for (int64_t r : ids) {
+      out_cat->insert(out_cat->end(), table.cat.begin() + r * cat_cols,
+                      table.cat.begin() + (r + 1) * cat_cols);
       for (int64_t k = 0; k < dim; ++k) {
         if (std::isnan(x[r * dim + k])) ++*missing;
         out_x->push_back(
@@ -277,8 +297,9 @@ absl::StatusOr<std::unique_ptr<DataSource>> CreateTableSource(
     }
   };
   std::vector<float> train_x, train_y, test_x, test_y;
-  take(train, &train_x, &train_y, &missing_train);
-  take(test, &test_x, &test_y, &missing_test);
+  std::vector<uint64_t> train_cat, test_cat;
+  take(train, &train_x, &train_y, &train_cat, &missing_train);
+  take(test, &test_x, &test_y, &test_cat, &missing_test);
 
   const std::string missing_text =
       table.missing == 0
@@ -288,16 +309,20 @@ absl::StatusOr<std::unique_ptr<DataSource>> CreateTableSource(
                          " test) imputed with train column means");
   std::string description = absl::StrCat(
       ConfigName(config.source()), " from ", origin, ": ", rows, " rows x ",
-      dim, " features, ", label_text, "; split seed ", config.seed(),
-      ", test_fraction ", config.test_fraction(), ": ", train.size(),
-      " train / ", test.size(), " test rows; ", missing_text, "; ",
+      dim, " features",
+      cat_cols > 0 ? absl::StrCat(" + ", cat_cols, " categorical columns")
+                   : std::string(),
+      ", ", label_text, "; split seed ", config.seed(), ", test_fraction ",
+      config.test_fraction(), ": ", train.size(), " train / ", test.size(),
+      " test rows; ", missing_text, "; ",
       config.standardize() ? "features standardized with train mean/std"
                            : "features not standardized",
       "; training order reshuffled every epoch (seed ", config.seed(),
       ", epoch)");
   return std::unique_ptr<DataSource>(new FileSource(
       dim, classes, std::move(train_x), std::move(train_y), std::move(test_x),
-      std::move(test_y), config.seed(), std::move(description)));
+      std::move(test_y), cat_cols, std::move(train_cat), std::move(test_cat),
+      config.seed(), std::move(description)));
 }
 
 }  // namespace pstrain

@@ -305,6 +305,69 @@ absl::StatusOr<Table> ParseLibsvm(absl::string_view text,
   return table;
 }
 
+absl::StatusOr<Table> ParseCriteoTsv(absl::string_view text,
+                                     const std::string& name) {
+  constexpr int64_t kNumeric = kCriteoNumeric, kCat = kCriteoCategorical;
+  constexpr int64_t kFields = 1 + kNumeric + kCat;
+  Table table;
+  table.cols = kNumeric;
+  table.cat_cols = kCat;
+  for (const auto& [number, line] : Lines(text)) {
+    const std::vector<absl::string_view> fields = absl::StrSplit(line, '\t');
+    if (static_cast<int64_t>(fields.size()) != kFields) {
+      return RowError(name, number,
+                      absl::StrCat("expected ", kFields,
+                                   " tab-separated fields (label, I1..I13, "
+                                   "C1..C26), got ",
+                                   fields.size()));
+    }
+    if (absl::Status s = CheckCells(name, table.rows + 1, kNumeric + kCat);
+        !s.ok()) {
+      return s;
+    }
+    int64_t label;
+    if (!absl::SimpleAtoi(fields[0], &label) || (label != 0 && label != 1)) {
+      return RowError(
+          name, number,
+          absl::StrCat("field 1 (label): '", fields[0], "' is not 0 or 1"));
+    }
+    table.y.push_back(label);
+    for (int64_t k = 0; k < kNumeric; ++k) {
+      const absl::string_view f = fields[1 + k];
+      if (f.empty()) {
+        table.x.push_back(std::numeric_limits<float>::quiet_NaN());
+        ++table.missing;
+        continue;
+      }
+      int64_t v;
+      if (!absl::SimpleAtoi(f, &v)) {
+        return RowError(name, number,
+                        absl::StrCat("field ", 2 + k, " (I", k + 1, "): '", f,
+                                     "' is not an integer"));
+      }
+      table.x.push_back(v >= 0 ? static_cast<float>(std::log1p(double(v)))
+                               : static_cast<float>(v));
+    }
+    for (int64_t c = 0; c < kCat; ++c) {
+      const absl::string_view f = fields[1 + kNumeric + c];
+      if (f.empty()) {
+        table.cat.push_back(kMissingField);
+        continue;
+      }
+      uint64_t v;
+      if (f.size() > 16 || !absl::SimpleHexAtoi(f, &v) ||
+          !std::all_of(f.begin(), f.end(), absl::ascii_isxdigit)) {
+        return RowError(name, number,
+                        absl::StrCat("field ", 2 + kNumeric + c, " (C", c + 1,
+                                     "): '", f, "' is not hexadecimal"));
+      }
+      table.cat.push_back(v);
+    }
+    ++table.rows;
+  }
+  return table;
+}
+
 std::string DataFilePath(const DataConfig& config) {
   if (!config.path().empty()) return config.path();
   if (config.source() == DataConfig::DIGITS ||
@@ -319,7 +382,8 @@ absl::StatusOr<Table> LoadTable(const DataConfig& config) {
   const bool builtin = config.source() == DataConfig::DIGITS ||
                        config.source() == DataConfig::BREAST_CANCER;
   if (!builtin && config.source() != DataConfig::CSV &&
-      config.source() != DataConfig::LIBSVM) {
+      config.source() != DataConfig::LIBSVM &&
+      config.source() != DataConfig::CRITEO) {
     return absl::InvalidArgumentError(absl::StrCat(
         "data.source: '", ConfigName(config.source()), "' is not file data"));
   }
@@ -355,6 +419,9 @@ absl::StatusOr<Table> LoadTable(const DataConfig& config) {
     return ParseDigitsCsv(contents, path);
   if (config.source() == DataConfig::BREAST_CANCER)
     return ParseSklearnCsv(contents, path);
+  if (config.source() == DataConfig::CRITEO) {
+    return ParseCriteoTsv(contents, path);
+  }
   if (config.source() == DataConfig::CSV) {
     return ParseCsv(contents, path, config.label_column());
   }

@@ -36,7 +36,15 @@ struct Table {
   // (text_labels) the distinct texts in sorted order, y holding the index.
   std::vector<std::string> label_names;
   bool text_labels = false;
+  // Categorical columns per row (criteo: 26; 0 otherwise) and their raw
+  // values, rows * cat_cols, row-major; kMissingField when empty.
+  int64_t cat_cols = 0;
+  std::vector<uint64_t> cat;
 };
+
+// A categorical field that is empty (the same value as the model's
+// kMissingCategory, worker/model/model.h).
+inline constexpr uint64_t kMissingField = ~uint64_t{0};
 
 // Parsers of text already read; `name` (a file name) prefixes every error.
 // Blank lines are skipped; "\r\n" line ends are accepted.
@@ -66,14 +74,27 @@ absl::StatusOr<Table> ParseCsv(absl::string_view text, const std::string& name,
 absl::StatusOr<Table> ParseLibsvm(absl::string_view text,
                                   const std::string& name);
 
+// The Criteo display-ads layout (Criteo's Kaggle challenge and 1 TB click
+// logs): one example per line, 40 tab-separated fields: the label (0 or 1),
+// 13 integer columns I1..I13 (counts; may be negative), 26 categorical
+// columns C1..C26 given as hexadecimal hashes (up to 16 hex digits, usually
+// 8). Any field but the label may be empty: a missing integer is NaN (the
+// source imputes it), a missing categorical value kMissingField. Integers
+// are read as log(1 + x) for x >= 0 and x below 0 (a log scale for heavy
+// counts); categorical values as the number the hex spells. Errors name the
+// line and the field, e.g. "day_0.tsv:3: field 15 (C1): 'xyz' is not
+// hexadecimal".
+absl::StatusOr<Table> ParseCriteoTsv(absl::string_view text,
+                                     const std::string& name);
+
 // The file a file-backed source reads: config.path when set, else
 // config.dir + "/digits.csv" or "/breast_cancer.csv". Empty for csv/libsvm
 // without a path and for the other sources.
 std::string DataFilePath(const DataConfig& config);
 
 // Reads DataFilePath(config) and parses it by config.source (digits,
-// breast_cancer, csv or libsvm). A missing file is NOT_FOUND naming the path
-// (for the built-in sets, with a hint to run `./psctl setup`).
+// breast_cancer, csv, libsvm or criteo). A missing file is NOT_FOUND naming the
+// path (for the built-in sets, with a hint to run `./psctl setup`).
 absl::StatusOr<Table> LoadTable(const DataConfig& config);
 
 }  // namespace pstrain

@@ -1,5 +1,7 @@
 #include "worker/model/local_step.h"
 
+#include <algorithm>
+
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 
@@ -23,11 +25,42 @@ absl::StatusOr<double> LocalStep::Gradient(int64_t step, bool stretch) {
   if (c.training().grad_accum_steps() > 1) {
     const float inv =
         1.0f / static_cast<float>(c.training().grad_accum_steps());
-    PS_RETURN_IF_ERROR(model_->backend()->Scale(model_->num_params(), inv,
+    PS_RETURN_IF_ERROR(model_->backend()->Scale(model_->num_dense_params(), inv,
                                                 model_->gradient()));
+    for (size_t t = 0; t < model_->params().size(); ++t) {
+      SparseRows* rows = model_->row_gradient(static_cast<int>(t));
+      if (rows == nullptr) continue;
+      for (float& v : rows->values) v *= inv;
+    }
   }
   if (stretch) StretchCompute(start);
   return loss_sum;
+}
+
+absl::StatusOr<std::vector<int64_t>> LocalStep::StepRowIds(int64_t step,
+                                                           int tensor) {
+  const JobConfig& c = config_;
+  const uint64_t first =
+      FirstExampleId(step, rank_, c.job().workers(), slice());
+  std::vector<int64_t> ids;
+  for (int64_t a = 0; a < c.training().grad_accum_steps(); ++a) {
+    PS_ASSIGN_OR_RETURN(
+        Batch batch, data_->TrainBatch(first + a * c.training().local_batch(),
+                                       c.training().local_batch()));
+    PS_ASSIGN_OR_RETURN(std::vector<int64_t> micro,
+                        model_->RowIds(tensor, batch));
+    ids.insert(ids.end(), micro.begin(), micro.end());
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+absl::StatusOr<std::vector<int64_t>> LocalStep::TestRowIds(int tensor) {
+  PS_ASSIGN_OR_RETURN(Batch test,
+                      data_->TestSlice(rank_, config_.job().workers()));
+  if (test.n == 0) return std::vector<int64_t>();
+  return model_->RowIds(tensor, test);
 }
 
 absl::Duration LocalStep::EmulatedCompute() const {

@@ -7,6 +7,7 @@
 #define PSTRAIN_WORKER_MODEL_LOCAL_STEP_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -43,7 +44,17 @@ class LocalStep {
   // and the straggler settings say (emulated compute; the math always runs);
   // a caller that emulates the time itself, spread over the layers (Trainer
   // with worker.overlap), passes false and uses EmulatedCompute().
+  // Row-sparse tensors (Model::row_gradient) are accumulated the same way:
+  // the union of the micro-batches' rows, a row in several summed, then
+  // scaled.
   absl::StatusOr<double> Gradient(int64_t step, bool stretch = true);
+
+  // Row-sparse params()[tensor] (docs/sparse.md): the sorted unique rows
+  // that Gradient(step) reads, the union of Model::RowIds over its
+  // micro-batches; and those that Evaluate reads (empty for an empty test
+  // slice). INVALID_ARGUMENT for a tensor that is not row-sparse.
+  absl::StatusOr<std::vector<int64_t>> StepRowIds(int64_t step, int tensor);
+  absl::StatusOr<std::vector<int64_t>> TestRowIds(int tensor);
 
   // What worker.compute_ms asks of this rank's step: compute_ms, times
   // straggler_factor on the straggler rank; zero when compute_ms is 0.

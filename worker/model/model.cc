@@ -10,6 +10,7 @@
 #include "common/model_spec.h"
 #include "common/status_macros.h"
 #include "worker/compute/cpu_backend.h"
+#include "worker/model/wide_deep_model.h"
 
 namespace pstrain {
 namespace {
@@ -19,19 +20,16 @@ using pstrain::v1::TensorSpec;
 
 absl::Status CheckParams(const std::vector<TensorSpec>& specs,
                          const TensorViews& params) {
-  if (params.size() != specs.size()) {
+  return CheckParamViews(specs, params);
+}
+
+absl::Status NotRowSparse(const std::vector<TensorSpec>& specs, int tensor) {
+  if (tensor < 0 || tensor >= static_cast<int>(specs.size())) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "expected ", specs.size(), " parameter tensors, got ", params.size()));
+        "no parameter tensor ", tensor, " (the model has ", specs.size(), ")"));
   }
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const int64_t want = NumElements(specs[i]);
-    if (static_cast<int64_t>(params[i].size()) != want) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("parameter '", specs[i].name(), "' has ",
-                       params[i].size(), " elements, expected ", want));
-    }
-  }
-  return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("parameter '", specs[tensor].name(), "' is not row-sparse"));
 }
 
 // Checks sizes, and labels: class ids in [0, num_classes) when
@@ -44,6 +42,12 @@ absl::Status CheckBatch(const Batch& batch, int64_t dim, int64_t num_classes) {
   if (dim >= 0 && batch.dim != dim) {
     return absl::InvalidArgumentError(absl::StrCat(
         "batch has ", batch.dim, " features, the model expects ", dim));
+  }
+  if (batch.num_cat != 0 || !batch.cat.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch has ", batch.num_cat,
+                     " categorical columns; only model.type wide_deep reads "
+                     "them"));
   }
   if (batch.x.size() != static_cast<uint64_t>(batch.n) * batch.dim ||
       batch.y.size() != static_cast<uint64_t>(batch.n)) {
@@ -350,6 +354,10 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(
     return std::unique_ptr<Model>(
         new ScalarModel(std::move(specs), backend, std::move(owned)));
   }
+  if (config.type() == ModelConfig::WIDE_DEEP) {
+    return CreateWideDeepModel(config, std::move(specs), backend,
+                               std::move(owned));
+  }
   Activation act = Activation::kIdentity;
   if (config.type() == ModelConfig::MLP) {
     act = config.activation() == ModelConfig::RELU   ? Activation::kRelu
@@ -364,6 +372,44 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(
 }
 
 }  // namespace
+
+absl::Status CheckParamViews(const std::vector<TensorSpec>& specs,
+                             const TensorViews& params) {
+  if (params.size() != specs.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expected ", specs.size(), " parameter tensors, got ", params.size()));
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const int64_t want = specs[i].row_sparse() ? 0 : NumElements(specs[i]);
+    if (static_cast<int64_t>(params[i].size()) != want) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter '", specs[i].name(), "' has ", params[i].size(),
+          " elements, expected ", want,
+          specs[i].row_sparse() ? " (row-sparse: rows come through SetRows)"
+                                : ""));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int64_t>> Model::RowIds(int tensor,
+                                                   const Batch&) const {
+  return NotRowSparse(params(), tensor);
+}
+
+absl::Status Model::SetRows(int tensor, SparseRows) {
+  return NotRowSparse(params(), tensor);
+}
+
+SparseRows* Model::row_gradient(int) { return nullptr; }
+
+int64_t Model::num_dense_params() const {
+  int64_t total = 0;
+  for (const TensorSpec& spec : params()) {
+    if (!spec.row_sparse()) total += NumElements(spec);
+  }
+  return total;
+}
 
 absl::Status Model::SetParams(const Params& params) {
   return SetParams(TensorViews(params.begin(), params.end()));

@@ -15,6 +15,10 @@
 
 namespace pstrain {
 
+// A categorical value that is missing (an empty Criteo field). It is hashed
+// like any other value, so each column's "missing" has its own rows.
+inline constexpr uint64_t kMissingCategory = ~uint64_t{0};
+
 // A batch of examples.
 struct Batch {
   int64_t n = 0;         // examples
@@ -23,6 +27,20 @@ struct Batch {
   // n labels: a class id (as float) when the model's output has >= 2 units,
   // otherwise the regression target.
   std::vector<float> y;
+  // Categorical columns per example (model.type wide_deep; 0 otherwise) and
+  // their raw values, n * num_cat, row-major: a category id, or a Criteo
+  // field's 32-bit hash, or kMissingCategory. The model hashes them into
+  // its embedding table.
+  int64_t num_cat = 0;
+  std::vector<uint64_t> cat;
+};
+
+// Some rows of a row-sparse tensor (TensorSpec.row_sparse, shape [rows,
+// dim]): `ids` sorted ascending and unique, `values` their rows, ids.size()
+// x dim, row-major.
+struct SparseRows {
+  std::vector<int64_t> ids;
+  std::vector<float> values;
 };
 
 // Read-only views of parameter tensors (flat fp32, in the order of params()),
@@ -56,6 +74,11 @@ class Model {
   //   mlp:     hidden layers with relu | tanh | gelu (tanh approximation),
   //            then a softmax cross-entropy head (classifier) or the linear
   //            0.5 * squared-error head (regressor).
+  //   wide_deep: hashed embeddings of the categorical columns and a bottom
+  //            MLP over the numeric ones, into a top MLP with a softmax
+  //            cross-entropy head (worker/model/wide_deep_model.h); its
+  //            embedding table is row-sparse (RowIds, SetRows,
+  //            row_gradient below).
   // A squared-error head with num_classes >= 2 regresses onto the one-hot
   // encoding of the class id (and counts argmax accuracy). Invalid configs
   // are INVALID_ARGUMENT (see ModelParamSpecs).
@@ -78,11 +101,14 @@ class Model {
   virtual ComputeBackend* backend() const = 0;
   // Floats in all parameter tensors together.
   int64_t num_params() const;
+  // Floats in the tensors that are not row-sparse: what gradient() holds.
+  int64_t num_dense_params() const;
 
   // Makes `params` the resident parameters. Wrong parameter count or sizes
   // are INVALID_ARGUMENT (and keep the old ones). Dense models upload each
   // tensor once (one CopyToDevice per tensor; from a HostBuffer without
-  // staging); nothing else crosses.
+  // staging); nothing else crosses. A row-sparse tensor's view must be empty:
+  // its rows come through SetRows.
   virtual absl::Status SetParams(const TensorViews& params) = 0;
   absl::Status SetParams(const std::vector<std::vector<float>>& params);
 
@@ -98,13 +124,45 @@ class Model {
   // (n may be 0). Same checks.
   virtual absl::StatusOr<EvalResult> EvaluateResident(const Batch& batch) = 0;
 
-  // The resident gradient on backend(): num_params() + 1 floats, the
-  // tensors of params() back to back, then one spare float that the model
+  // The resident gradient on backend(): num_dense_params() + 1 floats, the
+  // tensors of params() back to back (row-sparse ones take no space: see
+  // row_gradient), then one spare float that the model
   // never reads or writes (the all-reduce puts its sample count there, so
   // that one collective carries both). Holds the last ComputeGradient's
   // result; the caller may change it in place (scale it, all-reduce it).
   // Null before the first ComputeGradient.
   virtual DeviceBuffer* gradient() = 0;
+
+  // Row-sparse tensors (TensorSpec.row_sparse: an embedding table [rows,
+  // dim] that may have 10^7..10^8 rows) are never held whole, on the backend
+  // or the host. A step asks which rows its batch reads, gets them (pulled,
+  // or from a local table), sets them, computes, and reads back the
+  // gradient of those rows only:
+  //   ids = RowIds(t, batch); SetRows(t, {ids, rows}); ComputeGradient(batch);
+  //   row_gradient(t) -> {ids touched, their gradient rows}
+  // The base class has no row-sparse tensors: RowIds and SetRows are
+  // INVALID_ARGUMENT and row_gradient is null.
+  //
+  // The sorted unique rows of params()[tensor] that `batch` reads.
+  // INVALID_ARGUMENT for a tensor that is not row-sparse and for a batch the
+  // model rejects (as ComputeGradient would).
+  virtual absl::StatusOr<std::vector<int64_t>> RowIds(int tensor,
+                                                      const Batch& batch) const;
+  // Makes `rows` the resident rows of params()[tensor], replacing earlier
+  // ones; batches of later ComputeGradient / EvaluateResident calls may read
+  // only these (FAILED_PRECONDITION naming a missing row). INVALID_ARGUMENT
+  // (keeping the old rows) for ids unsorted, repeated or outside [0, rows),
+  // values of the wrong size, or a tensor that is not row-sparse. The rows
+  // stay on the host; each batch uploads the rows it reads (u x dim floats).
+  virtual absl::Status SetRows(int tensor, SparseRows rows);
+  // The gradient of row-sparse params()[tensor] from the last
+  // ComputeGradient, row-sparse and on the host: the unique rows its batch
+  // touched, ascending, each with its gradient row summed over every use in
+  // the batch (with `accumulate`, the union over the micro-batches, a row in
+  // several summed). Never a dense [rows, dim] buffer. Null before the first
+  // ComputeGradient or for a tensor that is not row-sparse. The caller may
+  // change it (scale it).
+  virtual SparseRows* row_gradient(int tensor);
 
   // Host wrappers. LossAndGradient: SetParams, ComputeGradient, then one
   // CopyToHost per tensor into `grads` (resized to match params). Evaluate:
@@ -115,6 +173,11 @@ class Model {
   absl::StatusOr<EvalResult> Evaluate(
       const std::vector<std::vector<float>>& params, const Batch& batch);
 };
+
+// INVALID_ARGUMENT unless `params` has one view per spec, of the spec's size
+// (empty for a row-sparse spec), naming the tensor.
+absl::Status CheckParamViews(const std::vector<pstrain::v1::TensorSpec>& specs,
+                             const TensorViews& params);
 
 }  // namespace pstrain
 

@@ -15,6 +15,7 @@
 #include "common/job_token.h"
 #include "common/model_spec.h"
 #include "common/sharding.h"
+#include "common/sparse_rows.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 
@@ -88,6 +89,12 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
   std::unique_ptr<PsClient> client(new PsClient(map, options));
   for (const auto& t : map.tensors()) {
     client->tensor_index_[t.name()] = client->tensor_sizes_.size();
+    if (t.row_sparse()) {
+      PS_ASSIGN_OR_RETURN(TableShape shape, RowSparseShape(t));
+      client->row_dims_[t.name()] = shape.dim;
+      client->tensor_sizes_.push_back(0);  // travels by row
+      continue;
+    }
     client->tensor_sizes_.push_back(NumElements(t));
   }
   client->shard_chunks_.resize(channels.size());
@@ -122,6 +129,9 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
         kPushMethod, grpc::internal::RpcMethod::CLIENT_STREAMING, ch);
     client->pull_methods_.emplace_back(
         kPullMethod, grpc::internal::RpcMethod::SERVER_STREAMING, ch);
+  }
+  for (auto& ch : channels) {
+    client->row_stubs_.push_back(pstrain::v1::ParameterServer::NewStub(ch));
   }
   client->channels_ = std::move(channels);
   for (auto& lanes : push_channels) {
@@ -713,6 +723,292 @@ absl::Status PsClient::PushShardOnce(int shard, int part, int parts,
         "gRPC still references the pushed gradients after the call ended");
   }
   return status;
+}
+
+// ---- Row-sparse tensors ----------------------------------------------------
+
+absl::StatusOr<int64_t> PsClient::RowDim(const std::string& tensor) const {
+  auto it = row_dims_.find(tensor);
+  if (it == row_dims_.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", tensor, "' is not a row-sparse tensor of the job"));
+  }
+  return it->second;
+}
+
+std::unique_ptr<PsOp> PsClient::StartPullRows(
+    uint32_t worker, uint64_t clock, const std::vector<RowSet>& requests,
+    std::vector<RowSet>* out) {
+  std::unique_ptr<PsOp> op(new PsOp);
+  const int n = num_shards();
+  op->statuses_.resize(n);
+  op->reads_.resize(n);
+  out->assign(requests.size(), RowSet{});
+  auto shares = std::make_shared<std::vector<std::vector<RowShare>>>(n);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    absl::StatusOr<int64_t> dim = RowDim(requests[i].tensor);
+    if (!dim.ok()) {
+      op->statuses_.assign(n, dim.status());
+      return op;
+    }
+    RowSet& o = (*out)[i];
+    o.tensor = requests[i].tensor;
+    absl::flat_hash_set<int64_t> seen;
+    for (int64_t id : requests[i].ids) {
+      if (seen.insert(id).second) o.ids.push_back(id);
+    }
+    o.values.assign(o.ids.size() * *dim, 0.0f);
+    for (int s = 0; s < n; ++s) (*shares)[s].push_back(RowShare{i, {}});
+    for (size_t r = 0; r < o.ids.size(); ++r) {
+      // An id outside the table still goes to some shard, which names it.
+      (*shares)[RowShard(o.ids[r], n)][i].rows.push_back(r);
+    }
+  }
+  for (int s = 0; s < n; ++s) {
+    op->threads_.emplace_back([this, s, worker, clock, shares, out,
+                               op = op.get()] {
+      op->statuses_[s] =
+          PullRowsShard(s, worker, clock, (*shares)[s], out, &op->reads_[s]);
+    });
+  }
+  return op;
+}
+
+absl::Status PsClient::PullRowsShard(int shard, uint32_t worker, uint64_t clock,
+                                     const std::vector<RowShare>& share,
+                                     std::vector<RowSet>* out,
+                                     ShardRead* read) {
+  const pstrain::v1::DType dtype = options_.wire_dtype;
+  const uint64_t element_bytes = WireElementBytes(dtype);
+  // Calls of at most one message's worth of ids each (usually one call).
+  const uint64_t max_ids = kMaxMessagePayloadBytes / sizeof(int64_t);
+  struct CallSpan {
+    size_t share;  // index into `share`
+    size_t begin, end;
+  };
+  std::vector<std::vector<CallSpan>> calls(1);
+  uint64_t in_call = 0;
+  for (size_t k = 0; k < share.size(); ++k) {
+    const size_t rows = share[k].rows.size();
+    for (size_t b = 0; b < rows;) {
+      if (in_call == max_ids) {
+        calls.emplace_back();
+        in_call = 0;
+      }
+      const size_t e = std::min<size_t>(rows, b + (max_ids - in_call));
+      calls.back().push_back(CallSpan{k, b, e});
+      in_call += e - b;
+      b = e;
+    }
+  }
+  bool first_call = true;
+  for (const std::vector<CallSpan>& call : calls) {
+    PS_RETURN_IF_ERROR(
+        WithRetries(shard, /*push=*/false, [&]() -> absl::Status {
+          grpc::ClientContext context;
+          SetTimeout(&context, options_.barrier_timeout);
+          ActiveCall active(this, &context);
+          pstrain::v1::PullRowsRequest request;
+          request.set_worker(worker);
+          request.set_clock(clock);
+          request.set_session_id(options_.session_id);
+          request.set_generation(options_.generation);
+          for (const CallSpan& sp : call) {
+            const RowSet& o = (*out)[share[sp.share].set];
+            pstrain::v1::SparseRows* piece = request.add_rows();
+            piece->set_tensor(o.tensor);
+            piece->set_dim(static_cast<uint32_t>(row_dims_.at(o.tensor)));
+            std::vector<int64_t> ids;
+            for (size_t r = sp.begin; r < sp.end; ++r) {
+              ids.push_back(o.ids[share[sp.share].rows[r]]);
+            }
+            AppendRowIds(ids, piece->mutable_ids());
+          }
+          std::unique_ptr<grpc::ClientReader<pstrain::v1::PullRowsResponse>>
+              reader(row_stubs_[shard]->PullRows(&context, request));
+          pstrain::v1::PullRowsResponse msg;
+          bool head = true;
+          size_t at = 0;      // span in `call`
+          size_t offset = 0;  // rows of that span received
+          absl::Status bad;
+          uint64_t bytes = 0;
+          while (bad.ok() && reader->Read(&msg)) {
+            bytes += msg.ByteSizeLong();
+            if (head) {
+              if (first_call) {
+                read->version = msg.version();
+                read->min_clock = msg.min_clock();
+              }
+              head = false;
+            }
+            for (const pstrain::v1::SparseRows& piece : msg.rows()) {
+              if (at >= call.size()) {
+                bad = absl::InternalError(
+                    "row pull answered more rows than asked");
+                break;
+              }
+              const CallSpan& sp = call[at];
+              RowSet& o = (*out)[share[sp.share].set];
+              const int64_t dim = row_dims_.at(o.tensor);
+              absl::StatusOr<std::vector<int64_t>> ids =
+                  DecodeRowIds(piece.ids(), piece.tensor());
+              if (!ids.ok()) {
+                bad = ids.status();
+                break;
+              }
+              if (piece.tensor() != o.tensor || piece.dtype() != dtype ||
+                  piece.dim() != static_cast<uint64_t>(dim) ||
+                  offset + ids->size() > sp.end - sp.begin ||
+                  piece.values().size() != ids->size() * dim * element_bytes) {
+                bad = absl::InternalError(absl::StrCat(
+                    "row pull of tensor '", o.tensor,
+                    "' answered rows that do not match the request"));
+                break;
+              }
+              for (size_t r = 0; r < ids->size(); ++r) {
+                const size_t pos = share[sp.share].rows[sp.begin + offset + r];
+                if ((*ids)[r] != o.ids[pos]) {
+                  bad = absl::InternalError(absl::StrCat(
+                      "row pull of tensor '", o.tensor, "' answered row ",
+                      (*ids)[r], " for row ", o.ids[pos]));
+                  break;
+                }
+                DecodeElements(dtype,
+                               piece.values().data() + r * dim * element_bytes,
+                               dim, &o.values[pos * dim]);
+              }
+              offset += ids->size();
+              if (offset == sp.end - sp.begin) {
+                ++at;
+                offset = 0;
+              }
+            }
+          }
+          if (!bad.ok()) {
+            context.TryCancel();
+            reader->Finish().ok();
+            return bad;
+          }
+          PS_RETURN_IF_ERROR(FromGrpcStatus(reader->Finish()));
+          bytes_pulled_ += bytes;
+          if (head || at != call.size()) {
+            return absl::InternalError(
+                "row pull ended before every row arrived");
+          }
+          return absl::OkStatus();
+        }));
+    first_call = false;
+  }
+  return absl::OkStatus();
+}
+
+std::unique_ptr<PsOp> PsClient::StartPushRows(
+    uint32_t worker, uint64_t clock, uint64_t num_samples,
+    const std::vector<RowSet>& grads, const std::vector<ShardRead>& reads) {
+  std::unique_ptr<PsOp> op(new PsOp);
+  const int n = num_shards();
+  op->statuses_.resize(n);
+  if (reads.size() != static_cast<size_t>(n)) {
+    op->statuses_.assign(n, absl::InvalidArgumentError(
+                                "row push reads do not match the shards"));
+    return op;
+  }
+  auto copy = std::make_shared<std::vector<RowSet>>(grads);
+  auto shares = std::make_shared<std::vector<std::vector<RowShare>>>(n);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    absl::StatusOr<int64_t> dim = RowDim(grads[i].tensor);
+    absl::Status st = dim.status();
+    if (st.ok() && grads[i].values.size() != grads[i].ids.size() * *dim) {
+      st = absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", grads[i].tensor, "': ", grads[i].values.size(),
+          " values for ", grads[i].ids.size(), " rows of width ", *dim));
+    }
+    if (!st.ok()) {
+      op->statuses_.assign(n, st);
+      return op;
+    }
+    for (int s = 0; s < n; ++s) (*shares)[s].push_back(RowShare{i, {}});
+    for (size_t r = 0; r < grads[i].ids.size(); ++r) {
+      (*shares)[RowShard(grads[i].ids[r], n)][i].rows.push_back(r);
+    }
+  }
+  for (int s = 0; s < n; ++s) {
+    op->threads_.emplace_back([this, s, worker, clock, num_samples, copy,
+                               shares, read = reads[s], op = op.get()] {
+      op->statuses_[s] = PushRowsShard(s, worker, clock, num_samples, *copy,
+                                       (*shares)[s], read);
+    });
+  }
+  return op;
+}
+
+absl::Status PsClient::PushRowsShard(int shard, uint32_t worker, uint64_t clock,
+                                     uint64_t num_samples,
+                                     const std::vector<RowSet>& grads,
+                                     const std::vector<RowShare>& share,
+                                     const ShardRead& read) {
+  const pstrain::v1::DType dtype = options_.wire_dtype;
+  // The messages once, reused by every attempt (a retry sends the same
+  // bytes, so the shard recognises it).
+  std::vector<pstrain::v1::PushRowsRequest> messages(1);
+  pstrain::v1::PushHeader* h = messages[0].mutable_header();
+  h->set_worker(worker);
+  h->set_clock(clock);
+  h->set_read_version(read.version);
+  h->set_read_min_clock(read.min_clock);
+  h->set_num_samples(num_samples);
+  h->set_session_id(options_.session_id);
+  h->set_generation(options_.generation);
+  uint64_t payload = 0;
+  std::vector<float> values;
+  for (const RowShare& sh : share) {
+    const RowSet& g = grads[sh.set];
+    const int64_t dim = row_dims_.at(g.tensor);
+    const uint64_t step = RowsPerMessage(dim, dtype, /*with_values=*/true);
+    const uint64_t per_row = sizeof(int64_t) + dim * WireElementBytes(dtype);
+    for (size_t b = 0; b < sh.rows.size(); b += step) {
+      const size_t e = std::min<size_t>(sh.rows.size(), b + step);
+      if (payload > 0 &&
+          payload + (e - b) * per_row > kMaxMessagePayloadBytes) {
+        messages.emplace_back();
+        payload = 0;
+      }
+      pstrain::v1::SparseRows* piece = messages.back().add_rows();
+      piece->set_tensor(g.tensor);
+      piece->set_dtype(dtype);
+      piece->set_dim(static_cast<uint32_t>(dim));
+      std::vector<int64_t> ids;
+      values.clear();
+      for (size_t r = b; r < e; ++r) {
+        const size_t pos = sh.rows[r];
+        ids.push_back(g.ids[pos]);
+        values.insert(values.end(), g.values.begin() + pos * dim,
+                      g.values.begin() + (pos + 1) * dim);
+      }
+      AppendRowIds(ids, piece->mutable_ids());
+      AppendRowValues(values.data(), values.size(), dtype, g.tensor,
+                      piece->mutable_values());
+      payload += (e - b) * per_row;
+    }
+  }
+  return WithRetries(shard, /*push=*/true, [&]() -> absl::Status {
+    grpc::ClientContext context;
+    SetTimeout(&context, options_.rpc_timeout);
+    AddPushSession(&context, worker, options_.session_id, options_.generation);
+    ActiveCall active(this, &context);
+    pstrain::v1::PushRowsResponse response;
+    std::unique_ptr<grpc::ClientWriter<pstrain::v1::PushRowsRequest>> writer(
+        row_stubs_[shard]->PushRows(&context, &response));
+    uint64_t bytes = 0;
+    for (const auto& m : messages) {
+      if (!writer->Write(m)) break;  // Finish says why
+      bytes += m.ByteSizeLong();
+    }
+    writer->WritesDone();
+    PS_RETURN_IF_ERROR(FromGrpcStatus(writer->Finish()));
+    bytes_pushed_ += bytes;
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace pstrain

@@ -3,7 +3,9 @@
 // (start, then Wait), in the spirit of ps-lite's KVWorker.
 //
 // Tensors are addressed in ShardMap.tensors() order: `TensorList[i]` holds
-// the flat fp32 values of tensor i.
+// the flat fp32 values of tensor i (empty for a row-sparse tensor, whose
+// rows travel by PullRows / PushRows instead: StartPullRows,
+// StartPushRows; docs/sparse.md).
 #ifndef PSTRAIN_WORKER_PS_PS_CLIENT_H_
 #define PSTRAIN_WORKER_PS_PS_CLIENT_H_
 
@@ -72,6 +74,15 @@ struct PsClientOptions {
 };
 
 inline constexpr int kMaxPushStreams = 8;
+
+// Some rows of one row-sparse tensor (TensorSpec.row_sparse): `values` holds
+// ids.size() rows of the tensor's width, row after row (empty in a pull
+// request).
+struct RowSet {
+  std::string tensor;
+  std::vector<int64_t> ids;
+  std::vector<float> values;
+};
 
 // What a pull read from one shard; stamps the next push to that shard.
 struct ShardRead {
@@ -176,6 +187,29 @@ class PsClient {
                                   const std::vector<ShardRead>& reads,
                                   TensorGate* ready);
 
+  // Row-sparse tensors (docs/sparse.md). Pulls, at `clock`, the rows that
+  // requests[i].ids name (duplicates allowed) of requests[i].tensor: each
+  // shard (RowShard) gets the distinct ids it holds, every shard in
+  // parallel (a shard holding none still answers, so the read waits for the
+  // job's consistency rule everywhere, and op->reads() stamps the next
+  // StartPushRows). (*out)[i] gets the distinct ids in order of first
+  // appearance and their values. `out` must stay alive and untouched until
+  // Wait() returns. INVALID_ARGUMENT from Wait() for a tensor that is not a
+  // row-sparse tensor of the map; the shards' errors name the tensor.
+  std::unique_ptr<PsOp> StartPullRows(uint32_t worker, uint64_t clock,
+                                      const std::vector<RowSet>& requests,
+                                      std::vector<RowSet>* out);
+  // The row half of a step's push: sends each shard the rows of `grads` it
+  // holds (ids unique per tensor; values rows of the tensor's width),
+  // stamped with `reads` (the StartPullRows op's reads()), in parallel; a
+  // shard holding none of them gets a push without rows, so a sync step
+  // completes on every shard. Retried as StartPush is (a shard answers a
+  // retry of an accepted push with its result). `grads` is copied.
+  std::unique_ptr<PsOp> StartPushRows(uint32_t worker, uint64_t clock,
+                                      uint64_t num_samples,
+                                      const std::vector<RowSet>& grads,
+                                      const std::vector<ShardRead>& reads);
+
   // Makes `worker`'s session id (options.session_id) known to every shard:
   // a pull with PullRequest.session_only to each, which reads no weights
   // and waits for no step, bounded by options.rpc_timeout per attempt and
@@ -242,6 +276,23 @@ class PsClient {
   // Tracks `context` while a call runs, for Cancel().
   class ActiveCall;
 
+  // One shard's share of a row pull or push: for each RowSet of the call
+  // (by index), the positions of its rows this shard holds.
+  struct RowShare {
+    size_t set = 0;
+    std::vector<size_t> rows;
+  };
+  // The width of row-sparse tensor `tensor`, or INVALID_ARGUMENT.
+  absl::StatusOr<int64_t> RowDim(const std::string& tensor) const;
+  absl::Status PullRowsShard(int shard, uint32_t worker, uint64_t clock,
+                             const std::vector<RowShare>& share,
+                             std::vector<RowSet>* out, ShardRead* read);
+  absl::Status PushRowsShard(int shard, uint32_t worker, uint64_t clock,
+                             uint64_t num_samples,
+                             const std::vector<RowSet>& grads,
+                             const std::vector<RowShare>& share,
+                             const ShardRead& read);
+
   const pstrain::v1::ShardMap map_;
   const PsClientOptions options_;
   mutable absl::Mutex cancel_mu_;
@@ -258,6 +309,9 @@ class PsClient {
   std::vector<std::vector<int>> shard_chunks_;   // shard -> indices into chunks
   std::vector<std::vector<int>> tensor_chunks_;  // tensor -> (offset order)
   std::vector<uint64_t> tensor_sizes_;
+  // Row-sparse tensors: name -> width; and a stub per shard for their calls.
+  absl::flat_hash_map<std::string, int64_t> row_dims_;
+  std::vector<std::unique_ptr<pstrain::v1::ParameterServer::Stub>> row_stubs_;
   absl::flat_hash_map<std::string, int> tensor_index_;
   absl::flat_hash_map<std::pair<std::string, uint32_t>, int> chunk_index_;
   std::atomic<uint64_t> bytes_pushed_{0};

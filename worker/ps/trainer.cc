@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <future>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -13,6 +14,81 @@ namespace pstrain {
 
 double UnixSeconds() { return absl::ToUnixNanos(absl::Now()) * 1e-9; }
 
+namespace {
+
+// The first error of two operations that were both waited for.
+absl::Status FirstError(absl::Status a, absl::Status b) {
+  return a.ok() ? b : a;
+}
+
+}  // namespace
+
+Trainer::Trainer(TrainerOptions options, PsClient* client, Model* model,
+                 DataSource* data)
+    : options_(std::move(options)),
+      client_(client),
+      model_(model),
+      data_(data) {
+  for (size_t t = 0; t < model_->params().size(); ++t) {
+    if (model_->params()[t].row_sparse()) sparse_.push_back(t);
+  }
+}
+
+absl::StatusOr<std::vector<RowSet>> Trainer::RowRequests(LocalStep* local,
+                                                         int64_t step,
+                                                         bool train,
+                                                         bool test) const {
+  std::vector<RowSet> requests(sparse_.size());
+  for (size_t k = 0; k < sparse_.size(); ++k) {
+    requests[k].tensor = model_->params()[sparse_[k]].name();
+    std::vector<int64_t>& ids = requests[k].ids;
+    if (train) {
+      PS_ASSIGN_OR_RETURN(ids, local->StepRowIds(step, sparse_[k]));
+    }
+    if (test) {
+      PS_ASSIGN_OR_RETURN(std::vector<int64_t> more,
+                          local->TestRowIds(sparse_[k]));
+      std::vector<int64_t> both;
+      both.reserve(ids.size() + more.size());
+      std::set_union(ids.begin(), ids.end(), more.begin(), more.end(),
+                     std::back_inserter(both));
+      ids = std::move(both);
+    }
+  }
+  return requests;
+}
+
+absl::Status Trainer::SetPulledRows(std::vector<RowSet>* pulled) {
+  if (pulled->size() != sparse_.size()) {
+    return absl::InternalError(absl::StrCat("row pull returned ",
+                                            pulled->size(), " tensors, want ",
+                                            sparse_.size()));
+  }
+  for (size_t k = 0; k < sparse_.size(); ++k) {
+    // Requested sorted and unique, so they come back in that order.
+    SparseRows rows;
+    rows.ids = std::move((*pulled)[k].ids);
+    rows.values = std::move((*pulled)[k].values);
+    PS_RETURN_IF_ERROR(model_->SetRows(sparse_[k], std::move(rows)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<RowSet>> Trainer::TakeRowGradients() {
+  std::vector<RowSet> grads(sparse_.size());
+  for (size_t k = 0; k < sparse_.size(); ++k) {
+    grads[k].tensor = model_->params()[sparse_[k]].name();
+    SparseRows* g = model_->row_gradient(sparse_[k]);
+    if (g == nullptr) {
+      return absl::InternalError(absl::StrCat(
+          "no row gradient for '", grads[k].tensor, "' after the step"));
+    }
+    grads[k].ids = std::move(g->ids);
+    grads[k].values = std::move(g->values);
+  }
+  return grads;
+}
+
 absl::Status Trainer::Run(const StepCallback& on_step,
                           const std::function<bool()>& should_stop) {
   const JobConfig& c = options_.config;
@@ -22,14 +98,15 @@ absl::Status Trainer::Run(const StepCallback& on_step,
   // its chunks straight from `pushed`, which the gradient is downloaded
   // into: both pinned on CUDA, so each crossing is one DMA, no staging copy.
   ComputeBackend* backend = model_->backend();
-  const int64_t total = model_->num_params();
+  // Row-sparse tensors are not in these buffers (their views are empty).
+  const int64_t total = model_->num_dense_params();
   PS_ASSIGN_OR_RETURN(HostBuffer pulled, backend->AllocateHost(total));
   PS_ASSIGN_OR_RETURN(HostBuffer pushed, backend->AllocateHost(total));
   MutableTensorViews pull_into;
   TensorViews weights, grads;
   int64_t offset = 0;
   for (const pstrain::v1::TensorSpec& spec : model_->params()) {
-    const int64_t n = NumElements(spec);
+    const int64_t n = spec.row_sparse() ? 0 : NumElements(spec);
     pull_into.emplace_back(pulled.data() + offset, n);
     weights.emplace_back(pulled.data() + offset, n);
     grads.emplace_back(pushed.data() + offset, n);
@@ -37,7 +114,7 @@ absl::Status Trainer::Run(const StepCallback& on_step,
   }
   // Overlap needs emulated compute to spread over the layers (the backend
   // computes the whole gradient in one call).
-  const bool overlap = c.worker().overlap() &&
+  const bool overlap = c.worker().overlap() && sparse_.empty() &&
                        local.EmulatedCompute() > absl::ZeroDuration() &&
                        !options_.adopt;
   // Stand-ins (elastic sync): the step whose weights the model holds.
@@ -59,13 +136,31 @@ absl::Status Trainer::Run(const StepCallback& on_step,
       if (on_step) PS_RETURN_IF_ERROR(on_step(m));
       continue;
     }
+    const bool final_step = step == c.training().steps();
+    const bool evaluate =
+        final_step || (c.evaluation().every_steps() > 0 && step > 0 &&
+                       step % c.evaluation().every_steps() == 0);
     absl::Time t0 = absl::Now();
+    // Row-sparse tensors: the rows this step reads, pulled at the same
+    // clock as the dense weights and in parallel with them.
+    std::vector<RowSet> row_requests, rows;
+    if (!sparse_.empty()) {
+      PS_ASSIGN_OR_RETURN(row_requests,
+                          RowRequests(&local, step, !final_step, evaluate));
+    }
     std::unique_ptr<PsOp> pull = client_->StartPull(rank, step, pull_into);
-    PS_RETURN_IF_ERROR(
-        AwaitPull(pull.get(), held, held_reads, grads, pushed.data()));
+    std::unique_ptr<PsOp> pull_rows;
+    if (!sparse_.empty()) {
+      pull_rows = client_->StartPullRows(rank, step, row_requests, &rows);
+    }
+    absl::Status pulled =
+        AwaitPull(pull.get(), held, held_reads, grads, pushed.data());
+    if (pull_rows) pulled = FirstError(pulled, pull_rows->Wait());
+    PS_RETURN_IF_ERROR(pulled);
     // The pulled weights cross to the backend once, for the evaluation and
     // every micro-batch of the step.
     PS_RETURN_IF_ERROR(model_->SetParams(weights));
+    if (!sparse_.empty()) PS_RETURN_IF_ERROR(SetPulledRows(&rows));
     m.set_pull_s(absl::ToDoubleSeconds(absl::Now() - t0));
     if (step == c.training().steps()) {  // final weights: evaluate and finish
       params_.clear();
@@ -94,10 +189,22 @@ absl::Status Trainer::Run(const StepCallback& on_step,
     m.set_loss(loss_sum / local.slice());
     m.set_samples(local.slice());
 
+    std::vector<RowSet> row_grads;
+    if (!sparse_.empty()) {
+      PS_ASSIGN_OR_RETURN(row_grads, TakeRowGradients());
+    }
+
     t0 = absl::Now();
     std::unique_ptr<PsOp> push =
         client_->StartPush(rank, step, local.slice(), grads, pull->reads());
-    PS_RETURN_IF_ERROR(push->Wait());
+    std::unique_ptr<PsOp> push_rows;
+    if (!sparse_.empty()) {
+      push_rows = client_->StartPushRows(rank, step, local.slice(), row_grads,
+                                         pull_rows->reads());
+    }
+    absl::Status done = push->Wait();
+    if (push_rows) done = FirstError(done, push_rows->Wait());
+    PS_RETURN_IF_ERROR(done);
     m.set_push_s(absl::ToDoubleSeconds(absl::Now() - t0));
     m.set_end_unix_s(UnixSeconds());
     if (on_step) PS_RETURN_IF_ERROR(on_step(m));
@@ -159,6 +266,12 @@ absl::Status Trainer::StandInStep(const StandIn& s, int64_t step,
                                   const std::vector<ShardRead>& reads,
                                   const TensorViews& grads, float* pushed) {
   const JobConfig& c = options_.config;
+  if (!sparse_.empty()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "standing in for rank ", s.rank, ": a model with row-sparse tensors (",
+        model_->params()[sparse_[0]].name(),
+        ") cannot stand in for a dead worker (training.on_failure elastic)"));
+  }
   LocalStep local(c, s.rank, model_, data_);
   pstrain::v1::StepMetrics m;
   m.set_worker(s.rank);
@@ -175,7 +288,7 @@ absl::Status Trainer::StandInStep(const StandIn& s, int64_t step,
   absl::Time t0 = absl::Now();
   PS_ASSIGN_OR_RETURN(double loss_sum, local.Gradient(step));
   PS_RETURN_IF_ERROR(model_->backend()->CopyToHost(
-      *model_->gradient(), model_->num_params(), pushed));
+      *model_->gradient(), model_->num_dense_params(), pushed));
   m.set_compute_s(absl::ToDoubleSeconds(absl::Now() - t0));
   t0 = absl::Now();
   std::unique_ptr<PsOp> push =
@@ -200,7 +313,7 @@ absl::Status Trainer::OverlappedStep(int64_t step, LocalStep* local,
   const JobConfig& c = options_.config;
   const uint32_t rank = options_.rank;
   const int n = static_cast<int>(weights.size());
-  const int64_t total = model_->num_params();
+  const int64_t total = model_->num_dense_params();
   const int units = client_->shard_map().chunks_size();
   if (arrived_ == nullptr) {
     arrived_ = std::make_unique<TensorGate>(units);

@@ -19,6 +19,20 @@
 // those of the plain step (sync runs stay bit-identical); pull_s is then the
 // time until the last weights arrived, push_s the push's wall time (both
 // overlap compute_s), and the step time is the wall time between reports.
+//
+// Row-sparse tensors (TensorSpec.row_sparse, docs/sparse.md: embedding
+// tables never held whole): each step asks the model which rows its slice
+// reads (LocalStep::StepRowIds), pulls exactly those with
+// PsClient::StartPullRows at the step's clock alongside the dense pull,
+// hands them to the model (Model::SetRows), and pushes the row gradient
+// (Model::row_gradient, summed per id over the micro-batches) with
+// StartPushRows alongside the dense push, stamped with the row pull's reads;
+// the shards apply the job's consistency rule to rows as to dense chunks.
+// An evaluation pulls the rows its test slice reads as well. Bytes per step
+// scale with the rows touched, not with the table. Such a model runs
+// without worker.overlap; standing in for a dead rank (elastic sync) is
+// UNIMPLEMENTED for it. A model without row-sparse tensors makes no row
+// calls: its steps are those of a dense job, bit for bit.
 #ifndef PSTRAIN_WORKER_PS_TRAINER_H_
 #define PSTRAIN_WORKER_PS_TRAINER_H_
 
@@ -87,18 +101,15 @@ class Trainer {
  public:
   // Borrows `client`, `model` and `data`; they must outlive the trainer.
   Trainer(TrainerOptions options, PsClient* client, Model* model,
-          DataSource* data)
-      : options_(std::move(options)),
-        client_(client),
-        model_(model),
-        data_(data) {}
+          DataSource* data);
 
   // Runs the whole job for this rank. `should_stop` (may be null) is polled
   // between steps: when it returns true the loop ends early with CANCELLED.
   absl::Status Run(const StepCallback& on_step,
                    const std::function<bool()>& should_stop);
 
-  // Weights after the final pull (valid after Run succeeds).
+  // Weights after the final pull (valid after Run succeeds); a row-sparse
+  // tensor's entry is empty (its rows are on the shards).
   const TensorList& final_params() const { return params_; }
 
  private:
@@ -121,7 +132,19 @@ class Trainer {
                            const std::vector<ShardRead>& reads,
                            const TensorViews& grads, float* pushed);
 
+  // Row-sparse tensors: one request per tensor of sparse_ (in that order)
+  // naming the rows that step `step`'s gradient reads (with `train`), the
+  // evaluation's test slice (with `test`), or both.
+  absl::StatusOr<std::vector<RowSet>> RowRequests(LocalStep* local,
+                                                  int64_t step, bool train,
+                                                  bool test) const;
+  // Makes the rows a StartPullRows of RowRequests brought the model's.
+  absl::Status SetPulledRows(std::vector<RowSet>* pulled);
+  // The model's row gradients (moved out of it), one per tensor of sparse_.
+  absl::StatusOr<std::vector<RowSet>> TakeRowGradients();
+
   const TrainerOptions options_;
+  std::vector<int> sparse_;  // indices of the row-sparse params()
   std::vector<StandIn> stand_ins_;
   PsClient* const client_;
   Model* const model_;

@@ -332,6 +332,41 @@ class CudaBackend : public ComputeBackend {
     return *sum_host_;
   }
 
+  absl::Status EmbeddingBagForward(int64_t bags, int64_t bag_size, int64_t dim,
+                                   Pooling pooling, const DeviceBuffer& index,
+                                   const DeviceBuffer& rows, int64_t num_rows,
+                                   DeviceBuffer* out) override {
+    constexpr char kOp[] = "EmbeddingBagForward";
+    PS_RETURN_IF_ERROR(CheckEmbeddingBag(kOp, bags, bag_size, dim, num_rows));
+    PS_RETURN_IF_ERROR(CheckSize(kOp, "index", index, bags * bag_size));
+    PS_RETURN_IF_ERROR(CheckMatrix(kOp, "rows", rows, num_rows, dim));
+    PS_RETURN_IF_ERROR(CheckMatrix(kOp, "out", *out, bags, dim));
+    PS_RETURN_IF_ERROR(Enter());
+    PS_CUDA_RETURN_IF_ERROR(cuda::LaunchEmbeddingBagForward(
+        bags, bag_size, dim, PoolingScale(pooling, bag_size), index.data(),
+        rows.data(), out->data(), stream_));
+    return absl::OkStatus();
+  }
+
+  absl::Status EmbeddingBagBackward(int64_t bags, int64_t bag_size, int64_t dim,
+                                    Pooling pooling, const DeviceBuffer& dout,
+                                    const DeviceBuffer& row_starts,
+                                    const DeviceBuffer& entries,
+                                    int64_t num_rows,
+                                    DeviceBuffer* drows) override {
+    constexpr char kOp[] = "EmbeddingBagBackward";
+    PS_RETURN_IF_ERROR(CheckEmbeddingBag(kOp, bags, bag_size, dim, num_rows));
+    PS_RETURN_IF_ERROR(CheckMatrix(kOp, "dout", dout, bags, dim));
+    PS_RETURN_IF_ERROR(CheckSize(kOp, "row_starts", row_starts, num_rows + 1));
+    PS_RETURN_IF_ERROR(CheckSize(kOp, "entries", entries, bags * bag_size));
+    PS_RETURN_IF_ERROR(CheckMatrix(kOp, "drows", *drows, num_rows, dim));
+    PS_RETURN_IF_ERROR(Enter());
+    PS_CUDA_RETURN_IF_ERROR(cuda::LaunchEmbeddingBagBackward(
+        bag_size, dim, PoolingScale(pooling, bag_size), dout.data(),
+        row_starts.data(), entries.data(), num_rows, drows->data(), stream_));
+    return absl::OkStatus();
+  }
+
  protected:
   absl::StatusOr<float*> AllocateRaw(int64_t size) override {
     if (size == 0) return nullptr;

@@ -28,7 +28,7 @@ namespace pstrain {
 class AllReducer;  // worker/allreduce/allreducer.h
 
 // Bump whenever CudaPluginApi or an interface crossing it changes.
-inline constexpr int kCudaPluginAbiVersion = 1;
+inline constexpr int kCudaPluginAbiVersion = 2;  // 2: embedding bags
 inline constexpr char kCudaPluginFile[] = "libpstrain_cuda.so";
 inline constexpr char kCudaPluginSymbol[] = "pstrain_cuda_plugin_v1";
 

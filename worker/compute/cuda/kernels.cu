@@ -214,6 +214,41 @@ __global__ void ColumnSumKernel(int64_t rows, int64_t cols,
   }
 }
 
+// out[b, j]: thread k = b * dim + j.
+__global__ void EmbeddingBagForwardKernel(int64_t n, int64_t bag_size,
+                                          int64_t dim, float scale,
+                                          const float* index, const float* rows,
+                                          float* out) {
+  for (int64_t k = GlobalIndex(); k < n; k += GridStride()) {
+    const int64_t b = k / dim, j = k % dim;
+    float sum = 0.0f;
+    for (int64_t t = 0; t < bag_size; ++t) {
+      const int64_t u = static_cast<int64_t>(index[b * bag_size + t]);
+      sum = __fadd_rn(sum, rows[u * dim + j]);
+    }
+    out[k] = __fmul_rn(sum, scale);
+  }
+}
+
+// drows[u, j]: thread k = u * dim + j gathers the entries of row u.
+__global__ void EmbeddingBagBackwardKernel(int64_t n, int64_t bag_size,
+                                           int64_t dim, float scale,
+                                           const float* dout,
+                                           const float* row_starts,
+                                           const float* entries, float* drows) {
+  for (int64_t k = GlobalIndex(); k < n; k += GridStride()) {
+    const int64_t u = k / dim, j = k % dim;
+    const int64_t begin = static_cast<int64_t>(row_starts[u]);
+    const int64_t end = static_cast<int64_t>(row_starts[u + 1]);
+    float sum = 0.0f;
+    for (int64_t e = begin; e < end; ++e) {
+      const int64_t b = static_cast<int64_t>(entries[e]) / bag_size;
+      sum = __fadd_rn(sum, dout[b * dim + j]);
+    }
+    drows[k] = __fmul_rn(sum, scale);
+  }
+}
+
 // One block; the losses it sums are per-example (small n).
 __global__ void SumKernel(int64_t n, const float* x, double* out) {
   __shared__ double partial[kThreads];
@@ -335,6 +370,31 @@ cudaError_t LaunchColumnSum(int64_t rows, int64_t cols, const float* x,
   if (err != cudaSuccess) return err;
   ColumnSumKernel<<<dim3(col_blocks, 1), block, 0, stream>>>(
       chunks, cols, chunks, scratch, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchEmbeddingBagForward(int64_t bags, int64_t bag_size,
+                                      int64_t dim, float scale,
+                                      const float* index, const float* rows,
+                                      float* out, cudaStream_t stream) {
+  const int64_t n = bags * dim;
+  if (n == 0) return cudaSuccess;
+  ClearStaleError();
+  EmbeddingBagForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(
+      n, bag_size, dim, scale, index, rows, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchEmbeddingBagBackward(int64_t bag_size, int64_t dim,
+                                       float scale, const float* dout,
+                                       const float* row_starts,
+                                       const float* entries, int64_t num_rows,
+                                       float* drows, cudaStream_t stream) {
+  const int64_t n = num_rows * dim;
+  if (n == 0) return cudaSuccess;
+  ClearStaleError();
+  EmbeddingBagBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(
+      n, bag_size, dim, scale, dout, row_starts, entries, drows);
   return cudaGetLastError();
 }
 

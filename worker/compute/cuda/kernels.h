@@ -47,6 +47,20 @@ int64_t ColumnSumScratchFloats(int64_t rows, int64_t cols);
 // that is 0), then one pass sums the partial rows in order.
 cudaError_t LaunchColumnSum(int64_t rows, int64_t cols, const float* x,
                             float* out, float* scratch, cudaStream_t stream);
+// Embedding bags (ComputeBackend::EmbeddingBagForward / Backward): one
+// thread per output element, summing in the contract's order with one
+// rounding per operation (__fadd_rn, __fmul_rn), so the results are the CPU
+// twin's bit for bit. `scale` is 1 (sum) or 1.0f / bag_size (mean); index,
+// row_starts and entries are floats holding integers.
+cudaError_t LaunchEmbeddingBagForward(int64_t bags, int64_t bag_size,
+                                      int64_t dim, float scale,
+                                      const float* index, const float* rows,
+                                      float* out, cudaStream_t stream);
+cudaError_t LaunchEmbeddingBagBackward(int64_t bag_size, int64_t dim,
+                                       float scale, const float* dout,
+                                       const float* row_starts,
+                                       const float* entries, int64_t num_rows,
+                                       float* drows, cudaStream_t stream);
 // *out = sum of x[0, n) in double.
 cudaError_t LaunchSum(int64_t n, const float* x, double* out,
                       cudaStream_t stream);

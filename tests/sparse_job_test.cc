@@ -1,0 +1,342 @@
+// Issue 24's integration: whole parameter-server jobs of a wide-and-deep
+// model whose embedding table lives row-sparse on the shards (Trainer's row
+// pulls and pushes, docs/sparse.md). Every run is a real in-process cluster:
+// shards behind gRPC servers on loopback, each worker a thread with its own
+// Trainer, Model, DataSource and PsClient.
+//  * Sync is exact for rows as for dense tensors: N workers with local batch
+//    b train the same weights and rows as one worker with batch N*b, and
+//    gradient accumulation splits a slice without changing them.
+//  * A job learns the Zipf task through the table (above what the numeric
+//    columns allow), in sync and async.
+//  * Bytes per worker per step follow the rows a step touches, not the
+//    table's size.
+//  * The same job on the real node classes (coordinator, ServerNodes,
+//    WorkerNodes: what ps_worker runs) trains and evaluates; mode allreduce,
+//    which moves dense tensors only, is refused naming the table.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/job_config.h"
+#include "common/model_spec.h"
+#include "common/status_macros.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/pstrain.pb.h"
+#include "tests/in_process_job.h"
+#include "tests/test_cluster.h"
+#include "tests/training_harness.h"
+#include "worker/data/data.h"
+#include "worker/model/model.h"
+#include "worker/ps/ps_client.h"
+#include "worker/ps/trainer.h"
+
+namespace pstrain {
+namespace {
+
+using pstrain::v1::OptimizerConfig;
+
+constexpr int kDim = 8;
+constexpr int kColumns = 4;
+
+// The Zipf task of wide_deep_learning_test at a small scale: 8 numeric
+// columns and 4 categorical ones of 1000 values (exponent 1.1), hashed into
+// a `buckets` x 8 table, summed per column; bottom MLP [16], top MLP [32],
+// 4 classes. Evaluation at the end only.
+JobConfig MakeConfig(pstrain::v1::ConsistencyMode mode, int workers,
+                     int64_t local_batch, int64_t grad_accum_steps,
+                     int64_t buckets, int64_t steps,
+                     OptimizerConfig::Kind optimizer, double lr) {
+  JobConfig config = DefaultJobConfig();
+  config.mutable_job()->set_name("sparse-job");
+  config.mutable_job()->set_workers(workers);
+  config.mutable_job()->set_servers(2);
+  config.mutable_training()->set_mode(mode);
+  config.mutable_training()->set_staleness(mode == pstrain::v1::MODE_SYNC ? 0
+                                                                          : 2);
+  config.mutable_training()->set_local_batch(local_batch);
+  config.mutable_training()->set_grad_accum_steps(grad_accum_steps);
+  config.mutable_training()->set_steps(steps);
+  config.mutable_training()->mutable_optimizer()->set_kind(optimizer);
+  config.mutable_training()->mutable_optimizer()->set_base_lr(lr);
+  ModelConfig& m = *config.mutable_model();
+  m.set_type(ModelConfig::WIDE_DEEP);
+  m.set_input_dim(8);
+  m.set_num_classes(4);
+  m.set_sparse_columns(kColumns);
+  m.set_buckets(buckets);
+  m.set_embedding_dim(kDim);
+  m.set_hashes(1);
+  m.set_pooling(ModelConfig::SUM);
+  SetList(m.mutable_bottom_hidden(), {16});
+  SetList(m.mutable_hidden(), {32});
+  m.set_activation(ModelConfig::RELU);
+  m.set_seed(3);
+  DataConfig& d = *config.mutable_data();
+  d.set_source(DataConfig::SYNTHETIC);
+  d.set_num_features(8);
+  d.set_num_classes(4);
+  d.set_noise(0.05);
+  d.set_sparse_columns(kColumns);
+  d.set_sparse_cardinality(1000);
+  d.set_zipf_exponent(1.1);
+  d.set_seed(11);
+  d.set_test_examples(2000);
+  config.mutable_evaluation()->set_every_steps(0);
+  config.mutable_server()->set_chunk_bytes(256);  // several dense chunks
+  config.mutable_network()->set_rpc_timeout_s(30);
+  config.mutable_network()->set_barrier_timeout_s(60);
+  FinalizeJobConfig(&config);
+  return config;
+}
+
+struct JobResult {
+  std::vector<TensorList> dense;  // per worker: final dense weights
+  // Rows 0..rows_read-1 of the table read back after the job.
+  std::vector<float> rows;
+  double accuracy = 0;  // the final evaluation over every worker's slice
+  // Per worker: bytes its client pushed and pulled over the job's steps
+  // (the final pull included), divided by the steps.
+  std::vector<double> pushed_per_step, pulled_per_step;
+};
+
+// Rows [0, n) of the table, read at `clock` by a client of rank 0.
+absl::StatusOr<std::vector<float>> ReadRows(const TestCluster& cluster,
+                                            const JobConfig& config,
+                                            uint64_t clock, int64_t n) {
+  PsClientOptions options;
+  options.rpc_timeout = absl::Seconds(config.network().rpc_timeout_s());
+  options.barrier_timeout = absl::Seconds(config.network().barrier_timeout_s());
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> reader,
+                      cluster.NewClient(options, 0));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                      Model::Create(config.model()));
+  std::vector<RowSet> request(1), out;
+  request[0].tensor = model->params()[0].name();  // the embedding table
+  request[0].ids.resize(n);
+  std::iota(request[0].ids.begin(), request[0].ids.end(), 0);
+  std::unique_ptr<PsOp> pull = reader->StartPullRows(0, clock, request, &out);
+  PS_RETURN_IF_ERROR(pull->Wait());
+  if (out.size() != 1 || out[0].ids != request[0].ids) {
+    return absl::InternalError("rows came back in another order");
+  }
+  return std::move(out[0].values);
+}
+
+// Runs `config` on a TestCluster; then reads rows [0, rows_read) of the
+// table at clock `steps` with a fresh client.
+absl::StatusOr<JobResult> RunJob(const JobConfig& config, int64_t rows_read) {
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<TestCluster> cluster,
+                      TestCluster::Start(config));
+  PsClientOptions client_options;
+  client_options.rpc_timeout = absl::Seconds(config.network().rpc_timeout_s());
+  client_options.barrier_timeout =
+      absl::Seconds(config.network().barrier_timeout_s());
+  client_options.push_streams = PushStreams(config);
+  const int workers = config.job().workers();
+  const int64_t steps = config.training().steps();
+  JobResult result;
+  result.dense.resize(workers);
+  result.pushed_per_step.resize(workers);
+  result.pulled_per_step.resize(workers);
+  absl::Mutex mu;
+  int64_t correct = 0, total = 0;
+  PS_RETURN_IF_ERROR(OnThreads(workers, [&](int r) -> absl::Status {
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client,
+                        cluster->NewClient(client_options, r));
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                        Model::Create(config.model()));
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data,
+                        DataSource::Create(config.data()));
+    TrainerOptions options;
+    options.rank = r;
+    options.config = config;
+    Trainer trainer(options, client.get(), model.get(), data.get());
+    auto on_step = [&](const pstrain::v1::StepMetrics& m) -> absl::Status {
+      if (!std::isfinite(m.loss())) {
+        return absl::InternalError("loss is not finite");
+      }
+      if (m.step() == steps) {
+        absl::MutexLock lock(&mu);
+        correct += m.eval_correct();
+        total += m.eval_total();
+      }
+      return absl::OkStatus();
+    };
+    PS_RETURN_IF_ERROR(trainer.Run(on_step, nullptr));
+    result.dense[r] = trainer.final_params();
+    result.pushed_per_step[r] =
+        static_cast<double>(client->bytes_pushed()) / steps;
+    result.pulled_per_step[r] =
+        static_cast<double>(client->bytes_pulled()) / steps;
+    return absl::OkStatus();
+  }));
+  if (total == 0) return absl::InternalError("no test examples evaluated");
+  result.accuracy = static_cast<double>(correct) / total;
+  if (rows_read > 0) {
+    PS_ASSIGN_OR_RETURN(result.rows,
+                        ReadRows(*cluster, config, steps, rows_read));
+  }
+  return result;
+}
+
+double MaxRowDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
+  }
+  return m;
+}
+
+// The initial rows [0, n) of the table (SparseTable's lazy init rule),
+// read at clock 0 from a cluster no worker trained.
+absl::StatusOr<std::vector<float>> InitialRows(const JobConfig& config,
+                                               int64_t n) {
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<TestCluster> cluster,
+                      TestCluster::Start(config));
+  return ReadRows(*cluster, config, 0, n);
+}
+
+constexpr int64_t kBuckets = 2000;
+constexpr double kTolerance = 1e-5;
+
+TEST(SparseJobTest, SyncWorkersEqualOneWorkerWithTheirBatch) {
+  for (OptimizerConfig::Kind kind :
+       {OptimizerConfig::SGD, OptimizerConfig::ADAGRAD}) {
+    SCOPED_TRACE(OptimizerConfig::Kind_Name(kind));
+    const double lr = kind == OptimizerConfig::SGD ? 0.5 : 0.05;
+    const JobConfig four =
+        MakeConfig(pstrain::v1::MODE_SYNC, 4, 8, 1, kBuckets, 12, kind, lr);
+    absl::StatusOr<JobResult> multi = RunJob(four, kBuckets);
+    ASSERT_TRUE(multi.ok()) << multi.status();
+    for (int r = 1; r < 4; ++r) {
+      EXPECT_EQ(multi->dense[r], multi->dense[0]) << "worker " << r;
+    }
+    // The table trained: rows moved from their initial values.
+    absl::StatusOr<std::vector<float>> init = InitialRows(four, kBuckets);
+    ASSERT_TRUE(init.ok()) << init.status();
+    EXPECT_GT(MaxRowDiff(multi->rows, *init), 1e-3);
+
+    const JobConfig one =
+        MakeConfig(pstrain::v1::MODE_SYNC, 1, 32, 1, kBuckets, 12, kind, lr);
+    absl::StatusOr<JobResult> single = RunJob(one, kBuckets);
+    ASSERT_TRUE(single.ok()) << single.status();
+    EXPECT_LE(MaxAbsDiff(single->dense[0], multi->dense[0]), kTolerance);
+    EXPECT_LE(MaxRowDiff(single->rows, multi->rows), kTolerance);
+
+    // Gradient accumulation: 2 workers x 2 micro-batches of 8.
+    const JobConfig accum =
+        MakeConfig(pstrain::v1::MODE_SYNC, 2, 8, 2, kBuckets, 12, kind, lr);
+    absl::StatusOr<JobResult> acc = RunJob(accum, kBuckets);
+    ASSERT_TRUE(acc.ok()) << acc.status();
+    EXPECT_LE(MaxAbsDiff(acc->dense[0], multi->dense[0]), kTolerance);
+    EXPECT_LE(MaxRowDiff(acc->rows, multi->rows), kTolerance);
+  }
+}
+
+// wide_deep_learning_test's bar for the numeric columns alone on this task:
+// below 0.6 test accuracy (a numeric-only MLP measured 0.46). Through the
+// table a job of 4 workers x 32 examples x 1000 steps (128k examples, a
+// third of that test's local SGD) measured 0.775 in sync; the bar is 0.72.
+constexpr double kNumericOnlyBar = 0.6;
+constexpr double kLearnedBar = 0.72;
+constexpr int64_t kLearnSteps = 1000;
+constexpr double kLearnLr = 0.3;  // Adagrad
+
+TEST(SparseJobTest, SyncJobLearnsThroughTheTable) {
+  const JobConfig config =
+      MakeConfig(pstrain::v1::MODE_SYNC, 4, 32, 1, kBuckets, kLearnSteps,
+                 OptimizerConfig::ADAGRAD, kLearnLr);
+  absl::StatusOr<JobResult> r = RunJob(config, 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::printf("sync, 4 workers x 32, 1000 steps: test accuracy %.4f\n",
+              r->accuracy);
+  EXPECT_GE(r->accuracy, kLearnedBar);
+  EXPECT_GE(r->accuracy - kNumericOnlyBar, 0.1);
+}
+
+TEST(SparseJobTest, AsyncJobLearnsThroughTheTable) {
+  const JobConfig config =
+      MakeConfig(pstrain::v1::MODE_ASYNC, 4, 32, 1, kBuckets, kLearnSteps,
+                 OptimizerConfig::ADAGRAD, kLearnLr);
+  absl::StatusOr<JobResult> r = RunJob(config, 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::printf("async s=2, 4 workers x 32, 1000 steps: test accuracy %.4f\n",
+              r->accuracy);
+  EXPECT_GE(r->accuracy, kLearnedBar);
+  EXPECT_GE(r->accuracy - kNumericOnlyBar, 0.1);
+}
+
+TEST(SparseJobTest, BytesFollowTheRowsTouchedNotTheTable) {
+  const int64_t kSmall = 10000, kLarge = 10000000;
+  const JobConfig small = MakeConfig(pstrain::v1::MODE_SYNC, 2, 32, 1, kSmall,
+                                     20, OptimizerConfig::ADAGRAD, 0.05);
+  const JobConfig large = MakeConfig(pstrain::v1::MODE_SYNC, 2, 32, 1, kLarge,
+                                     20, OptimizerConfig::ADAGRAD, 0.05);
+  absl::StatusOr<JobResult> a = RunJob(small, 0);
+  ASSERT_TRUE(a.ok()) << a.status();
+  absl::StatusOr<JobResult> b = RunJob(large, 0);
+  ASSERT_TRUE(b.ok()) << b.status();
+  // A dense gradient of the large table alone, per step.
+  const double dense_table_bytes = 4.0 * kLarge * kDim;
+  for (int r = 0; r < 2; ++r) {
+    std::printf(
+        "worker %d bytes/step pushed %.0f / %.0f, pulled %.0f / %.0f "
+        "(10^4 / 10^7 rows; a dense table gradient: %.0f)\n",
+        r, a->pushed_per_step[r], b->pushed_per_step[r], a->pulled_per_step[r],
+        b->pulled_per_step[r], dense_table_bytes);
+    EXPECT_GT(a->pushed_per_step[r], 0);
+    EXPECT_NEAR(b->pushed_per_step[r] / a->pushed_per_step[r], 1.0, 0.05);
+    EXPECT_NEAR(b->pulled_per_step[r] / a->pulled_per_step[r], 1.0, 0.05);
+    EXPECT_LT(b->pushed_per_step[r] * 1000, dense_table_bytes);
+    EXPECT_LT(b->pulled_per_step[r] * 1000, dense_table_bytes);
+  }
+}
+
+// What ps_worker runs: a wide_deep job through CoordinatorNode, ServerNodes
+// and WorkerNodes (in_process_job.h), sync and async.
+TEST(SparseJobTest, WideDeepJobRunsOnTheNodes) {
+  for (pstrain::v1::ConsistencyMode mode :
+       {pstrain::v1::MODE_SYNC, pstrain::v1::MODE_ASYNC}) {
+    SCOPED_TRACE(pstrain::v1::ConsistencyMode_Name(mode));
+    const JobConfig c = MakeConfig(mode, 2, 16, 1, 100000, 30,
+                                   OptimizerConfig::ADAGRAD, kLearnLr);
+    ASSERT_TRUE(ValidateJobConfig(c).ok()) << ValidateJobConfig(c);
+    absl::StatusOr<InProcessJob> job = RunInProcessJob(c);
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_FALSE(job->summary.failed) << job->summary.message;
+    EXPECT_EQ(job->summary.steps, 30);
+    ASSERT_TRUE(job->summary.final_accuracy.has_value());
+    EXPECT_GT(*job->summary.final_accuracy, 0.0);
+    EXPECT_GT(job->summary.bytes_pushed, 0u);
+    ASSERT_EQ(job->finals.size(), 2u);
+    // The table never came whole to a worker: its final entry is empty.
+    EXPECT_TRUE(job->finals[0][0].empty());
+    EXPECT_FALSE(job->finals[0][1].empty());
+  }
+}
+
+TEST(SparseJobTest, AllReduceWideDeepIsRefusedNamingTheTable) {
+  JobConfig c = MakeConfig(pstrain::v1::MODE_SYNC, 2, 16, 1, 1000, 2,
+                           OptimizerConfig::SGD, 0.1);
+  c.mutable_training()->set_mode(pstrain::v1::MODE_ALLREDUCE);
+  FinalizeJobConfig(&c);
+  absl::StatusOr<InProcessJob> job = RunInProcessJob(c);
+  ASSERT_FALSE(job.ok());
+  EXPECT_THAT(std::string(job.status().message()),
+              ::testing::HasSubstr("parameter 'embedding' is row-sparse"));
+  EXPECT_THAT(std::string(job.status().message()),
+              ::testing::HasSubstr("mode allreduce"));
+}
+
+}  // namespace
+}  // namespace pstrain
