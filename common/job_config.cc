@@ -1281,6 +1281,33 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
     }
   }
   PS_RETURN_IF_ERROR(ValidateSparse(m, d));
+  if (m.type() == ModelConfig::WIDE_DEEP) {
+    // What row-sparse tables do not support yet (docs/sparse.md, "Limits"),
+    // refused before anything starts rather than by a process mid-run.
+    if (t.mode() == v1::MODE_ALLREDUCE) {
+      return KeyError("training.mode",
+                      "allreduce moves whole dense tensors; model.type "
+                      "wide_deep keeps its table row-sparse on the servers: "
+                      "use sync or async");
+    }
+    if (t.on_failure() == v1::TrainingConfig::ELASTIC) {
+      return KeyError("training.on_failure",
+                      "elastic has no stand-ins for row-sparse tables yet: "
+                      "use fail or restart with model.type wide_deep");
+    }
+    if (t.backup_workers() > 0 || t.dc_lambda() != 0) {
+      return KeyError(t.backup_workers() > 0 ? "training.backup_workers"
+                                             : "training.dc_lambda",
+                      "not supported with row-sparse tables (model.type "
+                      "wide_deep)");
+    }
+    if (t.mode() == v1::MODE_ASYNC && (c.checkpoint().every_steps() > 0 ||
+                                       c.checkpoint().every_seconds() > 0)) {
+      return KeyError("checkpoint.every_steps",
+                      "checkpoints of row-sparse tables are written in mode "
+                      "sync only (model.type wide_deep)");
+    }
+  }
   PS_RETURN_IF_ERROR(AtLeast("data.num_categorical", d.num_categorical(), 0));
   if (d.num_categorical() > d.num_features()) {
     return KeyError(

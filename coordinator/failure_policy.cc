@@ -10,6 +10,14 @@ namespace {
 
 using pstrain::v1::TrainingConfig;
 
+ElasticOptions MakeElastic(int num_workers, int min_workers, bool takeover) {
+  ElasticOptions e;
+  e.num_workers = num_workers;
+  e.min_workers = min_workers;
+  e.takeover = takeover;
+  return e;
+}
+
 class FailPolicy final : public FailurePolicy {
  public:
   const char* name() const override { return "fail"; }
@@ -51,12 +59,8 @@ class ElasticWorkersPolicy final : public FailurePolicy {
     return " (training.on_failure: elastic covers workers only)";
   }
   std::optional<ElasticOptions> Elastic(int num_workers) const override {
-    ElasticOptions e;
-    e.num_workers = num_workers;
-    e.min_workers = min_workers_;
     // Async: nobody waits for a departed rank's micro-batches.
-    e.takeover = sync_;
-    return e;
+    return MakeElastic(num_workers, min_workers_, /*takeover=*/sync_);
   }
   bool Rejoins() const override { return true; }
   bool HandsOver() const override { return sync_; }
@@ -80,11 +84,7 @@ class ElasticRingPolicy final : public FailurePolicy {
                                           : LossResponse::kFailJob;
   }
   std::optional<ElasticOptions> Elastic(int num_workers) const override {
-    ElasticOptions e;
-    e.num_workers = num_workers;
-    e.min_workers = min_workers_;
-    e.takeover = true;
-    return e;
+    return MakeElastic(num_workers, min_workers_, /*takeover=*/true);
   }
   bool RingMembers() const override { return true; }
   int64_t max_rollbacks() const override {
