@@ -335,6 +335,13 @@ TEST(JobConfigTest, ParseErrorsNameSourceLineAndKey) {
   }
 }
 
+// model.type wide_deep with 3 synthetic categorical columns: a valid job.
+void UseWideDeep(JobConfig* c) {
+  c->mutable_model()->set_type(ModelConfig::WIDE_DEEP);
+  c->mutable_model()->set_sparse_columns(3);
+  c->mutable_data()->set_sparse_columns(3);
+}
+
 struct BadConfig {
   void (*mutate)(JobConfig*);
   const char* key;
@@ -499,23 +506,17 @@ TEST(JobConfigTest, ValidateErrorsNameTheKey) {
        },
        "model.sparse_columns"},
       {[](JobConfig* c) {
-         c->mutable_model()->set_type(ModelConfig::WIDE_DEEP);
-         c->mutable_model()->set_sparse_columns(3);
-         c->mutable_data()->set_sparse_columns(3);
+         UseWideDeep(c);
          c->mutable_training()->set_mode(v1::MODE_ALLREDUCE);
        },
        "training.mode: allreduce moves whole dense tensors"},
       {[](JobConfig* c) {
-         c->mutable_model()->set_type(ModelConfig::WIDE_DEEP);
-         c->mutable_model()->set_sparse_columns(3);
-         c->mutable_data()->set_sparse_columns(3);
+         UseWideDeep(c);
          c->mutable_training()->set_on_failure(v1::TrainingConfig::ELASTIC);
        },
        "training.on_failure: elastic has no stand-ins"},
       {[](JobConfig* c) {
-         c->mutable_model()->set_type(ModelConfig::WIDE_DEEP);
-         c->mutable_model()->set_sparse_columns(3);
-         c->mutable_data()->set_sparse_columns(3);
+         UseWideDeep(c);
          c->mutable_training()->set_mode(v1::MODE_ASYNC);
          c->mutable_checkpoint()->set_every_steps(10);
        },

@@ -248,10 +248,7 @@ class DenseModel : public Model {
       logits_.resize(batch.n * out);
       PS_RETURN_IF_ERROR(
           backend_->CopyToHost(z_.back(), logits_.size(), logits_.data()));
-      for (int64_t i = 0; i < batch.n; ++i) {
-        const float* z = &logits_[i * out];
-        if (std::max_element(z, z + out) - z == batch.y[i]) ++r.correct;
-      }
+      r.correct = CountCorrect(logits_, out, batch.y);
     }
     return r;
   }
@@ -456,6 +453,16 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
 absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
                                                      ComputeBackend* backend) {
   return CreateModel(config, backend, nullptr);
+}
+
+int64_t CountCorrect(absl::Span<const float> logits, int64_t out,
+                     absl::Span<const float> y) {
+  int64_t correct = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    const float* z = logits.data() + i * out;
+    if (std::max_element(z, z + out) - z == y[i]) ++correct;
+  }
+  return correct;
 }
 
 }  // namespace pstrain

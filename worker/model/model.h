@@ -179,6 +179,11 @@ class Model {
 absl::Status CheckParamViews(const std::vector<pstrain::v1::TensorSpec>& specs,
                              const TensorViews& params);
 
+// Examples of `y` (class ids) whose row of `logits` (y.size() rows of `out`
+// scores) has its largest score at the label: an evaluation's `correct`.
+int64_t CountCorrect(absl::Span<const float> logits, int64_t out,
+                     absl::Span<const float> y);
+
 }  // namespace pstrain
 
 #endif  // PSTRAIN_WORKER_MODEL_MODEL_H_

@@ -235,10 +235,7 @@ class WideDeepModel : public Model {
     logits_.resize(batch.n * out);
     PS_RETURN_IF_ERROR(
         backend_->CopyToHost(top_z_.back(), logits_.size(), logits_.data()));
-    for (int64_t i = 0; i < batch.n; ++i) {
-      const float* z = &logits_[i * out];
-      if (std::max_element(z, z + out) - z == batch.y[i]) ++r.correct;
-    }
+    r.correct = CountCorrect(logits_, out, batch.y);
     return r;
   }
 
