@@ -858,7 +858,8 @@ const std::vector<Key>& KeyTable() {
           PS_FIELD(network, barrier_timeout_s),
           "The longest a pull may take, barrier wait included, in seconds "
           "(the coordinator hands it to servers and workers; no per-binary "
-          "flag)."),
+          "flag); until every worker has completed a step, "
+          "`startup_timeout_s` more."),
       Row("network", "startup_timeout_s", PositiveCodec(), 60,
           PS_FIELD(network, startup_timeout_s),
           "The coordinator fails the job if not every server and worker has "

@@ -45,7 +45,9 @@ std::vector<std::pair<std::string, int>> PsServerChannelArgs() {
 }
 
 ParameterServerService::ParameterServerService(PsServiceOptions options)
-    : options_(options), barrier_timeout_(options.barrier_timeout) {
+    : options_(options),
+      barrier_timeout_(options.barrier_timeout),
+      startup_timeout_(absl::ZeroDuration()) {
   // Pull (method 1) writes pre-built messages whose payloads point into the
   // shard's chunk buffers (common/chunk_frames.h): no copy on this side.
   MarkMethodStreamed(
@@ -94,17 +96,29 @@ void ParameterServerService::SetShard(
   if (metrics_ != nullptr && shard != nullptr) {
     metrics_->live_workers->Set(shard->num_workers());
   }
+  const uint64_t min_clock = shard != nullptr ? shard->MinClock() : 0;
   absl::MutexLock lock(&mu_);
   // Session checks are not optional: without a table nothing is served.
   if (sessions == nullptr) shard = nullptr;
+  start_min_clock_ = min_clock;
   shard_ = std::move(shard);
   sessions_ = std::move(sessions);
 }
 
-void ParameterServerService::SetBarrierTimeout(absl::Duration timeout) {
+void ParameterServerService::SetBarrierTimeout(absl::Duration timeout,
+                                               absl::Duration startup) {
   if (!(timeout > absl::ZeroDuration())) return;
   absl::MutexLock lock(&mu_);
   barrier_timeout_ = timeout;
+  startup_timeout_ = std::max(startup, absl::ZeroDuration());
+}
+
+absl::Duration ParameterServerService::BarrierTimeout(const Shard& s) const {
+  const uint64_t min_clock = s.MinClock();
+  absl::MutexLock lock(&mu_);
+  if (min_clock > start_min_clock_) return barrier_timeout_;
+  // No step completed by every worker yet: the wait includes start-up.
+  return barrier_timeout_ + startup_timeout_;
 }
 
 void ParameterServerService::CloseShard() {
@@ -807,11 +821,7 @@ grpc::Status ParameterServerService::StreamedPull(
   if (s == nullptr) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "shard not initialised");
   }
-  absl::Duration barrier_timeout;
-  {
-    absl::MutexLock lock(&mu_);
-    barrier_timeout = barrier_timeout_;
-  }
+  const absl::Duration barrier_timeout = BarrierTimeout(*s);
   const absl::Time start = absl::Now();
   if (absl::Status st = CheckGeneration(request->generation(), "pull");
       !st.ok()) {
@@ -995,11 +1005,7 @@ grpc::Status ParameterServerService::PullRows(
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "the job has no row-sparse tensors");
   }
-  absl::Duration barrier_timeout;
-  {
-    absl::MutexLock lock(&mu_);
-    barrier_timeout = barrier_timeout_;
-  }
+  const absl::Duration barrier_timeout = BarrierTimeout(*s);
   if (absl::Status st = CheckGeneration(request->generation(), "row pull");
       !st.ok()) {
     return ToGrpcStatus(st);
@@ -1189,6 +1195,7 @@ grpc::Status ParameterServerService::Rollback(
   // Built outside the mutex: a restore reads a checkpoint file.
   absl::StatusOr<std::shared_ptr<Shard>> fresh =
       factory(request->checkpoint(), request->step());
+  const uint64_t fresh_min_clock = fresh.ok() ? (*fresh)->MinClock() : 0;
   std::shared_ptr<Shard> old;
   {
     absl::MutexLock lock(&mu_);
@@ -1200,6 +1207,7 @@ grpc::Status ParameterServerService::Rollback(
           "a newer rollback arrived meanwhile; nothing changed");
     }
     old = std::exchange(shard_, *fresh);
+    start_min_clock_ = fresh_min_clock;  // restarted workers start up again
     generation_ = request->generation();
     generation_step_ = request->step();
     // Files saved for cuts after the rollback step belong to the old

@@ -138,8 +138,12 @@ class ParameterServerService final
   // Until called, Checkpoint is FAILED_PRECONDITION.
   void SetCheckpointRoot(std::string root, uint32_t num_shards);
   // The job's network.barrier_timeout_s (JobSpec), which replaces
-  // options.barrier_timeout from then on; ignored unless > 0.
-  void SetBarrierTimeout(absl::Duration timeout);
+  // options.barrier_timeout from then on; ignored unless > 0. Until every
+  // worker has completed a step on the shard set by SetShard (its MinClock
+  // still where it started), a barrier also waits for the workers' start-up:
+  // it is bounded by `timeout` + `startup` (network.startup_timeout_s).
+  void SetBarrierTimeout(absl::Duration timeout,
+                         absl::Duration startup = absl::ZeroDuration());
   // Closes the shard (if any): every pull blocked on a barrier returns
   // UNAVAILABLE at once, so grpc::Server::Shutdown does not wait for them.
   void CloseShard();
@@ -217,6 +221,8 @@ class ParameterServerService final
  private:
   friend class PushReactor;
   std::shared_ptr<Shard> shard() const;
+  // How long a pull may wait on `s`'s barrier (see SetBarrierTimeout).
+  absl::Duration BarrierTimeout(const Shard& s) const;
   std::shared_ptr<WorkerSessions> sessions() const;
   // OK when the call carries the coordinator's key (SetCoordinator).
   absl::Status CheckCoordinator(const grpc::ServerContext& context,
@@ -270,6 +276,8 @@ class ParameterServerService final
   std::shared_ptr<Shard> shard_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<WorkerSessions> sessions_ ABSL_GUARDED_BY(mu_);
   absl::Duration barrier_timeout_ ABSL_GUARDED_BY(mu_);
+  absl::Duration startup_timeout_ ABSL_GUARDED_BY(mu_);
+  uint64_t start_min_clock_ ABSL_GUARDED_BY(mu_) = 0;  // shard_'s at SetShard
   std::function<void(const pstrain::v1::ShutdownRequest&)> on_shutdown_
       ABSL_GUARDED_BY(mu_);
   std::string checkpoint_root_ ABSL_GUARDED_BY(mu_);

@@ -437,6 +437,36 @@ TEST_F(OnArrivalServiceTest,
   EXPECT_TRUE(Observe(*shard_) == Observe(*reference));
 }
 
+// Until every worker has completed a step, a barrier also waits for the
+// others' start-up (barrier_timeout + startup): a first step whose second
+// worker comes later than barrier_timeout is not a failure. After it, a
+// straggler is bounded by barrier_timeout alone (the server's own
+// DEADLINE_EXCEEDED, naming who is behind, long before the call's deadline).
+TEST_F(OnArrivalServiceTest, FirstBarrierAlsoWaitsForStartUp) {
+  service_->SetBarrierTimeout(absl::Milliseconds(300), absl::Seconds(60));
+  ASSERT_TRUE(PushFrames(Frames(0, 0, RandomGrad(31))).ok());
+  grpc::Status first;
+  int messages = -1;
+  std::thread puller([&] {
+    first = PullCall(0, 1, SessionOf(0), false, absl::Seconds(60), &messages);
+  });
+  absl::SleepFor(absl::Seconds(1));  // past barrier_timeout, in start-up
+  ASSERT_TRUE(PushFrames(Frames(1, 0, RandomGrad(32))).ok());
+  puller.join();
+  ASSERT_TRUE(first.ok()) << first.error_code() << ": "
+                          << first.error_message();
+  EXPECT_GT(messages, 0);
+  EXPECT_EQ(shard_->Stats().version(), 1u);
+
+  ASSERT_TRUE(PushFrames(Frames(0, 1, RandomGrad(33))).ok());
+  grpc::Status later =
+      PullCall(0, 2, SessionOf(0), false, absl::Seconds(60), &messages);
+  EXPECT_EQ(later.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_NE(later.error_message().find("behind (worker@clock): 1@1"),
+            std::string::npos)
+      << later.error_message();
+}
+
 // Issue 23, finding 1: Rollback, Checkpoint and Shutdown come from the
 // coordinator only (its key, RegisterServerResponse.coordinator_key, in the
 // call's metadata), token or not; a rollback names only the job's own

@@ -244,7 +244,8 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
                                      resp.session_ids().end());
       });
   service.SetBarrierTimeout(
-      absl::Seconds(job.config().network().barrier_timeout_s()));
+      absl::Seconds(job.config().network().barrier_timeout_s()),
+      absl::Seconds(job.config().network().startup_timeout_s()));
   service.SetShard(std::move(serving), sessions);
   server->GetHealthCheckService()->SetServingStatus(true);
   st = RetryUntil(

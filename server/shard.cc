@@ -1523,6 +1523,11 @@ uint64_t Shard::clipped_elements() const {
   return clipped_;
 }
 
+uint64_t Shard::MinClock() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return MinClockLocked();
+}
+
 void Shard::Close() {
   if (sparse_ != nullptr) sparse_->Close();
   absl::MutexLock lock(&mu_);

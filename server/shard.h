@@ -443,6 +443,8 @@ class Shard {
   pstrain::v1::ShardStats Stats() const;
   // Sync terms clipped to the accumulator's range so far (see above).
   uint64_t clipped_elements() const;
+  // The slowest live worker's clock: steps every worker has completed.
+  uint64_t MinClock() const;
 
   // Fails pending and future pulls with UNAVAILABLE. Idempotent.
   void Close();

@@ -515,6 +515,8 @@ class StandInRanks {
     client_options.rpc_timeout = rpc_timeout_;
     client_options.barrier_timeout =
         absl::Seconds(config_.network().barrier_timeout_s());
+    client_options.startup_timeout =
+        absl::Seconds(config_.network().startup_timeout_s());
     client_options.session_id = reg.session_id();
     client_options.wire_dtype = config_.network().wire_dtype();
     client_options.generation = job_.generation();
@@ -1177,6 +1179,8 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
       // applies.
       client_options.barrier_timeout =
           absl::Seconds(config.network().barrier_timeout_s());
+      client_options.startup_timeout =
+          absl::Seconds(config.network().startup_timeout_s());
       client_options.session_id = reg.session_id();
       client_options.wire_dtype = config.network().wire_dtype();
       client_options.generation = job.generation();

@@ -39,7 +39,8 @@ class ShardRead:
 
 class ShardClient:
     def __init__(self, shard_map, channel_factory, metadata, session_id,
-                 generation, wire_dtype, rpc_timeout_s, barrier_timeout_s):
+                 generation, wire_dtype, rpc_timeout_s, barrier_timeout_s,
+                 startup_timeout_s=0):
         self.map = shard_map
         self._metadata = list(metadata)
         self.session_id = session_id
@@ -47,6 +48,11 @@ class ShardClient:
         self.wire_dtype = wire_dtype or pb.DTYPE_F32
         self._rpc_timeout = rpc_timeout_s
         self._barrier_timeout = barrier_timeout_s
+        # Until a pull shows every worker past the min_clock of the first
+        # one, a barrier also waits for the others' start-up (as in C++).
+        self._startup_timeout = startup_timeout_s
+        self._start_min_clock = None
+        self._started = False
         self.tensor_index = {t.name: i for i, t in enumerate(shard_map.tensors)}
         n = len(shard_map.server_addresses)
         self._shard_chunks = [[] for _ in range(n)]
@@ -150,11 +156,21 @@ class ShardClient:
             s, True, lambda: self._push_once(s, worker, clock, num_samples,
                                              grads, reads[s])))
 
+    def _note_min_clock(self, min_clock):
+        with self._lock:
+            if self._start_min_clock is None:
+                self._start_min_clock = min_clock
+            elif min_clock > self._start_min_clock:
+                self._started = True
+
     def _pull_once(self, shard, worker, clock, params):
         req = pb.PullRequest(worker=worker, clock=clock,
                              session_id=self.session_id,
                              generation=self.generation)
-        call = self._stubs[shard].Pull(req, timeout=self._barrier_timeout,
+        timeout = self._barrier_timeout
+        if not self._started:
+            timeout += self._startup_timeout
+        call = self._stubs[shard].Pull(req, timeout=timeout,
                                        metadata=self._metadata)
         self._track(call)
         read = ShardRead()
@@ -167,6 +183,7 @@ class ShardClient:
                 nbytes += msg.ByteSize()
                 if head:
                     read.version, read.min_clock = msg.version, msg.min_clock
+                    self._note_min_clock(msg.min_clock)
                     head = False
                 for c in msg.chunks:
                     self._decode_chunk(shard, c, params, dtype)

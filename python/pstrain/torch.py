@@ -169,7 +169,7 @@ class Context:
             self.job.shard_map, s.channel, s.metadata(),
             self._session.session_id, self._session.generation,
             cfg.network.wire_dtype, cfg.network.rpc_timeout_s,
-            cfg.network.barrier_timeout_s)
+            cfg.network.barrier_timeout_s, cfg.network.startup_timeout_s)
         self._session.liveness.set_client(self._client)
 
     def _rollback_pending(self):

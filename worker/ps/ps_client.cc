@@ -330,12 +330,26 @@ absl::Status PsClient::WithRetries(
   return status;
 }
 
+absl::Duration PsClient::BarrierTimeout() const {
+  if (started_.load(std::memory_order_relaxed)) return options_.barrier_timeout;
+  return options_.barrier_timeout + options_.startup_timeout;
+}
+
+void PsClient::NoteMinClock(uint64_t min_clock) {
+  if (started_.load(std::memory_order_relaxed)) return;
+  uint64_t start = UINT64_MAX;
+  if (start_min_clock_.compare_exchange_strong(start, min_clock)) return;
+  if (min_clock > start) started_.store(true, std::memory_order_relaxed);
+}
+
 absl::Status PsClient::PullShard(int shard, uint32_t worker, uint64_t clock,
                                  MutableTensorViews* params, ShardRead* read,
                                  PsOp* op, TensorGate* gate) {
-  return WithRetries(shard, /*push=*/false, [&] {
+  absl::Status st = WithRetries(shard, /*push=*/false, [&] {
     return PullShardOnce(shard, worker, clock, params, read, op, gate);
   });
+  if (st.ok()) NoteMinClock(read->min_clock);
+  return st;
 }
 
 absl::Status PsClient::PushShard(int shard, uint32_t worker, uint64_t clock,
@@ -422,7 +436,7 @@ absl::Status PsClient::PullShardOnce(int shard, uint32_t worker, uint64_t clock,
                                      ShardRead* read, PsOp* op,
                                      TensorGate* gate) {
   grpc::ClientContext context;
-  SetTimeout(&context, options_.barrier_timeout);
+  SetTimeout(&context, BarrierTimeout());
   ActiveCall active(this, &context);
   pstrain::v1::PullRequest request;
   request.set_worker(worker);
@@ -806,7 +820,7 @@ absl::Status PsClient::PullRowsShard(int shard, uint32_t worker, uint64_t clock,
     PS_RETURN_IF_ERROR(
         WithRetries(shard, /*push=*/false, [&]() -> absl::Status {
           grpc::ClientContext context;
-          SetTimeout(&context, options_.barrier_timeout);
+          SetTimeout(&context, BarrierTimeout());
           ActiveCall active(this, &context);
           pstrain::v1::PullRowsRequest request;
           request.set_worker(worker);
@@ -838,6 +852,7 @@ absl::Status PsClient::PullRowsShard(int shard, uint32_t worker, uint64_t clock,
               if (first_call) {
                 read->version = msg.version();
                 read->min_clock = msg.min_clock();
+                NoteMinClock(msg.min_clock());
               }
               head = false;
             }

@@ -44,6 +44,10 @@ struct PsClientOptions {
   // The whole pull (barrier wait and transfer) ends within this: the job's
   // network.barrier_timeout_s, the same bound the servers apply.
   absl::Duration barrier_timeout = absl::Minutes(5);
+  // Added to barrier_timeout until a pull shows every worker past the
+  // min_clock of this client's first pull: the first barriers also wait for
+  // the other workers' start-up (network.startup_timeout_s; servers alike).
+  absl::Duration startup_timeout = absl::ZeroDuration();
   // Attempts per shard and operation, every one with its own timeouts,
   // 50 ms, 100 ms, ... apart. Pulls are retried on UNAVAILABLE (a barrier
   // wait that ran out is not retried); pushes also on DEADLINE_EXCEEDED and
@@ -226,7 +230,14 @@ class PsClient {
   uint64_t bytes_pushed() const { return bytes_pushed_.load(); }
   uint64_t bytes_pulled() const { return bytes_pulled_.load(); }
 
+  // How long a pull started now may wait on a barrier: barrier_timeout, plus
+  // startup_timeout until every worker has completed a step (see options).
+  absl::Duration BarrierTimeout() const;
+
  private:
+  // A pull's read of the servers' min_clock (see BarrierTimeout).
+  void NoteMinClock(uint64_t min_clock);
+
   PsClient(pstrain::v1::ShardMap map, PsClientOptions options)
       : map_(std::move(map)), options_(options) {}
 
@@ -316,6 +327,8 @@ class PsClient {
   absl::flat_hash_map<std::pair<std::string, uint32_t>, int> chunk_index_;
   std::atomic<uint64_t> bytes_pushed_{0};
   std::atomic<uint64_t> bytes_pulled_{0};
+  std::atomic<uint64_t> start_min_clock_{UINT64_MAX};  // first pull's
+  std::atomic<bool> started_{false};  // a later pull read a greater one
 };
 
 }  // namespace pstrain

@@ -329,8 +329,7 @@ absl::Status Trainer::OverlappedStep(int64_t step, LocalStep* local,
            (static_cast<double>(client_->shard_map().chunks(chunk).length()) /
             total);
   };
-  const absl::Time wait_deadline =
-      absl::Now() + absl::Seconds(c.network().barrier_timeout_s());
+  const absl::Time wait_deadline = absl::Now() + client_->BarrierTimeout();
   // The emulated device computes at its own pace: each chunk's share ends at
   // `clock` + share, `clock` being where the previous chunk's ended, or now
   // if this one had to wait for its weights. (Sleeping each share from now
