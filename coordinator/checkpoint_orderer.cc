@@ -12,7 +12,6 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "proto/pstrain.grpc.pb.h"
-#include "server/shard.h"
 
 namespace pstrain {
 
@@ -119,7 +118,7 @@ absl::StatusOr<ResumePoint> ResolveResume(CheckpointEnv* env,
         absl::StrCat(dir, " is at step ", m.step, " but training.steps is ",
                      job.config().training().steps())));
   }
-  absl::Status fits = (*reader)->CheckCompatible(ShardOptionsFromJob(job, 0));
+  absl::Status fits = (*reader)->CheckCompatible(job);
   if (!fits.ok()) {
     return prefixed(absl::Status(
         fits.code(),

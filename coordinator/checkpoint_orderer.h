@@ -1,4 +1,4 @@
-// The coordinator's side of checkpoints (server/checkpoint.h): where they go,
+// The coordinator's side of checkpoints (checkpoint/checkpoint.h): where they go,
 // which one a resumed job starts from, and the loop that orders consistent
 // cuts and writes each manifest once every shard saved its file.
 //
@@ -38,8 +38,8 @@
 #include "absl/time/time.h"
 #include "common/job_config.h"
 #include "proto/pstrain.grpc.pb.h"
-#include "server/checkpoint.h"
-#include "server/checkpoint_env.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/env.h"
 
 namespace pstrain {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "coordinator/job_spec.h"
-#include "server/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "server/shard.h"
 
 namespace pstrain {

@@ -9,7 +9,7 @@
 #include "common/status_macros.h"
 #include "coordinator/coordinator_flags.h"
 #include "coordinator/job_spec.h"
-#include "server/checkpoint_env.h"
+#include "checkpoint/env.h"
 
 namespace pstrain {
 namespace {

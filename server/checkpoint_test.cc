@@ -2,7 +2,7 @@
 // optimizer's slots with exact continuation, resharding K -> K' bit for bit,
 // atomicity under crashes injected between files, retention, corruption
 // detected by checksum, and the shard's cut (Snapshot/SnapshotAt/Restore).
-#include "server/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include <stdlib.h>
 
@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/checkpoint_testing.h"
+#include "server/shard_checkpoint.h"
 
 namespace pstrain {
 namespace {
@@ -358,7 +359,7 @@ TEST(ReaderTest, ClocksTakeTheMinimumVersionsMustAgree) {
       CheckpointReader::Open(env, *dir);
   ASSERT_TRUE(reader.ok()) << reader.status();
   absl::StatusOr<ShardState> state =
-      (*reader)->StateFor(job.shards[0]->chunks());
+      (*reader)->StateFor(ShardRanges(*job.shards[0]));
   ASSERT_TRUE(state.ok()) << state.status();
   EXPECT_EQ(state->clocks, (std::vector<uint64_t>{1, 1}));
   EXPECT_EQ(state->version, 2u);
@@ -368,7 +369,7 @@ TEST(ReaderTest, ClocksTakeTheMinimumVersionsMustAgree) {
   ASSERT_TRUE(dir.ok()) << dir.status();
   reader = CheckpointReader::Open(env, *dir);
   ASSERT_TRUE(reader.ok()) << reader.status();
-  state = (*reader)->StateFor(job.shards[0]->chunks());
+  state = (*reader)->StateFor(ShardRanges(*job.shards[0]));
   EXPECT_EQ(state.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(state.status().message(), HasSubstr("shard 1 has version 3"));
 }

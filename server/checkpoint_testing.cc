@@ -9,6 +9,7 @@
 #include "common/sharding.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
+#include "server/shard_checkpoint.h"
 
 namespace pstrain {
 
@@ -169,7 +170,7 @@ absl::Status RestoreAll(CheckpointEnv* env, const std::string& dir,
   PS_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader,
                       CheckpointReader::Open(env, dir));
   for (size_t k = 0; k < job.shards.size(); ++k) {
-    PS_RETURN_IF_ERROR(reader->RestoreShard(job.options[k], *job.shards[k]));
+    PS_RETURN_IF_ERROR(RestoreShard(*reader, job.options[k], *job.shards[k]));
   }
   return absl::OkStatus();
 }

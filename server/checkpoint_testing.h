@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/pstrain.pb.h"
-#include "server/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "server/shard.h"
 
 namespace pstrain {

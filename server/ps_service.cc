@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "checkpoint/checkpoint.h"
 #include "common/chunk_frames.h"
 #include "common/client_text.h"
 #include "common/grpc_util.h"
@@ -20,7 +21,7 @@
 #include "common/sparse_rows.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
-#include "server/checkpoint.h"
+#include "server/shard_checkpoint.h"
 
 namespace pstrain {
 

@@ -76,8 +76,8 @@
 #include "common/job_token.h"
 #include "common/metrics.h"
 #include "proto/pstrain.grpc.pb.h"
-#include "server/checkpoint.h"
-#include "server/checkpoint_env.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/env.h"
 #include "server/shard.h"
 #include "server/worker_sessions.h"
 
@@ -208,7 +208,7 @@ class ParameterServerService final
                         const pstrain::v1::ShutdownRequest* request,
                         pstrain::v1::ShutdownResponse* response) override;
   // Waits (bounded by the call's deadline and barrier_timeout) for the shard
-  // to reach cut `step` and writes its file (server/checkpoint.h,
+  // to reach cut `step` and writes its file (checkpoint/checkpoint.h,
   // SaveShardAt). Coordinator-only (common/job_token.h).
   grpc::Status Checkpoint(grpc::ServerContext* context,
                           const pstrain::v1::CheckpointRequest* request,

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "checkpoint/checkpoint.h"
 #include "common/grpc_util.h"
 #include "common/host_name.h"
 #include "common/logging.h"
@@ -17,9 +18,9 @@
 #include "common/status_macros.h"
 #include "coordinator/failure_policy.h"
 #include "proto/pstrain.grpc.pb.h"
-#include "server/checkpoint.h"
 #include "server/ps_service.h"
 #include "server/shard.h"
+#include "server/shard_checkpoint.h"
 #include "server/worker_sessions.h"
 
 namespace pstrain {
@@ -51,8 +52,8 @@ absl::StatusOr<std::shared_ptr<Shard>> BuildShard(
     absl::StatusOr<std::unique_ptr<CheckpointReader>> reader =
         CheckpointReader::Open(CheckpointEnv::Default(), checkpoint);
     absl::Status restored =
-        reader.ok() ? (*reader)->RestoreShard(
-                          ShardOptionsFromJob(job, shard_id), **shard)
+        reader.ok() ? RestoreShard(**reader, ShardOptionsFromJob(job, shard_id),
+                                   **shard)
                     : reader.status();
     if (!restored.ok()) {
       return absl::Status(restored.code(),

@@ -55,7 +55,7 @@
 #include "absl/time/time.h"
 #include "common/optimizer.h"
 #include "proto/pstrain.pb.h"
-#include "server/checkpoint_state.h"
+#include "checkpoint/state.h"
 #include "server/consistency_rule.h"
 #include "server/sparse_table.h"
 

@@ -44,7 +44,7 @@
 #include "absl/types/span.h"
 #include "common/optimizer.h"
 #include "proto/pstrain.pb.h"
-#include "server/checkpoint_state.h"
+#include "checkpoint/state.h"
 
 namespace pstrain {
 

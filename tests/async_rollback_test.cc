@@ -29,8 +29,8 @@
 #include "common/job_config.h"
 #include "coordinator/coordinator_node.h"
 #include "proto/pstrain.grpc.pb.h"
-#include "server/checkpoint.h"
-#include "server/checkpoint_env.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/env.h"
 #include "server/server_node.h"
 #include "worker/ps/ps_client.h"
 

@@ -2,8 +2,8 @@
 
 #include <filesystem>
 
-#include "server/checkpoint.h"
-#include "server/checkpoint_env.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/env.h"
 
 namespace pstrain::checkpoint_jobs {
 

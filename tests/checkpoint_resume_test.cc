@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "common/job_config.h"
-#include "server/checkpoint.h"
-#include "server/checkpoint_env.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/env.h"
 #include "tests/checkpoint_jobs.h"
 #include "tests/in_process_job.h"
 #include "tests/test_files.h"

@@ -13,6 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/env.h"
 #include "common/grpc_util.h"
 #include "common/job_token.h"
 #include "common/sharding.h"
@@ -20,10 +22,9 @@
 #include "common/tensor_codec.h"
 #include "gtest/gtest.h"
 #include "proto/pstrain.grpc.pb.h"
-#include "server/checkpoint.h"
-#include "server/checkpoint_env.h"
 #include "server/ps_service.h"
 #include "server/shard.h"
+#include "server/shard_checkpoint.h"
 #include "server/sparse_shard.h"
 #include "server/worker_sessions.h"
 #include "worker/ps/ps_client.h"
@@ -438,8 +439,8 @@ TEST(SparseCheckpointTest, ResumeAndReshardKToKPrimeAreExact) {
     auto reader = CheckpointReader::Open(env, dir);
     ASSERT_TRUE(reader.ok()) << reader.status();
     for (uint32_t k = 0; k < shards; ++k) {
-      absl::Status st = (*reader)->RestoreShard(ShardOptionsFromJob(job, k),
-                                                *resumed->shards[k]);
+      absl::Status st = RestoreShard(**reader, ShardOptionsFromJob(job, k),
+                                     *resumed->shards[k]);
       ASSERT_TRUE(st.ok()) << st;
       EXPECT_EQ(resumed->shards[k]->sparse()->version(), 2u);
     }
@@ -464,7 +465,9 @@ TEST(SparseCheckpointTest, ResumeAndReshardKToKPrimeAreExact) {
   const pstrain::v1::JobSpec with_rows = Job(1, pstrain::v1::DTYPE_F32);
   auto target = Start(with_rows);
   absl::Status st =
-      (*reader)->RowsFor(*target->shards[0]->sparse(), 0, 1).status();
+      (*reader)
+          ->RowsFor({target->shards[0]->sparse()->table_name(0)}, 0, 1)
+          .status();
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
 }
 

@@ -9,9 +9,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "server/checkpoint.h"
-#include "server/checkpoint_env.h"
-#include "tools/checkpoint/safetensors.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/env.h"
+#include "checkpoint/safetensors.h"
 
 namespace pstrain {
 namespace checkpoint_cli {

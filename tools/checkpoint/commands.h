@@ -8,7 +8,7 @@
 //       tensors and every file's checksum verification.
 //   ps_checkpoint export DIR --safetensors OUT [--with_slots]
 //       Writes the weights (and optimizer slots as "NAME:slotK") to OUT in
-//       the safetensors format (tools/checkpoint/safetensors.h).
+//       the safetensors format (checkpoint/safetensors.h).
 //
 // Exit status: 0 on success, 1 when the checkpoint is missing, torn or
 // corrupted (the error names the file), 2 on bad usage (naming the flag).

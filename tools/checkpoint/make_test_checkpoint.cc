@@ -8,7 +8,7 @@
 #include <string>
 
 #include "nlohmann/json.hpp"
-#include "server/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "server/checkpoint_testing.h"
 
 int main(int argc, char** argv) {

@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/model_spec.h"
 #include "common/status_macros.h"
-#include "server/shard.h"
 
 namespace pstrain {
 namespace {
@@ -125,7 +124,7 @@ absl::Status LoadReplicaCheckpoint(CheckpointEnv* env, const std::string& dir,
                     absl::FailedPreconditionError(absl::StrCat(
                         "is at step ", m.step, ", the job starts at ", step)));
   }
-  absl::Status fits = reader->CheckCompatible(ShardOptionsFromJob(job, 0));
+  absl::Status fits = reader->CheckCompatible(job);
   if (!fits.ok()) return Prefixed(dir, fits);
   const auto& tensors = job.shard_map().tensors();
   std::vector<std::vector<float>> w(tensors.size()), s(tensors.size());

@@ -1,6 +1,6 @@
 // Checkpoints in mode allreduce (docs/checkpoints.md, "Checkpoints in mode
 // allreduce"): the same on-disk format as the parameter-server modes
-// (server/checkpoint.h), written and read with the same code, for a job that
+// (checkpoint/checkpoint.h), written and read with the same code, for a job that
 // has no servers.
 //
 // The state: after every step all ranks hold bit-identical weights and
@@ -32,8 +32,8 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "proto/pstrain.pb.h"
-#include "server/checkpoint.h"
-#include "server/checkpoint_env.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/env.h"
 
 namespace pstrain {
 

@@ -8,14 +8,14 @@
 //   then the data: each tensor's little-endian fp32 elements (row-major) at
 //   [begin, end) relative to the data's start; tensors are contiguous in
 //   the order of the checkpoint's tensor list.
-#ifndef PSTRAIN_TOOLS_CHECKPOINT_SAFETENSORS_H_
-#define PSTRAIN_TOOLS_CHECKPOINT_SAFETENSORS_H_
+#ifndef PSTRAIN_CHECKPOINT_SAFETENSORS_H_
+#define PSTRAIN_CHECKPOINT_SAFETENSORS_H_
 
 #include <string>
 
 #include "absl/status/status.h"
-#include "server/checkpoint.h"
-#include "server/checkpoint_env.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/env.h"
 
 namespace pstrain {
 
@@ -28,4 +28,4 @@ absl::Status ExportSafetensors(const CheckpointReader& reader,
 
 }  // namespace pstrain
 
-#endif  // PSTRAIN_TOOLS_CHECKPOINT_SAFETENSORS_H_
+#endif  // PSTRAIN_CHECKPOINT_SAFETENSORS_H_

@@ -1,4 +1,4 @@
-#include "tools/checkpoint/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 #include <cstdint>
 #include <string>

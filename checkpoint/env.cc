@@ -1,4 +1,4 @@
-#include "server/checkpoint_env.h"
+#include "checkpoint/env.h"
 
 #include <dirent.h>
 #include <errno.h>

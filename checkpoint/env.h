@@ -1,8 +1,8 @@
 // The file operations a checkpoint needs, behind a small interface (leveldb's
 // Env style) so tests can inject a crash between any two of them without
 // sleeps or signals. Paths are plain strings; directories use '/'.
-#ifndef PSTRAIN_SERVER_CHECKPOINT_ENV_H_
-#define PSTRAIN_SERVER_CHECKPOINT_ENV_H_
+#ifndef PSTRAIN_CHECKPOINT_ENV_H_
+#define PSTRAIN_CHECKPOINT_ENV_H_
 
 #include <memory>
 #include <string>
@@ -97,4 +97,4 @@ class CheckpointEnvWrapper : public CheckpointEnv {
 
 }  // namespace pstrain
 
-#endif  // PSTRAIN_SERVER_CHECKPOINT_ENV_H_
+#endif  // PSTRAIN_CHECKPOINT_ENV_H_

@@ -59,8 +59,8 @@
 // newer checkpoint is complete. Shard files of one checkpoint may be written
 // by different processes (each server its own, the coordinator the manifest
 // once all are reported) on a file system they share.
-#ifndef PSTRAIN_SERVER_CHECKPOINT_H_
-#define PSTRAIN_SERVER_CHECKPOINT_H_
+#ifndef PSTRAIN_CHECKPOINT_CHECKPOINT_H_
+#define PSTRAIN_CHECKPOINT_CHECKPOINT_H_
 
 #include <cstdint>
 #include <map>
@@ -72,10 +72,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "checkpoint/env.h"
+#include "checkpoint/state.h"
 #include "proto/pstrain.pb.h"
-#include "server/checkpoint_env.h"
-#include "server/checkpoint_state.h"
-#include "server/shard.h"
 
 namespace pstrain {
 
@@ -166,14 +165,13 @@ absl::StatusOr<std::string> LatestCheckpoint(CheckpointEnv* env,
 absl::Status ApplyRetention(CheckpointEnv* env, const std::string& root,
                             uint32_t keep);
 
-// A server's part of checkpoint `step`: waits (until `deadline`) for `shard`
-// to reach cut `step` (Shard::SnapshotAt) and writes its file into
-// CheckpointDir(root, step). The returned entry goes to whoever writes the
-// manifest once every shard's entry is in.
-absl::StatusOr<CheckpointFile> SaveShardAt(Shard& shard, uint32_t num_shards,
-                                           CheckpointEnv* env,
-                                           const std::string& root,
-                                           uint64_t step, absl::Time deadline);
+// Elements [offset, offset + length) of one tensor: what a shard holds of
+// it (StateFor reads a checkpoint onto any layout by such ranges).
+struct TensorRange {
+  std::string tensor;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
 
 // A complete checkpoint, read and verified. Immutable; thread-safe.
 class CheckpointReader {
@@ -198,13 +196,13 @@ class CheckpointReader {
   };
   const std::vector<ShardHeader>& shard_headers() const { return headers_; }
 
-  // The rows shard `shard_id` of `num_shards` holds of `sparse`'s tables
-  // (any number of shards wrote them: each row goes where RowShard says),
-  // with the rows' version and clocks (every file must agree: DATA_LOSS).
-  // FAILED_PRECONDITION when the checkpoint holds no rows.
-  absl::StatusOr<SparseShardState> RowsFor(const SparseShard& sparse,
-                                           uint32_t shard_id,
-                                           uint32_t num_shards) const;
+  // The rows shard `shard_id` of `num_shards` holds of the row-sparse
+  // `tables` (names; any number of shards wrote them: each row goes where
+  // RowShard says), with the rows' version and clocks (every file must
+  // agree: DATA_LOSS). FAILED_PRECONDITION when the checkpoint holds no rows.
+  absl::StatusOr<SparseShardState> RowsFor(
+      const std::vector<std::string>& tables, uint32_t shard_id,
+      uint32_t num_shards) const;
 
   // Elements [offset, offset + length) of `tensor`: weights into
   // weights[0, length) and slots into slots[0, num_slots * length)
@@ -213,23 +211,24 @@ class CheckpointReader {
   absl::Status ReadRange(const std::string& tensor, uint64_t offset,
                          uint64_t length, float* weights, float* slots) const;
 
-  // Whether the checkpoint fits a job with `options` (any shard layout):
-  // the same tensors (names and shapes, in order), number of workers and
-  // optimizer kind. FAILED_PRECONDITION naming the first difference.
-  absl::Status CheckCompatible(const ShardOptions& options) const;
-  // CheckCompatible, then StateFor(shard.chunks()) and Shard::Restore; in a
-  // job with row-sparse tensors also RowsFor and SparseShard::Restore (rows
-  // checked first).
-  absl::Status RestoreShard(const ShardOptions& options, Shard& shard) const;
+  // Whether the checkpoint fits a job of the tensors of `shard_map` (any
+  // shard layout), `num_workers` workers and `optimizer`: the same tensors
+  // (names and shapes, in order), number of workers and optimizer kind.
+  // FAILED_PRECONDITION naming the first difference.
+  absl::Status CheckCompatible(
+      const pstrain::v1::ShardMap& shard_map, uint32_t num_workers,
+      pstrain::v1::OptimizerConfig::Kind optimizer) const;
+  // The same for `job` (its shard map, job.workers and optimizer).
+  absl::Status CheckCompatible(const pstrain::v1::JobSpec& job) const;
 
-  // The state to Restore into a shard holding `chunks` (any layout): each
+  // The state to restore into a shard holding `chunks` (any layout): each
   // chunk read by range; version and schedule step (which every shard must
   // agree on); worker clocks, the element-wise minimum over the saved shards
   // (they differ only for late pushes dropped by backup workers); each sync
   // exponent, the largest saved one among the records the chunk overlaps
   // (the saved value itself when the layout is unchanged).
   absl::StatusOr<ShardState> StateFor(
-      const std::vector<LocalChunk>& chunks) const;
+      const std::vector<TensorRange>& chunks) const;
 
  private:
   struct Record {
@@ -250,4 +249,4 @@ class CheckpointReader {
 
 }  // namespace pstrain
 
-#endif  // PSTRAIN_SERVER_CHECKPOINT_H_
+#endif  // PSTRAIN_CHECKPOINT_CHECKPOINT_H_

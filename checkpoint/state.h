@@ -1,10 +1,10 @@
 // The state of one parameter-server shard at a consistent cut, as Shard
 // exports it (Shard::Snapshot) and takes it back (Shard::Restore); the unit a
-// checkpoint (server/checkpoint.h) stores per shard. Plain data, keyed by
+// checkpoint (checkpoint/checkpoint.h) stores per shard. Plain data, keyed by
 // tensor element ranges, so a checkpoint can be read back by ranges onto any
 // other shard layout. See server/shard.h ("Checkpoints") for what the cut is.
-#ifndef PSTRAIN_SERVER_CHECKPOINT_STATE_H_
-#define PSTRAIN_SERVER_CHECKPOINT_STATE_H_
+#ifndef PSTRAIN_CHECKPOINT_STATE_H_
+#define PSTRAIN_CHECKPOINT_STATE_H_
 
 #include <cstdint>
 #include <string>
@@ -67,4 +67,4 @@ struct ShardState {
 
 }  // namespace pstrain
 
-#endif  // PSTRAIN_SERVER_CHECKPOINT_STATE_H_
+#endif  // PSTRAIN_CHECKPOINT_STATE_H_

@@ -1,4 +1,4 @@
-#include "server/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include <algorithm>
 #include <cstring>
@@ -430,19 +430,6 @@ absl::Status ApplyRetention(CheckpointEnv* env, const std::string& root,
   return absl::OkStatus();
 }
 
-absl::StatusOr<CheckpointFile> SaveShardAt(Shard& shard, uint32_t num_shards,
-                                           CheckpointEnv* env,
-                                           const std::string& root,
-                                           uint64_t step, absl::Time deadline) {
-  PS_ASSIGN_OR_RETURN(ShardState state, shard.SnapshotAt(step, deadline));
-  if (shard.sparse() != nullptr) {
-    PS_ASSIGN_OR_RETURN(state.rows, shard.sparse()->SnapshotAt(step, deadline));
-    state.has_rows = true;
-  }
-  return WriteShardFile(env, CheckpointDir(root, step), shard.shard_id(),
-                        num_shards, state);
-}
-
 absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
     CheckpointEnv* env, const std::string& dir) {
   const std::string manifest_path = Join(dir, kCheckpointManifest);
@@ -600,9 +587,16 @@ absl::Status CheckpointReader::ReadRange(const std::string& tensor,
 }
 
 absl::Status CheckpointReader::CheckCompatible(
-    const ShardOptions& options) const {
+    const pstrain::v1::JobSpec& job) const {
+  return CheckCompatible(job.shard_map(), job.config().job().workers(),
+                         job.config().training().optimizer().kind());
+}
+
+absl::Status CheckpointReader::CheckCompatible(
+    const pstrain::v1::ShardMap& shard_map, uint32_t num_workers,
+    pstrain::v1::OptimizerConfig::Kind optimizer) const {
   const CheckpointManifest& m = manifest_;
-  const auto& want = options.shard_map.tensors();
+  const auto& want = shard_map.tensors();
   const auto& have = m.shard_map.tensors();
   if (want.size() != have.size()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -618,13 +612,12 @@ absl::Status CheckpointReader::CheckCompatible(
           want[i].name(), "' [", absl::StrJoin(want[i].shape(), ", "), "]"));
     }
   }
-  if (m.num_workers != options.rule.num_workers) {
+  if (m.num_workers != num_workers) {
     return absl::FailedPreconditionError(
         absl::StrCat("checkpoint has ", m.num_workers, " workers, the job has ",
-                     options.rule.num_workers));
+                     num_workers));
   }
-  const std::string kind =
-      pstrain::v1::OptimizerConfig::Kind_Name(options.optimizer.kind());
+  const std::string kind = pstrain::v1::OptimizerConfig::Kind_Name(optimizer);
   if (m.optimizer != kind) {
     return absl::FailedPreconditionError(absl::StrCat(
         "checkpoint optimizer is ", m.optimizer, ", the job's is ", kind));
@@ -632,29 +625,17 @@ absl::Status CheckpointReader::CheckCompatible(
   return absl::OkStatus();
 }
 
-absl::Status CheckpointReader::RestoreShard(const ShardOptions& options,
-                                            Shard& shard) const {
-  PS_RETURN_IF_ERROR(CheckCompatible(options));
-  PS_ASSIGN_OR_RETURN(ShardState state, StateFor(shard.chunks()));
-  if (shard.sparse() == nullptr) return shard.Restore(state);
-  // Rows are checked before anything is restored, so a checkpoint without
-  // them changes nothing.
-  PS_ASSIGN_OR_RETURN(SparseShardState rows,
-                      RowsFor(*shard.sparse(), options.shard_id,
-                              std::max<uint32_t>(options.num_shards, 1)));
-  PS_RETURN_IF_ERROR(shard.Restore(state));
-  return shard.sparse()->Restore(rows);
-}
-
 absl::StatusOr<SparseShardState> CheckpointReader::RowsFor(
-    const SparseShard& sparse, uint32_t shard_id, uint32_t num_shards) const {
+    const std::vector<std::string>& tables, uint32_t shard_id,
+    uint32_t num_shards) const {
   SparseShardState state;
   for (size_t i = 0; i < headers_.size(); ++i) {
     const ShardHeader& h = headers_[i];
     if (!h.has_rows) {
       return absl::FailedPreconditionError(
           absl::StrCat("checkpoint shard ", i, " holds no rows, the job has ",
-                       "row-sparse tensor '", sparse.table_name(0), "'"));
+                       "row-sparse tensor '",
+                       tables.empty() ? std::string() : tables[0], "'"));
     }
     if (i == 0) {
       state.version = h.row_version;
@@ -665,10 +646,10 @@ absl::StatusOr<SparseShardState> CheckpointReader::RowsFor(
           state.version, ", shard ", i, " has ", h.row_version));
     }
   }
-  for (size_t t = 0; t < sparse.num_tables(); ++t) {
-    state.tensors.push_back(sparse.table_name(t));
+  for (const std::string& table : tables) {
+    state.tensors.push_back(table);
     state.rows.emplace_back();
-    auto it = rows_.find(sparse.table_name(t));
+    auto it = rows_.find(table);
     if (it == rows_.end()) continue;  // no row of the table was stored
     for (const SparseRowState& r : it->second) {
       if (RowShard(r.id, num_shards) == shard_id)
@@ -683,7 +664,7 @@ absl::StatusOr<SparseShardState> CheckpointReader::RowsFor(
 }
 
 absl::StatusOr<ShardState> CheckpointReader::StateFor(
-    const std::vector<LocalChunk>& chunks) const {
+    const std::vector<TensorRange>& chunks) const {
   ShardState state;
   state.num_slots = manifest_.num_slots;
   state.cut = manifest_.step;
@@ -705,18 +686,18 @@ absl::StatusOr<ShardState> CheckpointReader::StateFor(
       state.clocks[w] = std::min(state.clocks[w], h.clocks[w]);
     }
   }
-  for (const LocalChunk& lc : chunks) {
+  for (const TensorRange& lc : chunks) {
     ChunkState c;
     c.tensor = lc.tensor;
-    c.offset = lc.tensor_offset;
+    c.offset = lc.offset;
     c.length = lc.length;
     c.weights.resize(lc.length);
     c.slots.resize(lc.length * state.num_slots);
-    PS_RETURN_IF_ERROR(ReadRange(lc.tensor, lc.tensor_offset, lc.length,
+    PS_RETURN_IF_ERROR(ReadRange(lc.tensor, lc.offset, lc.length,
                                  c.weights.data(), c.slots.data()));
     for (const Record& r : records_.at(lc.tensor)) {
-      if (r.offset >= lc.tensor_offset + lc.length ||
-          r.offset + r.length <= lc.tensor_offset || !r.has_exponent) {
+      if (r.offset >= lc.offset + lc.length ||
+          r.offset + r.length <= lc.offset || !r.has_exponent) {
         continue;
       }
       c.exponent =
