@@ -10,6 +10,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "checkpoint/checkpoint.h"
+#include "common/coordinator_lease.h"
 #include "common/grpc_util.h"
 #include "common/host_name.h"
 #include "common/logging.h"
@@ -278,57 +279,40 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
           ? absl::Seconds(job.config().network().lease_s())
           : absl::Seconds(5);
   const absl::Duration beat = std::min(absl::Seconds(1), lease / 4);
-  absl::Time last_contact = absl::Now();
-  absl::Time next_beat = absl::Now();
   uint64_t membership_epoch = 0;
   // The coordinator said the job failed: this process exits 1 too (the
   // exit codes of docs/failures-and-recovery.md).
   bool job_failed = false;
   std::string why_failed;
-  while (!shutdown.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
-    if (stop()) {
-      PS_LOG_INFO("stopping on request");
-      // The last word (bounded: SIGTERM ends a server within a second), so
-      // that the coordinator records this stop as the cause now instead of
-      // the lease running out later.
-      grpc::ClientContext ctx;
-      SetTimeout(&ctx, std::min(absl::Milliseconds(100), rpc_timeout));
-      pstrain::v1::JobStatusRequest req;
-      req.set_process("server");
-      req.set_id(reg.shard());
-      req.set_session_id(reg.session_id());
-      req.set_stopping("stopped by a signal (SIGTERM or SIGINT)");
-      pstrain::v1::JobStatusResponse status;
-      const grpc::Status told = coord->JobStatus(&ctx, req, &status);
-      if (!told.ok()) {
-        PS_LOG_WARN("could not tell the coordinator: %s", told.error_message());
-      }
-      break;
-    }
-    if (absl::Now() < next_beat) continue;
-    next_beat = absl::Now() + beat;
-    grpc::ClientContext ctx;
-    SetTimeout(&ctx, std::min(beat, rpc_timeout));
-    pstrain::v1::JobStatusRequest req;
-    req.set_process("server");
-    req.set_id(reg.shard());
-    req.set_session_id(reg.session_id());
-    pstrain::v1::JobStatusResponse status;
-    grpc::Status s = coord->JobStatus(&ctx, req, &status);
-    if (s.ok()) {
-      last_contact = absl::Now();
-      if (status.membership_epoch() != membership_epoch) {
-        // Elastic workers: a worker was declared dead or joined; the
-        // shard's table follows (async pulls stop waiting for a dead rank).
-        membership_epoch = status.membership_epoch();
-        absl::Status refreshed =
-            sessions->Refresh(absl::Now() + std::min(beat, rpc_timeout));
-        if (!refreshed.ok()) {
-          PS_LOG_WARN("worker table refresh failed: %s", refreshed.ToString());
-          membership_epoch = 0;  // again at the next heartbeat
+  LeaseOptions lease_options;
+  lease_options.process = "server";
+  lease_options.id = static_cast<int32_t>(reg.shard());
+  lease_options.coordinator = coordinator;
+  lease_options.lease = lease;
+  lease_options.rpc_timeout = rpc_timeout;
+  // So that the coordinator records this stop as the cause now instead of
+  // the lease running out later.
+  lease_options.stopping_note = "stopped by a signal (SIGTERM or SIGINT)";
+  const LeaseOutcome ended = RunCoordinatorLease(
+      coord.get(), lease_options, &shutdown, stop,
+      [&](pstrain::v1::JobStatusRequest* req) {
+        req->set_session_id(reg.session_id());
+      },
+      [&](const pstrain::v1::JobStatusResponse& status) {
+        if (status.membership_epoch() != membership_epoch) {
+          // Elastic workers: a worker was declared dead or joined; the
+          // shard's table follows (async pulls stop waiting for a dead
+          // rank).
+          membership_epoch = status.membership_epoch();
+          absl::Status refreshed =
+              sessions->Refresh(absl::Now() + std::min(beat, rpc_timeout));
+          if (!refreshed.ok()) {
+            PS_LOG_WARN("worker table refresh failed: %s",
+                        refreshed.ToString());
+            membership_epoch = 0;  // again at the next heartbeat
+          }
         }
-      }
-      if (status.finished()) {
+        if (!status.finished()) return true;
         if (status.failed()) {
           job_failed = true;
           why_failed = status.message();
@@ -338,24 +322,20 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
         // to a shard that left first.
         shutdown.WaitForNotificationWithTimeout(
             std::min(node.rpc_timeout, absl::Seconds(5)));
-        break;
-      }
-    } else if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the coordinator at ", coordinator,
-          " does not know this shard: ", s.error_message(), "; exiting"));
-    } else if (s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
-      // Another process registered for this shard since (a replacement).
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the coordinator at ", coordinator,
-          " ended this shard's session: ", s.error_message(), "; exiting"));
-    } else if (absl::Now() - last_contact > lease) {
-      return absl::UnavailableError(absl::StrFormat(
-          "the coordinator at %s has been silent for %.1f s "
-          "(network.lease_s = %g): it is gone; exiting (%s)",
-          coordinator, absl::ToDoubleSeconds(absl::Now() - last_contact),
-          absl::ToDoubleSeconds(lease), s.error_message()));
-    }
+        return false;
+      });
+  switch (ended.end) {
+    case LeaseEnd::kStopped:
+      PS_LOG_INFO("stopping on request");
+      if (!ended.why.empty()) PS_LOG_WARN("%s", ended.why);
+      break;
+    case LeaseEnd::kRefused:
+      return absl::FailedPreconditionError(
+          absl::StrCat(ended.why, "; exiting"));
+    case LeaseEnd::kSilent:
+      return absl::UnavailableError(absl::StrCat(ended.why, "; exiting"));
+    case LeaseEnd::kDone:
+      break;
   }
   if (!job_failed && shutdown.HasBeenNotified() && shutdown_job_failed_) {
     job_failed = true;

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/coordinator_lease.h"
 #include "common/grpc_util.h"
 #include "common/host_name.h"
 #include "common/logging.h"
@@ -177,7 +178,6 @@ class Liveness {
       : coord_(coord),
         rank_(rank),
         lease_(lease),
-        beat_(std::min(absl::Seconds(1), lease / 4)),
         rpc_timeout_(rpc_timeout),
         stop_(std::move(stop)),
         session_id_(session_id),
@@ -273,64 +273,45 @@ class Liveness {
   }
 
   void Loop() {
-    absl::Time last_contact = absl::Now();
-    absl::Time next_beat = absl::Now();
-    while (!done_.WaitForNotificationWithTimeout(absl::Milliseconds(50))) {
-      if (stop_()) {
+    LeaseOptions options;
+    options.process = "worker";
+    options.id = static_cast<int32_t>(rank_);
+    options.coordinator = "";
+    options.lease = lease_;
+    options.rpc_timeout = rpc_timeout_;
+    const LeaseOutcome ended = RunCoordinatorLease(
+        coord_, options, &done_, stop_,
+        [this](pstrain::v1::JobStatusRequest* req) {
+          req->set_step(step_.load());
+          req->set_session_id(session_id_.load());
+        },
+        [this](const pstrain::v1::JobStatusResponse& status) {
+          if (status.failed()) {
+            End(absl::StrCat("the job failed: ", status.message()), false);
+            return false;
+          }
+          SeeGeneration(status.generation());
+          SeeAdoptions(status);
+          release_.store(status.release_rank());
+          return true;
+        });
+    switch (ended.end) {
+      case LeaseEnd::kStopped:
         End("stopped on request", false);
-        return;
-      }
-      if (absl::Now() < next_beat) continue;
-      next_beat = absl::Now() + beat_;
-      grpc::ClientContext ctx;
-      SetTimeout(&ctx, std::min(beat_, rpc_timeout_));
-      pstrain::v1::JobStatusRequest req;
-      req.set_process("worker");
-      req.set_id(static_cast<int32_t>(rank_));
-      req.set_step(step_.load());
-      req.set_session_id(session_id_.load());
-      pstrain::v1::JobStatusResponse status;
-      const grpc::Status st = coord_->JobStatus(&ctx, req, &status);
-      if (st.ok()) {
-        last_contact = absl::Now();
-        if (status.failed()) {
-          End(absl::StrCat("the job failed: ", status.message()), false);
-          return;
-        }
-        SeeGeneration(status.generation());
-        SeeAdoptions(status);
-        release_.store(status.release_rank());
-      } else if (st.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
-        const std::string why = absl::StrCat(
-            "the coordinator ended this worker's session (its "
-            "rank was declared dead or given to another "
-            "process): ",
-            st.error_message());
-        PS_LOG_ERROR("%s", why);
-        End(why, true);
-        return;
-      } else if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
-        const std::string why = absl::StrCat(
-            "the coordinator does not know this worker: ", st.error_message());
-        PS_LOG_ERROR("%s", why);
-        End(why, true);
-        return;
-      } else if (absl::Now() - last_contact > lease_) {
-        const std::string why = absl::StrFormat(
-            "the coordinator has been silent for %.1f s (network.lease_s = "
-            "%g): it is gone (%s)",
-            absl::ToDoubleSeconds(absl::Now() - last_contact),
-            absl::ToDoubleSeconds(lease_), st.error_message());
-        PS_LOG_ERROR("%s", why);
-        End(why, true);
-        return;
-      }
+        break;
+      case LeaseEnd::kRefused:
+      case LeaseEnd::kSilent:
+        PS_LOG_ERROR("%s", ended.why);
+        End(ended.why, true);
+        break;
+      case LeaseEnd::kDone:
+        break;
     }
   }
 
   pstrain::v1::Coordinator::Stub* const coord_;
   const uint32_t rank_;
-  const absl::Duration lease_, beat_, rpc_timeout_;
+  const absl::Duration lease_, rpc_timeout_;
   const std::function<bool()> stop_;
   std::atomic<uint64_t> step_{0};
   std::atomic<uint64_t> session_id_{0};
