@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/retry.h"
 
 namespace pstrain {
 
@@ -143,6 +144,21 @@ absl::StatusOr<int> RankFromFlags(int rank, const std::string& env_var) {
   if (index.ok()) return index;
   return absl::InvalidArgumentError(
       absl::StrCat("--rank_from_env: ", index.status().message()));
+}
+
+absl::Status CallUntil(
+    absl::Time deadline, const std::string& what, absl::Duration rpc_timeout,
+    const std::function<bool()>& stop,
+    const std::function<grpc::Status(grpc::ClientContext*)>& call) {
+  return RetryUntil(
+      deadline, what,
+      [&] {
+        grpc::ClientContext ctx;
+        SetTimeout(&ctx, rpc_timeout);
+        CancelOnStop cancel(&ctx, stop);
+        return FromGrpcStatus(call(&ctx));
+      },
+      stop);
 }
 
 }  // namespace pstrain

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "common/grpc_util.h"
 #include "common/job_config.h"
 #include "common/metrics.h"
@@ -90,6 +91,14 @@ class CancelOnStop {
   absl::Notification done_;
   std::thread thread_;
 };
+
+// RetryUntil (common/retry.h) of one gRPC call: every attempt gets a fresh
+// context with `rpc_timeout` that `stop` cancels (CancelOnStop); `call`
+// makes the call on it and returns its status.
+absl::Status CallUntil(
+    absl::Time deadline, const std::string& what, absl::Duration rpc_timeout,
+    const std::function<bool()>& stop,
+    const std::function<grpc::Status(grpc::ClientContext*)>& call);
 
 // The rank a node claims: `env_var` (--rank_from_env) when non-empty, read
 // from the environment with errors naming --rank_from_env, else `rank`.

@@ -15,7 +15,6 @@
 #include "common/host_name.h"
 #include "common/logging.h"
 #include "common/process.h"
-#include "common/retry.h"
 #include "common/status_macros.h"
 #include "coordinator/failure_policy.h"
 #include "proto/pstrain.grpc.pb.h"
@@ -138,18 +137,14 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
       pstrain::v1::Coordinator::NewStub(
           MakeChannel(coordinator, channel_credentials_));
   pstrain::v1::RegisterServerResponse reg;
-  absl::Status st = RetryUntil(
-      startup_deadline, "coordinator at " + coordinator,
-      [&] {
-        grpc::ClientContext ctx;
-        SetTimeout(&ctx, rpc_timeout);
-        CancelOnStop cancel(&ctx, stop);
-        pstrain::v1::RegisterServerRequest req;
-        req.set_address(address);
-        req.set_requested_shard(options_.requested_shard);
-        return FromGrpcStatus(coord->RegisterServer(&ctx, req, &reg));
-      },
-      stop);
+  absl::Status st =
+      CallUntil(startup_deadline, "coordinator at " + coordinator, rpc_timeout,
+                stop, [&](grpc::ClientContext* ctx) {
+                  pstrain::v1::RegisterServerRequest req;
+                  req.set_address(address);
+                  req.set_requested_shard(options_.requested_shard);
+                  return coord->RegisterServer(ctx, req, &reg);
+                });
   if (stop()) {
     PS_LOG_INFO("stopped while registering");
     return absl::OkStatus();
@@ -169,17 +164,12 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
   // the shard has its job); the rollback bounds follow with the job.
   service.SetCoordinator(reg.coordinator_key(), "", 0);
   pstrain::v1::JobSpec job;
-  st = RetryUntil(
-      startup_deadline, "all server shards to register",
-      [&] {
-        grpc::ClientContext ctx;
-        SetTimeout(&ctx, rpc_timeout);
-        CancelOnStop cancel(&ctx, stop);
-        pstrain::v1::GetJobRequest req;
-        req.set_wait_for_servers(true);
-        return FromGrpcStatus(coord->GetJob(&ctx, req, &job));
-      },
-      stop);
+  st = CallUntil(startup_deadline, "all server shards to register", rpc_timeout,
+                 stop, [&](grpc::ClientContext* ctx) {
+                   pstrain::v1::GetJobRequest req;
+                   req.set_wait_for_servers(true);
+                   return coord->GetJob(ctx, req, &job);
+                 });
   if (stop()) {
     PS_LOG_INFO("stopped while waiting for the other shards");
     return absl::OkStatus();
@@ -250,19 +240,14 @@ absl::Status ServerNode::Run(const std::function<bool()>& stop) {
       absl::Seconds(job.config().network().startup_timeout_s()));
   service.SetShard(std::move(serving), sessions);
   server->GetHealthCheckService()->SetServingStatus(true);
-  st = RetryUntil(
-      startup_deadline, "coordinator",
-      [&] {
-        grpc::ClientContext ctx;
-        SetTimeout(&ctx, rpc_timeout);
-        CancelOnStop cancel(&ctx, stop);
-        pstrain::v1::ServerReadyRequest req;
-        req.set_shard(reg.shard());
-        req.set_session_id(reg.session_id());
-        pstrain::v1::ServerReadyResponse resp;
-        return FromGrpcStatus(coord->ServerReady(&ctx, req, &resp));
-      },
-      stop);
+  st = CallUntil(startup_deadline, "coordinator", rpc_timeout, stop,
+                 [&](grpc::ClientContext* ctx) {
+                   pstrain::v1::ServerReadyRequest req;
+                   req.set_shard(reg.shard());
+                   req.set_session_id(reg.session_id());
+                   pstrain::v1::ServerReadyResponse resp;
+                   return coord->ServerReady(ctx, req, &resp);
+                 });
   if (stop()) {
     PS_LOG_INFO("stopped while reporting ready");
     return absl::OkStatus();

@@ -23,7 +23,6 @@
 #include "common/host_name.h"
 #include "common/logging.h"
 #include "common/process.h"
-#include "common/retry.h"
 #include "common/status_macros.h"
 #include "coordinator/failure_policy.h"
 #include "proto/pstrain.grpc.pb.h"
@@ -340,17 +339,13 @@ absl::StatusOr<pstrain::v1::JobSpec> AwaitRollback(
   const absl::Time deadline =
       absl::Now() + absl::Seconds(config.training().restart_timeout_s()) + rpc;
   pstrain::v1::JobSpec job;
-  PS_RETURN_IF_ERROR(RetryUntil(
-      deadline, absl::StrCat("the rollback of generation ", generation),
-      [&] {
-        grpc::ClientContext ctx;
-        SetTimeout(&ctx, rpc);
-        CancelOnStop cancel(&ctx, stop);
+  PS_RETURN_IF_ERROR(CallUntil(
+      deadline, absl::StrCat("the rollback of generation ", generation), rpc,
+      stop, [&](grpc::ClientContext* ctx) {
         pstrain::v1::GetJobRequest req;
         req.set_wait_for_generation(generation);
-        return FromGrpcStatus(coord->GetJob(&ctx, req, &job));
-      },
-      stop));
+        return coord->GetJob(ctx, req, &job);
+      }));
   return job;
 }
 
@@ -862,15 +857,9 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
   // The mode first: in mode allreduce the worker serves its ring peer before
   // it registers, so that it can register the address.
   pstrain::v1::JobSpec job;
-  absl::Status st = RetryUntil(
-      startup_deadline, "coordinator at " + coordinator,
-      [&] {
-        grpc::ClientContext ctx;
-        SetTimeout(&ctx, rpc_timeout);
-        CancelOnStop cancel(&ctx, stop);
-        return FromGrpcStatus(coord->GetJob(&ctx, {}, &job));
-      },
-      stop);
+  absl::Status st = CallUntil(
+      startup_deadline, "coordinator at " + coordinator, rpc_timeout, stop,
+      [&](grpc::ClientContext* ctx) { return coord->GetJob(ctx, {}, &job); });
   if (stop()) {
     PS_LOG_INFO("stopped while waiting for the coordinator");
     return absl::OkStatus();
@@ -889,21 +878,16 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
   }
 
   pstrain::v1::RegisterWorkerResponse reg;
-  st = RetryUntil(
-      startup_deadline,
-      allreduce ? "coordinator at " + coordinator
-                : "coordinator and servers at " + coordinator,
-      [&] {
-        grpc::ClientContext ctx;
-        SetTimeout(&ctx, rpc_timeout);
-        CancelOnStop cancel(&ctx, stop);
-        pstrain::v1::RegisterWorkerRequest req;
-        req.set_requested_rank(options_.requested_rank);
-        req.set_peer_address(peer.address);
-        req.set_adopt(options_.adopt);
-        return FromGrpcStatus(coord->RegisterWorker(&ctx, req, &reg));
-      },
-      stop);
+  st = CallUntil(startup_deadline,
+                 allreduce ? "coordinator at " + coordinator
+                           : "coordinator and servers at " + coordinator,
+                 rpc_timeout, stop, [&](grpc::ClientContext* ctx) {
+                   pstrain::v1::RegisterWorkerRequest req;
+                   req.set_requested_rank(options_.requested_rank);
+                   req.set_peer_address(peer.address);
+                   req.set_adopt(options_.adopt);
+                   return coord->RegisterWorker(ctx, req, &reg);
+                 });
   if (stop()) {
     PS_LOG_INFO("stopped while registering");
     return absl::OkStatus();
@@ -944,20 +928,15 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
       }
     }
     pstrain::v1::GetPeersResponse peers;
-    PS_RETURN_IF_ERROR(RetryUntil(
+    PS_RETURN_IF_ERROR(CallUntil(
         absl::Now() + absl::Seconds(config.network().startup_timeout_s()),
-        "the other workers",
-        [&] {
-          grpc::ClientContext ctx;
-          SetTimeout(&ctx, rpc_timeout);
-          CancelOnStop cancel(&ctx, stop);
+        "the other workers", rpc_timeout, stop, [&](grpc::ClientContext* ctx) {
           pstrain::v1::GetPeersRequest req;
           req.set_rank(rank);
           req.set_session_id(reg.session_id());
           req.set_nccl_unique_id(nccl_id);
-          return FromGrpcStatus(coord->GetPeers(&ctx, req, &peers));
-        },
-        stop));
+          return coord->GetPeers(ctx, req, &peers);
+        }));
     const int n = peers.peer_addresses_size();
     const absl::Duration timeout =
         absl::Seconds(config.allreduce().timeout_s());
