@@ -1,5 +1,5 @@
-// The coordinator's side of checkpoints (checkpoint/checkpoint.h): where they go,
-// which one a resumed job starts from, and the loop that orders consistent
+// The coordinator's side of checkpoints (checkpoint/checkpoint.h): where they
+// go, which one a resumed job starts from, and the loop that orders consistent
 // cuts and writes each manifest once every shard saved its file.
 //
 // Ordering (sync and async; async shards hold reads at the cuts:
@@ -36,10 +36,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/job_config.h"
-#include "proto/pstrain.grpc.pb.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/env.h"
+#include "common/job_config.h"
+#include "proto/pstrain.grpc.pb.h"
 
 namespace pstrain {
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/job_spec.h"
 #include "checkpoint/checkpoint.h"
+#include "coordinator/job_spec.h"
 #include "server/shard.h"
 
 namespace pstrain {

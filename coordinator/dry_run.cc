@@ -4,12 +4,12 @@
 #include <optional>
 #include <string>
 
+#include "checkpoint/env.h"
 #include "common/job_config.h"
 #include "common/process.h"
 #include "common/status_macros.h"
 #include "coordinator/coordinator_flags.h"
 #include "coordinator/job_spec.h"
-#include "checkpoint/env.h"
 
 namespace pstrain {
 namespace {

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "proto/pstrain.pb.h"
 #include "checkpoint/checkpoint.h"
+#include "proto/pstrain.pb.h"
 #include "server/shard.h"
 
 namespace pstrain {

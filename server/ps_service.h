@@ -73,11 +73,11 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/env.h"
 #include "common/job_token.h"
 #include "common/metrics.h"
 #include "proto/pstrain.grpc.pb.h"
-#include "checkpoint/checkpoint.h"
-#include "checkpoint/env.h"
 #include "server/shard.h"
 #include "server/worker_sessions.h"
 

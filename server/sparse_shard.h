@@ -53,9 +53,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "checkpoint/state.h"
 #include "common/optimizer.h"
 #include "proto/pstrain.pb.h"
-#include "checkpoint/state.h"
 #include "server/consistency_rule.h"
 #include "server/sparse_table.h"
 

@@ -42,9 +42,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "checkpoint/state.h"
 #include "common/optimizer.h"
 #include "proto/pstrain.pb.h"
-#include "checkpoint/state.h"
 
 namespace pstrain {
 

@@ -18,11 +18,11 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/env.h"
 #include "common/job_config.h"
 #include "common/model_spec.h"
 #include "coordinator/job_spec.h"
-#include "checkpoint/checkpoint.h"
-#include "checkpoint/env.h"
 #include "tests/checkpoint_jobs.h"
 #include "tests/in_process_job.h"
 #include "tests/test_files.h"

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "common/job_config.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/env.h"
+#include "common/job_config.h"
 #include "tests/checkpoint_jobs.h"
 #include "tests/in_process_job.h"
 #include "tests/test_files.h"

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "common/job_config.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/env.h"
+#include "common/job_config.h"
 #include "tests/in_process_job.h"
 
 namespace pstrain {

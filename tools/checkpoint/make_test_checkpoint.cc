@@ -7,8 +7,8 @@
 #include <fstream>
 #include <string>
 
-#include "nlohmann/json.hpp"
 #include "checkpoint/checkpoint.h"
+#include "nlohmann/json.hpp"
 #include "server/checkpoint_testing.h"
 
 int main(int argc, char** argv) {

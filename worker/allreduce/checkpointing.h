@@ -1,7 +1,7 @@
 // Checkpoints in mode allreduce (docs/checkpoints.md, "Checkpoints in mode
 // allreduce"): the same on-disk format as the parameter-server modes
-// (checkpoint/checkpoint.h), written and read with the same code, for a job that
-// has no servers.
+// (checkpoint/checkpoint.h), written and read with the same code, for a job
+// that has no servers.
 //
 // The state: after every step all ranks hold bit-identical weights and
 // optimizer slots (worker/allreduce/allreduce_trainer.h), so one replica is
@@ -31,9 +31,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "proto/pstrain.pb.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/env.h"
+#include "proto/pstrain.pb.h"
 
 namespace pstrain {
 
