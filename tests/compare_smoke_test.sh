@@ -8,15 +8,21 @@
 set -uo pipefail
 source "$TEST_SRCDIR/pstrain/tests/lib/procs.sh" # ROOT, TMP, psctl_compare, ...
 
-row() { grep "^| \`$2\` |" "$1/report.md"; }
+# A mode's row of the main table (above the report's first section).
+row() { sed -n '1,/^## /p' "$1/report.md" | grep "^| \`$2\` |"; }
 
 # 1. Two modes: one row each, the JSON keys, the derived jobs, the plots.
 out="$TMP/two"
 psctl_compare 300 "$TMP/two.log" --config "$ROOT/configs/default.yaml" --modes sync,async:1 \
   --steps 30 --target-accuracy 0.5 --timeout 60 --out "$out"
 if [[ $rc -eq 0 && -s "$out/report.md" && -s "$out/compare.json" ]]; then
-  rows=$(grep -c '^| `' "$out/report.md")
+  # The main table (above the first section), then the two efficiencies'.
+  rows=$(sed -n '1,/^## /p' "$out/report.md" | grep -c '^| `')
   [[ $rows -eq 2 ]] || fail "report.md has $rows mode rows, want 2"
+  rows=$(sed -n '/^## Two efficiencies/,/^## Definitions/p' "$out/report.md" | grep -c '^| `')
+  [[ $rows -eq 2 ]] || fail "report.md's two efficiencies have $rows mode rows, want 2"
+  grep -q '^| mode | s / step | ms / sample | steps to target | samples to target |' "$out/report.md" ||
+    fail "report.md lacks the two efficiencies' header"
   for m in sync async:1; do
     row "$out" "$m" | grep -q '| 1/1 |' || fail "no successful row for $m: $(row "$out" "$m")"
   done
