@@ -83,6 +83,14 @@ check_bad "unknown mode 'bogus'" --modes sync,bogus
 check_bad "--straggler" --straggler 1
 check_bad "worker.straggler_rank" --straggler 5:2 --workers 2
 check_bad "given twice" --modes sync,sync
+check_bad "--transient: expected P:FACTOR" --transient 0.1
+check_bad "worker.transient_straggler_p: must be in \[0, 1\]" --transient 1.5:2
+check_bad "--pause: expected RANK:STEP:SECONDS" --pause 1:2
+check_bad "worker.pause_at_step: must be in \[0, training.steps" --pause 1:500:1 --steps 200
+check_bad "--set: expected KEY=VALUE" --set training.async_lr_per_push
+check_bad "training.async_lr_per_push: 'scaled' applies to mode async only" \
+  --modes sync --set training.async_lr_per_push=scaled
+check_bad "unknown mode 'backup:0'" --modes backup:0
 [[ ! -d "$TMP/bad/runs/sync/logs" ]] || fail "a run started despite bad options"
 
 # 4. Shaped links: every process in its own namespace, 10.213.0.0/24
