@@ -43,6 +43,13 @@ const Names<ConsistencyMode>& ModeNames() {
   return *names;
 }
 
+const Names<v1::TrainingConfig::AsyncLrPerPush>& AsyncLrNames() {
+  static const auto* names = new Names<v1::TrainingConfig::AsyncLrPerPush>{
+      {"full", v1::TrainingConfig::FULL},
+      {"scaled", v1::TrainingConfig::SCALED}};
+  return *names;
+}
+
 const Names<OptimizerConfig::Kind>& OptimizerNames() {
   static const auto* names =
       new Names<OptimizerConfig::Kind>{{"sgd", OptimizerConfig::SGD},
@@ -537,6 +544,13 @@ const std::vector<Key>& KeyTable() {
           PS_FIELD(training, staleness_aware_lr),
           "Mode `async` only: a push of staleness tau is applied with "
           "learning rate lr / max(tau, 1) (Zhang et al. 2016)."),
+      Row("training", "async_lr_per_push", EnumCodec(AsyncLrNames()),
+          v1::TrainingConfig::FULL, PS_FIELD(training, async_lr_per_push),
+          "Mode `async`: the learning rate of each push. `full`: the "
+          "scheduled rate, so N workers make N updates per clock where sync "
+          "makes one; `scaled`: the rate / `job.workers`, sync's learning "
+          "rate per sample ([studies](studies.md#update-count-control)); "
+          "`scaled` needs mode async."),
       Row("training", "dc_lambda", NumberCodec(), 0,
           PS_FIELD(training, dc_lambda),
           "Mode `async` only: DC-ASGD delay compensation lambda >= 0, the "
@@ -796,6 +810,27 @@ const std::vector<Key>& KeyTable() {
       Row("worker", "straggler_factor", NumberCodec(), 1,
           PS_FIELD(worker, straggler_factor),
           "The straggler's slow-down; >= 1."),
+      Row("worker", "transient_straggler_p", NumberCodec(), 0,
+          PS_FIELD(worker, transient_straggler_p),
+          "Transient stragglers: on each step each worker is slowed with "
+          "this probability, in [0, 1]; 0: off "
+          "([studies](studies.md#straggler-models))."),
+      Row("worker", "transient_straggler_factor", NumberCodec(), 2,
+          PS_FIELD(worker, transient_straggler_factor),
+          "A transient slow-down's minimum factor, >= 1: the factor is drawn "
+          "from a Pareto law of shape 2 (median 1.41x, mean 2x this), capped "
+          "at 10x this, seeded by `data.seed`, rank and step."),
+      Row("worker", "pause_rank", IntCodec<int64_t>(-1), -1,
+          PS_FIELD(worker, pause_rank),
+          "A one-time pause: this rank sleeps `pause_s` seconds once, after "
+          "its compute of step `pause_at_step`; -1: none, else below "
+          "`job.workers`."),
+      Row("worker", "pause_at_step", IntCodec<int64_t>(), 0,
+          PS_FIELD(worker, pause_at_step),
+          "The step of the pause; in [0, `training.steps`)."),
+      Row("worker", "pause_s", NumberCodec(), 0, PS_FIELD(worker, pause_s),
+          "The pause in seconds: > 0 with `pause_rank` set, and below "
+          "`network.barrier_timeout_s` (the other workers may wait it out)."),
       Row("worker", "overlap", BoolCodec(), false, PS_FIELD(worker, overlap),
           "Modes `sync` and `async` with `compute_ms`: overlap "
           "communication and compute layer by layer ([architecture]"
@@ -1355,6 +1390,40 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
     return KeyError("worker.straggler_factor",
                     absl::StrCat("must be >= 1, got ", w.straggler_factor()));
   }
+  PS_RETURN_IF_ERROR(InRange("worker.transient_straggler_p",
+                             w.transient_straggler_p(), 0, 1, true));
+  if (!(w.transient_straggler_factor() >= 1) ||
+      !std::isfinite(w.transient_straggler_factor())) {
+    return KeyError("worker.transient_straggler_factor",
+                    absl::StrCat("must be >= 1 and finite, got ",
+                                 w.transient_straggler_factor()));
+  }
+  if (w.pause_rank() < -1 || w.pause_rank() >= j.workers()) {
+    return KeyError(
+        "worker.pause_rank",
+        absl::StrCat("must be -1 (none) or a rank below job.workers (",
+                     j.workers(), "), got ", w.pause_rank()));
+  }
+  if (w.pause_rank() >= 0) {
+    if (w.pause_at_step() < 0 || w.pause_at_step() >= t.steps()) {
+      return KeyError("worker.pause_at_step",
+                      absl::StrCat("must be in [0, training.steps (", t.steps(),
+                                   ")), got ", w.pause_at_step()));
+    }
+    if (!(w.pause_s() > 0) || !(w.pause_s() < n.barrier_timeout_s())) {
+      return KeyError(
+          "worker.pause_s",
+          absl::StrCat("must be > 0 and below network.barrier_timeout_s (",
+                       n.barrier_timeout_s(),
+                       ") with "
+                       "worker.pause_rank set, got ",
+                       w.pause_s()));
+    }
+  } else if (w.pause_s() != 0) {
+    return KeyError(
+        "worker.pause_s",
+        absl::StrCat("needs worker.pause_rank set, got ", w.pause_s()));
+  }
   PS_RETURN_IF_ERROR(AtLeast("training.backup_workers", t.backup_workers(), 0));
   if (t.backup_workers() > 0 &&
       (t.mode() != v1::MODE_SYNC || t.backup_workers() >= j.workers())) {
@@ -1369,6 +1438,13 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
                     "applies to mode async only");
   }
   PS_RETURN_IF_ERROR(NonNegative("training.dc_lambda", t.dc_lambda()));
+  PS_RETURN_IF_ERROR(Known("training.async_lr_per_push", AsyncLrNames(),
+                           t.async_lr_per_push()));
+  if (t.async_lr_per_push() == v1::TrainingConfig::SCALED &&
+      t.mode() != v1::MODE_ASYNC) {
+    return KeyError("training.async_lr_per_push",
+                    "'scaled' applies to mode async only");
+  }
   if (a.segment_bytes() < 4096 || a.segment_bytes() > (4 << 20) ||
       a.segment_bytes() % 4) {
     return KeyError(

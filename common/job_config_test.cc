@@ -683,6 +683,91 @@ TEST(JobConfigTest, ValidateAcceptsBoundaryValues) {
   EXPECT_TRUE(ValidateJobConfig(a).ok()) << ValidateJobConfig(a);
 }
 
+TEST(JobConfigTest, StragglerModelKeys) {
+  absl::StatusOr<JobConfig> c = ParseJobConfig(R"(
+job: {workers: 4}
+training: {steps: 30}
+worker: {compute_ms: 10, transient_straggler_p: 0.1,
+         transient_straggler_factor: 3, pause_rank: 2, pause_at_step: 12,
+         pause_s: 0.5}
+)",
+                                               "job.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->worker().transient_straggler_p(), 0.1);
+  EXPECT_EQ(c->worker().transient_straggler_factor(), 3);
+  EXPECT_EQ(c->worker().pause_rank(), 2);
+  EXPECT_EQ(c->worker().pause_at_step(), 12);
+  EXPECT_EQ(c->worker().pause_s(), 0.5);
+  EXPECT_TRUE(ValidateJobConfig(*c).ok()) << ValidateJobConfig(*c);
+  // Defaults: no transient stragglers, no pause.
+  JobConfig d = DefaultJobConfig();
+  EXPECT_EQ(d.worker().transient_straggler_p(), 0);
+  EXPECT_EQ(d.worker().pause_rank(), -1);
+
+  const std::vector<BadConfig> cases = {
+      {[](JobConfig* c) {
+         c->mutable_worker()->set_transient_straggler_p(1.5);
+       },
+       "worker.transient_straggler_p: must be in [0, 1], got 1.5"},
+      {[](JobConfig* c) {
+         c->mutable_worker()->set_transient_straggler_factor(0.5);
+       },
+       "worker.transient_straggler_factor: must be >= 1"},
+      {[](JobConfig* c) { c->mutable_worker()->set_pause_rank(4); },
+       "worker.pause_rank: must be -1 (none) or a rank below job.workers (4)"},
+      {[](JobConfig* c) {
+         c->mutable_worker()->set_pause_rank(1);
+         c->mutable_worker()->set_pause_s(1);
+         c->mutable_worker()->set_pause_at_step(30);
+       },
+       "worker.pause_at_step: must be in [0, training.steps (30))"},
+      {[](JobConfig* c) {
+         c->mutable_worker()->set_pause_rank(1);
+         c->mutable_worker()->set_pause_at_step(3);
+       },
+       "worker.pause_s: must be > 0 and below network.barrier_timeout_s"},
+      {[](JobConfig* c) {
+         c->mutable_worker()->set_pause_rank(1);
+         c->mutable_worker()->set_pause_at_step(3);
+         c->mutable_worker()->set_pause_s(1000);
+       },
+       "worker.pause_s: must be > 0 and below network.barrier_timeout_s"},
+      {[](JobConfig* c) { c->mutable_worker()->set_pause_s(2); },
+       "worker.pause_s: needs worker.pause_rank set"},
+  };
+  for (const BadConfig& bad : cases) {
+    SCOPED_TRACE(bad.key);
+    JobConfig b = *c;
+    b.mutable_worker()->set_pause_rank(-1);
+    b.mutable_worker()->set_pause_s(0);
+    bad.mutate(&b);
+    absl::Status status = ValidateJobConfig(b);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(status.message()), HasSubstr(bad.key));
+  }
+}
+
+TEST(JobConfigTest, AsyncLrPerPush) {
+  absl::StatusOr<JobConfig> c = ParseJobConfig(
+      "training: {mode: async, async_lr_per_push: scaled}\n", "job.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->training().async_lr_per_push(), v1::TrainingConfig::SCALED);
+  EXPECT_TRUE(ValidateJobConfig(*c).ok()) << ValidateJobConfig(*c);
+  EXPECT_THAT(JobConfigToYaml(*c), HasSubstr("async_lr_per_push: scaled"));
+  EXPECT_EQ(DefaultJobConfig().training().async_lr_per_push(),
+            v1::TrainingConfig::FULL);
+  JobConfig sync = *c;
+  sync.mutable_training()->set_mode(v1::MODE_SYNC);
+  EXPECT_THAT(
+      ValidateJobConfig(sync).message(),
+      HasSubstr("training.async_lr_per_push: 'scaled' applies to mode async"));
+  absl::StatusOr<JobConfig> bad = ParseJobConfig(
+      "training: {mode: async, async_lr_per_push: half}\n", "job.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("training.async_lr_per_push"));
+}
+
 TEST(JobConfigTest, LoadMissingFileIsNotFound) {
   absl::StatusOr<JobConfig> c = LoadJobConfig("/nonexistent/dir/job.yaml");
   EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);

@@ -62,7 +62,8 @@ class Ssp : public ConsistencyRule {
   explicit Ssp(const ConsistencyOptions& o)
       : staleness_(o.staleness),
         staleness_aware_lr_(o.staleness_aware_lr),
-        dc_lambda_(o.dc_lambda) {}
+        dc_lambda_(o.dc_lambda),
+        base_lr_scale_(o.lr_per_worker ? 1.0 / o.num_workers : 1.0) {}
 
   bool Readable(uint64_t clock, const ShardProgress& p) const override {
     return p.min_clock >= RequiredClock(clock, p);
@@ -90,8 +91,9 @@ class Ssp : public ConsistencyRule {
     PushDecision d;
     d.action = PushDecision::Action::kApply;
     d.schedule_step = clock;
+    d.lr_scale = base_lr_scale_;
     if (staleness_aware_lr_ && staleness > 1) {
-      d.lr_scale = 1.0 / static_cast<double>(staleness);
+      d.lr_scale /= static_cast<double>(staleness);
     }
     return d;
   }
@@ -101,6 +103,7 @@ class Ssp : public ConsistencyRule {
   const int64_t staleness_;
   const bool staleness_aware_lr_;
   const double dc_lambda_;
+  const double base_lr_scale_;  // 1, or 1 / num_workers
 };
 
 }  // namespace
@@ -121,9 +124,10 @@ absl::StatusOr<std::unique_ptr<ConsistencyRule>> MakeConsistencyRule(
         "backup_workers needs MODE_SYNC and must be below num_workers (",
         o.num_workers, "), got ", o.backup_workers));
   }
-  if ((o.staleness_aware_lr || o.dc_lambda != 0) && sync) {
+  if ((o.staleness_aware_lr || o.dc_lambda != 0 || o.lr_per_worker) && sync) {
     return absl::InvalidArgumentError(
-        "staleness_aware_lr and dc_lambda need MODE_ASYNC");
+        "staleness_aware_lr, dc_lambda and async_lr_per_push scaled need "
+        "MODE_ASYNC");
   }
   if (!(o.dc_lambda >= 0) || !std::isfinite(o.dc_lambda)) {
     return absl::InvalidArgumentError(

@@ -28,6 +28,9 @@ struct ConsistencyOptions {
   // DC-ASGD's lambda (Zheng et al. 2017; 0 = off).
   bool staleness_aware_lr = false;
   double dc_lambda = 0;
+  // kSsp: each push's rate is divided by num_workers
+  // (training.async_lr_per_push: scaled), sync's learning rate per sample.
+  bool lr_per_worker = false;
 };
 
 // The shard's progress, as the rule sees it (read under the shard's mutex).
@@ -80,8 +83,8 @@ class ConsistencyRule {
 };
 
 // INVALID_ARGUMENT (with the old JobSpec wording) when: no workers, no kind,
-// backup_workers outside kBsp or not below num_workers, staleness_aware_lr or
-// dc_lambda outside kSsp, dc_lambda negative or not finite.
+// backup_workers outside kBsp or not below num_workers, staleness_aware_lr,
+// dc_lambda or lr_per_worker outside kSsp, dc_lambda negative or not finite.
 absl::StatusOr<std::unique_ptr<ConsistencyRule>> MakeConsistencyRule(
     const ConsistencyOptions& options);
 

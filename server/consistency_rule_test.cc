@@ -109,6 +109,23 @@ TEST(ConsistencyRuleTest, SspHoldsReadsAtACheckpointCut) {
   EXPECT_EQ(bsp->RequiredClock(6, p), 6u);
 }
 
+// training.async_lr_per_push: scaled: every push at lr / N, times the
+// staleness-aware factor when that is on too.
+TEST(ConsistencyRuleTest, SspLrPerWorkerDividesByTheWorkers) {
+  ShardProgress p{/*version=*/7, /*min_clock=*/3};
+  ConsistencyOptions o = Ssp(4, 2);
+  o.lr_per_worker = true;
+  auto rule = Make(o);
+  ASSERT_NE(rule, nullptr);
+  EXPECT_EQ(rule->OnPush(4, 0, p)->lr_scale, 0.25);
+  EXPECT_EQ(rule->OnPush(4, 2, p)->lr_scale, 0.25);
+  o.staleness_aware_lr = true;
+  auto both = Make(o);
+  ASSERT_NE(both, nullptr);
+  EXPECT_EQ(both->OnPush(4, 2, p)->lr_scale, 0.125);
+  EXPECT_EQ(both->OnPush(4, 1, p)->lr_scale, 0.25);
+}
+
 TEST(ConsistencyRuleTest, RejectsOptionsOutsideTheirRule) {
   ConsistencyOptions none;
   none.num_workers = 2;
@@ -120,13 +137,15 @@ TEST(ConsistencyRuleTest, RejectsOptionsOutsideTheirRule) {
   dc_sync.dc_lambda = 0.5;
   ConsistencyOptions lr_sync = Bsp(3);
   lr_sync.staleness_aware_lr = true;
+  ConsistencyOptions per_worker_sync = Bsp(3);
+  per_worker_sync.lr_per_worker = true;
   ConsistencyOptions dc_nan = Ssp(3, 0);
   dc_nan.dc_lambda = std::nan("");
   ConsistencyOptions dc_negative = Ssp(3, 0);
   dc_negative.dc_lambda = -1;
   for (const ConsistencyOptions& o :
        {none, no_workers, backups_async, too_many_backups, dc_sync, lr_sync,
-        dc_nan, dc_negative}) {
+        per_worker_sync, dc_nan, dc_negative}) {
     EXPECT_EQ(MakeConsistencyRule(o).status().code(),
               absl::StatusCode::kInvalidArgument);
   }

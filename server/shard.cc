@@ -491,6 +491,8 @@ ShardOptions ShardOptionsFromJob(const pstrain::v1::JobSpec& job,
   r.staleness = t.staleness();
   r.staleness_aware_lr = t.staleness_aware_lr();
   r.dc_lambda = t.dc_lambda();
+  r.lr_per_worker =
+      t.async_lr_per_push() == pstrain::v1::TrainingConfig::SCALED;
   o.sparse_max_rows = static_cast<uint64_t>(
       std::max<int64_t>(job.config().server().sparse_max_rows(), 0));
   o.sparse_on_full = job.config().server().sparse_on_full() ==

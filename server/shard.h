@@ -34,6 +34,10 @@
 //      worker, so with lambda > 0 (only) the shard keeps num_workers *
 //      num_elements() extra floats, and every pull copies the shard once
 //      under the mutex.
+//    - lr_per_worker (training.async_lr_per_push: scaled): every push runs
+//      with learning rate lr / num_workers (times the staleness-aware factor
+//      when both are on), so N pushes of B samples move the weights as far
+//      as one sync step of N x B samples: sync's learning rate per sample.
 //
 // Every push carries the clock it completes and the (version, min_clock) of
 // the pull it computed from; staleness = clock - min_clock is recorded per

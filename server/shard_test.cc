@@ -798,6 +798,55 @@ TEST(StalenessAwareLrTest, SgdStepIsLrOverStaleness) {
   }
 }
 
+// training.async_lr_per_push: one push applies exactly lr / N x its
+// gradient, and one clock of N async pushes (s = 0, every worker reading the
+// same weights) at lr / N each moves the weights as far as one sync step of
+// their mean at lr; at the full rate (the default) N times as far. SGD at
+// lr 1, worker w's gradient 0.25 (w + 1): each step is exact in float.
+TEST(AsyncLrPerPushTest, ScaledClockOfPushesEqualsOneSyncStep) {
+  const int n = 4;
+  auto grad = [](uint32_t w) { return 0.25f * static_cast<float>(w + 1); };
+  const float mean = (0.25f + 0.5f + 0.75f + 1.0f) / n;  // 0.625
+  std::vector<float> start;
+  std::vector<float> moved[3];  // sync, async scaled, async full
+  for (int variant = 0; variant < 3; ++variant) {
+    JobConfig config = SmallConfig(
+        variant == 0 ? pstrain::v1::MODE_SYNC : pstrain::v1::MODE_ASYNC, n, 0);
+    if (variant == 1) {
+      config.mutable_training()->set_async_lr_per_push(
+          pstrain::v1::TrainingConfig::SCALED);
+    }
+    std::unique_ptr<Shard> shard = MakeShard(config);
+    ASSERT_NE(shard, nullptr);
+    std::vector<PullResult> reads;
+    for (uint32_t w = 0; w < n; ++w) reads.push_back(MustPull(*shard, w, 0));
+    for (uint32_t w = 0; w < n; ++w) {
+      ASSERT_EQ(reads[w].values, reads[0].values);
+      absl::StatusOr<PushResult> r = PushGrad(*shard, w, 0, reads[w].min_clock,
+                                              32, Constant(*shard, grad(w)));
+      ASSERT_TRUE(r.ok()) << r.status();
+      if (variant == 1) {
+        // One push: exactly lr / N x its gradient.
+        const std::vector<float> after = Weights(*shard);
+        const std::vector<float>& before = w == 0 ? reads[0].values : moved[1];
+        for (size_t i = 0; i < after.size(); ++i) {
+          ASSERT_EQ(after[i], before[i] - grad(w) / n) << w << " " << i;
+        }
+        moved[1] = after;
+      }
+    }
+    start = reads[0].values;
+    moved[variant] = Weights(*shard);
+  }
+  // The clock: four roundings of the random initial weights against one,
+  // so equal within float rounding (4 ulps), not bit for bit.
+  for (size_t i = 0; i < start.size(); ++i) {
+    EXPECT_EQ(moved[0][i], start[i] - mean) << i;
+    EXPECT_FLOAT_EQ(moved[1][i], moved[0][i]) << i;
+    EXPECT_FLOAT_EQ(moved[2][i], start[i] - n * mean) << i;
+  }
+}
+
 // Adam's step is invariant to the gradient's scale: only scaling the learning
 // rate (not the gradient) halves the step of a push 2 clocks stale.
 TEST(StalenessAwareLrTest, ScalesAdamLearningRateNotGradient) {

@@ -8,15 +8,21 @@
 set -uo pipefail
 source "$TEST_SRCDIR/pstrain/tests/lib/procs.sh" # ROOT, TMP, psctl_compare, ...
 
-row() { grep "^| \`$2\` |" "$1/report.md"; }
+# A mode's row of the main table (above the report's first section).
+row() { sed -n '1,/^## /p' "$1/report.md" | grep "^| \`$2\` |"; }
 
 # 1. Two modes: one row each, the JSON keys, the derived jobs, the plots.
 out="$TMP/two"
 psctl_compare 300 "$TMP/two.log" --config "$ROOT/configs/default.yaml" --modes sync,async:1 \
   --steps 30 --target-accuracy 0.5 --timeout 60 --out "$out"
 if [[ $rc -eq 0 && -s "$out/report.md" && -s "$out/compare.json" ]]; then
-  rows=$(grep -c '^| `' "$out/report.md")
+  # The main table (above the first section), then the two efficiencies'.
+  rows=$(sed -n '1,/^## /p' "$out/report.md" | grep -c '^| `')
   [[ $rows -eq 2 ]] || fail "report.md has $rows mode rows, want 2"
+  rows=$(sed -n '/^## Two efficiencies/,/^## Definitions/p' "$out/report.md" | grep -c '^| `')
+  [[ $rows -eq 2 ]] || fail "report.md's two efficiencies have $rows mode rows, want 2"
+  grep -q '^| mode | s / step | ms / sample | steps to target | samples to target |' "$out/report.md" ||
+    fail "report.md lacks the two efficiencies' header"
   for m in sync async:1; do
     row "$out" "$m" | grep -q '| 1/1 |' || fail "no successful row for $m: $(row "$out" "$m")"
   done
@@ -77,6 +83,14 @@ check_bad "unknown mode 'bogus'" --modes sync,bogus
 check_bad "--straggler" --straggler 1
 check_bad "worker.straggler_rank" --straggler 5:2 --workers 2
 check_bad "given twice" --modes sync,sync
+check_bad "--transient: expected P:FACTOR" --transient 0.1
+check_bad "worker.transient_straggler_p: must be in \[0, 1\]" --transient 1.5:2
+check_bad "--pause: expected RANK:STEP:SECONDS" --pause 1:2
+check_bad "worker.pause_at_step: must be in \[0, training.steps" --pause 1:500:1 --steps 200
+check_bad "--set: expected KEY=VALUE" --set training.async_lr_per_push
+check_bad "training.async_lr_per_push: 'scaled' applies to mode async only" \
+  --modes sync --set training.async_lr_per_push=scaled
+check_bad "unknown mode 'backup:0'" --modes backup:0
 [[ ! -d "$TMP/bad/runs/sync/logs" ]] || fail "a run started despite bad options"
 
 # 4. Shaped links: every process in its own namespace, 10.213.0.0/24

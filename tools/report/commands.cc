@@ -19,6 +19,7 @@
 #include "tools/report/config_doc.h"
 #include "tools/report/derive_config.h"
 #include "tools/report/plots.h"
+#include "tools/report/straggler_study.h"
 
 namespace pstrain {
 namespace report_cli {
@@ -37,7 +38,10 @@ const char kUsage[] =
     "       ps_report metrics-get RUN_DIR|metrics.csv COLUMN\n"
     "       ps_report failure RUN_DIR|summary.json\n"
     "       ps_report record-failure RUN_DIR PROCESS MESSAGE [--wall-s S]\n"
-    "       ps_report config-doc [--update FILE]\n";
+    "       ps_report config-doc [--update FILE]\n"
+    "       ps_report study-stragglers --out DIR --scenario NAME=COMPARE_DIR "
+    "[--scenario ...]\n"
+    "                 [--command TEXT] [--setup TEXT]\n";
 
 int Usage(const std::string& error) {
   std::fprintf(stderr, "ps_report: %s\n%s", error.c_str(), kUsage);
@@ -182,6 +186,64 @@ int PlanMain(int argc, char** argv) {
   plan << tsv;
   if (!plan.flush())
     return Error(absl::StrCat("cannot write ", out, "/plan.tsv"));
+  return 0;
+}
+
+int StudyStragglersMain(int argc, char** argv) {
+  StudyInputs in;
+  std::string out, error, bad_value;
+  std::vector<std::pair<std::string, std::string>> scenarios;
+  const bool parsed = Options(
+      argc, argv, &error, [&](const std::string& n, const std::string& v) {
+        if (n == "--out") {
+          out = v;
+        } else if (n == "--scenario") {
+          const size_t eq = v.find('=');
+          const std::string name = v.substr(0, eq);
+          if (eq == std::string::npos || eq + 1 == v.size() ||
+              (name != kPersistent && name != kTransient && name != kPause)) {
+            bad_value = absl::StrCat(
+                "--scenario ", v,
+                ": expected NAME=COMPARE_DIR, NAME persistent, transient or "
+                "pause");
+          } else {
+            scenarios.emplace_back(name, v.substr(eq + 1));
+          }
+        } else if (n == "--command") {
+          in.command = v;
+        } else if (n == "--setup") {
+          in.setup = v;
+        } else {
+          return false;
+        }
+        return true;
+      });
+  if (!parsed) return Usage(error);
+  if (!bad_value.empty()) return Error(bad_value);
+  if (out.empty() || scenarios.empty()) {
+    return Usage("study-stragglers needs --out DIR and --scenario NAME=DIR");
+  }
+  for (const auto& [name, dir] : scenarios) {
+    const std::string path = absl::StrCat(dir, "/compare.json");
+    absl::StatusOr<std::string> text = ReadFileText(path);
+    if (!text.ok()) return Error(std::string(text.status().message()));
+    absl::Status st = AddCompareJson(*text, path, name, &in.runs);
+    if (!st.ok()) return Error(std::string(st.message()));
+  }
+  const std::vector<ClaimVerdict> claims = JudgeClaims(in.runs);
+  for (const auto& [name, text] :
+       {std::pair<std::string, std::string>{"report.md",
+                                            StudyMarkdown(in, claims)},
+        {"study.json", StudyJson(in, claims).dump(2) + "\n"}}) {
+    const std::string path = absl::StrCat(out, "/", name);
+    std::ofstream file(path);
+    file << text;
+    if (!file.flush()) return Error(absl::StrCat("cannot write ", path));
+  }
+  for (const ClaimVerdict& c : claims) {
+    std::printf("%s: %s: %s\n", c.supported ? "supported" : "not supported",
+                c.id.c_str(), c.evidence.c_str());
+  }
   return 0;
 }
 

@@ -34,6 +34,10 @@
 //       --update FILE rewrites FILE from its marker line on instead, keeping
 //       the text above. A relative FILE is taken from where `bazel run` was
 //       started (BUILD_WORKING_DIRECTORY), else the current directory.
+//   ps_report study-stragglers --out DIR --scenario NAME=COMPARE_DIR...
+//       [--command TEXT] [--setup TEXT]
+//       psctl study stragglers' report: DIR/report.md and DIR/study.json,
+//       each claim's verdict derived from the numbers (straggler_study.h).
 //
 // Subcommands repeat options (--set, --run), so arguments are parsed here
 // rather than with absl flags.
@@ -64,6 +68,12 @@ int FailureMain(int argc, char** argv);
 // summary.json that records a finished job.
 int RecordFailureMain(int argc, char** argv);
 int ConfigDocMain(int argc, char** argv);
+// `study-stragglers --out DIR --scenario NAME=COMPARE_DIR...` (NAME
+// persistent, transient or pause; a scenario may be given once per repeat):
+// reads each COMPARE_DIR/compare.json, writes DIR/report.md and
+// DIR/study.json (tools/report/straggler_study.h) and prints each claim's
+// verdict. Exit 2 on a missing or malformed compare.json.
+int StudyStragglersMain(int argc, char** argv);
 
 }  // namespace report_cli
 }  // namespace pstrain

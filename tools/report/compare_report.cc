@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -26,7 +27,8 @@ enum class Fmt {
   kRate,
   kBytes,
   kShare,
-  kMillis
+  kMillis,
+  kMillisAsSeconds  // seconds, shown with 4 decimals
 };
 
 // One figure of a run: a table column and a compare.json key.
@@ -101,6 +103,66 @@ const std::vector<Column>& Columns() {
   return *columns;
 }
 
+std::optional<double> StepsToTarget(const RunMetrics& m, const Target& t) {
+  if (t.kind == Target::kNone) return std::nullopt;
+  return m.target_hit ? static_cast<double>(m.target_hit->step) : kInf;
+}
+
+std::optional<double> RunSecondsPerStep(const RunMetrics& m) {
+  return SecondsPerStep(m.summary.wall_s, m.summary.steps);
+}
+
+// The two efficiencies (Hadjis et al. 2016, "Omnivore"), always apart:
+// hardware (time per step and per sample) and statistical (steps and
+// samples to target), and their product, time to target.
+const std::vector<Column>& EfficiencyColumns() {
+  static const auto* columns = new std::vector<Column>{
+      {"s_per_step", "s / step", Fmt::kMillisAsSeconds,
+       [](const RunMetrics& m, const Target&) { return RunSecondsPerStep(m); }},
+      {"ms_per_sample", "ms / sample", Fmt::kMillis,
+       [](const RunMetrics& m, const Target&) -> std::optional<double> {
+         std::optional<double> s = RunSecondsPerStep(m);
+         if (!s || m.summary.global_batch <= 0) return std::nullopt;
+         return *s / static_cast<double>(m.summary.global_batch);
+       }},
+      {"steps_to_target", "steps to target", Fmt::kCount, StepsToTarget},
+      {"samples_to_target", "samples to target", Fmt::kCount,
+       [](const RunMetrics& m, const Target& t) -> std::optional<double> {
+         std::optional<double> steps = StepsToTarget(m, t);
+         if (!steps) return std::nullopt;
+         return *steps * static_cast<double>(m.summary.global_batch);
+       }},
+      {"time_to_target_product_s", "s / step × steps to target", Fmt::kSeconds,
+       [](const RunMetrics& m, const Target& t) -> std::optional<double> {
+         std::optional<double> steps = StepsToTarget(m, t);
+         std::optional<double> s = RunSecondsPerStep(m);
+         if (!steps || !s) return std::nullopt;
+         return std::isinf(*steps) ? kInf : *steps * *s;
+       }},
+      {"time_to_target_s", "measured time to target (s)", Fmt::kSeconds,
+       [](const RunMetrics& m, const Target& t) -> std::optional<double> {
+         if (t.kind == Target::kNone) return std::nullopt;
+         return m.target_hit ? m.target_hit->wall_s : kInf;
+       }},
+      {"updates_per_step", "updates / step", Fmt::kCount,
+       [](const RunMetrics& m, const Target&) -> std::optional<double> {
+         return static_cast<double>(
+             UpdatesPerStep(m.summary.mode, m.summary.workers));
+       }},
+  };
+  return *columns;
+}
+
+// The learning rate of one update, as the run was configured.
+std::string LrPerUpdate(const ModeRuns& mode) {
+  for (const RunMetrics& r : mode.runs) {
+    if (r.failed) continue;
+    if (r.summary.mode != "async") return "lr (mean of N × B)";
+    return r.lr_scaled ? "lr / N (scaled)" : "lr (full)";
+  }
+  return kNone;
+}
+
 std::string Format(double v, Fmt fmt) {
   if (std::isinf(v)) return "not reached";
   switch (fmt) {
@@ -122,6 +184,8 @@ std::string Format(double v, Fmt fmt) {
       return absl::StrFormat("%.1f%%", 100 * v);
     case Fmt::kMillis:
       return absl::StrFormat("%.3f", 1e3 * v);
+    case Fmt::kMillisAsSeconds:
+      return absl::StrFormat("%.4f", v);
   }
   return "";
 }
@@ -201,11 +265,126 @@ std::string EmulationLine(const CompareInputs& in) {
         "straggler_factor)",
         r->straggler_rank, r->straggler_factor);
   }
+  if (known && r->transient_p > 0) {
+    absl::StrAppendFormat(
+        &straggler,
+        "; transient stragglers: each step each worker slowed with "
+        "probability %g by a Pareto(shape 2) factor >= %g (worker."
+        "transient_straggler_p, transient_straggler_factor)",
+        r->transient_p, r->transient_factor);
+  }
+  if (known && r->pause_rank >= 0) {
+    absl::StrAppendFormat(&straggler,
+                          "; pause: rank %d pauses %g s once at step %d "
+                          "(worker.pause_rank, pause_at_step, pause_s)",
+                          r->pause_rank, r->pause_s, r->pause_at_step);
+  }
   return absl::StrCat(compute, "; ", straggler, "; links: ",
                       in.shaping.empty() ? "loopback, not shaped" : in.shaping);
 }
 
+// Every figure once (steps and time to target are in both tables).
+const std::vector<Column>& AllColumns() {
+  static const auto* all = [] {
+    auto* v = new std::vector<Column>(Columns());
+    for (const Column& c : EfficiencyColumns()) {
+      bool seen = false;
+      for (const Column& d : *v) seen |= std::string(d.key) == c.key;
+      if (!seen) v->push_back(c);
+    }
+    return v;
+  }();
+  return *all;
+}
+
+std::optional<double> Median(const ModeRuns& m, const Column& c,
+                             const Target& t) {
+  std::optional<Spread> s = MedianSpread(Values(m, c, t));
+  if (!s) return std::nullopt;
+  return s->median;
+}
+
+const Column& EfficiencyColumn(const char* key) {
+  for (const Column& c : EfficiencyColumns()) {
+    if (std::string(c.key) == key) return c;
+  }
+  std::abort();  // a key of this file
+}
+
 }  // namespace
+
+std::string EfficiencyTable(const CompareInputs& in) {
+  std::vector<std::string> header = {"mode"};
+  for (const Column& c : EfficiencyColumns()) header.push_back(c.header);
+  header.push_back("lr per update");
+  std::string out = absl::StrCat("| ", absl::StrJoin(header, " | "), " |\n|");
+  for (size_t i = 0; i < header.size(); ++i) {
+    out += i == 0 || i + 1 == header.size() ? "---|" : "--:|";
+  }
+  out += "\n";
+  for (const ModeRuns& m : in.modes) {
+    std::vector<std::string> cells = {absl::StrCat("`", m.label, "`")};
+    for (const Column& c : EfficiencyColumns()) {
+      cells.push_back(Cell(m, c, in.target));
+    }
+    cells.push_back(LrPerUpdate(m));
+    out += absl::StrCat("| ", absl::StrJoin(cells, " | "), " |\n");
+  }
+  return out;
+}
+
+std::string EfficiencyExplanation(const CompareInputs& in) {
+  if (in.target.kind == Target::kNone) {
+    return "No target: statistical efficiency (steps to target) needs "
+           "--target-accuracy or --target-loss.\n";
+  }
+  const ModeRuns* ref = nullptr;
+  for (const ModeRuns& m : in.modes) {
+    if (m.label == "sync" && Succeeded(m) > 0) ref = &m;
+  }
+  if (ref == nullptr) {
+    return "No successful `sync` row to compare the other modes with.\n";
+  }
+  const Column& sps = EfficiencyColumn("s_per_step");
+  const Column& steps = EfficiencyColumn("steps_to_target");
+  const std::optional<double> ref_s = Median(*ref, sps, in.target);
+  const std::optional<double> ref_n = Median(*ref, steps, in.target);
+  std::string out;
+  for (const ModeRuns& m : in.modes) {
+    if (&m == ref) continue;
+    const std::optional<double> s = Median(m, sps, in.target);
+    const std::optional<double> n = Median(m, steps, in.target);
+    if (!s || !n || !ref_s || !ref_n) {
+      out += absl::StrCat("- `", m.label, "`: no successful run to compare.\n");
+      continue;
+    }
+    std::optional<EfficiencyRatio> r =
+        CompareEfficiency(*s, *n, *ref_s, *ref_n);
+    if (!r) {
+      out += absl::StrFormat(
+          "- `%s`: %.4f s / step (sync %.4f: ×%.2f); steps to target %s "
+          "(sync %s): no time ratio without both reaching the target.\n",
+          m.label, *s, *ref_s, *s / *ref_s, Format(*n, Fmt::kCount),
+          Format(*ref_n, Fmt::kCount));
+      continue;
+    }
+    const char* why = r->time >= 1 ? "loses to"
+                      : (r->statistical < 1 && r->hardware < 1)
+                          ? "beats sync on both efficiencies:"
+                      : r->statistical < 1
+                          ? "beats sync by statistical efficiency (fewer "
+                            "steps), not hardware efficiency:"
+                          : "beats sync by hardware efficiency (faster "
+                            "steps), not statistical efficiency:";
+    out += absl::StrFormat(
+        "- `%s` %s time to target ×%.2f = hardware ×%.2f (%.4f vs %.4f s / "
+        "step) × statistical ×%.2f (%s vs %s steps to target).\n",
+        m.label, r->time >= 1 ? "loses to sync:" : why, r->time, r->hardware,
+        *s, *ref_s, r->statistical, Format(*n, Fmt::kCount),
+        Format(*ref_n, Fmt::kCount));
+  }
+  return out;
+}
 
 std::string ReportTable(const CompareInputs& in) {
   std::vector<std::string> header = {"mode", "runs ok"};
@@ -273,6 +452,20 @@ std::string ReportMarkdown(const CompareInputs& in, const PlotOutcome& plots) {
         "\nWith repeats a cell is the median over the runs that succeeded, "
         "and (min–max) their spread.\n";
   }
+  md += R"(
+## Two efficiencies
+
+**Hardware efficiency** is how fast a mode runs steps (wall s / step, ms /
+sample); **statistical efficiency** is how many steps (samples) it needs to
+reach the target. Time to target is their product, so a mode wins by one, the
+other or both. A step is one clock: every worker computes one slice of the
+global batch; async applies each worker's push as its own update (`updates /
+step`), at the learning rate in `lr per update`.
+
+)";
+  md += EfficiencyTable(in);
+  md += "\nAgainst `sync` (medians):\n\n";
+  md += EfficiencyExplanation(in);
   md += R"(
 ## Definitions
 
@@ -356,6 +549,11 @@ nlohmann::json CompareJson(const CompareInputs& in, const PlotOutcome& plots) {
     emulation["compute_ms"] = rep->compute_ms;
     emulation["straggler_rank"] = rep->straggler_rank;
     emulation["straggler_factor"] = rep->straggler_factor;
+    emulation["transient_straggler_p"] = rep->transient_p;
+    emulation["transient_straggler_factor"] = rep->transient_factor;
+    emulation["pause_rank"] = rep->pause_rank;
+    emulation["pause_at_step"] = rep->pause_at_step;
+    emulation["pause_s"] = rep->pause_s;
     j["eval_every"] = rep->eval_every;
   }
   j["emulation"] = emulation;
@@ -378,7 +576,8 @@ nlohmann::json CompareJson(const CompareInputs& in, const PlotOutcome& plots) {
     for (const RunMetrics& r : m.runs)
       reached += !r.failed && r.target_hit.has_value();
     mode["target_reached"] = reached;
-    for (const Column& c : Columns()) {
+    mode["lr_per_update"] = LrPerUpdate(m);
+    for (const Column& c : AllColumns()) {
       std::optional<Spread> s = MedianSpread(Values(m, c, in.target));
       if (!s) {
         mode[c.key] = nullptr;
@@ -396,7 +595,7 @@ nlohmann::json CompareJson(const CompareInputs& in, const PlotOutcome& plots) {
                             {"message", r.message}};
       if (!r.failed) {
         run["target_reached"] = r.target_hit.has_value();
-        for (const Column& c : Columns()) {
+        for (const Column& c : AllColumns()) {
           std::optional<double> v = c.get(r, in.target);
           run[c.key] = v ? Number(*v) : nlohmann::json(nullptr);
         }

@@ -42,6 +42,12 @@ struct PlotOutcome {
 
 // The markdown table alone (also what psctl prints).
 std::string ReportTable(const CompareInputs& in);
+// The two efficiencies per mode (hardware: s / step, ms / sample;
+// statistical: steps and samples to target; their product; updates per step
+// and the learning rate of an update), and one line per mode decomposing its
+// time to target against `sync`'s into the two ratios.
+std::string EfficiencyTable(const CompareInputs& in);
+std::string EfficiencyExplanation(const CompareInputs& in);
 std::string ReportMarkdown(const CompareInputs& in, const PlotOutcome& plots);
 nlohmann::json CompareJson(const CompareInputs& in, const PlotOutcome& plots);
 

@@ -34,7 +34,10 @@ struct FakeRun {
   std::string histogram = "[40]";
   int staleness_max = 0;
   double barrier_wait_s = 0.4;
-  double hit_wall_s = 1.0;  // eval accuracy 0.9 at step 5
+  double hit_wall_s = 1.0;  // eval accuracy 0.9 at step hit_step
+  int hit_step = 5;
+  double final_eval_accuracy = 0.93;  // the last row's evaluation
+  bool lr_scaled = false;  // training.async_lr_per_push: scaled
   std::string status = "ok";
   bool failed = false;
   double compute_ms = 0;
@@ -46,6 +49,7 @@ void MakeRun(const fs::path& dir, const FakeRun& r) {
   Write(dir / "derived.yaml",
         absl::StrCat("job:\n  workers: ", r.workers, "\n  servers: ", r.servers,
                      "\ntraining:\n  mode: ", r.mode, "\n  steps: ", r.steps,
+                     r.lr_scaled ? "\n  async_lr_per_push: scaled" : "",
                      "\nevaluation:\n  every_steps: 5\nworker:\n  compute_ms: ",
                      r.compute_ms, "\n  straggler_rank: ", r.straggler_rank,
                      "\n  straggler_factor: 3\n"));
@@ -66,12 +70,13 @@ void MakeRun(const fs::path& dir, const FakeRun& r) {
       "step,wall_s,loss,samples,samples_per_s,compute_s,pull_s,push_s,"
       "eval_accuracy,eval_loss\n";
   for (int s = 0; s < r.steps; ++s) {
-    const double wall = s == 5 ? r.hit_wall_s : 0.1 * (s + 1);
+    const double wall = s == r.hit_step ? r.hit_wall_s : 0.1 * (s + 1);
     absl::StrAppend(&csv, s, ",", wall, ",", 1.0 - 0.05 * s,
-                    ",64,300,0.01,0.002,0.001,", s == 5 ? "0.9,0.4" : ",",
-                    "\n");
+                    ",64,300,0.01,0.002,0.001,",
+                    s == r.hit_step ? "0.9,0.4" : ",", "\n");
   }
-  absl::StrAppend(&csv, r.steps, ",", r.wall_s, ",,64,0,0,0.001,0,0.93,0.3\n");
+  absl::StrAppend(&csv, r.steps, ",", r.wall_s, ",,64,0,0,0.001,0,",
+                  r.final_eval_accuracy, ",0.3\n");
   Write(dir / "metrics.csv", csv);
 }
 
@@ -312,6 +317,79 @@ TEST_F(CompareReportTest, FailingGnuplotIsReportedNotFatal) {
   const PlotOutcome plots = WritePlots(in, "/bin/false");
   EXPECT_FALSE(plots.made);
   EXPECT_THAT(plots.skipped, HasSubstr("gnuplot failed"));
+}
+
+// The two efficiencies, apart, and time to target as their product: the
+// README's persistent-straggler case (async needs fewer steps at the same
+// s / step) reads as statistical efficiency, a faster mode as hardware.
+TEST_F(CompareReportTest, TwoEfficienciesExplainTimeToTarget) {
+  FakeRun sync;
+  sync.steps = 30;
+  sync.wall_s = 3.0;  // 0.1 s / step
+  sync.hit_step = 20;
+  sync.hit_wall_s = 2.1;
+  FakeRun fewer = sync;
+  fewer.mode = "async";
+  fewer.hit_step = 15;
+  fewer.hit_wall_s = 1.6;
+  fewer.histogram = "[30, 10, 5]";
+  fewer.staleness_max = 2;
+  FakeRun faster = fewer;
+  faster.wall_s = 1.5;  // 0.05 s / step
+  faster.hit_step = 24;
+  faster.hit_wall_s = 1.3;
+  faster.lr_scaled = true;
+  FakeRun never = fewer;
+  never.hit_step = 99;  // no evaluation meets the target
+  never.final_eval_accuracy = 0.5;
+  const CompareInputs in = Inputs({{"sync", sync},
+                                   {"async:2", fewer},
+                                   {"async:inf:scaled", faster},
+                                   {"async:0", never}});
+  const std::string table = EfficiencyTable(in);
+  const std::vector<std::string> rows = TableRows(table);
+  ASSERT_EQ(rows.size(), 4u) << table;
+  EXPECT_THAT(table, HasSubstr("| s / step | ms / sample | steps to target | "
+                               "samples to target | s / step × steps to "
+                               "target | measured time to target (s) | "
+                               "updates / step | lr per update |"));
+  // sync: 0.1 s / step, 20 steps = 1,280 samples, product 2.00, measured
+  // 2.10, one update per step at lr.
+  EXPECT_THAT(rows[0], HasSubstr("| `sync` | 0.1000 | 1.562 | 20 | 1280 | "
+                                 "2.00 | 2.10 | 1 | lr (mean of N × B) |"));
+  EXPECT_THAT(rows[1], HasSubstr("| `async:2` | 0.1000 | 1.562 | 15 | 960 | "
+                                 "1.50 | 1.60 | 2 | lr (full) |"));
+  EXPECT_THAT(rows[2], HasSubstr("| `async:inf:scaled` | 0.0500 | 0.781 | 24 | "
+                                 "1536 | 1.20 | 1.30 | 2 | lr / N (scaled) |"));
+  EXPECT_THAT(rows[3], HasSubstr("| not reached | not reached | not reached | "
+                                 "not reached |"));
+  const std::string why = EfficiencyExplanation(in);
+  EXPECT_THAT(why, HasSubstr("- `async:2` beats sync by statistical "
+                             "efficiency (fewer steps), not hardware "
+                             "efficiency: time to target ×0.75 = hardware "
+                             "×1.00 (0.1000 vs 0.1000 s / step) × "
+                             "statistical ×0.75 (15 vs 20 steps to target)."));
+  EXPECT_THAT(why, HasSubstr("- `async:inf:scaled` beats sync by hardware "
+                             "efficiency (faster steps), not statistical "
+                             "efficiency: time to target ×0.60 = hardware "
+                             "×0.50"));
+  EXPECT_THAT(why, HasSubstr("- `async:0`: 0.1000 s / step (sync 0.1000: "
+                             "×1.00); steps to target not reached (sync 20)"));
+  const std::string md = ReportMarkdown(in, PlotOutcome{});
+  EXPECT_THAT(md, HasSubstr("## Two efficiencies"));
+  EXPECT_THAT(md, HasSubstr(table));
+  EXPECT_THAT(md, HasSubstr(why));
+  const nlohmann::json j = CompareJson(in, PlotOutcome{});
+  EXPECT_EQ(j["modes"][1]["s_per_step"]["median"], 0.1);
+  EXPECT_EQ(j["modes"][1]["samples_to_target"]["median"], 960);
+  EXPECT_EQ(j["modes"][2]["lr_per_update"], "lr / N (scaled)");
+  EXPECT_EQ(j["modes"][2]["updates_per_step"]["median"], 2);
+}
+
+TEST_F(CompareReportTest, EfficienciesWithoutATargetSayWhy) {
+  const CompareInputs in = Inputs({{"sync", FakeRun{}}}, Target{});
+  EXPECT_THAT(EfficiencyExplanation(in), HasSubstr("No target"));
+  EXPECT_THAT(EfficiencyTable(in), HasSubstr("| `sync` | 0.2000 |"));
 }
 
 }  // namespace

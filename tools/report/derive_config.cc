@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/job_config.h"
@@ -66,17 +67,28 @@ absl::StatusOr<std::vector<PlannedRun>> PlanRuns(const std::string& modes,
   for (size_t i = 0; i < labels.size(); ++i) {
     const std::string& m = labels[i];
     std::vector<ConfigOverride> sets;
-    const size_t colon = m.find(':');
+    const std::vector<std::string> parts = absl::StrSplit(m, ':');
+    int64_t backups = 0;
     if (m == "sync" || m == "async" || m == "allreduce") {
       sets.push_back({"training.mode", m});
-    } else if (colon != std::string::npos && m.substr(0, colon) == "async" &&
-               ParseStaleness(m.substr(colon + 1)).ok()) {
+    } else if (parts[0] == "async" &&
+               (parts.size() == 2 || parts.size() == 3) &&
+               ParseStaleness(parts[1]).ok() &&
+               (parts.size() == 2 || parts[2] == "scaled")) {
       sets.push_back({"training.mode", "async"});
-      sets.push_back({"training.staleness", m.substr(colon + 1)});
+      sets.push_back({"training.staleness", parts[1]});
+      if (parts.size() == 3) {
+        sets.push_back({"training.async_lr_per_push", "scaled"});
+      }
+    } else if (parts.size() == 2 && parts[0] == "backup" &&
+               absl::SimpleAtoi(parts[1], &backups) && backups >= 1) {
+      sets.push_back({"training.mode", "sync"});
+      sets.push_back({"training.backup_workers", parts[1]});
     } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--modes: unknown mode '", m,
-                       "' (sync, async, async:S, async:inf, allreduce)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--modes: unknown mode '", m,
+          "' (sync, async, async:S, async:inf, async:S:scaled, backup:B, "
+          "allreduce)"));
     }
     if (std::find(labels.begin(), labels.begin() + i, m) !=
         labels.begin() + i) {

@@ -43,8 +43,10 @@ struct PlannedRun {
 // The compare plan: every mode of the comma-separated `modes`, `repeats`
 // times each, in order. The mode grammar: sync | async (the base's
 // staleness) | async:S (S an integer >= 0 or inf, the one staleness parser)
-// | allreduce. INVALID_ARGUMENT "--modes: unknown mode 'x' (...)", "'sync'
-// given twice", "--modes: empty", "--repeats: must be >= 1".
+// | async:S:scaled (and training.async_lr_per_push: scaled) | backup:B
+// (sync with B >= 1 backup workers) | allreduce. INVALID_ARGUMENT "--modes:
+// unknown mode 'x' (...)", "'sync' given twice", "--modes: empty", "--repeats:
+// must be >= 1".
 absl::StatusOr<std::vector<PlannedRun>> PlanRuns(const std::string& modes,
                                                  int repeats);
 

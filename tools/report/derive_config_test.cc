@@ -182,6 +182,26 @@ TEST(PlanRunsTest, ModesAndRepeats) {
   EXPECT_EQ((*plan)[5].label, "allreduce");
 }
 
+TEST(PlanRunsTest, ScaledAsyncAndBackupWorkers) {
+  absl::StatusOr<std::vector<PlannedRun>> plan =
+      PlanRuns("async:1:scaled,backup:1", 1);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->size(), 2u);
+  EXPECT_EQ((*plan)[0].name, "async-1-scaled");
+  EXPECT_EQ((*plan)[0].label, "async:1:scaled");
+  EXPECT_EQ((*plan)[1].name, "backup-1");
+  JobConfig c = MustParse(
+      DeriveConfig(DefaultYaml(), "default.yaml", (*plan)[0].mode_sets));
+  EXPECT_EQ(c.training().mode(), pstrain::v1::MODE_ASYNC);
+  EXPECT_EQ(c.training().staleness(), 1);
+  EXPECT_EQ(c.training().async_lr_per_push(),
+            pstrain::v1::TrainingConfig::SCALED);
+  c = MustParse(
+      DeriveConfig(DefaultYaml(), "default.yaml", (*plan)[1].mode_sets));
+  EXPECT_EQ(c.training().mode(), pstrain::v1::MODE_SYNC);
+  EXPECT_EQ(c.training().backup_workers(), 1);
+}
+
 TEST(PlanRunsTest, BadModesAreNamed) {
   for (const auto& [modes, want] :
        std::vector<std::pair<std::string, std::string>>{
@@ -189,6 +209,9 @@ TEST(PlanRunsTest, BadModesAreNamed) {
            {"async:-1", "unknown mode 'async:-1'"},
            {"async:", "unknown mode 'async:'"},
            {"sync:1", "unknown mode 'sync:1'"},
+           {"async:2:fast", "unknown mode 'async:2:fast'"},
+           {"backup:0", "unknown mode 'backup:0'"},
+           {"backup:x", "unknown mode 'backup:x'"},
            {"sync,sync", "'sync' given twice"},
            {"", "--modes: empty"},
            {"sync,", "unknown mode ''"},

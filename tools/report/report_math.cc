@@ -86,4 +86,28 @@ std::optional<double> WireShare(double bytes_per_worker_step,
   return bytes_per_worker_step / *comm_s_per_step / wire_bytes_per_s;
 }
 
+std::optional<double> SecondsPerStep(double wall_s, int64_t steps) {
+  if (steps <= 0 || !(wall_s > 0)) return std::nullopt;
+  return wall_s / static_cast<double>(steps);
+}
+
+int64_t UpdatesPerStep(const std::string& mode, int workers) {
+  return mode == "async" ? workers : 1;
+}
+
+std::optional<EfficiencyRatio> CompareEfficiency(double s_per_step,
+                                                 double steps_to_target,
+                                                 double ref_s_per_step,
+                                                 double ref_steps_to_target) {
+  for (double v :
+       {s_per_step, steps_to_target, ref_s_per_step, ref_steps_to_target}) {
+    if (!std::isfinite(v) || !(v > 0)) return std::nullopt;
+  }
+  EfficiencyRatio r;
+  r.hardware = s_per_step / ref_s_per_step;
+  r.statistical = steps_to_target / ref_steps_to_target;
+  r.time = r.hardware * r.statistical;
+  return r;
+}
+
 }  // namespace pstrain

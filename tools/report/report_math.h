@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "common/run_record.h"
@@ -69,6 +70,30 @@ std::optional<double> MeanCommPerStep(const std::vector<MetricsRow>& rows);
 std::optional<double> WireShare(double bytes_per_worker_step,
                                 std::optional<double> comm_s_per_step,
                                 double wire_bytes_per_s);
+
+// Hardware efficiency: wall seconds per step, wall_s / steps (a step is one
+// clock: every worker computes one slice of the global batch). nullopt
+// without steps or wall time.
+std::optional<double> SecondsPerStep(double wall_s, int64_t steps);
+
+// Optimizer updates per step: one in sync (backup workers too) and
+// all-reduce; one per worker's push, `workers`, in async.
+int64_t UpdatesPerStep(const std::string& mode, int workers);
+
+// Time to target as the product of the two efficiencies, and the ratios of
+// a mode against a reference: time = (s / step) x (steps to target), so
+// time_ratio = hardware_ratio x statistical_ratio exactly.
+struct EfficiencyRatio {
+  double hardware = 0;     // (s / step) / reference's
+  double statistical = 0;  // (steps to target) / reference's
+  double time = 0;         // hardware x statistical
+};
+// nullopt when any input is not finite and positive (a target not reached
+// has no ratio).
+std::optional<EfficiencyRatio> CompareEfficiency(double s_per_step,
+                                                 double steps_to_target,
+                                                 double ref_s_per_step,
+                                                 double ref_steps_to_target);
 
 }  // namespace pstrain
 

@@ -211,5 +211,29 @@ TEST(ParseSummaryJsonTest, ReadsTheCoordinatorsSummary) {
   EXPECT_FALSE(ParseSummaryJson(R"({"workers": "two"})", "s.json").ok());
 }
 
+TEST(ReportMathTest, TwoEfficienciesMultiplyToTimeToTarget) {
+  EXPECT_EQ(SecondsPerStep(2.0, 40), 0.05);
+  EXPECT_FALSE(SecondsPerStep(2.0, 0));
+  EXPECT_FALSE(SecondsPerStep(0, 40));
+  EXPECT_EQ(UpdatesPerStep("async", 4), 4);
+  EXPECT_EQ(UpdatesPerStep("sync", 4), 1);
+  EXPECT_EQ(UpdatesPerStep("allreduce", 4), 1);
+  // The README's persistent-straggler case: the same s / step, 15 steps
+  // instead of 20: async wins on statistical efficiency alone.
+  std::optional<EfficiencyRatio> r = CompareEfficiency(0.066, 15, 0.066, 20);
+  ASSERT_TRUE(r);
+  EXPECT_DOUBLE_EQ(r->hardware, 1.0);
+  EXPECT_DOUBLE_EQ(r->statistical, 0.75);
+  EXPECT_DOUBLE_EQ(r->time, 0.75);
+  r = CompareEfficiency(0.05, 30, 0.1, 20);
+  ASSERT_TRUE(r);
+  EXPECT_DOUBLE_EQ(r->hardware, 0.5);
+  EXPECT_DOUBLE_EQ(r->statistical, 1.5);
+  EXPECT_DOUBLE_EQ(r->time, 0.75);
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_FALSE(CompareEfficiency(0.05, inf, 0.1, 20));  // not reached
+  EXPECT_FALSE(CompareEfficiency(0.05, 10, 0.1, 0));
+}
+
 }  // namespace
 }  // namespace pstrain

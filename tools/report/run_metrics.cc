@@ -25,6 +25,14 @@ void LoadJobFile(RunMetrics* m) {
     m->compute_ms = c->worker().compute_ms();
     m->straggler_rank = c->worker().straggler_rank();
     m->straggler_factor = c->worker().straggler_factor();
+    m->transient_p = c->worker().transient_straggler_p();
+    m->transient_factor = c->worker().transient_straggler_factor();
+    m->pause_rank = c->worker().pause_rank();
+    m->pause_at_step = c->worker().pause_at_step();
+    m->pause_s = c->worker().pause_s();
+    m->backup_workers = c->training().backup_workers();
+    m->lr_scaled = c->training().async_lr_per_push() ==
+                   pstrain::v1::TrainingConfig::SCALED;
     return;
   }
 }

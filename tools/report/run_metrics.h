@@ -42,6 +42,13 @@ struct RunMetrics {
   double compute_ms = 0;
   int64_t straggler_rank = -1;
   double straggler_factor = 1;
+  double transient_p = 0;  // worker.transient_straggler_p
+  double transient_factor = 1;
+  int64_t pause_rank = -1;  // worker.pause_rank, pause_at_step, pause_s
+  int64_t pause_at_step = 0;
+  double pause_s = 0;
+  int64_t backup_workers = 0;
+  bool lr_scaled = false;  // training.async_lr_per_push: scaled
 };
 
 // Reads DIR/status (written by psctl compare: "ok", or why the run failed),

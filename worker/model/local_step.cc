@@ -4,6 +4,7 @@
 
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "worker/model/straggler_model.h"
 
 namespace pstrain {
 
@@ -33,7 +34,7 @@ absl::StatusOr<double> LocalStep::Gradient(int64_t step, bool stretch) {
       for (float& v : rows->values) v *= inv;
     }
   }
-  if (stretch) StretchCompute(start);
+  if (stretch) StretchCompute(start, step);
   return loss_sum;
 }
 
@@ -63,25 +64,25 @@ absl::StatusOr<std::vector<int64_t>> LocalStep::TestRowIds(int tensor) {
   return model_->RowIds(tensor, test);
 }
 
-absl::Duration LocalStep::EmulatedCompute() const {
+absl::Duration LocalStep::EmulatedCompute(int64_t step) const {
   const WorkerConfig& w = config_.worker();
   if (w.compute_ms() <= 0) return absl::ZeroDuration();
-  absl::Duration target = absl::Milliseconds(w.compute_ms());
-  if (w.straggler_rank() == static_cast<int64_t>(rank_)) {
-    target *= w.straggler_factor();
-  }
-  return target;
+  return EmulatedStepTime(w, config_.data().seed(), rank_, step,
+                          absl::Milliseconds(w.compute_ms()));
 }
 
-void LocalStep::StretchCompute(absl::Time start) const {
+void LocalStep::StretchCompute(absl::Time start, int64_t step) const {
   const WorkerConfig& w = config_.worker();
-  const bool straggler = w.straggler_rank() == static_cast<int64_t>(rank_);
-  if (w.compute_ms() <= 0 && !straggler) return;
-  absl::Duration target = w.compute_ms() > 0
-                              ? absl::Milliseconds(w.compute_ms())
-                              : absl::Now() - start;
-  if (straggler) target *= w.straggler_factor();
-  const absl::Duration left = start + target - absl::Now();
+  const StepSlowdown s = SlowdownFor(w, config_.data().seed(), rank_, step);
+  if (w.compute_ms() <= 0 && s.factor == 1.0 &&
+      s.pause == absl::ZeroDuration()) {
+    return;
+  }
+  // Without compute_ms the slow-downs stretch the measured time.
+  const absl::Duration base = w.compute_ms() > 0
+                                  ? absl::Milliseconds(w.compute_ms())
+                                  : absl::Now() - start;
+  const absl::Duration left = start + base * s.factor + s.pause - absl::Now();
   if (left > absl::ZeroDuration()) absl::SleepFor(left);
 }
 

@@ -41,12 +41,12 @@ class LocalStep {
   // times 1 / grad_accum_steps (ComputeBackend::Scale) when that is > 1.
   // Only the micro-batches cross to the backend. Returns the summed loss
   // (mean loss x slice()). Then, when `stretch`, waits as worker.compute_ms
-  // and the straggler settings say (emulated compute; the math always runs);
-  // a caller that emulates the time itself, spread over the layers (Trainer
-  // with worker.overlap), passes false and uses EmulatedCompute().
-  // Row-sparse tensors (Model::row_gradient) are accumulated the same way:
-  // the union of the micro-batches' rows, a row in several summed, then
-  // scaled.
+  // and the straggler models say (worker/model/straggler_model.h) (emulated
+  // compute; the math always runs); a caller that emulates the time itself,
+  // spread over the layers (Trainer with worker.overlap), passes false and uses
+  // EmulatedCompute(). Row-sparse tensors (Model::row_gradient) are accumulated
+  // the same way: the union of the micro-batches' rows, a row in several
+  // summed, then scaled.
   absl::StatusOr<double> Gradient(int64_t step, bool stretch = true);
 
   // Row-sparse params()[tensor] (docs/sparse.md): the sorted unique rows
@@ -56,16 +56,17 @@ class LocalStep {
   absl::StatusOr<std::vector<int64_t>> StepRowIds(int64_t step, int tensor);
   absl::StatusOr<std::vector<int64_t>> TestRowIds(int tensor);
 
-  // What worker.compute_ms asks of this rank's step: compute_ms, times
-  // straggler_factor on the straggler rank; zero when compute_ms is 0.
-  absl::Duration EmulatedCompute() const;
+  // What worker.compute_ms asks of this rank's step `step`: compute_ms,
+  // times the straggler models' factor, plus a pause
+  // (worker/model/straggler_model.h); zero when compute_ms is 0.
+  absl::Duration EmulatedCompute(int64_t step) const;
 
   // Evaluates the model's resident parameters on this rank's slice of the
   // test set into m's eval fields (nothing when the slice is empty).
   absl::Status Evaluate(pstrain::v1::StepMetrics* m);
 
  private:
-  void StretchCompute(absl::Time start) const;
+  void StretchCompute(absl::Time start, int64_t step) const;
 
   const JobConfig& config_;
   const uint32_t rank_;

@@ -115,8 +115,7 @@ absl::Status Trainer::Run(const StepCallback& on_step,
   // Overlap needs emulated compute to spread over the layers (the backend
   // computes the whole gradient in one call).
   const bool overlap = c.worker().overlap() && sparse_.empty() &&
-                       local.EmulatedCompute() > absl::ZeroDuration() &&
-                       !options_.adopt;
+                       c.worker().compute_ms() > 0 && !options_.adopt;
   // Stand-ins (elastic sync): the step whose weights the model holds.
   int64_t held = -1;
   std::vector<ShardRead> held_reads;
@@ -323,7 +322,7 @@ absl::Status Trainer::OverlappedStep(int64_t step, LocalStep* local,
   // layer's products scale with its weights, and a chunk of a layer's rows
   // is that share of them). A third of it is forward, two thirds backward,
   // as for the FLOPs of a dense layer.
-  const absl::Duration target = local->EmulatedCompute();
+  const absl::Duration target = local->EmulatedCompute(step);
   auto share = [&](int chunk, absl::Duration part) {
     return part *
            (static_cast<double>(client_->shard_map().chunks(chunk).length()) /
