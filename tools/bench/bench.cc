@@ -18,6 +18,7 @@
 #include "tools/bench/compute.h"
 #include "tools/bench/job_processes.h"
 #include "tools/bench/ps_path.h"
+#include "tools/bench/raw_tcp.h"
 #include "tools/bench/ring.h"
 #include "tools/bench/stats.h"
 #include "tools/bench/whole_job.h"
@@ -40,7 +41,13 @@ struct Plan {
   std::vector<uint64_t> ps_bytes;  // pstrain tensor sizes (decimal MB)
   std::vector<int> ps_servers = {1, 2};
   std::vector<int> ps_workers = {1, 4};
-  int ps_steps;
+  // Warm steps of every push/pull figure (and of the raw TCP and bare gRPC
+  // ones) after one cold step, on one cluster (connection).
+  int ps_steps = kSteadySteps;
+  // The real-job row (whole_job.h, MeasureRealJobComm): model sizes and
+  // steps.
+  std::vector<uint64_t> real_job_bytes;
+  int real_job_steps;
   uint64_t opt_elems;
   uint64_t chunk_elems = (4 << 20) / sizeof(float);  // the shard layout
   std::vector<uint64_t> ring_bytes;
@@ -60,8 +67,9 @@ Plan MakePlan(bool quick, int rounds) {
   p.rounds = rounds;
   if (quick) {
     p.iperf_seconds = 1;
-    p.ps_bytes = {4000000, 16000000};
-    p.ps_steps = 2;
+    p.ps_bytes = {1000000, 4000000};
+    p.real_job_bytes = {4000000};
+    p.real_job_steps = 10;
     p.opt_elems = 4 << 20;
     p.ring_bytes = {1 * kMiB, 4 * kMiB};
     p.ring_iters = 3;
@@ -69,8 +77,9 @@ Plan MakePlan(bool quick, int rounds) {
     p.apply_elems = 4 << 20;
   } else {
     p.iperf_seconds = 2;
-    p.ps_bytes = {16000000, 64000000, 256000000};
-    p.ps_steps = 2;
+    p.ps_bytes = {4000000, 16000000, 64000000};
+    p.real_job_bytes = p.ps_bytes;
+    p.real_job_steps = 25;
     p.opt_elems = 32 << 20;
     p.ring_bytes = {1 * kMiB, 4 * kMiB, 16 * kMiB, 64 * kMiB};
     p.ring_iters = 5;
@@ -164,21 +173,41 @@ void RunRound(const Plan& plan, int round, Iperf3* iperf, GrpcStream* stream,
       errors->Add("iperf3", bps.status());
     }
   }
+  // The transport floor: a raw-TCP PS of the same bytes and SGD apply.
   for (uint64_t bytes : plan.ps_bytes) {
-    if (stream == nullptr) break;
+    if (StopRequested()) return;
+    absl::StatusOr<RawTcpSeconds> raw =
+        MeasureRawTcpPs(bytes / sizeof(float), plan.ps_steps);
+    if (!raw.ok()) {
+      errors->Add("raw TCP PS " + SizeName(bytes), raw.status());
+      continue;
+    }
+    const double b = static_cast<double>(bytes / sizeof(float) * 4);
+    r->Set("raw_push_" + SizeName(bytes), "GB/s", round,
+           SteadyRateOf(b, raw->push_s, 1).warm_bytes_per_s / 1e9);
+    r->Set("raw_pull_" + SizeName(bytes), "GB/s", round,
+           SteadyRateOf(b, raw->pull_s, 1).warm_bytes_per_s / 1e9);
+  }
+  // The bare gRPC stream, warm: medians of plan.ps_steps transfers on its
+  // one long-lived connection after one more.
+  for (uint64_t bytes : plan.ps_bytes) {
+    if (stream == nullptr || StopRequested()) break;
     // The share of the CPUs' time used during each stream (BusyShare).
     const CpuTimes t0 = ReadCpuTimes();
-    absl::StatusOr<double> up = stream->Upload(bytes);
+    absl::StatusOr<SteadyRate> up = stream->UploadSteady(bytes, plan.ps_steps);
     const CpuTimes t1 = ReadCpuTimes();
-    absl::StatusOr<double> down = stream->Download(bytes);
+    absl::StatusOr<SteadyRate> down =
+        stream->DownloadSteady(bytes, plan.ps_steps);
     const CpuTimes t2 = ReadCpuTimes();
     if (up.ok()) {
-      r->Set("grpc_upload_" + SizeName(bytes), "GB/s", round, *up / 1e9);
+      r->Set("grpc_upload_" + SizeName(bytes), "GB/s", round,
+             up->warm_bytes_per_s / 1e9);
       r->Set("cpu_grpc_upload_" + SizeName(bytes), "share", round,
              BusyShare(AddCpuDelta({}, t0, t1)));
     }
     if (down.ok()) {
-      r->Set("grpc_download_" + SizeName(bytes), "GB/s", round, *down / 1e9);
+      r->Set("grpc_download_" + SizeName(bytes), "GB/s", round,
+             down->warm_bytes_per_s / 1e9);
       r->Set("cpu_grpc_download_" + SizeName(bytes), "share", round,
              BusyShare(AddCpuDelta({}, t1, t2)));
     }
@@ -200,6 +229,10 @@ void RunRound(const Plan& plan, int round, Iperf3* iperf, GrpcStream* stream,
                ps->push_bytes_per_s / 1e9);
         r->Set(PsName("pull", bytes, servers, workers), "GB/s", round,
                ps->pull_bytes_per_s / 1e9);
+        r->Set(PsName("push_cold", bytes, servers, workers), "GB/s", round,
+               ps->cold_push_bytes_per_s / 1e9);
+        r->Set(PsName("pull_cold", bytes, servers, workers), "GB/s", round,
+               ps->cold_pull_bytes_per_s / 1e9);
         r->Set(PsName("cpu_push", bytes, servers, workers), "share", round,
                ps->push_cpu_busy);
         r->Set(PsName("cpu_pull", bytes, servers, workers), "share", round,
@@ -312,6 +345,31 @@ void RunWholeJobRound(const std::vector<WholeJobModel>& jobs, const Plan& plan,
                       const BenchOptions& o, int round, Results* r,
                       Errors* errors) {
   if (o.bin_dir.empty()) return;  // noted with the worker memory
+  // The real-job rows: 1 worker, 1 server, through the coordinator; its
+  // communication per step against this round's steady push + pull of the
+  // same bytes (1 server, 1 worker).
+  for (uint64_t bytes : plan.real_job_bytes) {
+    if (StopRequested()) return;
+    fprintf(stderr, "ps_bench: real job %s, 1 worker, 1 server\n",
+            SizeName(bytes).c_str());
+    absl::StatusOr<RealJobComm> c =
+        MeasureRealJobComm(bytes, plan.real_job_steps, o.bin_dir, o.work_dir);
+    if (!c.ok()) {
+      errors->Add("real job " + SizeName(bytes), c.status());
+      continue;
+    }
+    const double model = static_cast<double>(c->params) * sizeof(float);
+    const std::string n = SizeName(bytes);
+    r->Set("real_pull_" + n, "GB/s", round, model / c->pull_s / 1e9);
+    r->Set("real_push_" + n, "GB/s", round, model / c->push_s / 1e9);
+    r->Set("real_comm_" + n, "ms", round, (c->pull_s + c->push_s) * 1e3);
+    const double push = r->At(PsName("push", bytes, 1, 1), round) * 1e9;
+    const double pull = r->At(PsName("pull", bytes, 1, 1), round) * 1e9;
+    if (Have(push) && Have(pull) && push > 0 && pull > 0) {
+      r->Set("steady_comm_" + n, "ms", round,
+             (model / push + model / pull) * 1e3);
+    }
+  }
   const double iperf = r->At("iperf3", round) * 1e9;  // NaN when missing
   // A bare gRPC stream of the round: the largest size up to 64 MB, upload
   // and download averaged (NaN when missing).
@@ -377,7 +435,9 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
   std::vector<Goal> goals;
   const int R = plan.rounds;
   for (const char* op : {"push", "pull"}) {
-    const double goal = std::string(op) == "push" ? 0.65 : 0.55;
+    // Issue 26: push >= 0.5 and pull >= 0.55 of iperf3 (ps-lite reached
+    // 0.46-0.58 on this machine), steady state.
+    const double goal = std::string(op) == "push" ? 0.5 : 0.55;
     for (uint64_t bytes : plan.ps_bytes) {
       for (int s : plan.ps_servers) {
         for (int w : plan.ps_workers) {
@@ -398,7 +458,8 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
           std::string(op) == "push" ? "grpc_upload_" : "grpc_download_",
           SizeName(bytes));
       goals.push_back({absl::StrCat(op, " ", SizeName(bytes),
-                                    ", 1 server, 1 worker / bare gRPC stream (",
+                                    ", 1 server, 1 worker / warm bare gRPC "
+                                    "stream (",
                                     Fmt(r.Median(anchor)), " GB/s)"),
                        Fmt(r.Median(name)) + " GB/s",
                        RatioMedian(r, R, name, anchor), ">=", 0.9});
@@ -413,6 +474,41 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
            Fmt(r.Median(cpu)), RatioMedian(r, R, cpu, bare_cpu), "", 0,
            "no goal"});
     }
+  }
+  // The layers below pstrain, no goal: the raw-TCP PS (the same bytes and
+  // SGD apply over one plain connection) against iperf3, and pstrain's
+  // cold first step against its warm median.
+  for (const char* op : {"push", "pull"}) {
+    for (uint64_t bytes : plan.ps_bytes) {
+      const std::string raw = absl::StrCat("raw_", op, "_", SizeName(bytes));
+      goals.push_back({absl::StrCat("raw TCP PS ", op, " ", SizeName(bytes),
+                                    " (transport floor) / iperf3"),
+                       Fmt(r.Median(raw)) + " GB/s",
+                       RatioMedian(r, R, raw, "iperf3"), "", 0, "no goal"});
+      const std::string warm = PsName(op, bytes, 1, 1);
+      const std::string cold =
+          PsName(absl::StrCat(op, "_cold").c_str(), bytes, 1, 1);
+      goals.push_back({absl::StrCat(op, " ", SizeName(bytes),
+                                    ", 1 server, 1 worker: cold first step / "
+                                    "warm median (",
+                                    Fmt(r.Median(warm)), " GB/s)"),
+                       Fmt(r.Median(cold)) + " GB/s",
+                       RatioMedian(r, R, cold, warm), "", 0, "no goal"});
+    }
+  }
+  // The real job: 1 worker, 1 server processes through the coordinator.
+  for (uint64_t bytes : plan.real_job_bytes) {
+    const std::string n = SizeName(bytes);
+    goals.push_back(
+        {absl::StrCat("real job ", n,
+                      " MLP, 1 worker, 1 server: "
+                      "communication per step (metrics.csv pull_s + push_s, "
+                      "median of steps ",
+                      kRealJobFirstStep, "..", plan.real_job_steps - 1,
+                      ") / steady push + pull of the same bytes (",
+                      Fmt(r.Median("steady_comm_" + n)), " ms)"),
+         Fmt(r.Median("real_comm_" + n)) + " ms",
+         RatioMedian(r, R, "real_comm_" + n, "steady_comm_" + n), "<=", 1.3});
   }
   // The low-precision wire: no goal (it pays where the link is the limit;
   // on loopback the conversion competes with a fast wire), the ratio only.
@@ -544,6 +640,47 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
   return goals;
 }
 
+// What each layer costs: one table, 1 server and 1 worker, from the wire
+// up (medians over rounds, GB/s unless said).
+void PrintLayers(const Plan& plan, const Results& r) {
+  printf(
+      "\nLayers, 1 server, 1 worker (GB/s, medians over rounds; warm: %d "
+      "steps on one connection after a cold one)\n\n| layer |",
+      plan.ps_steps);
+  for (uint64_t b : plan.ps_bytes) printf(" %s |", SizeName(b).c_str());
+  printf("\n|---|");
+  for (size_t i = 0; i < plan.ps_bytes.size(); ++i) printf("--:|");
+  printf("\n");
+  auto row = [&](const std::string& label, auto series_of) {
+    printf("| %s |", label.c_str());
+    for (uint64_t b : plan.ps_bytes) {
+      printf(" %s |", Fmt(r.Median(series_of(b))).c_str());
+    }
+    printf("\n");
+  };
+  const auto sized = [](const char* prefix) {
+    return [prefix](uint64_t b) { return prefix + SizeName(b); };
+  };
+  const auto ps = [](const char* op) {
+    return [op](uint64_t b) { return PsName(op, b, 1, 1); };
+  };
+  row("iperf3 -l 1M (one TCP stream)",
+      [](uint64_t) { return std::string("iperf3"); });
+  row("raw TCP PS push (POSIX sockets + SGD apply)", sized("raw_push_"));
+  row("raw TCP PS pull", sized("raw_pull_"));
+  row("bare gRPC upload (1 MiB messages)", sized("grpc_upload_"));
+  row("bare gRPC download", sized("grpc_download_"));
+  row("pstrain push, warm", ps("push"));
+  row("pstrain pull, warm", ps("pull"));
+  row("pstrain push, cold first step", ps("push_cold"));
+  row("pstrain pull, cold first step", ps("pull_cold"));
+  row("real job push (ps_worker + ps_server, metrics.csv)",
+      sized("real_push_"));
+  row("real job pull", sized("real_pull_"));
+  row("real job pull_s + push_s (ms)", sized("real_comm_"));
+  row("steady push + pull of the same bytes (ms)", sized("steady_comm_"));
+}
+
 }  // namespace
 
 int RunBench(const BenchOptions& o) {
@@ -650,6 +787,7 @@ int RunBench(const BenchOptions& o) {
            status.c_str());
   }
   printf("\n%d met, %d not met, %d not measured\n", met, not_met, unmeasured);
+  PrintLayers(plan, r);
   printf("\nPer round (load average at the start of each round: %s)\n\n",
          absl::StrJoin(loadavg, " | ").c_str());
   printf("| quantity | unit | median | rounds |\n|---|---|--:|---|\n");

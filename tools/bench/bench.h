@@ -1,13 +1,16 @@
-// ps_bench: the goals of issue 9 measured side by side. In each round, in
-// this order: iperf3 -l 1M on loopback (the wire anchor), a bare gRPC stream
-// of the same bytes, pstrain push and pull (sizes x servers x workers), the
-// optimizer against a STREAM triad, the ring all-reduce against
-// MPI_Allreduce, then the whole jobs (whole_job.h: real 4-worker jobs,
-// needs --bin_dir); /proc/loadavg is read at the start of every round. Ratios
-// are taken within a round and reported as medians over rounds. The server's
-// and the worker's peak memory are measured once, after the rounds. Prints
-// one table (every goal: measured value, ratio, goal, met or NOT MET) and the
-// per-round values, and writes the same as JSON (--out).
+// ps_bench: the goals of issues 9 and 26 measured side by side. In each
+// round, in this order: iperf3 -l 1M on loopback (the wire anchor), the
+// raw-TCP PS of the same bytes (raw_tcp.h, the transport floor), a warm bare
+// gRPC stream of the same bytes, pstrain push and pull (sizes x servers x
+// workers; medians of kSteadySteps warm steps on one cluster, the cold first
+// step apart), the optimizer against a STREAM triad, the ring all-reduce
+// against MPI_Allreduce, then the real one-worker jobs and the whole jobs
+// (whole_job.h: ps_worker/ps_server processes, needs --bin_dir); /proc/loadavg
+// is read at the start of every round. Ratios are taken within a round and
+// reported as medians over rounds. The server's and the worker's peak memory
+// are measured once, after the rounds. Prints one table (every goal: measured
+// value, ratio, goal, met or NOT MET) and the per-round values, and writes the
+// same as JSON (--out).
 //
 //   ps_bench [--quick] [--rounds R] [--out bench.json] [--iperf3 iperf3]
 //            [--mpirun mpirun --mpi_program PATH] [--bin_dir DIR

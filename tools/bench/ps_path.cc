@@ -219,22 +219,26 @@ absl::StatusOr<PsPathResult> MeasurePsPath(
   absl::StatusOr<Workers> w =
       Workers::Create((*cluster)->job(), workers, elems, push_streams);
   if (!w.ok()) return w.status();
-  double pull_s = 0, push_s = 0, pull_total = 0, push_total = 0;
+  std::vector<double> pull_steps, push_steps;
   CpuTimes pull_cpu, push_cpu;
   for (int step = 0; step <= steps; ++step) {
-    // The warm-up's (connections, first-touch pages) CPU time is dropped.
+    // The cold step's CPU time (connections, first-touch pages) is dropped.
     if (step == 1) pull_cpu = push_cpu = CpuTimes{};
+    double pull_s = 0, push_s = 0;
     absl::Status s = w->Step(step, &pull_s, &push_s, &pull_cpu, &push_cpu);
     if (!s.ok()) return s;
-    if (step == 0) continue;
-    pull_total += pull_s;
-    push_total += push_s;
+    pull_steps.push_back(pull_s);
+    push_steps.push_back(push_s);
   }
-  const double bytes =
-      static_cast<double>(elems) * sizeof(float) * workers * steps;
+  const double bytes = static_cast<double>(elems) * sizeof(float) * workers;
+  const SteadyRate push = SteadyRateOf(bytes, push_steps, 1);
+  const SteadyRate pull = SteadyRateOf(bytes, pull_steps, 1);
   PsPathResult result;
-  result.push_bytes_per_s = bytes / push_total;
-  result.pull_bytes_per_s = bytes / pull_total;
+  result.push_bytes_per_s = push.warm_bytes_per_s;
+  result.pull_bytes_per_s = pull.warm_bytes_per_s;
+  result.cold_push_bytes_per_s = push.cold_bytes_per_s;
+  result.cold_pull_bytes_per_s = pull.cold_bytes_per_s;
+  result.warm_steps = push.warm_steps;
   result.push_cpu_busy = BusyShare(push_cpu);
   result.pull_cpu_busy = BusyShare(pull_cpu);
   return result;

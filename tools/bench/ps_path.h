@@ -22,22 +22,33 @@ absl::StatusOr<pstrain::v1::JobSpec> OneTensorJob(
     pstrain::v1::OptimizerConfig::Kind kind,
     pstrain::v1::DType wire_dtype = pstrain::v1::DTYPE_F32);
 
+// The warm steps every push and pull figure of ps_bench and ps_path_bench
+// is the median of (issue 26: a steady state, as a real job's steps are).
+inline constexpr int kSteadySteps = 20;
+
 struct PsPathResult {
-  double push_bytes_per_s = 0;  // all workers together
+  // All workers together: the median over the warm steps of each step's
+  // bytes / seconds of the phase.
+  double push_bytes_per_s = 0;
   double pull_bytes_per_s = 0;
+  // The same of the first step, on fresh connections and pages (cold).
+  double cold_push_bytes_per_s = __builtin_nan("");
+  double cold_pull_bytes_per_s = __builtin_nan("");
+  int warm_steps = 0;
   // The share of the CPUs' time this process (the workers and shards of
-  // the row all run in it) used during the timed push (pull) phases
+  // the row all run in it) used during the warm push (pull) phases
   // (ReadCpuTimes, BusyShare): near 1, the machine's cores, not the wire,
   // bound the rate. NaN when not measured.
   double push_cpu_busy = __builtin_nan("");
   double pull_cpu_busy = __builtin_nan("");
 };
 
-// Starts the shards, runs one warm-up step, then `steps` timed steps: every
-// worker pulls (concurrently; the pull phase is timed), then every worker
-// pushes its gradient (timed). Aggregate bytes / wall time of each phase
-// and the share of the CPUs busy in it,
-// bytes counted as the fp32 model (elems * 4 per worker) whatever
+// Starts the shards and the workers' connections once, then runs 1 + `steps`
+// sync steps on them: every worker pulls (concurrently; the pull phase is
+// timed), then every worker pushes its gradient (timed). Step 0 is the cold
+// step, reported apart; the figures are medians over the `steps` warm ones
+// (SteadyRateOf, stats.h), and the share of the CPUs busy in their phases.
+// Bytes are counted as the fp32 model (elems * 4 per worker) whatever
 // `wire_dtype` carries them: a bf16 wire moving the same model twice as
 // fast shows twice the rate. `early_apply`: ShardOptions.early_apply of
 // every shard (chunks applied as they become final, or the whole step at

@@ -29,12 +29,21 @@ std::vector<double> Row(const PsPathRounds& rounds, const std::string& name,
 PsPathMeasures RealPsPathMeasures(Iperf3* iperf3, GrpcStream* stream) {
   PsPathMeasures m;
   if (iperf3 != nullptr) m.iperf3 = [iperf3] { return iperf3->Measure(2); };
-  m.upload = [stream](uint64_t bytes) { return stream->Upload(bytes); };
-  m.download = [stream](uint64_t bytes) { return stream->Download(bytes); };
+  // The bare stream's warm median, as the push and pull figures are.
+  auto warm = [](absl::StatusOr<SteadyRate> r) -> absl::StatusOr<double> {
+    if (!r.ok()) return r.status();
+    return r->warm_bytes_per_s;
+  };
+  m.upload = [stream, warm](uint64_t bytes) {
+    return warm(stream->UploadSteady(bytes, kSteadySteps));
+  };
+  m.download = [stream, warm](uint64_t bytes) {
+    return warm(stream->DownloadSteady(bytes, kSteadySteps));
+  };
   m.cpu_times = ReadCpuTimes;
   m.push_pull = [](uint64_t bytes, int servers, int workers,
                    const ShardSetting& setting) {
-    return MeasurePsPath(bytes / sizeof(float), servers, workers, 2,
+    return MeasurePsPath(bytes / sizeof(float), servers, workers, kSteadySteps,
                          pstrain::v1::DTYPE_F32, setting.early_apply,
                          setting.hold_first_term,
                          setting.apply_terms_on_arrival, setting.push_streams,

@@ -71,9 +71,10 @@ struct PsPathMeasures {
   std::function<CpuTimes()> cpu_times;
 };
 
-// Iperf3::Measure(2) (none when `iperf3` is null), the stream's Upload and
-// Download, and MeasurePsPath of bytes / 4 fp32 elements over 2 steps. The
-// pointers must outlive the measures.
+// Iperf3::Measure(2) (none when `iperf3` is null), the stream's warm
+// UploadSteady and DownloadSteady, and MeasurePsPath of bytes / 4 fp32
+// elements, each over kSteadySteps warm steps on one connection (cluster).
+// The pointers must outlive the measures.
 PsPathMeasures RealPsPathMeasures(Iperf3* iperf3, GrpcStream* stream);
 
 // Row name -> GB/s per round (NaN where a round did not measure it):

@@ -23,6 +23,20 @@ double Median(std::vector<double> values) {
   return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
+SteadyRate SteadyRateOf(double bytes, const std::vector<double>& seconds,
+                        int cold) {
+  std::vector<double> c, w;
+  for (size_t i = 0; i < seconds.size(); ++i) {
+    const double rate = seconds[i] > 0 ? bytes / seconds[i] : __builtin_nan("");
+    (static_cast<int>(i) < cold ? c : w).push_back(rate);
+  }
+  SteadyRate r;
+  r.cold_bytes_per_s = Median(c);
+  r.warm_bytes_per_s = Median(w);
+  r.warm_steps = static_cast<int>(w.size());
+  return r;
+}
+
 std::string LoadAverage() {
   std::ifstream in("/proc/loadavg");
   std::string a, b, c;

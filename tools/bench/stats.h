@@ -15,6 +15,19 @@ namespace pstrain::bench {
 // nothing); NaN when none is left.
 double Median(std::vector<double> values);
 
+// Steady state of a transfer timed step by step: the first `cold` steps'
+// seconds (connections, first-touch pages) apart, the rest warm.
+// warm_bytes_per_s is the median over the warm steps of bytes / seconds
+// (NaN when no warm step has a positive time); cold_bytes_per_s the same
+// over the cold steps.
+struct SteadyRate {
+  double cold_bytes_per_s = __builtin_nan("");
+  double warm_bytes_per_s = __builtin_nan("");
+  int warm_steps = 0;
+};
+SteadyRate SteadyRateOf(double bytes, const std::vector<double>& seconds,
+                        int cold);
+
 // The three load averages of /proc/loadavg, e.g. "1.69 1.99 2.61".
 std::string LoadAverage();
 

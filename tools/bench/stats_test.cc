@@ -28,6 +28,17 @@ TEST(Median, SkipsNaNAndAveragesTheMiddleTwo) {
   EXPECT_TRUE(std::isnan(Median({})));
 }
 
+TEST(SteadyRate, ColdStepsApartMedianOfTheWarmOnes) {
+  // 10 bytes: a cold step of 1 s, then warm steps of 0.5, 0.1, 0.2 s.
+  const SteadyRate r = SteadyRateOf(10, {1.0, 0.5, 0.1, 0.2}, 1);
+  EXPECT_DOUBLE_EQ(r.cold_bytes_per_s, 10);
+  EXPECT_DOUBLE_EQ(r.warm_bytes_per_s, 50);  // median of 20, 100, 50
+  EXPECT_EQ(r.warm_steps, 3);
+  const SteadyRate none = SteadyRateOf(10, {1.0}, 1);
+  EXPECT_TRUE(std::isnan(none.warm_bytes_per_s));
+  EXPECT_EQ(none.warm_steps, 0);
+}
+
 TEST(CpuTimes, BusyShareOfTheTicksBetweenReads) {
   CpuTimes sum = AddCpuDelta({}, {100, 400}, {130, 440});
   sum = AddCpuDelta(sum, {200, 500}, {210, 560});

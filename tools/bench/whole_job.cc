@@ -19,20 +19,14 @@ namespace {
 constexpr int kWorkers = 4;
 constexpr int kServers = 2;
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return std::nan("");
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 // `push_streams` > 0: network.push_streams (else the default).
 std::string JobYaml(const WholeJobModel& m, int compute_ms, bool overlap,
-                    int push_streams) {
+                    int push_streams, int workers = kWorkers,
+                    int servers = kServers) {
   return absl::StrCat(
       "# ps_bench whole job ", m.name,
       ": written by tools/bench/whole_job.cc\n", "job:\n  name: bench_", m.name,
-      "\n  workers: ", kWorkers, "\n  servers: ", kServers,
+      "\n  workers: ", workers, "\n  servers: ", servers,
       "\ntraining:\n  mode: sync\n  optimizer: sgd\n  base_lr: 0.01\n"
       "  local_batch: 4\n  steps: ",
       m.steps, "\n  fail_on_divergence: false\n",
@@ -46,6 +40,28 @@ std::string JobYaml(const WholeJobModel& m, int compute_ms, bool overlap,
       push_streams > 0
           ? absl::StrCat("network:\n  push_streams: ", push_streams, "\n")
           : "");
+}
+
+// A fresh folder work_dir/ps_bench_job_<name>_XXXXXX holding job.yaml.
+absl::StatusOr<std::string> NewJobDir(const std::string& work_dir,
+                                      const std::string& name,
+                                      const std::string& yaml) {
+  std::string tmpl = absl::StrCat(work_dir, "/ps_bench_job_", name, "_XXXXXX");
+  if (mkdtemp(tmpl.data()) == nullptr) {
+    return absl::InternalError(absl::StrCat("mkdtemp ", tmpl, " failed"));
+  }
+  const std::string config = tmpl + "/job.yaml";
+  std::ofstream out(config);
+  out << yaml;
+  out.close();
+  if (!out) return absl::InternalError("cannot write " + config);
+  return tmpl;
+}
+
+absl::StatusOr<std::vector<MetricsRow>> ReadMetrics(const std::string& dir) {
+  absl::StatusOr<std::string> csv = ReadFileText(dir + "/metrics.csv");
+  if (!csv.ok()) return csv.status();
+  return ParseMetricsCsv(*csv, dir + "/metrics.csv");
 }
 
 struct JobFigures {
@@ -65,25 +81,18 @@ absl::StatusOr<JobFigures> RunOne(
     const std::string& bin_dir, const std::string& work_dir,
     int push_streams = 0, const std::vector<std::string>& worker_flags = {},
     const std::string& tag = "") {
-  std::string tmpl = absl::StrCat(
-      work_dir, "/ps_bench_job_", m.name, "_", compute_ms, "ms",
-      overlap ? "_overlap" : "",
-      push_streams > 0 ? absl::StrCat("_", push_streams, "streams") : "",
-      tag.empty() ? "" : "_" + tag, "_XXXXXX");
-  if (mkdtemp(tmpl.data()) == nullptr) {
-    return absl::InternalError(absl::StrCat("mkdtemp ", tmpl, " failed"));
-  }
-  const std::string dir = tmpl;
-  const std::string config = dir + "/job.yaml";
-  {
-    std::ofstream out(config);
-    out << JobYaml(m, compute_ms, overlap, push_streams);
-    if (!out) return absl::InternalError("cannot write " + config);
-  }
+  absl::StatusOr<std::string> dir = NewJobDir(
+      work_dir,
+      absl::StrCat(
+          m.name, "_", compute_ms, "ms", overlap ? "_overlap" : "",
+          push_streams > 0 ? absl::StrCat("_", push_streams, "streams") : "",
+          tag.empty() ? "" : "_" + tag),
+      JobYaml(m, compute_ms, overlap, push_streams));
+  if (!dir.ok()) return dir.status();
   JobRunOptions o;
   o.bin_dir = bin_dir;
-  o.config = config;
-  o.work_dir = dir;
+  o.config = *dir + "/job.yaml";
+  o.work_dir = *dir;
   o.workers = kWorkers;
   o.servers = kServers;
   o.steps = m.steps;
@@ -94,15 +103,12 @@ absl::StatusOr<JobFigures> RunOne(
   if (!run.ok()) return run.status();
   const double cpu_busy =
       BusyShare(AddCpuDelta({}, cpu_before, ReadChildrenCpuTimes()));
-  absl::StatusOr<std::string> csv = ReadFileText(dir + "/metrics.csv");
-  if (!csv.ok()) return csv.status();
-  absl::StatusOr<std::vector<MetricsRow>> rows =
-      ParseMetricsCsv(*csv, dir + "/metrics.csv");
+  absl::StatusOr<std::vector<MetricsRow>> rows = ReadMetrics(*dir);
   if (!rows.ok()) return rows.status();
-  absl::StatusOr<std::string> json = ReadFileText(dir + "/summary.json");
+  absl::StatusOr<std::string> json = ReadFileText(*dir + "/summary.json");
   if (!json.ok()) return json.status();
   absl::StatusOr<RunSummary> summary =
-      ParseSummaryJson(*json, dir + "/summary.json");
+      ParseSummaryJson(*json, *dir + "/summary.json");
   if (!summary.ok()) return summary.status();
   std::vector<double> comm, compute, step;
   const MetricsRow* previous = nullptr;
@@ -118,7 +124,7 @@ absl::StatusOr<JobFigures> RunOne(
     previous = &r;
   }
   if (step.empty() || summary->steps < m.steps) {
-    return absl::InternalError(absl::StrCat("job ", dir, " recorded ",
+    return absl::InternalError(absl::StrCat("job ", *dir, " recorded ",
                                             rows->size(), " rows, ",
                                             summary->steps, " steps"));
   }
@@ -213,6 +219,70 @@ absl::StatusOr<std::vector<WholeJobSample>> MeasureWholeJob(
                    alone->bytes_per_step / bare_bytes_per_s * 1e3});
   }
   return out;
+}
+
+WholeJobModel RealJobModel(uint64_t bytes, int steps) {
+  constexpr int kInputs = 1024, kClasses = 10;
+  const int64_t params = static_cast<int64_t>(bytes / sizeof(float));
+  // params = inputs * h + h + h * classes + classes.
+  const int hidden = static_cast<int>(
+      std::max<int64_t>(1, (params - kClasses) / (kInputs + 1 + kClasses)));
+  return {absl::StrCat(bytes / 1000000, "MB_1w1s"),
+          kInputs,
+          {hidden},
+          kClasses,
+          steps};
+}
+
+absl::StatusOr<RealJobComm> RealJobCommFromRows(
+    const std::vector<MetricsRow>& rows, int first, int steps,
+    const std::string& source) {
+  std::vector<double> pull, push;
+  for (const MetricsRow& r : rows) {
+    if (r.step < first || r.step >= steps) continue;
+    pull.push_back(r.pull_s);
+    push.push_back(r.push_s);
+  }
+  if (pull.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(source, ": no row of steps ", first, "..", steps - 1, " (",
+                     rows.size(), " rows)"));
+  }
+  RealJobComm c;
+  c.pull_s = Median(pull);
+  c.push_s = Median(push);
+  c.steps_used = static_cast<int>(pull.size());
+  return c;
+}
+
+absl::StatusOr<RealJobComm> MeasureRealJobComm(uint64_t bytes, int steps,
+                                               const std::string& bin_dir,
+                                               const std::string& work_dir) {
+  if (steps <= kRealJobFirstStep) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "real job: steps ", steps, " must be > ", kRealJobFirstStep));
+  }
+  const WholeJobModel m = RealJobModel(bytes, steps);
+  absl::StatusOr<std::string> dir = NewJobDir(
+      work_dir, m.name, JobYaml(m, 0, false, 0, /*workers=*/1, /*servers=*/1));
+  if (!dir.ok()) return dir.status();
+  JobRunOptions o;
+  o.bin_dir = bin_dir;
+  o.config = *dir + "/job.yaml";
+  o.work_dir = *dir;
+  o.workers = 1;
+  o.servers = 1;
+  o.steps = steps;
+  o.timeout = absl::Seconds(300);
+  absl::StatusOr<JobRunResult> run = RunJobProcesses(o);
+  if (!run.ok()) return run.status();
+  absl::StatusOr<std::vector<MetricsRow>> rows = ReadMetrics(*dir);
+  if (!rows.ok()) return rows.status();
+  absl::StatusOr<RealJobComm> c = RealJobCommFromRows(
+      *rows, kRealJobFirstStep, steps, *dir + "/metrics.csv");
+  if (!c.ok()) return c.status();
+  c->params = WholeJobParams(m);
+  return c;
 }
 
 std::vector<WholeJobGoal> WholeJobGoals(const std::vector<WholeJobModel>& ms) {

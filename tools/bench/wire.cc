@@ -1,6 +1,7 @@
 #include "tools/bench/wire.h"
 
 #include <algorithm>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <utility>
 
@@ -152,6 +153,32 @@ absl::StatusOr<double> GrpcStream::Download(uint64_t bytes) {
                      " of ", bytes, " bytes)"));
   }
   return bytes / s;
+}
+
+namespace {
+
+// 1 + steps transfers of `bytes` timed one by one (seconds = bytes / rate).
+absl::StatusOr<SteadyRate> Steady(
+    uint64_t bytes, int steps,
+    const std::function<absl::StatusOr<double>(uint64_t)>& once) {
+  std::vector<double> seconds;
+  for (int i = 0; i <= steps; ++i) {
+    absl::StatusOr<double> rate = once(bytes);
+    if (!rate.ok()) return rate.status();
+    seconds.push_back(bytes / *rate);
+  }
+  return SteadyRateOf(bytes, seconds, 1);
+}
+
+}  // namespace
+
+absl::StatusOr<SteadyRate> GrpcStream::UploadSteady(uint64_t bytes, int steps) {
+  return Steady(bytes, steps, [this](uint64_t b) { return Upload(b); });
+}
+
+absl::StatusOr<SteadyRate> GrpcStream::DownloadSteady(uint64_t bytes,
+                                                      int steps) {
+  return Steady(bytes, steps, [this](uint64_t b) { return Download(b); });
 }
 
 }  // namespace pstrain::bench

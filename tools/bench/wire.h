@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "tools/bench/bench.grpc.pb.h"
+#include "tools/bench/stats.h"
 #include "tools/bench/subprocess.h"
 
 namespace pstrain::bench {
@@ -48,6 +49,12 @@ class GrpcStream {
   // server -> client (Download), 1 MiB per message.
   absl::StatusOr<double> Upload(uint64_t bytes);
   absl::StatusOr<double> Download(uint64_t bytes);
+  // The steady state on the stream's one long-lived connection: 1 + `steps`
+  // uploads (downloads) of `bytes` one after the other, the first apart
+  // (cold the first time the stream is used, warm after), the median of
+  // the `steps` others (SteadyRateOf, stats.h). The first error ends it.
+  absl::StatusOr<SteadyRate> UploadSteady(uint64_t bytes, int steps);
+  absl::StatusOr<SteadyRate> DownloadSteady(uint64_t bytes, int steps);
 
  private:
   class Service;
