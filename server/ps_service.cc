@@ -2,7 +2,6 @@
 
 #include <grpc/grpc.h>
 #include <grpcpp/alarm.h>
-#include <grpcpp/support/proto_buffer_reader.h>
 
 #include <algorithm>
 #include <deque>
@@ -916,8 +915,10 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* ParameterServerService::Pull(
   auto* reactor = new PullReactor(this, context);
   pstrain::v1::PullRequest message;
   grpc::ByteBuffer bytes(*request);  // shares the slices; no copy
-  grpc::ProtoBufferReader reader(&bytes);
-  if (!message.ParseFromZeroCopyStream(&reader)) {
+  // The generated handler's parse (grpcpp's proto SerializationTraits).
+  if (!grpc::SerializationTraits<pstrain::v1::PullRequest>::Deserialize(
+           &bytes, &message)
+           .ok()) {
     reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                  "pull without a valid PullRequest"));
     return reactor;
