@@ -346,8 +346,9 @@ TEST_P(PsClientTest, PushSplitsTheShardsChunksOverStreams) {
       {{MakeChannel(address_, nullptr, 1), MakeChannel(address_, nullptr, 2)}});
   ASSERT_TRUE(split.ok()) << split.status();
   TensorList grads = {values_};
-  ASSERT_TRUE(
-      (*split)->StartPush(0, 3, 16, grads, {ShardRead{2, 1}})->Wait().ok());
+  const absl::Status pushed =
+      (*split)->StartPush(0, 3, 16, grads, {ShardRead{2, 1}})->Wait();
+  ASSERT_TRUE(pushed.ok()) << pushed;
   absl::MutexLock lock(&fake_.mu);
   ASSERT_EQ(fake_.streams.size(), 3u);
   std::vector<int> seen(map_.chunks_size(), 0);
