@@ -175,7 +175,7 @@ void SetTimeout(grpc::ClientContext* context, absl::Duration timeout) {
   context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
 }
 
-absl::Time ServerDeadline(const grpc::ServerContext& context,
+absl::Time ServerDeadline(const grpc::ServerContextBase& context,
                           absl::Duration cap) {
   const absl::Time now = absl::Now();
   const absl::Time client = absl::FromChrono(context.deadline());

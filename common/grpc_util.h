@@ -93,7 +93,7 @@ void SetTimeout(grpc::ClientContext* context, absl::Duration timeout);
 // How long a server-side call may block: a little before the client's own
 // deadline (so the client receives the server's explanatory status rather
 // than its bare timeout), and at most now + cap.
-absl::Time ServerDeadline(const grpc::ServerContext& context,
+absl::Time ServerDeadline(const grpc::ServerContextBase& context,
                           absl::Duration cap);
 
 }  // namespace pstrain

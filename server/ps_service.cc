@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <deque>
 #include <optional>
+#include <system_error>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -49,17 +51,6 @@ ParameterServerService::ParameterServerService(PsServiceOptions options)
     : options_(options),
       barrier_timeout_(options.barrier_timeout),
       startup_timeout_(absl::ZeroDuration()) {
-  // Pull (method 1) writes pre-built messages whose payloads point into the
-  // shard's chunk buffers (common/chunk_frames.h): no copy on this side.
-  MarkMethodStreamed(
-      1,
-      new grpc::internal::SplitServerStreamingHandler<pstrain::v1::PullRequest,
-                                                      grpc::ByteBuffer>(
-          [this](grpc::ServerContext* context,
-                 grpc::ServerSplitStreamer<pstrain::v1::PullRequest,
-                                           grpc::ByteBuffer>* stream) {
-            return StreamedPull(context, stream);
-          }));
   MetricsRegistry* r = options_.metrics;
   if (r == nullptr) return;
   const auto latency = ExponentialBuckets(1e-4, 2, 18);  // 0.1 ms .. 13 s
@@ -808,79 +799,145 @@ void ParameterServerService::ReleasePushStream(uint32_t worker) {
   if (it != push_streams_.end() && --it->second <= 0) push_streams_.erase(it);
 }
 
-grpc::Status ParameterServerService::StreamedPull(
-    grpc::ServerContext* context,
-    grpc::ServerSplitStreamer<pstrain::v1::PullRequest, grpc::ByteBuffer>*
-        stream) {
-  pstrain::v1::PullRequest request_message;
-  if (!stream->Read(&request_message)) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "pull without a valid PullRequest");
-  }
-  const pstrain::v1::PullRequest* request = &request_message;
-  std::shared_ptr<Shard> s = shard();
-  if (s == nullptr) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "shard not initialised");
-  }
-  const absl::Duration barrier_timeout = BarrierTimeout(*s);
-  const absl::Time start = absl::Now();
-  if (absl::Status st = CheckGeneration(request->generation(), "pull");
-      !st.ok()) {
-    return ToGrpcStatus(st);
-  }
-  if (absl::Status st = sessions()->CheckOrRefresh(
-          request->worker(), request->session_id(), "Pull",
-          ServerDeadline(*context, kSessionRefreshCap));
-      !st.ok()) {
-    return ToGrpcStatus(st);
-  }
-  if (request->session_only()) return grpc::Status::OK;  // the session known
-  absl::StatusOr<PulledWeights> result =
-      s->PullWeights(request->worker(), request->clock(),
-                     ServerDeadline(*context, barrier_timeout));
-  if (!result.ok()) return ToGrpcStatus(result.status());
+// One pull stream. Run (on the pull's own thread) does what may block: the
+// checks, a session refresh and the wait for the consistency rule; it then
+// writes the head message. Every completed write (OnWriteDone, on a gRPC
+// thread) builds and starts the next message, at most
+// kMaxMessagePayloadBytes of chunks, so at most one message beyond what
+// gRPC holds is built at a time. Deletes itself in OnDone.
+class PullReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  PullReactor(ParameterServerService* service,
+              grpc::CallbackServerContext* context)
+      : service_(service), context_(context) {}
 
-  PullResponse head;
-  head.set_version(result->version);
-  head.set_min_clock(result->min_clock);
-  uint64_t bytes = 0;
-  auto write = [&](grpc::ByteBuffer buffer) {
-    bytes += buffer.Length();
-    return stream->Write(buffer);
-  };
-  {
+  void Run(const pstrain::v1::PullRequest& request) {
+    grpc::Status status = Prepare(request);
+    // An error, or a session-only pull (OK with no message).
+    if (!status.ok() || shard_ == nullptr) {
+      Finish(status);
+      return;
+    }
+    PullResponse head;
+    head.set_version(weights_.version);
+    head.set_min_clock(weights_.min_clock);
     ChunkFrame frame(/*chunk_field=*/3);
     frame.AddFields(head);
-    if (!write(frame.Release())) {
-      return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
-    }
+    Write(frame.Release());
   }
-  // Every fp32 payload slice points into a chunk buffer and holds its own
-  // pin (PulledWeights::Pin) until gRPC has sent it, so the buffer is
-  // neither freed nor updated in place meanwhile (copy-on-write).
-  ChunkFrame frame(/*chunk_field=*/3);
-  const uint64_t element_bytes = WireElementBytes(s->wire_dtype());
-  for (size_t i = 0; i < s->chunks().size(); ++i) {
-    const LocalChunk& c = s->chunks()[i];
-    if (frame.payload_bytes() > 0 &&
-        frame.payload_bytes() + c.length * element_bytes >
-            kMaxMessagePayloadBytes) {
-      if (!write(frame.Release())) {
-        return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
+      return;
+    }
+    // Every fp32 payload slice points into a chunk buffer and holds its
+    // own pin (PulledWeights::Pin) until gRPC has sent it, so the buffer
+    // is neither freed nor updated in place meanwhile (copy-on-write).
+    const auto& chunks = shard_->chunks();
+    const uint64_t element_bytes = WireElementBytes(shard_->wire_dtype());
+    ChunkFrame frame(/*chunk_field=*/3);
+    for (; next_chunk_ < chunks.size(); ++next_chunk_) {
+      const LocalChunk& c = chunks[next_chunk_];
+      if (frame.payload_bytes() > 0 &&
+          frame.payload_bytes() + c.length * element_bytes >
+              kMaxMessagePayloadBytes) {
+        break;
       }
+      frame.AddChunk(c.tensor, c.index, weights_.chunk(next_chunk_), c.length,
+                     shard_->wire_dtype(), /*keepalive=*/nullptr,
+                     weights_.Pin(next_chunk_));
     }
-    frame.AddChunk(c.tensor, c.index, result->chunk(i), c.length,
-                   s->wire_dtype(), /*keepalive=*/nullptr, result->Pin(i));
+    if (!frame.empty()) {
+      Write(frame.Release());
+      return;
+    }
+    service_->bytes_out_ += bytes_;
+    if (service_->metrics_ != nullptr) {
+      service_->metrics_->pull_seconds->Observe(
+          absl::ToDoubleSeconds(absl::Now() - start_));
+      service_->metrics_->barrier_wait_seconds->Observe(weights_.wait_seconds);
+    }
+    Finish(grpc::Status::OK);
   }
-  if (!frame.empty() && !write(frame.Release())) {
-    return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+
+  void OnDone() override { delete this; }
+
+ private:
+  // OK with shard_ set: weights_ holds what to send; OK without: a
+  // session-only pull, answered.
+  grpc::Status Prepare(const pstrain::v1::PullRequest& request) {
+    std::shared_ptr<Shard> s = service_->shard();
+    if (s == nullptr) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "shard not initialised");
+    }
+    const absl::Duration barrier_timeout = service_->BarrierTimeout(*s);
+    start_ = absl::Now();
+    if (absl::Status st =
+            service_->CheckGeneration(request.generation(), "pull");
+        !st.ok()) {
+      return ToGrpcStatus(st);
+    }
+    if (absl::Status st = service_->sessions()->CheckOrRefresh(
+            request.worker(), request.session_id(), "Pull",
+            ServerDeadline(*context_, kSessionRefreshCap));
+        !st.ok()) {
+      return ToGrpcStatus(st);
+    }
+    if (request.session_only()) return grpc::Status::OK;  // the session known
+    absl::StatusOr<PulledWeights> result =
+        s->PullWeights(request.worker(), request.clock(),
+                       ServerDeadline(*context_, barrier_timeout));
+    if (!result.ok()) return ToGrpcStatus(result.status());
+    weights_ = *std::move(result);
+    shard_ = std::move(s);
+    return grpc::Status::OK;
   }
-  bytes_out_ += bytes;
-  if (metrics_ != nullptr) {
-    metrics_->pull_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - start));
-    metrics_->barrier_wait_seconds->Observe(result->wait_seconds);
+
+  void Write(grpc::ByteBuffer message) {
+    message_ = std::move(message);
+    bytes_ += message_.Length();
+    StartWrite(&message_);
   }
-  return grpc::Status::OK;
+
+  ParameterServerService* const service_;
+  grpc::CallbackServerContext* const context_;
+  absl::Time start_;
+  std::shared_ptr<Shard> shard_;  // null until the weights are read
+  PulledWeights weights_;
+  size_t next_chunk_ = 0;
+  grpc::ByteBuffer message_;  // the write in flight
+  uint64_t bytes_ = 0;
+};
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* ParameterServerService::Pull(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
+  auto* reactor = new PullReactor(this, context);
+  pstrain::v1::PullRequest message;
+  grpc::ByteBuffer bytes(*request);  // shares the slices; no copy
+  // The generated handler's parse (grpcpp's proto SerializationTraits).
+  if (!grpc::SerializationTraits<pstrain::v1::PullRequest>::Deserialize(
+           &bytes, &message)
+           .ok()) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 "pull without a valid PullRequest"));
+    return reactor;
+  }
+  try {
+    // Detached: the thread's last act is the reactor's Finish or
+    // StartWrite, and gRPC's server shutdown waits for the reactor's
+    // OnDone, so neither the reactor nor the service is used after either
+    // is gone.
+    std::thread([reactor, message = std::move(message)] {
+      reactor->Run(message);
+    }).detach();
+  } catch (const std::system_error& e) {
+    reactor->Finish(
+        grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                     absl::StrCat("no thread for the pull: ", e.what())));
+  }
+  return reactor;
 }
 
 namespace {

@@ -120,13 +120,15 @@ struct PsServiceOptions {
 };
 
 class PushReactor;  // ps_service.cc: one push stream
+class PullReactor;  // ps_service.cc: one pull stream
 
 // Thread-safe. Until SetShard() is called every RPC fails with UNAVAILABLE
 // ("shard not initialised"), so the server can listen (and report health)
 // before the job's shard map is known.
 class ParameterServerService final
-    : public pstrain::v1::ParameterServer::WithRawCallbackMethod_Push<
-          pstrain::v1::ParameterServer::Service> {
+    : public pstrain::v1::ParameterServer::WithRawCallbackMethod_Pull<
+          pstrain::v1::ParameterServer::WithRawCallbackMethod_Push<
+              pstrain::v1::ParameterServer::Service>> {
  public:
   explicit ParameterServerService(PsServiceOptions options);
 
@@ -188,12 +190,14 @@ class ParameterServerService final
   grpc::ServerReadReactor<grpc::ByteBuffer>* Push(
       grpc::CallbackServerContext* context,
       grpc::ByteBuffer* response) override;
-  // Pull, registered in place of the generated handler: the same RPC on
-  // the wire, but the replies are pre-built zero-copy messages.
-  grpc::Status StreamedPull(
-      grpc::ServerContext* context,
-      grpc::ServerSplitStreamer<pstrain::v1::PullRequest, grpc::ByteBuffer>*
-          stream);
+  // Pull as a raw callback method: the same RPC on the wire, but the
+  // replies are pre-built zero-copy messages. Its checks and its wait for
+  // the consistency rule block, so they run on a thread of the pull's own
+  // (as under a synchronous handler), never on gRPC's callback threads;
+  // the messages are then written by the reactor's reactions.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Pull(
+      grpc::CallbackServerContext* context,
+      const grpc::ByteBuffer* request) override;
   grpc::Status PushRows(
       grpc::ServerContext* context,
       grpc::ServerReader<pstrain::v1::PushRowsRequest>* reader,
@@ -220,6 +224,7 @@ class ParameterServerService final
 
  private:
   friend class PushReactor;
+  friend class PullReactor;
   std::shared_ptr<Shard> shard() const;
   // How long a pull may wait on `s`'s barrier (see SetBarrierTimeout).
   absl::Duration BarrierTimeout(const Shard& s) const;

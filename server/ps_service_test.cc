@@ -29,6 +29,7 @@
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
 #include "common/job_token.h"
+#include "common/sync_generic_call.h"
 #include "common/tensor_codec.h"
 #include "server/shard.h"
 #include "server/worker_sessions.h"
@@ -465,6 +466,52 @@ TEST_F(OnArrivalServiceTest, FirstBarrierAlsoWaitsForStartUp) {
   EXPECT_NE(later.error_message().find("behind (worker@clock): 1@1"),
             std::string::npos)
       << later.error_message();
+}
+
+// Pull is a raw method: any client may call it by name with the request's
+// bytes (the wire is the generated stub's). The bytes of every message
+// sent are counted in bytes_out (pstrain_server_sent_bytes_total); a
+// request that is no PullRequest is INVALID_ARGUMENT and sends nothing.
+TEST_F(OnArrivalServiceTest, RawPullCountsItsBytesAndRefusesGarbage) {
+  using RawPull = SyncGenericCall<grpc::ByteBuffer, grpc::ByteBuffer>;
+  grpc::GenericStub stub(channel_);
+  auto pull = [&](const std::string& request, int* messages, uint64_t* bytes) {
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, absl::Seconds(30));
+    RawPull call(&stub, &ctx, "/pstrain.v1.ParameterServer/Pull",
+                 RawPull::Open::kWithFirstMessage);
+    grpc::Slice slice(request);
+    *messages = 0;
+    *bytes = 0;
+    if (call.WriteLast(grpc::ByteBuffer(&slice, 1))) {
+      grpc::ByteBuffer msg;
+      while (call.Read(&msg)) {
+        ++*messages;
+        *bytes += msg.Length();
+      }
+    }
+    return call.Finish();
+  };
+  v1::PullRequest req;
+  req.set_worker(0);
+  req.set_clock(0);
+  req.set_session_id(SessionOf(0));
+  int messages = 0;
+  uint64_t bytes = 0;
+  const uint64_t before = service_->bytes_out();
+  grpc::Status st = pull(req.SerializeAsString(), &messages, &bytes);
+  ASSERT_TRUE(st.ok()) << st.error_code() << ": " << st.error_message();
+  EXPECT_GE(messages, 2);  // the head, then the chunks
+  EXPECT_EQ(service_->bytes_out() - before, bytes);
+
+  const uint64_t sent = service_->bytes_out();
+  st = pull(std::string("\x0f\x01\x02"), &messages, &bytes);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("pull without a valid PullRequest"),
+            std::string::npos)
+      << st.error_message();
+  EXPECT_EQ(messages, 0);
+  EXPECT_EQ(service_->bytes_out(), sent);
 }
 
 // Issue 23, finding 1: Rollback, Checkpoint and Shutdown come from the

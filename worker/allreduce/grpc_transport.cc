@@ -229,15 +229,19 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* RingPeerService::SendSegments(
 // rank's thread holds the call open (the hold, released by Close or on
 // failure). gRPC may run reactions inline from Start*, RemoveHold and
 // TryCancel, so those are called without holding mu_.
+//
+// SendSegments is client-streaming; this end runs it as a bidi call by name
+// (grpc::GenericStub, public API), which is the same on the wire: the
+// neighbour's one (empty) response is read and dropped.
 class GrpcTransport::Writer
-    : public grpc::ClientWriteReactor<grpc::ByteBuffer> {
+    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  Writer(grpc::ChannelInterface* channel,
-         const grpc::internal::RpcMethod& method) {
+  explicit Writer(grpc::GenericStub* stub) {
     context_.set_wait_for_ready(true);  // the neighbour may still be starting
-    grpc::internal::ClientCallbackWriterFactory<grpc::ByteBuffer>::Create(
-        channel, method, &context_, &response_, this);
+    stub->PrepareBidiStreamingCall(&context_, kSendSegments,
+                                   grpc::StubOptions(), this);
     AddHold();
+    StartRead(&response_);
     StartCall();
   }
 
@@ -437,8 +441,7 @@ GrpcTransport::GrpcTransport(int rank, int size,
       session_id_(session_id),
       generation_(generation),
       channel_(std::move(right)),
-      method_(kSendSegments, grpc::internal::RpcMethod::CLIENT_STREAMING,
-              channel_),
+      stub_(channel_),
       inbox_(inbox) {
   inbox_->mailbox()->ExpectSender((rank + size - 1) % size, left_session_id,
                                   generation);
@@ -455,7 +458,7 @@ absl::Status GrpcTransport::Send(const SegmentKey& key,
                      pstrain::v1::DType_Name(wire)));
   }
   if (writer_ == nullptr) {
-    writer_ = std::make_unique<Writer>(channel_.get(), method_);
+    writer_ = std::make_unique<Writer>(&stub_);
   }
   absl::Status st = writer_->Write(
       EncodeSegment(key, rank_, session_id_, data, wire, generation_));

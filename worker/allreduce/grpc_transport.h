@@ -10,6 +10,7 @@
 #ifndef PSTRAIN_WORKER_ALLREDUCE_GRPC_TRANSPORT_H_
 #define PSTRAIN_WORKER_ALLREDUCE_GRPC_TRANSPORT_H_
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -131,7 +132,7 @@ class GrpcTransport final : public Transport {
   const uint64_t session_id_;
   const uint64_t generation_;
   const std::shared_ptr<grpc::Channel> channel_;
-  const grpc::internal::RpcMethod method_;  // RingPeer.SendSegments, raw
+  grpc::GenericStub stub_;  // RingPeer.SendSegments, raw
   RingPeerService* const inbox_;
   std::unique_ptr<Writer> writer_;  // null until the first Send
   std::atomic<uint64_t> bytes_sent_{0};

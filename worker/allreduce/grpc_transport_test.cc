@@ -15,6 +15,7 @@
 // is ended. The real ring then completes with the right sums.
 #include "worker/allreduce/grpc_transport.h"
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -33,6 +34,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/sync_generic_call.h"
 #include "gtest/gtest.h"
 #include "worker/allreduce/mailbox.h"
 #include "worker/allreduce/ring_allreduce.h"
@@ -464,27 +466,24 @@ void ExpectRingSums(ServedRing* ring, uint64_t step, size_t elems) {
 class RawStream {
  public:
   explicit RawStream(const std::string& address)
-      : channel_(MakeRingChannel(address)),
-        method_("/pstrain.v1.RingPeer/SendSegments",
-                grpc::internal::RpcMethod::CLIENT_STREAMING, channel_) {
+      : stub_(MakeRingChannel(address)) {
     context_.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-    writer_.reset(grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
-        channel_.get(), method_, &context_, &response_));
+    call_ =
+        std::make_unique<SyncGenericCall<grpc::ByteBuffer, grpc::ByteBuffer>>(
+            &stub_, &context_, "/pstrain.v1.RingPeer/SendSegments",
+            SyncGenericCall<grpc::ByteBuffer, grpc::ByteBuffer>::Open::kNow);
   }
 
-  bool Write(const grpc::ByteBuffer& message) {
-    return writer_->Write(message);
-  }
-  bool WritesDone() { return writer_->WritesDone(); }
+  bool Write(const grpc::ByteBuffer& message) { return call_->Write(message); }
+  bool WritesDone() { return call_->WritesDone(); }
   void Cancel() { context_.TryCancel(); }
-  grpc::Status Finish() { return writer_->Finish(); }
+  grpc::Status Finish() { return call_->FinishWithResponse(&response_); }
 
  private:
-  std::shared_ptr<grpc::Channel> channel_;
-  grpc::internal::RpcMethod method_;
+  grpc::GenericStub stub_;
   grpc::ClientContext context_;
   grpc::ByteBuffer response_;
-  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer_;
+  std::unique_ptr<SyncGenericCall<grpc::ByteBuffer, grpc::ByteBuffer>> call_;
 };
 
 // Bytes no RingSegment parses from (field 1 with wire type 7).

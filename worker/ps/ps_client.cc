@@ -17,6 +17,7 @@
 #include "common/sharding.h"
 #include "common/sparse_rows.h"
 #include "common/status_macros.h"
+#include "common/sync_generic_call.h"
 #include "common/tensor_codec.h"
 
 namespace pstrain {
@@ -125,20 +126,17 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
     });
   }
   for (auto& ch : channels) {
-    client->push_methods_.emplace_back(
-        kPushMethod, grpc::internal::RpcMethod::CLIENT_STREAMING, ch);
-    client->pull_methods_.emplace_back(
-        kPullMethod, grpc::internal::RpcMethod::SERVER_STREAMING, ch);
+    client->push_stubs_.push_back(std::make_unique<PushStub>(ch));
+    client->pull_stubs_.push_back(std::make_unique<PullStub>(ch));
   }
   for (auto& ch : channels) {
     client->row_stubs_.push_back(pstrain::v1::ParameterServer::NewStub(ch));
   }
   client->channels_ = std::move(channels);
   for (auto& lanes : push_channels) {
-    client->part_methods_.emplace_back();
+    client->part_stubs_.emplace_back();
     for (auto& ch : lanes) {
-      client->part_methods_.back().emplace_back(
-          kPushMethod, grpc::internal::RpcMethod::CLIENT_STREAMING, ch);
+      client->part_stubs_.back().push_back(std::make_unique<PushStub>(ch));
     }
   }
   client->part_channels_ = std::move(push_channels);
@@ -402,13 +400,16 @@ absl::Status PsClient::AnnounceSession(uint32_t worker) {
       request.set_session_id(options_.session_id);
       request.set_generation(options_.generation);
       request.set_session_only(true);
-      std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-          grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
-              channels_[shard].get(), pull_methods_[shard], &context, request));
+      SyncGenericCall<pstrain::v1::PullRequest, grpc::ByteBuffer> call(
+          pull_stubs_[shard].get(), &context, kPullMethod,
+          SyncGenericCall<pstrain::v1::PullRequest,
+                          grpc::ByteBuffer>::Open::kWithFirstMessage);
       grpc::ByteBuffer msg;
       int messages = 0;
-      while (reader->Read(&msg)) ++messages;
-      PS_RETURN_IF_ERROR(FromGrpcStatus(reader->Finish()));
+      if (call.WriteLast(request)) {
+        while (call.Read(&msg)) ++messages;
+      }
+      PS_RETURN_IF_ERROR(FromGrpcStatus(call.Finish()));
       if (messages != 0) {
         return absl::InternalError(
             absl::StrCat("a session-only pull was answered with ", messages,
@@ -445,16 +446,18 @@ absl::Status PsClient::PullShardOnce(int shard, uint32_t worker, uint64_t clock,
   request.set_generation(options_.generation);
   // Raw messages: each one is decoded straight from gRPC's receive buffers
   // into the destination (DecodePullMessage), with no protobuf copy.
-  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
-          channels_[shard].get(), pull_methods_[shard], &context, request));
+  SyncGenericCall<pstrain::v1::PullRequest, grpc::ByteBuffer> call(
+      pull_stubs_[shard].get(), &context, kPullMethod,
+      SyncGenericCall<pstrain::v1::PullRequest,
+                      grpc::ByteBuffer>::Open::kWithFirstMessage);
+  const bool sent = call.WriteLast(request);
   grpc::ByteBuffer msg;
   bool head = true;
   size_t received = 0;
   uint64_t bytes = 0;
   std::string scratch;
   absl::Status status;
-  while (reader->Read(&msg)) {
+  while (sent && call.Read(&msg)) {
     bytes += msg.Length();
     if (status.ok()) {
       status = DecodePullMessage(shard, &msg, head, read, params, &received,
@@ -464,7 +467,7 @@ absl::Status PsClient::PullShardOnce(int shard, uint32_t worker, uint64_t clock,
     msg.Clear();
   }
   bytes_pulled_ += bytes;
-  PS_RETURN_IF_ERROR(FromGrpcStatus(reader->Finish()));
+  PS_RETURN_IF_ERROR(FromGrpcStatus(call.Finish()));
   PS_RETURN_IF_ERROR(status);
   if (received != shard_chunks_[shard].size()) {
     return absl::InternalError(absl::StrCat("pull returned ", received, " of ",
@@ -664,15 +667,14 @@ absl::Status PsClient::PushShardOnce(int shard, int part, int parts,
       order = std::move(mine);
     }
     const bool own_channel = part > 0 && !part_channels_.empty();
-    grpc::Channel* channel = own_channel ? part_channels_[shard][part - 1].get()
-                                         : channels_[shard].get();
-    const grpc::internal::RpcMethod& method =
-        own_channel ? part_methods_[shard][part - 1] : push_methods_[shard];
+    PushStub* stub = own_channel ? part_stubs_[shard][part - 1].get()
+                                 : push_stubs_[shard].get();
     ActiveCall active(this, &context);
     response->Clear();
-    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
-        grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
-            channel, method, &context, response));
+    SyncGenericCall<grpc::ByteBuffer, pstrain::v1::PushResponse> call(
+        stub, &context, kPushMethod,
+        SyncGenericCall<grpc::ByteBuffer,
+                        pstrain::v1::PushResponse>::Open::kNow);
     pstrain::v1::PushRequest fields;
     auto* h = fields.mutable_header();
     h->set_worker(worker);
@@ -692,7 +694,7 @@ absl::Status PsClient::PushShardOnce(int shard, int part, int parts,
     auto write = [&] {
       grpc::ByteBuffer buffer = frame.Release();
       bytes += buffer.Length();
-      return writer->Write(buffer);
+      return call.Write(buffer);
     };
     bool header_sent = false;
     for (int idx : order) {
@@ -721,9 +723,9 @@ absl::Status PsClient::PushShardOnce(int shard, int part, int parts,
     }
     if (gate_status.ok() && stream_ok && !frame.empty()) stream_ok = write();
     frame.Release();  // drops what a broken stream left unsent
-    if (gate_status.ok() && stream_ok) writer->WritesDone();
+    if (gate_status.ok() && stream_ok) call.WritesDone();
     bytes_pushed_ += bytes;
-    status = FromGrpcStatus(writer->Finish());
+    status = FromGrpcStatus(call.FinishWithResponse(response));
     if (!gate_status.ok()) {
       // Not retried: the gradient will not become ready by trying again.
       status = absl::AbortedError(absl::StrCat(

@@ -9,6 +9,7 @@
 #ifndef PSTRAIN_WORKER_PS_PS_CLIENT_H_
 #define PSTRAIN_WORKER_PS_PS_CLIENT_H_
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -309,14 +310,20 @@ class PsClient {
   mutable absl::Mutex cancel_mu_;
   bool cancelled_ ABSL_GUARDED_BY(cancel_mu_) = false;
   absl::flat_hash_set<grpc::ClientContext*> active_ ABSL_GUARDED_BY(cancel_mu_);
-  // Per shard: the channel and its registered Push and Pull methods (raw
-  // calls: messages built and parsed here, common/chunk_frames.h).
+  // Push and Pull by name with raw messages (built and parsed here,
+  // common/chunk_frames.h): the push's response and the pull's request are
+  // the generated messages.
+  using PushStub =
+      grpc::TemplatedGenericStub<grpc::ByteBuffer, pstrain::v1::PushResponse>;
+  using PullStub =
+      grpc::TemplatedGenericStub<pstrain::v1::PullRequest, grpc::ByteBuffer>;
+  // Per shard: the channel and its Push and Pull stubs.
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
-  std::vector<grpc::internal::RpcMethod> push_methods_;
-  std::vector<grpc::internal::RpcMethod> pull_methods_;
+  std::vector<std::unique_ptr<PushStub>> push_stubs_;
+  std::vector<std::unique_ptr<PullStub>> pull_stubs_;
   // Per shard: parts 1, 2, ... of a push (empty: on channels_).
   std::vector<std::vector<std::shared_ptr<grpc::Channel>>> part_channels_;
-  std::vector<std::vector<grpc::internal::RpcMethod>> part_methods_;
+  std::vector<std::vector<std::unique_ptr<PushStub>>> part_stubs_;
   std::vector<std::vector<int>> shard_chunks_;   // shard -> indices into chunks
   std::vector<std::vector<int>> tensor_chunks_;  // tensor -> (offset order)
   std::vector<uint64_t> tensor_sizes_;

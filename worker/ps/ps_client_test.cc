@@ -265,6 +265,36 @@ TEST_P(PsClientTest, PullWithAGateOpensEachChunkAsItArrives) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
 }
 
+// Cancel ends a pull that is in the middle of its stream (the server
+// holds the rest) with CANCELLED, and every later call too.
+TEST_P(PsClientTest, CancelEndsAPullInFlight) {
+  ServeValues();
+  absl::Notification rest;
+  fake_.hold_pull = &rest;
+  fake_.hold_pull_at = 1;  // the head first, then nothing until notified
+  TensorList params = {std::vector<float>(kElems)};
+  TensorGate arrived(map_.chunks_size());
+  auto op = client_->StartPull(
+      0, 0, MutableTensorViews(params.begin(), params.end()), &arrived);
+  // The head has been sent once the fake holds; wait for the request.
+  for (int i = 0; i < 1000; ++i) {
+    {
+      absl::MutexLock lock(&fake_.mu);
+      if (!fake_.pull_requests.empty()) break;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  client_->Cancel();
+  const absl::Status s = op->Wait();
+  rest.Notify();
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_FALSE(arrived.IsOpen(0));  // no chunk was decoded
+  const absl::Status later =
+      client_->StartPull(0, 0, MutableTensorViews(params.begin(), params.end()))
+          ->Wait();
+  EXPECT_EQ(later.code(), absl::StatusCode::kCancelled) << later;
+}
+
 // A push with a gate sends each chunk only once it is open, in
 // tensor_chunks order, and the shard reads what is open while the rest is
 // still being computed.
@@ -316,8 +346,9 @@ TEST_P(PsClientTest, PushSplitsTheShardsChunksOverStreams) {
       {{MakeChannel(address_, nullptr, 1), MakeChannel(address_, nullptr, 2)}});
   ASSERT_TRUE(split.ok()) << split.status();
   TensorList grads = {values_};
-  ASSERT_TRUE(
-      (*split)->StartPush(0, 3, 16, grads, {ShardRead{2, 1}})->Wait().ok());
+  const absl::Status pushed =
+      (*split)->StartPush(0, 3, 16, grads, {ShardRead{2, 1}})->Wait();
+  ASSERT_TRUE(pushed.ok()) << pushed;
   absl::MutexLock lock(&fake_.mu);
   ASSERT_EQ(fake_.streams.size(), 3u);
   std::vector<int> seen(map_.chunks_size(), 0);
