@@ -264,7 +264,7 @@ TEST_P(HungNeighbourTest, DeadlineEndsTheWait) {
   FreeData();
   EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded) << st;
   EXPECT_GE(took, absl::Milliseconds(300)) << st;
-  EXPECT_LT(took, absl::Seconds(5)) << st;  // generous: a loaded machine
+  EXPECT_LT(took, kPromptly) << st;  // ended at the deadline, did not hang
 }
 
 INSTANTIATE_TEST_SUITE_P(Waits, HungNeighbourTest,
