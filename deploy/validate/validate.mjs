@@ -731,6 +731,23 @@ function checkWiring(objects) {
         }
       }
     }
+    // Every process refuses to start without the job token, unless the job
+    // file opts out (docs/security.md).
+    if (job.security?.insecure !== true) {
+      for (const w of ws) {
+        for (const c of w.spec.containers ?? []) {
+          if (!binaryOf(c)) continue;
+          const tf = flagValue(c, "token_file");
+          if (tf === undefined) {
+            add(`${w.id} container ${c.name}: no --token_file, and ${key} does not say security.insecure: true: ${binaryOf(c)} refuses to start (components/token)`);
+            continue;
+          }
+          const m = (c.volumeMounts ?? []).find((x) => !x.subPath && x.mountPath.replace(/\/$/, "") === path.posix.dirname(tf));
+          const vol = m && (w.spec.volumes ?? []).find((v) => v.name === m.name);
+          if (!vol?.secret) add(`${w.id} container ${c.name}: --token_file=${tf} is not in a mounted Secret`);
+        }
+      }
+    }
     // Checkpoints must outlive the pods that write them.
     const ckpt = job.checkpoint ?? {};
     const checkpointing = (ckpt.every_steps ?? 0) > 0 || (ckpt.every_s ?? 0) > 0 || job.training?.on_failure === "restart";
