@@ -82,6 +82,7 @@ for rt in "" "--runtime=runc" "--runtime=crun"; do
     fi
   done
 done
+# shellcheck disable=SC2086  # RUN_OPTS is a list of options
 "${PODMAN[@]}" run --rm --network none $RUN_OPTS "$IMAGE" true >/dev/null 2>&1 ||
   fail "podman cannot run a container on this host"
 
