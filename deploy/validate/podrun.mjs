@@ -29,7 +29,10 @@
 // Probes, resources, NetworkPolicy and PDBs are not emulated.
 //
 // Scenarios (each a kustomization over an overlay, written under --work):
-//   sync, async        dev overlay, 2 servers x 4 workers
+//   sync               dev overlay + components/results, 2 servers x 4
+//                      workers, checkpoints; then the coordinator pod
+//                      re-created over the finished results must exit 3
+//   async              dev overlay, 2 servers x 4 workers
 //   allreduce          allreduce overlay, 4 workers
 //   failed             dev overlay, 2 x 4, a worker killed mid-job
 // Pods start in reverse render order (workers first, coordinator last).
@@ -69,7 +72,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 // ---------------------------------------------------------------------------
 // Rendering a scenario
 
-function renderScenario(name, overlay, jobYaml, patches) {
+function renderScenario(name, overlay, jobYaml, patches, components = []) {
   const dir = path.join(WORK, "scenarios", name);
   fs.mkdirSync(dir, { recursive: true });
   fs.writeFileSync(path.join(dir, "job.yaml"), jobYaml);
@@ -78,6 +81,7 @@ function renderScenario(name, overlay, jobYaml, patches) {
     apiVersion: "kustomize.config.k8s.io/v1beta1",
     kind: "Kustomization",
     resources: [rel],
+    ...(components.length ? { components: components.map((c) => path.relative(dir, path.join(opt.deploy, "k8s", "components", c))) } : {}),
     configMapGenerator: [{ name: "pstrain-job", behavior: "replace", files: ["job.yaml"] }],
     patches: patches.map(([job, count]) => ({
       target: { kind: "Job", name: job },
@@ -233,7 +237,7 @@ function failJobRule(job, code, containerName) {
   return "Count";
 }
 
-async function runScenario(name, objects, { deadlineS = 240, during } = {}) {
+async function runScenario(name, objects, { deadlineS = 240, during, after } = {}) {
   const scenarioDir = path.join(WORK, "run", name);
   fs.mkdirSync(scenarioDir, { recursive: true });
   const pods = planPods(objects, opt.net);
@@ -303,8 +307,26 @@ async function runScenario(name, objects, { deadlineS = 240, during } = {}) {
     }
     await sleep(500);
   }
+  // E.g. a pod re-created after the end: started again, awaited (bounded).
+  let afterResult = null;
+  if (after) {
+    const rerun = async (p, seconds) => {
+      start(p);
+      for (let i = 0; i < seconds * 2; i++) {
+        const r = podman(["inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", container(p)], { check: false });
+        const [state, code] = r.stdout.trim().split(" ");
+        if (state === "exited") {
+          p.running = false;
+          return { code: Number(code), log: podman(["logs", container(p)], { check: false }).stderr };
+        }
+        await sleep(500);
+      }
+      return { code: null, log: "still running" };
+    };
+    afterResult = await after({ pods, rerun });
+  }
   for (const p of pods) podman(["rm", "-f", container(p)], { check: false });
-  return { pods, jobs, scenarioDir };
+  return { pods, jobs, scenarioDir, afterResult };
 }
 
 function tailLogs(pods) {
@@ -341,12 +363,13 @@ function coordinatorOf(r) {
   return r.pods.find((p) => p.job.spec.template.spec.containers[0].command[0].endsWith("ps_coordinator"));
 }
 
-function checkSuccess(r, steps) {
+function checkSuccess(r, steps, claim = null) {
   const problems = [];
   for (const j of r.jobs.values()) if (j.state !== "Complete") problems.push(`Job ${j.job.metadata.name} ${j.state}${j.reason ? `: ${j.reason}` : ""}`);
   for (const p of r.pods) if (p.history.join(",") !== "0") problems.push(`${p.host} exits ${p.history.join(",")}`);
   const c = coordinatorOf(r);
-  const msg = fs.readFileSync(c.termination, "utf8").trim();
+  const first = `${c.termination}.first`;
+  const msg = fs.readFileSync(fs.existsSync(first) ? first : c.termination, "utf8").trim();
   let summary = null;
   try {
     summary = JSON.parse(msg);
@@ -354,16 +377,50 @@ function checkSuccess(r, steps) {
     problems.push(`termination message is not JSON: ${msg.slice(0, 200)}`);
   }
   if (summary && (summary.failed !== false || summary.steps !== steps)) problems.push(`termination message: failed=${summary.failed} steps=${summary.steps} (want false, ${steps})`);
-  const out = path.join(c.podDir, "empty-out", "summary.json");
+  const out = path.join(claim ?? path.join(c.podDir, "empty-out"), "summary.json");
   if (!fs.existsSync(out)) problems.push("no summary.json in the coordinator's out volume");
   return { problems, note: summary ? `${summary.mode}, ${summary.workers} workers, ${summary.servers} servers, ${summary.steps} steps, loss ${summary.final_loss}` : "" };
 }
 
 const scenarios = [
+  // With the results component: outputs and checkpoints on the claim, and a
+  // coordinator pod re-created after the end must not start a second job
+  // over them (issue 27 #2: it used to truncate metrics.csv and overwrite
+  // summary.json): it exits 3 and says why in its termination message.
   ["sync", () => {
     const steps = 20;
-    const objs = renderScenario("sync", "dev", jobFile("dev", (j) => small(j, "sync", 2, 4, steps)), [["ps", 2], ["ps-worker", 4]]);
-    return [objs, {}, (r) => checkSuccess(r, steps)];
+    const objs = renderScenario(
+      "sync",
+      "dev",
+      jobFile("dev", (j) => {
+        small(j, "sync", 2, 4, steps);
+        j.checkpoint = { every_steps: 10 };
+      }),
+      [["ps", 2], ["ps-worker", 4]],
+      ["results"],
+    );
+    const after = async ({ pods, rerun }) => {
+      const c = coordinatorOf({ pods });
+      const claim = path.join(WORK, "run", "sync", "pvc", objs.find((o) => o.kind === "PersistentVolumeClaim").metadata.name);
+      const before = ["summary.json", "metrics.csv"].map((f) => fs.readFileSync(path.join(claim, f), "utf8"));
+      // The first run's termination message, before the new pod writes its own.
+      fs.copyFileSync(c.termination, `${c.termination}.first`);
+      const again = await rerun(c, 60);
+      const afterFiles = ["summary.json", "metrics.csv"].map((f) => fs.readFileSync(path.join(claim, f), "utf8"));
+      return { claim, again, unchanged: before.every((b, i) => b === afterFiles[i]), message: fs.readFileSync(c.termination, "utf8").trim() };
+    };
+    const check = (r) => {
+      const { problems, note } = checkSuccess(r, steps, r.afterResult?.claim);
+      const a = r.afterResult;
+      const ckpt = path.join(a.claim, "ckpt");
+      const steps_ = fs.existsSync(ckpt) ? fs.readdirSync(ckpt).filter((d) => d.startsWith("step-")) : [];
+      if (!steps_.length) problems.push(`no checkpoint under ${ckpt} on the claim`);
+      if (a.again.code !== 3) problems.push(`a coordinator re-created after the end exited ${a.again.code}, want 3 (job already over): ${a.again.log.trim().split("\n").slice(-3).join(" | ")}`);
+      if (!a.unchanged) problems.push("the re-created coordinator changed summary.json or metrics.csv on the claim");
+      if (!/summary\.json|finished/.test(a.message)) problems.push(`the re-created coordinator's termination message does not say why: ${a.message.slice(0, 200)}`);
+      return { problems, note: `${note}; results and ${steps_.length} checkpoints on the claim; re-created coordinator exited 3: ${a.message.slice(0, 120)}` };
+    };
+    return [objs, { after }, check];
   }],
   ["async", () => {
     const steps = 20;
