@@ -36,6 +36,10 @@ ABSL_FLAG(std::string, resume, "",
 ABSL_FLAG(bool, keep_serving_after_job, false,
           "after the job, keep answering status and metrics until SIGTERM "
           "(for a Kubernetes Deployment, which would restart an exited pod)");
+ABSL_FLAG(std::string, termination_log, "",
+          "also write the final summary (one line of JSON, at most 4096 "
+          "bytes) to this file, e.g. /dev/termination-log on Kubernetes; "
+          "when --out holds a finished job, why the coordinator exits 3");
 ABSL_FLAG(bool, dry_run, false,
           "validate the config, print the effective job (first line: "
           "'workers=N servers=K') and exit");
@@ -93,6 +97,7 @@ absl::StatusOr<CoordinatorNodeOptions> CoordinatorOptionsFromFlags() {
   o.keep_serving_after_job = absl::GetFlag(FLAGS_keep_serving_after_job);
   o.tls = node.tls;
   o.resume = absl::GetFlag(FLAGS_resume);
+  o.termination_log = absl::GetFlag(FLAGS_termination_log);
   return o;
 }
 

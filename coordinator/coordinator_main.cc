@@ -5,6 +5,8 @@
 // coordinator/dry_run.h) -> exit code:
 // 0 the job succeeded, 1 it failed, 2 bad flags, config or port, 3 --out
 // holds a finished job (common/process.h).
+#include <string>
+
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "common/job_config.h"
@@ -27,6 +29,7 @@ int Main() {
   for (const std::string& w : ConfigWarnings(options->config)) {
     PS_LOG_WARN("%s", w);
   }
+  const std::string termination_log = options->termination_log;
   absl::StatusOr<std::unique_ptr<CoordinatorNode>> node =
       CoordinatorNode::Create(*std::move(options));
   if (!node.ok()) {
@@ -34,6 +37,12 @@ int Main() {
       return FailStartup("ps_coordinator", node.status());
     }
     PS_LOG_ERROR("%s", node.status().message());
+    // A restarted coordinator pod over a finished job: say why it exits 3.
+    if (!termination_log.empty()) {
+      absl::Status st = WriteTerminationMessage(
+          termination_log, std::string(node.status().message()));
+      if (!st.ok()) PS_LOG_ERROR("%s", st.message());
+    }
     return kExitJobOver;
   }
   InstallStopSignalHandlers();

@@ -17,6 +17,7 @@
 #include "common/process.h"
 #include "common/status_macros.h"
 #include "coordinator/job_spec.h"
+#include "nlohmann/json.hpp"
 
 namespace pstrain {
 namespace {
@@ -340,9 +341,14 @@ absl::Status CoordinatorNode::Run(const std::function<bool()>& stop) {
     outcome.wall_s += earlier_wall_s_;
   }
   auto write_summary = [&](const std::vector<pstrain::v1::ShardStats>& stats) {
+    const RunSummary summary = MakeRunSummary(config, outcome, stats);
+    if (!options_.termination_log.empty()) {
+      absl::Status st = WriteTerminationMessage(options_.termination_log,
+                                                TerminationMessage(summary));
+      if (!st.ok()) PS_LOG_ERROR("%s", st.message());
+    }
     if (options_.out.empty()) return;
-    absl::Status st = WriteSummaryJson(options_.out + "/summary.json",
-                                       MakeRunSummary(config, outcome, stats));
+    absl::Status st = WriteSummaryJson(options_.out + "/summary.json", summary);
     if (!st.ok()) PS_LOG_ERROR("%s", st.message());
   };
   // A failed job's record first: collecting statistics from servers that
@@ -450,6 +456,40 @@ void CoordinatorNode::MaybeRollBack(const std::function<bool()>& stop) {
       orderer_ != nullptr) {
     orderer_->Resume(step);
   }
+}
+
+std::string TerminationMessage(const RunSummary& summary) {
+  RunSummary s = summary;
+  // SummaryToJson pretty-prints: one line for the termination message.
+  auto compact = [](const std::string& json) {
+    return nlohmann::json::parse(json).dump();
+  };
+  std::string text = compact(SummaryToJson(s));
+  if (text.size() <= kMaxTerminationMessage) return text;
+  s.staleness_histogram.clear();
+  text = compact(SummaryToJson(s));
+  // Shorten the free-text messages until it fits (each step halves them).
+  for (size_t keep = 1024; text.size() > kMaxTerminationMessage && keep > 0;
+       keep /= 2) {
+    auto shorten = [keep](std::string* m) {
+      if (m->size() > keep) *m = m->substr(0, keep) + "...";
+    };
+    shorten(&s.message);
+    if (s.failure.has_value()) shorten(&s.failure->message);
+    text = compact(SummaryToJson(s));
+  }
+  return text;
+}
+
+absl::Status WriteTerminationMessage(const std::string& path,
+                                     const std::string& text) {
+  std::ofstream f(path, std::ios::trunc);
+  f << text << "\n";
+  if (!f.flush()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--termination_log: cannot write '", path, "'"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace pstrain

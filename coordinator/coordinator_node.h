@@ -51,6 +51,10 @@ struct CoordinatorNodeOptions {
   // --resume: "" (a fresh job), "latest" or a directory
   // (coordinator/checkpoint_orderer.h, ResolveResume).
   std::string resume;
+  // --termination_log: when set, the final summary is also written there
+  // (TerminationMessage; Kubernetes shows /dev/termination-log as the
+  // container's termination message). "" writes none.
+  std::string termination_log;
 };
 
 class CoordinatorNode {
@@ -102,6 +106,21 @@ class CoordinatorNode {
 // summary.json's content for a job.
 RunSummary MakeRunSummary(const JobConfig& config, const JobOutcome& outcome,
                           const std::vector<pstrain::v1::ShardStats>& stats);
+
+// The kubelet keeps at most this many bytes of a termination message.
+inline constexpr size_t kMaxTerminationMessage = 4096;
+
+// The summary as one line of compact JSON of at most kMaxTerminationMessage
+// bytes: summary.json's fields; when too long, without the staleness
+// histogram, then with `message` and the failure's message shortened
+// (ending in "...").
+std::string TerminationMessage(const RunSummary& summary);
+
+// Writes `text` to `path` (truncating it; a Kubernetes termination log is a
+// file the kubelet reads after the container exits). INVALID_ARGUMENT naming
+// --termination_log and the path when it cannot be written.
+absl::Status WriteTerminationMessage(const std::string& path,
+                                     const std::string& text);
 
 }  // namespace pstrain
 

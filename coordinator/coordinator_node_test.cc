@@ -21,7 +21,8 @@ namespace {
 // one all-reduce worker (no servers) played by the test over gRPC.
 class CoordinatorNodeTest : public ::testing::Test {
  protected:
-  void StartNode(const std::string& name, bool fail_on_divergence) {
+  void StartNode(const std::string& name, bool fail_on_divergence,
+                 const std::string& termination_log = "") {
     out_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
     CoordinatorNodeOptions o;
     o.config = DefaultJobConfig();
@@ -32,6 +33,7 @@ class CoordinatorNodeTest : public ::testing::Test {
     FinalizeJobConfig(&o.config);
     o.out = out_;
     o.progress = false;
+    o.termination_log = termination_log;
     auto node = CoordinatorNode::Create(o);
     ASSERT_TRUE(node.ok()) << node.status();
     node_ = std::move(*node);
@@ -114,6 +116,67 @@ TEST_F(CoordinatorNodeTest, FinishedJobWritesTheRunRecord) {
   absl::StatusOr<std::string> csv = ReadFileText(out_ + "/metrics.csv");
   ASSERT_TRUE(csv.ok());
   EXPECT_EQ(ParseMetricsCsv(*csv, "metrics.csv")->size(), 2u);
+}
+
+// Issue 27: a Kubernetes Job's coordinator leaves its verdict in the
+// container's termination message: the summary, one line of JSON.
+TEST_F(CoordinatorNodeTest, TerminationLogHoldsTheSummary) {
+  const std::string log =
+      absl::StrCat(std::getenv("TEST_TMPDIR"), "/termination-log-ok");
+  StartNode("term-ok", true, log);
+  ASSERT_TRUE(Report(0, 2.0, false).ok());
+  ASSERT_TRUE(Report(1, 1.0, true).ok());
+  Join();
+  EXPECT_TRUE(result_.ok()) << result_;
+  absl::StatusOr<std::string> text = ReadFileText(log);
+  ASSERT_TRUE(text.ok()) << text.status();
+  ASSERT_FALSE(text->empty());
+  EXPECT_EQ(text->find('\n'), text->size() - 1) << *text;  // one line
+  EXPECT_LE(text->size(), kMaxTerminationMessage);
+  absl::StatusOr<RunSummary> s = ParseSummaryJson(*text, "termination-log");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->steps, 2);
+  EXPECT_FALSE(s->failed);
+}
+
+TEST_F(CoordinatorNodeTest, TerminationLogNamesTheFailure) {
+  const std::string log =
+      absl::StrCat(std::getenv("TEST_TMPDIR"), "/termination-log-failed");
+  StartNode("term-failed", true, log);
+  ASSERT_TRUE(Report(0, 2.0, false).ok());
+  ASSERT_TRUE(ReportStopped().ok());
+  Join();
+  EXPECT_EQ(result_.code(), absl::StatusCode::kAborted);
+  absl::StatusOr<std::string> text = ReadFileText(log);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*SummaryValue(*text, "failed", "termination-log"), "true");
+  EXPECT_EQ(*SummaryValue(*text, "failure.process", "termination-log"),
+            "worker");
+}
+
+// A summary too long for the kubelet (4096 bytes) is cut to fit and stays
+// valid JSON.
+TEST(TerminationMessageTest, LongSummaryIsShortenedToFit) {
+  RunSummary s;
+  s.job = "long";
+  s.failed = true;
+  s.message = std::string(10000, 'm');
+  s.failure = RunFailure{"worker", 3, -1, std::string(10000, 'f')};
+  s.staleness_histogram.assign(2000, 12345);
+  const std::string text = TerminationMessage(s);
+  EXPECT_LE(text.size(), kMaxTerminationMessage);
+  nlohmann::json j;
+  ASSERT_NO_THROW(j = nlohmann::json::parse(text)) << text;
+  EXPECT_EQ(j["failed"], true);
+  EXPECT_EQ(j["failure"]["rank"], 3);
+  EXPECT_EQ(j["message"].get<std::string>().substr(0, 3), "mmm");
+}
+
+TEST(TerminationMessageTest, UnwritablePathIsNamed) {
+  absl::Status st = WriteTerminationMessage("/nonexistent/dir/log", "x");
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("--termination_log"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("/nonexistent/dir/log"), std::string::npos);
 }
 
 // Issue 11 #3: a NaN loss printed `nan` into summary.json (invalid JSON) and

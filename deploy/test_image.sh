@@ -18,6 +18,8 @@
 # Everything lives in a private container store under a temporary directory
 # that is removed at the end (PSTRAIN_KEEP=1 keeps it). PSTRAIN_ROOTFS_CACHE=
 # FILE.tar reuses (or saves) the debootstrapped root file system.
+# PSTRAIN_IMAGE_SAVE=FILE.tar saves the tested image there (podman save), for
+# deploy/podrun.sh.
 #
 # Prints "SKIPPED: <reason>" and exits 0 when not root or when buildah,
 # podman or debootstrap is missing (the caller decides); exits 1 on failure.
@@ -349,4 +351,9 @@ if ((${#problems[@]})); then
 fi
 log "summary.json:"
 sed 's/^/  /' "$OUT/summary.json" >&2
+if [[ -n "${PSTRAIN_IMAGE_SAVE:-}" ]]; then
+  "${PODMAN[@]}" save -o "$PSTRAIN_IMAGE_SAVE" "$TAG" >/dev/null 2>"$WORK/save.log" ||
+    { cat "$WORK/save.log" >&2; fail "podman save to $PSTRAIN_IMAGE_SAVE failed"; }
+  log "saved $TAG to $PSTRAIN_IMAGE_SAVE"
+fi
 echo "test_image: OK: image $TAG ($VARIANT) built from debootstrap; 1-server 1-worker job exited 0${metrics_ok:+ (coordinator /metrics: $metrics_ok)}"

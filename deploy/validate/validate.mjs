@@ -10,7 +10,12 @@
 //              property checks catch misspelled fields validate() lets by
 //   wiring     selectors, Services, DNS names, ports, probes, the job file and
 //              the replica counts agree with each other and with the args
-//   policy     restricted pod security profile, resources, common labels
+//   lifecycle  every role is a Job that finishes with the training job:
+//              deadline, TTL, retries, podFailurePolicy (exit 1/2/3 fail the
+//              Job), the coordinator's termination message; PDBs that only
+//              block drains while a job runs
+//   policy     restricted pod security profile, resources, common labels,
+//              Guaranteed QoS for the coordinator and the servers
 //   flags      every --flag in the args is one the binary lists in --helpfull,
 //              and the ports other pods reach do not listen on loopback
 //   jobfile    ps_coordinator --dry_run accepts the mounted job.yaml
@@ -30,7 +35,7 @@ import YAML from "yaml";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const NODE_MODULES = path.join(HERE, "node_modules");
-const CHECKS = ["render", "schema", "typecheck", "wiring", "policy", "flags", "jobfile"];
+const CHECKS = ["render", "schema", "typecheck", "wiring", "lifecycle", "policy", "flags", "jobfile"];
 
 // Where each binary lives under BIN_DIR (bazel-bin layout).
 const BINARIES = {
@@ -93,6 +98,48 @@ function parseArgs(list = []) {
 function flagValue(container, name) {
   const hit = parseArgs(container.args).find((a) => a.name === name);
   return hit ? (hit.value ?? "true") : undefined;
+}
+
+// A pod's index, as Kubernetes gives it to Indexed Job pods.
+const INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index";
+function isIndexed(w) {
+  return w.kind === "Job" && w.obj.spec?.completionMode === "Indexed";
+}
+
+// The value of env var `name` in container `c` of pod `index` of workload
+// `w`, as the kubelet resolves it (literal values, the downward API's labels
+// and the completion index); null when it cannot be known offline.
+function envValue(w, c, name, index) {
+  if (name === "JOB_COMPLETION_INDEX" && isIndexed(w)) return String(index);
+  const e = (c.env ?? []).find((x) => x.name === name);
+  if (!e) return null;
+  if (e.value !== undefined) return String(e.value);
+  const fp = e.valueFrom?.fieldRef?.fieldPath ?? "";
+  const m = /^metadata\.(labels|annotations)\['([^']+)'\]$/.exec(fp);
+  if (m && m[1] === "labels") return w.labels[m[2]] ?? null;
+  if (m && m[1] === "annotations" && m[2] === INDEX_ANNOTATION && isIndexed(w)) return String(index);
+  if (m && m[1] === "annotations") return w.obj.spec?.template?.metadata?.annotations?.[m[2]] ?? null;
+  return null;
+}
+
+// `text` with each $(VAR) expanded for pod `index`; {text, unknown: [VAR...]}.
+function expand(w, c, text, index = 0) {
+  const unknown = [];
+  const out = String(text).replace(/\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g, (all, v) => {
+    const val = envValue(w, c, v, index);
+    if (val == null) {
+      unknown.push(v);
+      return all;
+    }
+    return val;
+  });
+  return { text: out, unknown };
+}
+
+// The pod count of a workload: replicas, or a Job's completions.
+function podCount(w) {
+  if (w.kind === "Job") return w.obj.spec?.completions ?? 1;
+  return w.obj.spec?.replicas ?? 1;
 }
 
 function binaryOf(container) {
@@ -395,6 +442,7 @@ function checkWiring(objects) {
   const byBinary = (b) => ws.filter((w) => (w.spec.containers ?? []).some((c) => binaryOf(c) === b));
   const configMapsUsed = new Set();
   const tlsUse = [];
+  let jobMode = null;
   for (const w of ws) {
     for (const c of w.spec.containers ?? []) {
       const where = `${w.id} container ${c.name}`;
@@ -406,7 +454,11 @@ function checkWiring(objects) {
       // $(VAR) in args is expanded only from the container's env.
       for (const a of args) {
         for (const m of String(a.raw).matchAll(/\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g)) {
-          if (!env.has(m[1])) add(`${where}: ${a.raw} uses $(${m[1]}), which its env does not define`);
+          const implicit = m[1] === "JOB_COMPLETION_INDEX" && isIndexed(w);
+          if (!env.has(m[1]) && !implicit) add(`${where}: ${a.raw} uses $(${m[1]}), which its env does not define`);
+          else if (env.has(m[1]) && envValue(w, c, m[1], 0) == null) {
+            add(`${where}: ${a.raw} uses $(${m[1]}), whose value the pod does not define (a label or annotation it lacks?)`);
+          }
         }
       }
       const grpcPort = flagValue(c, "port") !== undefined ? Number(flagValue(c, "port")) : null;
@@ -485,7 +537,8 @@ function checkWiring(objects) {
       }
 
       // --coordinator=HOST:PORT: a Service in front of the coordinator.
-      const coord = flagValue(c, "coordinator");
+      const coordRaw = flagValue(c, "coordinator");
+      const coord = coordRaw === undefined ? undefined : expand(w, c, coordRaw).text;
       if (coord !== undefined) {
         const m = /^([^:]+):(\d+)$/.exec(coord);
         if (!m) add(`${where}: --coordinator=${coord} is not HOST:PORT`);
@@ -514,39 +567,46 @@ function checkWiring(objects) {
         }
       }
 
-      // --advertise_host=$(POD_NAME).SERVICE: the StatefulSet's stable names.
+      // --advertise_host: the pod's stable DNS name <hostname>.<subdomain>,
+      // which an Indexed Job gives pod i as <job name>-i.<subdomain> when the
+      // headless Service <subdomain> selects it.
       const adv = flagValue(c, "advertise_host");
       if (adv !== undefined) {
-        const m = /^\$\(([A-Za-z_][A-Za-z0-9_]*)\)\.([a-z0-9-]+)(\..*)?$/.exec(adv);
-        if (!m) add(`${where}: --advertise_host=${adv} is not $(POD_NAME).<headless service>`);
+        const sub = w.spec.subdomain;
+        if (!isIndexed(w)) add(`${where}: --advertise_host=${adv} needs per-pod DNS names, but ${w.id} is not an Indexed Job`);
+        else if (!sub) add(`${where}: --advertise_host=${adv}, but the pod template sets no subdomain (no per-pod DNS names)`);
         else {
-          const [v, svcName] = [m[1], m[2]];
-          const e = env.get(v);
-          if (e && e.valueFrom?.fieldRef?.fieldPath !== "metadata.name") {
-            add(`${where}: env ${v} (in --advertise_host) is not the downward API field metadata.name`);
-          }
-          if (w.kind !== "StatefulSet") add(`${where}: --advertise_host uses pod names, but ${w.id} is not a StatefulSet`);
-          else if (w.obj.spec.serviceName !== svcName) {
-            add(`${where}: --advertise_host suffix .${svcName} differs from serviceName ${w.obj.spec.serviceName}`);
-          }
-          const svc = services.find((s) => s.metadata.name === svcName && nsOf(s) === w.ns);
-          if (!svc) add(`${where}: --advertise_host suffix .${svcName} is not a Service`);
+          const svc = services.find((x) => x.metadata.name === sub && nsOf(x) === w.ns);
+          if (!svc) add(`${where}: subdomain ${sub} is not a Service (pods get DNS names only from a headless Service)`);
           else {
             if (svc.spec.clusterIP !== "None") add(`${id(svc)}: must be headless (clusterIP: None) for per-pod DNS names`);
             if (svc.spec.publishNotReadyAddresses !== true) {
-              add(`${id(svc)}: publishNotReadyAddresses must be true (shards turn ready only after all have registered)`);
+              add(`${id(svc)}: publishNotReadyAddresses must be true (pods dial each other before any is ready)`);
             }
             if (!svc.spec.selector || !mapSelects(svc.spec.selector, w.labels)) add(`${id(svc)}: does not select the pods of ${w.id}`);
           }
+          for (let i = 0; i < podCount(w); i++) {
+            const want = `${w.name}-${i}.${sub}`;
+            const got = expand(w, c, adv, i);
+            if (got.unknown.length) break;  // reported above
+            const host = got.text.replace(/\.svc(\.cluster\.local)?$/, "").replace(new RegExp(`\\.${w.ns}$`), "");
+            if (host !== want) {
+              add(`${where}: --advertise_host=${adv} is ${got.text} in pod ${i}, but that pod's DNS name is ${want}`);
+              break;
+            }
+          }
         }
       }
-      if (flagValue(c, "shard_from_hostname") !== undefined && w.kind !== "StatefulSet") {
-        add(`${where}: --shard_from_hostname needs StatefulSet host names, but ${w.id} is a ${w.kind}`);
+      const shardArg = flagValue(c, "shard");
+      if (shardArg !== undefined && isIndexed(w) && expand(w, c, shardArg, 1).text !== "1") {
+        add(`${where}: --shard=${shardArg} is not the pod's completion index (two pods would claim one shard)`);
+      }
+      if (flagValue(c, "shard_from_hostname") !== undefined && !isIndexed(w)) {
+        add(`${where}: --shard_from_hostname needs indexed host names, but ${w.id} is not an Indexed Job`);
       }
       const rankEnv = flagValue(c, "rank_from_env");
       if (rankEnv !== undefined) {
-        const indexed = w.kind === "Job" && w.obj.spec?.completionMode === "Indexed";
-        if (!(env.has(rankEnv) || (indexed && rankEnv === "JOB_COMPLETION_INDEX"))) {
+        if (!(env.has(rankEnv) || (isIndexed(w) && rankEnv === "JOB_COMPLETION_INDEX"))) {
           add(`${where}: --rank_from_env=${rankEnv} is neither in env nor the index of an Indexed Job`);
         }
       }
@@ -615,20 +675,202 @@ function checkWiring(objects) {
     // Defaults of common/job_config.h.
     const workers = job.job?.workers ?? 2;
     const servers = job.job?.servers ?? 2;
+    const mode = job.training?.mode ?? "sync";
+    jobMode = mode;
     for (const w of byBinary("ps_worker")) {
       if (w.kind !== "Job") continue;
       const { completions = 1, parallelism = 1 } = w.obj.spec;
       if (completions !== workers) add(`${w.id}: completions ${completions} != job.workers ${workers} in ${key}`);
       if (parallelism !== workers) add(`${w.id}: parallelism ${parallelism} != job.workers ${workers} in ${key} (every rank must run at once)`);
     }
-    for (const w of byBinary("ps_server")) {
-      if (w.kind !== "StatefulSet") continue;
-      const replicas = w.obj.spec.replicas ?? 1;
-      if (replicas !== servers) add(`${w.id}: replicas ${replicas} != job.servers ${servers} in ${key}`);
+    if (mode === "allreduce") {
+      // No servers; the workers form a ring of stable per-pod names.
+      for (const w of byBinary("ps_server")) {
+        add(`${w.id}: runs ps_server, but training.mode is allreduce in ${key} (no servers: the coordinator refuses them)`);
+      }
+      for (const w of byBinary("ps_worker")) {
+        const c = w.spec.containers.find((x) => binaryOf(x) === "ps_worker");
+        const where = `${w.id} container ${c.name}`;
+        const peerPort = Number(flagValue(c, "peer_port") ?? 0);
+        const peerBind = flagValue(c, "peer_bind") ?? "127.0.0.1";
+        if (!(peerPort > 0)) add(`${where}: mode allreduce needs a fixed --peer_port (the ring port other workers dial)`);
+        else if (!declaredPorts(c).includes(peerPort)) add(`${where}: --peer_port=${peerPort} is not a declared containerPort`);
+        if (/^(127\.|localhost$|::1$)/.test(peerBind)) add(`${where}: mode allreduce with --peer_bind=${peerBind}: other workers cannot reach the ring port`);
+        if (flagValue(c, "advertise_host") === undefined) {
+          add(`${where}: mode allreduce needs --advertise_host (the pod's DNS name; the default 127.0.0.1 is unreachable from other pods)`);
+        }
+        if (peerPort > 0 && !allowed(w, w, peerPort, c)) add(`NetworkPolicy blocks ${w.id} -> ${w.id} port ${peerPort} (the ring)`);
+      }
+    } else {
+      if (!byBinary("ps_server").length) add(`training.mode ${mode} in ${key} needs parameter servers, but no container runs ps_server`);
+      if (!(servers >= 1)) add(`job.servers is ${servers} in ${key}, but mode ${mode} needs at least one`);
+      for (const w of byBinary("ps_server")) {
+        const count = podCount(w);
+        if (count !== servers) add(`${w.id}: ${w.kind === "Job" ? "completions" : "replicas"} ${count} != job.servers ${servers} in ${key}`);
+        if (w.kind === "Job" && (w.obj.spec.parallelism ?? 1) !== servers) {
+          add(`${w.id}: parallelism ${w.obj.spec.parallelism ?? 1} != job.servers ${servers} in ${key} (every shard must run at once)`);
+        }
+      }
+    }
+    // Built-in data sets are read from data.dir: it must be on a volume, not
+    // the image's read-only root (which holds none).
+    const source = job.data?.source ?? "synthetic";
+    const dataFile = ["digits", "breast_cancer"].includes(source)
+      ? [job.data?.dir ?? ".cache/pstrain/datasets", "data.dir"]
+      : ["csv", "libsvm", "criteo"].includes(source)
+        ? [job.data?.path ?? "", "data.path"]
+        : null;
+    if (dataFile) {
+      const [where, field] = dataFile;
+      for (const w of byBinary("ps_worker")) {
+        const c = w.spec.containers.find((x) => binaryOf(x) === "ps_worker");
+        const abs = where.startsWith("/");
+        const m = abs && (c.volumeMounts ?? []).find((x) => where === x.mountPath || where.startsWith(x.mountPath.replace(/\/$/, "") + "/"));
+        if (!m) {
+          add(`${w.id} container ${c.name}: data.source ${source} reads ${field} ${where || "(unset)"} in ${key}, which no volume of the pod holds (mount one: components/data)`);
+        }
+      }
+    }
+    // Every process refuses to start without the job token, unless the job
+    // file opts out (docs/security.md).
+    if (job.security?.insecure !== true) {
+      for (const w of ws) {
+        for (const c of w.spec.containers ?? []) {
+          if (!binaryOf(c)) continue;
+          const tf = flagValue(c, "token_file");
+          if (tf === undefined) {
+            add(`${w.id} container ${c.name}: no --token_file, and ${key} does not say security.insecure: true: ${binaryOf(c)} refuses to start (components/token)`);
+            continue;
+          }
+          const m = (c.volumeMounts ?? []).find((x) => !x.subPath && x.mountPath.replace(/\/$/, "") === path.posix.dirname(tf));
+          const vol = m && (w.spec.volumes ?? []).find((v) => v.name === m.name);
+          if (!vol?.secret) add(`${w.id} container ${c.name}: --token_file=${tf} is not in a mounted Secret`);
+        }
+      }
+    }
+    // Checkpoints must outlive the pods that write them.
+    const ckpt = job.checkpoint ?? {};
+    const checkpointing = (ckpt.every_steps ?? 0) > 0 || (ckpt.every_s ?? 0) > 0 || job.training?.on_failure === "restart";
+    if (checkpointing) {
+      for (const w of byBinary("ps_coordinator")) {
+        const c = w.spec.containers.find((x) => binaryOf(x) === "ps_coordinator");
+        const root = ckpt.dir ?? `${flagValue(c, "out") ?? ""}/ckpt`;
+        for (const t of [...byBinary("ps_coordinator"), ...byBinary(mode === "allreduce" ? "ps_worker" : "ps_server")]) {
+          const tc = t.spec.containers.find((x) => binaryOf(x));
+          const m = (tc.volumeMounts ?? []).find((x) => root === x.mountPath || root.startsWith(x.mountPath.replace(/\/$/, "") + "/"));
+          const vol = m && (t.spec.volumes ?? []).find((v) => v.name === m.name);
+          if (!vol?.persistentVolumeClaim) {
+            add(`${t.id}: ${key} writes checkpoints to ${root}, which is not on a PersistentVolumeClaim in this pod (a lost pod loses them: components/results)`);
+          }
+        }
+      }
     }
   }
   for (const b of Object.keys(BINARIES)) {
+    if (b === "ps_server" && jobMode === "allreduce") continue;
     if (!byBinary(b).length) add(`no container runs ${b}`);
+  }
+
+  // 7. Many jobs per namespace: one instance label on every pod and in every
+  // selector, and every name starting with it.
+  const INSTANCE = "app.kubernetes.io/instance";
+  const instances = new Set(ws.map((w) => w.labels[INSTANCE]));
+  for (const w of ws) if (!w.labels[INSTANCE]) add(`${w.id}: pod template has no ${INSTANCE} label (two jobs in a namespace would mix)`);
+  if (instances.size > 1) add(`the pods carry different ${INSTANCE} labels: ${[...instances].join(", ")}`);
+  const instance = [...instances][0];
+  const selectorHas = (sel) => (sel?.matchLabels ?? sel ?? {})[INSTANCE] !== undefined;
+  for (const o of objects) {
+    const sels = [];
+    if (o.kind === "Service" && o.spec?.selector) sels.push(["spec.selector", o.spec.selector]);
+    if (o.kind === "PodDisruptionBudget") sels.push(["spec.selector", o.spec?.selector]);
+    if (o.kind === "NetworkPolicy") {
+      sels.push(["spec.podSelector", o.spec?.podSelector]);
+      for (const rule of o.spec?.ingress ?? []) {
+        for (const peer of rule.from ?? []) if (peer.podSelector && !peer.namespaceSelector) sels.push(["an ingress podSelector", peer.podSelector]);
+      }
+    }
+    if (["Deployment", "StatefulSet", "ReplicaSet"].includes(o.kind)) sels.push(["spec.selector", o.spec?.selector]);
+    for (const [where, sel] of sels) {
+      if (!selectorHas(sel)) add(`${id(o)}: ${where} has no ${INSTANCE}: it would select the pods of every job in the namespace`);
+    }
+    if (instance && o.kind !== "Namespace" && !o.metadata.name.startsWith(`${instance}-`)) {
+      add(`${id(o)}: name does not start with the instance ${instance}- (namePrefix): a second job would replace it`);
+    }
+  }
+  for (const w of ws) {
+    for (const c of w.spec.containers ?? []) {
+      for (const kind of ["readinessProbe", "livenessProbe", "startupProbe"]) {
+        const port = c[kind]?.httpGet?.port ?? c[kind]?.tcpSocket?.port;
+        if (typeof port === "string" && !/^\d+$/.test(port)) {
+          add(`${w.id} container ${c.name}: ${kind} names port ${port}; use the number (podman kube play probes port 0 for a named one)`);
+        }
+      }
+    }
+  }
+  return { findings };
+}
+
+// ---------------------------------------------------------------------------
+// lifecycle: Jobs that finish (deploy/README.md, "What runs")
+
+// Exit codes of the binaries that end a Job (common/process.h): 1 the job
+// failed, 2 bad flags or config, 3 the job was already over.
+const VERDICT_EXIT_CODES = [1, 2, 3];
+
+function checkLifecycle(objects) {
+  const findings = [];
+  const add = (m) => findings.push(m);
+  const ws = workloads(objects);
+  for (const w of ws) {
+    const c = (w.spec.containers ?? []).find((x) => binaryOf(x));
+    if (!c) continue;
+    const binary = binaryOf(c);
+    if (w.kind !== "Job") {
+      add(`${w.id}: runs ${binary} as a ${w.kind}, whose pods never finish (restarted after the job ends, holding their CPU and memory): make it a Job`);
+      continue;
+    }
+    const spec = w.obj.spec;
+    if (!(spec.activeDeadlineSeconds > 0)) add(`${w.id}: no activeDeadlineSeconds: a hung job runs (and holds its nodes) forever`);
+    if (!(spec.ttlSecondsAfterFinished >= 0)) add(`${w.id}: no ttlSecondsAfterFinished: finished Jobs pile up until deleted by hand`);
+    if (spec.backoffLimit === undefined) add(`${w.id}: no backoffLimit (the default 6 retries a failed pod six times)`);
+    if (w.spec.restartPolicy !== "Never") add(`${w.id}: restartPolicy ${w.spec.restartPolicy ?? "unset"}: podFailurePolicy needs Never`);
+    const rules = spec.podFailurePolicy?.rules ?? [];
+    const failJob = new Set();
+    for (const r of rules) {
+      if (r.action !== "FailJob" || !r.onExitCodes || r.onExitCodes.operator !== "In") continue;
+      if (r.onExitCodes.containerName && r.onExitCodes.containerName !== c.name) continue;
+      for (const v of r.onExitCodes.values ?? []) failJob.add(v);
+    }
+    const missing = VERDICT_EXIT_CODES.filter((v) => !failJob.has(v));
+    if (missing.length) {
+      add(`${w.id}: podFailurePolicy does not fail the Job on exit ${missing.join(", ")} of container ${c.name} (1 job failed, 2 bad config, 3 job already over): a retried pod could end the Job Complete`);
+    }
+    if (isIndexed(w) || binary === "ps_coordinator") {
+      const parallelism = spec.parallelism ?? 1;
+      if (parallelism !== (spec.completions ?? 1)) add(`${w.id}: parallelism ${parallelism} != completions ${spec.completions ?? 1}: every pod must run at once`);
+    }
+    if (binary === "ps_coordinator") {
+      if (flagValue(c, "keep_serving_after_job") !== undefined) add(`${w.id}: --keep_serving_after_job: the coordinator would never exit and the Job never finish`);
+      const log = flagValue(c, "termination_log");
+      const path = c.terminationMessagePath ?? "/dev/termination-log";
+      if (log === undefined) add(`${w.id}: no --termination_log: the job's verdict is not in the pod's termination message`);
+      else if (log !== path) add(`${w.id}: --termination_log=${log}, but terminationMessagePath is ${path}`);
+      if ((spec.completions ?? 1) !== 1) add(`${w.id}: completions ${spec.completions}: one coordinator per job`);
+    }
+  }
+  // PDBs that refuse every eviction must cover only pods that finish.
+  for (const pdb of objects.filter((o) => o.kind === "PodDisruptionBudget")) {
+    const sel = ws.filter((w) => w.ns === nsOf(pdb) && selects(pdb.spec?.selector, w.labels));
+    const blocks = pdb.spec?.maxUnavailable === 0 || pdb.spec?.maxUnavailable === "0%" || pdb.spec?.minAvailable === "100%";
+    if (!blocks) continue;
+    for (const w of sel) {
+      if (w.kind !== "Job" || !(w.obj.spec?.activeDeadlineSeconds > 0)) {
+        add(`${id(pdb)}: refuses every eviction of ${w.id}, whose pods need not ever finish: node drains would block forever`);
+      }
+    }
+    if (pdb.spec?.unhealthyPodEvictionPolicy !== "AlwaysAllow") {
+      add(`${id(pdb)}: refuses every eviction without unhealthyPodEvictionPolicy: AlwaysAllow: a hung pod blocks drains until the deadline`);
+    }
   }
   return { findings };
 }
@@ -663,6 +905,17 @@ function checkPolicy(objects) {
       for (const kind of ["requests", "limits"]) {
         for (const r of ["cpu", "memory"]) {
           if (c.resources?.[kind]?.[r] == null) add(`${where}: no resources.${kind}.${r}`);
+        }
+      }
+      // The coordinator and the shards hold state no pod can rebuild:
+      // Guaranteed QoS (requests = limits) keeps them last in line when a
+      // node runs short of memory.
+      if (["ps_coordinator", "ps_server"].includes(binaryOf(c))) {
+        for (const r of ["cpu", "memory"]) {
+          const [req, lim] = [c.resources?.requests?.[r], c.resources?.limits?.[r]];
+          if (req != null && lim != null && String(req) !== String(lim)) {
+            add(`${where}: resources.requests.${r} ${req} != limits.${r} ${lim}: not Guaranteed QoS (evicted first under node pressure)`);
+          }
         }
       }
     }
@@ -811,6 +1064,7 @@ async function validateDir(dir, binDir) {
     results.set("schema", (await checkSchema(objects)).findings);
     results.set("typecheck", (await checkTypes(objects, workdir)).findings);
     results.set("wiring", checkWiring(objects).findings);
+    results.set("lifecycle", checkLifecycle(objects).findings);
     results.set("policy", checkPolicy(objects).findings);
     results.set("flags", checkFlags(objects, binDir).findings);
     results.set("jobfile", checkJobFile(objects, binDir, workdir).findings);
@@ -862,7 +1116,7 @@ async function main() {
   const rel = (p) => path.relative(path.dirname(deployDir), p) || ".";
 
   if (!fixtures) {
-    const targets = dirs.length ? dirs : ["dev", "prod"].map((o) => path.join(deployDir, "k8s", "overlays", o));
+    const targets = dirs.length ? dirs : ["dev", "prod", "allreduce"].map((o) => path.join(deployDir, "k8s", "overlays", o));
     for (const dir of targets) {
       const { results, count } = await validateDir(dir, binDir);
       console.log(`== ${rel(dir)}: ${count} objects`);
