@@ -39,9 +39,12 @@ class FakeShard final : public pstrain::v1::ParameterServer::Service {
       absl::MutexLock lock(&mu);
       pull_requests.push_back(*request);
     }
+    // Shared: the handler may still be waking from the wait when the test
+    // that notified it has returned.
+    const std::shared_ptr<absl::Notification> hold = hold_pull;
     for (size_t i = 0; i < pull_messages.size(); ++i) {
-      if (i == hold_pull_at && hold_pull != nullptr) {
-        hold_pull->WaitForNotificationWithTimeout(absl::Seconds(10));
+      if (i == hold_pull_at && hold != nullptr) {
+        hold->WaitForNotificationWithTimeout(absl::Seconds(10));
       }
       writer->Write(pull_messages[i]);
     }
@@ -67,7 +70,7 @@ class FakeShard final : public pstrain::v1::ParameterServer::Service {
   }
   std::vector<PullResponse> pull_messages;
   // Set: message hold_pull_at is sent only once notified.
-  absl::Notification* hold_pull = nullptr;
+  std::shared_ptr<absl::Notification> hold_pull;
   size_t hold_pull_at = 0;
   absl::Mutex mu;
   std::vector<uint32_t> arrived ABSL_GUARDED_BY(mu);    // pushed chunks, so far
@@ -238,8 +241,8 @@ TEST_P(PsClientTest, PullWithAGateOpensEachChunkAsItArrives) {
     EncodeChunk(c.tensor(), c.index(), values_.data() + c.offset(), c.length(),
                 fake_.pull_messages.emplace_back().add_chunks(), GetParam());
   }
-  absl::Notification rest;
-  fake_.hold_pull = &rest;
+  auto rest = std::make_shared<absl::Notification>();
+  fake_.hold_pull = rest;
   fake_.hold_pull_at = 2;  // the head and chunk 0 first
   TensorList params = {std::vector<float>(kElems)};
   TensorGate arrived(map_.chunks_size());
@@ -248,7 +251,7 @@ TEST_P(PsClientTest, PullWithAGateOpensEachChunkAsItArrives) {
   EXPECT_TRUE(arrived.Wait(0, absl::Now() + absl::Seconds(10)).ok());
   EXPECT_FALSE(arrived.IsOpen(1));
   EXPECT_FALSE(arrived.IsOpen(2));
-  rest.Notify();
+  rest->Notify();
   ASSERT_TRUE(op->Wait().ok());
   for (int i = 0; i < map_.chunks_size(); ++i) EXPECT_TRUE(arrived.IsOpen(i));
   std::vector<float> want = values_;
@@ -269,8 +272,8 @@ TEST_P(PsClientTest, PullWithAGateOpensEachChunkAsItArrives) {
 // holds the rest) with CANCELLED, and every later call too.
 TEST_P(PsClientTest, CancelEndsAPullInFlight) {
   ServeValues();
-  absl::Notification rest;
-  fake_.hold_pull = &rest;
+  auto rest = std::make_shared<absl::Notification>();
+  fake_.hold_pull = rest;
   fake_.hold_pull_at = 1;  // the head first, then nothing until notified
   TensorList params = {std::vector<float>(kElems)};
   TensorGate arrived(map_.chunks_size());
@@ -286,7 +289,7 @@ TEST_P(PsClientTest, CancelEndsAPullInFlight) {
   }
   client_->Cancel();
   const absl::Status s = op->Wait();
-  rest.Notify();
+  rest->Notify();
   EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
   EXPECT_FALSE(arrived.IsOpen(0));  // no chunk was decoded
   const absl::Status later =
