@@ -194,6 +194,12 @@ class DdpContext:
                 # down while another still uses its connections aborts
                 # ("terminate called without an active exception").
                 dist.barrier()
+                # This rank's part is complete. torch 1.13's gloo teardown
+                # below still aborts now and then under load (same message);
+                # psctl ddp-run then reads this mark instead of the status.
+                with open(os.path.join(self.out, f"rank-{self.rank}.done"),
+                          "w") as f:
+                    f.write("done\n")
             elif self.rank == 0:
                 self._write_failure(error)
         finally:
