@@ -34,6 +34,15 @@ std::vector<pstrain::v1::ShardStats> CollectStatsAndShutdown(
     const std::string& coordinator_key, absl::Duration timeout,
     const std::string& reason, bool job_failed) {
   std::vector<pstrain::v1::ShardStats> stats;
+  // A fresh connection to each shard: on a loaded machine its first
+  // attempt may fail ("tcp handshaker shutdown"); after a successful job
+  // wait_for_ready retries it within the call's deadline instead of failing
+  // at once, which left the servers without their Shutdown (they then
+  // exited 1 once the coordinator was gone). Bounded: a launcher counts a
+  // process still running seconds after the job as hung. After a failed job
+  // the servers may be gone already: fail fast.
+  const bool wait_for_ready = !job_failed;
+  if (wait_for_ready) timeout = std::min(timeout, absl::Seconds(5));
   for (const std::string& address : addresses) {
     if (address.empty()) continue;
     auto stub = pstrain::v1::ParameterServer::NewStub(
@@ -41,6 +50,7 @@ std::vector<pstrain::v1::ShardStats> CollectStatsAndShutdown(
     {
       grpc::ClientContext ctx;
       SetTimeout(&ctx, timeout);
+      ctx.set_wait_for_ready(wait_for_ready);
       pstrain::v1::ShardStats s;
       grpc::Status st = stub->GetStats(&ctx, {}, &s);
       if (st.ok()) {
@@ -51,6 +61,7 @@ std::vector<pstrain::v1::ShardStats> CollectStatsAndShutdown(
     }
     grpc::ClientContext ctx;
     SetTimeout(&ctx, timeout);
+    ctx.set_wait_for_ready(wait_for_ready);
     AddCoordinatorKey(&ctx, coordinator_key);
     pstrain::v1::ShutdownRequest req;
     req.set_reason(reason);
