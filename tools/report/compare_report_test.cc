@@ -37,7 +37,7 @@ struct FakeRun {
   double hit_wall_s = 1.0;  // eval accuracy 0.9 at step hit_step
   int hit_step = 5;
   double final_eval_accuracy = 0.93;  // the last row's evaluation
-  bool lr_scaled = false;  // training.async_lr_per_push: scaled
+  bool lr_scaled = false;             // training.async_lr_per_push: scaled
   std::string status = "ok";
   bool failed = false;
   double compute_ms = 0;
