@@ -35,8 +35,14 @@ grpc::ChannelArguments DefaultChannelArgs() {
   // here are on a job's own network and come and go in seconds, so try again
   // after 100 ms, growing to at most 2 s.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  // GRPC_ARG_MIN_RECONNECT_BACKOFF_MS is not a backoff: gRPC takes it as the
+  // least time one connection attempt (TCP, TLS and the first SETTINGS
+  // frame) is given, the attempt's deadline being max(it, the next backoff).
+  // At 100 ms an attempt had 2 s at most, and on a loaded machine TLS
+  // handshakes then never completed ("connection attempt timed out before
+  // receiving SETTINGS frame", "tcp handshaker shutdown"; grpc/grpc#33423).
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kMinConnectTimeoutMs);
   return args;
 }
 

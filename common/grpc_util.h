@@ -20,6 +20,9 @@ namespace pstrain {
 
 // Messages carry at most one 4 MiB chunk batch plus headers.
 inline constexpr int kMaxGrpcMessageBytes = 8 << 20;
+// The least time a connection attempt (TCP, TLS, the first SETTINGS frame)
+// is given, whatever the reconnect backoff: gRPC's own default.
+inline constexpr int kMinConnectTimeoutMs = 20000;
 
 // Abseil's codes are gRPC's codes: the mapping is one cast each way.
 grpc::Status ToGrpcStatus(const absl::Status& status);
