@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
-#include <optional>
 #include <thread>
 
 #include "absl/hash/hash.h"
@@ -271,39 +270,9 @@ void HeldToFloat(const char* src, uint64_t len, double n, double to_fixed,
   }
 }
 
-// A chunk's bytes are hashed, and scanned for their largest |x|, a block of
-// this many bytes at a time: ScanFloats reads each block from memory once,
-// hashes it and scans it while it is in the L1 cache (a whole 4 MiB chunk
-// is not: two passes over it would read it from memory twice).
-constexpr uint64_t kScanBlockBytes = 16 * 1024;
-
-// One chunk's part of a push fingerprint: its position and bytes, hashed
-// block by block (the same value as ScanFloats').
-uint64_t ChunkHash(size_t k, absl::string_view bytes) {
-  uint64_t h = absl::HashOf(k, bytes.size());
-  for (uint64_t offset = 0; offset < bytes.size(); offset += kScanBlockBytes) {
-    h = absl::HashOf(h, bytes.substr(offset, kScanBlockBytes));
-  }
-  return h;
-}
-
-// An fp32 chunk read once: the bits of its largest |g| (MaxAbsBits: NaN or
-// Inf gives kNonFiniteBits or more) and ChunkHash of its bytes.
-struct ChunkScan {
-  uint32_t max_bits = 0;
-  uint64_t hash = 0;
-};
-ChunkScan ScanFloats(size_t k, const char* src, uint64_t len) {
-  const uint64_t bytes = len * sizeof(float);
-  ChunkScan scan;
-  scan.hash = absl::HashOf(k, bytes);
-  for (uint64_t offset = 0; offset < bytes; offset += kScanBlockBytes) {
-    const uint64_t n = std::min(kScanBlockBytes, bytes - offset);
-    scan.max_bits =
-        std::max(scan.max_bits, MaxAbsBits(src + offset, n / sizeof(float)));
-    scan.hash = absl::HashOf(scan.hash, absl::string_view(src + offset, n));
-  }
-  return scan;
+// One chunk's part of a push fingerprint: its position and bytes.
+uint64_t ChunkHash(size_t k, const ChunkData& c) {
+  return absl::HashOf(k, absl::string_view(c.data()));
 }
 
 // The fields of a header that a retry must repeat.
@@ -749,7 +718,7 @@ absl::StatusOr<PushResult> Shard::Push(
   }
   std::vector<uint64_t> hashes(ordered.size());
   for (size_t k = 0; k < ordered.size(); ++k) {
-    hashes[k] = ChunkHash(k, ordered[k]->data());
+    hashes[k] = ChunkHash(k, *ordered[k]);
   }
   const uint64_t fingerprint = Fingerprint(header, hashes);
   const uint32_t w = header.worker();
@@ -901,40 +870,21 @@ absl::Status Shard::IncomingPush::Add(const ChunkData& c) {
   PS_RETURN_IF_ERROR(shard_->ValidateChunk(c, seen_, &k, !check_later));
   seen_[k] = true;
   ++seen_count_;
-  const LocalChunk& lc = shard_->chunks_[k];
-  const char* src = c.data().data();
-  // A summed fp32 chunk is read once for its hash, its largest |x| and
-  // NaN/Inf (ScanFloats); the sum or apply below takes that largest |x|.
-  std::optional<uint32_t> max_bits;
-  uint64_t hash = 0;
-  if (check_later) {
-    const ChunkScan scan = ScanFloats(k, src, lc.length);
-    if (scan.max_bits >= kNonFiniteBits) {
-      // CheckChunk's error names the element.
-      absl::Status st = CheckChunk(c, lc.length, /*require_finite=*/true,
-                                   shard_->wire_dtype());
-      return st.ok() ? absl::InternalError(absl::StrCat(
-                           "tensor '", lc.tensor, "' chunk ", lc.index,
-                           " has a value that is not finite"))
-                     : st;
-    }
-    max_bits = scan.max_bits;
-    hash = scan.hash;
-  } else {
-    hash = ChunkHash(k, c.data());
-  }
+  const uint64_t hash = ChunkHash(k, c);
   hashes_[k] = hash;
   if (!summing_) return absl::OkStatus();
+  const LocalChunk& lc = shard_->chunks_[k];
+  const char* src = c.data().data();
   if (shard_->wire_dtype() != pstrain::v1::DTYPE_F32) {
     // Decoded exactly to fp32 first, outside the chunk's lock.
     decoded_.resize(lc.length);
     DecodeElements(shard_->wire_dtype(), src, lc.length, decoded_.data());
     src = reinterpret_cast<const char*>(decoded_.data());
-    return SumLocked(c, k, src, hash, /*apply=*/false, std::nullopt);
+    return SumLocked(c, k, src, hash, check_later, /*apply=*/false);
   }
   if (!shard_->hold_terms_ || shard_->applier_ == nullptr ||
       !shard_->options_.apply_terms_on_arrival) {
-    return SumLocked(c, k, src, hash, /*apply=*/false, max_bits);
+    return SumLocked(c, k, src, hash, check_later, /*apply=*/false);
   }
   // One worker applying on arrival: the chunk's term is its step's only
   // one, applied here rather than held for the applier, under the shard's
@@ -950,17 +900,21 @@ absl::Status Shard::IncomingPush::Add(const ChunkData& c) {
     term_g_.resize(shard_->max_chunk_length_);
   }
   absl::ReaderMutexLock shard_lock(&shard_->mu_);
-  return SumLocked(c, k, src, hash, !shard_->closed_, max_bits);
+  return SumLocked(c, k, src, hash, check_later, !shard_->closed_);
 }
 
 absl::Status Shard::IncomingPush::SumLocked(const ChunkData& c, size_t k,
                                             const char* src, uint64_t hash,
-                                            bool apply,
-                                            std::optional<uint32_t> max_bits)
+                                            bool check_later, bool apply)
     ABSL_NO_THREAD_SAFETY_ANALYSIS {  // with `apply`, the caller holds mu_
   const LocalChunk& lc = shard_->chunks_[k];
-  // Every value was checked for NaN and Inf before (ValidateChunk, or Add's
-  // scan), but for a decoded bf16/fp16 chunk, which SumChunk checks.
+  // The NaN/Inf check of a chunk that is not summed after all (CheckChunk's
+  // error names the element).
+  auto check_finite = [&] {
+    return check_later ? CheckChunk(c, lc.length, /*require_finite=*/true,
+                                    shard_->wire_dtype())
+                       : absl::OkStatus();
+  };
   auto not_finite = [&] {
     absl::Status st =
         CheckChunk(c, lc.length, /*require_finite=*/true, shard_->wire_dtype());
@@ -974,11 +928,13 @@ absl::Status Shard::IncomingPush::SumLocked(const ChunkData& c, size_t k,
   if (sum.epoch != epoch_) {
     // The step was applied (a twin stream of this push completed it) or
     // the state restored: nothing more is added; Finish decides.
+    PS_RETURN_IF_ERROR(check_finite());
     summing_ = false;
     return absl::OkStatus();
   }
   ChunkSum::Contribution& mine = sum.by_worker[header_.worker()];
   if (mine.present) {
+    PS_RETURN_IF_ERROR(check_finite());
     if (mine.hash == hash && mine.num_samples == header_.num_samples()) {
       return absl::OkStatus();  // summed already
     }
@@ -991,13 +947,12 @@ absl::Status Shard::IncomingPush::SumLocked(const ChunkData& c, size_t k,
   const double n = static_cast<double>(header_.num_samples());
   TermOutcome applied = TermOutcome::kNotHeld;
   if (apply && !sum.applied) {
-    applied = shard_->ApplyTermLocked(k, sum, src, n, &mine.max_abs,
-                                      term_g_.data(), max_bits);
+    applied =
+        shard_->ApplyTermLocked(k, sum, src, n, &mine.max_abs, term_g_.data());
     if (applied == TermOutcome::kNotFinite) return not_finite();
   }
   if (applied != TermOutcome::kApplied &&
-      !shard_->SumChunk(k, sum, src, n, &mine.max_abs, &mine.clipped,
-                        max_bits)) {
+      !shard_->SumChunk(k, sum, src, n, &mine.max_abs, &mine.clipped)) {
     return not_finite();
   }
   mine.hash = hash;
@@ -1093,8 +1048,7 @@ absl::StatusOr<PushResult> Shard::IncomingPush::Finish() {
       [](const PushDecision&, PushResult*) {}, std::move(hashes_));
 }
 bool Shard::SumChunk(size_t k, ChunkSum& sum, const char* src,
-                     double num_samples, double* max_abs, uint64_t* clipped,
-                     std::optional<uint32_t> scanned_max_bits)
+                     double num_samples, double* max_abs, uint64_t* clipped)
     ABSL_NO_THREAD_SAFETY_ANALYSIS {  // the caller holds sum.mu
   const LocalChunk& lc = chunks_[k];
   const int e = sum.exponent;
@@ -1114,15 +1068,7 @@ bool Shard::SumChunk(size_t k, ChunkSum& sum, const char* src,
       hold_terms_ && (sum.acc == Acc::kZero || sum.acc == Acc::kStale);
   bool zero_first = sum.acc == Acc::kStale;
   uint32_t max_bits = 0;
-  if (scanned_max_bits.has_value()) {
-    // Scanned already: only the copy of a term that may be held is left.
-    max_bits = *scanned_max_bits;
-    if (max_bits >= kNonFiniteBits) return false;
-    if (may_hold) {
-      std::memcpy(acc, src, lc.length * sizeof(float));
-      zero_first = true;
-    }
-  } else if (may_hold) {
+  if (may_hold) {
     max_bits = MaxAbsBits(src, lc.length, reinterpret_cast<char*>(acc));
     if (max_bits >= kNonFiniteBits) {
       // Nothing changes: zeros stay zeros.
@@ -1282,17 +1228,15 @@ void Shard::ApplyInBlocksLocked(
 
 Shard::TermOutcome Shard::ApplyTermLocked(
     size_t k, ChunkSum& sum, const char* src, double num_samples,
-    double* max_abs, float* g, std::optional<uint32_t> scanned_max_bits)
-    ABSL_NO_THREAD_SAFETY_ANALYSIS {  // the caller holds sum.mu
+    double* max_abs,
+    float* g) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // the caller holds sum.mu
   using Acc = ChunkSum::Acc;
   // SumChunk's conditions for holding the term.
   if (sum.acc != Acc::kZero && sum.acc != Acc::kStale) {
     return TermOutcome::kNotHeld;
   }
   const LocalChunk& lc = chunks_[k];
-  const uint32_t max_bits = scanned_max_bits.has_value()
-                                ? *scanned_max_bits
-                                : MaxAbsBits(src, lc.length);
+  const uint32_t max_bits = MaxAbsBits(src, lc.length);
   if (max_bits >= kNonFiniteBits) return TermOutcome::kNotFinite;
   float max_g;
   std::memcpy(&max_g, &max_bits, sizeof(max_g));
