@@ -115,6 +115,13 @@ const Names<AllReduceConfig::Backend>& AllReduceBackendNames() {
   return *names;
 }
 
+const Names<AllReduceConfig::Sparse>& AllReduceSparseNames() {
+  static const auto* names = new Names<AllReduceConfig::Sparse>{
+      {"dense", AllReduceConfig::DENSE},
+      {"allgather", AllReduceConfig::ALLGATHER}};
+  return *names;
+}
+
 const Names<v1::DType>& WireDtypeNames() {
   static const auto* names = new Names<v1::DType>{{"fp32", v1::DTYPE_F32},
                                                   {"bf16", v1::DTYPE_BF16},
@@ -847,6 +854,16 @@ const std::vector<Key>& KeyTable() {
       Row("allreduce", "timeout_s", PositiveCodec(), 60,
           PS_FIELD(allreduce, timeout_s),
           "The longest wait of any ring step, in seconds."),
+      Row("allreduce", "sparse", EnumCodec(AllReduceSparseNames()),
+          AllReduceConfig::DENSE, PS_FIELD(allreduce, sparse),
+          "Row-sparse tables (`model.type: wide_deep`) in mode `allreduce`: "
+          "`dense` all-reduces each table's whole [rows, dim] gradient every "
+          "step (what plain data parallelism does); `allgather` sends each "
+          "worker's unique row ids and their gradient rows to every worker "
+          "over the ring ([sparse](sparse.md#parameter-server-vs-all-reduce-"
+          "on-the-sparse-model)). Needs `allreduce.backend: grpc`; "
+          "`allgather` needs a model with a row-sparse table and "
+          "`network.wire_dtype: fp32`. Ignored in modes `sync` and `async`."),
 
       Row("evaluation", "every_steps", IntCodec<int64_t>(), 0,
           PS_FIELD(evaluation, every_steps),
@@ -1320,11 +1337,32 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   if (m.type() == ModelConfig::WIDE_DEEP) {
     // What row-sparse tables do not support yet (docs/sparse.md, "Limits"),
     // refused before anything starts rather than by a process mid-run.
+    // Mode allreduce keeps a replica of the table on every worker
+    // (worker/allreduce/allreduce_trainer.h); its checkpoints and rollbacks
+    // hold dense tensors only.
     if (t.mode() == v1::MODE_ALLREDUCE) {
-      return KeyError("training.mode",
-                      "allreduce moves whole dense tensors; model.type "
-                      "wide_deep keeps its table row-sparse on the servers: "
-                      "use sync or async");
+      if (a.backend() == AllReduceConfig::NCCL) {
+        return KeyError("allreduce.backend",
+                        "nccl does not carry row-sparse tables (model.type "
+                        "wide_deep): use grpc");
+      }
+      if (c.checkpoint().every_steps() > 0 ||
+          c.checkpoint().every_seconds() > 0) {
+        return KeyError(c.checkpoint().every_steps() > 0
+                            ? "checkpoint.every_steps"
+                            : "checkpoint.every_seconds",
+                        "mode allreduce does not checkpoint row-sparse tables "
+                        "(model.type wide_deep) yet: use mode sync");
+      }
+      if (t.on_failure() == v1::TrainingConfig::RESTART ||
+          t.on_failure() == v1::TrainingConfig::ELASTIC) {
+        return KeyError("training.on_failure",
+                        absl::StrCat(ConfigName(t.on_failure()),
+                                     " in mode allreduce needs checkpoints, "
+                                     "which row-sparse tables (model.type "
+                                     "wide_deep) do not have there yet: use "
+                                     "fail"));
+      }
     }
     if (t.on_failure() == v1::TrainingConfig::ELASTIC) {
       return KeyError("training.on_failure",
@@ -1522,6 +1560,27 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
                     "nccl backend reduces in fp32");
   }
   PS_RETURN_IF_ERROR(
+      Known("allreduce.sparse", AllReduceSparseNames(), a.sparse()));
+  // The all-gather of rows sends ids and rows in fp32 (exact ids, and the
+  // sync shards' sums); a model without a row-sparse table has nothing to
+  // gather.
+  if (t.mode() == v1::MODE_ALLREDUCE &&
+      a.sparse() == AllReduceConfig::ALLGATHER) {
+    if (m.type() != ModelConfig::WIDE_DEEP) {
+      return KeyError(
+          "allreduce.sparse",
+          absl::StrCat("allgather applies to models with a row-sparse table "
+                       "(model.type wide_deep); model.type ",
+                       ConfigName(m.type()),
+                       " has none: use dense (the default)"));
+    }
+    if (n.wire_dtype() != v1::DTYPE_F32) {
+      return KeyError("network.wire_dtype",
+                      "allreduce.sparse: allgather sends ids and rows in "
+                      "fp32 only: use fp32");
+    }
+  }
+  PS_RETURN_IF_ERROR(
       Known("training.on_failure", OnFailureNames(), t.on_failure()));
   PS_RETURN_IF_ERROR(
       Positive("training.restart_timeout_s", t.restart_timeout_s()));
@@ -1608,6 +1667,9 @@ const std::string& ConfigName(WorkerConfig::Device value) {
 }
 const std::string& ConfigName(AllReduceConfig::Backend value) {
   return NameOrUnspecified(AllReduceBackendNames(), value);
+}
+const std::string& ConfigName(AllReduceConfig::Sparse value) {
+  return NameOrUnspecified(AllReduceSparseNames(), value);
 }
 const std::string& ConfigName(v1::ConsistencyMode value) {
   return NameOrUnspecified(ModeNames(), value);

@@ -31,6 +31,7 @@ const std::string& ConfigName(ModelConfig::Pooling value);
 const std::string& ConfigName(DataConfig::DataSource value);
 const std::string& ConfigName(WorkerConfig::Device value);
 const std::string& ConfigName(AllReduceConfig::Backend value);
+const std::string& ConfigName(AllReduceConfig::Sparse value);
 const std::string& ConfigName(v1::ConsistencyMode value);
 const std::string& ConfigName(v1::TrainingConfig::OnFailure value);
 const std::string& ConfigName(v1::DType value);  // network.wire_dtype

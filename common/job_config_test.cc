@@ -508,8 +508,15 @@ TEST(JobConfigTest, ValidateErrorsNameTheKey) {
       {[](JobConfig* c) {
          UseWideDeep(c);
          c->mutable_training()->set_mode(v1::MODE_ALLREDUCE);
+         c->mutable_allreduce()->set_backend(v1::AllReduceConfig::NCCL);
        },
-       "training.mode: allreduce moves whole dense tensors"},
+       "allreduce.backend: nccl does not carry row-sparse tables"},
+      {[](JobConfig* c) {
+         c->mutable_training()->set_mode(v1::MODE_ALLREDUCE);
+         c->mutable_allreduce()->set_sparse(v1::AllReduceConfig::ALLGATHER);
+       },
+       "allreduce.sparse: allgather applies to models with a row-sparse "
+       "table"},
       {[](JobConfig* c) {
          UseWideDeep(c);
          c->mutable_training()->set_on_failure(v1::TrainingConfig::ELASTIC);

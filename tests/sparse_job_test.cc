@@ -11,11 +11,15 @@
 //  * Bytes per worker per step follow the rows a step touches, not the
 //    table's size.
 //  * The same job on the real node classes (coordinator, ServerNodes,
-//    WorkerNodes: what ps_worker runs) trains and evaluates; mode allreduce,
-//    which moves dense tensors only, is refused naming the table.
+//    WorkerNodes: what ps_worker runs) trains and evaluates.
+//  * Mode allreduce with a replica of the table on every worker, the table's
+//    gradient exchanged whole (allreduce.sparse: dense) or as an all-gather
+//    of the rows touched (allgather): both equal the sync parameter server,
+//    and their bytes follow the table and the rows respectively.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -34,6 +38,9 @@
 #include "tests/in_process_job.h"
 #include "tests/test_cluster.h"
 #include "tests/training_harness.h"
+#include "worker/allreduce/allreduce_trainer.h"
+#include "worker/allreduce/in_memory_transport.h"
+#include "worker/allreduce/ring_allreduce.h"
 #include "worker/data/data.h"
 #include "worker/model/model.h"
 #include "worker/ps/ps_client.h"
@@ -325,21 +332,246 @@ TEST(SparseJobTest, WideDeepJobRunsOnTheNodes) {
   }
 }
 
-// Mode allreduce moves whole dense tensors: the job's validation refuses a
-// row-sparse model before any process starts (the dry run exits 2).
-TEST(SparseJobTest, AllReduceWideDeepIsRefusedBeforeAnythingStarts) {
-  JobConfig c = MakeConfig(pstrain::v1::MODE_SYNC, 2, 16, 1, 1000, 2,
-                           OptimizerConfig::SGD, 0.1);
-  c.mutable_training()->set_mode(pstrain::v1::MODE_ALLREDUCE);
-  FinalizeJobConfig(&c);
-  const absl::Status valid = ValidateJobConfig(c);
-  EXPECT_EQ(valid.code(), absl::StatusCode::kInvalidArgument) << valid;
+// ---- Mode allreduce on the sparse model (allreduce.sparse: dense, allgather;
+// worker/allreduce/row_replicas.h). Every rank holds a replica of the table.
+
+// `base` in mode allreduce, rows exchanged as `sparse` says.
+JobConfig AllReduceOf(JobConfig base, AllReduceConfig::Sparse sparse) {
+  base.mutable_training()->set_mode(pstrain::v1::MODE_ALLREDUCE);
+  base.mutable_training()->set_staleness(0);
+  base.mutable_allreduce()->set_sparse(sparse);
+  FinalizeJobConfig(&base);
+  return base;
+}
+
+struct RingResult {
+  std::vector<TensorList> dense;         // per rank: final dense weights
+  std::vector<std::vector<float>> rows;  // per rank: rows [0, rows_read)
+  std::vector<double> sent_per_step;     // per rank: ring bytes sent / step
+  double accuracy = 0;
+};
+
+// An all-reduce job over the in-memory ring, each rank a thread with its own
+// AllReduceTrainer; then each rank's replica rows [0, rows_read).
+absl::StatusOr<RingResult> RunRing(const JobConfig& config, int64_t rows_read) {
+  const int n = config.job().workers();
+  const int64_t steps = config.training().steps();
+  PS_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Transport>> transports,
+                      CreateInMemoryRing(n));
+  RingResult result;
+  result.dense.resize(n);
+  result.rows.resize(n);
+  result.sent_per_step.resize(n);
+  absl::Mutex mu;
+  int64_t correct = 0, total = 0;
+  PS_RETURN_IF_ERROR(OnThreads(n, [&](int r) -> absl::Status {
+    RingOptions ring;
+    ring.timeout = absl::Seconds(config.allreduce().timeout_s());
+    RingAllReducer reducer(transports[r].get(), ring);
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                        Model::Create(config.model()));
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data,
+                        DataSource::Create(config.data()));
+    TrainerOptions options;
+    options.rank = r;
+    options.config = config;
+    PS_ASSIGN_OR_RETURN(
+        std::unique_ptr<AllReduceTrainer> trainer,
+        AllReduceTrainer::Create(options, &reducer, model.get(), data.get()));
+    auto on_step = [&](const pstrain::v1::StepMetrics& m) -> absl::Status {
+      if (!std::isfinite(m.loss())) {
+        return absl::InternalError("loss is not finite");
+      }
+      if (m.step() == steps) {
+        absl::MutexLock lock(&mu);
+        correct += m.eval_correct();
+        total += m.eval_total();
+      }
+      return absl::OkStatus();
+    };
+    PS_RETURN_IF_ERROR(trainer->Run(on_step, nullptr));
+    result.dense[r] = trainer->params();
+    result.sent_per_step[r] = static_cast<double>(reducer.bytes_sent()) / steps;
+    if (rows_read > 0) {
+      std::vector<int64_t> ids(rows_read);
+      std::iota(ids.begin(), ids.end(), 0);
+      PS_ASSIGN_OR_RETURN(result.rows[r], trainer->rows()->ReadRows(0, ids));
+    }
+    return absl::OkStatus();
+  }));
+  if (total > 0) result.accuracy = static_cast<double>(correct) / total;
+  return result;
+}
+
+// N ring workers == the sync parameter server, rows included, for both
+// exchanges: 4 workers x 8 examples, 12 steps, a 2,000 x 8 table, SGD,
+// AdaGrad and Adam (lazy per-row state, as the shards). Replicas agree bit
+// for bit. Tolerance 1e-5, the dense all-reduce's (allreduce_equivalence_
+// test): the ring sums the dense tensors in fp32 while a shard sums in fixed
+// point, and every later step reads those weights. The all-gather's row
+// update itself is the shard's code on the same inputs (in double, in rank
+// order); the dense exchange sums the rows in fp32 around the ring.
+TEST(SparseJobTest, AllReduceVariantsEqualTheSyncParameterServer) {
+  for (OptimizerConfig::Kind kind :
+       {OptimizerConfig::SGD, OptimizerConfig::ADAGRAD,
+        OptimizerConfig::ADAM}) {
+    SCOPED_TRACE(OptimizerConfig::Kind_Name(kind));
+    const double lr = kind == OptimizerConfig::SGD ? 0.5 : 0.05;
+    const JobConfig sync =
+        MakeConfig(pstrain::v1::MODE_SYNC, 4, 8, 1, kBuckets, 12, kind, lr);
+    absl::StatusOr<JobResult> ps = RunJob(sync, kBuckets);
+    ASSERT_TRUE(ps.ok()) << ps.status();
+    absl::StatusOr<std::vector<float>> init = InitialRows(sync, kBuckets);
+    ASSERT_TRUE(init.ok()) << init.status();
+    ASSERT_GT(MaxRowDiff(ps->rows, *init), 1e-3);  // the table trained
+    for (AllReduceConfig::Sparse sparse :
+         {AllReduceConfig::DENSE, AllReduceConfig::ALLGATHER}) {
+      SCOPED_TRACE(AllReduceConfig::Sparse_Name(sparse));
+      const JobConfig ar = AllReduceOf(sync, sparse);
+      ASSERT_TRUE(ValidateJobConfig(ar).ok()) << ValidateJobConfig(ar);
+      absl::StatusOr<RingResult> ring = RunRing(ar, kBuckets);
+      ASSERT_TRUE(ring.ok()) << ring.status();
+      for (int r = 1; r < 4; ++r) {
+        EXPECT_EQ(ring->dense[r], ring->dense[0]) << "rank " << r;
+        EXPECT_EQ(ring->rows[r], ring->rows[0]) << "rank " << r;
+      }
+      const double dense_diff = MaxAbsDiff(ring->dense[0], ps->dense[0]);
+      const double row_diff = MaxRowDiff(ring->rows[0], ps->rows);
+      std::printf("%s %s: max |ring - sync PS| dense %.3g, rows %.3g\n",
+                  OptimizerConfig::Kind_Name(kind).c_str(),
+                  AllReduceConfig::Sparse_Name(sparse).c_str(), dense_diff,
+                  row_diff);
+      EXPECT_LE(dense_diff, kTolerance);
+      EXPECT_LE(row_diff, kTolerance);
+    }
+  }
+}
+
+// Bytes per worker per step: the dense exchange moves the whole table's
+// gradient (with N = 2 each rank sends exactly the all-reduced vector once:
+// half in the reduce-scatter, half in the all-gather), so it grows with the
+// table; the all-gather moves the rows touched, the same for 10^4 and 10^6
+// rows.
+TEST(SparseJobTest, AllReduceBytesFollowTheExchange) {
+  const int64_t kSmall = 10000, kLarge = 1000000;
+  std::vector<std::vector<double>> sent(2);  // [dense, allgather][table]
+  int64_t dense_params = 0;
+  for (int64_t buckets : {kSmall, kLarge}) {
+    const JobConfig base = MakeConfig(pstrain::v1::MODE_SYNC, 2, 32, 1, buckets,
+                                      6, OptimizerConfig::ADAGRAD, 0.05);
+    absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(base.model());
+    ASSERT_TRUE(model.ok()) << model.status();
+    dense_params = (*model)->num_dense_params();
+    for (int v = 0; v < 2; ++v) {
+      absl::StatusOr<RingResult> ring =
+          RunRing(AllReduceOf(base, v == 0 ? AllReduceConfig::DENSE
+                                           : AllReduceConfig::ALLGATHER),
+                  0);
+      ASSERT_TRUE(ring.ok()) << ring.status();
+      // The dense exchange: the same bytes from both ranks; the all-gather:
+      // each rank its own rows.
+      if (v == 0) EXPECT_EQ(ring->sent_per_step[0], ring->sent_per_step[1]);
+      sent[v].push_back(ring->sent_per_step[0]);
+    }
+  }
+  std::printf(
+      "ring bytes sent per worker per step, 10^4 / 10^6 rows: dense %.0f / "
+      "%.0f, allgather %.0f / %.0f\n",
+      sent[0][0], sent[0][1], sent[1][0], sent[1][1]);
+  // Dense: 4 bytes x (dense params + rows x dim + the sample count).
+  EXPECT_EQ(sent[0][0], 4.0 * (dense_params + kSmall * kDim + 1));
+  EXPECT_EQ(sent[0][1], 4.0 * (dense_params + kLarge * kDim + 1));
+  // All-gather: the dense tensors plus the counts, and the rows touched.
+  const double counts = 4.0 * (dense_params + 1 + 2 * 2);
+  EXPECT_GT(sent[1][0], counts);
+  EXPECT_NEAR((sent[1][1] - counts) / (sent[1][0] - counts), 1.0, 0.05);
+  EXPECT_LT(sent[1][1] * 100, sent[0][1]);
+}
+
+// What ps_worker runs: both exchanges through CoordinatorNode and
+// WorkerNodes over the gRPC ring; the table never comes whole to a worker
+// as a tensor, and the ring's bytes are the job's.
+TEST(SparseJobTest, AllReduceWideDeepJobRunsOnTheNodes) {
+  for (AllReduceConfig::Sparse sparse :
+       {AllReduceConfig::DENSE, AllReduceConfig::ALLGATHER}) {
+    SCOPED_TRACE(AllReduceConfig::Sparse_Name(sparse));
+    const JobConfig c =
+        AllReduceOf(MakeConfig(pstrain::v1::MODE_SYNC, 2, 16, 1, 100000, 30,
+                               OptimizerConfig::ADAGRAD, kLearnLr),
+                    sparse);
+    ASSERT_TRUE(ValidateJobConfig(c).ok()) << ValidateJobConfig(c);
+    absl::StatusOr<InProcessJob> job = RunInProcessJob(c);
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_FALSE(job->summary.failed) << job->summary.message;
+    EXPECT_EQ(job->summary.steps, 30);
+    ASSERT_TRUE(job->summary.final_accuracy.has_value());
+    EXPECT_GT(*job->summary.final_accuracy, 0.0);
+    EXPECT_GT(job->summary.bytes_pushed, 0u);
+    ASSERT_EQ(job->finals.size(), 2u);
+    EXPECT_TRUE(job->finals[0][0].empty());
+    EXPECT_EQ(job->finals[0], job->finals[1]);
+  }
+}
+
+// What mode allreduce cannot do with a row-sparse table, and an all-gather
+// with no table, are refused by the job's validation (before anything
+// starts) naming the key.
+TEST(SparseJobTest, AllReduceRefusalsNameTheKey) {
+  const JobConfig ok =
+      AllReduceOf(MakeConfig(pstrain::v1::MODE_SYNC, 2, 16, 1, 1000, 2,
+                             OptimizerConfig::SGD, 0.1),
+                  AllReduceConfig::ALLGATHER);
+  ASSERT_TRUE(ValidateJobConfig(ok).ok()) << ValidateJobConfig(ok);
+  std::vector<std::pair<std::function<void(JobConfig*)>, std::string>> cases = {
+      {[](JobConfig* c) {
+         c->mutable_allreduce()->set_backend(AllReduceConfig::NCCL);
+       },
+       "allreduce.backend: nccl does not carry row-sparse tables"},
+      {[](JobConfig* c) { c->mutable_checkpoint()->set_every_steps(5); },
+       "checkpoint.every_steps: mode allreduce does not checkpoint row-sparse "
+       "tables"},
+      {[](JobConfig* c) {
+         c->mutable_training()->set_on_failure(
+             pstrain::v1::TrainingConfig::RESTART);
+       },
+       "training.on_failure: restart in mode allreduce needs checkpoints"},
+      {[](JobConfig* c) {
+         c->mutable_network()->set_wire_dtype(pstrain::v1::DTYPE_BF16);
+       },
+       "network.wire_dtype: allreduce.sparse: allgather sends ids and rows in "
+       "fp32 only"},
+      {[](JobConfig* c) {
+         c->mutable_allreduce()->set_sparse(
+             AllReduceConfig::SPARSE_UNSPECIFIED);
+       },
+       "allreduce.sparse: must be one of"},
+  };
+  for (const auto& [change, want] : cases) {
+    JobConfig c = ok;
+    change(&c);
+    const absl::Status valid = ValidateJobConfig(c);
+    EXPECT_EQ(valid.code(), absl::StatusCode::kInvalidArgument) << want;
+    EXPECT_THAT(std::string(valid.message()), ::testing::HasSubstr(want));
+  }
+  // A model without a row-sparse table has nothing to gather.
+  JobConfig mlp = DefaultJobConfig();
+  mlp.mutable_training()->set_mode(pstrain::v1::MODE_ALLREDUCE);
+  mlp.mutable_allreduce()->set_sparse(AllReduceConfig::ALLGATHER);
+  FinalizeJobConfig(&mlp);
+  const absl::Status valid = ValidateJobConfig(mlp);
+  EXPECT_EQ(valid.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(valid.message()),
-              ::testing::HasSubstr("training.mode: allreduce moves whole "
-                                   "dense tensors; model.type wide_deep"));
-  absl::StatusOr<InProcessJob> job = RunInProcessJob(c);
+              ::testing::HasSubstr("allreduce.sparse: allgather applies to "
+                                   "models with a row-sparse table"));
+  // ... and the same job in mode allreduce with the dense exchange runs.
+  mlp.mutable_allreduce()->set_sparse(AllReduceConfig::DENSE);
+  EXPECT_TRUE(ValidateJobConfig(mlp).ok()) << ValidateJobConfig(mlp);
+  // A job with the refused key changes nothing: no process is started.
+  JobConfig bad = ok;
+  bad.mutable_allreduce()->set_backend(AllReduceConfig::NCCL);
+  absl::StatusOr<InProcessJob> job = RunInProcessJob(bad);
   ASSERT_FALSE(job.ok());
-  EXPECT_EQ(job.status().message(), valid.message());
+  EXPECT_EQ(job.status().message(), ValidateJobConfig(bad).message());
 }
 
 }  // namespace

@@ -291,19 +291,8 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
     PS_LOG_INFO("compute backend: %s", chosen.description);
     PS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
                         Model::Create(config.model(), backend.get()));
-    // The parameter-server trainer moves a row-sparse table by row
-    // (docs/sparse.md); the ring all-reduce moves whole dense tensors and
-    // would need the table whole on every worker, so say so rather than
-    // allocate it.
-    for (const pstrain::v1::TensorSpec& spec : model->params()) {
-      if (allreduce && spec.row_sparse()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "model.type ", ConfigName(config.model().type()), ": parameter '",
-            spec.name(),
-            "' is row-sparse, and mode allreduce moves dense tensors only "
-            "(use training.mode sync or async)"));
-      }
-    }
+    // A row-sparse table (docs/sparse.md) travels by row to the shards, or
+    // in mode allreduce as allreduce.sparse says (row_replicas.h).
     PS_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data, LoadJobData(config));
     PS_LOG_INFO("data: %s", data->Describe());
     absl::Time last_line = absl::InfinitePast();

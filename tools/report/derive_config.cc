@@ -80,6 +80,11 @@ absl::StatusOr<std::vector<PlannedRun>> PlanRuns(const std::string& modes,
       if (parts.size() == 3) {
         sets.push_back({"training.async_lr_per_push", "scaled"});
       }
+    } else if (parts.size() == 2 && parts[0] == "allreduce" &&
+               (parts[1] == "dense" || parts[1] == "allgather")) {
+      // How a row-sparse table travels (allreduce.sparse).
+      sets.push_back({"training.mode", "allreduce"});
+      sets.push_back({"allreduce.sparse", parts[1]});
     } else if (parts.size() == 2 && parts[0] == "backup" &&
                absl::SimpleAtoi(parts[1], &backups) && backups >= 1) {
       sets.push_back({"training.mode", "sync"});
@@ -88,7 +93,7 @@ absl::StatusOr<std::vector<PlannedRun>> PlanRuns(const std::string& modes,
       return absl::InvalidArgumentError(absl::StrCat(
           "--modes: unknown mode '", m,
           "' (sync, async, async:S, async:inf, async:S:scaled, backup:B, "
-          "allreduce)"));
+          "allreduce, allreduce:dense, allreduce:allgather)"));
     }
     if (std::find(labels.begin(), labels.begin() + i, m) !=
         labels.begin() + i) {

@@ -44,7 +44,9 @@ struct PlannedRun {
 // times each, in order. The mode grammar: sync | async (the base's
 // staleness) | async:S (S an integer >= 0 or inf, the one staleness parser)
 // | async:S:scaled (and training.async_lr_per_push: scaled) | backup:B
-// (sync with B >= 1 backup workers) | allreduce. INVALID_ARGUMENT "--modes:
+// (sync with B >= 1 backup workers) | allreduce | allreduce:dense |
+// allreduce:allgather (and allreduce.sparse: how a row-sparse table travels;
+// plain allreduce keeps the base's). INVALID_ARGUMENT "--modes:
 // unknown mode 'x' (...)", "'sync' given twice", "--modes: empty", "--repeats:
 // must be >= 1".
 absl::StatusOr<std::vector<PlannedRun>> PlanRuns(const std::string& modes,

@@ -202,6 +202,29 @@ TEST(PlanRunsTest, ScaledAsyncAndBackupWorkers) {
   EXPECT_EQ(c.training().backup_workers(), 1);
 }
 
+TEST(PlanRunsTest, AllReduceVariantsSetHowRowsTravel) {
+  absl::StatusOr<std::vector<PlannedRun>> plan =
+      PlanRuns("allreduce,allreduce:dense,allreduce:allgather", 1);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->size(), 3u);
+  EXPECT_EQ((*plan)[0].mode_sets.size(), 1u);  // the base's allreduce.sparse
+  EXPECT_EQ((*plan)[1].name, "allreduce-dense");
+  EXPECT_EQ((*plan)[2].name, "allreduce-allgather");
+  EXPECT_EQ((*plan)[2].label, "allreduce:allgather");
+  const JobConfig c = MustParse(
+      DeriveConfig(DefaultYaml(), "default.yaml", (*plan)[1].mode_sets));
+  EXPECT_EQ(c.training().mode(), pstrain::v1::MODE_ALLREDUCE);
+  EXPECT_EQ(c.allreduce().sparse(), pstrain::v1::AllReduceConfig::DENSE);
+  // The default job's MLP has no row-sparse table to gather: refused by
+  // the derived config's validation, naming the key.
+  absl::StatusOr<std::string> gather =
+      DeriveConfig(DefaultYaml(), "default.yaml", (*plan)[2].mode_sets);
+  ASSERT_FALSE(gather.ok());
+  EXPECT_THAT(std::string(gather.status().message()),
+              HasSubstr("allreduce.sparse: allgather applies to models with "
+                        "a row-sparse table"));
+}
+
 TEST(PlanRunsTest, BadModesAreNamed) {
   for (const auto& [modes, want] :
        std::vector<std::pair<std::string, std::string>>{
@@ -212,6 +235,7 @@ TEST(PlanRunsTest, BadModesAreNamed) {
            {"async:2:fast", "unknown mode 'async:2:fast'"},
            {"backup:0", "unknown mode 'backup:0'"},
            {"backup:x", "unknown mode 'backup:x'"},
+           {"allreduce:sparse", "unknown mode 'allreduce:sparse'"},
            {"sync,sync", "'sync' given twice"},
            {"", "--modes: empty"},
            {"sync,", "unknown mode ''"},

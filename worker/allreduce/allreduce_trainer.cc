@@ -20,9 +20,23 @@ absl::StatusOr<std::unique_ptr<AllReduceTrainer>> AllReduceTrainer::Create(
   if (checkpoint.env == nullptr) checkpoint.env = CheckpointEnv::Default();
   const std::string resume = checkpoint.resume_from;
   const uint64_t start = static_cast<uint64_t>(options.start_step);
+  const RowReplicas::Mode row_mode =
+      options.config.allreduce().sparse() == AllReduceConfig::ALLGATHER
+          ? RowReplicas::Mode::kAllGather
+          : RowReplicas::Mode::kDense;
+  const int ranks = options.config.job().workers();
+  const int rank = static_cast<int>(options.rank);
   std::unique_ptr<AllReduceTrainer> trainer(
       new AllReduceTrainer(std::move(options), reducer, model, data,
                            std::move(optimizer), std::move(checkpoint)));
+  PS_ASSIGN_OR_RETURN(trainer->rows_,
+                      RowReplicas::Create(model, trainer->optimizer_.get(),
+                                          row_mode, ranks, rank));
+  if (!trainer->rows_->empty() && !resume.empty()) {
+    return absl::FailedPreconditionError(
+        "all-reduce training of a model with row-sparse tables cannot resume "
+        "from a checkpoint (it writes none)");
+  }
   if (resume.empty()) {
     if (start != 0) {
       return absl::FailedPreconditionError(
@@ -64,7 +78,8 @@ AllReduceTrainer::AllReduceTrainer(TrainerOptions options, AllReducer* reducer,
       optimizer_(std::move(optimizer)),
       checkpoint_(std::move(checkpoint)) {
   for (const pstrain::v1::TensorSpec& spec : model_->params()) {
-    std::vector<float> w(NumElements(spec));
+    // A row-sparse table lives in rows_ (its entry here stays empty).
+    std::vector<float> w(spec.row_sparse() ? 0 : NumElements(spec));
     InitialValues(spec, 0, w.size(), w.data());
     slots_.push_back(optimizer_->InitSlots(w.size()));
     params_.push_back(std::move(w));
@@ -78,6 +93,7 @@ void AllReduceTrainer::ApplyOptimizer(int64_t step) {
   const float* grad = reduced_.data();
   float* w = weights_.data();
   for (size_t t = 0; t < params_.size(); ++t) {
+    if (params_[t].empty()) continue;  // a row-sparse table (rows_)
     optimizer_->Apply(step, step, w, grad,
                       slots_[t].empty() ? nullptr : slots_[t].data(),
                       params_[t].size());
@@ -113,7 +129,8 @@ absl::Status AllReduceTrainer::Run(const StepCallback& on_step,
   const int64_t slice = local.slice();
   // The replica's weights live in pinned host memory while training, so
   // that each step's upload is one DMA; params_ gets them back at the end.
-  const int64_t total = model_->num_params();
+  // Dense tensors only: a row-sparse table's rows are in rows_.
+  const int64_t total = model_->num_dense_params();
   ComputeBackend* backend = model_->backend();
   PS_ASSIGN_OR_RETURN(weights_, backend->AllocateHost(total));
   PS_ASSIGN_OR_RETURN(reduced_, backend->AllocateHost(total + 1));
@@ -139,8 +156,10 @@ absl::Status AllReduceTrainer::Run(const StepCallback& on_step,
     PS_RETURN_IF_ERROR(model_->SetParams(weights));
     if (c.evaluation().every_steps() > 0 && step > 0 &&
         step % c.evaluation().every_steps() == 0) {
+      if (!rows_->empty()) PS_RETURN_IF_ERROR(rows_->SetTestRows(&local));
       PS_RETURN_IF_ERROR(local.Evaluate(&m));
     }
+    if (!rows_->empty()) PS_RETURN_IF_ERROR(rows_->SetStepRows(&local, step));
 
     absl::Time t0 = absl::Now();
     PS_ASSIGN_OR_RETURN(double loss_sum, local.Gradient(step));
@@ -149,9 +168,7 @@ absl::Status AllReduceTrainer::Run(const StepCallback& on_step,
     m.set_samples(slice);
 
     t0 = absl::Now();
-    PS_RETURN_IF_ERROR(
-        AllReduceWeightedMeanOfModel(reducer_, step, slice, model_, &reduced_));
-    ApplyOptimizer(step);
+    PS_RETURN_IF_ERROR(ExchangeAndApply(step, slice));
     m.set_pull_s(absl::ToDoubleSeconds(absl::Now() - t0));
     // The state is now cut step + 1 on every rank; rank 0 saves it. The
     // others go on to the next all-reduce and wait there meanwhile.
@@ -175,9 +192,22 @@ absl::Status AllReduceTrainer::Run(const StepCallback& on_step,
     std::copy(weights[t].begin(), weights[t].end(), params_[t].begin());
   }
   PS_RETURN_IF_ERROR(model_->SetParams(weights));
+  if (!rows_->empty()) PS_RETURN_IF_ERROR(rows_->SetTestRows(&local));
   PS_RETURN_IF_ERROR(local.Evaluate(&m));
   m.set_end_unix_s(UnixSeconds());
   return on_step ? on_step(m) : absl::OkStatus();
+}
+
+absl::Status AllReduceTrainer::ExchangeAndApply(int64_t step, int64_t samples) {
+  if (rows_->empty()) {
+    PS_RETURN_IF_ERROR(AllReduceWeightedMeanOfModel(reducer_, step, samples,
+                                                    model_, &reduced_));
+  } else {
+    // The dense mean into reduced_ and the rows updated (row_replicas.h).
+    PS_RETURN_IF_ERROR(rows_->Exchange(reducer_, step, samples, &reduced_));
+  }
+  ApplyOptimizer(step);
+  return absl::OkStatus();
 }
 
 absl::Status AllReduceWeightedMeanOfModel(AllReducer* reducer, uint64_t step,
@@ -185,7 +215,7 @@ absl::Status AllReduceWeightedMeanOfModel(AllReducer* reducer, uint64_t step,
                                           HostBuffer* host) {
   ComputeBackend* backend = model->backend();
   DeviceBuffer* grad = model->gradient();
-  const int64_t total = model->num_params();
+  const int64_t total = model->num_dense_params();
   if (grad == nullptr || grad->size() < total + 1 || host->size() < total + 1) {
     return absl::FailedPreconditionError(absl::StrCat(
         "all-reduce of the model's gradient: it has ",

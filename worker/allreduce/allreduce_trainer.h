@@ -23,6 +23,13 @@
 // bit-identical on every rank and the optimizer is deterministic, so the
 // replicas stay bit-identical.
 //
+// Row-sparse tables (model.type wide_deep, docs/sparse.md): each rank keeps
+// a replica of every table (worker/allreduce/row_replicas.h); a step reads
+// its rows from it and exchanges the row gradients as allreduce.sparse says
+// (the whole table's gradient in the ring all-reduce, or an all-gather of
+// the rows), then updates the touched rows as a sync shard does. Such a job
+// has no checkpoints (the job's validation refuses them).
+//
 // Checkpoints and resume (worker/allreduce/checkpointing.h): rank 0 writes
 // the replica's state after the step that completes each cut; a resumed job
 // loads it on every rank and starts at its step (options.start_step), with
@@ -43,6 +50,7 @@
 #include "proto/pstrain.pb.h"
 #include "worker/allreduce/allreducer.h"
 #include "worker/allreduce/checkpointing.h"
+#include "worker/allreduce/row_replicas.h"
 #include "worker/data/data.h"
 #include "worker/model/local_step.h"
 #include "worker/model/model.h"
@@ -76,13 +84,20 @@ class AllReduceTrainer {
   absl::Status Run(const StepCallback& on_step,
                    const std::function<bool()>& should_stop);
 
-  // This replica's weights (the final ones after Run succeeds).
+  // This replica's weights (the final ones after Run succeeds); a
+  // row-sparse table's entry is empty (see rows()).
   const TensorList& params() const { return params_; }
+  // The replicas of the row-sparse tables (empty() for a dense model).
+  RowReplicas* rows() const { return rows_.get(); }
 
  private:
   AllReduceTrainer(TrainerOptions options, AllReducer* reducer, Model* model,
                    DataSource* data, std::unique_ptr<Optimizer> optimizer,
                    AllReduceCheckpointOptions checkpoint);
+
+  // The gradient exchange and update of one step (dense tensors, and rows
+  // when the model has row-sparse tables).
+  absl::Status ExchangeAndApply(int64_t step, int64_t samples);
 
   // Rank 0: writes the checkpoint of cut `cut` from weights_ and slots_;
   // returns its directory ("" when it was already complete on disk).
@@ -98,6 +113,7 @@ class AllReduceTrainer {
   DataSource* const data_;
   const std::unique_ptr<Optimizer> optimizer_;
   const AllReduceCheckpointOptions checkpoint_;
+  std::unique_ptr<RowReplicas> rows_;  // set by Create
   TensorList params_;  // initial, then final weights (Run copies them back)
   std::vector<std::vector<float>> slots_;  // per tensor, Optimizer layout
   // On the host, pinned on CUDA, during Run: the replica's weights
@@ -119,7 +135,7 @@ absl::Status AllReduceWeightedMean(AllReducer* reducer, uint64_t step,
 // mean gradient of this rank's `samples` > 0 examples): weighted by the
 // sample count and, with the count in the spare float, summed over all
 // ranks, on the device when `reducer` sums there, else in `host` after one
-// download. On success `host` (num_params + 1 floats, from the model's
+// download. On success `host` (num_dense_params + 1 floats, from the model's
 // backend) holds the sample-weighted mean gradient, tensors back to back, and
 // the total sample count last. With the CPU backend the numbers are those of
 // the host version above, bit for bit.

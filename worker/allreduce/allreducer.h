@@ -44,6 +44,21 @@ class AllReducer {
         absl::StrCat(name(), " sums host memory only"));
   }
 
+  // Gathers every rank's block: `data` holds the blocks of all ranks back to
+  // back, rank r's of sizes[r] floats (the same `sizes` on every rank); on
+  // entry this rank's block is filled in, on success every block is, bit for
+  // bit as its rank gave it. Same step rules as SumInPlace (an all-gather may
+  // share its step with one SumInPlace that came before it). UNIMPLEMENTED
+  // unless the reducer gathers (the ring: ring_allgather.h).
+  virtual absl::Status AllGather(uint64_t step,
+                                 absl::Span<const uint64_t> sizes,
+                                 absl::Span<float> data) {
+    (void)step;
+    (void)sizes;
+    (void)data;
+    return absl::UnimplementedError(absl::StrCat(name(), " does not gather"));
+  }
+
   // Ends the collective gracefully (the last data reaches every peer) after
   // the last SumInPlace.
   virtual absl::Status Close() = 0;

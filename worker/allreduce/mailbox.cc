@@ -10,6 +10,7 @@ namespace pstrain {
 std::string SegmentKey::ToString() const {
   const char* name = phase == pstrain::v1::REDUCE_SCATTER ? "reduce-scatter"
                      : phase == pstrain::v1::ALL_GATHER   ? "all-gather"
+                     : phase == pstrain::v1::ROW_GATHER   ? "row-gather"
                                                           : "phase?";
   return absl::StrCat("step ", step, " ", name, " chunk ", chunk, " offset ",
                       offset);

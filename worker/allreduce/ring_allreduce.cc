@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "common/low_precision.h"
 #include "common/status_macros.h"
+#include "worker/allreduce/ring_allgather.h"
 
 namespace pstrain {
 
@@ -167,6 +168,12 @@ absl::Status RingAllReduce(Transport* transport, uint64_t step,
       status.ok() ? absl::Now() + options.timeout : absl::InfinitePast(),
       options.cancelled, options.poll));
   return status.ok() ? flushed : status;
+}
+
+absl::Status RingAllReducer::AllGather(uint64_t step,
+                                       absl::Span<const uint64_t> sizes,
+                                       absl::Span<float> data) {
+  return RingAllGather(transport_, step, sizes, data, options_);
 }
 
 std::string RingAllReducer::name() const {

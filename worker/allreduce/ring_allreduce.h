@@ -82,6 +82,9 @@ class RingAllReducer : public AllReducer {
   absl::Status SumInPlace(uint64_t step, absl::Span<float> data) override {
     return RingAllReduce(transport_, step, data, options_);
   }
+  // RingAllGather (ring_allgather.h).
+  absl::Status AllGather(uint64_t step, absl::Span<const uint64_t> sizes,
+                         absl::Span<float> data) override;
   // Transport::Close within options.timeout; CANCELLED when
   // options.cancelled turns true first.
   absl::Status Close() override {

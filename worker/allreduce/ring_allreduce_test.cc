@@ -27,6 +27,7 @@
 #include "worker/allreduce/grpc_transport.h"
 #include "worker/allreduce/in_memory_transport.h"
 #include "worker/allreduce/nccl_allreducer.h"
+#include "worker/allreduce/ring_allgather.h"
 #include "worker/compute/compute_backend.h"
 
 namespace pstrain {
@@ -277,6 +278,69 @@ TEST_P(RingAllReduceTest, Bf16WireHalvesTheBytesWithBoundedError) {
     if (x != fp32[0][i]) ++differ;
   }
   EXPECT_GT(differ, size / 2);  // the wire really was bf16
+}
+
+// The all-gather of the all-reduce trainer's rows (ring_allgather.h): blocks
+// of different sizes (some empty) reach every rank bit for bit, after a sum
+// of the same step (they share the step tag), and each rank sends every
+// block but its right neighbour's.
+TEST_P(RingAllReduceTest, AllGatherCopiesEveryBlockAfterASumOfTheSameStep) {
+  const auto [kind, n] = GetParam();
+  absl::StatusOr<std::unique_ptr<Ring>> ring = Ring::Start(kind, n);
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  uint64_t step = 0;
+  for (size_t seg : {size_t{1}, size_t{3}, size_t{256}}) {
+    SCOPED_TRACE(absl::StrCat(KindName(kind), " N=", n, " segment=", seg));
+    RingOptions options;
+    options.segment_elems = seg;
+    options.timeout = absl::Seconds(10);
+    std::vector<std::vector<float>> sums(n, std::vector<float>(7, 1.0f));
+    std::vector<absl::Status> st =
+        AllReduceOnThreads(ring->get(), step, &sums, options);
+    for (int r = 0; r < n; ++r) ASSERT_TRUE(st[r].ok()) << st[r];
+    std::vector<uint64_t> sizes(n);
+    uint64_t total = 0;
+    for (int r = 0; r < n; ++r) {
+      sizes[r] = (r * 7 + seg) % 5 == 0 ? 0 : r * 11 + seg;  // some empty
+      total += sizes[r];
+    }
+    std::vector<float> want(total);
+    for (size_t i = 0; i < total; ++i) want[i] = std::sin(0.37f * i + seg);
+    std::vector<std::vector<float>> v(n, std::vector<float>(total, 0.0f));
+    uint64_t at = 0;
+    for (int r = 0; r < n; ++r) {
+      std::copy(want.begin() + at, want.begin() + at + sizes[r],
+                v[r].begin() + at);
+      at += sizes[r];
+    }
+    std::vector<uint64_t> before(n);
+    for (int r = 0; r < n; ++r) before[r] = (*ring)->transport(r)->bytes_sent();
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        st[r] = RingAllGather((*ring)->transport(r), step, sizes,
+                              absl::MakeSpan(v[r]), options);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < n; ++r) {
+      ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r];
+      EXPECT_EQ(v[r], want) << "rank " << r;
+      const uint64_t sent = (*ring)->transport(r)->bytes_sent() - before[r];
+      EXPECT_EQ(sent, n == 1 ? 0 : 4 * (total - sizes[(r + 1) % n]))
+          << "rank " << r;
+    }
+    ++step;
+  }
+  std::vector<uint64_t> wrong(n + 1, 0);
+  EXPECT_EQ(RingAllGather((*ring)->transport(0), step, wrong, {}, {}).code(),
+            absl::StatusCode::kInvalidArgument);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_TRUE((*ring)
+                    ->transport(r)
+                    ->Close(WaitBound(absl::Now() + absl::Seconds(5)))
+                    .ok());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
