@@ -11,8 +11,11 @@
 # and saves one first (PSTRAIN_ROOTFS_CACHE applies). Scenarios: sync and
 # async with 2 servers x 4 workers, allreduce with 4 workers (each must
 # complete: every Job Complete, every pod exit 0, the coordinator's
-# termination message the summary), and a run whose worker is killed mid-job
-# (every Job Failed, no pod exits 0). PSTRAIN_PODRUN_ONLY=sync,failed runs
+# termination message the summary), a run whose worker is killed mid-job
+# (every Job Failed, no pod exits 0), a server pod killed under
+# on_failure: restart (re-created by its Job; the final checkpoint equals
+# sync's byte for byte) and mutual TLS from a generated CA and certificate
+# (the Secret pstrain-tls). PSTRAIN_PODRUN_ONLY=sync,failed runs
 # some. Prints "SKIPPED: <reason>" and exits 0 when not root or without
 # podman, kubectl or node; ends with "podrun: N passed, M failed".
 set -euo pipefail

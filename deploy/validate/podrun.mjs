@@ -18,8 +18,9 @@
 //   - env: literal values, the downward API (metadata.name/namespace,
 //     labels, annotations, resourceFieldRef limits), $(VAR) in command and
 //     args expanded from it;
-//   - volumes: ConfigMaps from the render (subPath too), the Secret
-//     pstrain-token as a generated token, emptyDir and PVCs as directories
+//   - volumes: ConfigMaps from the render (subPath too), the Secrets
+//     pstrain-token (a generated token) and pstrain-tls (files the scenario
+//     generates with openssl), emptyDir and PVCs as directories
 //     owned by the pod's user; the termination message file;
 //   - securityContext: the user, read-only root, no capabilities, no new
 //     privileges;
@@ -35,6 +36,12 @@
 //   async              dev overlay, 2 servers x 4 workers
 //   allreduce          allreduce overlay, 4 workers
 //   failed             dev overlay, 2 x 4, a worker killed mid-job
+//   restart            sync's job with training.on_failure restart: a server
+//                      pod killed mid-job is re-created by the Job, takes its
+//                      index back, the job rolls back and completes with the
+//                      same final checkpoint as sync (byte for byte)
+//   tls                dev overlay + components/tls, 2 x 4, mutual TLS from
+//                      a CA and certificate generated for the pods' names
 // Pods start in reverse render order (workers first, coordinator last).
 // Prints "podrun: SCENARIO: ok (...)" or "FAILED"; ends with
 // "podrun: N passed, M failed"; exit 1 on any failure.
@@ -167,7 +174,7 @@ function envOf(p, c) {
   return { env, expand };
 }
 
-function podmanArgs(p, objects, scenarioDir, allPods, token) {
+function podmanArgs(p, objects, scenarioDir, allPods, secrets) {
   const t = p.job.spec.template;
   const spec = t.spec;
   if (spec.containers.length !== 1 || spec.initContainers?.length) throw new Error(`${p.host}: one container per pod is emulated`);
@@ -198,10 +205,16 @@ function podmanArgs(p, objects, scenarioDir, allPods, token) {
       fs.mkdirSync(src, { recursive: true });
       for (const [k, val] of Object.entries(cm.data ?? {})) fs.writeFileSync(path.join(src, k), val, { mode: 0o644 });
     } else if (v.secret) {
-      if (v.secret.secretName !== "pstrain-token") throw new Error(`${p.host}: Secret ${v.secret.secretName} is not emulated`);
-      src = path.join(scenarioDir, "secret-token");
+      const data = secrets[v.secret.secretName];
+      if (!data) throw new Error(`${p.host}: Secret ${v.secret.secretName} is not emulated`);
+      src = path.join(scenarioDir, `secret-${v.secret.secretName}`);
       fs.mkdirSync(src, { recursive: true });
-      fs.writeFileSync(path.join(src, "token"), token, { mode: 0o644 });
+      // Readable by the pod's user as the kubelet's defaultMode 0440 + fsGroup
+      // would make them.
+      for (const [k, val] of Object.entries(data)) {
+        fs.writeFileSync(path.join(src, k), val, { mode: 0o640 });
+        fs.chownSync(path.join(src, k), 0, gid);
+      }
     } else if (v.emptyDir || v.persistentVolumeClaim) {
       src = v.emptyDir ? path.join(podDir, `empty-${m.name}`) : path.join(scenarioDir, "pvc", v.persistentVolumeClaim.claimName);
       fs.mkdirSync(src, { recursive: true });
@@ -237,11 +250,11 @@ function failJobRule(job, code, containerName) {
   return "Count";
 }
 
-async function runScenario(name, objects, { deadlineS = 240, during, after } = {}) {
+async function runScenario(name, objects, { deadlineS = 240, during, after, secrets: extra = {} } = {}) {
   const scenarioDir = path.join(WORK, "run", name);
   fs.mkdirSync(scenarioDir, { recursive: true });
   const pods = planPods(objects, opt.net);
-  const token = crypto.randomBytes(24).toString("hex");
+  const secrets = { "pstrain-token": { token: crypto.randomBytes(24).toString("hex") }, ...extra };
   const jobs = new Map();
   for (const p of pods) {
     const j = jobs.get(p.job.metadata.name) ?? { job: p.job, failures: 0, state: "Running", pods: [] };
@@ -252,7 +265,7 @@ async function runScenario(name, objects, { deadlineS = 240, during, after } = {
   const container = (p) => `pr${TAG}-${p.host}`;
   const start = (p) => {
     podman(["rm", "-f", container(p)], { check: false });
-    podman(podmanArgs(p, objects, scenarioDir, pods, token));
+    podman(podmanArgs(p, objects, scenarioDir, pods, secrets));
     p.running = true;
   };
   // Reverse render order: workers first, the coordinator last.
@@ -382,23 +395,48 @@ function checkSuccess(r, steps, claim = null) {
   return { problems, note: summary ? `${summary.mode}, ${summary.workers} workers, ${summary.servers} servers, ${summary.steps} steps, loss ${summary.final_loss}` : "" };
 }
 
+// The job of the sync and restart scenarios: the same weights at the end,
+// whatever happened on the way. Emulated compute (400 ms a step) leaves time
+// to kill a pod between the checkpoint of step 10 and the end.
+const SYNC_STEPS = 20;
+const syncJob = (j) => {
+  small(j, "sync", 2, 4, SYNC_STEPS);
+  j.checkpoint = { every_steps: 10 };
+  j.worker = { ...(j.worker ?? {}), compute_ms: 400 };
+};
+// The newest complete checkpoint under DIR: { step, dir, files } or null.
+function newestCheckpoint(dir) {
+  if (!fs.existsSync(dir)) return null;
+  const steps = fs.readdirSync(dir).filter((d) => /^step-[0-9]+$/.test(d) && fs.existsSync(path.join(dir, d, "MANIFEST.json"))).sort();
+  if (!steps.length) return null;
+  const d = path.join(dir, steps.at(-1));
+  const files = fs.readdirSync(d).filter((f) => f.startsWith("shard-")).sort();
+  return { step: steps.at(-1), dir: d, files };
+}
+const finalCheckpoints = {};
+// A CA and one certificate for every process (server and client), naming
+// the coordinator Service and each server pod as the processes dial them
+// (deploy/README.md, "TLS").
+function tlsSecret(instance, ns, servers) {
+  const dir = path.join(WORK, "tls");
+  fs.mkdirSync(dir, { recursive: true });
+  const f = (n) => path.join(dir, n);
+  const names = [`${instance}-ps-coordinator`, `${instance}-ps-coordinator.${ns}.svc`, `${instance}-ps-coordinator.${ns}.svc.cluster.local`];
+  for (let i = 0; i < servers; i++) names.push(`${instance}-ps-${i}.${instance}-ps`, `${instance}-ps-${i}.${instance}-ps.${ns}.svc`);
+  fs.writeFileSync(f("ext"), `subjectAltName=${names.map((n) => `DNS:${n}`).join(",")}\nextendedKeyUsage=serverAuth,clientAuth\n`);
+  sh("openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=pstrain-podrun-ca", "-keyout", f("ca.key"), "-out", f("ca.crt")]);
+  sh("openssl", ["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=pstrain", "-keyout", f("tls.key"), "-out", f("tls.csr")]);
+  sh("openssl", ["x509", "-req", "-in", f("tls.csr"), "-CA", f("ca.crt"), "-CAkey", f("ca.key"), "-CAcreateserial", "-days", "2", "-out", f("tls.crt"), "-extfile", f("ext")]);
+  return Object.fromEntries(["tls.crt", "tls.key", "ca.crt"].map((k) => [k, fs.readFileSync(f(k))]));
+}
+
 const scenarios = [
   // With the results component: outputs and checkpoints on the claim, and a
   // coordinator pod re-created after the end must not start a second job
   // over them (issue 27 #2: it used to truncate metrics.csv and overwrite
   // summary.json): it exits 3 and says why in its termination message.
   ["sync", () => {
-    const steps = 20;
-    const objs = renderScenario(
-      "sync",
-      "dev",
-      jobFile("dev", (j) => {
-        small(j, "sync", 2, 4, steps);
-        j.checkpoint = { every_steps: 10 };
-      }),
-      [["ps", 2], ["ps-worker", 4]],
-      ["results"],
-    );
+    const objs = renderScenario("sync", "dev", jobFile("dev", syncJob), [["ps", 2], ["ps-worker", 4]], ["results"]);
     const after = async ({ pods, rerun }) => {
       const c = coordinatorOf({ pods });
       const claim = path.join(WORK, "run", "sync", "pvc", objs.find((o) => o.kind === "PersistentVolumeClaim").metadata.name);
@@ -410,8 +448,9 @@ const scenarios = [
       return { claim, again, unchanged: before.every((b, i) => b === afterFiles[i]), message: fs.readFileSync(c.termination, "utf8").trim() };
     };
     const check = (r) => {
-      const { problems, note } = checkSuccess(r, steps, r.afterResult?.claim);
+      const { problems, note } = checkSuccess(r, SYNC_STEPS, r.afterResult?.claim);
       const a = r.afterResult;
+      finalCheckpoints.sync = newestCheckpoint(path.join(a.claim, "ckpt"));
       const ckpt = path.join(a.claim, "ckpt");
       const steps_ = fs.existsSync(ckpt) ? fs.readdirSync(ckpt).filter((d) => d.startsWith("step-")) : [];
       if (!steps_.length) problems.push(`no checkpoint under ${ckpt} on the claim`);
@@ -479,6 +518,76 @@ const scenarios = [
       return { problems, note: `${summary.failure?.process ?? "?"} failure "${summary.failure?.message ?? summary.message ?? ""}"; exits: ${r.pods.map((p) => `${p.host}=${p.history.join(",")}${p.deleted ? " (deleted by the Job controller)" : ""}`).join(" ")}${retried.length ? `; retried: ${retried.join(" ")}` : ""}` };
     };
     return [objs, { during }, check];
+  }],
+  // training.on_failure: restart on Kubernetes: the Job controller is the
+  // supervisor. A server pod killed after the checkpoint of step 10 exits
+  // 137, which the Job counts (backoffLimit) and re-creates with its index;
+  // the new server registers as that shard, the coordinator rolls every
+  // shard back to the checkpoint, and the job completes with the same final
+  // checkpoint as the undisturbed sync scenario, byte for byte.
+  ["restart", () => {
+    const objs = renderScenario(
+      "restart",
+      "dev",
+      jobFile("dev", (j) => {
+        syncJob(j);
+        j.training.on_failure = "restart";
+        j.training.max_restarts = 2;
+        j.network.lease_s = 2;
+      }),
+      [["ps", 2], ["ps-worker", 4]],
+      ["results"],
+    );
+    const claim = path.join(WORK, "run", "restart", "pvc", objs.find((o) => o.kind === "PersistentVolumeClaim").metadata.name);
+    let killed = null;
+    const during = async ({ pods, container }) => {
+      const ck = newestCheckpoint(path.join(claim, "ckpt"));
+      if (!ck) return false;
+      killed = pods.find((p) => p.host.endsWith("-ps-1"));
+      log(`restart: ${ck.step} written; killing ${killed.host}`);
+      podman(["kill", "-s", "KILL", container(killed)], { check: false });
+      return true;
+    };
+    const check = (r) => {
+      const problems = [];
+      if (!killed) problems.push("no checkpoint was written before the end (no server killed)");
+      for (const j of r.jobs.values()) if (j.state !== "Complete") problems.push(`Job ${j.job.metadata.name} ${j.state}${j.reason ? `: ${j.reason}` : ""}`);
+      for (const p of r.pods) {
+        const want = p === killed ? "137,0" : "0";
+        if (p.history.join(",") !== want) problems.push(`${p.host} exits ${p.history.join(",")}, want ${want}`);
+      }
+      let summary = {};
+      try {
+        summary = JSON.parse(fs.readFileSync(coordinatorOf(r).termination, "utf8"));
+      } catch {
+        problems.push("termination message is not JSON");
+      }
+      if (summary.failed !== false || summary.steps !== SYNC_STEPS) problems.push(`termination message: failed=${summary.failed} steps=${summary.steps}`);
+      const mine = newestCheckpoint(path.join(claim, "ckpt"));
+      const ref = finalCheckpoints.sync;
+      let same = "not compared: the sync scenario did not run (PSTRAIN_PODRUN_ONLY)";
+      if (ref) {
+        if (!mine || mine.step !== ref.step || mine.files.join() !== ref.files.join()) {
+          problems.push(`final checkpoint ${mine?.step} [${mine?.files}] vs sync's ${ref.step} [${ref.files}]`);
+        } else {
+          const diff = mine.files.filter((f) => !fs.readFileSync(path.join(mine.dir, f)).equals(fs.readFileSync(path.join(ref.dir, f))));
+          if (diff.length) problems.push(`final checkpoint differs from the undisturbed sync scenario's: ${diff.join(" ")}`);
+          same = `final ${mine.step} byte-identical to sync's (${mine.files.length} shard files)`;
+        }
+      }
+      return { problems, note: `${killed?.host} killed, re-created by the Job, exits ${killed?.history.join(",")}; ${same}` };
+    };
+    return [objs, { during }, check];
+  }],
+  // Mutual TLS through components/tls: the Secret pstrain-tls from a CA and
+  // a certificate generated for the pods' names.
+  ["tls", () => {
+    const steps = 20;
+    const objs = renderScenario("tls", "dev", jobFile("dev", (j) => small(j, "sync", 2, 4, steps)), [["ps", 2], ["ps-worker", 4]], ["tls"]);
+    const tlsArgs = objs.filter((o) => o.kind === "Job").every((o) => (o.spec.template.spec.containers[0].args ?? []).some((a) => a.startsWith("--tls_ca=")));
+    if (!tlsArgs) throw new Error("tls: a Job of the render has no --tls_ca argument");
+    const ns = objs.find((o) => o.kind === "Job").metadata.namespace ?? "default";
+    return [objs, { secrets: { "pstrain-tls": tlsSecret("dev", ns, 2) } }, (r) => checkSuccess(r, steps)];
   }],
 ];
 
