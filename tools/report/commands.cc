@@ -18,6 +18,7 @@
 #include "tools/report/compare_report.h"
 #include "tools/report/config_doc.h"
 #include "tools/report/derive_config.h"
+#include "tools/report/optimizer_study.h"
 #include "tools/report/plots.h"
 #include "tools/report/straggler_study.h"
 
@@ -41,6 +42,9 @@ const char kUsage[] =
     "       ps_report config-doc [--update FILE]\n"
     "       ps_report study-stragglers --out DIR --scenario NAME=COMPARE_DIR "
     "[--scenario ...]\n"
+    "                 [--command TEXT] [--setup TEXT]\n"
+    "       ps_report study-optimizers --out DIR --optimizer NAME=COMPARE_DIR "
+    "[--optimizer ...]\n"
     "                 [--command TEXT] [--setup TEXT]\n";
 
 int Usage(const std::string& error) {
@@ -243,6 +247,72 @@ int StudyStragglersMain(int argc, char** argv) {
   for (const ClaimVerdict& c : claims) {
     std::printf("%s: %s: %s\n", c.supported ? "supported" : "not supported",
                 c.id.c_str(), c.evidence.c_str());
+  }
+  return 0;
+}
+
+int StudyOptimizersMain(int argc, char** argv) {
+  OptimizerStudyInputs in;
+  std::string out, error, bad_value;
+  std::vector<std::pair<std::string, std::string>> dirs;
+  const bool parsed = Options(
+      argc, argv, &error, [&](const std::string& n, const std::string& v) {
+        if (n == "--out") {
+          out = v;
+        } else if (n == "--optimizer") {
+          const size_t eq = v.find('=');
+          const std::string name = v.substr(0, eq);
+          if (eq == std::string::npos || eq == 0 || eq + 1 == v.size()) {
+            bad_value = absl::StrCat("--optimizer ", v,
+                                     ": expected NAME=COMPARE_DIR (NAME the "
+                                     "training.optimizer of those runs)");
+          } else {
+            dirs.emplace_back(name, v.substr(eq + 1));
+          }
+        } else if (n == "--command") {
+          in.command = v;
+        } else if (n == "--setup") {
+          in.setup = v;
+        } else {
+          return false;
+        }
+        return true;
+      });
+  if (!parsed) return Usage(error);
+  if (!bad_value.empty()) return Error(bad_value);
+  if (out.empty() || dirs.empty()) {
+    return Usage("study-optimizers needs --out DIR and --optimizer NAME=DIR");
+  }
+  for (const auto& [name, dir] : dirs) {
+    const std::string path = absl::StrCat(dir, "/compare.json");
+    absl::StatusOr<std::string> text = ReadFileText(path);
+    if (!text.ok()) return Error(std::string(text.status().message()));
+    OptimizerRuns runs;
+    absl::Status st = AddCompareJson(*text, path, name, &runs);
+    if (!st.ok()) return Error(std::string(st.message()));
+    for (const auto& [mode, mode_runs] : runs[name]) {
+      if (!StalenessOfMode(mode)) {
+        return Error(absl::StrCat(path, ": mode ", mode,
+                                  " is not async:S or async:inf (the "
+                                  "optimizers study compares staleness)"));
+      }
+      auto& all = in.runs[name][mode];
+      all.insert(all.end(), mode_runs.begin(), mode_runs.end());
+    }
+  }
+  const std::vector<OptimizerClaim> claims = JudgeOptimizerClaims(in.runs);
+  for (const auto& [name, text] :
+       {std::pair<std::string, std::string>{"report.md",
+                                            OptimizerStudyMarkdown(in, claims)},
+        {"study.json", OptimizerStudyJson(in, claims).dump(2) + "\n"}}) {
+    const std::string path = absl::StrCat(out, "/", name);
+    std::ofstream file(path);
+    file << text;
+    if (!file.flush()) return Error(absl::StrCat("cannot write ", path));
+  }
+  for (const OptimizerClaim& c : claims) {
+    std::printf("%s: %s: %s\n", OptVerdictName(c.verdict), c.id.c_str(),
+                c.evidence.c_str());
   }
   return 0;
 }

@@ -38,6 +38,11 @@
 //       [--command TEXT] [--setup TEXT]
 //       psctl study stragglers' report: DIR/report.md and DIR/study.json,
 //       each claim's verdict derived from the numbers (straggler_study.h).
+//   ps_report study-optimizers --out DIR --optimizer NAME=COMPARE_DIR...
+//       [--command TEXT] [--setup TEXT]
+//       psctl study optimizers' report: DIR/report.md and DIR/study.json,
+//       steps to target per optimizer and staleness, a text plot, and the
+//       verdicts on momentum and Adam vs SGD (optimizer_study.h).
 //
 // Subcommands repeat options (--set, --run), so arguments are parsed here
 // rather than with absl flags.
@@ -74,6 +79,13 @@ int ConfigDocMain(int argc, char** argv);
 // DIR/study.json (tools/report/straggler_study.h) and prints each claim's
 // verdict. Exit 2 on a missing or malformed compare.json.
 int StudyStragglersMain(int argc, char** argv);
+// `study-optimizers --out DIR --optimizer NAME=COMPARE_DIR...` (NAME the
+// training.optimizer of that compare's runs, given once per repeat; its
+// modes must be async:S or async:inf): reads each COMPARE_DIR/compare.json,
+// writes DIR/report.md and DIR/study.json (tools/report/optimizer_study.h)
+// and prints each verdict. Exit 2 on a missing or malformed compare.json or
+// a mode without a staleness bound.
+int StudyOptimizersMain(int argc, char** argv);
 
 }  // namespace report_cli
 }  // namespace pstrain
