@@ -86,16 +86,14 @@ class WorkerSettings:
         return [("x-pstrain-token", self.token), ("x-pstrain-role", "member")]
 
     def channel(self, address):
-        # The C++ channels' limits and reconnect backoff (common/grpc_util.cc
-        # DefaultChannelArgs), and for a pull's megabytes a 16 MiB stream
-        # window with the BDP probe off (as the ring's links,
-        # worker/allreduce/grpc_transport.h): with gRPC's default flow
-        # control the pulls took about 4x longer (docs/python.md, "Speed").
+        # For a pull's megabytes a 16 MiB stream window with the BDP probe
+        # off (as the ring's links, worker/allreduce/grpc_transport.h;
+        # docs/python.md, "Speed"). gRPC's own reconnect backoff: its
+        # min_reconnect_backoff_ms is also the connect timeout, and 100 ms
+        # (the C++ channels') failed TLS connections on the loaded machine
+        # ("timed out before receiving SETTINGS frame").
         options = [("grpc.max_receive_message_length", 64 << 20),
                    ("grpc.max_send_message_length", 64 << 20),
-                   ("grpc.initial_reconnect_backoff_ms", 100),
-                   ("grpc.min_reconnect_backoff_ms", 100),
-                   ("grpc.max_reconnect_backoff_ms", 2000),
                    ("grpc.http2.lookahead_bytes", 16 << 20),
                    ("grpc.http2.bdp_probe", 0)]
         if not self.tls_ca:
