@@ -2,11 +2,8 @@
 of all shards in parallel, one thread per shard, as worker/ps/ps_client.cc.
 
 Tensors are flat fp32 numpy arrays (one per TensorSpec of the shard map,
-in its order). Pull and Push messages cross as raw bytes (identity
-(de)serializers, pstrain/wire.py): a pull's payloads are sliced out of the
-received message and decoded into those arrays in one copy, a push message
-is one join of its framing with the gradients' buffers; no protobuf parse
-or build of the payloads, no per-element Python. Every call
+in its order); chunk payloads go straight between those arrays and the
+protobuf bytes (one copy each way, no per-element Python). Every call
 carries the job token (x-pstrain-token, role member); every push stream its
 session (x-pstrain-push-session) and a header with the rank's session id
 and generation. A push that fails UNAVAILABLE, DEADLINE_EXCEEDED or
@@ -23,13 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 
 from pstrain import wire
-from pstrain._proto import pb
+from pstrain._proto import pb, pb_grpc
 from pstrain.errors import PstrainError
 
 MAX_MESSAGE_PAYLOAD = 4 << 20  # common/sharding.h kMaxMessagePayloadBytes
 MAX_ATTEMPTS = 5  # backoff 50, 100, 200, 400 ms between them
-PULL_METHOD = "/pstrain.v1.ParameterServer/Pull"
-PUSH_METHOD = "/pstrain.v1.ParameterServer/Push"
 
 
 class ShardRead:
@@ -66,20 +61,7 @@ class ShardClient:
             self._shard_chunks[c.shard].append(c)
             self._chunk_info[(c.tensor, c.index)] = c
         self._channels = [channel_factory(a) for a in shard_map.server_addresses]
-        # Raw bytes both ways for the big messages (see the module comment).
-        self._pulls = [ch.unary_stream(
-            PULL_METHOD, request_serializer=pb.PullRequest.SerializeToString,
-            response_deserializer=None) for ch in self._channels]
-        self._pushes = [ch.stream_unary(
-            PUSH_METHOD, request_serializer=None,
-            response_deserializer=pb.PushResponse.FromString)
-            for ch in self._channels]
-        # ChunkData framing of each shard's chunks (fixed for the job).
-        esize = wire.ELEMENT_BYTES[self.wire_dtype]
-        self._framing = {
-            (c.tensor, c.index): wire.chunk_framing(
-                c.tensor, c.index, self.wire_dtype, c.length, c.length * esize)
-            for c in shard_map.chunks}
+        self._stubs = [pb_grpc.ParameterServerStub(ch) for ch in self._channels]
         self._pool = ThreadPoolExecutor(max_workers=max(n, 1))
         self._lock = threading.Lock()
         self._active = set()
@@ -89,7 +71,7 @@ class ShardClient:
 
     @property
     def num_shards(self):
-        return len(self._channels)
+        return len(self._stubs)
 
     def close(self):
         self.cancel()
@@ -188,8 +170,8 @@ class ShardClient:
         timeout = self._barrier_timeout
         if not self._started:
             timeout += self._startup_timeout
-        call = self._pulls[shard](req, timeout=timeout,
-                                  metadata=self._metadata)
+        call = self._stubs[shard].Pull(req, timeout=timeout,
+                                       metadata=self._metadata)
         self._track(call)
         read = ShardRead()
         received = 0
@@ -197,25 +179,18 @@ class ShardClient:
         nbytes = 0
         dtype = self.wire_dtype
         try:
-            for raw in call:
-                nbytes += len(raw)
-                try:
-                    version, min_clock, chunks = wire.parse_pull_response(raw)
-                except wire.WireFormatError as e:
-                    raise PstrainError(grpc.StatusCode.INTERNAL,
-                                       f"shard {shard}: malformed pull "
-                                       f"response: {e}") from None
+            for msg in call:
+                nbytes += msg.ByteSize()
                 if head:
-                    read.version, read.min_clock = version, min_clock
-                    self._note_min_clock(min_clock)
+                    read.version, read.min_clock = msg.version, msg.min_clock
+                    self._note_min_clock(msg.min_clock)
                     head = False
-                for c in chunks:
+                for c in msg.chunks:
                     self._decode_chunk(shard, c, params, dtype)
                     received += 1
         finally:
             self._untrack(call)
-            with self._lock:
-                self.bytes_pulled += nbytes
+            self.bytes_pulled += nbytes
         if received != len(self._shard_chunks[shard]):
             raise PstrainError(
                 grpc.StatusCode.INTERNAL,
@@ -240,45 +215,34 @@ class ShardClient:
         wire.decode_into(c.data, dtype,
                          params[idx][info.offset:info.offset + info.length])
 
-    def _count_pushed(self, n):
-        with self._lock:
-            self.bytes_pushed += n
-
-    def _push_messages(self, shard, header, grads):
-        """The serialized PushRequests of a push to `shard`: the header, then
-        its chunks in messages of at most MAX_MESSAGE_PAYLOAD bytes of
-        payload (a chunk alone may be larger). Built one at a time as gRPC
-        asks for them, so the first leaves while the next is joined."""
-        dtype = self.wire_dtype
-        esize = wire.ELEMENT_BYTES[dtype]
-        chunks = []
-        payload = 0
-        for c in self._shard_chunks[shard]:
-            if payload > 0 and payload + c.length * esize > MAX_MESSAGE_PAYLOAD:
-                msg = wire.push_request(header, chunks)
-                header, chunks, payload = None, [], 0
-                self._count_pushed(len(msg))
-                yield msg
-            g = grads[self.tensor_index[c.tensor]]
-            chunks.append((self._framing[(c.tensor, c.index)],
-                           wire.payload(g[c.offset:c.offset + c.length], dtype)))
-            payload += c.length * esize
-        msg = wire.push_request(header, chunks)
-        self._count_pushed(len(msg))
-        yield msg
-
     def _push_once(self, shard, worker, clock, num_samples, grads, read):
         header = pb.PushHeader(
             worker=worker, clock=clock, read_version=read.version,
             read_min_clock=read.min_clock, num_samples=num_samples,
-            session_id=self.session_id,
-            generation=self.generation).SerializeToString()
+            session_id=self.session_id, generation=self.generation)
+        dtype = self.wire_dtype
+        esize = wire.ELEMENT_BYTES[dtype]
+        messages = []
+        msg = pb.PushRequest(header=header)
+        payload = 0
+        for c in self._shard_chunks[shard]:
+            if payload > 0 and payload + c.length * esize > MAX_MESSAGE_PAYLOAD:
+                messages.append(msg)
+                msg = pb.PushRequest()
+                payload = 0
+            g = grads[self.tensor_index[c.tensor]]
+            msg.chunks.append(pb.ChunkData(
+                tensor=c.tensor, index=c.index, dtype=dtype,
+                shape=[c.length],
+                data=wire.encode(g[c.offset:c.offset + c.length], dtype)))
+            payload += c.length * esize
+        messages.append(msg)
+        self.bytes_pushed += sum(m.ByteSize() for m in messages)
         md = self._metadata + [
             ("x-pstrain-push-session",
              f"{worker}.{self.session_id}.{self.generation}")]
-        call = self._pushes[shard].future(
-            self._push_messages(shard, header, grads),
-            timeout=self._rpc_timeout, metadata=md)
+        call = self._stubs[shard].Push.future(
+            iter(messages), timeout=self._rpc_timeout, metadata=md)
         self._track(call)
         try:
             return call.result()

@@ -52,63 +52,6 @@ class WireTest(unittest.TestCase):
         self.assertEqual(got[5], np.float32(np.float16(0.1)))
 
 
-class RawMessageTest(unittest.TestCase):
-    """The client's raw Pull / Push messages (wire.py) against protobuf."""
-
-    def test_push_request_parses_as_protobuf(self):
-        rng = np.random.default_rng(2)
-        g = rng.normal(size=300).astype(np.float32)
-        header = pb.PushHeader(worker=3, clock=2**40, read_version=7,
-                               num_samples=128, session_id=2**63 + 5,
-                               generation=2)
-        for dtype in (pb.DTYPE_F32, pb.DTYPE_BF16, pb.DTYPE_F16):
-            esize = wire.ELEMENT_BYTES[dtype]
-            chunks = [(wire.chunk_framing("a/weight", 0, dtype, 200, 200 * esize),
-                       wire.payload(g[:200], dtype)),
-                      (wire.chunk_framing("b", 300, dtype, 100, 100 * esize),
-                       wire.payload(g[200:], dtype))]
-            got = pb.PushRequest.FromString(
-                wire.push_request(header.SerializeToString(), chunks))
-            want = pb.PushRequest(header=header, chunks=[
-                pb.ChunkData(tensor="a/weight", index=0, dtype=dtype,
-                             shape=[200], data=wire.encode(g[:200], dtype)),
-                pb.ChunkData(tensor="b", index=300, dtype=dtype, shape=[100],
-                             data=wire.encode(g[200:], dtype))])
-            self.assertEqual(got, want)
-        later = pb.PushRequest.FromString(wire.push_request(None, chunks[:1]))
-        self.assertFalse(later.HasField("header"))
-        self.assertEqual(len(later.chunks), 1)
-
-    def test_pull_response_slices_payloads(self):
-        # Integers below 256 are exact in bf16.
-        x = (np.arange(1000) % 256).astype(np.float32)
-        msg = pb.PullResponse(version=2**35, min_clock=9, chunks=[
-            pb.ChunkData(tensor="w", index=4, dtype=pb.DTYPE_F32,
-                         shape=[600], data=x[:600].tobytes()),
-            pb.ChunkData(tensor="é", index=0, dtype=pb.DTYPE_BF16,
-                         shape=[400], data=wire.encode(x[600:], pb.DTYPE_BF16))])
-        raw = msg.SerializeToString()
-        version, min_clock, chunks = wire.parse_pull_response(raw)
-        self.assertEqual((version, min_clock), (2**35, 9))
-        self.assertEqual([(c.tensor, c.index, c.dtype, len(c.data)) for c in chunks],
-                         [("w", 4, pb.DTYPE_F32, 2400),
-                          ("é", 0, pb.DTYPE_BF16, 800)])
-        out = np.empty(1000, np.float32)
-        wire.decode_into(chunks[0].data, pb.DTYPE_F32, out[:600])
-        wire.decode_into(chunks[1].data, pb.DTYPE_BF16, out[600:])
-        np.testing.assert_array_equal(out, x)
-        # The head alone (no chunks), and unknown fields skipped.
-        head = pb.PullResponse(version=1, min_clock=0).SerializeToString()
-        self.assertEqual(wire.parse_pull_response(head + b"\x78\x05"), (1, 0, []))
-
-    def test_malformed_pull_response_is_an_error(self):
-        raw = pb.PullResponse(chunks=[pb.ChunkData(
-            tensor="w", data=b"abcd")]).SerializeToString()
-        for bad in (raw[:-1], b"\x08", b"\x1a\x7f", b"\x0b"):
-            with self.assertRaises(wire.WireFormatError, msg=repr(bad)):
-                wire.parse_pull_response(bad)
-
-
 class SamplerTest(unittest.TestCase):
     def test_permutation_is_seeded(self):
         p = data.seeded_permutation(50, 42)
