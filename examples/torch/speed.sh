@@ -4,7 +4,8 @@
 # ps_worker and by examples/torch/train_mlp.py, interleaved (C++, Python,
 # C++, ...) ROUNDS times; per run the mean pull, push and pull + push ms of
 # steps 5..59 from metrics.csv, then the median of each worker's runs and
-# the ratio. The load average is printed before every run.
+# the ratio; each line also has the load average at the run's start.
+# Writes OUT/results.txt (a line per run) and OUT/medians.txt.
 #   examples/torch/speed.sh [ROUNDS] [OUT]      (defaults: 3, runs/speed)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -12,11 +13,11 @@ ROUNDS="${1:-3}"
 OUT="${2:-$ROOT/runs/speed}"
 cd "$ROOT"
 mkdir -p "$OUT"
-./psctl build 2>/dev/null
+./psctl build
 BIN="$(bazel info --color=no --curses=no --config=opt bazel-bin 2>/dev/null)"
 CONFIG="$ROOT/configs/python_speed.yaml"
-# PYCMD: the Python worker command (e.g. "env PYTHONPATH=DIR /usr/bin/python3 ...
-# to measure another copy of the package).
+# $PYCMD replaces the Python worker command, e.g. to measure another copy of
+# the package: PYCMD="env PYTHONPATH=DIR /usr/bin/python3 examples/torch/train_mlp.py".
 PYCMD="${PYCMD:-/usr/bin/python3 examples/torch/train_mlp.py}"
 
 # step-mean DIR: "pull_ms push_ms comm_ms bytes_pushed bytes_pulled"
