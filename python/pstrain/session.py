@@ -89,8 +89,8 @@ class WorkerSettings:
         # For a pull's megabytes a 16 MiB stream window with the BDP probe
         # off (as the ring's links, worker/allreduce/grpc_transport.h;
         # docs/python.md, "Speed"). gRPC's own reconnect backoff: its
-        # min_reconnect_backoff_ms is also the connect timeout, and 100 ms
-        # (the C++ channels') failed TLS connections on the loaded machine
+        # min_reconnect_backoff_ms is also the connect timeout; with the C++
+        # channels' 100 ms a TLS connection timed out under load 27
         # ("timed out before receiving SETTINGS frame").
         options = [("grpc.max_receive_message_length", 64 << 20),
                    ("grpc.max_send_message_length", 64 << 20),
