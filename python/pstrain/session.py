@@ -86,10 +86,16 @@ class WorkerSettings:
         return [("x-pstrain-token", self.token), ("x-pstrain-role", "member")]
 
     def channel(self, address):
-        # gRPC's default flow control. A 16 MiB window with the BDP probe
-        # off made pulls faster but was not kept (docs/python.md, "Speed").
+        # For a pull's megabytes a 16 MiB stream window with the BDP probe
+        # off (as the ring's links, worker/allreduce/grpc_transport.h;
+        # docs/python.md, "Speed"). gRPC's own reconnect backoff: its
+        # min_reconnect_backoff_ms is also the connect timeout; with the C++
+        # channels' 100 ms a TLS connection timed out under load 27
+        # ("timed out before receiving SETTINGS frame").
         options = [("grpc.max_receive_message_length", 64 << 20),
-                   ("grpc.max_send_message_length", 64 << 20)]
+                   ("grpc.max_send_message_length", 64 << 20),
+                   ("grpc.http2.lookahead_bytes", 16 << 20),
+                   ("grpc.http2.bdp_probe", 0)]
         if not self.tls_ca:
             return grpc.insecure_channel(address, options=options)
 
