@@ -1326,10 +1326,12 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
                       "wide_deep keeps its table row-sparse on the servers: "
                       "use sync or async");
     }
-    if (t.on_failure() == v1::TrainingConfig::ELASTIC) {
+    if (t.on_failure() == v1::TrainingConfig::ELASTIC &&
+        t.mode() != v1::MODE_SYNC) {
       return KeyError("training.on_failure",
-                      "elastic has no stand-ins for row-sparse tables yet: "
-                      "use fail or restart with model.type wide_deep");
+                      "elastic with row-sparse tables (model.type wide_deep) "
+                      "needs training.mode sync: the row clocks do not follow "
+                      "the elastic membership in async; use fail or restart");
     }
     if (t.backup_workers() > 0 || t.dc_lambda() != 0) {
       return KeyError(t.backup_workers() > 0 ? "training.backup_workers"

@@ -512,9 +512,11 @@ TEST(JobConfigTest, ValidateErrorsNameTheKey) {
        "training.mode: allreduce moves whole dense tensors"},
       {[](JobConfig* c) {
          UseWideDeep(c);
+         c->mutable_training()->set_mode(v1::MODE_ASYNC);
          c->mutable_training()->set_on_failure(v1::TrainingConfig::ELASTIC);
        },
-       "training.on_failure: elastic has no stand-ins"},
+       "training.on_failure: elastic with row-sparse tables (model.type "
+       "wide_deep) needs training.mode sync"},
       {[](JobConfig* c) {
          UseWideDeep(c);
          c->mutable_training()->set_mode(v1::MODE_ASYNC);
@@ -638,6 +640,15 @@ TEST(JobConfigTest, ElasticPolicyIsAcceptedInModesSyncAndAsync) {
     c.mutable_training()->set_min_workers(2);
     EXPECT_TRUE(ValidateJobConfig(c).ok()) << ValidateJobConfig(c);
   }
+}
+
+// Row-sparse tables: stand-ins pull and push the dead rank's rows (sync).
+TEST(JobConfigTest, ElasticPolicyIsAcceptedForWideDeepInModeSync) {
+  JobConfig c = DefaultJobConfig();
+  UseWideDeep(&c);
+  c.mutable_training()->set_mode(v1::MODE_SYNC);
+  c.mutable_training()->set_on_failure(v1::TrainingConfig::ELASTIC);
+  EXPECT_TRUE(ValidateJobConfig(c).ok()) << ValidateJobConfig(c);
 }
 
 // Mode allreduce: a live worker hosts a lost rank and every rank rolls

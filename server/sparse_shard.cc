@@ -73,6 +73,7 @@ absl::StatusOr<std::unique_ptr<SparseShard>> SparseShard::Create(
   const uint32_t n = shard->options_.rule.num_workers;
   shard->clocks_.assign(n, 0);
   shard->last_push_.resize(n);
+  shard->prior_push_.resize(n);
   shard->pending_.resize(n);
   return shard;
 }
@@ -295,7 +296,10 @@ void SparseShard::CommitStepLocked() {
         if (b.table == t) ids.insert(ids.end(), b.ids.begin(), b.ids.end());
       }
     }
-    if (ids.empty()) continue;
+    if (ids.empty()) {
+      tables_[t]->ForgetPrevious();
+      continue;
+    }
     std::sort(ids.begin(), ids.end());
     ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
     absl::flat_hash_map<int64_t, size_t> at;
@@ -319,8 +323,9 @@ void SparseShard::CommitStepLocked() {
     for (size_t i = 0; i < sum.size(); ++i) {
       g[i] = samples > 0 ? static_cast<float>(sum[i] / samples) : 0.0f;
     }
-    tables_[t]->Apply(ids, g.data(), version_, 1.0);
+    tables_[t]->Apply(ids, g.data(), version_, 1.0, /*keep_previous=*/true);
   }
+  previous_held_ = true;
   for (auto& p : pending_) p.reset();
   recorded_ = 0;
   ++version_;
@@ -389,12 +394,13 @@ absl::StatusOr<RowPushResult> SparseShard::Push(RowPush push) {
                                                    ", the job has ",
                                                    clocks_.size(), " workers"));
   }
-  const LastPush& last = last_push_[w];
-  if (last.valid && last.clock == h.clock()) {
-    if (last.fingerprint == push.fingerprint) return last.result;
-    return absl::FailedPreconditionError(
-        absl::StrCat("worker ", w, "'s row push for clock ", h.clock(),
-                     " was already accepted with other contents"));
+  for (const LastPush* last : {&last_push_[w], &prior_push_[w]}) {
+    if (last->valid && last->clock == h.clock()) {
+      if (last->fingerprint == push.fingerprint) return last->result;
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker ", w, "'s row push for clock ", h.clock(),
+                       " was already accepted with other contents"));
+    }
   }
   if (h.clock() != clocks_[w]) {
     return absl::FailedPreconditionError(
@@ -411,7 +417,9 @@ absl::StatusOr<RowPushResult> SparseShard::Push(RowPush push) {
   RowPushResult result;
   result.staleness = staleness;
   result.rows = push.rows;
+  // Kept apart: a sync push moves into pending_ (and `h` with it).
   const uint64_t fingerprint = push.fingerprint;
+  const uint64_t clock = h.clock();
   switch (decision->action) {
     case PushDecision::Action::kRecord:
       pending_[w] = std::make_unique<RowPush>(std::move(push));
@@ -432,7 +440,8 @@ absl::StatusOr<RowPushResult> SparseShard::Push(RowPush push) {
       return absl::InternalError("row push dropped");
   }
   result.version = version_;
-  last_push_[w] = LastPush{true, h.clock(), fingerprint, result};
+  prior_push_[w] = last_push_[w];
+  last_push_[w] = LastPush{true, clock, fingerprint, result};
   return result;
 }
 
@@ -465,13 +474,27 @@ absl::StatusOr<RowPullResult> SparseShard::Pull(uint32_t worker, uint64_t clock,
         absl::StrCat("row pull at clock ", clock, " waited for row pushes of ",
                      "clock ", need, " from workers ", laggards));
   }
+  // Sync, a stand-in's re-computation of a step that already committed
+  // here (see the top of sparse_shard.h): the rows of version `clock`.
+  const bool previous = rule_->records_pushes() && version_ == clock + 1;
+  if (previous && !previous_held_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "row pull at clock ", clock, ": the rows of version ", clock,
+        " are no longer held (row step ", version_, " was restored)"));
+  }
   RowPullResult result;
-  result.version = version_;
-  result.min_clock = rule_->ReadMinClock(clock, p);
+  result.version = previous ? clock : version_;
+  ShardProgress read = p;
+  read.version = result.version;
+  result.min_clock = rule_->ReadMinClock(clock, read);
   result.wait_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   for (RowBlock& b : blocks) {
     b.values.resize(b.ids.size() * dims_[b.table]);
-    tables_[b.table]->Read(b.ids, b.values.data());
+    if (previous) {
+      tables_[b.table]->ReadPrevious(b.ids, b.values.data());
+    } else {
+      tables_[b.table]->Read(b.ids, b.values.data());
+    }
   }
   result.blocks = std::move(blocks);
   return result;
@@ -544,6 +567,8 @@ absl::Status SparseShard::Restore(const SparseShardState& state) {
   version_ = state.version;
   clocks_ = state.clocks;
   for (auto& l : last_push_) l = LastPush{};
+  for (auto& l : prior_push_) l = LastPush{};
+  previous_held_ = false;
   for (auto& p : pending_) p.reset();
   recorded_ = 0;
   held_.clear();

@@ -29,10 +29,23 @@
 // Pushes are all-or-nothing and exactly-once, as dense ones: a push is
 // validated whole (worker, tensors, dtype, row width, byte sizes, ids in
 // the table, on this shard and unique, finite values, memory bound) before
-// anything changes; the worker's last accepted push (clock and a
-// fingerprint of its header and rows) is remembered, so the same push again
+// anything changes; the worker's last two accepted pushes (clock and a
+// fingerprint of its header and rows) are remembered, so the same push again
 // gets the original result and changes nothing, and a different push for an
 // accepted clock is FAILED_PRECONDITION.
+//
+// Elastic stand-ins (training.on_failure: elastic, mode sync;
+// coordinator/elastic.h). A live worker standing in for a dead rank (a new
+// session of the rank) re-computes the rank's step `held` from the rows of
+// version `held`, although the dead process may have pushed that step here
+// (and even its next one), so the step may have committed already. A sync
+// PullRows at clock c when the version is c + 1 therefore reads the rows as
+// they were at version c: the commit of step c keeps the weights of the rows
+// it changed (touched or evicted) until the next commit. (A live worker's
+// own pull at clock c always finds the version at c: step c cannot commit
+// without its push.) The stand-in's push then matches the dead process's
+// bit for bit, so a shard that has it answers with its original result and
+// the others accept it: no step is summed twice or lost.
 //
 // Memory: the tables' bound (SparseTableOptions.max_rows, per table and
 // shard), plus in sync the pending pushes of one step (each at most
@@ -150,8 +163,10 @@ class SparseShard {
   absl::StatusOr<std::vector<RowBlock>> DecodePull(
       const pstrain::v1::PullRowsRequest& request) const;
   // Waits (until `deadline`) for `clock` to be readable, then reads the
-  // blocks' rows. DEADLINE_EXCEEDED naming the workers below the clock
-  // needed, UNAVAILABLE after Close().
+  // blocks' rows (in sync at version clock + 1: as of version clock, above).
+  // DEADLINE_EXCEEDED naming the workers below the clock needed,
+  // FAILED_PRECONDITION when the rows of version clock are no longer held
+  // (a restore since), UNAVAILABLE after Close().
   absl::StatusOr<RowPullResult> Pull(uint32_t worker, uint64_t clock,
                                      std::vector<RowBlock> blocks,
                                      absl::Time deadline);
@@ -211,6 +226,10 @@ class SparseShard {
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<uint64_t> clocks_ ABSL_GUARDED_BY(mu_);
   std::vector<LastPush> last_push_ ABSL_GUARDED_BY(mu_);
+  std::vector<LastPush> prior_push_ ABSL_GUARDED_BY(mu_);  // the one before
+  // Sync: the tables keep the rows of version_ - 1 (a commit since Create or
+  // Restore).
+  bool previous_held_ ABSL_GUARDED_BY(mu_) = false;
   // Sync: the open step's pushes by rank (null: not pushed yet).
   std::vector<std::unique_ptr<RowPush>> pending_ ABSL_GUARDED_BY(mu_);
   uint32_t recorded_ ABSL_GUARDED_BY(mu_) = 0;

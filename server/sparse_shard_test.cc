@@ -373,6 +373,80 @@ TEST(SparseShardTest, ARetryGetsTheSameResultAndChangesNothing) {
   EXPECT_EQ(shard->version(), 1u);
 }
 
+// Elastic stand-ins (sparse_shard.h): the dead rank may have pushed step 1
+// (and even step 2) before its stand-in re-computes step 1. A pull at clock
+// 1 then still reads the rows of version 1, so the stand-in's push is the
+// dead process's bit for bit and gets its original result.
+TEST(SparseShardTest, AStandInReadsACommittedStepAsOfItsVersion) {
+  Job s;
+  s.workers = 2;
+  auto shard = Make(s);
+  ASSERT_TRUE(PushGrad(*shard, MakeGrad(0, 0)).ok());
+  ASSERT_TRUE(PushGrad(*shard, MakeGrad(0, 1)).ok());
+  const std::vector<float> v1 = ReadAll(*shard, 1);
+  EXPECT_EQ(v1, Reference(OptimizerConfig::SGD, 1, 2, true));
+  ASSERT_TRUE(PushGrad(*shard, MakeGrad(1, 0)).ok());
+  auto dead = PushGrad(*shard, MakeGrad(1, 1));  // the dead process's push
+  ASSERT_TRUE(dead.ok());
+  EXPECT_TRUE(dead->applied);
+  ASSERT_EQ(shard->version(), 2u);
+  const std::vector<float> v2 = ReadAll(*shard, 2);
+  EXPECT_NE(v2, v1);
+  EXPECT_EQ(ReadAll(*shard, 1), v1);
+  // Its push of step 2 too, then the stand-in's of step 1: answered.
+  ASSERT_TRUE(PushGrad(*shard, MakeGrad(2, 1)).ok());
+  auto again = PushGrad(*shard, MakeGrad(1, 1));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->version, dead->version);
+  EXPECT_EQ(ReadAll(*shard, 1), v1);
+  EXPECT_EQ(ReadAll(*shard, 2), v2);
+  EXPECT_EQ(shard->clocks(), (std::vector<uint64_t>{2, 3}));
+  // A restore drops the rows of the version before: refused, not guessed.
+  auto state = shard->Snapshot();
+  ASSERT_FALSE(state.ok());  // step 2 has a push pending
+  ASSERT_TRUE(PushGrad(*shard, MakeGrad(2, 0)).ok());
+  state = shard->Snapshot();
+  ASSERT_TRUE(state.ok()) << state.status();
+  ASSERT_TRUE(shard->Restore(*state).ok());
+  pstrain::v1::PullRowsRequest req;
+  auto* piece = req.add_rows();
+  piece->set_tensor("emb");
+  AppendRowIds({1}, piece->mutable_ids());
+  auto blocks = shard->DecodePull(req);
+  ASSERT_TRUE(blocks.ok());
+  auto r = shard->Pull(1, 2, std::move(*blocks), absl::Now());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition)
+      << r.status();
+}
+
+// ... also for rows the committed step evicted (they read as stored).
+TEST(SparseShardTest, AStandInReadsRowsTheCommitEvicted) {
+  Job s;
+  s.workers = 2;
+  s.max_rows = 3;
+  auto shard = Make(s);
+  Grad a;
+  a.ids = {1, 2, 3};
+  a.values.assign(3 * kDim, 1.0f);
+  Grad b = a;
+  b.worker = 1;
+  b.ids = {};
+  b.values = {};
+  ASSERT_TRUE(PushGrad(*shard, a).ok());
+  ASSERT_TRUE(PushGrad(*shard, b).ok());
+  const std::vector<float> v1 = ReadAll(*shard, 1);
+  a.clock = b.clock = 1;
+  a.ids = {4, 5};
+  a.values.assign(2 * kDim, 0.5f);
+  ASSERT_TRUE(PushGrad(*shard, a).ok());
+  ASSERT_TRUE(PushGrad(*shard, b).ok());
+  ASSERT_EQ(shard->evicted_rows(0), 2u);
+  const std::vector<float> v2 = ReadAll(*shard, 2);
+  EXPECT_NE(v2, v1);
+  EXPECT_EQ(ReadAll(*shard, 1), v1);
+  EXPECT_EQ(ReadAll(*shard, 2), v2);
+}
+
 // A rejected push changes nothing: version, clocks, rows.
 void ExpectRejected(SparseShard& shard, const std::vector<PushRowsRequest>& m,
                     absl::StatusCode code, const std::string& needle) {
