@@ -1339,12 +1339,6 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
                       "not supported with row-sparse tables (model.type "
                       "wide_deep)");
     }
-    if (t.mode() == v1::MODE_ASYNC && (c.checkpoint().every_steps() > 0 ||
-                                       c.checkpoint().every_seconds() > 0)) {
-      return KeyError("checkpoint.every_steps",
-                      "checkpoints of row-sparse tables are written in mode "
-                      "sync only (model.type wide_deep)");
-    }
   }
   PS_RETURN_IF_ERROR(AtLeast("data.num_categorical", d.num_categorical(), 0));
   if (d.num_categorical() > d.num_features()) {

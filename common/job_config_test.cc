@@ -518,12 +518,6 @@ TEST(JobConfigTest, ValidateErrorsNameTheKey) {
        "training.on_failure: elastic with row-sparse tables (model.type "
        "wide_deep) needs training.mode sync"},
       {[](JobConfig* c) {
-         UseWideDeep(c);
-         c->mutable_training()->set_mode(v1::MODE_ASYNC);
-         c->mutable_checkpoint()->set_every_steps(10);
-       },
-       "checkpoint.every_steps: checkpoints of row-sparse tables"},
-      {[](JobConfig* c) {
          c->mutable_model()->set_type(ModelConfig::WIDE_DEEP);
          c->mutable_model()->set_sparse_columns(2);
          c->mutable_data()->set_sparse_columns(2);
@@ -648,6 +642,16 @@ TEST(JobConfigTest, ElasticPolicyIsAcceptedForWideDeepInModeSync) {
   UseWideDeep(&c);
   c.mutable_training()->set_mode(v1::MODE_SYNC);
   c.mutable_training()->set_on_failure(v1::TrainingConfig::ELASTIC);
+  EXPECT_TRUE(ValidateJobConfig(c).ok()) << ValidateJobConfig(c);
+}
+
+// Row-sparse tables: async checkpoints hold the row clocks at each cut.
+TEST(JobConfigTest, AsyncCheckpointsAreAcceptedForWideDeep) {
+  JobConfig c = DefaultJobConfig();
+  UseWideDeep(&c);
+  c.mutable_training()->set_mode(v1::MODE_ASYNC);
+  c.mutable_checkpoint()->set_every_steps(10);
+  c.mutable_checkpoint()->set_dir("ckpt");
   EXPECT_TRUE(ValidateJobConfig(c).ok()) << ValidateJobConfig(c);
 }
 

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/client_text.h"
 #include "common/sparse_rows.h"
 #include "common/tensor_codec.h"
@@ -251,9 +253,64 @@ absl::StatusOr<std::vector<RowBlock>> SparseShard::DecodePull(
 ShardProgress SparseShard::ProgressLocked() const {
   ShardProgress p;
   p.version = version_;
-  p.min_clock =
-      clocks_.empty() ? 0 : *std::min_element(clocks_.begin(), clocks_.end());
+  p.min_clock = MinClockLocked();
+  p.next_cut = NextCutLocked(p.min_clock);
   return p;
+}
+
+uint64_t SparseShard::MinClockLocked() const {
+  return clocks_.empty() ? 0
+                         : *std::min_element(clocks_.begin(), clocks_.end());
+}
+
+uint64_t SparseShard::NextCutLocked(uint64_t min_clock) const {
+  if (rule_->records_pushes()) return 0;  // sync cuts at step boundaries
+  uint64_t next = 0;
+  auto consider = [&](uint64_t cut) {
+    // The final cut needs no hold: no push of clock training.steps exists.
+    if (cut > min_clock && cut != standing_last_ && (next == 0 || cut < next)) {
+      next = cut;
+    }
+  };
+  if (standing_every_ > 0 && standing_max_held_ > 0) {
+    consider((min_clock / standing_every_ + 1) * standing_every_);
+  }
+  for (uint64_t cut : waiting_cuts_) consider(cut);
+  for (uint64_t cut : ordered_cuts_) consider(cut);
+  return next;
+}
+
+bool SparseShard::AtCutLocked(uint64_t cut) const {
+  for (uint64_t c : clocks_) {
+    if (c != cut) return false;
+  }
+  return true;
+}
+
+bool SparseShard::PastCutLocked(uint64_t cut) const {
+  for (uint64_t c : clocks_) {
+    if (c > cut) return true;
+  }
+  return false;
+}
+
+void SparseShard::ServeAsyncCutsLocked() {
+  const uint64_t v = MinClockLocked();
+  if (v == 0 || !AtCutLocked(v)) return;
+  const bool standing = ordered_cuts_.count(v) > 0 ||
+                        (standing_max_held_ > 0 &&
+                         (v == standing_last_ ||
+                          (standing_every_ > 0 && v % standing_every_ == 0)));
+  if ((standing || waiting_cuts_.count(v) > 0) && held_.count(v) == 0) {
+    held_[v] = CaptureLocked();
+    while (held_.size() > std::max<size_t>(standing_max_held_, 1) &&
+           held_.begin()->first < v) {
+      held_.erase(held_.begin());
+    }
+  }
+  for (auto it = ordered_cuts_.begin(); it != ordered_cuts_.end();) {
+    it = *it <= v ? ordered_cuts_.erase(it) : ++it;
+  }
 }
 
 absl::Status SparseShard::CheckFitsLocked(const RowPush& push) const {
@@ -358,10 +415,7 @@ void SparseShard::SetStandingCuts(uint64_t every, uint64_t last,
 
 absl::StatusOr<SparseShardState> SparseShard::SnapshotAt(uint64_t cut,
                                                          absl::Time deadline) {
-  if (!rule_->records_pushes()) {
-    return absl::FailedPreconditionError(
-        "checkpoints of row-sparse tensors need training.mode sync");
-  }
+  if (!rule_->records_pushes()) return AsyncSnapshotAt(cut, deadline);
   absl::MutexLock lock(&mu_);
   auto decided = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return closed_ || held_.count(cut) > 0 || version_ > cut ||
@@ -382,6 +436,58 @@ absl::StatusOr<SparseShardState> SparseShard::SnapshotAt(uint64_t cut,
   }
   return absl::DeadlineExceededError(absl::StrCat(
       "rows did not reach cut ", cut, " (row step ", version_, ")"));
+}
+
+void SparseShard::OrderCut(uint64_t cut) {
+  if (rule_->records_pushes()) return;
+  absl::MutexLock lock(&mu_);
+  if (held_.count(cut) == 0 && !PastCutLocked(cut) && !AtCutLocked(cut)) {
+    ordered_cuts_.insert(cut);
+  }
+}
+
+absl::StatusOr<SparseShardState> SparseShard::AsyncSnapshotAt(
+    uint64_t cut, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto take = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+                  mu_) -> std::optional<SparseShardState> {
+    if (auto it = held_.find(cut); it != held_.end()) {
+      SparseShardState s = std::move(it->second);
+      held_.erase(it);
+      return s;
+    }
+    if (AtCutLocked(cut)) return CaptureLocked();
+    return std::nullopt;
+  };
+  if (closed_) return absl::UnavailableError("shard closed");
+  if (std::optional<SparseShardState> s = take()) return std::move(*s);
+  auto past = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rows are past cut ", cut, " (row clocks ", absl::StrJoin(clocks_, ","),
+        "): the workers must stop before pushing that clock"));
+  };
+  if (PastCutLocked(cut)) return past();
+  // Held from now on: reads at clocks >= cut wait for every worker to reach
+  // it, and the push that completes it captures it (ServeAsyncCutsLocked).
+  waiting_cuts_.insert(cut);
+  auto decided = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return closed_ || held_.count(cut) > 0 || AtCutLocked(cut) ||
+           PastCutLocked(cut);
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&decided), deadline);
+  waiting_cuts_.erase(waiting_cuts_.find(cut));
+  if (closed_) return absl::UnavailableError("shard closed");
+  if (std::optional<SparseShardState> s = take()) return std::move(*s);
+  if (PastCutLocked(cut)) return past();
+  ordered_cuts_.insert(cut);  // still held; captured when reached
+  std::string behind;
+  for (size_t w = 0; w < clocks_.size(); ++w) {
+    if (clocks_[w] < cut) {
+      absl::StrAppend(&behind, behind.empty() ? "" : ", ", w, "@", clocks_[w]);
+    }
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "rows did not reach cut ", cut, "; behind (worker@clock): ", behind));
 }
 
 absl::StatusOr<RowPushResult> SparseShard::Push(RowPush push) {
@@ -435,6 +541,7 @@ absl::StatusOr<RowPushResult> SparseShard::Push(RowPush push) {
       ++version_;
       ++clocks_[w];
       result.applied = true;
+      ServeAsyncCutsLocked();
       break;
     case PushDecision::Action::kDrop:  // backup workers: refused at Create
       return absl::InternalError("row push dropped");
@@ -572,6 +679,7 @@ absl::Status SparseShard::Restore(const SparseShardState& state) {
   for (auto& p : pending_) p.reset();
   recorded_ = 0;
   held_.clear();
+  ordered_cuts_.clear();
   return absl::OkStatus();
 }
 

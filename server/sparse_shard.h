@@ -59,6 +59,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -183,21 +184,51 @@ class SparseShard {
   // nothing).
   absl::StatusOr<SparseShardState> Snapshot() const;
   absl::Status Restore(const SparseShardState& state);
-  // Checkpoint cut `cut` (mode sync only: the state after row step cut - 1,
-  // version == cut and no push of step cut recorded), as Shard::SnapshotAt:
-  // waits until `deadline` for it; a standing cut (SetStandingCuts) is
-  // captured in the commit that reaches it, so a call after the shard moved
-  // on still gets it. FAILED_PRECONDITION past the cut or in mode async,
-  // DEADLINE_EXCEEDED, UNAVAILABLE after Close().
+  // Checkpoint cut `cut`, as Shard::SnapshotAt (server/shard.h,
+  // "Checkpoints"): waits until `deadline` for it. FAILED_PRECONDITION past
+  // the cut, DEADLINE_EXCEEDED, UNAVAILABLE after Close().
+  //  * Sync: the state after row step cut - 1 (version == cut and no push
+  //    of step cut recorded); a standing cut (SetStandingCuts) is captured
+  //    in the commit that reaches it, so a call after the shard moved on
+  //    still gets it.
+  //  * Async: the state in which every worker's row pushes of clocks < cut
+  //    are applied and none of clock >= cut (every row clock == cut), held
+  //    as the dense half holds it: while cut c (a standing cut below `last`,
+  //    one a call waits for, or one a timed-out call left ordered) is not
+  //    captured, a PullRows at clock >= c waits until every worker reached c
+  //    (ShardProgress::next_cut, the Ssp rule); since a worker pushes rows of
+  //    clock c only after reading them at c, the shard passes through
+  //    "every row clock == c" and the push that completes it captures it. A
+  //    call whose deadline passes leaves the cut ordered (captured when
+  //    reached), so a repeated call collects it.
   absl::StatusOr<SparseShardState> SnapshotAt(uint64_t cut,
                                               absl::Time deadline);
+  // Async: holds cut `cut` from now on and captures it when reached (as a
+  // SnapshotAt call whose deadline passed leaves it), unless the rows are
+  // at or past it; nothing in sync. For the dense half's time cuts: called
+  // before the dense SnapshotAt, so the rows do not pass the cut meanwhile.
+  void OrderCut(uint64_t cut);
   // Cuts captured by themselves from now on: t % every == 0 (every > 0) or
-  // t == last, at most `max_held` kept (the oldest dropped).
+  // t == last, at most `max_held` kept (the oldest dropped); async: reads
+  // are held at each such cut below `last` (above).
   void SetStandingCuts(uint64_t every, uint64_t last, size_t max_held = 2);
 
  private:
   explicit SparseShard(SparseShardOptions options);
   ShardProgress ProgressLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t MinClockLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Async: the smallest cut above `min_clock` that reads are held at (see
+  // SnapshotAt); 0 when none, and in sync.
+  uint64_t NextCutLocked(uint64_t min_clock) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Async: every row clock == cut / some row clock > cut.
+  bool AtCutLocked(uint64_t cut) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool PastCutLocked(uint64_t cut) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Async, after a push: captures the cut every row clock now sits at, if
+  // it is standing, ordered or waited for; drops ordered cuts reached.
+  void ServeAsyncCutsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<SparseShardState> AsyncSnapshotAt(uint64_t cut,
+                                                   absl::Time deadline);
   // The rows each table's update (the pending step plus `push`) touches
   // fits the bound.
   absl::Status CheckFitsLocked(const RowPush& push) const
@@ -238,6 +269,10 @@ class SparseShard {
   uint64_t standing_last_ ABSL_GUARDED_BY(mu_) = 0;
   size_t standing_max_held_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<uint64_t, SparseShardState> held_ ABSL_GUARDED_BY(mu_);  // by cut
+  // Async: cuts SnapshotAt calls wait for now, and cuts timed-out calls left
+  // ordered (held and captured when reached).
+  std::multiset<uint64_t> waiting_cuts_ ABSL_GUARDED_BY(mu_);
+  std::set<uint64_t> ordered_cuts_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pstrain

@@ -447,6 +447,66 @@ TEST(SparseShardTest, AStandInReadsRowsTheCommitEvicted) {
   EXPECT_EQ(ReadAll(*shard, 2), v2);
 }
 
+// Async cuts (sparse_shard.h, SnapshotAt): a standing cut holds reads at
+// clock >= cut until every worker reached it and is captured there, even
+// when a worker then moves on; a cut a timed-out call left ordered is held
+// and captured in the same way.
+TEST(SparseShardTest, AsyncCutsAreHeldAndCapturedWhereEveryClockMeets) {
+  Job s;
+  s.sync = false;
+  s.workers = 2;
+  s.staleness = -1;  // never waits, but for the cuts
+  auto shard = Make(s);
+  shard->SetStandingCuts(2, 10);
+  auto pull = [&](uint32_t w, uint64_t clock) {
+    pstrain::v1::PullRowsRequest req;
+    auto* piece = req.add_rows();
+    piece->set_tensor("emb");
+    AppendRowIds({1, 2}, piece->mutable_ids());
+    auto blocks = shard->DecodePull(req);
+    EXPECT_TRUE(blocks.ok());
+    return shard->Pull(w, clock, std::move(*blocks), absl::Now());
+  };
+  for (uint64_t t : {0, 1}) ASSERT_TRUE(PushGrad(*shard, MakeGrad(t, 0)).ok());
+  EXPECT_TRUE(pull(0, 1).ok());
+  auto held = pull(0, 2);
+  EXPECT_EQ(held.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << held.status();
+  EXPECT_NE(held.status().message().find("1@0"), std::string::npos)
+      << held.status();
+  for (uint64_t t : {0, 1}) ASSERT_TRUE(PushGrad(*shard, MakeGrad(t, 1)).ok());
+  const std::vector<float> at2 = ReadAll(*shard, 2);
+  ASSERT_TRUE(PushGrad(*shard, MakeGrad(2, 0)).ok());  // moves on
+  auto cut2 = shard->SnapshotAt(2, absl::Now());
+  ASSERT_TRUE(cut2.ok()) << cut2.status();
+  EXPECT_EQ(cut2->clocks, (std::vector<uint64_t>{2, 2}));
+  EXPECT_EQ(cut2->version, 4u);
+  std::vector<float> saved(kRows * kDim);
+  for (int64_t r = 0; r < kRows; ++r) {
+    InitialValues(Emb(), r * kDim, kDim, &saved[r * kDim]);
+  }
+  for (const SparseRowState& r : cut2->rows[0]) {
+    std::copy(r.data.begin(), r.data.begin() + kDim, &saved[r.id * kDim]);
+  }
+  EXPECT_EQ(saved, at2);
+  // Cut 3 (not standing), ordered by a call that timed out: held, and
+  // captured once worker 1 reaches it.
+  auto early = shard->SnapshotAt(3, absl::Now());
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << early.status();
+  EXPECT_EQ(pull(0, 3).status().code(), absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(PushGrad(*shard, MakeGrad(2, 1)).ok());
+  EXPECT_TRUE(pull(0, 3).ok());
+  ASSERT_TRUE(PushGrad(*shard, MakeGrad(3, 0)).ok());
+  auto cut3 = shard->SnapshotAt(3, absl::Now());
+  ASSERT_TRUE(cut3.ok()) << cut3.status();
+  EXPECT_EQ(cut3->clocks, (std::vector<uint64_t>{3, 3}));
+  // A cut the rows passed without stopping there.
+  ASSERT_TRUE(PushGrad(*shard, MakeGrad(4, 0)).ok());
+  EXPECT_EQ(shard->SnapshotAt(4, absl::Now()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 // A rejected push changes nothing: version, clocks, rows.
 void ExpectRejected(SparseShard& shard, const std::vector<PushRowsRequest>& m,
                     absl::StatusCode code, const std::string& needle) {
