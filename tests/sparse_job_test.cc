@@ -324,6 +324,11 @@ TEST(SparseJobTest, WideDeepJobRunsOnTheNodes) {
     ASSERT_TRUE(job->summary.final_accuracy.has_value());
     EXPECT_GT(*job->summary.final_accuracy, 0.0);
     EXPECT_GT(job->summary.bytes_pushed, 0u);
+    // The shards' stats name the table and the rows it holds (no bound: none
+    // evicted).
+    ASSERT_EQ(job->summary.rows_stored.size(), 1u);
+    EXPECT_GT(job->summary.rows_stored.begin()->second, 0u);
+    EXPECT_EQ(job->summary.rows_evicted.begin()->second, 0u);
     ASSERT_EQ(job->finals.size(), 2u);
     // The table never came whole to a worker: its final entry is empty.
     EXPECT_TRUE(job->finals[0][0].empty());

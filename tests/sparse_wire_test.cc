@@ -241,6 +241,14 @@ TEST_P(SparseWireTest, ClientAgainstThreeShardsEqualsOneSparseShard) {
   for (auto& s : cluster->shards) {
     EXPECT_EQ(s->sparse()->version(), static_cast<uint64_t>(steps));
     EXPECT_EQ(s->Stats().version(), static_cast<uint64_t>(steps));
+    // ShardStats names the table, its rows stored and evicted (no bound).
+    const pstrain::v1::ShardStats stats = s->Stats();
+    ASSERT_EQ(stats.sparse_tables_size(), 1);
+    EXPECT_EQ(stats.sparse_tables(0).tensor(), "emb");
+    EXPECT_EQ(stats.sparse_tables(0).rows_stored(),
+              s->sparse()->stored_rows(0));
+    EXPECT_GT(stats.sparse_tables(0).rows_stored(), 0u);
+    EXPECT_EQ(stats.sparse_tables(0).rows_evicted(), 0u);
   }
   // Every row, through the wire, equals the reference's.
   std::vector<RowSet> got;
