@@ -152,10 +152,8 @@ absl::Status Trainer::Run(const StepCallback& on_step,
     if (!sparse_.empty()) {
       pull_rows = client_->StartPullRows(rank, step, row_requests, &rows);
     }
-    absl::Status pulled =
-        AwaitPull(pull.get(), held, held_reads, grads, pushed.data());
-    if (pull_rows) pulled = FirstError(pulled, pull_rows->Wait());
-    PS_RETURN_IF_ERROR(pulled);
+    PS_RETURN_IF_ERROR(AwaitPull(pull.get(), pull_rows.get(), held, held_reads,
+                                 grads, pushed.data()));
     // The pulled weights cross to the backend once, for the evaluation and
     // every micro-batch of the step.
     PS_RETURN_IF_ERROR(model_->SetParams(weights));
@@ -218,14 +216,19 @@ absl::Status Trainer::Run(const StepCallback& on_step,
   return absl::OkStatus();
 }
 
-absl::Status Trainer::AwaitPull(PsOp* pull, int64_t held,
+absl::Status Trainer::AwaitPull(PsOp* pull, PsOp* pull_rows, int64_t held,
                                 const std::vector<ShardRead>& reads,
                                 const TensorViews& grads, float* pushed) {
-  if (!options_.adopt) return pull->Wait();
-  // The pull may wait on a barrier that only a stand-in's push of step
-  // `held` completes, so it runs on its own thread while this one polls.
-  std::future<absl::Status> waited =
-      std::async(std::launch::async, [pull] { return pull->Wait(); });
+  auto wait_both = [pull, pull_rows] {
+    absl::Status st = pull->Wait();
+    return pull_rows != nullptr ? FirstError(st, pull_rows->Wait()) : st;
+  };
+  if (!options_.adopt) return wait_both();
+  // The pulls may wait on a barrier that only a stand-in's push of step
+  // `held` completes (the dead process may have pushed its dense gradient
+  // of `held` everywhere but not its rows), so they run on their own thread
+  // while this one polls.
+  std::future<absl::Status> waited = std::async(std::launch::async, wait_both);
   for (;;) {
     const bool done = waited.wait_for(std::chrono::milliseconds(50)) ==
                       std::future_status::ready;

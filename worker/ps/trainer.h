@@ -122,9 +122,10 @@ class Trainer {
                               const TensorViews& grads, float* pushed,
                               pstrain::v1::StepMetrics* m);
 
-  // Stand-ins (elastic sync). Waits for `pull` while polling
-  // options_.adopt with the weights of step `held` (-1: none yet).
-  absl::Status AwaitPull(PsOp* pull, int64_t held,
+  // Stand-ins (elastic sync). Waits for `pull` and `pull_rows` (may be
+  // null) while polling options_.adopt with the weights of step `held` (-1:
+  // none yet).
+  absl::Status AwaitPull(PsOp* pull, PsOp* pull_rows, int64_t held,
                          const std::vector<ShardRead>& reads,
                          const TensorViews& grads, float* pushed);
   // Rank `s`'s step `step` from the model's resident weights (read as
