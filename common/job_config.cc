@@ -1364,22 +1364,18 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
                                      "fail"));
       }
     }
-    if (t.on_failure() == v1::TrainingConfig::ELASTIC) {
+    if (t.on_failure() == v1::TrainingConfig::ELASTIC &&
+        t.mode() != v1::MODE_SYNC) {
       return KeyError("training.on_failure",
-                      "elastic has no stand-ins for row-sparse tables yet: "
-                      "use fail or restart with model.type wide_deep");
+                      "elastic with row-sparse tables (model.type wide_deep) "
+                      "needs training.mode sync: the row clocks do not follow "
+                      "the elastic membership in async; use fail or restart");
     }
     if (t.backup_workers() > 0 || t.dc_lambda() != 0) {
       return KeyError(t.backup_workers() > 0 ? "training.backup_workers"
                                              : "training.dc_lambda",
                       "not supported with row-sparse tables (model.type "
                       "wide_deep)");
-    }
-    if (t.mode() == v1::MODE_ASYNC && (c.checkpoint().every_steps() > 0 ||
-                                       c.checkpoint().every_seconds() > 0)) {
-      return KeyError("checkpoint.every_steps",
-                      "checkpoints of row-sparse tables are written in mode "
-                      "sync only (model.type wide_deep)");
     }
   }
   PS_RETURN_IF_ERROR(AtLeast("data.num_categorical", d.num_categorical(), 0));

@@ -519,15 +519,11 @@ TEST(JobConfigTest, ValidateErrorsNameTheKey) {
        "table"},
       {[](JobConfig* c) {
          UseWideDeep(c);
+         c->mutable_training()->set_mode(v1::MODE_ASYNC);
          c->mutable_training()->set_on_failure(v1::TrainingConfig::ELASTIC);
        },
-       "training.on_failure: elastic has no stand-ins"},
-      {[](JobConfig* c) {
-         UseWideDeep(c);
-         c->mutable_training()->set_mode(v1::MODE_ASYNC);
-         c->mutable_checkpoint()->set_every_steps(10);
-       },
-       "checkpoint.every_steps: checkpoints of row-sparse tables"},
+       "training.on_failure: elastic with row-sparse tables (model.type "
+       "wide_deep) needs training.mode sync"},
       {[](JobConfig* c) {
          c->mutable_model()->set_type(ModelConfig::WIDE_DEEP);
          c->mutable_model()->set_sparse_columns(2);
@@ -645,6 +641,25 @@ TEST(JobConfigTest, ElasticPolicyIsAcceptedInModesSyncAndAsync) {
     c.mutable_training()->set_min_workers(2);
     EXPECT_TRUE(ValidateJobConfig(c).ok()) << ValidateJobConfig(c);
   }
+}
+
+// Row-sparse tables: stand-ins pull and push the dead rank's rows (sync).
+TEST(JobConfigTest, ElasticPolicyIsAcceptedForWideDeepInModeSync) {
+  JobConfig c = DefaultJobConfig();
+  UseWideDeep(&c);
+  c.mutable_training()->set_mode(v1::MODE_SYNC);
+  c.mutable_training()->set_on_failure(v1::TrainingConfig::ELASTIC);
+  EXPECT_TRUE(ValidateJobConfig(c).ok()) << ValidateJobConfig(c);
+}
+
+// Row-sparse tables: async checkpoints hold the row clocks at each cut.
+TEST(JobConfigTest, AsyncCheckpointsAreAcceptedForWideDeep) {
+  JobConfig c = DefaultJobConfig();
+  UseWideDeep(&c);
+  c.mutable_training()->set_mode(v1::MODE_ASYNC);
+  c.mutable_checkpoint()->set_every_steps(10);
+  c.mutable_checkpoint()->set_dir("ckpt");
+  EXPECT_TRUE(ValidateJobConfig(c).ok()) << ValidateJobConfig(c);
 }
 
 // Mode allreduce: a live worker hosts a lost rank and every rank rolls

@@ -173,6 +173,10 @@ std::string SummaryToJson(const RunSummary& s) {
   j["staleness_mean"] = Number(s.staleness_mean);
   j["staleness_histogram"] = s.staleness_histogram;
   j["barrier_wait_s"] = Number(s.barrier_wait_s);
+  if (!s.rows_stored.empty() || !s.rows_evicted.empty()) {
+    j["rows_stored"] = s.rows_stored;
+    j["rows_evicted"] = s.rows_evicted;
+  }
   j["diverged"] = s.diverged;
   j["failed"] = s.failed;
   j["message"] = s.message;
@@ -271,6 +275,8 @@ absl::StatusOr<RunSummary> ParseSummaryJson(const std::string& text,
     get(j, "staleness_max", &s.staleness_max);
     get(j, "staleness_histogram", &s.staleness_histogram);
     number("barrier_wait_s", &s.barrier_wait_s);
+    get(j, "rows_stored", &s.rows_stored);
+    get(j, "rows_evicted", &s.rows_evicted);
     get(j, "diverged", &s.diverged);
     get(j, "failed", &s.failed);
     get(j, "message", &s.message);

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -74,7 +75,12 @@ struct RunSummary {
   double staleness_mean = 0;
   std::vector<uint64_t> staleness_histogram;  // bucket i counts staleness i
   double barrier_wait_s = 0;                  // summed over shards
-  bool diverged = false;                      // some loss was NaN or infinite
+  // Row-sparse tensors (docs/sparse.md), by tensor, summed over shards: the
+  // rows stored at the end of the job and the rows evicted during it
+  // (server.sparse_max_rows). Empty (and not written) without them.
+  std::map<std::string, uint64_t> rows_stored;
+  std::map<std::string, uint64_t> rows_evicted;
+  bool diverged = false;  // some loss was NaN or infinite
   bool failed = false;
   std::string message;                // why it failed ("" when it did not)
   std::optional<RunFailure> failure;  // the first failure's cause

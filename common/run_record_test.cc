@@ -60,6 +60,23 @@ TEST(RunRecordTest, SummaryRoundTrips) {
   EXPECT_EQ(DescribeFailure(*back->failure), "worker 3: UNAVAILABLE: shard 1");
 }
 
+// Row-sparse tensors: rows stored and evicted by tensor, written only by a
+// job that has them.
+TEST(RunRecordTest, RowCountsRoundTripAndAreAbsentWithoutTables) {
+  RunSummary s = Sample();
+  EXPECT_FALSE(nlohmann::json::parse(SummaryToJson(s)).contains("rows_stored"));
+  s.rows_stored = {{"embedding", 1234}};
+  s.rows_evicted = {{"embedding", 56}};
+  absl::StatusOr<RunSummary> back = ParseSummaryJson(SummaryToJson(s), "t");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->rows_stored, s.rows_stored);
+  EXPECT_EQ(back->rows_evicted, s.rows_evicted);
+  absl::StatusOr<std::string> v =
+      SummaryValue(SummaryToJson(s), "rows_stored.embedding", "t");
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, "1234");
+}
+
 TEST(RunRecordTest, InfiniteStalenessIsAString) {
   RunSummary s = Sample();
   s.staleness = "inf";

@@ -92,6 +92,10 @@ RunSummary MakeRunSummary(const JobConfig& config, const JobOutcome& o,
     }
     for (int i = 0; i < shard.staleness_histogram_size(); ++i)
       s.staleness_histogram[i] += shard.staleness_histogram(i);
+    for (const pstrain::v1::SparseTableStats& t : shard.sparse_tables()) {
+      s.rows_stored[t.tensor()] += t.rows_stored();
+      s.rows_evicted[t.tensor()] += t.rows_evicted();
+    }
   }
   const bool allreduce =
       config.training().mode() == pstrain::v1::MODE_ALLREDUCE;

@@ -1501,6 +1501,19 @@ absl::StatusOr<PullResult> Shard::Pull(uint32_t worker, uint64_t clock,
 }
 
 pstrain::v1::ShardStats Shard::Stats() const {
+  pstrain::v1::ShardStats s = DenseStats();
+  if (sparse_ != nullptr) {
+    for (size_t t = 0; t < sparse_->num_tables(); ++t) {
+      pstrain::v1::SparseTableStats* table = s.add_sparse_tables();
+      table->set_tensor(sparse_->table_name(t));
+      table->set_rows_stored(sparse_->stored_rows(t));
+      table->set_rows_evicted(sparse_->evicted_rows(t));
+    }
+  }
+  return s;
+}
+
+pstrain::v1::ShardStats Shard::DenseStats() const {
   absl::MutexLock lock(&mu_);
   pstrain::v1::ShardStats s;
   s.set_shard(shard_id());

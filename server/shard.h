@@ -444,6 +444,9 @@ class Shard {
   absl::StatusOr<PullResult> Pull(uint32_t worker, uint64_t clock,
                                   absl::Time deadline);
 
+  // Counters and, for row-sparse tensors, each table's rows stored and
+  // evicted (SparseShard::stored_rows / evicted_rows, read after the
+  // shard's mutex is released).
   pstrain::v1::ShardStats Stats() const;
   // Sync terms clipped to the accumulator's range so far (see above).
   uint64_t clipped_elements() const;
@@ -468,6 +471,8 @@ class Shard {
 
  private:
   explicit Shard(ShardOptions options);
+  // Stats() but the row-sparse tables.
+  pstrain::v1::ShardStats DenseStats() const;
 
   // Checks one pushed chunk (nothing is copied); on success `*local` is its
   // position in chunks(). `seen` (by position) catches a chunk sent twice.

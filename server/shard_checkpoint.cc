@@ -11,6 +11,8 @@ absl::StatusOr<CheckpointFile> SaveShardAt(Shard& shard, uint32_t num_shards,
                                            CheckpointEnv* env,
                                            const std::string& root,
                                            uint64_t step, absl::Time deadline) {
+  // Async: the rows hold the cut while the dense half waits for it.
+  if (shard.sparse() != nullptr) shard.sparse()->OrderCut(step);
   PS_ASSIGN_OR_RETURN(ShardState state, shard.SnapshotAt(step, deadline));
   if (shard.sparse() != nullptr) {
     PS_ASSIGN_OR_RETURN(state.rows, shard.sparse()->SnapshotAt(step, deadline));

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/client_text.h"
 #include "common/sparse_rows.h"
 #include "common/tensor_codec.h"
@@ -73,6 +75,7 @@ absl::StatusOr<std::unique_ptr<SparseShard>> SparseShard::Create(
   const uint32_t n = shard->options_.rule.num_workers;
   shard->clocks_.assign(n, 0);
   shard->last_push_.resize(n);
+  shard->prior_push_.resize(n);
   shard->pending_.resize(n);
   return shard;
 }
@@ -250,9 +253,64 @@ absl::StatusOr<std::vector<RowBlock>> SparseShard::DecodePull(
 ShardProgress SparseShard::ProgressLocked() const {
   ShardProgress p;
   p.version = version_;
-  p.min_clock =
-      clocks_.empty() ? 0 : *std::min_element(clocks_.begin(), clocks_.end());
+  p.min_clock = MinClockLocked();
+  p.next_cut = NextCutLocked(p.min_clock);
   return p;
+}
+
+uint64_t SparseShard::MinClockLocked() const {
+  return clocks_.empty() ? 0
+                         : *std::min_element(clocks_.begin(), clocks_.end());
+}
+
+uint64_t SparseShard::NextCutLocked(uint64_t min_clock) const {
+  if (rule_->records_pushes()) return 0;  // sync cuts at step boundaries
+  uint64_t next = 0;
+  auto consider = [&](uint64_t cut) {
+    // The final cut needs no hold: no push of clock training.steps exists.
+    if (cut > min_clock && cut != standing_last_ && (next == 0 || cut < next)) {
+      next = cut;
+    }
+  };
+  if (standing_every_ > 0 && standing_max_held_ > 0) {
+    consider((min_clock / standing_every_ + 1) * standing_every_);
+  }
+  for (uint64_t cut : waiting_cuts_) consider(cut);
+  for (uint64_t cut : ordered_cuts_) consider(cut);
+  return next;
+}
+
+bool SparseShard::AtCutLocked(uint64_t cut) const {
+  for (uint64_t c : clocks_) {
+    if (c != cut) return false;
+  }
+  return true;
+}
+
+bool SparseShard::PastCutLocked(uint64_t cut) const {
+  for (uint64_t c : clocks_) {
+    if (c > cut) return true;
+  }
+  return false;
+}
+
+void SparseShard::ServeAsyncCutsLocked() {
+  const uint64_t v = MinClockLocked();
+  if (v == 0 || !AtCutLocked(v)) return;
+  const bool standing = ordered_cuts_.count(v) > 0 ||
+                        (standing_max_held_ > 0 &&
+                         (v == standing_last_ ||
+                          (standing_every_ > 0 && v % standing_every_ == 0)));
+  if ((standing || waiting_cuts_.count(v) > 0) && held_.count(v) == 0) {
+    held_[v] = CaptureLocked();
+    while (held_.size() > std::max<size_t>(standing_max_held_, 1) &&
+           held_.begin()->first < v) {
+      held_.erase(held_.begin());
+    }
+  }
+  for (auto it = ordered_cuts_.begin(); it != ordered_cuts_.end();) {
+    it = *it <= v ? ordered_cuts_.erase(it) : ++it;
+  }
 }
 
 absl::Status SparseShard::CheckFitsLocked(const RowPush& push) const {
@@ -295,7 +353,10 @@ void SparseShard::CommitStepLocked() {
         if (b.table == t) ids.insert(ids.end(), b.ids.begin(), b.ids.end());
       }
     }
-    if (ids.empty()) continue;
+    if (ids.empty()) {
+      tables_[t]->ForgetPrevious();
+      continue;
+    }
     std::sort(ids.begin(), ids.end());
     ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
     absl::flat_hash_map<int64_t, size_t> at;
@@ -319,8 +380,9 @@ void SparseShard::CommitStepLocked() {
     for (size_t i = 0; i < sum.size(); ++i) {
       g[i] = samples > 0 ? static_cast<float>(sum[i] / samples) : 0.0f;
     }
-    tables_[t]->Apply(ids, g.data(), version_, 1.0);
+    tables_[t]->Apply(ids, g.data(), version_, 1.0, /*keep_previous=*/true);
   }
+  previous_held_ = true;
   for (auto& p : pending_) p.reset();
   recorded_ = 0;
   ++version_;
@@ -353,10 +415,7 @@ void SparseShard::SetStandingCuts(uint64_t every, uint64_t last,
 
 absl::StatusOr<SparseShardState> SparseShard::SnapshotAt(uint64_t cut,
                                                          absl::Time deadline) {
-  if (!rule_->records_pushes()) {
-    return absl::FailedPreconditionError(
-        "checkpoints of row-sparse tensors need training.mode sync");
-  }
+  if (!rule_->records_pushes()) return AsyncSnapshotAt(cut, deadline);
   absl::MutexLock lock(&mu_);
   auto decided = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return closed_ || held_.count(cut) > 0 || version_ > cut ||
@@ -379,6 +438,58 @@ absl::StatusOr<SparseShardState> SparseShard::SnapshotAt(uint64_t cut,
       "rows did not reach cut ", cut, " (row step ", version_, ")"));
 }
 
+void SparseShard::OrderCut(uint64_t cut) {
+  if (rule_->records_pushes()) return;
+  absl::MutexLock lock(&mu_);
+  if (held_.count(cut) == 0 && !PastCutLocked(cut) && !AtCutLocked(cut)) {
+    ordered_cuts_.insert(cut);
+  }
+}
+
+absl::StatusOr<SparseShardState> SparseShard::AsyncSnapshotAt(
+    uint64_t cut, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto take = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+                  mu_) -> std::optional<SparseShardState> {
+    if (auto it = held_.find(cut); it != held_.end()) {
+      SparseShardState s = std::move(it->second);
+      held_.erase(it);
+      return s;
+    }
+    if (AtCutLocked(cut)) return CaptureLocked();
+    return std::nullopt;
+  };
+  if (closed_) return absl::UnavailableError("shard closed");
+  if (std::optional<SparseShardState> s = take()) return std::move(*s);
+  auto past = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rows are past cut ", cut, " (row clocks ", absl::StrJoin(clocks_, ","),
+        "): the workers must stop before pushing that clock"));
+  };
+  if (PastCutLocked(cut)) return past();
+  // Held from now on: reads at clocks >= cut wait for every worker to reach
+  // it, and the push that completes it captures it (ServeAsyncCutsLocked).
+  waiting_cuts_.insert(cut);
+  auto decided = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return closed_ || held_.count(cut) > 0 || AtCutLocked(cut) ||
+           PastCutLocked(cut);
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&decided), deadline);
+  waiting_cuts_.erase(waiting_cuts_.find(cut));
+  if (closed_) return absl::UnavailableError("shard closed");
+  if (std::optional<SparseShardState> s = take()) return std::move(*s);
+  if (PastCutLocked(cut)) return past();
+  ordered_cuts_.insert(cut);  // still held; captured when reached
+  std::string behind;
+  for (size_t w = 0; w < clocks_.size(); ++w) {
+    if (clocks_[w] < cut) {
+      absl::StrAppend(&behind, behind.empty() ? "" : ", ", w, "@", clocks_[w]);
+    }
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "rows did not reach cut ", cut, "; behind (worker@clock): ", behind));
+}
+
 absl::StatusOr<RowPushResult> SparseShard::Push(RowPush push) {
   absl::MutexLock lock(&mu_);
   if (closed_) return absl::UnavailableError("shard closed");
@@ -389,12 +500,13 @@ absl::StatusOr<RowPushResult> SparseShard::Push(RowPush push) {
                                                    ", the job has ",
                                                    clocks_.size(), " workers"));
   }
-  const LastPush& last = last_push_[w];
-  if (last.valid && last.clock == h.clock()) {
-    if (last.fingerprint == push.fingerprint) return last.result;
-    return absl::FailedPreconditionError(
-        absl::StrCat("worker ", w, "'s row push for clock ", h.clock(),
-                     " was already accepted with other contents"));
+  for (const LastPush* last : {&last_push_[w], &prior_push_[w]}) {
+    if (last->valid && last->clock == h.clock()) {
+      if (last->fingerprint == push.fingerprint) return last->result;
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker ", w, "'s row push for clock ", h.clock(),
+                       " was already accepted with other contents"));
+    }
   }
   if (h.clock() != clocks_[w]) {
     return absl::FailedPreconditionError(
@@ -411,7 +523,9 @@ absl::StatusOr<RowPushResult> SparseShard::Push(RowPush push) {
   RowPushResult result;
   result.staleness = staleness;
   result.rows = push.rows;
+  // Kept apart: a sync push moves into pending_ (and `h` with it).
   const uint64_t fingerprint = push.fingerprint;
+  const uint64_t clock = h.clock();
   switch (decision->action) {
     case PushDecision::Action::kRecord:
       pending_[w] = std::make_unique<RowPush>(std::move(push));
@@ -427,12 +541,14 @@ absl::StatusOr<RowPushResult> SparseShard::Push(RowPush push) {
       ++version_;
       ++clocks_[w];
       result.applied = true;
+      ServeAsyncCutsLocked();
       break;
     case PushDecision::Action::kDrop:  // backup workers: refused at Create
       return absl::InternalError("row push dropped");
   }
   result.version = version_;
-  last_push_[w] = LastPush{true, h.clock(), fingerprint, result};
+  prior_push_[w] = last_push_[w];
+  last_push_[w] = LastPush{true, clock, fingerprint, result};
   return result;
 }
 
@@ -465,13 +581,27 @@ absl::StatusOr<RowPullResult> SparseShard::Pull(uint32_t worker, uint64_t clock,
         absl::StrCat("row pull at clock ", clock, " waited for row pushes of ",
                      "clock ", need, " from workers ", laggards));
   }
+  // Sync, a stand-in's re-computation of a step that already committed
+  // here (see the top of sparse_shard.h): the rows of version `clock`.
+  const bool previous = rule_->records_pushes() && version_ == clock + 1;
+  if (previous && !previous_held_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "row pull at clock ", clock, ": the rows of version ", clock,
+        " are no longer held (row step ", version_, " was restored)"));
+  }
   RowPullResult result;
-  result.version = version_;
-  result.min_clock = rule_->ReadMinClock(clock, p);
+  result.version = previous ? clock : version_;
+  ShardProgress read = p;
+  read.version = result.version;
+  result.min_clock = rule_->ReadMinClock(clock, read);
   result.wait_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   for (RowBlock& b : blocks) {
     b.values.resize(b.ids.size() * dims_[b.table]);
-    tables_[b.table]->Read(b.ids, b.values.data());
+    if (previous) {
+      tables_[b.table]->ReadPrevious(b.ids, b.values.data());
+    } else {
+      tables_[b.table]->Read(b.ids, b.values.data());
+    }
   }
   result.blocks = std::move(blocks);
   return result;
@@ -544,9 +674,12 @@ absl::Status SparseShard::Restore(const SparseShardState& state) {
   version_ = state.version;
   clocks_ = state.clocks;
   for (auto& l : last_push_) l = LastPush{};
+  for (auto& l : prior_push_) l = LastPush{};
+  previous_held_ = false;
   for (auto& p : pending_) p.reset();
   recorded_ = 0;
   held_.clear();
+  ordered_cuts_.clear();
   return absl::OkStatus();
 }
 

@@ -29,10 +29,23 @@
 // Pushes are all-or-nothing and exactly-once, as dense ones: a push is
 // validated whole (worker, tensors, dtype, row width, byte sizes, ids in
 // the table, on this shard and unique, finite values, memory bound) before
-// anything changes; the worker's last accepted push (clock and a
-// fingerprint of its header and rows) is remembered, so the same push again
+// anything changes; the worker's last two accepted pushes (clock and a
+// fingerprint of its header and rows) are remembered, so the same push again
 // gets the original result and changes nothing, and a different push for an
 // accepted clock is FAILED_PRECONDITION.
+//
+// Elastic stand-ins (training.on_failure: elastic, mode sync;
+// coordinator/elastic.h). A live worker standing in for a dead rank (a new
+// session of the rank) re-computes the rank's step `held` from the rows of
+// version `held`, although the dead process may have pushed that step here
+// (and even its next one), so the step may have committed already. A sync
+// PullRows at clock c when the version is c + 1 therefore reads the rows as
+// they were at version c: the commit of step c keeps the weights of the rows
+// it changed (touched or evicted) until the next commit. (A live worker's
+// own pull at clock c always finds the version at c: step c cannot commit
+// without its push.) The stand-in's push then matches the dead process's
+// bit for bit, so a shard that has it answers with its original result and
+// the others accept it: no step is summed twice or lost.
 //
 // Memory: the tables' bound (SparseTableOptions.max_rows, per table and
 // shard), plus in sync the pending pushes of one step (each at most
@@ -46,6 +59,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -150,8 +164,10 @@ class SparseShard {
   absl::StatusOr<std::vector<RowBlock>> DecodePull(
       const pstrain::v1::PullRowsRequest& request) const;
   // Waits (until `deadline`) for `clock` to be readable, then reads the
-  // blocks' rows. DEADLINE_EXCEEDED naming the workers below the clock
-  // needed, UNAVAILABLE after Close().
+  // blocks' rows (in sync at version clock + 1: as of version clock, above).
+  // DEADLINE_EXCEEDED naming the workers below the clock needed,
+  // FAILED_PRECONDITION when the rows of version clock are no longer held
+  // (a restore since), UNAVAILABLE after Close().
   absl::StatusOr<RowPullResult> Pull(uint32_t worker, uint64_t clock,
                                      std::vector<RowBlock> blocks,
                                      absl::Time deadline);
@@ -168,21 +184,51 @@ class SparseShard {
   // nothing).
   absl::StatusOr<SparseShardState> Snapshot() const;
   absl::Status Restore(const SparseShardState& state);
-  // Checkpoint cut `cut` (mode sync only: the state after row step cut - 1,
-  // version == cut and no push of step cut recorded), as Shard::SnapshotAt:
-  // waits until `deadline` for it; a standing cut (SetStandingCuts) is
-  // captured in the commit that reaches it, so a call after the shard moved
-  // on still gets it. FAILED_PRECONDITION past the cut or in mode async,
-  // DEADLINE_EXCEEDED, UNAVAILABLE after Close().
+  // Checkpoint cut `cut`, as Shard::SnapshotAt (server/shard.h,
+  // "Checkpoints"): waits until `deadline` for it. FAILED_PRECONDITION past
+  // the cut, DEADLINE_EXCEEDED, UNAVAILABLE after Close().
+  //  * Sync: the state after row step cut - 1 (version == cut and no push
+  //    of step cut recorded); a standing cut (SetStandingCuts) is captured
+  //    in the commit that reaches it, so a call after the shard moved on
+  //    still gets it.
+  //  * Async: the state in which every worker's row pushes of clocks < cut
+  //    are applied and none of clock >= cut (every row clock == cut), held
+  //    as the dense half holds it: while cut c (a standing cut below `last`,
+  //    one a call waits for, or one a timed-out call left ordered) is not
+  //    captured, a PullRows at clock >= c waits until every worker reached c
+  //    (ShardProgress::next_cut, the Ssp rule); since a worker pushes rows of
+  //    clock c only after reading them at c, the shard passes through
+  //    "every row clock == c" and the push that completes it captures it. A
+  //    call whose deadline passes leaves the cut ordered (captured when
+  //    reached), so a repeated call collects it.
   absl::StatusOr<SparseShardState> SnapshotAt(uint64_t cut,
                                               absl::Time deadline);
+  // Async: holds cut `cut` from now on and captures it when reached (as a
+  // SnapshotAt call whose deadline passed leaves it), unless the rows are
+  // at or past it; nothing in sync. For the dense half's time cuts: called
+  // before the dense SnapshotAt, so the rows do not pass the cut meanwhile.
+  void OrderCut(uint64_t cut);
   // Cuts captured by themselves from now on: t % every == 0 (every > 0) or
-  // t == last, at most `max_held` kept (the oldest dropped).
+  // t == last, at most `max_held` kept (the oldest dropped); async: reads
+  // are held at each such cut below `last` (above).
   void SetStandingCuts(uint64_t every, uint64_t last, size_t max_held = 2);
 
  private:
   explicit SparseShard(SparseShardOptions options);
   ShardProgress ProgressLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t MinClockLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Async: the smallest cut above `min_clock` that reads are held at (see
+  // SnapshotAt); 0 when none, and in sync.
+  uint64_t NextCutLocked(uint64_t min_clock) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Async: every row clock == cut / some row clock > cut.
+  bool AtCutLocked(uint64_t cut) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool PastCutLocked(uint64_t cut) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Async, after a push: captures the cut every row clock now sits at, if
+  // it is standing, ordered or waited for; drops ordered cuts reached.
+  void ServeAsyncCutsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<SparseShardState> AsyncSnapshotAt(uint64_t cut,
+                                                   absl::Time deadline);
   // The rows each table's update (the pending step plus `push`) touches
   // fits the bound.
   absl::Status CheckFitsLocked(const RowPush& push) const
@@ -211,6 +257,10 @@ class SparseShard {
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<uint64_t> clocks_ ABSL_GUARDED_BY(mu_);
   std::vector<LastPush> last_push_ ABSL_GUARDED_BY(mu_);
+  std::vector<LastPush> prior_push_ ABSL_GUARDED_BY(mu_);  // the one before
+  // Sync: the tables keep the rows of version_ - 1 (a commit since Create or
+  // Restore).
+  bool previous_held_ ABSL_GUARDED_BY(mu_) = false;
   // Sync: the open step's pushes by rank (null: not pushed yet).
   std::vector<std::unique_ptr<RowPush>> pending_ ABSL_GUARDED_BY(mu_);
   uint32_t recorded_ ABSL_GUARDED_BY(mu_) = 0;
@@ -219,6 +269,10 @@ class SparseShard {
   uint64_t standing_last_ ABSL_GUARDED_BY(mu_) = 0;
   size_t standing_max_held_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<uint64_t, SparseShardState> held_ ABSL_GUARDED_BY(mu_);  // by cut
+  // Async: cuts SnapshotAt calls wait for now, and cuts timed-out calls left
+  // ordered (held and captured when reached).
+  std::multiset<uint64_t> waiting_cuts_ ABSL_GUARDED_BY(mu_);
+  std::set<uint64_t> ordered_cuts_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pstrain

@@ -373,6 +373,140 @@ TEST(SparseShardTest, ARetryGetsTheSameResultAndChangesNothing) {
   EXPECT_EQ(shard->version(), 1u);
 }
 
+// Elastic stand-ins (sparse_shard.h): the dead rank may have pushed step 1
+// (and even step 2) before its stand-in re-computes step 1. A pull at clock
+// 1 then still reads the rows of version 1, so the stand-in's push is the
+// dead process's bit for bit and gets its original result.
+TEST(SparseShardTest, AStandInReadsACommittedStepAsOfItsVersion) {
+  Job s;
+  s.workers = 2;
+  auto shard = Make(s);
+  ASSERT_TRUE(PushGrad(*shard, MakeGrad(0, 0)).ok());
+  ASSERT_TRUE(PushGrad(*shard, MakeGrad(0, 1)).ok());
+  const std::vector<float> v1 = ReadAll(*shard, 1);
+  EXPECT_EQ(v1, Reference(OptimizerConfig::SGD, 1, 2, true));
+  ASSERT_TRUE(PushGrad(*shard, MakeGrad(1, 0)).ok());
+  auto dead = PushGrad(*shard, MakeGrad(1, 1));  // the dead process's push
+  ASSERT_TRUE(dead.ok());
+  EXPECT_TRUE(dead->applied);
+  ASSERT_EQ(shard->version(), 2u);
+  const std::vector<float> v2 = ReadAll(*shard, 2);
+  EXPECT_NE(v2, v1);
+  EXPECT_EQ(ReadAll(*shard, 1), v1);
+  // Its push of step 2 too, then the stand-in's of step 1: answered.
+  ASSERT_TRUE(PushGrad(*shard, MakeGrad(2, 1)).ok());
+  auto again = PushGrad(*shard, MakeGrad(1, 1));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->version, dead->version);
+  EXPECT_EQ(ReadAll(*shard, 1), v1);
+  EXPECT_EQ(ReadAll(*shard, 2), v2);
+  EXPECT_EQ(shard->clocks(), (std::vector<uint64_t>{2, 3}));
+  // A restore drops the rows of the version before: refused, not guessed.
+  auto state = shard->Snapshot();
+  ASSERT_FALSE(state.ok());  // step 2 has a push pending
+  ASSERT_TRUE(PushGrad(*shard, MakeGrad(2, 0)).ok());
+  state = shard->Snapshot();
+  ASSERT_TRUE(state.ok()) << state.status();
+  ASSERT_TRUE(shard->Restore(*state).ok());
+  pstrain::v1::PullRowsRequest req;
+  auto* piece = req.add_rows();
+  piece->set_tensor("emb");
+  AppendRowIds({1}, piece->mutable_ids());
+  auto blocks = shard->DecodePull(req);
+  ASSERT_TRUE(blocks.ok());
+  auto r = shard->Pull(1, 2, std::move(*blocks), absl::Now());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition)
+      << r.status();
+}
+
+// ... also for rows the committed step evicted (they read as stored).
+TEST(SparseShardTest, AStandInReadsRowsTheCommitEvicted) {
+  Job s;
+  s.workers = 2;
+  s.max_rows = 3;
+  auto shard = Make(s);
+  Grad a;
+  a.ids = {1, 2, 3};
+  a.values.assign(3 * kDim, 1.0f);
+  Grad b = a;
+  b.worker = 1;
+  b.ids = {};
+  b.values = {};
+  ASSERT_TRUE(PushGrad(*shard, a).ok());
+  ASSERT_TRUE(PushGrad(*shard, b).ok());
+  const std::vector<float> v1 = ReadAll(*shard, 1);
+  a.clock = b.clock = 1;
+  a.ids = {4, 5};
+  a.values.assign(2 * kDim, 0.5f);
+  ASSERT_TRUE(PushGrad(*shard, a).ok());
+  ASSERT_TRUE(PushGrad(*shard, b).ok());
+  ASSERT_EQ(shard->evicted_rows(0), 2u);
+  const std::vector<float> v2 = ReadAll(*shard, 2);
+  EXPECT_NE(v2, v1);
+  EXPECT_EQ(ReadAll(*shard, 1), v1);
+  EXPECT_EQ(ReadAll(*shard, 2), v2);
+}
+
+// Async cuts (sparse_shard.h, SnapshotAt): a standing cut holds reads at
+// clock >= cut until every worker reached it and is captured there, even
+// when a worker then moves on; a cut a timed-out call left ordered is held
+// and captured in the same way.
+TEST(SparseShardTest, AsyncCutsAreHeldAndCapturedWhereEveryClockMeets) {
+  Job s;
+  s.sync = false;
+  s.workers = 2;
+  s.staleness = -1;  // never waits, but for the cuts
+  auto shard = Make(s);
+  shard->SetStandingCuts(2, 10);
+  auto pull = [&](uint32_t w, uint64_t clock) {
+    pstrain::v1::PullRowsRequest req;
+    auto* piece = req.add_rows();
+    piece->set_tensor("emb");
+    AppendRowIds({1, 2}, piece->mutable_ids());
+    auto blocks = shard->DecodePull(req);
+    EXPECT_TRUE(blocks.ok());
+    return shard->Pull(w, clock, std::move(*blocks), absl::Now());
+  };
+  for (uint64_t t : {0, 1}) ASSERT_TRUE(PushGrad(*shard, MakeGrad(t, 0)).ok());
+  EXPECT_TRUE(pull(0, 1).ok());
+  auto held = pull(0, 2);
+  EXPECT_EQ(held.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << held.status();
+  EXPECT_NE(held.status().message().find("1@0"), std::string::npos)
+      << held.status();
+  for (uint64_t t : {0, 1}) ASSERT_TRUE(PushGrad(*shard, MakeGrad(t, 1)).ok());
+  const std::vector<float> at2 = ReadAll(*shard, 2);
+  ASSERT_TRUE(PushGrad(*shard, MakeGrad(2, 0)).ok());  // moves on
+  auto cut2 = shard->SnapshotAt(2, absl::Now());
+  ASSERT_TRUE(cut2.ok()) << cut2.status();
+  EXPECT_EQ(cut2->clocks, (std::vector<uint64_t>{2, 2}));
+  EXPECT_EQ(cut2->version, 4u);
+  std::vector<float> saved(kRows * kDim);
+  for (int64_t r = 0; r < kRows; ++r) {
+    InitialValues(Emb(), r * kDim, kDim, &saved[r * kDim]);
+  }
+  for (const SparseRowState& r : cut2->rows[0]) {
+    std::copy(r.data.begin(), r.data.begin() + kDim, &saved[r.id * kDim]);
+  }
+  EXPECT_EQ(saved, at2);
+  // Cut 3 (not standing), ordered by a call that timed out: held, and
+  // captured once worker 1 reaches it.
+  auto early = shard->SnapshotAt(3, absl::Now());
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << early.status();
+  EXPECT_EQ(pull(0, 3).status().code(), absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(PushGrad(*shard, MakeGrad(2, 1)).ok());
+  EXPECT_TRUE(pull(0, 3).ok());
+  ASSERT_TRUE(PushGrad(*shard, MakeGrad(3, 0)).ok());
+  auto cut3 = shard->SnapshotAt(3, absl::Now());
+  ASSERT_TRUE(cut3.ok()) << cut3.status();
+  EXPECT_EQ(cut3->clocks, (std::vector<uint64_t>{3, 3}));
+  // A cut the rows passed without stopping there.
+  ASSERT_TRUE(PushGrad(*shard, MakeGrad(4, 0)).ok());
+  EXPECT_EQ(shard->SnapshotAt(4, absl::Now()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 // A rejected push changes nothing: version, clocks, rows.
 void ExpectRejected(SparseShard& shard, const std::vector<PushRowsRequest>& m,
                     absl::StatusCode code, const std::string& needle) {

@@ -93,7 +93,16 @@ absl::Status SparseTable::CheckFits(uint64_t touched, uint64_t fresh) const {
 
 void SparseTable::Touch(Row& row) { lru_.splice(lru_.end(), lru_, row.lru); }
 
-SparseTable::Row& SparseTable::Materialise(int64_t id) {
+void SparseTable::KeepPrevious(int64_t id) {
+  if (previous_.count(id) != 0) return;
+  auto it = rows_map_.find(id);
+  std::vector<float>& kept = previous_[id];
+  if (it != rows_map_.end()) {
+    kept.assign(it->second.data.begin(), it->second.data.begin() + dim_);
+  }
+}
+
+SparseTable::Row& SparseTable::Materialise(int64_t id, bool keep) {
   auto it = rows_map_.find(id);
   if (it != rows_map_.end()) {
     Touch(it->second);
@@ -101,6 +110,7 @@ SparseTable::Row& SparseTable::Materialise(int64_t id) {
   }
   while (options_.max_rows > 0 && rows_map_.size() >= options_.max_rows &&
          !lru_.empty()) {
+    if (keep) KeepPrevious(lru_.front());
     rows_map_.erase(lru_.front());
     lru_.pop_front();
     ++evicted_;
@@ -129,8 +139,33 @@ void SparseTable::Read(absl::Span<const int64_t> ids, float* out) {
   }
 }
 
+void SparseTable::ReadPrevious(absl::Span<const int64_t> ids,
+                               float* out) const {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    float* dst = out + i * dim_;
+    const std::vector<float>* before = nullptr;
+    if (auto p = previous_.find(ids[i]); p != previous_.end()) {
+      before = &p->second;
+    }
+    auto it = rows_map_.find(ids[i]);
+    if (before != nullptr && !before->empty()) {
+      std::copy(before->begin(), before->end(), dst);
+    } else if (before == nullptr && it != rows_map_.end()) {
+      std::copy(it->second.data.begin(), it->second.data.begin() + dim_, dst);
+    } else {
+      InitialValues(options_.spec, static_cast<uint64_t>(ids[i]) * dim_, dim_,
+                    dst);
+    }
+  }
+}
+
 void SparseTable::Apply(absl::Span<const int64_t> ids, const float* g,
-                        uint64_t schedule_step, double lr_scale) {
+                        uint64_t schedule_step, double lr_scale,
+                        bool keep_previous) {
+  previous_.clear();
+  if (keep_previous) {
+    for (int64_t id : ids) KeepPrevious(id);
+  }
   // Rows the update touches become the most recently used first, so an
   // eviction below never drops one of them (CheckFits: they fit).
   for (int64_t id : ids) {
@@ -139,7 +174,7 @@ void SparseTable::Apply(absl::Span<const int64_t> ids, const float* g,
   }
   const bool has_slots = optimizer_->num_slots() > 0;
   for (size_t i = 0; i < ids.size(); ++i) {
-    Row& row = Materialise(ids[i]);
+    Row& row = Materialise(ids[i], keep_previous);
     float* w = row.data.data();
     optimizer_->Apply(schedule_step, row.updates, w, g + i * dim_,
                       has_slots ? w + dim_ : nullptr, dim_, lr_scale, dim_);
@@ -180,6 +215,7 @@ absl::Status SparseTable::Import(const std::vector<SparseRowState>& rows) {
   if (absl::Status st = CheckIds(ids, /*unique=*/true); !st.ok()) return st;
   rows_map_.clear();
   lru_.clear();
+  previous_.clear();
   for (const SparseRowState& r : rows) {
     Row& row = rows_map_[r.id];
     row.data = r.data;

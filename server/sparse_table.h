@@ -91,8 +91,20 @@ class SparseTable {
   // with gradient g[i * dim, (i + 1) * dim) for ids[i], at schedule step
   // `schedule_step` and rate scale `lr_scale` (Optimizer::Apply), creating
   // rows on first touch and evicting at the bound (above).
+  // With `keep_previous` (mode sync: one Apply per step), the weights every
+  // row whose read value the update changes (the rows it touches and the
+  // rows it evicts) had before it are kept until the next such Apply, for
+  // ReadPrevious; without, what was kept is dropped.
   void Apply(absl::Span<const int64_t> ids, const float* g,
-             uint64_t schedule_step, double lr_scale);
+             uint64_t schedule_step, double lr_scale,
+             bool keep_previous = false);
+  // Drops what the last Apply kept (a step that touched no row of the table
+  // changes none of its reads).
+  void ForgetPrevious() { previous_.clear(); }
+  // As Read, the values before the last Apply with `keep_previous` (rows it
+  // did not change read as they are now). Marks nothing as used: the read
+  // the values belong to already did.
+  void ReadPrevious(absl::Span<const int64_t> ids, float* out) const;
 
   size_t stored_rows() const { return rows_map_.size(); }
   uint64_t evicted_rows() const { return evicted_; }
@@ -114,7 +126,9 @@ class SparseTable {
   };
   SparseTable(SparseTableOptions options, const Optimizer* optimizer,
               int64_t rows, int64_t dim);
-  Row& Materialise(int64_t id);
+  // `keep` records an evicted row's weights in previous_.
+  Row& Materialise(int64_t id, bool keep = false);
+  void KeepPrevious(int64_t id);
   void Touch(Row& row);
 
   const SparseTableOptions options_;
@@ -126,6 +140,9 @@ class SparseTable {
   std::unordered_map<int64_t, Row> rows_map_;
   std::list<int64_t> lru_;  // least recently used first
   uint64_t evicted_ = 0;
+  // ReadPrevious: by id, the weights before the last kept Apply (empty: the
+  // row was not stored, it read as its initial value).
+  std::unordered_map<int64_t, std::vector<float>> previous_;
 };
 
 }  // namespace pstrain

@@ -10,6 +10,8 @@
 //    columns allow), in sync and async.
 //  * Bytes per worker per step follow the rows a step touches, not the
 //    table's size.
+//  * Async checkpoints are cuts of rows and dense chunks alike; with one
+//    worker a resumed job (same layout or K' servers) is bit-identical.
 //  * The same job on the real node classes (coordinator, ServerNodes,
 //    WorkerNodes: what ps_worker runs) trains and evaluates.
 //  * Mode allreduce with a replica of the table on every worker, the table's
@@ -29,14 +31,18 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/env.h"
 #include "common/job_config.h"
 #include "common/model_spec.h"
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/pstrain.pb.h"
+#include "tests/checkpoint_jobs.h"
 #include "tests/in_process_job.h"
 #include "tests/test_cluster.h"
+#include "tests/test_files.h"
 #include "tests/training_harness.h"
 #include "worker/allreduce/allreduce_trainer.h"
 #include "worker/allreduce/in_memory_transport.h"
@@ -325,11 +331,145 @@ TEST(SparseJobTest, WideDeepJobRunsOnTheNodes) {
     ASSERT_TRUE(job->summary.final_accuracy.has_value());
     EXPECT_GT(*job->summary.final_accuracy, 0.0);
     EXPECT_GT(job->summary.bytes_pushed, 0u);
+    // The shards' stats name the table and the rows it holds (no bound: none
+    // evicted).
+    ASSERT_EQ(job->summary.rows_stored.size(), 1u);
+    EXPECT_GT(job->summary.rows_stored.begin()->second, 0u);
+    EXPECT_EQ(job->summary.rows_evicted.begin()->second, 0u);
     ASSERT_EQ(job->finals.size(), 2u);
     // The table never came whole to a worker: its final entry is empty.
     EXPECT_TRUE(job->finals[0][0].empty());
     EXPECT_FALSE(job->finals[0][1].empty());
   }
+}
+
+// Async checkpoints of row-sparse tables (docs/sparse.md): the shards hold
+// row reads at each cut clock as they hold dense reads, so every checkpoint
+// is one consistent cut of dense chunks and rows alike.
+JobConfig AsyncCheckpointConfig(const std::string& dir, int workers,
+                                int servers, int64_t steps) {
+  JobConfig c = MakeConfig(pstrain::v1::MODE_ASYNC, workers, 16, 1, 100000,
+                           steps, OptimizerConfig::ADAGRAD, kLearnLr);
+  c.mutable_job()->set_servers(servers);
+  c.mutable_training()->set_staleness(2);
+  c.mutable_data()->set_test_examples(256);
+  c.mutable_checkpoint()->set_dir(dir);
+  c.mutable_checkpoint()->set_every_steps(4);
+  // Steps of at least 5 ms: the coordinator's orderer keeps up with the
+  // shards' standing cuts (at most 2 held) on a loaded machine.
+  c.mutable_worker()->set_compute_ms(5);
+  FinalizeJobConfig(&c);
+  return c;
+}
+
+// Checkpoint `dir`'s rows (all of them, any layout) and dense tensors, after
+// checking it is one async cut: every shard's dense and row clocks at the
+// step (the reader checks that the shards agree).
+struct CheckpointModel {
+  std::vector<std::vector<float>> dense;
+  std::vector<SparseRowState> rows;
+};
+CheckpointModel CheckedCut(const std::string& dir) {
+  CheckpointModel out;
+  auto reader = CheckpointReader::Open(CheckpointEnv::Default(), dir);
+  EXPECT_TRUE(reader.ok()) << reader.status();
+  if (!reader.ok()) return out;
+  const CheckpointManifest& m = (*reader)->manifest();
+  EXPECT_EQ(m.mode, "async");
+  const std::vector<uint64_t> at_cut(m.num_workers, m.step);
+  for (const auto& h : (*reader)->shard_headers()) {
+    EXPECT_EQ(h.clocks, at_cut) << dir;
+    EXPECT_TRUE(h.has_rows) << dir;
+    EXPECT_EQ(h.row_clocks, at_cut) << dir;
+    EXPECT_EQ(h.row_version, m.step * m.num_workers) << dir;
+  }
+  for (const auto& t : m.shard_map.tensors()) {
+    if (t.row_sparse()) {
+      auto rows = (*reader)->RowsFor({t.name()}, 0, 1);
+      EXPECT_TRUE(rows.ok()) << rows.status();
+      if (rows.ok()) out.rows = std::move(rows->rows[0]);
+      continue;
+    }
+    uint64_t n = 1;
+    for (int64_t d : t.shape()) n *= static_cast<uint64_t>(d);
+    std::vector<float> w(n), slots(n * m.num_slots);
+    EXPECT_TRUE(
+        (*reader)->ReadRange(t.name(), 0, n, w.data(), slots.data()).ok());
+    out.dense.push_back(std::move(w));
+    out.dense.push_back(std::move(slots));
+  }
+  return out;
+}
+
+void ExpectSameModel(const CheckpointModel& got, const CheckpointModel& want) {
+  ASSERT_EQ(got.dense.size(), want.dense.size());
+  for (size_t i = 0; i < got.dense.size(); ++i) {
+    EXPECT_TRUE(test_files::BitEqual(got.dense[i], want.dense[i])) << i;
+  }
+  ASSERT_EQ(got.rows.size(), want.rows.size());
+  ASSERT_GT(want.rows.size(), 0u);
+  for (size_t i = 0; i < got.rows.size(); ++i) {
+    EXPECT_EQ(got.rows[i].id, want.rows[i].id);
+    EXPECT_EQ(got.rows[i].updates, want.rows[i].updates);
+    EXPECT_TRUE(test_files::BitEqual(got.rows[i].data, want.rows[i].data))
+        << "row " << got.rows[i].id;
+  }
+}
+
+// One worker: async is deterministic (one push order), so a job resumed
+// from an async checkpoint ends bit-identical to the undisturbed one, on
+// the same layout (shard files byte for byte) and on K' = 3 servers.
+TEST(SparseJobTest, AsyncCheckpointResumesBitIdenticalWithOneWorker) {
+  const std::string full_dir = test_files::TempDir("sparse-async-full");
+  auto full = RunInProcessJob(AsyncCheckpointConfig(full_dir, 1, 2, 12));
+  ASSERT_TRUE(full.ok()) << full.status();
+  auto listing = ListCheckpoints(CheckpointEnv::Default(), full_dir);
+  ASSERT_TRUE(listing.ok()) << listing.status();
+  EXPECT_EQ(listing->complete, (std::vector<uint64_t>{4, 8, 12}));
+  const CheckpointModel want = CheckedCut(CheckpointDir(full_dir, 12));
+
+  const std::string dir = test_files::TempDir("sparse-async-resumed");
+  checkpoint_jobs::CopyCheckpoint(full_dir, 8, dir);
+  auto resumed =
+      RunInProcessJob(AsyncCheckpointConfig(dir, 1, 2, 12), "latest");
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->summary.steps, 12);
+  for (uint32_t k = 0; k < 2; ++k) {
+    const std::string name = ShardFileName(k, 2);
+    EXPECT_EQ(test_files::ReadBytes(CheckpointDir(dir, 12) + "/" + name),
+              test_files::ReadBytes(CheckpointDir(full_dir, 12) + "/" + name))
+        << name;
+  }
+
+  const std::string resharded = test_files::TempDir("sparse-async-resharded");
+  checkpoint_jobs::CopyCheckpoint(full_dir, 4, resharded);
+  auto moved =
+      RunInProcessJob(AsyncCheckpointConfig(resharded, 1, 3, 12), resharded);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  ExpectSameModel(CheckedCut(CheckpointDir(resharded, 12)), want);
+}
+
+// Three workers, staleness 2: push orders differ from run to run, so the
+// checkpoints are held to being one cut (every clock, dense and row, at the
+// step on every shard), and a job resumed from one completes.
+TEST(SparseJobTest, AsyncCheckpointsAreCutsWithThreeWorkers) {
+  const std::string full_dir = test_files::TempDir("sparse-async-three");
+  auto full = RunInProcessJob(AsyncCheckpointConfig(full_dir, 3, 2, 16));
+  ASSERT_TRUE(full.ok()) << full.status();
+  auto listing = ListCheckpoints(CheckpointEnv::Default(), full_dir);
+  ASSERT_TRUE(listing.ok()) << listing.status();
+  EXPECT_EQ(listing->complete, (std::vector<uint64_t>{4, 8, 12, 16}));
+  for (uint64_t step : listing->complete) {
+    CheckedCut(CheckpointDir(full_dir, step));
+  }
+  const std::string dir = test_files::TempDir("sparse-async-three-resumed");
+  checkpoint_jobs::CopyCheckpoint(full_dir, 8, dir);
+  auto resumed =
+      RunInProcessJob(AsyncCheckpointConfig(dir, 3, 3, 16), "latest");
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->summary.steps, 16);
+  EXPECT_FALSE(resumed->summary.failed) << resumed->summary.message;
+  CheckedCut(CheckpointDir(dir, 16));
 }
 
 // ---- Mode allreduce on the sparse model (allreduce.sparse: dense, allgather;

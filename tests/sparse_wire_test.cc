@@ -5,7 +5,12 @@
 // holds; bad row pushes are refused naming the tensor and change nothing.
 #include <grpcpp/grpcpp.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -15,12 +20,14 @@
 #include "absl/time/clock.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/env.h"
+#include "checkpoint/safetensors.h"
 #include "common/grpc_util.h"
 #include "common/job_token.h"
 #include "common/sharding.h"
 #include "common/sparse_rows.h"
 #include "common/tensor_codec.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "proto/pstrain.grpc.pb.h"
 #include "server/ps_service.h"
 #include "server/shard.h"
@@ -234,6 +241,14 @@ TEST_P(SparseWireTest, ClientAgainstThreeShardsEqualsOneSparseShard) {
   for (auto& s : cluster->shards) {
     EXPECT_EQ(s->sparse()->version(), static_cast<uint64_t>(steps));
     EXPECT_EQ(s->Stats().version(), static_cast<uint64_t>(steps));
+    // ShardStats names the table, its rows stored and evicted (no bound).
+    const pstrain::v1::ShardStats stats = s->Stats();
+    ASSERT_EQ(stats.sparse_tables_size(), 1);
+    EXPECT_EQ(stats.sparse_tables(0).tensor(), "emb");
+    EXPECT_EQ(stats.sparse_tables(0).rows_stored(),
+              s->sparse()->stored_rows(0));
+    EXPECT_GT(stats.sparse_tables(0).rows_stored(), 0u);
+    EXPECT_EQ(stats.sparse_tables(0).rows_evicted(), 0u);
   }
   // Every row, through the wire, equals the reference's.
   std::vector<RowSet> got;
@@ -469,6 +484,104 @@ TEST(SparseCheckpointTest, ResumeAndReshardKToKPrimeAreExact) {
           ->RowsFor({target->shards[0]->sparse()->table_name(0)}, 0, 1)
           .status();
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+}
+
+// ps_checkpoint and the safetensors export read row tables
+// (checkpoint/safetensors.h): the rows stored at the cut, by id, with their
+// weights, Adam slots and per-row update counts, bit for bit what the shards
+// held; the dense tensor whole.
+TEST(SparseCheckpointTest, ExportAndInspectReadTheRowTables) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string root = absl::StrCat(tmp ? tmp : "/tmp", "/sparse_export");
+  std::system(absl::StrCat("rm -rf '", root, "'").c_str());
+  CheckpointEnv* env = CheckpointEnv::Default();
+  const pstrain::v1::JobSpec job = Job(2, pstrain::v1::DTYPE_F32);
+  auto cluster = Start(job);
+  ASSERT_NE(cluster, nullptr);
+  Train(job, *cluster, 0, 3);
+  // What the shards hold now (the cut is 3: no push pending).
+  std::map<int64_t, SparseRowState> want;
+  for (const auto& shard : cluster->shards) {
+    auto state = shard->sparse()->Snapshot();
+    ASSERT_TRUE(state.ok()) << state.status();
+    for (const SparseRowState& r : state->rows[0]) want[r.id] = r;
+  }
+  ASSERT_GT(want.size(), 10u);
+  const std::vector<float> dense = ReadModel(job, *cluster, 3).second;
+  ASSERT_EQ(dense.size(), 300u);
+  auto manifest = ManifestForJob(job, 3);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  for (uint32_t k = 0; k < 2; ++k) {
+    auto file = SaveShardAt(*cluster->shards[k], 2, env, root, 3,
+                            absl::Now() + absl::Seconds(30));
+    ASSERT_TRUE(file.ok()) << file.status();
+    manifest->files.push_back(*file);
+  }
+  const std::string dir = CheckpointDir(root, 3);
+  ASSERT_TRUE(WriteManifest(env, dir, *manifest).ok());
+  auto reader = CheckpointReader::Open(env, dir);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+
+  const std::string out = root + "/model.safetensors";
+  ASSERT_TRUE(ExportSafetensors(**reader, env, out, /*with_slots=*/true).ok());
+  std::ifstream in(out, std::ios::binary);
+  const std::string blob((std::istreambuf_iterator<char>(in)),
+                         std::istreambuf_iterator<char>());
+  ASSERT_GT(blob.size(), 8u);
+  uint64_t n = 0;
+  std::memcpy(&n, blob.data(), 8);
+  const nlohmann::json header = nlohmann::json::parse(blob.substr(8, n));
+  const char* data = blob.data() + 8 + n;
+  auto bytes_of = [&](const std::string& name, const std::string& dtype,
+                      const std::vector<int64_t>& shape) {
+    EXPECT_TRUE(header.contains(name)) << name;
+    if (!header.contains(name)) return std::string();
+    EXPECT_EQ(header[name]["dtype"], dtype) << name;
+    EXPECT_EQ(header[name]["shape"].get<std::vector<int64_t>>(), shape) << name;
+    const uint64_t b = header[name]["data_offsets"][0];
+    const uint64_t e = header[name]["data_offsets"][1];
+    return std::string(data + b, e - b);
+  };
+  const int64_t rows = static_cast<int64_t>(want.size());
+  std::string ids, updates, weights, m1, m2;
+  for (const auto& [id, r] : want) {
+    ids.append(reinterpret_cast<const char*>(&id), 8);
+    const int64_t u = static_cast<int64_t>(r.updates);
+    updates.append(reinterpret_cast<const char*>(&u), 8);
+    ASSERT_EQ(r.data.size(), 3u * kDim);  // weights, Adam's two moments
+    weights.append(reinterpret_cast<const char*>(r.data.data()), 4 * kDim);
+    m1.append(reinterpret_cast<const char*>(r.data.data() + kDim), 4 * kDim);
+    m2.append(reinterpret_cast<const char*>(r.data.data() + 2 * kDim),
+              4 * kDim);
+  }
+  EXPECT_EQ(bytes_of("emb.ids", "I64", {rows}), ids);
+  EXPECT_EQ(bytes_of("emb.updates", "I64", {rows}), updates);
+  EXPECT_EQ(bytes_of("emb", "F32", {rows, kDim}), weights);
+  EXPECT_EQ(bytes_of("emb:slot0", "F32", {rows, kDim}), m1);
+  EXPECT_EQ(bytes_of("emb:slot1", "F32", {rows, kDim}), m2);
+  EXPECT_EQ(bytes_of("w", "F32", {300}),
+            std::string(reinterpret_cast<const char*>(dense.data()),
+                        dense.size() * 4));
+  EXPECT_EQ(header["__metadata__"]["row_sparse:emb"],
+            absl::StrCat("[", kRows, ", ", kDim, "]"));
+  EXPECT_EQ(header.size(), 9u);  // __metadata__, w and 2 slots, emb x 5
+
+  // ps_checkpoint inspect names the rows stored.
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  ASSERT_NE(srcdir, nullptr);
+  const std::string cmd =
+      absl::StrCat(srcdir, "/pstrain/tools/checkpoint/ps_checkpoint inspect '",
+                   dir, "' 2>&1");
+  FILE* pipe = popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string text;
+  char buf[512];
+  while (std::fgets(buf, sizeof(buf), pipe) != nullptr) text += buf;
+  EXPECT_EQ(pclose(pipe), 0) << text;
+  EXPECT_NE(text.find(absl::StrCat("row-sparse: ", rows, " rows stored")),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("row step 3"), std::string::npos) << text;
 }
 
 }  // namespace

@@ -48,6 +48,14 @@ struct Plan {
   // steps.
   std::vector<uint64_t> real_job_bytes;
   int real_job_steps;
+  // Row-sparse tables (docs/sparse.md): each step every worker pulls and
+  // pushes sparse_rows distinct Zipf ids of a sparse_table_rows x sparse_dim
+  // table, beside a dense tensor of the same bytes, on each (servers,
+  // workers) of sparse_layouts.
+  uint64_t sparse_rows = 4096;
+  int sparse_dim = 16;
+  uint64_t sparse_table_rows = 10000000;
+  std::vector<std::pair<int, int>> sparse_layouts;
   uint64_t opt_elems;
   uint64_t chunk_elems = (4 << 20) / sizeof(float);  // the shard layout
   std::vector<uint64_t> ring_bytes;
@@ -75,6 +83,7 @@ Plan MakePlan(bool quick, int rounds) {
     p.ring_iters = 3;
     p.memory_params = 4 << 20;
     p.apply_elems = 4 << 20;
+    p.sparse_layouts = {{2, 2}};
   } else {
     p.iperf_seconds = 2;
     p.ps_bytes = {4000000, 16000000, 64000000};
@@ -85,6 +94,7 @@ Plan MakePlan(bool quick, int rounds) {
     p.ring_iters = 5;
     p.memory_params = 16 << 20;
     p.apply_elems = 16 << 20;
+    p.sparse_layouts = {{1, 1}, {2, 4}};
   }
   return p;
 }
@@ -135,6 +145,13 @@ std::string SizeName(uint64_t bytes) {
 std::string PsName(const char* op, uint64_t bytes, int servers, int workers) {
   return absl::StrCat(op, "_", SizeName(bytes), "_", servers, "s_", workers,
                       "w");
+}
+
+// "sparse_pull_4096x16_2s_4w": a row-sparse figure of `rows` x `dim`.
+std::string SparseName(const char* op, const Plan& plan, int servers,
+                       int workers) {
+  return absl::StrCat("sparse_", op, "_", plan.sparse_rows, "x",
+                      plan.sparse_dim, "_", servers, "s_", workers, "w");
 }
 
 // Each measurement that fails is recorded once per name with its reason.
@@ -269,6 +286,38 @@ void RunRound(const Plan& plan, int round, Iperf3* iperf, GrpcStream* stream,
     }
     r->Set(PsName("push_1stream", bytes, 1, 1), "GB/s", round,
            ps->push_bytes_per_s / 1e9);
+  }
+  // 2d. Row-sparse tables: rows/s pulled and pushed, and a dense tensor of
+  // the same bytes (rows x dim fp32) on as many servers and workers, each
+  // on a cluster of its own (same round).
+  for (const auto& [servers, workers] : plan.sparse_layouts) {
+    if (StopRequested()) return;
+    absl::StatusOr<SparsePathResult> rows =
+        MeasureSparsePath(plan.sparse_rows, plan.sparse_dim, servers, workers,
+                          plan.ps_steps, plan.sparse_table_rows);
+    if (rows.ok()) {
+      r->Set(SparseName("pull_rows", plan, servers, workers), "Mrows/s", round,
+             rows->pull_rows_per_s / 1e6);
+      r->Set(SparseName("push_rows", plan, servers, workers), "Mrows/s", round,
+             rows->push_rows_per_s / 1e6);
+      r->Set(SparseName("pull", plan, servers, workers), "GB/s", round,
+             rows->pull_bytes_per_s / 1e9);
+      r->Set(SparseName("push", plan, servers, workers), "GB/s", round,
+             rows->push_bytes_per_s / 1e9);
+    } else {
+      errors->Add(SparseName("rows", plan, servers, workers), rows.status());
+    }
+    if (StopRequested()) return;
+    absl::StatusOr<PsPathResult> dense = MeasurePsPath(
+        plan.sparse_rows * plan.sparse_dim, servers, workers, plan.ps_steps);
+    if (dense.ok()) {
+      r->Set(SparseName("dense_pull", plan, servers, workers), "GB/s", round,
+             dense->pull_bytes_per_s / 1e9);
+      r->Set(SparseName("dense_push", plan, servers, workers), "GB/s", round,
+             dense->push_bytes_per_s / 1e9);
+    } else {
+      errors->Add(SparseName("dense", plan, servers, workers), dense.status());
+    }
   }
   // 3. The optimizer against the triad.
   const double triad = TriadBytesPerSecond(plan.opt_elems, 3);
@@ -522,6 +571,27 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
                                     "wire, model bytes per second"),
                        Fmt(r.Median(bf16)) + " GB/s",
                        RatioMedian(r, R, bf16, fp32), "", 0, "no goal"});
+    }
+  }
+  // Row-sparse tables: no goal; rows/s, and the rows' value bytes per
+  // second against a dense tensor of the same bytes.
+  for (const char* op : {"pull", "push"}) {
+    for (const auto& [sv, w] : plan.sparse_layouts) {
+      const std::string rows = SparseName(
+          std::string(op) == "pull" ? "pull_rows" : "push_rows", plan, sv, w);
+      const std::string bytes = SparseName(op, plan, sv, w);
+      const std::string dense = SparseName(
+          std::string(op) == "pull" ? "dense_pull" : "dense_push", plan, sv, w);
+      goals.push_back(
+          {absl::StrCat(op, " ", plan.sparse_rows, " Zipf rows x ",
+                        plan.sparse_dim, " (a ", plan.sparse_table_rows,
+                        "-row table), ", sv, " server(s), ", w,
+                        " worker(s): row values / a dense tensor of the same "
+                        "bytes (",
+                        Fmt(r.Median(dense)), " GB/s)"),
+           absl::StrCat(Fmt(r.Median(rows)), " Mrows/s (", Fmt(r.Median(bytes)),
+                        " GB/s)"),
+           RatioMedian(r, R, bytes, dense), "", 0, "no goal"});
     }
   }
   // One push over several streams: no goal, the ratio to one stream.

@@ -4,17 +4,21 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <memory>
+#include <random>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
 #include "common/job_config.h"
 #include "common/sharding.h"
 #include "common/signals.h"
+#include "common/sparse_rows.h"
 #include "common/tensor_codec.h"
 #include "server/process_memory.h"
 #include "server/ps_service.h"
@@ -241,6 +245,119 @@ absl::StatusOr<PsPathResult> MeasurePsPath(
   result.warm_steps = push.warm_steps;
   result.push_cpu_busy = BusyShare(push_cpu);
   result.pull_cpu_busy = BusyShare(pull_cpu);
+  return result;
+}
+
+namespace {
+
+// `n` distinct ids of a table of `rows` rows, drawn from a Zipf law of
+// exponent s = 1.1 (P(rank r) ~ r^-s, by inverting the continuous law's
+// distribution function) and scattered over the table (rank -> id by
+// SplitMix64, as hashed categorical values are).
+std::vector<int64_t> ZipfIds(uint64_t n, uint64_t rows, std::mt19937_64* rng) {
+  constexpr double kS = 1.1;
+  const double tail = 1.0 - std::pow(static_cast<double>(rows), 1.0 - kS);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  absl::flat_hash_set<int64_t> seen;
+  std::vector<int64_t> ids;
+  ids.reserve(n);
+  while (ids.size() < n) {
+    const double x = std::pow(1.0 - uniform(*rng) * tail, 1.0 / (1.0 - kS));
+    const uint64_t rank = static_cast<uint64_t>(x) - 1;
+    const int64_t id = static_cast<int64_t>(SplitMix64(rank) % rows);
+    if (seen.insert(id).second) ids.push_back(id);
+  }
+  return ids;
+}
+
+}  // namespace
+
+absl::StatusOr<SparsePathResult> MeasureSparsePath(uint64_t unique_rows,
+                                                   int dim, int servers,
+                                                   int workers, int steps,
+                                                   uint64_t table_rows) {
+  if (unique_rows == 0 || unique_rows > table_rows / 2 || dim < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sparse path: ", unique_rows, " rows of a ", table_rows,
+                     "-row table of width ", dim));
+  }
+  absl::StatusOr<JobSpec> job =
+      OneTensorJob(1, servers, workers, pstrain::v1::OptimizerConfig::SGD);
+  if (!job.ok()) return job.status();
+  pstrain::v1::TensorSpec emb;
+  emb.set_name("emb");
+  emb.add_shape(static_cast<int64_t>(table_rows));
+  emb.add_shape(dim);
+  emb.set_dtype(pstrain::v1::DTYPE_F32);
+  emb.set_row_sparse(true);
+  emb.mutable_init()->set_kind(pstrain::v1::InitRule::NORMAL);
+  emb.mutable_init()->set_scale(0.01f);
+  emb.mutable_init()->set_seed(5);
+  std::vector<pstrain::v1::TensorSpec> tensors(
+      job->shard_map().tensors().begin(), job->shard_map().tensors().end());
+  tensors.push_back(emb);
+  absl::StatusOr<pstrain::v1::ShardMap> map =
+      BuildShardMap(tensors, servers, kMaxChunkBytes / sizeof(float));
+  if (!map.ok()) return map.status();
+  *job->mutable_shard_map() = std::move(*map);
+  absl::StatusOr<std::unique_ptr<Cluster>> cluster = Cluster::Start(*job);
+  if (!cluster.ok()) return cluster.status();
+  std::vector<std::unique_ptr<PsClient>> clients;
+  for (int i = 0; i < workers; ++i) {
+    absl::StatusOr<std::unique_ptr<PsClient>> c =
+        NewClient((*cluster)->job().shard_map(), i, pstrain::v1::DTYPE_F32,
+                  PushStreams(job->config()));
+    if (!c.ok()) return c.status();
+    clients.push_back(std::move(*c));
+  }
+  // Every step's ids, drawn before anything is timed.
+  std::mt19937_64 rng(17);
+  std::vector<std::vector<std::vector<int64_t>>> ids(steps + 1);
+  for (auto& step : ids) {
+    for (int i = 0; i < workers; ++i) {
+      step.push_back(ZipfIds(unique_rows, table_rows, &rng));
+    }
+  }
+  const std::vector<float> grad(unique_rows * dim, 1e-3f);
+  std::vector<double> pull_steps, push_steps;
+  std::vector<std::unique_ptr<PsOp>> ops(workers);
+  std::vector<std::vector<RowSet>> pulled(workers);
+  std::vector<std::vector<ShardRead>> reads(workers);
+  for (int step = 0; step <= steps; ++step) {
+    absl::Time start = absl::Now();
+    for (int i = 0; i < workers; ++i) {
+      ops[i] = clients[i]->StartPullRows(
+          i, step, {RowSet{"emb", ids[step][i], {}}}, &pulled[i]);
+    }
+    for (int i = 0; i < workers; ++i) {
+      if (absl::Status s = ops[i]->Wait(); !s.ok()) return s;
+      reads[i] = ops[i]->reads();
+    }
+    pull_steps.push_back(absl::ToDoubleSeconds(absl::Now() - start));
+    for (int i = 0; i < workers; ++i) {
+      if (pulled[i].size() != 1 || pulled[i][0].values.size() != grad.size()) {
+        return absl::InternalError("sparse path: a pull returned other rows");
+      }
+    }
+    start = absl::Now();
+    for (int i = 0; i < workers; ++i) {
+      ops[i] = clients[i]->StartPushRows(
+          i, step, 1, {RowSet{"emb", ids[step][i], grad}}, reads[i]);
+    }
+    for (int i = 0; i < workers; ++i) {
+      if (absl::Status s = ops[i]->Wait(); !s.ok()) return s;
+    }
+    push_steps.push_back(absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  const double rows = static_cast<double>(unique_rows) * workers;
+  const SteadyRate push = SteadyRateOf(rows, push_steps, 1);
+  const SteadyRate pull = SteadyRateOf(rows, pull_steps, 1);
+  SparsePathResult result;
+  result.push_rows_per_s = push.warm_bytes_per_s;
+  result.pull_rows_per_s = pull.warm_bytes_per_s;
+  result.push_bytes_per_s = result.push_rows_per_s * dim * sizeof(float);
+  result.pull_bytes_per_s = result.pull_rows_per_s * dim * sizeof(float);
+  result.warm_steps = push.warm_steps;
   return result;
 }
 

@@ -64,6 +64,30 @@ absl::StatusOr<PsPathResult> MeasurePsPath(
     bool apply_terms_on_arrival = true, int push_streams = 0,
     bool apply_in_blocks = true);
 
+struct SparsePathResult {
+  // All workers together, the median over the warm steps of each step's
+  // rows / seconds of the phase, and the same as bytes of row values
+  // (rows * dim * 4; the ids travel too and are not counted).
+  double pull_rows_per_s = 0;
+  double push_rows_per_s = 0;
+  double pull_bytes_per_s = 0;
+  double push_bytes_per_s = 0;
+  int warm_steps = 0;
+};
+
+// Row-sparse tensors (docs/sparse.md) on the same path: a sync job of one
+// row-sparse table [table_rows, dim] (SGD) over `servers` shards for
+// `workers` workers, started once; then 1 + `steps` steps, in each of which
+// every worker pulls (PsClient::StartPullRows, concurrently; timed) and then
+// pushes the gradient of (StartPushRows; timed) `unique_rows` distinct row
+// ids drawn from a Zipf law of exponent 1.1 over the table (hot ids
+// repeat, so a step's ids differ per worker and step but overlap). Step 0
+// is cold and dropped. fp32 wire.
+absl::StatusOr<SparsePathResult> MeasureSparsePath(uint64_t unique_rows,
+                                                   int dim, int servers,
+                                                   int workers, int steps,
+                                                   uint64_t table_rows);
+
 // Seconds of one optimizer step of a sync Shard (1 worker, one tensor of
 // `elems` elements in 4 MiB chunks, optimizer `kind`) applied by `threads`
 // apply threads (ShardOptions.apply_threads): PushResult.apply_seconds, the

@@ -80,6 +80,26 @@ int Inspect(CheckpointEnv* env, const std::string& arg) {
   for (const auto& t : m.shard_map.tensors()) {
     uint64_t n = 1;
     for (int64_t d : t.shape()) n *= static_cast<uint64_t>(d);
+    if (t.row_sparse()) {
+      // Only the rows stored at the cut are in the files (docs/sparse.md).
+      absl::StatusOr<SparseShardState> rows =
+          (*reader)->RowsFor({t.name()}, 0, 1);
+      if (!rows.ok()) return Fail(rows.status());
+      uint64_t updates = 0;
+      for (const SparseRowState& r : rows->rows[0]) updates += r.updates;
+      const uint64_t stored = rows->rows[0].size();
+      const uint64_t dim = t.shape_size() == 2 ? t.shape(1) : 0;
+      total += stored * dim;
+      std::printf(
+          "  %-32s F32 [%s] row-sparse: %llu rows stored (%llu elements), "
+          "%llu row updates, row step %llu\n",
+          t.name().c_str(), absl::StrJoin(t.shape(), ", ").c_str(),
+          static_cast<unsigned long long>(stored),
+          static_cast<unsigned long long>(stored * dim),
+          static_cast<unsigned long long>(updates),
+          static_cast<unsigned long long>(rows->version));
+      continue;
+    }
     total += n;
     std::printf("  %-32s F32 [%s] %llu elements\n", t.name().c_str(),
                 absl::StrJoin(t.shape(), ", ").c_str(),

@@ -5,10 +5,12 @@
 //       DIR is one checkpoint (holding MANIFEST.json) or a checkpoint.dir
 //       root (its checkpoints are listed, complete and torn, and the newest
 //       complete one inspected). Prints job, step, mode, optimizer, shards,
-//       tensors and every file's checksum verification.
+//       tensors (a row-sparse table: its rows stored, their update counts
+//       and row step) and every file's checksum verification.
 //   ps_checkpoint export DIR --safetensors OUT [--with_slots]
 //       Writes the weights (and optimizer slots as "NAME:slotK") to OUT in
-//       the safetensors format (checkpoint/safetensors.h).
+//       the safetensors format (checkpoint/safetensors.h; a row-sparse table
+//       as its stored rows: NAME, NAME.ids, NAME.updates).
 //
 // Exit status: 0 on success, 1 when the checkpoint is missing, torn or
 // corrupted (the error names the file), 2 on bad usage (naming the flag).

@@ -152,10 +152,8 @@ absl::Status Trainer::Run(const StepCallback& on_step,
     if (!sparse_.empty()) {
       pull_rows = client_->StartPullRows(rank, step, row_requests, &rows);
     }
-    absl::Status pulled =
-        AwaitPull(pull.get(), held, held_reads, grads, pushed.data());
-    if (pull_rows) pulled = FirstError(pulled, pull_rows->Wait());
-    PS_RETURN_IF_ERROR(pulled);
+    PS_RETURN_IF_ERROR(AwaitPull(pull.get(), pull_rows.get(), held, held_reads,
+                                 grads, pushed.data()));
     // The pulled weights cross to the backend once, for the evaluation and
     // every micro-batch of the step.
     PS_RETURN_IF_ERROR(model_->SetParams(weights));
@@ -218,14 +216,19 @@ absl::Status Trainer::Run(const StepCallback& on_step,
   return absl::OkStatus();
 }
 
-absl::Status Trainer::AwaitPull(PsOp* pull, int64_t held,
+absl::Status Trainer::AwaitPull(PsOp* pull, PsOp* pull_rows, int64_t held,
                                 const std::vector<ShardRead>& reads,
                                 const TensorViews& grads, float* pushed) {
-  if (!options_.adopt) return pull->Wait();
-  // The pull may wait on a barrier that only a stand-in's push of step
-  // `held` completes, so it runs on its own thread while this one polls.
-  std::future<absl::Status> waited =
-      std::async(std::launch::async, [pull] { return pull->Wait(); });
+  auto wait_both = [pull, pull_rows] {
+    absl::Status st = pull->Wait();
+    return pull_rows != nullptr ? FirstError(st, pull_rows->Wait()) : st;
+  };
+  if (!options_.adopt) return wait_both();
+  // The pulls may wait on a barrier that only a stand-in's push of step
+  // `held` completes (the dead process may have pushed its dense gradient
+  // of `held` everywhere but not its rows), so they run on their own thread
+  // while this one polls.
+  std::future<absl::Status> waited = std::async(std::launch::async, wait_both);
   for (;;) {
     const bool done = waited.wait_for(std::chrono::milliseconds(50)) ==
                       std::future_status::ready;
@@ -265,34 +268,59 @@ absl::Status Trainer::StandInStep(const StandIn& s, int64_t step,
                                   const std::vector<ShardRead>& reads,
                                   const TensorViews& grads, float* pushed) {
   const JobConfig& c = options_.config;
-  if (!sparse_.empty()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "standing in for rank ", s.rank, ": a model with row-sparse tensors (",
-        model_->params()[sparse_[0]].name(),
-        ") cannot stand in for a dead worker (training.on_failure elastic)"));
-  }
   LocalStep local(c, s.rank, model_, data_);
   pstrain::v1::StepMetrics m;
   m.set_worker(s.rank);
   m.set_step(step);
-  if (step == c.training().steps()) {
+  const bool final_step = step == c.training().steps();
+  const bool evaluate =
+      final_step || (c.evaluation().every_steps() > 0 && step > 0 &&
+                     step % c.evaluation().every_steps() == 0);
+  auto named = [&s](const absl::Status& st) {
+    return absl::Status(st.code(), absl::StrCat("standing in for rank ", s.rank,
+                                                ": ", st.message()));
+  };
+  // Row-sparse tensors: the rows the rank's slice reads, pulled through the
+  // rank's session at the step's clock. In sync every shard serves them as
+  // of version `step` even where the dead process's push of `step` already
+  // committed (server/sparse_shard.h), so the gradient is the one the rank
+  // would have pushed. The model's dense weights are those of `step`.
+  std::unique_ptr<PsOp> pull_rows;
+  if (!sparse_.empty()) {
+    absl::Time t0 = absl::Now();
+    PS_ASSIGN_OR_RETURN(std::vector<RowSet> requests,
+                        RowRequests(&local, step, !final_step, evaluate));
+    std::vector<RowSet> rows;
+    pull_rows = s.client->StartPullRows(s.rank, step, requests, &rows);
+    if (absl::Status st = pull_rows->Wait(); !st.ok()) return named(st);
+    PS_RETURN_IF_ERROR(SetPulledRows(&rows));
+    m.set_pull_s(absl::ToDoubleSeconds(absl::Now() - t0));
+  }
+  if (final_step) {
     PS_RETURN_IF_ERROR(local.Evaluate(&m));
     m.set_end_unix_s(UnixSeconds());
     return s.on_step(m);
   }
-  if (c.evaluation().every_steps() > 0 && step > 0 &&
-      step % c.evaluation().every_steps() == 0) {
-    PS_RETURN_IF_ERROR(local.Evaluate(&m));
-  }
+  if (evaluate) PS_RETURN_IF_ERROR(local.Evaluate(&m));
   absl::Time t0 = absl::Now();
   PS_ASSIGN_OR_RETURN(double loss_sum, local.Gradient(step));
   PS_RETURN_IF_ERROR(model_->backend()->CopyToHost(
       *model_->gradient(), model_->num_dense_params(), pushed));
   m.set_compute_s(absl::ToDoubleSeconds(absl::Now() - t0));
+  std::vector<RowSet> row_grads;
+  if (!sparse_.empty()) {
+    PS_ASSIGN_OR_RETURN(row_grads, TakeRowGradients());
+  }
   t0 = absl::Now();
   std::unique_ptr<PsOp> push =
       s.client->StartPush(s.rank, step, local.slice(), grads, reads);
+  std::unique_ptr<PsOp> push_rows;
+  if (!sparse_.empty()) {
+    push_rows = s.client->StartPushRows(s.rank, step, local.slice(), row_grads,
+                                        pull_rows->reads());
+  }
   absl::Status st = push->Wait();
+  if (push_rows) st = FirstError(st, push_rows->Wait());
   if (!st.ok()) {
     return absl::Status(st.code(), absl::StrCat("standing in for rank ", s.rank,
                                                 ": ", st.message()));

@@ -30,9 +30,11 @@
 // the shards apply the job's consistency rule to rows as to dense chunks.
 // An evaluation pulls the rows its test slice reads as well. Bytes per step
 // scale with the rows touched, not with the table. Such a model runs
-// without worker.overlap; standing in for a dead rank (elastic sync) is
-// UNIMPLEMENTED for it. A model without row-sparse tensors makes no row
-// calls: its steps are those of a dense job, bit for bit.
+// without worker.overlap. Standing in for a dead rank (elastic sync), the
+// trainer pulls the rows the rank's slice reads through the rank's client
+// and pushes the rank's row gradient beside its dense one. A model without
+// row-sparse tensors makes no row calls: its steps are those of a dense
+// job, bit for bit.
 #ifndef PSTRAIN_WORKER_PS_TRAINER_H_
 #define PSTRAIN_WORKER_PS_TRAINER_H_
 
@@ -120,9 +122,10 @@ class Trainer {
                               const TensorViews& grads, float* pushed,
                               pstrain::v1::StepMetrics* m);
 
-  // Stand-ins (elastic sync). Waits for `pull` while polling
-  // options_.adopt with the weights of step `held` (-1: none yet).
-  absl::Status AwaitPull(PsOp* pull, int64_t held,
+  // Stand-ins (elastic sync). Waits for `pull` and `pull_rows` (may be
+  // null) while polling options_.adopt with the weights of step `held` (-1:
+  // none yet).
+  absl::Status AwaitPull(PsOp* pull, PsOp* pull_rows, int64_t held,
                          const std::vector<ShardRead>& reads,
                          const TensorViews& grads, float* pushed);
   // Rank `s`'s step `step` from the model's resident weights (read as
