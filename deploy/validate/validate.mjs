@@ -657,6 +657,20 @@ function checkWiring(objects) {
     }
   }
 
+  // 5b. A runtime class (components/gpu: the cluster's NVIDIA runtime) only
+  // on pods that get a GPU: the NVIDIA runtime hands a container that asks
+  // for no GPU every GPU of the node when its image says
+  // NVIDIA_VISIBLE_DEVICES=all (CUDA base images do), beside the device
+  // plugin's accounting, and a RuntimeClass's own scheduling may keep the
+  // pod off CPU nodes.
+  for (const w of ws) {
+    if (!w.spec.runtimeClassName) continue;
+    const gpus = containersOf(w).some((c) => Number(c.resources?.limits?.["nvidia.com/gpu"] ?? 0) >= 1);
+    if (!gpus) {
+      add(`${w.id}: runtimeClassName ${w.spec.runtimeClassName} on a pod without a nvidia.com/gpu limit: the GPU runtime belongs on GPU workers only (components/gpu)`);
+    }
+  }
+
   // 6. One job file, and the replica counts it implies.
   if (configMapsUsed.size > 1) add(`the containers read different job files: ${[...configMapsUsed].map((s) => stripHash(JSON.parse(s)[0])).join(", ")}`);
   if (tlsUse.some(([, t]) => t) && tlsUse.some(([, t]) => !t)) {
@@ -700,6 +714,15 @@ function checkWiring(objects) {
           add(`${where}: mode allreduce needs --advertise_host (the pod's DNS name; the default 127.0.0.1 is unreachable from other pods)`);
         }
         if (peerPort > 0 && !allowed(w, w, peerPort, c)) add(`NetworkPolicy blocks ${w.id} -> ${w.id} port ${peerPort} (the ring)`);
+        // NCCL keeps buffers in /dev/shm, which the container runtime
+        // makes 64 MiB unless a memory-backed volume replaces it.
+        if (job.allreduce?.backend === "nccl") {
+          const m = (c.volumeMounts ?? []).find((x) => x.mountPath.replace(/\/$/, "") === "/dev/shm");
+          const vol = m && (w.spec.volumes ?? []).find((v) => v.name === m.name);
+          if (vol?.emptyDir?.medium !== "Memory") {
+            add(`${where}: allreduce.backend nccl in ${key}, but /dev/shm is ${m ? `volume ${m.name}, not a memory-backed emptyDir` : "not a volume"} (the runtime's 64 MiB default; NCCL fails when it fills): use components/gpu`);
+          }
+        }
       }
     } else {
       if (!byBinary("ps_server").length) add(`training.mode ${mode} in ${key} needs parameter servers, but no container runs ps_server`);
