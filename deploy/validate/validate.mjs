@@ -350,6 +350,28 @@ async function checkTypes(objects, workdir) {
 // ---------------------------------------------------------------------------
 // wiring
 
+// The cluster-scoped PriorityClasses of components/priority, created once
+// outside any render (deploy/README.md, "Priority"); set by main().
+let DEPLOY_DIR = path.dirname(HERE);
+const PRIORITY_CLASS_FILE = "deploy/k8s/components/priority/priorityclass.yaml";
+let sharedClasses = null;
+function sharedPriorityClasses() {
+  if (sharedClasses) return sharedClasses;
+  const file = path.join(DEPLOY_DIR, "k8s", "components", "priority", "priorityclass.yaml");
+  try {
+    const names = [];
+    for (const doc of YAML.parseAllDocuments(fs.readFileSync(file, "utf8"))) {
+      if (doc.errors.length) throw new Error(doc.errors[0].message);
+      const o = doc.toJSON();
+      if (o?.kind === "PriorityClass" && o.metadata?.name) names.push(o.metadata.name);
+    }
+    sharedClasses = { names };
+  } catch (e) {
+    sharedClasses = { error: `cannot read ${PRIORITY_CLASS_FILE}: ${e.message}` };
+  }
+  return sharedClasses;
+}
+
 function checkWiring(objects) {
   const findings = [];
   const add = (msg) => findings.push(msg);
@@ -668,6 +690,27 @@ function checkWiring(objects) {
     const gpus = containersOf(w).some((c) => Number(c.resources?.limits?.["nvidia.com/gpu"] ?? 0) >= 1);
     if (!gpus) {
       add(`${w.id}: runtimeClassName ${w.spec.runtimeClassName} on a pod without a nvidia.com/gpu limit: the GPU runtime belongs on GPU workers only (components/gpu)`);
+    }
+  }
+
+  // 5c. priorityClassName names a PriorityClass that exists: admission
+  // refuses a pod naming an unknown class. Offline, "exists" means defined
+  // in the render or in components/priority/priorityclass.yaml (created
+  // once per cluster, outside the render). The system classes are for
+  // kube-system only: admission refuses them elsewhere.
+  const known = new Map(objects.filter((o) => o.kind === "PriorityClass").map((o) => [o.metadata.name, "the render"]));
+  const shared = sharedPriorityClasses();
+  for (const w of ws) {
+    const pc = w.spec.priorityClassName;
+    if (pc === undefined) continue;
+    if (/^system-(node|cluster)-critical$/.test(pc)) {
+      if (w.ns !== "kube-system") add(`${w.id}: priorityClassName ${pc} is reserved for kube-system: admission refuses it in namespace ${w.ns || "(default)"}`);
+      continue;
+    }
+    if (shared.error) add(`${w.id}: priorityClassName ${pc}: ${shared.error}`);
+    else if (!known.has(pc) && !shared.names.includes(pc)) {
+      const all = [...known.keys(), ...shared.names];
+      add(`${w.id}: priorityClassName ${pc} is defined neither in the render nor in ${PRIORITY_CLASS_FILE} (classes: ${all.join(", ") || "none"}): admission refuses the pods`);
     }
   }
 
@@ -1134,6 +1177,7 @@ async function main() {
     console.log(`note: BIN_DIR ${binDir} does not exist; the flags and jobfile checks will fail`);
   }
   REPO_ROOT = path.dirname(deployDir);
+  DEPLOY_DIR = deployDir;
   let passed = 0;
   let failed = 0;
   const rel = (p) => path.relative(path.dirname(deployDir), p) || ".";
@@ -1149,6 +1193,20 @@ async function main() {
         if (f.length) failed++;
         else passed++;
       }
+    }
+    if (!dirs.length) {
+      // The shared PriorityClass is applied on its own (kubectl apply -f),
+      // so no overlay's render holds it: check its schema here.
+      const file = path.join(deployDir, "k8s", "components", "priority", "priorityclass.yaml");
+      const docs = YAML.parseAllDocuments(fs.readFileSync(file, "utf8"));
+      const bad = docs.filter((d) => d.errors.length).map((d) => `does not parse: ${d.errors[0].message}`);
+      const objs = docs.filter((d) => !d.errors.length).map((d) => d.toJSON()).filter(Boolean);
+      const schema = bad.concat((await checkSchema(objs)).findings);
+      if (!objs.some((o) => o.kind === "PriorityClass")) schema.push("holds no PriorityClass");
+      console.log(`== ${rel(file)}: ${objs.length} objects`);
+      printResults(new Map([["schema", schema]]));
+      if (schema.length) failed++;
+      else passed++;
     }
     const lintPaths = dirs.length ? dirs : [path.join(deployDir, "k8s"), path.join(deployDir, ".yamllint")];
     const lintFindings = lint(deployDir, lintPaths).findings;
