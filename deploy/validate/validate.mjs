@@ -13,7 +13,8 @@
 //   lifecycle  every role is a Job that finishes with the training job:
 //              deadline, TTL, retries, podFailurePolicy (exit 1/2/3 fail the
 //              Job), the coordinator's termination message; PDBs that only
-//              block drains while a job runs
+//              block drains while a job runs; Kueue: every Job queued and
+//              suspended, or none
 //   policy     restricted pod security profile, resources, common labels,
 //              Guaranteed QoS for the coordinator and the servers
 //   flags      every --flag in the args is one the binary lists in --helpfull,
@@ -922,6 +923,24 @@ function checkLifecycle(objects) {
       if (log === undefined) add(`${w.id}: no --termination_log: the job's verdict is not in the pod's termination message`);
       else if (log !== path) add(`${w.id}: --termination_log=${log}, but terminationMessagePath is ${path}`);
       if ((spec.completions ?? 1) !== 1) add(`${w.id}: completions ${spec.completions}: one coordinator per job`);
+    }
+  }
+  // Kueue (components/kueue): every Job of the job in one LocalQueue, each
+  // created suspended. A Job left out of the queue runs outside the quota
+  // while the others wait (and the coordinator's start-up timeout runs);
+  // a labelled Job that is not suspended starts before Kueue admits it
+  // wherever Kueue's webhook does not suspend it.
+  const QUEUE = "kueue.x-k8s.io/queue-name";
+  const jobs = ws.filter((w) => w.kind === "Job" && (w.spec.containers ?? []).some((x) => binaryOf(x)));
+  const queued = jobs.filter((w) => w.obj.metadata?.labels?.[QUEUE] !== undefined);
+  if (queued.length) {
+    const queues = new Set(queued.map((w) => w.obj.metadata.labels[QUEUE]));
+    if (queues.size > 1) add(`the Jobs name different Kueue queues (${QUEUE}: ${[...queues].join(", ")}): one job, one LocalQueue`);
+    for (const w of jobs.filter((x) => !queued.includes(x))) {
+      add(`${w.id}: no ${QUEUE} label while ${queued.map((x) => x.id).join(", ")} have one: it runs outside Kueue's quota while the others wait for admission`);
+    }
+    for (const w of queued) {
+      if (w.obj.spec?.suspend !== true) add(`${w.id}: ${QUEUE} without suspend: true: the Job may start before Kueue admits it (components/kueue)`);
     }
   }
   // PDBs that refuse every eviction must cover only pods that finish.
