@@ -13,7 +13,8 @@
 //   lifecycle  every role is a Job that finishes with the training job:
 //              deadline, TTL, retries, podFailurePolicy (exit 1/2/3 fail the
 //              Job), the coordinator's termination message; PDBs that only
-//              block drains while a job runs
+//              block drains while a job runs; Kueue: every Job queued and
+//              suspended, or none
 //   policy     restricted pod security profile, resources, common labels,
 //              Guaranteed QoS for the coordinator and the servers
 //   flags      every --flag in the args is one the binary lists in --helpfull,
@@ -350,6 +351,28 @@ async function checkTypes(objects, workdir) {
 // ---------------------------------------------------------------------------
 // wiring
 
+// The cluster-scoped PriorityClasses of components/priority, created once
+// outside any render (deploy/README.md, "Priority"); set by main().
+let DEPLOY_DIR = path.dirname(HERE);
+const PRIORITY_CLASS_FILE = "deploy/k8s/components/priority/priorityclass.yaml";
+let sharedClasses = null;
+function sharedPriorityClasses() {
+  if (sharedClasses) return sharedClasses;
+  const file = path.join(DEPLOY_DIR, "k8s", "components", "priority", "priorityclass.yaml");
+  try {
+    const names = [];
+    for (const doc of YAML.parseAllDocuments(fs.readFileSync(file, "utf8"))) {
+      if (doc.errors.length) throw new Error(doc.errors[0].message);
+      const o = doc.toJSON();
+      if (o?.kind === "PriorityClass" && o.metadata?.name) names.push(o.metadata.name);
+    }
+    sharedClasses = { names };
+  } catch (e) {
+    sharedClasses = { error: `cannot read ${PRIORITY_CLASS_FILE}: ${e.message}` };
+  }
+  return sharedClasses;
+}
+
 function checkWiring(objects) {
   const findings = [];
   const add = (msg) => findings.push(msg);
@@ -657,6 +680,41 @@ function checkWiring(objects) {
     }
   }
 
+  // 5b. A runtime class (components/gpu: the cluster's NVIDIA runtime) only
+  // on pods that get a GPU: the NVIDIA runtime hands a container that asks
+  // for no GPU every GPU of the node when its image says
+  // NVIDIA_VISIBLE_DEVICES=all (CUDA base images do), beside the device
+  // plugin's accounting, and a RuntimeClass's own scheduling may keep the
+  // pod off CPU nodes.
+  for (const w of ws) {
+    if (!w.spec.runtimeClassName) continue;
+    const gpus = containersOf(w).some((c) => Number(c.resources?.limits?.["nvidia.com/gpu"] ?? 0) >= 1);
+    if (!gpus) {
+      add(`${w.id}: runtimeClassName ${w.spec.runtimeClassName} on a pod without a nvidia.com/gpu limit: the GPU runtime belongs on GPU workers only (components/gpu)`);
+    }
+  }
+
+  // 5c. priorityClassName names a PriorityClass that exists: admission
+  // refuses a pod naming an unknown class. Offline, "exists" means defined
+  // in the render or in components/priority/priorityclass.yaml (created
+  // once per cluster, outside the render). The system classes are for
+  // kube-system only: admission refuses them elsewhere.
+  const known = new Map(objects.filter((o) => o.kind === "PriorityClass").map((o) => [o.metadata.name, "the render"]));
+  const shared = sharedPriorityClasses();
+  for (const w of ws) {
+    const pc = w.spec.priorityClassName;
+    if (pc === undefined) continue;
+    if (/^system-(node|cluster)-critical$/.test(pc)) {
+      if (w.ns !== "kube-system") add(`${w.id}: priorityClassName ${pc} is reserved for kube-system: admission refuses it in namespace ${w.ns || "(default)"}`);
+      continue;
+    }
+    if (shared.error) add(`${w.id}: priorityClassName ${pc}: ${shared.error}`);
+    else if (!known.has(pc) && !shared.names.includes(pc)) {
+      const all = [...known.keys(), ...shared.names];
+      add(`${w.id}: priorityClassName ${pc} is defined neither in the render nor in ${PRIORITY_CLASS_FILE} (classes: ${all.join(", ") || "none"}): admission refuses the pods`);
+    }
+  }
+
   // 6. One job file, and the replica counts it implies.
   if (configMapsUsed.size > 1) add(`the containers read different job files: ${[...configMapsUsed].map((s) => stripHash(JSON.parse(s)[0])).join(", ")}`);
   if (tlsUse.some(([, t]) => t) && tlsUse.some(([, t]) => !t)) {
@@ -700,6 +758,15 @@ function checkWiring(objects) {
           add(`${where}: mode allreduce needs --advertise_host (the pod's DNS name; the default 127.0.0.1 is unreachable from other pods)`);
         }
         if (peerPort > 0 && !allowed(w, w, peerPort, c)) add(`NetworkPolicy blocks ${w.id} -> ${w.id} port ${peerPort} (the ring)`);
+        // NCCL keeps buffers in /dev/shm, which the container runtime
+        // makes 64 MiB unless a memory-backed volume replaces it.
+        if (job.allreduce?.backend === "nccl") {
+          const m = (c.volumeMounts ?? []).find((x) => x.mountPath.replace(/\/$/, "") === "/dev/shm");
+          const vol = m && (w.spec.volumes ?? []).find((v) => v.name === m.name);
+          if (vol?.emptyDir?.medium !== "Memory") {
+            add(`${where}: allreduce.backend nccl in ${key}, but /dev/shm is ${m ? `volume ${m.name}, not a memory-backed emptyDir` : "not a volume"} (the runtime's 64 MiB default; NCCL fails when it fills): use components/gpu`);
+          }
+        }
       }
     } else {
       if (!byBinary("ps_server").length) add(`training.mode ${mode} in ${key} needs parameter servers, but no container runs ps_server`);
@@ -856,6 +923,24 @@ function checkLifecycle(objects) {
       if (log === undefined) add(`${w.id}: no --termination_log: the job's verdict is not in the pod's termination message`);
       else if (log !== path) add(`${w.id}: --termination_log=${log}, but terminationMessagePath is ${path}`);
       if ((spec.completions ?? 1) !== 1) add(`${w.id}: completions ${spec.completions}: one coordinator per job`);
+    }
+  }
+  // Kueue (components/kueue): every Job of the job in one LocalQueue, each
+  // created suspended. A Job left out of the queue runs outside the quota
+  // while the others wait (and the coordinator's start-up timeout runs);
+  // a labelled Job that is not suspended starts before Kueue admits it
+  // wherever Kueue's webhook does not suspend it.
+  const QUEUE = "kueue.x-k8s.io/queue-name";
+  const jobs = ws.filter((w) => w.kind === "Job" && (w.spec.containers ?? []).some((x) => binaryOf(x)));
+  const queued = jobs.filter((w) => w.obj.metadata?.labels?.[QUEUE] !== undefined);
+  if (queued.length) {
+    const queues = new Set(queued.map((w) => w.obj.metadata.labels[QUEUE]));
+    if (queues.size > 1) add(`the Jobs name different Kueue queues (${QUEUE}: ${[...queues].join(", ")}): one job, one LocalQueue`);
+    for (const w of jobs.filter((x) => !queued.includes(x))) {
+      add(`${w.id}: no ${QUEUE} label while ${queued.map((x) => x.id).join(", ")} have one: it runs outside Kueue's quota while the others wait for admission`);
+    }
+    for (const w of queued) {
+      if (w.obj.spec?.suspend !== true) add(`${w.id}: ${QUEUE} without suspend: true: the Job may start before Kueue admits it (components/kueue)`);
     }
   }
   // PDBs that refuse every eviction must cover only pods that finish.
@@ -1111,6 +1196,7 @@ async function main() {
     console.log(`note: BIN_DIR ${binDir} does not exist; the flags and jobfile checks will fail`);
   }
   REPO_ROOT = path.dirname(deployDir);
+  DEPLOY_DIR = deployDir;
   let passed = 0;
   let failed = 0;
   const rel = (p) => path.relative(path.dirname(deployDir), p) || ".";
@@ -1126,6 +1212,20 @@ async function main() {
         if (f.length) failed++;
         else passed++;
       }
+    }
+    if (!dirs.length) {
+      // The shared PriorityClass is applied on its own (kubectl apply -f),
+      // so no overlay's render holds it: check its schema here.
+      const file = path.join(deployDir, "k8s", "components", "priority", "priorityclass.yaml");
+      const docs = YAML.parseAllDocuments(fs.readFileSync(file, "utf8"));
+      const bad = docs.filter((d) => d.errors.length).map((d) => `does not parse: ${d.errors[0].message}`);
+      const objs = docs.filter((d) => !d.errors.length).map((d) => d.toJSON()).filter(Boolean);
+      const schema = bad.concat((await checkSchema(objs)).findings);
+      if (!objs.some((o) => o.kind === "PriorityClass")) schema.push("holds no PriorityClass");
+      console.log(`== ${rel(file)}: ${objs.length} objects`);
+      printResults(new Map([["schema", schema]]));
+      if (schema.length) failed++;
+      else passed++;
     }
     const lintPaths = dirs.length ? dirs : [path.join(deployDir, "k8s"), path.join(deployDir, ".yamllint")];
     const lintFindings = lint(deployDir, lintPaths).findings;
