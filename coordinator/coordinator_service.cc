@@ -1,12 +1,9 @@
 #include "coordinator/coordinator_service.h"
 
 #include <algorithm>
-#include <fstream>
-#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
@@ -27,15 +24,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
   job.set_checkpoint_dir(options.checkpoint_dir);
   job.set_resume_from(options.resume_from);
   job.set_start_step(options.start_step);
-  std::unique_ptr<MetricsCsvWriter> csv;
-  if (!options.metrics_csv.empty()) {
-    PS_ASSIGN_OR_RETURN(csv, MetricsCsvWriter::Create(options.metrics_csv));
-  }
-  std::unique_ptr<CoordinatorService> svc(
-      new CoordinatorService(std::move(options), std::move(job)));
-  absl::MutexLock lock(&svc->write_mu_);
-  svc->csv_ = std::move(csv);
-  return svc;
+  PS_ASSIGN_OR_RETURN(
+      std::unique_ptr<RowWriter> rows,
+      RowWriter::Create({options.metrics_csv, options.progress,
+                         options.config.training().steps(), options.metrics}));
+  return std::unique_ptr<CoordinatorService>(new CoordinatorService(
+      std::move(options), std::move(job), std::move(rows)));
 }
 
 namespace {
@@ -53,41 +47,25 @@ StepLogOptions MakeStepLogOptions(const CoordinatorOptions& o) {
 }  // namespace
 
 CoordinatorService::CoordinatorService(CoordinatorOptions options,
-                                       pstrain::v1::JobSpec job)
+                                       pstrain::v1::JobSpec job,
+                                       std::unique_ptr<RowWriter> rows)
     : options_(std::move(options)),
+      rows_(std::move(rows)),
       job_(std::move(job)),
       members_(job_.num_servers(), options_.config.job().workers(),
                job_.config().training().mode() == pstrain::v1::MODE_ALLREDUCE),
       leases_(job_.num_servers(), options_.config.job().workers(),
               absl::Seconds(options_.config.network().lease_s())),
       step_log_(MakeStepLogOptions(options_)),
+      outcome_(options_.config.job().workers()),
+      notes_(options_.supervision_file),
       policy_(FailurePolicy::ForJob(options_.config.training())),
       recovery_(policy_->max_rollbacks(),
                 absl::Seconds(options_.config.training().restart_timeout_s())) {
-  bytes_pushed_.assign(options_.config.job().workers(), 0);
   start_steps_.assign(options_.config.job().workers(), job_.start_step());
   if (std::optional<ElasticOptions> e =
           policy_->Elastic(options_.config.job().workers())) {
     elastic_ = std::make_unique<ElasticWorkers>(*e);
-  }
-  bytes_pulled_.assign(options_.config.job().workers(), 0);
-  if (MetricsRegistry* r = options_.metrics) {
-    metrics_ = std::make_unique<Metrics>(Metrics{
-        r->AddGauge("pstrain_coordinator_steps",
-                    "Training steps completed by every worker."),
-        r->AddGauge("pstrain_coordinator_loss",
-                    "Training loss of the last complete step."),
-        r->AddGauge("pstrain_coordinator_samples_per_second",
-                    "Training throughput since the start."),
-        r->AddGauge("pstrain_coordinator_eval_accuracy",
-                    "Last evaluation accuracy (summed counts / total)."),
-        r->AddGauge("pstrain_coordinator_live_workers",
-                    "Workers registered and not yet finished."),
-        r->AddGauge("pstrain_coordinator_registered_servers",
-                    "Server shards registered."),
-        r->AddCounter("pstrain_coordinator_samples_total",
-                      "Training examples processed by all workers."),
-    });
   }
 }
 
@@ -142,9 +120,7 @@ absl::Status CoordinatorService::RegisterServerLocked(
   response->set_session_id(members_.server_session(shard));
   response->set_coordinator_key(coordinator_key_);
   if (members_.registered_servers() == before) return absl::OkStatus();
-  if (metrics_ != nullptr) {
-    metrics_->registered_servers->Set(members_.registered_servers());
-  }
+  rows_->SetRegisteredServers(members_.registered_servers());
   job_.mutable_shard_map()->clear_server_addresses();
   for (const auto& a : members_.server_addresses())
     job_.mutable_shard_map()->add_server_addresses(a);
@@ -254,7 +230,7 @@ absl::Status CoordinatorService::RegisterWorkerLocked(
   if (job_.config().training().mode() == pstrain::v1::MODE_ALLREDUCE) {
     PS_LOG_INFO("worker %d's ring peer at %s", rank, request.peer_address());
   }
-  if (metrics_ != nullptr) metrics_->live_workers->Set(members_.live_workers());
+  rows_->SetLiveWorkers(members_.live_workers());
   if (!was_complete && members_.AllWorkersRegistered() &&
       train_start_ == absl::InfinitePast()) {  // not a replacement
     train_start_ = absl::Now();
@@ -340,7 +316,7 @@ absl::Status CoordinatorService::RejoinLocked(
   }
   step_log_.Expect(rank, start);
   leases_.Hold(LeaseHolder::kWorker, rank, absl::Now(), context.peer());
-  if (metrics_ != nullptr) metrics_->live_workers->Set(members_.live_workers());
+  rows_->SetLiveWorkers(members_.live_workers());
   if (request.adopt()) {
     PS_LOG_INFO(
         "worker rank %d taken over from step %d by a live worker at %s "
@@ -462,7 +438,7 @@ bool CoordinatorService::DepartLocked(const ExpiredLease& dead) {
   members_.EndWorkerSession(rank);
   leases_.Release(LeaseHolder::kWorker, rank);
   const absl::Status st = elastic_->Depart(rank, done);
-  if (metrics_ != nullptr) metrics_->live_workers->Set(members_.live_workers());
+  rows_->SetLiveWorkers(members_.live_workers());
   if (!st.ok()) {
     FailLocked({"worker", rank, -1,
                 absl::StrCat(dead.Cause(leases_.lease()), "; ", st.message(),
@@ -533,10 +509,7 @@ bool CoordinatorService::AllWorkersDoneLocked() const {
 }
 
 void CoordinatorService::QueueRowsLocked() {
-  std::vector<MetricsRow> rows = step_log_.TakeCompleteRows(train_start_);
-  UpdateGaugesLocked(rows);
-  absl::MutexLock q(&queue_mu_);
-  queue_.insert(queue_.end(), rows.begin(), rows.end());
+  rows_->Queue(step_log_.TakeCompleteRows(train_start_), step_log_.totals());
 }
 
 grpc::Status CoordinatorService::Report(
@@ -581,13 +554,11 @@ absl::Status CoordinatorService::ReportLocked(
   leases_.Renew(LeaseHolder::kWorker, static_cast<int>(worker), absl::Now(),
                 last_step);
   if (request.steps_size() > 0) {
-    bytes_pushed_[worker] = request.bytes_pushed();
-    bytes_pulled_[worker] = request.bytes_pulled();
+    outcome_.SetBytes(worker, request.bytes_pushed(), request.bytes_pulled());
   }
   QueueRowsLocked();
-  if (step_log_.divergence() && !outcome_.diverged) {
+  if (step_log_.divergence() && outcome_.Diverged()) {
     const Divergence& d = *step_log_.divergence();
-    outcome_.diverged = true;
     const std::string what =
         absl::StrCat("training diverged: ", d.eval ? "evaluation loss" : "loss",
                      " is ", d.value, " at step ", d.step);
@@ -621,8 +592,7 @@ absl::Status CoordinatorService::ReportLocked(
   if (request.done()) {
     members_.MarkWorkerDone(worker);
     leases_.Release(LeaseHolder::kWorker, static_cast<int>(worker));
-    if (metrics_ != nullptr)
-      metrics_->live_workers->Set(members_.live_workers());
+    rows_->SetLiveWorkers(members_.live_workers());
     // Elastic: a finished worker may leave a dead rank without anybody to
     // take it over.
     if (elastic_ != nullptr) AbandonLocked();
@@ -634,53 +604,6 @@ absl::Status CoordinatorService::ReportLocked(
   }
   response->set_stop(ended_);
   return absl::OkStatus();
-}
-
-void CoordinatorService::UpdateGaugesLocked(
-    const std::vector<MetricsRow>& rows) {
-  if (metrics_ == nullptr || rows.empty()) return;
-  const StepTotals& t = step_log_.totals();
-  uint64_t new_samples = 0;
-  for (const MetricsRow& r : rows) {
-    if (r.loss) new_samples += r.samples;
-    if (r.eval_accuracy) metrics_->eval_accuracy->Set(*r.eval_accuracy);
-  }
-  metrics_->steps->Set(static_cast<double>(t.steps));
-  metrics_->loss->Set(t.final_loss);
-  metrics_->samples->Inc(static_cast<double>(new_samples));
-  metrics_->samples_per_second->Set(t.wall_s > 0 ? t.samples / t.wall_s : 0);
-}
-
-void CoordinatorService::FlushRows() {
-  absl::MutexLock write(&write_mu_);
-  std::vector<MetricsRow> rows;
-  {
-    absl::MutexLock q(&queue_mu_);
-    rows.assign(queue_.begin(), queue_.end());
-    queue_.clear();
-  }
-  if (rows.empty()) return;
-  if (csv_ != nullptr) {
-    absl::Status st = csv_->Append(rows);
-    if (!st.ok()) {
-      PS_LOG_ERROR("%s; no more rows are written", st.message());
-      csv_.reset();
-    }
-  }
-  if (!options_.progress) return;
-  const int64_t total = options_.config.training().steps();
-  for (const MetricsRow& r : rows) {
-    if (!r.loss) continue;  // the final evaluation row
-    const absl::Time now = absl::Now();
-    if (now - last_progress_ > absl::Seconds(1) || r.step + 1 == total) {
-      last_progress_ = now;
-      PS_LOG_INFO("step %d/%d  loss %.5f  %.0f samples/s  %.1fs%s", r.step + 1,
-                  total, *r.loss, r.samples_per_s, r.wall_s,
-                  r.eval_accuracy
-                      ? absl::StrFormat("  eval acc %.6f", *r.eval_accuracy)
-                      : "");
-    }
-  }
 }
 
 bool CoordinatorService::PeersKnownLocked() const {
@@ -815,8 +738,8 @@ grpc::Status CoordinatorService::JobStatus(
         FailLocked(cause);
       }
       response->set_finished(ended_);
-      response->set_failed(outcome_.failed);
-      response->set_message(outcome_.message);
+      response->set_failed(outcome_.failed());
+      response->set_message(outcome_.message());
       return grpc::Status::OK;
     }
     std::optional<uint64_t> step;
@@ -828,8 +751,8 @@ grpc::Status CoordinatorService::JobStatus(
     end_unseen_[request->id()] = false;
   }
   response->set_finished(ended_);
-  response->set_failed(outcome_.failed);
-  response->set_message(outcome_.message);
+  response->set_failed(outcome_.failed());
+  response->set_message(outcome_.message());
   response->set_generation(recovery_.generation());
   response->set_recovering(recovery_.recovering());
   response->set_generation_step(recovery_.generation_step());
@@ -845,16 +768,6 @@ bool CoordinatorService::WaitForEnd(absl::Time deadline) {
 void CoordinatorService::Fail(const RunFailure& failure) {
   absl::MutexLock lock(&mu_);
   FailLocked(failure);
-}
-
-void CoordinatorService::SuperviseLocked(const std::string& line) {
-  if (options_.supervision_file.empty()) return;
-  std::ofstream out(options_.supervision_file, std::ios::app);
-  out << line << "\n";
-  out.flush();
-  if (!out) {
-    PS_LOG_WARN("cannot append to %s", options_.supervision_file);
-  }
 }
 
 bool CoordinatorService::AwaitWorkersSawEnd(absl::Time deadline) {
@@ -880,20 +793,16 @@ RunFailure CoordinatorService::SignalStopCauseLocked(RunFailure own) const {
 }
 
 void CoordinatorService::FailLocked(const RunFailure& failure) {
-  if (!outcome_.failed) {
-    outcome_.failed = true;
-    outcome_.failure = failure;
-    outcome_.message = DescribeFailure(failure);
-    failed_at_ = absl::Now();
+  if (outcome_.Fail(failure, absl::Now())) {
     end_unseen_.assign(members_.num_workers(), false);
     for (int r = 0; r < members_.num_workers(); ++r) {
       end_unseen_[r] = leases_.Held(LeaseHolder::kWorker, r) &&
                        !(failure.process == "worker" && failure.rank == r);
     }
-    PS_LOG_ERROR("job failed: %s", outcome_.message);
+    PS_LOG_ERROR("job failed: %s", outcome_.message());
     // Before any process can learn it (JobStatus takes mu_): a supervisor
     // seeing a process exit then knows the job failed first.
-    SuperviseLocked("failed");
+    notes_.Failed();
   }
   ended_ = true;
   leases_.ReleaseAll();
@@ -967,27 +876,7 @@ bool CoordinatorService::WaitForTrainingStart(absl::Time deadline) const {
 
 JobOutcome CoordinatorService::Outcome() const {
   absl::MutexLock lock(&mu_);
-  JobOutcome o = outcome_;
-  const StepTotals& t = step_log_.totals();
-  o.steps = t.steps;
-  o.samples = t.samples;
-  o.wall_s = t.wall_s;
-  // A failed job ran until it failed, not until its last complete step
-  // (training may have stalled long before: a hung process, a restart that
-  // never came).
-  if (outcome_.failed && train_start_ != absl::InfinitePast() &&
-      failed_at_ > train_start_) {
-    o.wall_s =
-        std::max(o.wall_s, absl::ToDoubleSeconds(failed_at_ - train_start_));
-  }
-  o.final_loss = t.final_loss;
-  o.has_accuracy = t.has_accuracy;
-  o.final_accuracy = t.final_accuracy;
-  o.final_eval_loss = t.final_eval_loss;
-  o.has_final_eval = t.has_final_eval;
-  for (uint64_t b : bytes_pushed_) o.bytes_pushed += b;
-  for (uint64_t b : bytes_pulled_) o.bytes_pulled += b;
-  return o;
+  return outcome_.Summary(step_log_.totals(), train_start_);
 }
 
 std::vector<std::string> CoordinatorService::ServerAddresses() const {
@@ -1024,8 +913,7 @@ void CoordinatorService::LoseLocked(LeaseHolder holder, int id,
   }
   leases_.Release(holder, id);
   job_.set_generation(recovery_.generation());
-  SuperviseLocked(absl::StrCat("lost ", recovery_.generation(), " ",
-                               server ? "server " : "worker ", id));
+  notes_.Lost(recovery_.generation(), server, id);
   if (policy_->HostsRanks()) {
     PS_LOG_WARN(
         "worker %d lost (%s); generation %d: waiting up to %g s for its new "

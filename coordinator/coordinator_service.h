@@ -27,7 +27,7 @@
 // Reports: from registered ranks only (NOT_FOUND), idempotent per (worker,
 // step), bounded (see coordinator/step_log.h). Completed rows go to
 // metrics.csv after the service's mutex is released: the handler queues them
-// under the mutex and writes the queue under a separate writer mutex.
+// under the mutex and writes them without it (coordinator/row_writer.h).
 //
 // The first failure is kept with its cause (which process, what it said);
 // later ones do not overwrite it.
@@ -79,7 +79,6 @@
 #define PSTRAIN_COORDINATOR_COORDINATOR_SERVICE_H_
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -97,10 +96,13 @@
 #include "common/run_record.h"
 #include "coordinator/elastic.h"
 #include "coordinator/failure_policy.h"
+#include "coordinator/job_outcome.h"
 #include "coordinator/leases.h"
 #include "coordinator/membership.h"
 #include "coordinator/recovery.h"
+#include "coordinator/row_writer.h"
 #include "coordinator/step_log.h"
+#include "coordinator/supervision_notes.h"
 #include "proto/pstrain.grpc.pb.h"
 
 namespace pstrain {
@@ -114,12 +116,12 @@ struct CoordinatorOptions {
   JobConfig config =
       DefaultJobConfig();   // effective config (after flag overrides)
   std::string metrics_csv;  // path, or empty for none
-  // Lines for a supervisor (psctl; docs/failures-and-recovery.md), appended
-  // as things happen, or empty for none: "lost GENERATION server|worker ID"
-  // when a process is declared lost under training.on_failure restart (its
-  // replacement is awaited: a supervisor ends a process still running under
-  // that name, e.g. a hung one, and starts it again), and "failed" once the
-  // job has failed (a process exiting after that exits because of it).
+  // Notes for a supervisor (psctl; coordinator/supervision_notes.h), or
+  // empty for none: "lost GENERATION server|worker ID" when a process is
+  // declared lost under training.on_failure restart (a supervisor ends a
+  // process still running under that name, e.g. a hung one, and starts it
+  // again), and "failed" once the job has failed (a process exiting after
+  // that exits because of it).
   std::string supervision_file;
   absl::Duration wait_cap = absl::Seconds(30);  // longest a waiting RPC blocks
   bool progress = true;  // log a progress line about every second
@@ -142,24 +144,6 @@ struct CoordinatorOptions {
 // The failure a coordinator stopped by a signal records.
 inline constexpr absl::string_view kCoordinatorStopped =
     "coordinator stopped by signal";
-
-// What the job produced, for summary.json.
-struct JobOutcome {
-  bool failed = false;
-  std::string message;                // the first failure, for people
-  std::optional<RunFailure> failure;  // the first failure's cause
-  bool diverged = false;              // some loss was NaN or infinite
-  double wall_s = 0;
-  uint64_t steps = 0;  // steps completed by every worker
-  uint64_t samples = 0;
-  double final_loss = 0;  // training loss of the last complete step
-  bool has_accuracy = false;
-  double final_accuracy = 0;  // final evaluation (summed counts / total)
-  double final_eval_loss = 0;
-  bool has_final_eval = false;  // else final_eval_loss is null in summary.json
-  uint64_t bytes_pushed = 0;    // all workers, payload messages
-  uint64_t bytes_pulled = 0;
-};
 
 class CoordinatorService final : public pstrain::v1::Coordinator::Service {
  public:
@@ -252,16 +236,8 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   const std::string& coordinator_key() const { return coordinator_key_; }
 
  private:
-  struct Metrics {
-    Gauge* steps;
-    Gauge* loss;
-    Gauge* samples_per_second;
-    Gauge* eval_accuracy;
-    Gauge* live_workers;
-    Gauge* registered_servers;
-    Counter* samples;
-  };
-  CoordinatorService(CoordinatorOptions options, pstrain::v1::JobSpec job);
+  CoordinatorService(CoordinatorOptions options, pstrain::v1::JobSpec job,
+                     std::unique_ptr<RowWriter> rows);
 
   absl::Status RegisterServerLocked(
       const pstrain::v1::RegisterServerRequest& request,
@@ -280,10 +256,6 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
                               pstrain::v1::GetPeersResponse* response)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(const RunFailure& failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Appends `line` to options_.supervision_file (if set); a write error is
-  // logged, not fatal.
-  void SuperviseLocked(const std::string& line)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A process that stops on a signal: `own`, or the coordinator's stop when
   // that is under way too (SetStopRequested).
   RunFailure SignalStopCauseLocked(RunFailure own) const
@@ -352,17 +324,15 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   // Every ring peer registered (and the NCCL id published when needed), or
   // the job ended.
   bool PeersKnownLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void UpdateGaugesLocked(const std::vector<MetricsRow>& rows)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes the queued rows to metrics.csv and logs progress. Called without
-  // mu_ held.
-  void FlushRows() ABSL_LOCKS_EXCLUDED(mu_, write_mu_, queue_mu_);
+  // Writes the queued rows (RowWriter::Flush). Called without mu_ held.
+  void FlushRows() ABSL_LOCKS_EXCLUDED(mu_) { rows_->Flush(); }
 
   const CoordinatorOptions options_;
   const std::string coordinator_key_ = options_.coordinator_key.empty()
                                            ? NewCoordinatorKey()
                                            : options_.coordinator_key;
-  std::unique_ptr<Metrics> metrics_;
+  // metrics.csv, progress and gauges; queued under mu_, written without it.
+  const std::unique_ptr<RowWriter> rows_;
 
   mutable absl::Mutex mu_;
   pstrain::v1::JobSpec job_ ABSL_GUARDED_BY(mu_);  // shard map filled at start
@@ -375,27 +345,17 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   // By rank: the step its current registration starts at.
   std::vector<uint64_t> start_steps_ ABSL_GUARDED_BY(mu_);
   std::string nccl_unique_id_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint64_t> bytes_pushed_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint64_t> bytes_pulled_ ABSL_GUARDED_BY(mu_);
   absl::Time train_start_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  absl::Time failed_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Workers expected to learn a failed job's end (AwaitWorkersSawEnd); a
   // worker's JobStatus after the end removes it.
   std::vector<bool> end_unseen_ ABSL_GUARDED_BY(mu_);
-  JobOutcome outcome_ ABSL_GUARDED_BY(mu_);
+  JobOutcomeRecorder outcome_ ABSL_GUARDED_BY(mu_);
+  SupervisionNotes notes_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   // training.on_failure (coordinator/failure_policy.h): what a loss and a
   // registration for a held slot do.
   const std::unique_ptr<const FailurePolicy> policy_;
   Recovery recovery_ ABSL_GUARDED_BY(mu_);
-
-  // Rows handed from the handlers (queued in step order under mu_) to the
-  // writer. Lock order: mu_ before queue_mu_; write_mu_ before queue_mu_.
-  absl::Mutex queue_mu_ ABSL_ACQUIRED_AFTER(mu_, write_mu_);
-  std::deque<MetricsRow> queue_ ABSL_GUARDED_BY(queue_mu_);
-  absl::Mutex write_mu_;
-  std::unique_ptr<MetricsCsvWriter> csv_ ABSL_GUARDED_BY(write_mu_);
-  absl::Time last_progress_ ABSL_GUARDED_BY(write_mu_) = absl::InfinitePast();
 };
 
 }  // namespace pstrain

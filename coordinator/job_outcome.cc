@@ -1,0 +1,48 @@
+#include "coordinator/job_outcome.h"
+
+#include <algorithm>
+
+namespace pstrain {
+
+bool JobOutcomeRecorder::Fail(const RunFailure& failure, absl::Time now) {
+  if (outcome_.failed) return false;
+  outcome_.failed = true;
+  outcome_.failure = failure;
+  outcome_.message = DescribeFailure(failure);
+  failed_at_ = now;
+  return true;
+}
+
+bool JobOutcomeRecorder::Diverged() {
+  if (outcome_.diverged) return false;
+  outcome_.diverged = true;
+  return true;
+}
+
+void JobOutcomeRecorder::SetBytes(int rank, uint64_t pushed, uint64_t pulled) {
+  bytes_pushed_[rank] = pushed;
+  bytes_pulled_[rank] = pulled;
+}
+
+JobOutcome JobOutcomeRecorder::Summary(const StepTotals& t,
+                                       absl::Time train_start) const {
+  JobOutcome o = outcome_;
+  o.steps = t.steps;
+  o.samples = t.samples;
+  o.wall_s = t.wall_s;
+  if (outcome_.failed && train_start != absl::InfinitePast() &&
+      failed_at_ > train_start) {
+    o.wall_s =
+        std::max(o.wall_s, absl::ToDoubleSeconds(failed_at_ - train_start));
+  }
+  o.final_loss = t.final_loss;
+  o.has_accuracy = t.has_accuracy;
+  o.final_accuracy = t.final_accuracy;
+  o.final_eval_loss = t.final_eval_loss;
+  o.has_final_eval = t.has_final_eval;
+  for (uint64_t b : bytes_pushed_) o.bytes_pushed += b;
+  for (uint64_t b : bytes_pulled_) o.bytes_pulled += b;
+  return o;
+}
+
+}  // namespace pstrain

@@ -1,0 +1,64 @@
+#include "coordinator/job_outcome.h"
+
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+
+namespace pstrain {
+namespace {
+
+const absl::Time kStart = absl::FromUnixSeconds(1000);
+
+StepTotals Totals(double wall_s) {
+  StepTotals t;
+  t.steps = 4;
+  t.samples = 64;
+  t.wall_s = wall_s;
+  t.final_loss = 0.25;
+  t.has_final_eval = true;
+  t.final_eval_loss = 0.5;
+  return t;
+}
+
+TEST(JobOutcomeRecorderTest, KeepsTheFirstFailureOnly) {
+  JobOutcomeRecorder r(2);
+  EXPECT_TRUE(r.Fail({"worker", 1, -1, "boom"}, kStart));
+  EXPECT_FALSE(r.Fail({"server", -1, 0, "later"}, kStart + absl::Seconds(1)));
+  EXPECT_TRUE(r.failed());
+  EXPECT_EQ(r.message(), DescribeFailure({"worker", 1, -1, "boom"}));
+  const JobOutcome o = r.Summary(Totals(1), kStart);
+  ASSERT_TRUE(o.failure.has_value());
+  EXPECT_EQ(o.failure->process, "worker");
+  EXPECT_EQ(o.failure->rank, 1);
+  EXPECT_EQ(o.message, r.message());
+}
+
+TEST(JobOutcomeRecorderTest, AFailedJobRanUntilItFailed) {
+  JobOutcomeRecorder r(1);
+  ASSERT_TRUE(r.Fail({"worker", 0, -1, "hung"}, kStart + absl::Seconds(70)));
+  EXPECT_DOUBLE_EQ(r.Summary(Totals(6.3), kStart).wall_s, 70);
+  // Never started: the last complete step's time stands.
+  EXPECT_DOUBLE_EQ(r.Summary(Totals(6.3), absl::InfinitePast()).wall_s, 6.3);
+}
+
+TEST(JobOutcomeRecorderTest, ASucceededJobTakesTheTotalsAndSumsTheBytes) {
+  JobOutcomeRecorder r(3);
+  r.SetBytes(0, 10, 1);
+  r.SetBytes(2, 20, 2);
+  r.SetBytes(0, 15, 3);  // a later report's totals replace the earlier ones
+  EXPECT_TRUE(r.Diverged());
+  EXPECT_FALSE(r.Diverged());
+  const JobOutcome o = r.Summary(Totals(2.5), kStart);
+  EXPECT_FALSE(o.failed);
+  EXPECT_TRUE(o.diverged);
+  EXPECT_EQ(o.steps, 4u);
+  EXPECT_EQ(o.samples, 64u);
+  EXPECT_DOUBLE_EQ(o.wall_s, 2.5);
+  EXPECT_DOUBLE_EQ(o.final_loss, 0.25);
+  EXPECT_TRUE(o.has_final_eval);
+  EXPECT_DOUBLE_EQ(o.final_eval_loss, 0.5);
+  EXPECT_EQ(o.bytes_pushed, 35u);
+  EXPECT_EQ(o.bytes_pulled, 5u);
+}
+
+}  // namespace
+}  // namespace pstrain
