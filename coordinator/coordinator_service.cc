@@ -243,6 +243,7 @@ absl::Status CoordinatorService::RegisterWorkerLocked(
     PS_LOG_INFO("replacement of worker %d registered (generation %d)", rank,
                 recovery_.generation());
   }
+  if (!request.adopt()) notes_.Registered(rank);
   if (policy_->RingMembers()) {
     elastic_->Registered(rank, request.adopt());
     if (request.adopt()) {
@@ -316,6 +317,7 @@ absl::Status CoordinatorService::RejoinLocked(
   }
   step_log_.Expect(rank, start);
   leases_.Hold(LeaseHolder::kWorker, rank, absl::Now(), context.peer());
+  if (!request.adopt()) notes_.Registered(rank);
   rows_->SetLiveWorkers(members_.live_workers());
   if (request.adopt()) {
     PS_LOG_INFO(

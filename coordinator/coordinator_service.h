@@ -120,8 +120,9 @@ struct CoordinatorOptions {
   // empty for none: "lost GENERATION server|worker ID" when a process is
   // declared lost under training.on_failure restart (a supervisor ends a
   // process still running under that name, e.g. a hung one, and starts it
-  // again), and "failed" once the job has failed (a process exiting after
-  // that exits because of it).
+  // again), "registered worker RANK" when a worker process registers for its
+  // rank, and "failed" once the job has failed (a process exiting after that
+  // exits because of it).
   std::string supervision_file;
   absl::Duration wait_cap = absl::Seconds(30);  // longest a waiting RPC blocks
   bool progress = true;  // log a progress line about every second

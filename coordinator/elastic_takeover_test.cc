@@ -9,7 +9,11 @@
 // step the stand-in did not push.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <memory>
+#include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -37,6 +41,11 @@ class TakeoverTest : public ::testing::Test {
     ASSERT_TRUE(ValidateJobConfig(options.config).ok());
     options.progress = false;
     options.wait_cap = absl::Milliseconds(300);  // a registration's wait
+    notes_path_ =
+        std::string(std::getenv("TEST_TMPDIR")) + "/" +
+        ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+        ".supervision.txt";
+    options.supervision_file = notes_path_;
     auto c = CoordinatorService::Create(options);
     ASSERT_TRUE(c.ok()) << c.status();
     coord_ = std::move(*c);
@@ -157,6 +166,15 @@ class TakeoverTest : public ::testing::Test {
     EXPECT_EQ(o.samples, static_cast<uint64_t>(2 * 8 * kSteps - 2 * 8));
   }
 
+  // The coordinator's notes for its supervisor (supervision.txt).
+  std::string Notes() const {
+    std::ifstream in(notes_path_);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+  std::string notes_path_;
   uint64_t server_session_ = 0;  // shard 0's
   std::unique_ptr<CoordinatorService> coord_;
   std::vector<uint64_t> sessions_;
@@ -197,6 +215,10 @@ TEST_F(TakeoverTest, StandInStartsAtItsHeldStepAndTheJobCountsEveryStep) {
 
 TEST_F(TakeoverTest, NewWorkerGetsTheRankWhenTheStandInReleasesIt) {
   const uint64_t stand_in = TakeOverRank1();
+  // The supervisor learns registrations from the notes: both first ones,
+  // not the stand-in's adoption.
+  const std::string first = "registered worker 0\nregistered worker 1\n";
+  EXPECT_EQ(Notes(), first);
   v1::JobStatusResponse resp;
   ASSERT_TRUE(Heartbeat("worker", 1, stand_in, &resp).ok());
   EXPECT_FALSE(resp.release_rank());
@@ -219,6 +241,7 @@ TEST_F(TakeoverTest, NewWorkerGetsTheRankWhenTheStandInReleasesIt) {
       << waited.error_message();
   EXPECT_GE(absl::Now() - t0, absl::Milliseconds(250));
   EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+  EXPECT_EQ(Notes(), first);  // not registered yet
   // The stand-in's heartbeat for the rank now asks for it back; its own
   // heartbeat does not.
   ASSERT_TRUE(Heartbeat("worker", 1, stand_in, &resp).ok());
@@ -240,6 +263,7 @@ TEST_F(TakeoverTest, NewWorkerGetsTheRankWhenTheStandInReleasesIt) {
   EXPECT_EQ(reg.start_step(), 6u);
   EXPECT_TRUE(reg.rejoined());
   EXPECT_NE(reg.session_id(), stand_in);
+  EXPECT_EQ(Notes(), first + "registered worker 1\n");
   // The stand-in's session for the rank has ended; the rank is live again.
   EXPECT_EQ(Report(1, stand_in, 6, 7, false).error_code(),
             grpc::StatusCode::PERMISSION_DENIED);

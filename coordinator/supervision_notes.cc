@@ -12,6 +12,10 @@ void SupervisionNotes::Lost(uint64_t generation, bool server, int id) {
                       id));
 }
 
+void SupervisionNotes::Registered(int rank) {
+  Append(absl::StrCat("registered worker ", rank));
+}
+
 void SupervisionNotes::Failed() { Append("failed"); }
 
 void SupervisionNotes::Append(const std::string& line) {

@@ -8,6 +8,10 @@
 //                                      training.on_failure restart (or an
 //                                      elastic ring's rank): its
 //                                      replacement is awaited
+//   registered worker RANK             a worker process registered for its
+//                                      own rank (first time or rejoining;
+//                                      not a live worker taking a departed
+//                                      rank over with `adopt`)
 //   failed                             the job failed; written before any
 //                                      process can learn it
 //
@@ -28,6 +32,7 @@ class SupervisionNotes {
   explicit SupervisionNotes(std::string path) : path_(std::move(path)) {}
 
   void Lost(uint64_t generation, bool server, int id);
+  void Registered(int rank);
   void Failed();
 
  private:

@@ -25,11 +25,13 @@ TEST(SupervisionNotesTest, AppendsOneLineEachInOrder) {
   const std::string path = TempPath("notes");
   std::ofstream(path) << "lost 1 worker 0\n";  // an earlier coordinator's
   SupervisionNotes notes(path);
+  notes.Registered(2);
   notes.Lost(3, /*server=*/true, 1);
   notes.Lost(4, /*server=*/false, 2);
   notes.Failed();
   EXPECT_EQ(Read(path),
             "lost 1 worker 0\n"
+            "registered worker 2\n"
             "lost 3 server 1\n"
             "lost 4 worker 2\n"
             "failed\n");
@@ -40,7 +42,7 @@ TEST(SupervisionNotesTest, NoPathWritesNothingAndAnUnwritableOneIsNotFatal) {
   none.Failed();
   const std::string dir = TempPath("no_such_dir");
   SupervisionNotes unwritable(dir + "/notes");
-  unwritable.Failed();
+  unwritable.Registered(0);
   EXPECT_FALSE(std::ifstream(dir + "/notes").good());
 }
 

@@ -186,7 +186,7 @@ class Job {
   };
   struct Rejoiner {
     int rank;
-    off_t log_from;  // the rank's log before the new process's lines
+    size_t notes_from;  // supervision.txt's lines before its start
   };
 
   // Why the main loop stopped.
@@ -480,20 +480,16 @@ void Job::EndLostProcesses() {
   }
 }
 
-// A worker started again to rejoin its rank that had not registered (no
-// line as worker/RANK in its log since it started) when the job ended is not
-// part of it: it would wait for the coordinator until its start-up timeout.
-// SIGTERM: it exits 0 within a second.
+// A worker started again to rejoin its rank that had not registered (the
+// coordinator noted no "registered worker RANK" since it started) when the
+// job ended is not part of it: it would wait for the coordinator until its
+// start-up timeout. SIGTERM: it exits 0 within a second.
 void Job::StopUnregisteredRejoiners() {
+  const std::string notes = ReadFile(supervision_).value_or("");
   for (const auto& [pid, r] : rejoiners_) {
     if (live_.count(pid) == 0) continue;
     const Slot slot{Role::kWorker, r.rank};
-    std::optional<std::string> log = ReadFile(LogPath(slot));
-    const std::string tag = absl::StrCat(" worker/", r.rank, " ");
-    if (log && log->size() > static_cast<size_t>(r.log_from) &&
-        log->find(tag, r.log_from) != std::string::npos) {
-      continue;
-    }
+    if (RegisteredSince(notes, r.notes_from, r.rank)) continue;
     Log(absl::StrCat(slot.Name(), " (pid ", pid,
                      "), started again to rejoin its rank, had not registered "
                      "when the job ended: stopping it"));
@@ -513,8 +509,7 @@ void Job::StartDueRejoins() {
     // The job may have ended meanwhile: a late worker would exit 3.
     const JobFacts facts = Facts();
     if (!facts.coordinator_alive || facts.job_over) continue;
-    struct stat st;
-    const off_t from = stat(LogPath(r.slot).c_str(), &st) == 0 ? st.st_size : 0;
+    const size_t from = CompleteLines(ReadFile(supervision_).value_or(""));
     const pid_t pid = Start(r.slot);
     if (pid < 0) continue;
     rejoiners_[pid] = Rejoiner{r.slot.index, from};

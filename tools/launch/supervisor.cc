@@ -1,5 +1,6 @@
 #include "tools/launch/supervisor.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <vector>
@@ -152,6 +153,20 @@ bool ParseLostLine(absl::string_view line, Slot* slot) {
     return false;
   }
   return true;
+}
+
+size_t CompleteLines(absl::string_view notes) {
+  return static_cast<size_t>(std::count(notes.begin(), notes.end(), '\n'));
+}
+
+bool RegisteredSince(absl::string_view notes, size_t from_lines, int rank) {
+  const std::string want = absl::StrCat("registered worker ", rank);
+  std::vector<absl::string_view> lines = absl::StrSplit(notes, '\n');
+  lines.pop_back();  // after the last '\n': an incomplete line, or ""
+  for (size_t i = from_lines; i < lines.size(); ++i) {
+    if (lines[i] == want) return true;
+  }
+  return false;
 }
 
 std::string CoordinatorExitCause(int status) {

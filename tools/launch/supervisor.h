@@ -138,6 +138,17 @@ class Supervisor {
 // for any other line.
 bool ParseLostLine(absl::string_view line, Slot* slot);
 
+// The complete lines of supervision.txt's text `notes`: a process started
+// now is after them (RegisteredSince's `from_lines`).
+size_t CompleteLines(absl::string_view notes);
+
+// Whether supervision.txt's text `notes` has a "registered worker RANK"
+// line for `rank` (the coordinator writes it when a worker process
+// registers for its own rank; coordinator/supervision_notes.h) after its
+// first `from_lines` complete lines: a worker started again when the notes
+// had `from_lines` lines has registered. Only complete lines count.
+bool RegisteredSince(absl::string_view notes, size_t from_lines, int rank);
+
 // summary.json's failure message for a coordinator that may have written
 // none: it exited with `status` (exit code or 128 + signal).
 std::string CoordinatorExitCause(int status);

@@ -179,6 +179,58 @@ TEST(SupervisorTest, ParsesLostLines) {
   EXPECT_FALSE(ParseLostLine("lost 1 worker 1 extra", &slot));
 }
 
+// Whether a worker started again (when the notes had `from` lines) has
+// registered, from the coordinator's notes: never from its log.
+struct RegisteredRow {
+  std::string name;
+  std::string notes;
+  size_t from;
+  int rank;
+  bool want;
+};
+
+class RegisteredTable : public ::testing::TestWithParam<RegisteredRow> {};
+
+TEST_P(RegisteredTable, ReadsTheCoordinatorsNotes) {
+  const RegisteredRow& row = GetParam();
+  EXPECT_EQ(RegisteredSince(row.notes, row.from, row.rank), row.want)
+      << row.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Rows, RegisteredTable,
+    ::testing::Values(
+        RegisteredRow{"no notes yet", "", 0, 1, false},
+        RegisteredRow{"registered after the start",
+                      "registered worker 0\nregistered worker 1\n", 1, 1, true},
+        RegisteredRow{"only the earlier process registered",
+                      "registered worker 1\nlost 1 worker 1\n", 1, 1, false},
+        RegisteredRow{"another rank registered",
+                      "registered worker 1\nregistered worker 2\n", 1, 1,
+                      false},
+        RegisteredRow{"rank 1 is not rank 10",
+                      "registered worker 1\nregistered worker 10\n", 1, 1,
+                      false},
+        RegisteredRow{"an incomplete line does not count",
+                      "failed\nregistered worker 1", 1, 1, false},
+        RegisteredRow{"among other notes",
+                      "registered worker 1\nlost 2 worker 1\nregistered "
+                      "worker 1\nfailed\n",
+                      2, 1, true}),
+    [](const ::testing::TestParamInfo<RegisteredRow>& info) {
+      std::string name;
+      for (char c : info.param.name) {
+        name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+      }
+      return name;
+    });
+
+TEST(SupervisorTest, CountsCompleteLines) {
+  EXPECT_EQ(CompleteLines(""), 0u);
+  EXPECT_EQ(CompleteLines("failed\n"), 1u);
+  EXPECT_EQ(CompleteLines("registered worker 0\nregistered wor"), 1u);
+}
+
 TEST(SupervisorTest, ParsesThePlan) {
   auto plan = ParseLaunchPlan(
       "workers=3\nservers=2\nlease_s=6\non_failure=elastic\nmax_restarts=4\n"
