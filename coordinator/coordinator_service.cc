@@ -63,9 +63,14 @@ CoordinatorService::CoordinatorService(CoordinatorOptions options,
       recovery_(policy_->max_rollbacks(),
                 absl::Seconds(options_.config.training().restart_timeout_s())) {
   start_steps_.assign(options_.config.job().workers(), job_.start_step());
+  rollbacks_ = std::make_unique<Rollbacks>(
+      policy_.get(), options_.config.training(), &recovery_, &members_,
+      &leases_, &step_log_, &job_, &notes_, &events_);
   if (std::optional<ElasticOptions> e =
           policy_->Elastic(options_.config.job().workers())) {
-    elastic_ = std::make_unique<ElasticWorkers>(*e);
+    elastic_ = std::make_unique<ElasticRanks>(
+        *e, policy_.get(), &members_, &leases_, &step_log_, &recovery_,
+        &events_, &mu_, options_.wait_cap);
   }
 }
 
@@ -106,9 +111,10 @@ absl::Status CoordinatorService::RegisterServerLocked(
       members_.VacateServer(shard);
     } else if (members_.ServerHeld(shard) &&
                leases_.Held(LeaseHolder::kServer, shard)) {
-      LoseLocked(LeaseHolder::kServer, shard,
-                 absl::StrCat("replaced: a new server registered for it from ",
-                              request.address()));
+      rollbacks_->Lose(
+          LeaseHolder::kServer, shard,
+          absl::StrCat("replaced: a new server registered for it from ",
+                       request.address()));
       if (ended_) return EndedError();
     }
   }
@@ -200,7 +206,7 @@ absl::Status CoordinatorService::RegisterWorkerLocked(
   if (ended_) return EndedError();
   int asked = request.requested_rank();
   if (policy_->RingMembers()) {
-    PS_RETURN_IF_ERROR(RingMemberLocked(request, &asked));
+    PS_RETURN_IF_ERROR(elastic_->CheckRingMember(request, &asked));
   }
   if (policy_->NewcomerReplacesHolder() && members_.WorkerHeld(asked)) {
     // A replacement (restart): the rank's holder, if it holds a lease, is
@@ -209,13 +215,12 @@ absl::Status CoordinatorService::RegisterWorkerLocked(
     if (recovery_.Covers(LeaseHolder::kWorker, asked)) {
       members_.VacateWorker(asked);
     } else if (leases_.Held(LeaseHolder::kWorker, asked)) {
-      LoseLocked(LeaseHolder::kWorker, asked,
-                 "replaced: a new worker registered for its rank");
+      rollbacks_->Lose(LeaseHolder::kWorker, asked,
+                       "replaced: a new worker registered for its rank");
       if (ended_) return EndedError();
     }
   }
-  if (policy_->Rejoins() && elastic_->Handles(request.requested_rank(),
-                                              members_.registered_workers())) {
+  if (policy_->Rejoins() && elastic_->Handles(request.requested_rank())) {
     return RejoinLocked(context, request, response);
   }
   if (request.adopt() && !policy_->RingMembers()) {
@@ -245,14 +250,8 @@ absl::Status CoordinatorService::RegisterWorkerLocked(
   }
   if (!request.adopt()) notes_.Registered(rank);
   if (policy_->RingMembers()) {
-    elastic_->Registered(rank, request.adopt());
-    if (request.adopt()) {
-      PS_LOG_WARN(
-          "worker rank %d hosted by a live worker as a second ring member "
-          "(its ring peer at %s; training.on_failure: elastic, global batch "
-          "kept)",
-          rank, request.peer_address());
-    }
+    elastic_->RingMemberRegistered(rank, request.adopt(),
+                                   request.peer_address());
   }
   response->set_rank(rank);
   response->set_session_id(members_.worker_session(rank));
@@ -265,141 +264,17 @@ absl::Status CoordinatorService::RejoinLocked(
     const ServerContext& context,
     const pstrain::v1::RegisterWorkerRequest& request,
     pstrain::v1::RegisterWorkerResponse* response) {
-  PS_ASSIGN_OR_RETURN(
-      const int rank,
-      elastic_->RankFor(request.requested_rank(), request.adopt()));
-  const bool handover = !request.adopt() && policy_->HandsOver();
-  if (handover && !elastic_->Ready(rank)) {
-    PS_RETURN_IF_ERROR(AwaitHandoverLocked(context, rank));
-  }
-  // Sync: the first step nobody reported for the rank; the shards
-  // acknowledge pushes of steps the rank's earlier process already pushed
-  // without applying them again (server/shard.h, "Elastic workers").
-  const uint64_t unreported =
-      std::max(step_log_.NextStep(rank), job_.start_step());
-  uint64_t start = unreported;
-  if (request.adopt()) {
-    // The stand-in starts at the step whose weights it holds: the rank's
-    // dead process pushed the steps before it (the shards completed them)
-    // but its records of them are lost.
-    start = std::max(start, request.adopt_from_step());
-  }
-  if (handover) {
-    // The first step the stand-in did not push (it reported the others).
-    start = elastic_->released_step(rank);
-  }
-  if (!policy_->HandsOver()) {
-    // Async: where the slowest live worker is, so nobody waits for the
-    // newcomer; the rank's micro-batches in between are skipped.
-    const std::vector<bool> done = members_.done_workers();
-    std::optional<uint64_t> slowest;
-    for (int r = 0; r < members_.num_workers(); ++r) {
-      if (r == rank || done[r] ||
-          elastic_->state(r) != ElasticWorkers::State::kLive) {
-        continue;
-      }
-      if (std::optional<uint64_t> s = leases_.Step(r); s.has_value()) {
-        slowest = std::min(slowest.value_or(*s), *s);
-      }
-    }
-    start = std::max(start, slowest.value_or(0));
-  }
-  const ElasticWorkers::State before = elastic_->state(rank);
-  elastic_->Registered(rank, request.adopt());
-  const uint64_t session = members_.RenewWorkerSession(rank);
-  start_steps_[rank] = start;
-  if ((request.adopt() || handover) && start > unreported) {
-    step_log_.Excuse(rank, unreported);
-    PS_LOG_WARN(
-        "worker rank %d: steps %d to %d were pushed by its dead process but "
-        "not reported; their metrics rows count the other workers' records",
-        rank, unreported, start - 1);
-  }
-  step_log_.Expect(rank, start);
-  leases_.Hold(LeaseHolder::kWorker, rank, absl::Now(), context.peer());
-  if (!request.adopt()) notes_.Registered(rank);
+  PS_ASSIGN_OR_RETURN(const ElasticRanks::Rejoined r,
+                      elastic_->Rejoin(context, request, job_.start_step()));
+  start_steps_[r.rank] = r.start_step;
   rows_->SetLiveWorkers(members_.live_workers());
-  if (request.adopt()) {
-    PS_LOG_INFO(
-        "worker rank %d taken over from step %d by a live worker at %s "
-        "(training.on_failure: elastic; global batch kept)",
-        rank, start, context.peer());
-  } else {
-    PS_LOG_INFO(
-        "worker rank %d joined again at %s from step %d with a new session%s "
-        "(training.on_failure: elastic)",
-        rank, context.peer(), start,
-        before == ElasticWorkers::State::kReleased
-            ? " (handover: its stand-in pushed every step before it)"
-            : "");
-  }
-  response->set_rank(rank);
-  response->set_session_id(session);
+  if (!request.adopt()) notes_.Registered(r.rank);
+  response->set_rank(r.rank);
+  response->set_session_id(r.session);
   *response->mutable_job() = job_;
-  response->set_start_step(start);
+  response->set_start_step(r.start_step);
   response->set_rejoined(true);
   return absl::OkStatus();
-}
-
-absl::Status CoordinatorService::AwaitHandoverLocked(
-    const ServerContext& context, int rank) {
-  if (members_.done_workers()[rank]) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("worker rank ", rank,
-                     " has finished (its stand-in did its last step)"));
-  }
-  if (elastic_->state(rank) == ElasticWorkers::State::kAbandoned) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "worker rank ", rank,
-        " was abandoned (every live worker finished): nobody holds weights "
-        "it could start from"));
-  }
-  if (!elastic_->ReleaseRequested(rank)) {
-    elastic_->Want(rank);
-    PS_LOG_INFO(
-        "worker rank %d: a new worker at %s asks for it; %s (training."
-        "on_failure: elastic, handover)",
-        rank, context.peer(),
-        elastic_->ReleaseRequested(rank)
-            ? "its stand-in releases it at its next step boundary"
-            : "it is handed over once a live worker has taken it over");
-  }
-  HandoverWait wait{this, rank};
-  mu_.AwaitWithDeadline(absl::Condition(&HandoverOver, &wait),
-                        ServerDeadline(context, options_.wait_cap));
-  if (ended_) return EndedError();
-  if (context.IsCancelled()) {
-    return absl::CancelledError("RegisterWorker: cancelled by the caller");
-  }
-  switch (elastic_->state(rank)) {
-    case ElasticWorkers::State::kReleased:
-      return absl::OkStatus();
-    case ElasticWorkers::State::kLive:
-      return absl::AlreadyExistsError(absl::StrCat(
-          "worker rank ", rank, " was given to another new worker meanwhile"));
-    default:
-      break;
-  }
-  if (members_.done_workers()[rank] ||
-      elastic_->state(rank) == ElasticWorkers::State::kAbandoned) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "worker rank ", rank,
-        " finished while it was being handed over (its stand-in did its "
-        "last step)"));
-  }
-  return absl::UnavailableError(absl::StrCat(
-      "worker rank ", rank,
-      " is being handed over: its stand-in has not released it yet (it does "
-      "so between two steps); retry"));
-}
-
-bool CoordinatorService::HandoverOver(HandoverWait* wait) {
-  const CoordinatorService& s = *wait->service;
-  const ElasticWorkers::State state = s.elastic_->state(wait->rank);
-  return s.ended_ || state == ElasticWorkers::State::kReleased ||
-         state == ElasticWorkers::State::kLive ||
-         state == ElasticWorkers::State::kAbandoned ||
-         s.members_.done_workers()[wait->rank];
 }
 
 grpc::Status CoordinatorService::ReleaseRank(
@@ -416,84 +291,32 @@ absl::Status CoordinatorService::ReleaseRankLocked(
         "ReleaseRank: only for training.on_failure: elastic in mode sync");
   }
   if (ended_) return EndedError();
-  const int rank = static_cast<int>(request.rank());
-  PS_RETURN_IF_ERROR(members_.CheckWorkerSession(
-      request.rank(), request.session_id(), "ReleaseRank"));
-  PS_RETURN_IF_ERROR(elastic_->Release(rank, request.next_step()));
-  // The stand-in stops: its session for the rank ends. The rank's lease now
-  // waits for the new worker: if it does not register within lease_s, the
-  // rank departs again and is taken over.
-  members_.EndWorkerSession(rank);
-  leases_.Hold(LeaseHolder::kWorker, rank, absl::Now(),
-               "(released by its stand-in, for a new worker)");
-  PS_LOG_INFO(
-      "worker rank %d released by its stand-in, which pushed every step "
-      "before %d; the new worker starts there (training.on_failure: "
-      "elastic, handover)",
-      rank, request.next_step());
-  return absl::OkStatus();
+  return elastic_->Release(request);
 }
 
 bool CoordinatorService::DepartLocked(const ExpiredLease& dead) {
-  const int rank = dead.id;
-  const std::vector<bool> done = members_.done_workers();
-  members_.EndWorkerSession(rank);
-  leases_.Release(LeaseHolder::kWorker, rank);
-  const absl::Status st = elastic_->Depart(rank, done);
+  const ElasticRanks::Departure departure = elastic_->Depart(dead);
   rows_->SetLiveWorkers(members_.live_workers());
-  if (!st.ok()) {
-    FailLocked({"worker", rank, -1,
-                absl::StrCat(dead.Cause(leases_.lease()), "; ", st.message(),
-                             " (training.on_failure: elastic)")});
-    return false;
-  }
-  const uint64_t from = step_log_.NextStep(rank);
-  const int adopter = elastic_->AdopterOf(rank, done);
-  if (policy_->OnLost(LeaseHolder::kWorker) == LossResponse::kHostAndRollBack) {
-    // Mode allreduce: the live worker hosts the rank as a second ring
-    // member, and every rank rolls back as under restart (the generation
-    // machinery), so the ring keeps its N members and its sum order.
-    if (adopter >= 0) {
-      PS_LOG_WARN(
-          "training.on_failure: elastic: worker %d hosts rank %d as a second "
-          "ring member (global batch kept, same sums); %d live workers",
-          adopter, rank, elastic_->live_workers());
-    }
-    LoseLocked(LeaseHolder::kWorker, rank, dead.Cause(leases_.lease()));
-    return !ended_;
-  }
-  if (adopter >= 0) {
-    PS_LOG_WARN(
-        "training.on_failure: elastic: worker %d takes rank %d's "
-        "micro-batches over from step %d (global batch kept, same "
-        "gradients); %d live workers",
-        adopter, rank, from, elastic_->live_workers());
-  } else if (!policy_->HandsOver()) {
-    PS_LOG_WARN(
-        "training.on_failure: elastic: the job goes on without worker %d "
-        "from step %d (mode async: its micro-batches are skipped, so the "
-        "global batch shrinks; the learning rate is unchanged); %d live "
-        "workers",
-        rank, from, elastic_->live_workers());
+  switch (departure) {
+    case ElasticRanks::Departure::kJobFailed:
+      return false;
+    case ElasticRanks::Departure::kRolledBack:
+      return !ended_;
+    case ElasticRanks::Departure::kGoesOn:
+      break;
   }
   AbandonLocked();
   return true;
 }
 
 void CoordinatorService::AbandonLocked() {
-  for (int r : elastic_->Abandon(members_.done_workers())) {
-    const uint64_t from = step_log_.NextStep(r);
-    step_log_.Excuse(r, from);
-    PS_LOG_INFO(
-        "worker rank %d: nobody takes it over; its reports from step %d on "
-        "are not expected",
-        r, from);
-  }
+  elastic_->AbandonStranded();
   QueueRowsLocked();
   if (!ended_ && AllWorkersDoneLocked()) {
     ended_ = true;
     leases_.ReleaseAll();
-    PS_LOG_INFO("every worker finished (%d live)", elastic_->live_workers());
+    PS_LOG_INFO("every worker finished (%d live)",
+                elastic_->workers().live_workers());
   }
 }
 
@@ -502,7 +325,7 @@ bool CoordinatorService::AllWorkersDoneLocked() const {
   for (int r = 0; r < static_cast<int>(done.size()); ++r) {
     if (done[r]) continue;
     if (elastic_ != nullptr &&
-        elastic_->state(r) == ElasticWorkers::State::kAbandoned) {
+        elastic_->workers().state(r) == ElasticWorkers::State::kAbandoned) {
       continue;
     }
     return false;
@@ -671,7 +494,8 @@ grpc::Status CoordinatorService::GetWorkerSessions(
   if (!st.ok()) return ToGrpcStatus(st);
   for (uint64_t id : members_.worker_sessions()) response->add_session_ids(id);
   for (int r = 0; r < members_.num_workers(); ++r) {
-    response->add_departed(elastic_ != nullptr && elastic_->vacant(r));
+    response->add_departed(elastic_ != nullptr &&
+                           elastic_->workers().vacant(r));
     response->add_start_steps(start_steps_[r]);
   }
   return grpc::Status::OK;
@@ -699,11 +523,12 @@ grpc::Status CoordinatorService::JobStatus(
           request->id(), request->session_id(), "JobStatus");
       if (!st.ok()) return ToGrpcStatus(st);
       if (elastic_ != nullptr) {
-        for (uint32_t d :
-             elastic_->AdoptionsFor(request->id(), members_.done_workers())) {
+        for (uint32_t d : elastic_->workers().AdoptionsFor(
+                 request->id(), members_.done_workers())) {
           response->add_adopt_ranks(d);
         }
-        response->set_release_rank(elastic_->ReleaseRequested(request->id()));
+        response->set_release_rank(
+            elastic_->workers().ReleaseRequested(request->id()));
       }
     }
     // A heartbeat from a process this coordinator never admitted (it was
@@ -735,7 +560,7 @@ grpc::Status CoordinatorService::JobStatus(
                "stopped: ", why,
                rolls_back ? "" : policy_->FailureNote(LeaseHolder::kServer))});
       if (rolls_back && cause.process == "server") {
-        LoseLocked(LeaseHolder::kServer, request->id(), cause.message);
+        rollbacks_->Lose(LeaseHolder::kServer, request->id(), cause.message);
       } else {
         FailLocked(cause);
       }
@@ -758,7 +583,8 @@ grpc::Status CoordinatorService::JobStatus(
   response->set_generation(recovery_.generation());
   response->set_recovering(recovery_.recovering());
   response->set_generation_step(recovery_.generation_step());
-  if (elastic_ != nullptr) response->set_membership_epoch(elastic_->epoch());
+  if (elastic_ != nullptr)
+    response->set_membership_epoch(elastic_->workers().epoch());
   return grpc::Status::OK;
 }
 
@@ -814,19 +640,8 @@ bool CoordinatorService::CheckLeases(absl::Time now) {
   {
     absl::MutexLock lock(&mu_);
     if (ended_) return false;
-    if (recovery_.recovering() && now > recovery_.deadline()) {
-      // The failure names the first process whose replacement did not come.
-      const auto [holder, id] = recovery_.FirstMissing();
-      const bool server = holder == LeaseHolder::kServer;
-      FailLocked(
-          {id < 0   ? "coordinator"
-           : server ? "server"
-                    : "worker",
-           server ? -1 : id, server ? id : -1,
-           absl::StrCat("no replacement for ", recovery_.Missing(),
-                        " within training.restart_timeout_s = ",
-                        options_.config.training().restart_timeout_s(),
-                        " s (training.on_failure: ", policy_->name(), ")")});
+    if (std::optional<RunFailure> overdue = rollbacks_->Overdue(now)) {
+      FailLocked(*overdue);
       return true;
     }
     const std::optional<ExpiredLease> dead = leases_.Expired(now);
@@ -836,7 +651,7 @@ bool CoordinatorService::CheckLeases(absl::Time now) {
         return FailOnLeaseLocked(*dead);
       case LossResponse::kRollBack:
         PS_LOG_ERROR("%s", dead->Describe(leases_.lease()));
-        LoseLocked(dead->holder, dead->id, dead->Cause(leases_.lease()));
+        rollbacks_->Lose(dead->holder, dead->id, dead->Cause(leases_.lease()));
         return ended_;
       case LossResponse::kTakeOver:
       case LossResponse::kHostAndRollBack:
@@ -886,132 +701,15 @@ std::vector<std::string> CoordinatorService::ServerAddresses() const {
   return members_.server_addresses();
 }
 
-// ---------------------------------------------------------------------------
-// training.on_failure: restart (coordinator/recovery.h).
-
-void CoordinatorService::LoseLocked(LeaseHolder holder, int id,
-                                    const std::string& why) {
-  const bool server = holder == LeaseHolder::kServer;
-  const RunFailure failure{server ? "server" : "worker", server ? -1 : id,
-                           server ? id : -1, why};
-  if (members_.AnyWorkerDone()) {
-    // A finished worker's process is gone: nobody could redo its steps.
-    FailLocked({failure.process, failure.rank, failure.shard,
-                absl::StrCat(why,
-                             "; a worker has already finished, so the job "
-                             "cannot roll back (training.on_failure: ",
-                             policy_->name(), ")")});
-    return;
-  }
-  if (absl::Status st = recovery_.Lost(holder, id, absl::Now()); !st.ok()) {
-    FailLocked({failure.process, failure.rank, failure.shard,
-                absl::StrCat(why, "; ", st.message())});
-    return;
-  }
-  if (server) {
-    members_.VacateServer(id);
-  } else {
-    members_.VacateWorker(id);
-  }
-  leases_.Release(holder, id);
-  job_.set_generation(recovery_.generation());
-  notes_.Lost(recovery_.generation(), server, id);
-  if (policy_->HostsRanks()) {
-    PS_LOG_WARN(
-        "worker %d lost (%s); generation %d: waiting up to %g s for its new "
-        "ring member, then every rank rolls back to the newest checkpoint "
-        "(training.on_failure: elastic)",
-        id, why, recovery_.generation(),
-        options_.config.training().restart_timeout_s());
-    return;
-  }
-  PS_LOG_WARN(
-      "%s %d lost (%s); generation %d: waiting up to %g s for its "
-      "replacement (restart %d of training.max_restarts = %d)",
-      server ? "server shard" : "worker", id, why, recovery_.generation(),
-      options_.config.training().restart_timeout_s(), recovery_.restarts(),
-      options_.config.training().max_restarts());
-}
-
-int CoordinatorService::RingPeerRankLocked(const std::string& address) const {
-  const std::vector<std::string> peers = members_.peer_addresses();
-  for (int r = 0; r < static_cast<int>(peers.size()); ++r) {
-    if (!address.empty() && members_.WorkerHeld(r) && peers[r] == address) {
-      return r;
-    }
-  }
-  return -1;
-}
-
-absl::Status CoordinatorService::RingMemberLocked(
-    const pstrain::v1::RegisterWorkerRequest& request, int* rank) {
-  if (*rank < 0) {
-    if (request.adopt()) {
-      return absl::InvalidArgumentError(
-          "RegisterWorker: adopt needs requested_rank (the rank to host)");
-    }
-    // While a slot is vacant the usual rule picks it (the lowest free one),
-    // and a registration from a known ring peer is a retry (Membership).
-    if (!members_.AllWorkersRegistered() ||
-        RingPeerRankLocked(request.peer_address()) >= 0) {
-      return absl::OkStatus();
-    }
-    PS_ASSIGN_OR_RETURN(*rank, elastic_->RankFor(-1, false));
-  }
-  if (*rank >= members_.num_workers()) {
-    return elastic_->RankFor(*rank, request.adopt()).status();
-  }
-  if (!members_.WorkerHeld(*rank)) {
-    // The first registration, or the vacant slot of a lost rank.
-    if (request.adopt() &&
-        elastic_->state(*rank) != ElasticWorkers::State::kDeparted) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "RegisterWorker: adopt is only for a rank whose worker was declared "
-          "dead (training.on_failure: elastic); rank ",
-          *rank, " is not one"));
-    }
-    return absl::OkStatus();
-  }
-  if (RingPeerRankLocked(request.peer_address()) == *rank) {
-    return absl::OkStatus();  // a retry (Membership answers it)
-  }
-  // Held: by its own live worker (refused), or by a live worker's second
-  // ring member, which a new worker process replaces (and no other live
-  // worker may host: ALREADY_EXISTS).
-  PS_RETURN_IF_ERROR(elastic_->RankFor(*rank, request.adopt()).status());
-  if (recovery_.Covers(LeaseHolder::kWorker, *rank)) {
-    // The rollback that hosted it has not happened yet: the new worker
-    // takes the slot in the same recovery.
-    members_.VacateWorker(*rank);
-  } else {
-    LoseLocked(LeaseHolder::kWorker, *rank,
-               "a new worker registered for it; the live worker hosting it "
-               "drops its second ring member");
-    if (ended_) return EndedError();
-  }
-  PS_LOG_INFO(
-      "worker rank %d: a new worker takes it back from the live worker "
-      "hosting it (training.on_failure: elastic)",
-      *rank);
-  return absl::OkStatus();
-}
-
 bool CoordinatorService::GenerationReady(GenerationWait* wait) {
   return wait->service->ended_ ||
-         wait->service->RecoveredLocked(wait->generation);
-}
-
-bool CoordinatorService::RecoveredLocked(uint64_t generation) const {
-  return recovery_.generation() >= generation && !recovery_.recovering();
+         wait->service->rollbacks_->Recovered(wait->generation);
 }
 
 std::optional<CoordinatorService::RollbackOrder>
 CoordinatorService::RollbackDue() const {
   absl::MutexLock lock(&mu_);
-  if (ended_ || !recovery_.recovering() || !recovery_.AllFilled() ||
-      !members_.AllServersReady() || !members_.AllWorkersRegistered()) {
-    return std::nullopt;
-  }
+  if (ended_ || !rollbacks_->Due()) return std::nullopt;
   return RollbackOrder{recovery_.generation(), members_.server_addresses()};
 }
 
@@ -1019,21 +717,7 @@ bool CoordinatorService::FinishRollback(uint64_t generation,
                                         const std::string& checkpoint,
                                         uint64_t step) {
   absl::MutexLock lock(&mu_);
-  if (ended_ || !recovery_.recovering() ||
-      recovery_.generation() != generation || !recovery_.AllFilled()) {
-    return false;
-  }
-  recovery_.Done(step);
-  // Every worker did the steps below `step`; unreported records of them
-  // never come (docs/failures-and-recovery.md, "What is lost").
-  step_log_.RolledBack(step);
-  job_.set_resume_from(checkpoint);
-  job_.set_start_step(step);
-  PS_LOG_WARN(
-      "rolled back to step %d (generation %d, from %s); training "
-      "resumes",
-      step, generation, checkpoint.empty() ? "the initial state" : checkpoint);
-  return true;
+  return !ended_ && rollbacks_->Finish(generation, checkpoint, step);
 }
 
 }  // namespace pstrain

@@ -95,11 +95,13 @@
 #include "common/metrics.h"
 #include "common/run_record.h"
 #include "coordinator/elastic.h"
+#include "coordinator/elastic_ranks.h"
 #include "coordinator/failure_policy.h"
 #include "coordinator/job_outcome.h"
 #include "coordinator/leases.h"
 #include "coordinator/membership.h"
 #include "coordinator/recovery.h"
+#include "coordinator/rollbacks.h"
 #include "coordinator/row_writer.h"
 #include "coordinator/step_log.h"
 #include "coordinator/supervision_notes.h"
@@ -261,25 +263,6 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   // that is under way too (SetStopRequested).
   RunFailure SignalStopCauseLocked(RunFailure own) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // training.on_failure: restart: `holder` `id` is gone (`why`, for the log
-  // and the failure): a new generation, its slot freed; or the job fails
-  // when no restart is left or a worker already finished.
-  void LoseLocked(LeaseHolder holder, int id, const std::string& why)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Elastic ring: checks a registration for `*rank` (-1 resolved to a rank
-  // once every rank was registered). `adopt` (a live worker hosting the
-  // rank) only for a departed rank; a live rank is refused
-  // (ALREADY_EXISTS); a new worker for a hosted rank takes it back: the
-  // hosting member's session ends and a new generation rolls every rank
-  // back (LoseLocked).
-  absl::Status RingMemberLocked(
-      const pstrain::v1::RegisterWorkerRequest& request, int* rank)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The registered rank whose ring peer is at `address`, or -1.
-  int RingPeerRankLocked(const std::string& address) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool RecoveredLocked(uint64_t generation) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A GetJob waiting for generation `generation` (absl::Condition, called
   // with mu_ held).
   struct GenerationWait {
@@ -299,21 +282,11 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
                             const pstrain::v1::RegisterWorkerRequest& request,
                             pstrain::v1::RegisterWorkerResponse* response)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Elastic sync: a new worker's registration for `rank` (not live) waits,
-  // bounded by the call's deadline and wait_cap, until the rank's stand-in
-  // released it; UNAVAILABLE (retry) while it has not.
-  absl::Status AwaitHandoverLocked(const grpc::ServerContext& context, int rank)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  struct HandoverWait {
-    const CoordinatorService* service;
-    int rank;
-  };
-  static bool HandoverOver(HandoverWait* wait) ABSL_NO_THREAD_SAFETY_ANALYSIS;
   absl::Status ReleaseRankLocked(const pstrain::v1::ReleaseRankRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Elastic: stops expecting reports of ranks nobody can take over, then
-  // queues the rows that completed and ends the job when every worker is
-  // done.
+  // Elastic: stops expecting reports of ranks nobody can take over
+  // (ElasticRanks::AbandonStranded), then queues the rows that completed and
+  // ends the job when every worker is done.
   void AbandonLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every rank finished, or (elastic) abandoned.
   bool AllWorkersDoneLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -341,8 +314,32 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   LeaseTable leases_ ABSL_GUARDED_BY(mu_);
   std::function<bool()> stop_requested_ ABSL_GUARDED_BY(mu_);
   StepLog step_log_ ABSL_GUARDED_BY(mu_);
-  // Null unless training.on_failure is elastic.
-  std::unique_ptr<ElasticWorkers> elastic_ ABSL_GUARDED_BY(mu_);
+  // What ElasticRanks asks of the service (called with mu_ held).
+  class Events final : public JobEvents {
+   public:
+    explicit Events(CoordinatorService* s) : s_(*s) {}
+    bool ended() const override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return s_.ended_;
+    }
+    absl::Status EndedError() const override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return s_.EndedError();
+    }
+    void Fail(const RunFailure& failure) override
+        ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      s_.FailLocked(failure);
+    }
+    void Lose(LeaseHolder holder, int id,
+              const std::string& why) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      s_.rollbacks_->Lose(holder, id, why);
+    }
+
+   private:
+    CoordinatorService& s_;
+  };
+  Events events_{this};
+  // Null unless training.on_failure is elastic; created after every member
+  // it points to.
+  std::unique_ptr<ElasticRanks> elastic_ ABSL_GUARDED_BY(mu_);
   // By rank: the step its current registration starts at.
   std::vector<uint64_t> start_steps_ ABSL_GUARDED_BY(mu_);
   std::string nccl_unique_id_ ABSL_GUARDED_BY(mu_);
@@ -357,6 +354,8 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   // registration for a held slot do.
   const std::unique_ptr<const FailurePolicy> policy_;
   Recovery recovery_ ABSL_GUARDED_BY(mu_);
+  // Lost processes, generations and rollbacks (restart, elastic ring).
+  std::unique_ptr<Rollbacks> rollbacks_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pstrain
