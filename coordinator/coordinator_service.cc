@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/client_text.h"
 #include "common/grpc_util.h"
@@ -384,9 +383,7 @@ absl::Status CoordinatorService::ReportLocked(
   QueueRowsLocked();
   if (step_log_.divergence() && outcome_.Diverged()) {
     const Divergence& d = *step_log_.divergence();
-    const std::string what =
-        absl::StrCat("training diverged: ", d.eval ? "evaluation loss" : "loss",
-                     " is ", d.value, " at step ", d.step);
+    const std::string what = DivergenceText(d);
     if (options_.config.training().fail_on_divergence()) {
       FailLocked({"worker", static_cast<int64_t>(d.worker), -1,
                   absl::StrCat(what, " (training.fail_on_divergence)")});
@@ -398,17 +395,7 @@ absl::Status CoordinatorService::ReportLocked(
     }
   }
   if (!request.error().empty()) {
-    // Workers prefix their errors with "worker R: "; the cause names it.
-    absl::string_view message = request.error();
-    absl::ConsumePrefix(&message, absl::StrCat("worker ", worker, ": "));
-    // Kept whole up to kMaxMessageBytes (summary.json, the log); longer
-    // text is cut, saying how long it was.
-    std::string cause(message.substr(0, kMaxMessageBytes));
-    if (message.size() > kMaxMessageBytes) {
-      absl::StrAppend(&cause, "...(", message.size(), " bytes)");
-    }
-    RunFailure failure{"worker", static_cast<int64_t>(worker), -1,
-                       std::move(cause)};
+    RunFailure failure = WorkerErrorFailure(worker, request.error());
     FailLocked(request.stopped() ? SignalStopCauseLocked(std::move(failure))
                                  : failure);
   }

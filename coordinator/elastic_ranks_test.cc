@@ -9,6 +9,7 @@
 
 #include "absl/time/time.h"
 #include "coordinator/failure_policy.h"
+#include "coordinator/fake_job_events.h"
 #include "gtest/gtest.h"
 
 namespace pstrain {
@@ -16,20 +17,6 @@ namespace {
 
 constexpr int kWorkers = 3;
 const absl::Time kNow = absl::FromUnixSeconds(1000);
-
-class FakeEvents : public JobEvents {
- public:
-  bool ended() const override { return !failures.empty(); }
-  absl::Status EndedError() const override {
-    return absl::FailedPreconditionError("ended");
-  }
-  void Fail(const RunFailure& failure) override { failures.push_back(failure); }
-  void Lose(LeaseHolder holder, int id, const std::string& why) override {
-    lost.push_back(id);
-  }
-  std::vector<RunFailure> failures;
-  std::vector<int> lost;
-};
 
 StepLogOptions LogOptions() {
   StepLogOptions o;
@@ -73,7 +60,7 @@ class ElasticRanksTest : public ::testing::Test {
   LeaseTable leases_{1, kWorkers, absl::Seconds(5)};
   StepLog step_log_{LogOptions()};
   Recovery recovery_{3, absl::Seconds(30)};
-  FakeEvents events_;
+  FakeJobEvents events_;
   absl::Mutex mu_;
   std::unique_ptr<FailurePolicy> policy_;
   std::unique_ptr<ElasticRanks> ranks_;

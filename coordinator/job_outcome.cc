@@ -2,7 +2,27 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/client_text.h"
+
 namespace pstrain {
+
+RunFailure WorkerErrorFailure(uint32_t worker, absl::string_view error) {
+  absl::ConsumePrefix(&error, absl::StrCat("worker ", worker, ": "));
+  std::string cause(error.substr(0, kMaxMessageBytes));
+  if (error.size() > kMaxMessageBytes) {
+    absl::StrAppend(&cause, "...(", error.size(), " bytes)");
+  }
+  return RunFailure{"worker", static_cast<int64_t>(worker), -1,
+                    std::move(cause)};
+}
+
+std::string DivergenceText(const Divergence& d) {
+  return absl::StrCat(
+      "training diverged: ", d.eval ? "evaluation loss" : "loss", " is ",
+      d.value, " at step ", d.step);
+}
 
 bool JobOutcomeRecorder::Fail(const RunFailure& failure, absl::Time now) {
   if (outcome_.failed) return false;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/run_record.h"
 #include "coordinator/step_log.h"
@@ -37,6 +38,15 @@ struct JobOutcome {
   uint64_t bytes_pushed = 0;    // all workers, payload messages
   uint64_t bytes_pulled = 0;
 };
+
+// The failure a worker's report states (ReportRequest.error): its text
+// without the "worker RANK: " prefix workers add, kept whole up to
+// kMaxMessageBytes (summary.json, the log); longer text is cut, saying how
+// long it was.
+RunFailure WorkerErrorFailure(uint32_t worker, absl::string_view error);
+
+// "training diverged: loss is nan at step 12" (or "evaluation loss").
+std::string DivergenceText(const Divergence& d);
 
 class JobOutcomeRecorder {
  public:

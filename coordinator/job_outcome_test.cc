@@ -1,6 +1,11 @@
 #include "coordinator/job_outcome.h"
 
+#include <limits>
+#include <string>
+
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/client_text.h"
 #include "gtest/gtest.h"
 
 namespace pstrain {
@@ -58,6 +63,29 @@ TEST(JobOutcomeRecorderTest, ASucceededJobTakesTheTotalsAndSumsTheBytes) {
   EXPECT_DOUBLE_EQ(o.final_eval_loss, 0.5);
   EXPECT_EQ(o.bytes_pushed, 35u);
   EXPECT_EQ(o.bytes_pulled, 5u);
+}
+
+TEST(WorkerErrorFailureTest, DropsTheWorkersPrefixAndCutsLongText) {
+  const RunFailure f = WorkerErrorFailure(2, "worker 2: out of memory");
+  EXPECT_EQ(f.process, "worker");
+  EXPECT_EQ(f.rank, 2);
+  EXPECT_EQ(f.message, "out of memory");
+  // Another rank's prefix is kept: it says something.
+  EXPECT_EQ(WorkerErrorFailure(1, "worker 2: x").message, "worker 2: x");
+  const std::string long_text(kMaxMessageBytes + 10, 'a');
+  EXPECT_EQ(WorkerErrorFailure(0, long_text).message,
+            absl::StrCat(std::string(kMaxMessageBytes, 'a'), "...(",
+                         kMaxMessageBytes + 10, " bytes)"));
+}
+
+TEST(DivergenceTextTest, NamesTheLossAndTheStep) {
+  Divergence d;
+  d.step = 12;
+  d.value = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(DivergenceText(d), "training diverged: loss is inf at step 12");
+  d.eval = true;
+  EXPECT_EQ(DivergenceText(d),
+            "training diverged: evaluation loss is inf at step 12");
 }
 
 }  // namespace

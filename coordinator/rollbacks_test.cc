@@ -5,28 +5,17 @@
 #include "coordinator/rollbacks.h"
 
 #include <cstdlib>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/run_record.h"
+#include "coordinator/fake_job_events.h"
 #include "gtest/gtest.h"
 
 namespace pstrain {
 namespace {
-
-class FakeEvents : public JobEvents {
- public:
-  bool ended() const override { return !failures.empty(); }
-  absl::Status EndedError() const override {
-    return absl::FailedPreconditionError("ended");
-  }
-  void Fail(const RunFailure& failure) override { failures.push_back(failure); }
-  void Lose(LeaseHolder, int, const std::string&) override {}
-  std::vector<RunFailure> failures;
-};
 
 StepLogOptions LogOptions() {
   StepLogOptions o;
@@ -57,12 +46,7 @@ class RollbacksTest : public ::testing::Test {
     }
   }
 
-  std::string Notes() const {
-    std::ifstream in(notes_path_);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  }
+  std::string Notes() const { return ReadFileText(notes_path_).value_or(""); }
 
   pstrain::v1::TrainingConfig training_;
   std::unique_ptr<FailurePolicy> policy_;
@@ -73,7 +57,7 @@ class RollbacksTest : public ::testing::Test {
   pstrain::v1::JobSpec job_;
   std::string notes_path_;
   std::unique_ptr<SupervisionNotes> notes_;
-  FakeEvents events_;
+  FakeJobEvents events_;
   std::unique_ptr<Rollbacks> rollbacks_;
 };
 

@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -22,12 +21,8 @@ std::string TempPath(const std::string& name) {
 }
 
 std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return ReadFileText(path).value_or("");
 }
-
 MetricsRow Row(int64_t step, double loss, int64_t samples) {
   MetricsRow r;
   r.step = step;

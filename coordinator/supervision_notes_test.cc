@@ -2,9 +2,9 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <string>
 
+#include "common/run_record.h"
 #include "gtest/gtest.h"
 
 namespace pstrain {
@@ -15,12 +15,8 @@ std::string TempPath(const std::string& name) {
 }
 
 std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return ReadFileText(path).value_or("");
 }
-
 TEST(SupervisionNotesTest, AppendsOneLineEachInOrder) {
   const std::string path = TempPath("notes");
   std::ofstream(path) << "lost 1 worker 0\n";  // an earlier coordinator's
