@@ -49,6 +49,11 @@ grep -q "worker rank 1 taken over from step [0-9]*" "$dir/logs/coordinator.log" 
 grep -q "worker rank 1 released by its stand-in" "$dir/logs/coordinator.log" &&
   ok "$(grep -o "worker rank 1 released by its stand-in, which pushed every step before [0-9]*" "$dir/logs/coordinator.log")" ||
   fail "no handover of rank 1 in the coordinator log"
+# The coordinator reports registrations to its supervisor (supervision.txt):
+# worker 1's first one and its new process's; the stand-in's adoption is none.
+(( $(grep -c "^registered worker 1$" "$dir/supervision.txt") >= 2 )) &&
+  ok "supervision.txt: worker 1 registered at its start and again at its rejoin" ||
+  fail "supervision.txt: $(cat "$dir/supervision.txt" 2>&1)"
 grep -q "joined rank 1 again from step [0-9]*" "$dir/logs/worker-1.log" &&
   ok "the restarted worker-1: $(grep -o "joined rank 1 again from step [0-9]*" "$dir/logs/worker-1.log")" ||
   fail "the restarted worker-1 did not say it joined rank 1 again"
