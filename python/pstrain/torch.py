@@ -58,7 +58,11 @@ def init(settings=None):
         session.close()
         raise
     ctx = Context(session)
-    print(f"pstrain: worker {ctx.rank} of {ctx.world}: {ctx.mode.lower()} job "
+    # " worker/R " marks the registration in the log as the C++ worker's
+    # log role does: psctl's launcher (tools/launch) looks for it to tell a
+    # process restarted under on_failure: elastic that rejoined its rank.
+    print(f"pstrain: worker/{ctx.rank} registered: worker {ctx.rank} of "
+          f"{ctx.world}: {ctx.mode.lower()} job "
           f"'{ctx.config.job.name}', {ctx.steps} steps from step {ctx.step}, "
           f"{len(ctx.job.shard_map.server_addresses)} shards", flush=True)
     return ctx
