@@ -773,7 +773,8 @@ const std::vector<Key>& KeyTable() {
       Row("data", "sparse_columns", IntCodec<int64_t>(), 0,
           PS_FIELD(data, sparse_columns),
           "Synthetic: high-cardinality categorical columns, given to the "
-          "model as raw ids (`model.type: wide_deep` only); >= 0."),
+          "model as raw ids (`model.type: wide_deep`, or `external`: Python "
+          "workers read them through `ps_report data-export`); >= 0."),
       Row("data", "sparse_cardinality", IntCodec<int64_t>(), 100000,
           PS_FIELD(data, sparse_cardinality),
           "Synthetic: distinct values of each sparse column; >= 2."),
@@ -1091,10 +1092,12 @@ absl::Status ValidateSparse(const ModelConfig& m, const DataConfig& d) {
   }
   const bool wide_deep = m.type() == ModelConfig::WIDE_DEEP;
   if (!wide_deep) {
-    if (d.sparse_columns() > 0) {
+    // An external model's Python workers read the ids through
+    // `ps_report data-export` (docs/python.md).
+    if (d.sparse_columns() > 0 && m.type() != ModelConfig::EXTERNAL) {
       return KeyError("data.sparse_columns",
-                      "needs model.type wide_deep (no other model reads "
-                      "categorical ids)");
+                      "needs model.type wide_deep or external (no other "
+                      "model reads categorical ids)");
     }
     if (d.source() == DataConfig::CRITEO) {
       return KeyError("data.source", "criteo needs model.type wide_deep");

@@ -13,6 +13,8 @@ as worker/data/file_data.cc, bit for bit (sequential double sums).
 """
 
 import os
+import subprocess
+import tempfile
 
 import numpy as np
 
@@ -174,3 +176,91 @@ def load_job_data(config):
     xs = ((xd - mean) / scale).astype(np.float32)
     return JobData(xs[train], labels[train], xs[test], labels[test], classes,
                    d.seed)
+
+
+_EXPORT_MAGIC = b"PSDATA1\n"
+_EXPORT_HEADER = ("rank", "world", "from_step", "to_step", "slice", "train_n",
+                  "dim", "num_cat", "test_n")
+
+
+class StepData:
+    """One rank's examples of steps from_step .. to_step - 1 as the C++
+    worker generates them (`ps_report data-export`, for data that is
+    addressed by example id: data.source synthetic): `train_x` [n, dim]
+    float32, `train_y` [n] (int64 classes or float32 targets), `train_cat`
+    [n, num_cat] uint64 categorical ids (data.sparse_columns), rows in step
+    order, `slice` rows per step; `test_*` the whole test set."""
+
+    def __init__(self, header, train, test, num_classes, seed):
+        for k, v in header.items():
+            setattr(self, k, v)
+        self.train_x, self.train_y, self.train_cat = train
+        self.test_x, self.test_y, self.test_cat = test
+        self.num_classes = num_classes
+        self.seed = seed
+
+    def step_rows(self, step):
+        """Row range of `step` in the train arrays."""
+        if not self.from_step <= step < self.to_step:
+            raise invalid(f"step {step}: the export holds steps "
+                          f"{self.from_step}..{self.to_step - 1}")
+        lo = (step - self.from_step) * self.slice
+        return lo, lo + self.slice
+
+
+def read_export(path, num_classes=2, seed=0):
+    """A `ps_report data-export` file (tools/report/data_export.h) as a
+    StepData; INVALID_ARGUMENT naming the file when it is not one."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    if blob[:8] != _EXPORT_MAGIC or len(blob) < 8 + 8 * len(_EXPORT_HEADER):
+        raise invalid(f"{path}: not a ps_report data-export file")
+    values = np.frombuffer(blob, dtype="<i8", count=len(_EXPORT_HEADER),
+                           offset=8)
+    h = dict(zip(_EXPORT_HEADER, (int(v) for v in values)))
+    at = 8 + 8 * len(_EXPORT_HEADER)
+
+    def take(dtype, count, shape):
+        nonlocal at
+        size = np.dtype(dtype).itemsize * count
+        if at + size > len(blob):
+            raise invalid(f"{path}: truncated (header {h})")
+        a = np.frombuffer(blob, dtype=dtype, count=count, offset=at)
+        at += size
+        return a.reshape(shape)
+
+    def part(n):
+        x = take("<f4", n * h["dim"], (n, h["dim"]))
+        y = take("<f4", n, (n,))
+        cat = take("<u8", n * h["num_cat"], (n, h["num_cat"]))
+        y = y.astype(np.int64) if num_classes >= 2 else y.copy()
+        return x, y, cat
+
+    train, test = part(h["train_n"]), part(h["test_n"])
+    if at != len(blob):
+        raise invalid(f"{path}: {len(blob) - at} bytes after the data")
+    return StepData(h, train, test, num_classes, seed)
+
+
+def export_step_data(config, rank, tool=None):
+    """This rank's examples of the whole run and the test set of the job
+    `config` (a JobConfig), made by the C++ generator through `ps_report
+    data-export` (`tool`, default $PSTRAIN_REPORT, which psctl sets)."""
+    tool = tool or os.environ.get("PSTRAIN_REPORT", "")
+    if not tool or not os.access(tool, os.X_OK):
+        raise invalid(
+            f"PSTRAIN_REPORT ('{tool}'): the ps_report binary is needed to "
+            "generate data.source synthetic (psctl sets it; `./psctl build` "
+            "builds it)")
+    with tempfile.TemporaryDirectory(prefix="pstrain-data-") as tmp:
+        spec = os.path.join(tmp, "job_spec.pb")
+        with open(spec, "wb") as f:
+            f.write(config.SerializeToString())
+        out = os.path.join(tmp, "rank.psdata")
+        done = subprocess.run(
+            [tool, "data-export", "--job_spec", spec, "--rank", str(rank),
+             "--out", out], capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            raise invalid(f"ps_report data-export (rank {rank}): "
+                          f"{done.stderr.strip()}")
+        return read_export(out, config.data.num_classes, config.data.seed)

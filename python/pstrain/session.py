@@ -182,6 +182,13 @@ class Session:
                 "training.mode allreduce: pstrain's ring all-reduce has no "
                 "Python worker; use mode sync or async (or the ddp mode of "
                 "psctl compare)")
+        if (job.config.training.on_failure == pb.TrainingConfig.ELASTIC and
+                job.config.training.mode == pb.MODE_SYNC):
+            raise PstrainError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "training.on_failure elastic in mode sync: not supported for "
+                "Python workers (they cannot stand in for a lost rank: no "
+                "stand-ins); use fail or restart, or mode async")
         try:
             reg = _retry_until(
                 deadline, f"coordinator and servers at {s.coordinator}",

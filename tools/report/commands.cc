@@ -17,6 +17,7 @@
 #include "common/run_record.h"
 #include "tools/report/compare_report.h"
 #include "tools/report/config_doc.h"
+#include "tools/report/data_export.h"
 #include "tools/report/derive_config.h"
 #include "tools/report/optimizer_study.h"
 #include "tools/report/plots.h"
@@ -45,7 +46,10 @@ const char kUsage[] =
     "                 [--command TEXT] [--setup TEXT]\n"
     "       ps_report study-optimizers --out DIR --optimizer NAME=COMPARE_DIR "
     "[--optimizer ...]\n"
-    "                 [--command TEXT] [--setup TEXT]\n";
+    "                 [--command TEXT] [--setup TEXT]\n"
+    "       ps_report data-export --job_spec FILE.pb | --config FILE.yaml "
+    "--rank R\n"
+    "                 [--steps FROM:TO] --out FILE\n";
 
 int Usage(const std::string& error) {
   std::fprintf(stderr, "ps_report: %s\n%s", error.c_str(), kUsage);
@@ -72,6 +76,63 @@ bool Options(int argc, char** argv, std::string* error, F on) {
     }
   }
   return true;
+}
+
+int DataExportMain(int argc, char** argv) {
+  std::string spec, yaml, rank_text, steps_text, out, error;
+  const bool parsed = Options(argc, argv, &error,
+                              [&](const std::string& n, const std::string& v) {
+                                if (n == "--job_spec") {
+                                  spec = v;
+                                } else if (n == "--config") {
+                                  yaml = v;
+                                } else if (n == "--rank") {
+                                  rank_text = v;
+                                } else if (n == "--steps") {
+                                  steps_text = v;
+                                } else if (n == "--out") {
+                                  out = v;
+                                } else {
+                                  return false;
+                                }
+                                return true;
+                              });
+  if (!parsed) return Usage(error);
+  if (spec.empty() == yaml.empty())
+    return Usage("data-export needs one of --job_spec and --config");
+  if (rank_text.empty() || out.empty())
+    return Usage("data-export needs --rank and --out");
+  int rank = 0;
+  if (!absl::SimpleAtoi(rank_text, &rank))
+    return Error(absl::StrCat("--rank '", rank_text, "': not an integer"));
+  JobConfig config;
+  if (!spec.empty()) {
+    absl::StatusOr<std::string> bytes = ReadFileText(spec);
+    if (!bytes.ok())
+      return Error(absl::StrCat("--job_spec: ", bytes.status().message()));
+    if (!config.ParseFromString(*bytes)) {
+      return Error(absl::StrCat("--job_spec '", spec,
+                                "': not a serialized pstrain.v1.JobConfig"));
+    }
+  } else {
+    absl::StatusOr<JobConfig> loaded = LoadJobConfig(yaml);
+    if (!loaded.ok())
+      return Error(absl::StrCat("--config: ", loaded.status().message()));
+    config = *loaded;
+  }
+  int64_t from = 0, to = config.training().steps();
+  if (!steps_text.empty()) {
+    const size_t colon = steps_text.find(':');
+    if (colon == std::string::npos ||
+        !absl::SimpleAtoi(steps_text.substr(0, colon), &from) ||
+        !absl::SimpleAtoi(steps_text.substr(colon + 1), &to)) {
+      return Error(
+          absl::StrCat("--steps '", steps_text, "': expected FROM:TO"));
+    }
+  }
+  absl::Status s = ExportRankData(config, rank, from, to, out);
+  if (!s.ok()) return Error(std::string(s.message()));
+  return 0;
 }
 
 int DeriveConfigMain(int argc, char** argv) {

@@ -86,6 +86,13 @@ int StudyStragglersMain(int argc, char** argv);
 // and prints each verdict. Exit 2 on a missing or malformed compare.json or
 // a mode without a staleness bound.
 int StudyOptimizersMain(int argc, char** argv);
+// `data-export (--job_spec FILE | --config FILE) --rank R [--steps FROM:TO]
+// --out FILE`: rank R's training examples of steps FROM..TO-1 (default the
+// whole run) and the whole test set, as worker/data generates them, for a
+// Python worker (tools/report/data_export.h has the file layout). The job
+// is a serialized pstrain.v1.JobConfig (what GetJob returns) or a YAML job
+// file. Exit 2 naming the option or key on bad input; nothing written then.
+int DataExportMain(int argc, char** argv);
 
 }  // namespace report_cli
 }  // namespace pstrain

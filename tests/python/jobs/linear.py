@@ -2,9 +2,12 @@
 """A linear classifier as a model.type external job on the job's CSV data
 (tests/python): fc.weight [classes, features], fc.bias [classes].
 PSTRAIN_TEST_DIE_AT=STEP: rank 1 of a first process kills itself with
-SIGKILL at that step (the restart test); its replacement trains on."""
+SIGKILL at that step (the restart test); its replacement trains on.
+PSTRAIN_TEST_STEP_SLEEP=S: sleep S seconds before each step (a job long
+enough for a replacement to rejoin it)."""
 import os
 import signal
+import time
 
 import torch
 import torch.nn.functional as F
@@ -20,7 +23,9 @@ with pst.init() as ctx:
         data.test_x, data.test_y, ctx))
     die_at = int(os.environ.get("PSTRAIN_TEST_DIE_AT", "-1"))
     marker = os.environ.get("PSTRAIN_TEST_MARKER", "")
+    pause = float(os.environ.get("PSTRAIN_TEST_STEP_SLEEP", "0"))
     for x, y in pst.shard(data, ctx):
+        time.sleep(pause)
         if (ctx.rank == 1 and ctx.step == die_at and marker and
                 not os.path.exists(marker)):
             open(marker, "w").close()
