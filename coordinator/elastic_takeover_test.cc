@@ -240,7 +240,6 @@ TEST_F(TakeoverTest, NewWorkerGetsTheRankWhenTheStandInReleasesIt) {
   EXPECT_NE(waited.error_message().find("being handed over"), std::string::npos)
       << waited.error_message();
   EXPECT_GE(absl::Now() - t0, absl::Milliseconds(250));
-  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
   EXPECT_EQ(Notes(), first);  // not registered yet
   // The stand-in's heartbeat for the rank now asks for it back; its own
   // heartbeat does not.
