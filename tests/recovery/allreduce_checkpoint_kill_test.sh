@@ -37,9 +37,11 @@ file="shard-00000-of-00001.ckpt"
 psctl_undisturbed "$TMP/a" "$TMP/job.yaml" "$final"
 "$CHECKPOINT" inspect "$TMP/a/ckpt" > "$TMP/inspect.log" 2>&1 ||
   { cat "$TMP/inspect.log"; fail "ps_checkpoint inspect refused the job's checkpoints"; }
+# user-facing message check: what inspect prints.
 grep -q "mode: allreduce" "$TMP/inspect.log" || fail "inspect does not say mode allreduce"
 kept=$(ls -d "$TMP/a/ckpt"/step-* | wc -l)
 [[ "$kept" == 2 ]] || fail "checkpoint.keep 2 left $kept checkpoints"
+# user-facing message check: the log names the final checkpoint's path.
 grep -q "checkpoint of step 80 saved: $TMP/a/$final" "$TMP/a/logs/coordinator.log" ||
   fail "the coordinator's log does not name the final checkpoint"
 "$CHECKPOINT" export "$TMP/a/$final" --safetensors "$TMP/a.safetensors" --with_slots \

@@ -78,9 +78,11 @@ run_killed() {
   [[ -n "${3:-}" ]] && "$3" "$dir"
   psctl_succeeded 120 "$dir.log" "$1: the job with a killed worker"
   local log="$dir/logs/coordinator.log"
-  grep -q "worker $victim at .* is dead" "$log" &&
-    ok "$1: the coordinator declared worker $victim dead" ||
-    fail "$1: no death line for worker $victim in the coordinator log"
+  grep -qE "^lost [0-9]+ worker $victim\$" "$dir/supervision.txt" &&
+    ok "$1: the coordinator declared worker $victim lost (supervision.txt)" ||
+    fail "$1: supervision.txt notes no loss of worker $victim: $(cat "$dir/supervision.txt" 2>&1)"
+  # Log checks (here and below): no file records which worker hosts a rank,
+  # a hosted rank's end, a take-back or a rollback.
   grep -q "worker rank $victim hosted by a live worker as a second ring member" "$log" &&
     ok "$1: $(grep -o "worker $host hosts rank $victim as a second ring member" "$log" | head -1)" ||
     fail "$1: rank $victim was not hosted by a live worker"
@@ -97,6 +99,7 @@ run_killed() {
 
 # 1. No replacement: the host keeps the rank to the end.
 run_killed hosted "$TMP/hosted.yaml"
+# user-facing message check: psctl says it left the killed worker dead.
 grep -q "^psctl: worker-$victim (pid [0-9]*) exited with status 137; not restarted" "$TMP/hosted.log" ||
   fail "hosted: psctl did not leave worker-$victim dead: $(grep '^psctl:' "$TMP/hosted.log" | tail -3)"
 rolled=$(grep -c "rolled back to step" "$TMP/hosted/logs/coordinator.log")
@@ -107,6 +110,7 @@ grep -q "hosted worker rank $victim: done" "$TMP"/hosted/logs/worker-*.log &&
 
 # 2. The worker comes back and takes its rank back.
 run_killed newcomer "$TMP/newcomer.yaml"
+# user-facing message check: psctl says it restarted the killed worker.
 grep -q "^psctl: worker-$victim (pid [0-9]*) exited with status 137; restarted as pid [0-9]* to rejoin its rank" "$TMP/newcomer.log" ||
   fail "newcomer: psctl did not restart worker-$victim: $(grep '^psctl:' "$TMP/newcomer.log" | tail -3)"
 log="$TMP/newcomer/logs/coordinator.log"

@@ -76,6 +76,7 @@ restarted_after_kills "$dir" 2 "${killed[@]}"
 # A rank never killed re-formed the ring in-process for both generations.
 for r in 0 1 2; do
   [[ " ${victims[*]} " == *" $r "* ]] && continue
+  # Log check: no file records a worker's in-process re-forming.
   reformed=$(grep -c "re-forming the ring: resuming at step" "$dir/logs/worker-$r.log")
   ((reformed >= 2)) || fail "the live worker-$r re-formed the ring $reformed times in-process, expected 2"
 done
@@ -121,6 +122,7 @@ if start_coordinator "$dir" "$TMP/term.yaml"; then
   kill -STOP "${workers[1]}" "${workers[2]}"
   sleep 0.5 # rank 0 is now blocked in a ring receive
   sigterm_ends_worker0 "inside a ring step"
+  # user-facing message check: the log says what the SIGTERM cancelled.
   grep -q "cancelled while waiting for" "$dir/worker-0.log" ||
     fail "worker 0's log does not say the ring wait was cancelled"
   kill -KILL "${workers[1]}" "${workers[2]}" 2>/dev/null
@@ -205,6 +207,7 @@ if start_coordinator "$dir" "$TMP/close.yaml"; then
       # its ring server's grace for rank 1's stream honours SIGTERM).
       echo "note: worker 0's final close completed before SIGTERM arrived; the cancellation was not exercised this run (seed $seed)"
     else
+      # user-facing message check, as above.
       grep -q "cancelled while waiting for the neighbour to confirm the last segments" "$dir/worker-0.log" ||
         fail "worker 0's log does not say its final close was cancelled"
     fi

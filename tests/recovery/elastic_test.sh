@@ -40,6 +40,7 @@ wait_for 15 "'goes on without worker 1' in $dir/coordinator.log" \
   file_has "$dir/coordinator.log" "goes on without worker 1"
 timeout 30 "$WORKER" --coordinator="$addr" --rank=0 --token_file="$JOB_TOKEN" 2> "$dir/worker-0-bad.log"
 rc=$?
+# user-facing message check: the refused worker says why.
 ((rc == 1)) && grep -q "worker rank 0 is held by a live worker" "$dir/worker-0-bad.log" &&
   ok "a worker asking for the live rank 0 is refused (held by a live worker)" ||
   fail "joining the live rank 0: exit $rc: $(tail -1 "$dir/worker-0-bad.log")"
@@ -52,6 +53,8 @@ if exited_within "$coord" 40; then
 else
   fail "the job did not complete within 40 s of stopping worker 1"
 fi
+# Log checks (death, drop, join): under elastic in mode async no file
+# records them; metrics.csv's samples below check what they did.
 grep -q "worker 1 at .* is dead: silent for" "$dir/coordinator.log" &&
   ok "worker 1 declared dead after the lease" ||
   fail "no death line: $(grep -i dead "$dir/coordinator.log")"
