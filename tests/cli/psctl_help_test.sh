@@ -37,6 +37,7 @@ for sub in "${subs[@]}"; do
     ran="$(cut -d' ' -f1 "$CALLS" | sort -u | xargs)"
     if ((rc != 0)); then
       cat "$TMP/out" "$TMP/err"; fail "psctl $sub $flag: exit status $rc, want 0${ran:+ (it ran $ran)}"
+    # user-facing message check: the usage line.
     elif ! grep -q "^usage: ./psctl $sub\b" "$TMP/out"; then
       cat "$TMP/out" "$TMP/err"; fail "psctl $sub $flag: no line 'usage: ./psctl $sub ...' on stdout"
     elif [[ -s "$TMP/err" ]]; then

@@ -23,6 +23,7 @@ expect_rejected() {
   psctl_run 60 "$out" "$TMP/$name.log" "$@"
   if ((rc != 2)); then
     cat "$TMP/$name.log"; fail "$name: exit status $rc, want 2"
+  # user-facing message check: the error names the flag, key or file.
   elif ! grep -qF -- "$want" "$TMP/$name.log"; then
     cat "$TMP/$name.log"; fail "$name: the error does not name '$want'"
   elif [[ -e "$out/logs/coordinator.log" ]]; then
@@ -67,7 +68,7 @@ expect_rejected "model.input_dim is 5" data_mismatch --config "$TMP/mismatch.yam
 # ... and the same job with a fitting model runs, honouring --steps.
 job "$TMP/fits.yaml" "$TMP/good.csv" 2
 if psctl_run 120 "$TMP/fits" "$TMP/fits.log" --config "$TMP/fits.yaml" --steps 4 &&
-    grep -q '"steps": 4' "$TMP/fits/summary.json"; then
+    [[ "$("$REPORT" summary-get "$TMP/fits" steps)" == 4 ]]; then
   ok "csv job with a fitting model runs 4 steps (--steps honoured)"
 else
   cat "$TMP/fits.log"; fail "csv job with a fitting model"

@@ -91,6 +91,7 @@ else
 fi
 # The opt-out: security.insecure lets a coordinator start without a token,
 # with a warning (a deliberate check of the warning's wording).
+# user-facing message check: the warning.
 cp "$ROOT/configs/default.yaml" "$TMP/insecure.yaml"
 printf '\nsecurity:\n  insecure: true\n' >>"$TMP/insecure.yaml"
 mkdir -p "$TMP/insecure"

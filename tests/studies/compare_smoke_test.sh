@@ -50,6 +50,7 @@ if [[ $rc -eq 0 && -s "$out/report.md" && -s "$out/compare.json" ]]; then
     done
   else
     grep -q 'Skipped: gnuplot is not installed' "$out/report.md" || fail "no reason for missing plots"
+    # user-facing message check: psctl says why there are no plots.
     grep -q 'plots skipped' "$TMP/two.log" || fail "psctl did not print why plots are skipped"
     echo "note: gnuplot missing, plots skipped (reason checked)"
   fi
@@ -76,6 +77,7 @@ check_bad() {  # expected-text args...
   local want="$1"
   shift
   psctl_compare 60 "$TMP/bad.log" --out "$TMP/bad" "$@"
+  # user-facing message check: the error names the bad option.
   if [[ $rc -eq 2 ]] && grep -q -- "$want" "$TMP/bad.log"; then ok "bad option named: $want"; else
     cat "$TMP/bad.log"; fail "bad option $*: rc $rc"; fi
 }

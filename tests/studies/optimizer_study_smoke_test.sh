@@ -64,6 +64,7 @@ ok "plot, and a verdict with numbers and rule for momentum and Adam"
 # Bad input is named, nothing runs.
 rc=0
 "$PSCTL" study scaling --bin "$ROOT" >"$TMP/bad.log" 2>&1 || rc=$?
+# user-facing message check: the error names the unknown study.
 if ((rc == 2)) && grep -q "unknown study 'scaling'" "$TMP/bad.log"; then
   ok "unknown study refused"
 else
@@ -71,6 +72,7 @@ else
 fi
 rc=0
 "$REPORT" study-optimizers --out "$TMP" --optimizer "sgd=$out/../nowhere" >"$TMP/bad2.log" 2>&1 || rc=$?
+# user-facing message check: the error names the missing file.
 if ((rc == 2)) && grep -q "nowhere/compare.json" "$TMP/bad2.log"; then
   ok "missing compare.json refused"
 else

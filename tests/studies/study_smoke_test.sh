@@ -83,6 +83,7 @@ fi
 # Bad input is named, nothing runs.
 rc=0
 "$PSCTL" study scaling --bin "$ROOT" >"$TMP/bad.log" 2>&1 || rc=$?
+# user-facing message check: the error names the unknown study.
 if ((rc == 2)) && grep -q "unknown study 'scaling'" "$TMP/bad.log"; then
   ok "unknown study refused"
 else

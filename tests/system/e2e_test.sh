@@ -7,6 +7,11 @@ source "$TEST_SRCDIR/pstrain/tests/lib/procs.sh" # REPORT, TMP, psctl_run, ...
 
 # The run record is read through ps_report (common/run_record), not grep.
 json() { "$REPORT" summary-get "$1" "$2"; }
+# wait_steps_of_psctl OUT: waits (30 s, while psctl_pid runs) until the job
+# has a step in OUT/metrics.csv.
+wait_steps_of_psctl() {
+  wait_for --while "$psctl_pid" 30 "a step in $1/metrics.csv" metrics_rows_over "$1" 1
+}
 ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }
 
 # 1. Sync job: summary keys, real learning, zero staleness, clean exit.
@@ -50,6 +55,7 @@ else
 fi
 
 # 3. Bad input names the flag or file and changes nothing.
+# user-facing message checks: each error names what is wrong.
 psctl_run 60 "$TMP/bad" "$TMP/bad.log" --mode bogus
 if [[ $rc -eq 2 ]] && grep -q -- "--mode" "$TMP/bad.log"; then ok "bad --mode rejected"; else
   cat "$TMP/bad.log"; fail "bad --mode: rc $rc"; fi
@@ -65,8 +71,7 @@ if [[ $rc -eq 2 ]] && grep -q "wokers" "$TMP/bad3.log" && grep -q "typo.yaml:2" 
 #    ignores SIGINT, so Ctrl-C is exercised by the same trap with TERM).
 out="$TMP/interrupt"
 psctl_start "$out" "$TMP/int.log" --config "$ROOT/configs/default.yaml" --steps 1000000
-wait_for --while "$psctl_pid" 30 "'step ' in $out/logs/coordinator.log" \
-  file_has "$out/logs/coordinator.log" "step "
+wait_steps_of_psctl "$out"
 kill -TERM "$psctl_pid"
 exited_within "$psctl_pid" 30 || { rc=-1; fail "psctl run still runs 30 s after SIGTERM"; }
 sleep 0.5
@@ -88,8 +93,7 @@ metric() { grep "^$2 " <<<"$1" | head -1 | awk '{print $2}'; }
 port_of() { sed -n 's|.*metrics at http://[0-9.]*:\([0-9]*\)/metrics.*|\1|p' "$1" | head -1; }
 out="$TMP/metrics"
 psctl_start "$out" "$TMP/metrics.log" --config "$ROOT/configs/default.yaml" --steps 4000
-wait_for --while "$psctl_pid" 30 "'step ' in $out/logs/coordinator.log" \
-  file_has "$out/logs/coordinator.log" "step "
+wait_steps_of_psctl "$out"
 sport=$(port_of "$out/logs/server-0.log")
 wport=$(port_of "$out/logs/worker-0.log")
 cport=$(port_of "$out/logs/coordinator.log")
@@ -152,6 +156,7 @@ psctl_run 120 "$out" "$TMP/diverge.log" --config "$TMP/diverge.yaml" --mode allr
 if [[ $rc -eq 1 && "$(json "$out/summary.json" diverged)" == true &&
       "$(json "$out/summary.json" failed)" == true &&
       "$(json "$out/summary.json" failure.process)" == worker ]] &&
+    # user-facing message check: psctl prints the recorded cause.
     grep -q "first failure: worker [0-9]: training diverged" "$TMP/diverge.log"; then
   ok "divergence fails the job: $("$REPORT" failure "$out")"
 else

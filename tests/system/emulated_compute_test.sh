@@ -37,6 +37,7 @@ if run compute --compute-ms 20; then
   else
     fail "compute_ms 20: $n of $rows rows below 0.02 s, last step at ${wall}s"
   fi
+  # user-facing message checks: what the report tells its reader.
   grep -q 'emulated compute of 20 ms per step' "$TMP/compute/report.md" ||
     fail "report.md does not say compute was emulated"
   grep -q 'no straggler' "$TMP/compute/report.md" || fail "report.md does not say there is no straggler"
@@ -55,6 +56,7 @@ if run straggler --compute-ms 20 --straggler 1:3; then
   else
     fail "straggler 1:3: $n rows below 0.04 s; last step at ${wall}s (want >= ${bound}s)"
   fi
+  # user-facing message check: the report names the straggler.
   grep -q 'straggler: rank 1 computes 3× as long' "$TMP/straggler/report.md" ||
     fail "report.md does not name the straggler"
   grep -q 'straggler_rank: 1' "$TMP/straggler/runs/sync/job.yaml" ||
