@@ -10,7 +10,7 @@
 #    16.8 M-element activation (grid-stride loops wrap), the softmax kernel on
 #    large logits with a small loss, gradient accumulation on the device,
 #    copies into pinned memory.
-# 4. //tests:device_transfer_test on CUDA (it must not skip here): per
+# 4. //tests/system:device_transfer_test on CUDA (it must not skip here): per
 #    training step the weights cross once (from the pinned pull buffer), the
 #    gradient once (into the pinned push buffer), and an on-device
 #    all-reduce has no host round trip before the sum (issue 12, item 8).
@@ -49,7 +49,7 @@ FLAGS=(--color=no --curses=no)
 step "build with CUDA and NCCL"
 "${BAZEL[@]}" build "${FLAGS[@]}" //worker/compute:backend_parity_test \
   //worker/compute:worker_device_test //worker/compute:mlp_benchmark //tests/gpu:model_parity \
-  //tests:device_transfer_test \
+  //tests/system:device_transfer_test \
   //worker:ps_worker //coordinator:ps_coordinator //server:ps_server ||
   fail "build failed"
 BIN="$("${BAZEL[@]}" info "${FLAGS[@]}" bazel-bin 2>/dev/null)" ||

@@ -418,8 +418,9 @@ kill_twice() {
 
 # restarted_after_kills OUT N WHO...: after a psctl run (log in OUT.log)
 # under on_failure: restart in which each WHO ("server-K", "worker-R") was
-# SIGKILLed: psctl restarted each, and the coordinator logged at least N
-# losses and N rollbacks (shown). A FAIL for each that is not so. (A process
+# SIGKILLed: psctl restarted each, the coordinator noted at least N losses
+# in OUT/supervision.txt ("lost GENERATION server|worker ID") and logged at
+# least N rollbacks (shown). A FAIL for each that is not so. (A process
 # starved past its lease on a loaded machine may add a restart of its own:
 # more than N is fine.)
 restarted_after_kills() {
@@ -427,14 +428,20 @@ restarted_after_kills() {
   local coord_log="$out/logs/coordinator.log"
   shift 2
   for who in "$@"; do
+    # user-facing message check: psctl's line saying it restarted WHO (no
+    # file records psctl's restarts).
     grep -q "^psctl: $who (pid [0-9]*) exited with status 137; restarted as pid" "$out.log" ||
       fail "psctl did not restart the killed $who"
   done
-  lost=$(grep -c " lost (" "$coord_log")
+  lost=0
+  [[ -f "$out/supervision.txt" ]] &&
+    lost=$(grep -cE '^lost [0-9]+ (server|worker) [0-9]+$' "$out/supervision.txt")
+  # Log check: no file records the coordinator's rollbacks.
   rolled=$(grep -c "rolled back to step" "$coord_log")
-  ((lost >= n)) || fail "the coordinator logged $lost losses, expected $n"
+  ((lost >= n)) || fail "supervision.txt notes $lost losses, expected $n"
   ((rolled >= n)) || fail "the coordinator logged $rolled rollbacks, expected $n"
-  grep -E " lost \(|rolled back to step" "$coord_log" | sed 's/^/  /'
+  sed 's/^/  supervision.txt: /' "$out/supervision.txt" 2>/dev/null
+  grep "rolled back to step" "$coord_log" | sed 's/^/  /'
 }
 
 # restarted_and_rolled_back OUT SERVER WORKER SURVIVOR: restarted_after_kills
@@ -444,6 +451,8 @@ restarted_after_kills() {
 restarted_and_rolled_back() {
   local out="$1" server="$2" survivor="$4"
   restarted_after_kills "$out" 2 "server-$server" "worker-$3"
+  # Log checks: no file records a shard's rollback or a worker's in-process
+  # resume.
   grep -q "rolled back to step" "$out/logs/server-$server.log" ||
     fail "the replacement of server-$server logged no rollback"
   grep -q "resuming at step" "$out/logs/worker-$survivor.log" ||

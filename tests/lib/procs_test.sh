@@ -234,18 +234,24 @@ exited_within "$rolled" 5
 kill -KILL "$first" "$second" "$psctl_pid" 2>/dev/null
 for p in "$first" "$second" "$psctl_pid"; do exited_within "$p" 5; done
 
-# restarted_after_kills: each named process restarted, and N losses and
-# rollbacks; one FAIL for each that is not so.
+# restarted_after_kills: each named process restarted, N losses noted in
+# supervision.txt and N rollbacks logged; one FAIL for each that is not so.
 run="$TMP/one_kill"
 mkdir -p "$run/logs"
 echo "psctl: worker-2 (pid 10) exited with status 137; restarted as pid 11" > "$run.log"
 printf '%s\n' "worker 2 lost (lease); generation 1" "rolled back to step 5" > "$run/logs/coordinator.log"
+echo "lost 1 worker 2" > "$run/supervision.txt"
 out=$(restarted_after_kills "$run" 1 worker-2 | grep FAIL; echo "failures=$failures")
 [[ "$out" == "failures=0" ]] && ok "restarted_after_kills accepts one restart and one rollback" ||
   fail "restarted_after_kills on one kill said '$out'"
 out=$(restarted_after_kills "$run" 2 worker-2 worker-0 | grep -c FAIL)
 [[ "$out" == 3 ]] && ok "restarted_after_kills fails on a missing restart, loss and rollback" ||
   fail "restarted_after_kills: $out FAIL lines, want 3"
+rm "$run/supervision.txt"
+out=$(restarted_after_kills "$run" 1 worker-2 | grep FAIL)
+[[ "$out" == "FAIL: supervision.txt notes 0 losses, expected 1" ]] &&
+  ok "restarted_after_kills counts the losses supervision.txt notes, not log lines" ||
+  fail "restarted_after_kills without supervision.txt said '$out'"
 
 # summary_ok, on a stand-in for ps_report that answers from REPORT_FAILED
 # and REPORT_STEPS.
@@ -274,6 +280,7 @@ printf '%s\n' "psctl: server-1 (pid 10) exited with status 137; restarted as pid
   "psctl: worker-0 (pid 12) exited with status 137; restarted as pid 13" > "$run.log"
 printf '%s\n' "server 1 lost (lease); generation 1" "rolled back to step 4" \
   "worker 0 lost (replaced); generation 2" "rolled back to step 8" > "$run/logs/coordinator.log"
+printf '%s\n' "lost 1 server 1" "lost 2 worker 0" > "$run/supervision.txt"
 echo "rolled back to step 8" > "$run/logs/server-1.log"
 echo "resuming at step 8" > "$run/logs/worker-1.log"
 out=$(restarted_and_rolled_back "$run" 1 0 1 | grep FAIL; echo "failures=$failures")
