@@ -45,8 +45,16 @@ done
 ok "steps to target for every optimizer and s"
 
 # The plot and the verdicts.
-grep -q '^median steps to target$' "$md" && grep -q 'S sgd, M momentum, A adam' "$md" ||
-  fail "report.md lacks the plot"
+# gnuplot installed: the PNG, linked; else the text plot and why no image.
+if command -v gnuplot >/dev/null 2>&1; then
+  [[ -s "$out/plots/optimizers_steps_vs_staleness.png" ]] &&
+    grep -q '](plots/optimizers_steps_vs_staleness.png)' "$md" ||
+    fail "gnuplot is installed but report.md does not show plots/optimizers_steps_vs_staleness.png"
+else
+  grep -q '^No gnuplot plots: gnuplot is not installed' "$md" &&
+    grep -q '^median steps to target$' "$md" && grep -q 'S sgd, M momentum, A adam' "$md" ||
+    fail "report.md lacks the text plot or why there is no image"
+fi
 n=$(grep -cE '^- \*\*(supported|not supported|inconclusive)\*\* — Dai et al. 2019: ' "$md")
 ((n == 2)) || fail "report.md has $n verdicts, want 2"
 for opt in momentum adam; do

@@ -51,6 +51,17 @@ grep -q '"verdict": "\(supported\|not supported\)"' "$out/study.json" || fail "s
 grep -q '^./psctl study stragglers --smoke$' "$md" || fail "report.md lacks the command that regenerates it"
 ok "a verdict with numbers for each of the 5 claims"
 
+# Plots: gnuplot PNGs when gnuplot is installed, else the reason.
+if command -v gnuplot >/dev/null 2>&1; then
+  for p in stragglers_s_per_step stragglers_time_to_target; do
+    [[ -s "$out/plots/$p.png" ]] && grep -q "](plots/$p.png)" "$md" ||
+      fail "gnuplot is installed but report.md does not show plots/$p.png"
+  done
+else
+  grep -q '^No gnuplot plots: gnuplot is not installed' "$md" || fail "report.md does not say why there are no plots"
+fi
+ok "plots, or why there are none"
+
 # Each compare: both efficiencies and the decomposition against sync.
 for scen in persistent transient pause; do
   c="$out/$scen/r1"

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "tools/report/derive_config.h"
 #include "tools/report/optimizer_study.h"
 #include "tools/report/plots.h"
+#include "tools/report/sparse_study.h"
 #include "tools/report/straggler_study.h"
 
 namespace pstrain {
@@ -43,10 +45,13 @@ const char kUsage[] =
     "       ps_report config-doc [--update FILE]\n"
     "       ps_report study-stragglers --out DIR --scenario NAME=COMPARE_DIR "
     "[--scenario ...]\n"
-    "                 [--command TEXT] [--setup TEXT]\n"
+    "                 [--command TEXT] [--setup TEXT] [--gnuplot PATH]\n"
     "       ps_report study-optimizers --out DIR --optimizer NAME=COMPARE_DIR "
     "[--optimizer ...]\n"
-    "                 [--command TEXT] [--setup TEXT]\n"
+    "                 [--command TEXT] [--setup TEXT] [--gnuplot PATH]\n"
+    "       ps_report study-sparse --out DIR --table ROWS=COMPARE_DIR "
+    "[--table ...]\n"
+    "                 [--command TEXT] [--setup TEXT] [--gnuplot PATH]\n"
     "       ps_report data-export --job_spec FILE.pb | --config FILE.yaml "
     "--rank R\n"
     "                 [--steps FROM:TO] --out FILE\n";
@@ -257,6 +262,7 @@ int PlanMain(int argc, char** argv) {
 int StudyStragglersMain(int argc, char** argv) {
   StudyInputs in;
   std::string out, error, bad_value;
+  std::optional<std::string> gnuplot;  // absent: no plots
   std::vector<std::pair<std::string, std::string>> scenarios;
   const bool parsed = Options(
       argc, argv, &error, [&](const std::string& n, const std::string& v) {
@@ -278,6 +284,8 @@ int StudyStragglersMain(int argc, char** argv) {
           in.command = v;
         } else if (n == "--setup") {
           in.setup = v;
+        } else if (n == "--gnuplot") {
+          gnuplot = v;
         } else {
           return false;
         }
@@ -296,6 +304,8 @@ int StudyStragglersMain(int argc, char** argv) {
     if (!st.ok()) return Error(std::string(st.message()));
   }
   const std::vector<ClaimVerdict> claims = JudgeClaims(in.runs);
+  if (gnuplot)
+    in.plots = DrawStudyPlots(out, StragglerPlots(in.runs), *gnuplot);
   for (const auto& [name, text] :
        {std::pair<std::string, std::string>{"report.md",
                                             StudyMarkdown(in, claims)},
@@ -315,6 +325,7 @@ int StudyStragglersMain(int argc, char** argv) {
 int StudyOptimizersMain(int argc, char** argv) {
   OptimizerStudyInputs in;
   std::string out, error, bad_value;
+  std::optional<std::string> gnuplot;  // absent: the text plot only
   std::vector<std::pair<std::string, std::string>> dirs;
   const bool parsed = Options(
       argc, argv, &error, [&](const std::string& n, const std::string& v) {
@@ -334,6 +345,8 @@ int StudyOptimizersMain(int argc, char** argv) {
           in.command = v;
         } else if (n == "--setup") {
           in.setup = v;
+        } else if (n == "--gnuplot") {
+          gnuplot = v;
         } else {
           return false;
         }
@@ -362,6 +375,10 @@ int StudyOptimizersMain(int argc, char** argv) {
     }
   }
   const std::vector<OptimizerClaim> claims = JudgeOptimizerClaims(in.runs);
+  if (gnuplot) {
+    in.plots =
+        DrawStudyPlots(out, {StepsVsStalenessGnuplot(in.runs)}, *gnuplot);
+  }
   for (const auto& [name, text] :
        {std::pair<std::string, std::string>{"report.md",
                                             OptimizerStudyMarkdown(in, claims)},
@@ -375,6 +392,69 @@ int StudyOptimizersMain(int argc, char** argv) {
     std::printf("%s: %s: %s\n", OptVerdictName(c.verdict), c.id.c_str(),
                 c.evidence.c_str());
   }
+  return 0;
+}
+
+int StudySparseMain(int argc, char** argv) {
+  SparseStudyInputs in;
+  std::string out, gnuplot, error, bad_value;
+  std::vector<std::pair<int64_t, std::string>> tables;
+  const bool parsed = Options(
+      argc, argv, &error, [&](const std::string& n, const std::string& v) {
+        if (n == "--out") {
+          out = v;
+        } else if (n == "--table") {
+          const size_t eq = v.find('=');
+          int64_t rows = 0;
+          if (eq == std::string::npos || eq + 1 == v.size() ||
+              !absl::SimpleAtoi(v.substr(0, eq), &rows) || rows <= 0) {
+            bad_value = absl::StrCat(
+                "--table ", v,
+                ": expected ROWS=COMPARE_DIR, ROWS the table's row count "
+                "(model.buckets, a positive integer)");
+          } else {
+            tables.emplace_back(rows, v.substr(eq + 1));
+          }
+        } else if (n == "--command") {
+          in.command = v;
+        } else if (n == "--setup") {
+          in.setup = v;
+        } else if (n == "--gnuplot") {
+          gnuplot = v;
+        } else {
+          return false;
+        }
+        return true;
+      });
+  if (!parsed) return Usage(error);
+  if (!bad_value.empty()) return Error(bad_value);
+  if (out.empty() || tables.empty()) {
+    return Usage("study-sparse needs --out DIR and --table ROWS=DIR");
+  }
+  for (const auto& [rows, dir] : tables) {
+    const std::string path = absl::StrCat(dir, "/compare.json");
+    absl::StatusOr<std::string> text = ReadFileText(path);
+    if (!text.ok()) return Error(std::string(text.status().message()));
+    absl::Status st = AddSparseCompare(*text, path, dir, rows, &in.runs);
+    if (!st.ok()) return Error(std::string(st.message()));
+  }
+  const std::vector<SparseClaim> claims = JudgeSparseClaims(in.runs);
+  const StudyPlotOutcome plots =
+      DrawStudyPlots(out, SparsePlots(in.runs), gnuplot);
+  for (const auto& [name, text] :
+       {std::pair<std::string, std::string>{
+            "report.md", SparseStudyMarkdown(in, claims, plots)},
+        {"study.json", SparseStudyJson(in, claims, plots).dump(2) + "\n"}}) {
+    const std::string path = absl::StrCat(out, "/", name);
+    std::ofstream file(path);
+    file << text;
+    if (!file.flush()) return Error(absl::StrCat("cannot write ", path));
+  }
+  for (const SparseClaim& c : claims) {
+    std::printf("%s: %s: %s\n", c.supported ? "supported" : "not supported",
+                c.id.c_str(), c.evidence.c_str());
+  }
+  if (!plots.made) std::printf("plots: none (%s)\n", plots.why_not.c_str());
   return 0;
 }
 

@@ -35,14 +35,22 @@
 //       the text above. A relative FILE is taken from where `bazel run` was
 //       started (BUILD_WORKING_DIRECTORY), else the current directory.
 //   ps_report study-stragglers --out DIR --scenario NAME=COMPARE_DIR...
-//       [--command TEXT] [--setup TEXT]
+//       [--command TEXT] [--setup TEXT] [--gnuplot PATH]
 //       psctl study stragglers' report: DIR/report.md and DIR/study.json,
 //       each claim's verdict derived from the numbers (straggler_study.h).
 //   ps_report study-optimizers --out DIR --optimizer NAME=COMPARE_DIR...
-//       [--command TEXT] [--setup TEXT]
+//       [--command TEXT] [--setup TEXT] [--gnuplot PATH]
 //       psctl study optimizers' report: DIR/report.md and DIR/study.json,
 //       steps to target per optimizer and staleness, a text plot, and the
 //       verdicts on momentum and Adam vs SGD (optimizer_study.h).
+//       With --gnuplot (a path; empty: not installed) both also draw PNGs
+//       under DIR/plots/ (study_plot.h); the optimizers report then shows
+//       the image instead of its text plot, or says why there is none.
+//   ps_report study-sparse --out DIR --table ROWS=COMPARE_DIR...
+//       [--command TEXT] [--setup TEXT] [--gnuplot PATH]
+//       psctl study sparse's report: DIR/report.md, DIR/study.json and
+//       DIR/plots/ (bytes and steady s / step per table size and mode, and
+//       the verdicts; sparse_study.h).
 //
 // Subcommands repeat options (--set, --run), so arguments are parsed here
 // rather than with absl flags.
@@ -93,6 +101,14 @@ int StudyOptimizersMain(int argc, char** argv);
 // is a serialized pstrain.v1.JobConfig (what GetJob returns) or a YAML job
 // file. Exit 2 naming the option or key on bad input; nothing written then.
 int DataExportMain(int argc, char** argv);
+// `study-sparse --out DIR --table ROWS=COMPARE_DIR...` (ROWS the
+// model.buckets of that compare's runs, given once per repeat): reads each
+// COMPARE_DIR/compare.json and its runs' metrics.csv, draws the plots with
+// --gnuplot (a path; empty or absent: none), writes DIR/report.md and
+// DIR/study.json (tools/report/sparse_study.h) and prints each verdict.
+// Exit 2 on a bad --table, a missing or malformed compare.json or
+// metrics.csv.
+int StudySparseMain(int argc, char** argv);
 
 }  // namespace report_cli
 }  // namespace pstrain

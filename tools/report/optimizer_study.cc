@@ -300,6 +300,39 @@ std::string StepsVsStalenessPlot(const OptimizerRuns& runs) {
   return out;
 }
 
+StudyPlot StepsVsStalenessGnuplot(const OptimizerRuns& runs) {
+  const std::vector<double> all = AllStaleness(runs);
+  StudyPlot plot{"optimizers_steps_vs_staleness",
+                 "median steps to target vs staleness bound s",
+                 "staleness bound s",
+                 "steps to target",
+                 false,
+                 false,
+                 {},
+                 {}};
+  for (double s : all) plot.xtics.push_back(SName(s));
+  for (const std::string& o : OptimizerOrder(runs)) {
+    PlotSeries series{o, {}};
+    for (size_t i = 0; i < all.size(); ++i) {
+      const std::vector<StudyRun>* r = RunsAt(runs, o, all[i]);
+      if (r == nullptr) continue;
+      std::vector<double> v;
+      for (const StudyRun& run : *r) {
+        if (!run.failed && std::isfinite(run.steps_to_target)) {
+          v.push_back(run.steps_to_target);
+        }
+      }
+      std::optional<Spread> sp = MedianSpread(v);
+      if (sp) {
+        series.points.push_back(
+            {static_cast<double>(i), sp->median, sp->min, sp->max});
+      }
+    }
+    plot.series.push_back(series);
+  }
+  return plot;
+}
+
 std::string OptimizerStudyMarkdown(const OptimizerStudyInputs& in,
                                    const std::vector<OptimizerClaim>& claims) {
   std::string md = "# Study: optimizers (staleness vs SGD, momentum, Adam)\n\n";
@@ -361,8 +394,15 @@ std::string OptimizerStudyMarkdown(const OptimizerStudyInputs& in,
     }
     md += "\n";
   }
-  absl::StrAppend(&md, "\n## Plot\n\n```\n", StepsVsStalenessPlot(in.runs),
-                  "```\n");
+  md += "\n## Plot\n\n";
+  if (in.plots && in.plots->made) {
+    absl::StrAppend(&md, StudyPlotMarkdown(*in.plots),
+                    "(the text plot of the same numbers: `ps_report "
+                    "study-optimizers` without `--gnuplot`)\n");
+  } else {
+    if (in.plots) absl::StrAppend(&md, StudyPlotMarkdown(*in.plots), "\n");
+    absl::StrAppend(&md, "```\n", StepsVsStalenessPlot(in.runs), "```\n");
+  }
   md +=
       "\n## Every row\n\n| optimizer | mode | runs ok | reached | steps to "
       "target | time to target (s) | s / step | staleness max |\n"

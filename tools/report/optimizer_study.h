@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "nlohmann/json.hpp"
 #include "tools/report/straggler_study.h"
+#include "tools/report/study_plot.h"
 
 namespace pstrain {
 
@@ -70,7 +71,17 @@ struct OptimizerStudyInputs {
   std::string command;  // how the study was run
   std::string setup;    // job, optimizers, modes, repeats (one paragraph)
   OptimizerRuns runs;
+  // The gnuplot plot (StepsVsStalenessGnuplot, drawn by DrawStudyPlots).
+  // Made: the report shows it; otherwise (or nullopt) it shows the text
+  // plot, and says why there is no image when the outcome says so.
+  std::optional<StudyPlotOutcome> plots;
 };
+
+// The gnuplot version of StepsVsStalenessPlot: median steps to target
+// against s (categorical axis 0, 1, ..., inf), one series per optimizer,
+// with the (min-max) spread; runs that did not reach the target are left
+// out (the table shows them).
+StudyPlot StepsVsStalenessGnuplot(const OptimizerRuns& runs);
 
 // A text plot of median steps to target against s (columns s = 0, 1, ...,
 // inf as they were run), one letter per optimizer (S sgd, M momentum,

@@ -194,5 +194,39 @@ TEST(OptimizerStudyTest, ReportHasTablePlotAndVerdicts) {
   EXPECT_EQ(j["optimizers"]["adam"]["async:inf"]["staleness"], "inf");
 }
 
+TEST(OptimizerStudyTest, GnuplotHasAColumnPerStalenessAndASeriesPerOptimizer) {
+  const StudyPlot p =
+      StepsVsStalenessGnuplot(Grid({{"sgd", {20, 20, 20, 20, 25, 25}},
+                                    {"adam", {20, 25, 30, 40, 60, kInf}}}));
+  EXPECT_EQ(p.xtics,
+            (std::vector<std::string>{"0", "1", "2", "4", "8", "inf"}));
+  ASSERT_EQ(p.series.size(), 2u);
+  EXPECT_EQ(p.series[0].title, "sgd");
+  EXPECT_EQ(p.series[0].points.size(), 6u);
+  EXPECT_EQ(p.series[1].title, "adam");
+  EXPECT_EQ(p.series[1].points.size(), 5u);  // not reached at inf: left out
+  EXPECT_EQ(p.series[1].points[4].x, 4);
+  EXPECT_EQ(p.series[1].points[4].median, 60);
+}
+
+TEST(OptimizerStudyTest, TheTextPlotIsTheFallbackOfTheImage) {
+  OptimizerStudyInputs in;
+  in.runs = Grid({{"sgd", {20, 20, 20, 20, 25, 25}}});
+  const auto claims = JudgeOptimizerClaims(in.runs);
+  EXPECT_THAT(OptimizerStudyMarkdown(in, claims),
+              HasSubstr("median steps to target\n"));
+  in.plots = StudyPlotOutcome{};
+  in.plots->why_not = "gnuplot failed (x): bad";
+  std::string md = OptimizerStudyMarkdown(in, claims);
+  EXPECT_THAT(md, HasSubstr("No gnuplot plots: gnuplot failed (x): bad"));
+  EXPECT_THAT(md, HasSubstr("median steps to target\n"));
+  in.plots->made = true;
+  in.plots->pngs = {{"steps", "plots/optimizers_steps_vs_staleness.png"}};
+  md = OptimizerStudyMarkdown(in, claims);
+  EXPECT_THAT(md,
+              HasSubstr("![steps](plots/optimizers_steps_vs_staleness.png)"));
+  EXPECT_EQ(md.find("median steps to target\n"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace pstrain

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace pstrain {
 namespace {
@@ -309,6 +310,52 @@ std::vector<ClaimVerdict> JudgeClaims(const StudyRuns& runs) {
   return out;
 }
 
+std::vector<StudyPlot> StragglerPlots(const StudyRuns& runs) {
+  const std::vector<std::string> modes = absl::StrSplit(kStudyModes, ',');
+  std::vector<StudyPlot> plots(2);
+  plots[0] = {"stragglers_s_per_step",
+              "time per step (hardware efficiency)",
+              "mode",
+              "median s / step",
+              false,
+              false,
+              modes,
+              {}};
+  plots[1] = {"stragglers_time_to_target",
+              "time to target",
+              "mode",
+              "median time to target (s)",
+              false,
+              false,
+              modes,
+              {}};
+  double (*figs[])(const StudyRun&) = {SPerStep, Time};
+  for (int i = 0; i < 2; ++i) {
+    plots[i].points_only = true;
+    for (const char* scenario : {kPersistent, kTransient, kPause}) {
+      if (!runs.count(scenario)) continue;
+      PlotSeries series{scenario, {}};
+      for (size_t m = 0; m < modes.size(); ++m) {
+        const std::vector<StudyRun>* r = Find(runs, scenario, modes[m]);
+        if (r == nullptr) continue;
+        std::vector<double> v;
+        for (const StudyRun& run : *r) {
+          if (!run.failed && std::isfinite(figs[i](run))) {
+            v.push_back(figs[i](run));
+          }
+        }
+        std::optional<Spread> sp = MedianSpread(v);
+        if (sp) {
+          series.points.push_back(
+              {static_cast<double>(m), sp->median, sp->min, sp->max});
+        }
+      }
+      plots[i].series.push_back(series);
+    }
+  }
+  return plots;
+}
+
 std::string StudyMarkdown(const StudyInputs& in,
                           const std::vector<ClaimVerdict>& claims) {
   std::string md = "# Study: stragglers\n\n";
@@ -319,6 +366,9 @@ std::string StudyMarkdown(const StudyInputs& in,
     absl::StrAppend(&md, "- **", c.supported ? "supported" : "not supported",
                     "** — ", c.source, ": ", c.statement, " (scenario ",
                     c.scenario, ") ", c.evidence, "\n");
+  }
+  if (in.plots) {
+    absl::StrAppend(&md, "\n## Plots\n\n", StudyPlotMarkdown(*in.plots));
   }
   md += R"(
 ## Reading the tables

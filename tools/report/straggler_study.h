@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 #include "tools/report/report_math.h"
+#include "tools/report/study_plot.h"
 
 namespace pstrain {
 
@@ -76,7 +77,15 @@ struct StudyInputs {
   std::string command;  // how the study was run
   std::string setup;    // job, emulation, links, repeats (one paragraph)
   StudyRuns runs;
+  // The gnuplot plots (StragglerPlots, drawn by DrawStudyPlots); nullopt:
+  // the report has no plot section.
+  std::optional<StudyPlotOutcome> plots;
 };
+
+// Two plots over the modes (x) with one series per scenario: median s /
+// step (hardware efficiency) and median time to target (runs that did not
+// reach it are left out), each with its (min-max) spread.
+std::vector<StudyPlot> StragglerPlots(const StudyRuns& runs);
 
 std::string StudyMarkdown(const StudyInputs& in,
                           const std::vector<ClaimVerdict>& claims);

@@ -158,5 +158,42 @@ TEST(StragglerStudyTest, ReadsCompareJsonAndWritesTheReport) {
   EXPECT_EQ(j["scenarios"]["pause"]["sync"]["runs_ok"], 2);
 }
 
+TEST(StragglerStudyTest, PlotsPutModesOnXAndAScenarioPerSeries) {
+  StudyRuns runs = Literature();
+  runs[kPersistent][kStudySync][0].time_to_target_s =
+      std::numeric_limits<double>::infinity();  // not reached: left out
+  const std::vector<StudyPlot> plots = StragglerPlots(runs);
+  ASSERT_EQ(plots.size(), 2u);
+  EXPECT_EQ(plots[0].xtics,
+            (std::vector<std::string>{"sync", "backup:1", "async:2:scaled",
+                                      "async:inf:scaled", "async:2"}));
+  EXPECT_TRUE(plots[0].points_only);
+  ASSERT_EQ(plots[0].series.size(), 2u);  // persistent, transient
+  EXPECT_EQ(plots[0].series[0].title, "persistent");
+  ASSERT_EQ(plots[0].series[0].points.size(), 5u);
+  EXPECT_DOUBLE_EQ(plots[0].series[0].points[0].median, 0.15);
+  EXPECT_DOUBLE_EQ(plots[0].series[0].points[0].min, 0.15 * 0.95);
+  EXPECT_EQ(plots[0].series[1].points.size(), 2u);  // transient: sync, SSP
+  EXPECT_EQ(plots[0].series[1].points[1].x, 2);     // async:2:scaled's column
+  // Time to target of persistent sync: the two runs that reached it.
+  EXPECT_DOUBLE_EQ(plots[1].series[0].points[0].min, 3.0);
+  EXPECT_DOUBLE_EQ(plots[1].series[0].points[0].max, 3.0 * 1.05);
+}
+
+TEST(StragglerStudyTest, ReportShowsThePlotsOrWhyNot) {
+  StudyInputs in{"./psctl study stragglers", "Job.", Literature(), {}};
+  EXPECT_EQ(StudyMarkdown(in, JudgeClaims(in.runs)).find("## Plots"),
+            std::string::npos);
+  in.plots = StudyPlotOutcome{};
+  in.plots->why_not = "gnuplot is not installed";
+  EXPECT_THAT(StudyMarkdown(in, JudgeClaims(in.runs)),
+              HasSubstr("## Plots\n\nNo gnuplot plots: gnuplot is not "
+                        "installed"));
+  in.plots->made = true;
+  in.plots->pngs = {{"time per step", "plots/stragglers_s_per_step.png"}};
+  EXPECT_THAT(StudyMarkdown(in, JudgeClaims(in.runs)),
+              HasSubstr("![time per step](plots/stragglers_s_per_step.png)"));
+}
+
 }  // namespace
 }  // namespace pstrain
