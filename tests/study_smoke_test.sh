@@ -82,11 +82,11 @@ fi
 
 # Bad input is named, nothing runs.
 rc=0
-"$PSCTL" study scaling --bin "$ROOT" >"$TMP/bad.log" 2>&1 || rc=$?
-if ((rc == 2)) && grep -q "unknown study 'scaling'" "$TMP/bad.log"; then
+"$PSCTL" study nosuch --bin "$ROOT" >"$TMP/bad.log" 2>&1 || rc=$?
+if ((rc == 2)) && grep -q "unknown study 'nosuch'" "$TMP/bad.log"; then
   ok "unknown study refused"
 else
-  cat "$TMP/bad.log"; fail "psctl study scaling: rc $rc"
+  cat "$TMP/bad.log"; fail "psctl study nosuch: rc $rc"
 fi
 
 procs_finish "$passed passed" "($passed passed)"

@@ -28,6 +28,8 @@ int main(int argc, char** argv) {
     return pstrain::report_cli::StudyStragglersMain(argc - 2, argv + 2);
   if (sub == "study-optimizers")
     return pstrain::report_cli::StudyOptimizersMain(argc - 2, argv + 2);
+  if (sub == "study-scaling")
+    return pstrain::report_cli::StudyScalingMain(argc - 2, argv + 2);
   if (sub == "-h" || sub == "--help" || sub == "help") {
     std::fputs(pstrain::report_cli::kUsage, stdout);
     return 0;
