@@ -392,7 +392,7 @@ std::string EfficiencyTextPlot(const std::vector<ScalingPoint>& points) {
     keys.push_back(absl::StrCat(std::string(1, Letter(d, designs)), " ", d));
   }
   absl::StrAppend(&out, "       ", absl::StrJoin(keys, ", "),
-                  " (efficiency below 0.1 is drawn at 0.1)\n");
+                  " (outside 0.1-1.0 drawn at the edge)\n");
   return out;
 }
 
