@@ -93,12 +93,12 @@ fi
 
 # Bad input is named, nothing runs.
 rc=0
-"$PSCTL" study scaling --bin "$ROOT" >"$TMP/bad.log" 2>&1 || rc=$?
+"$PSCTL" study nosuch --bin "$ROOT" >"$TMP/bad.log" 2>&1 || rc=$?
 # user-facing message check: the error names the unknown study.
-if ((rc == 2)) && grep -q "unknown study 'scaling'" "$TMP/bad.log"; then
+if ((rc == 2)) && grep -q "unknown study 'nosuch'" "$TMP/bad.log"; then
   ok "unknown study refused"
 else
-  cat "$TMP/bad.log"; fail "psctl study scaling: rc $rc"
+  cat "$TMP/bad.log"; fail "psctl study nosuch: rc $rc"
 fi
 
 procs_finish "$passed passed" "($passed passed)"

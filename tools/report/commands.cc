@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -22,6 +23,8 @@
 #include "tools/report/derive_config.h"
 #include "tools/report/optimizer_study.h"
 #include "tools/report/plots.h"
+#include "tools/report/run_metrics.h"
+#include "tools/report/scaling_study.h"
 #include "tools/report/sparse_study.h"
 #include "tools/report/straggler_study.h"
 
@@ -52,6 +55,12 @@ const char kUsage[] =
     "       ps_report study-sparse --out DIR --table ROWS=COMPARE_DIR "
     "[--table ...]\n"
     "                 [--command TEXT] [--setup TEXT] [--gnuplot PATH]\n"
+    "       ps_report study-scaling --out DIR --run DESIGN:N=RUN_DIR "
+    "[--run ...]\n"
+    "                 --model-bytes M --compute-ms C --local-batch B "
+    "--warmup W --steps T\n"
+    "                 [--link-gbit G] [--links TEXT] [--gnuplot PATH]\n"
+    "                 [--command TEXT] [--setup TEXT]\n"
     "       ps_report data-export --job_spec FILE.pb | --config FILE.yaml "
     "--rank R\n"
     "                 [--steps FROM:TO] --out FILE\n";
@@ -455,6 +464,163 @@ int StudySparseMain(int argc, char** argv) {
                 c.id.c_str(), c.evidence.c_str());
   }
   if (!plots.made) std::printf("plots: none (%s)\n", plots.why_not.c_str());
+  return 0;
+}
+
+int StudyScalingMain(int argc, char** argv) {
+  ScalingInputs in;
+  std::string out, gnuplot, error, bad_value;
+  std::vector<std::tuple<std::string, int, std::string>> runs;
+  bool have_bytes = false, have_compute = false, have_batch = false,
+       have_warmup = false, have_steps = false;
+  const bool parsed = Options(
+      argc, argv, &error, [&](const std::string& n, const std::string& v) {
+        double x = 0;
+        int64_t i = 0;
+        auto number = [&](bool positive) {
+          const bool ok = absl::SimpleAtod(v, &x) && std::isfinite(x) &&
+                          (positive ? x > 0 : x >= 0);
+          if (!ok && bad_value.empty()) {
+            bad_value =
+                absl::StrCat(n, ": expected a number ",
+                             positive ? "> 0" : ">= 0", ", got '", v, "'");
+          }
+          return ok;
+        };
+        auto integer = [&](bool positive) {
+          const bool ok =
+              absl::SimpleAtoi(v, &i) && (positive ? i > 0 : i >= 0);
+          if (!ok && bad_value.empty()) {
+            bad_value =
+                absl::StrCat(n, ": expected an integer ",
+                             positive ? "> 0" : ">= 0", ", got '", v, "'");
+          }
+          return ok;
+        };
+        if (n == "--out") {
+          out = v;
+        } else if (n == "--run") {
+          const size_t eq = v.find('=');
+          const size_t colon =
+              eq == std::string::npos ? std::string::npos : v.rfind(':', eq);
+          int workers = 0;
+          if (eq == std::string::npos || colon == std::string::npos ||
+              eq + 1 == v.size() ||
+              !absl::SimpleAtoi(v.substr(colon + 1, eq - colon - 1),
+                                &workers) ||
+              workers < 1 || !ServersOfDesign(v.substr(0, colon)).ok()) {
+            if (bad_value.empty()) {
+              bad_value = absl::StrCat(
+                  "--run ", v,
+                  ": expected DESIGN:N=RUN_DIR (DESIGN ps:K or allreduce, N "
+                  ">= 1 workers)");
+            }
+          } else {
+            runs.emplace_back(v.substr(0, colon), workers, v.substr(eq + 1));
+          }
+        } else if (n == "--model-bytes") {
+          if (number(true)) in.model.model_bytes = x;
+          have_bytes = true;
+        } else if (n == "--link-gbit") {
+          if (number(true)) in.model.link_bytes_per_s = x * 1e9 / 8;
+        } else if (n == "--compute-ms") {
+          if (number(false)) in.model.compute_s = x / 1000;
+          have_compute = true;
+        } else if (n == "--local-batch") {
+          if (integer(true)) in.model.local_batch = i;
+          have_batch = true;
+        } else if (n == "--warmup") {
+          if (integer(false)) in.model.warmup_steps = i;
+          have_warmup = true;
+        } else if (n == "--steps") {
+          if (integer(true)) in.model.steps = i;
+          have_steps = true;
+        } else if (n == "--links") {
+          in.links = v;
+        } else if (n == "--gnuplot") {
+          gnuplot = v;
+        } else if (n == "--command") {
+          in.command = v;
+        } else if (n == "--setup") {
+          in.setup = v;
+        } else {
+          return false;
+        }
+        return true;
+      });
+  if (!parsed) return Usage(error);
+  if (!bad_value.empty()) return Error(bad_value);
+  if (out.empty() || runs.empty() || !have_bytes || !have_compute ||
+      !have_batch || !have_warmup || !have_steps) {
+    return Usage(
+        "study-scaling needs --out, --run, --model-bytes, --compute-ms, "
+        "--local-batch, --warmup and --steps");
+  }
+  if (in.links.empty()) {
+    in.links =
+        in.model.link_bytes_per_s ? "shaped links" : "loopback, not shaped";
+  }
+  for (const auto& [design, workers, dir] : runs) {
+    const RunMetrics m = LoadRunMetrics(design, dir, Target{});
+    ScalingRun r;
+    if (m.failed) {
+      r.failed = true;
+      r.why = m.message;
+    } else {
+      absl::StatusOr<double> s = SteadySecondsPerStep(
+          m.rows, in.model.warmup_steps, &r.measured_steps);
+      if (s.ok()) {
+        r.s_per_step = *s;
+        r.sent_bytes_per_worker_step = m.bytes_sent_per_worker_step;
+      } else {
+        r.failed = true;
+        r.why = absl::StrCat(dir, ": ", s.status().message());
+      }
+    }
+    in.runs[design][workers].push_back(r);
+  }
+  const std::vector<ScalingPoint> points = ScalingPoints(in.runs, in.model);
+  const std::vector<ScalingClaim> claims = JudgeScalingClaims(points, in.model);
+
+  // The plot: gnuplot when given, else the report's text plot only.
+  const std::string plots = absl::StrCat(out, "/plots");
+  std::filesystem::create_directories(plots);
+  std::string plot_line;
+  {
+    std::ofstream data(plots + "/efficiency.dat");
+    data << ScalingPlotData(points);
+    std::ofstream gp(plots + "/plots.gp");
+    gp << ScalingPlotScript(points);
+    if (!data.flush() || !gp.flush()) {
+      return Error(absl::StrCat("cannot write ", plots, "/efficiency.dat"));
+    }
+  }
+  if (gnuplot.empty()) {
+    plot_line =
+        "gnuplot is not installed (Debian package gnuplot-nox): the text plot "
+        "below only; plots/efficiency.dat and plots/plots.gp are there to "
+        "draw it later.";
+  } else {
+    const std::string why = RunGnuplot(plots, gnuplot);
+    plot_line =
+        why.empty()
+            ? "![scaling efficiency vs N](plots/efficiency.png) "
+              "(also plots/efficiency.svg)"
+            : absl::StrCat("No image: ", why, "; the text plot below only.");
+  }
+  for (const auto& [name, text] :
+       {std::pair<std::string, std::string>{
+            "report.md", ScalingMarkdown(in, points, claims, plot_line)},
+        {"study.json", ScalingJson(in, points, claims).dump(2) + "\n"}}) {
+    const std::string path = absl::StrCat(out, "/", name);
+    std::ofstream file(path);
+    file << text;
+    if (!file.flush()) return Error(absl::StrCat("cannot write ", path));
+  }
+  for (const ScalingClaim& c : claims) {
+    std::printf("%s: %s: %s\n", c.supported ? "supported" : "not supported",
+                c.id.c_str(), c.evidence.c_str());
+  }
   return 0;
 }
 

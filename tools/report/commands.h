@@ -51,6 +51,14 @@
 //       psctl study sparse's report: DIR/report.md, DIR/study.json and
 //       DIR/plots/ (bytes and steady s / step per table size and mode, and
 //       the verdicts; sparse_study.h).
+//   ps_report study-scaling --out DIR --run DESIGN:N=RUN_DIR...
+//       --model-bytes M --compute-ms C --local-batch B --warmup W --steps T
+//       [--link-gbit G] [--links TEXT] [--gnuplot PATH] [--command TEXT]
+//       [--setup TEXT]
+//       psctl study scaling's report: DIR/report.md, DIR/study.json and
+//       DIR/plots/ (efficiency vs N), steady-state s / step per design
+//       (ps:K or allreduce) and N beside the analytic model, and the
+//       verdicts (scaling_study.h).
 //
 // Subcommands repeat options (--set, --run), so arguments are parsed here
 // rather than with absl flags.
@@ -109,6 +117,14 @@ int DataExportMain(int argc, char** argv);
 // Exit 2 on a bad --table, a missing or malformed compare.json or
 // metrics.csv.
 int StudySparseMain(int argc, char** argv);
+// `study-scaling --out DIR --run DESIGN:N=RUN_DIR... --model-bytes M
+// --compute-ms C --local-batch B --warmup W --steps T` (DESIGN ps:K or
+// allreduce; a cell given once per repeat; --link-gbit G: the shaped rate,
+// absent on loopback): reads each run directory (a failed run, or one too
+// short for a steady state, is counted and left out of the medians), writes
+// DIR/report.md, DIR/study.json and DIR/plots/ (gnuplot when --gnuplot
+// names it) and prints each verdict. Exit 2 on a bad option.
+int StudyScalingMain(int argc, char** argv);
 
 }  // namespace report_cli
 }  // namespace pstrain

@@ -208,6 +208,24 @@ std::string PlotScript(const CompareInputs& in, PlotOutcome* outcome) {
   return gp;
 }
 
+std::string RunGnuplot(const std::string& dir, const std::string& gnuplot) {
+  const std::string command = absl::StrCat("cd ", ShQuote(dir), " && ",
+                                           ShQuote(gnuplot), " plots.gp 2>&1");
+  FILE* p = ::popen(command.c_str(), "r");
+  std::string output;
+  if (p != nullptr) {
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, p) != nullptr) output += buf;
+  }
+  const int rc = p == nullptr ? -1 : ::pclose(p);
+  if (rc == 0) return "";
+  std::vector<std::string> lines =
+      absl::StrSplit(output, '\n', absl::SkipWhitespace());
+  return absl::StrCat(
+      "gnuplot failed (", gnuplot,
+      "): ", lines.empty() ? absl::StrCat("status ", rc) : lines.back());
+}
+
 PlotOutcome WritePlots(const CompareInputs& in, const std::string& gnuplot) {
   PlotOutcome outcome;
   const std::string dir = in.out_dir + "/plots";
@@ -229,23 +247,8 @@ PlotOutcome WritePlots(const CompareInputs& in, const std::string& gnuplot) {
         "plots/plots.gp are there to draw them later";
     return outcome;
   }
-  const std::string command = absl::StrCat("cd ", ShQuote(dir), " && ",
-                                           ShQuote(gnuplot), " plots.gp 2>&1");
-  FILE* p = ::popen(command.c_str(), "r");
-  std::string output;
-  if (p != nullptr) {
-    char buf[512];
-    while (std::fgets(buf, sizeof buf, p) != nullptr) output += buf;
-  }
-  const int rc = p == nullptr ? -1 : ::pclose(p);
-  if (rc != 0) {
-    std::vector<std::string> lines =
-        absl::StrSplit(output, '\n', absl::SkipWhitespace());
-    outcome.skipped = absl::StrCat(
-        "gnuplot failed (", gnuplot,
-        "): ", lines.empty() ? absl::StrCat("status ", rc) : lines.back());
-    return outcome;
-  }
+  outcome.skipped = RunGnuplot(dir, gnuplot);
+  if (!outcome.skipped.empty()) return outcome;
   for (const auto& plot : outcome.plots) {
     for (const char* ext : {".png", ".svg"}) {
       const std::string file = absl::StrCat(in.out_dir, "/", plot.second, ext);

@@ -16,6 +16,10 @@ namespace pstrain {
 // the outcome says why (the script and data stay for a later run by hand).
 PlotOutcome WritePlots(const CompareInputs& in, const std::string& gnuplot);
 
+// Runs `gnuplot` (a path) on DIR/plots.gp with DIR as the working
+// directory; "" when it succeeded, else why not (its last line of output).
+std::string RunGnuplot(const std::string& dir, const std::string& gnuplot);
+
 // The gnuplot script for `in` (file names relative to OUT/plots), and the
 // plots it draws; exposed for tests.
 std::string PlotScript(const CompareInputs& in, PlotOutcome* plots);

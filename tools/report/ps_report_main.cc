@@ -32,6 +32,8 @@ int main(int argc, char** argv) {
     return pstrain::report_cli::DataExportMain(argc - 2, argv + 2);
   if (sub == "study-sparse")
     return pstrain::report_cli::StudySparseMain(argc - 2, argv + 2);
+  if (sub == "study-scaling")
+    return pstrain::report_cli::StudyScalingMain(argc - 2, argv + 2);
   if (sub == "-h" || sub == "--help" || sub == "help") {
     std::fputs(pstrain::report_cli::kUsage, stdout);
     return 0;
