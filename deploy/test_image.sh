@@ -2,14 +2,19 @@
 # Builds the pstrain image from scratch and runs a 1-server, 1-worker job in
 # it, fully offline except for the Debian mirror:
 #
-#   deploy/test_image.sh [BIN_DIR]      (as root; BIN_DIR defaults to .bazel/bin)
+#   deploy/test_image.sh [--gpu] [BIN_DIR]   (as root; BIN_DIR defaults to .bazel/bin)
 #
 #   1. debootstrap a minimal Debian 12 root file system from the mirror in
 #      /etc/apt/sources.list* and import it as localhost/debian:bookworm;
-#   2. build deploy/docker/Dockerfile on it with buildah: the CPU image, or
-#      the GPU variant (CUDA runtime libraries and libpstrain_cuda.so added)
-#      when the build made libpstrain_cuda.so;
-#   3. check the image: runs as uid 10001, ldd finds every library;
+#   2. build deploy/docker/Dockerfile on it with buildah (both steps:
+#      deploy/docker/build_image.sh): the CPU image, even when the build made
+#      libpstrain_cuda.so (CI has no GPU); with --gpu the GPU variant (CUDA
+#      runtime libraries and libpstrain_cuda.so added; the job still
+#      computes on the CPU);
+#   3. check the image: it holds no package manager (apt, dpkg), no perl, no
+#      shell, no setuid or setgid file; it runs as uid 10001; the dynamic
+#      loader finds every library of the binaries (and of the CUDA libraries);
+#      prints its size;
 #   4. run coordinator, server and worker as three containers sharing one
 #      loopback (like a pod), locked down as in Kubernetes (read-only root,
 #      no capabilities, no new privileges), and require every one to exit 0
@@ -30,7 +35,15 @@ log() { printf 'test_image: [%ss] %s\n' "$SECONDS" "$*" >&2; }
 fail() { printf 'test_image: FAILED: %s\n' "$*" >&2; exit 1; }
 skip() { printf 'SKIPPED: %s\n' "$*"; exit 0; }
 
+GPU=""
+if [[ "${1:-}" == --gpu ]]; then
+  GPU=1
+  shift
+fi
+[[ "${1:-}" != -* ]] || fail "unknown option '$1' (usage: deploy/test_image.sh [--gpu] [BIN_DIR])"
 BIN="${1:-$ROOT/.bazel/bin}"
+VARIANT=cpu
+[[ -z "$GPU" ]] || VARIANT=gpu
 
 # --- Preconditions ----------------------------------------------------------
 [[ $(id -u) -eq 0 ]] || skip "not root (debootstrap and buildah need root; run as root)"
@@ -47,6 +60,7 @@ done
 # --- Work directory and private container store ------------------------------
 WORK="$(mktemp -d "${TMPDIR:-/var/tmp}/pstrain-image.XXXXXX")"
 TAG="localhost/pstrain:test"
+[[ -z "$GPU" ]] || TAG="localhost/pstrain-gpu:test"
 PFX="pstrain-test-$$"
 # overlay when the kernel mounts it here (every container then shares the
 # image's layers); vfs otherwise, which copies the whole image (about 1 GB with
@@ -63,12 +77,11 @@ if grep -qw overlay /proc/filesystems; then
 fi
 STORE=(--root "$WORK/storage" --runroot "$WORK/run" --storage-driver "$DRIVER")
 PODMAN=(podman "${STORE[@]}" --cgroup-manager cgroupfs --events-backend file)
-BUILDAH=(buildah "${STORE[@]}")
 RUN_OPTS=()  # runtime options that work on this host (probed below)
 
 cleanup() {
   local rc=$?
-  "${PODMAN[@]}" rm -f "$PFX-worker" "$PFX-server" "$PFX-coordinator" >/dev/null 2>&1 || true
+  "${PODMAN[@]}" rm -f "$PFX-worker" "$PFX-server" "$PFX-coordinator" "$PFX-fs" >/dev/null 2>&1 || true
   if [[ "${PSTRAIN_KEEP:-0}" == 1 ]]; then
     log "kept $WORK (podman ${STORE[*]} images)"
   else
@@ -84,95 +97,12 @@ trap 'log "FAILED: unexpected error at line $LINENO (exit $?)"' ERR
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# The first Debian archive (suite bookworm, path .../debian or
-# .../debian-security) configured in /etc/apt/sources.list and
-# /etc/apt/sources.list.d/ (one-line and deb822 formats).
-debian_uri() {  # SUITE PATH_SUFFIX
-  local suite="$1" suffix="$2" f
-  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
-    [[ -f "$f" ]] || continue
-    if [[ "$f" == *.sources ]]; then
-      awk -v suite="$suite" -v suffix="$suffix" '
-        function flush() {
-          if (types ~ /(^| )deb( |$)/ && (" " suites " ") ~ (" " suite " "))
-            for (i = 1; i <= n; i++) if (u[i] ~ ("/" suffix "/?$")) { print u[i]; exit }
-          types = ""; suites = ""; n = 0
-        }
-        /^[ \t]*$/ { flush(); next }
-        /^Types:/ { sub(/^Types:[ \t]*/, ""); types = $0 }
-        /^Suites:/ { sub(/^Suites:[ \t]*/, ""); suites = $0 }
-        /^URIs:/ { sub(/^URIs:[ \t]*/, ""); n = split($0, u, /[ \t]+/) }
-        END { flush() }' "$f"
-    else
-      sed -E 's/\[[^]]*\]//' "$f" | awk -v suite="$suite" -v suffix="$suffix" '
-        $1 == "deb" && $3 == suite && $2 ~ ("/" suffix "/?$") { print $2; exit }'
-    fi
-  done | head -n 1
-}
+log "work directory $WORK (storage driver $DRIVER); variant $VARIANT"
 
-MIRROR="$(debian_uri bookworm debian)"
-[[ -n "$MIRROR" ]] || MIRROR="http://deb.debian.org/debian"
-SECURITY="$(debian_uri bookworm-security debian-security)"
-[[ -n "$SECURITY" ]] || SECURITY="http://deb.debian.org/debian-security"
-log "work directory $WORK (storage driver $DRIVER); Debian mirror $MIRROR; security $SECURITY"
-
-# --- 1. Base image: debootstrap -> localhost/debian:bookworm -------------------
-ROOTFS="$WORK/rootfs"
-if [[ -n "${PSTRAIN_ROOTFS_CACHE:-}" && -s "$PSTRAIN_ROOTFS_CACHE" ]]; then
-  log "base: reusing $PSTRAIN_ROOTFS_CACHE"
-  rootfs_tar="$PSTRAIN_ROOTFS_CACHE"
-else
-  log "base: debootstrap --variant=minbase bookworm (takes a minute or two)"
-  if ! debootstrap --variant=minbase bookworm "$ROOTFS" "$MIRROR" >"$WORK/debootstrap.log" 2>&1; then
-    tail -n 20 "$WORK/debootstrap.log" >&2
-    fail "debootstrap failed (log above)"
-  fi
-  # The image gets its updates from the same mirrors as this host.
-  cat >"$ROOTFS/etc/apt/sources.list" <<EOF
-deb $MIRROR bookworm main
-deb $MIRROR bookworm-updates main
-deb $SECURITY bookworm-security main
-EOF
-  rm -rf "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/lib/apt/lists/* "$ROOTFS"/var/log/*.log
-  rootfs_tar="$WORK/rootfs.tar"
-  tar --numeric-owner -C "$ROOTFS" -cf "$rootfs_tar" .
-  rm -rf --one-file-system "$ROOTFS"
-  if [[ -n "${PSTRAIN_ROOTFS_CACHE:-}" ]]; then
-    cp "$rootfs_tar" "$PSTRAIN_ROOTFS_CACHE" && log "base: saved $PSTRAIN_ROOTFS_CACHE"
-  fi
-fi
-"${PODMAN[@]}" import "$rootfs_tar" localhost/debian:bookworm >"$WORK/import.log" 2>&1 ||
-  { cat "$WORK/import.log" >&2; fail "podman import of the root file system failed"; }
-
-# --- 2. Build the image ------------------------------------------------------------
-# A worker built with CUDA needs the GPU variant: the CUDA runtime libraries
-# come from where the worker finds them on this host.
+# --- 1, 2. Base image and build (deploy/docker/build_image.sh) --------------------
 CTX="$WORK/context"
-# The CUDA libraries come with libpstrain_cuda.so, the backend ps_worker
-# loads on demand from beside it.
-cudart=""
-[[ -f "$BIN/worker/libpstrain_cuda.so" ]] &&
-  cudart="$(ldd "$BIN/worker/libpstrain_cuda.so" | awk '$1 ~ /^libcudart\.so/ {print $3}')"
-if [[ -n "$cudart" ]]; then
-  [[ -f "$cudart" ]] || fail "libpstrain_cuda.so links libcudart, but ldd does not find it on this host"
-  VARIANT=gpu
-  TAG="localhost/pstrain-gpu:test"
-  "$ROOT/deploy/docker/prepare_context.sh" "$BIN" "$CTX" --cuda "$(dirname "$cudart")" >&2
-  build_args=(--build-arg CUDA_LIBS=cuda/lib64)
-else
-  VARIANT=cpu
-  "$ROOT/deploy/docker/prepare_context.sh" "$BIN" "$CTX" >&2
-  build_args=()
-fi
-log "build: deploy/docker/Dockerfile ($VARIANT) -> $TAG"
-# chroot isolation and the host network: no runtime, cgroup or CNI setup
-# needed, so the build works inside VMs and CI containers too.
-if ! "${BUILDAH[@]}" bud --isolation chroot --network host --pull=never \
-  --build-arg BASE_IMAGE=localhost/debian:bookworm "${build_args[@]}" \
-  -f "$ROOT/deploy/docker/Dockerfile" -t "$TAG" "$CTX" >"$WORK/build.log" 2>&1; then
-  tail -n 30 "$WORK/build.log" >&2
-  fail "buildah bud failed (log above)"
-fi
+"$ROOT/deploy/docker/build_image.sh" ${GPU:+--gpu} --tag "$TAG" --work "$WORK" --store "${STORE[*]}" "$BIN" ||
+  fail "building the image failed (deploy/docker/build_image.sh, above)"
 "${PODMAN[@]}" images --format '{{.Repository}}:{{.Tag}} {{.Size}}' | sed 's/^/test_image:   /' >&2
 
 # --- 3. Check the image -----------------------------------------------------------
@@ -189,7 +119,7 @@ for rt in "${runtimes[@]}"; do
   for lim in "${candidates[@]}"; do
     # shellcheck disable=SC2206
     opts=($rt $lim)
-    if "${PODMAN[@]}" run --rm --network none "${opts[@]}" "$TAG" true >"$WORK/probe.log" 2>&1; then
+    if "${PODMAN[@]}" run --rm --network none "${opts[@]}" "$TAG" /lib64/ld-linux-x86-64.so.2 --version >"$WORK/probe.log" 2>&1; then
       RUN_OPTS=("${opts[@]}")
       found=1
       break 2
@@ -204,18 +134,39 @@ run_in_image() {  # IMAGE COMMAND...
   shift
   "${PODMAN[@]}" run --rm --network none "${RUN_OPTS[@]}" "$image" "$@"
 }
-[[ "$(run_in_image "$TAG" id -u)" == 10001 ]] || fail "the image does not run as uid 10001"
+user="$("${PODMAN[@]}" image inspect -f '{{.Config.User}}' "$TAG")"
+[[ "$user" == 10001:10001 ]] || fail "the image runs as '$user', want 10001:10001"
+
+# What the image holds: its file system as podman exports it.
+"${PODMAN[@]}" create --name "$PFX-fs" "$TAG" /none >/dev/null
+"${PODMAN[@]}" export "$PFX-fs" | tar -tvf - >"$WORK/files.txt"
+"${PODMAN[@]}" rm -f "$PFX-fs" >/dev/null
+# "MODE OWNER SIZE DATE TIME NAME[ -> TARGET]"; NAME without a leading ./ or /.
+awk '{ n = $6; sub(/^\.?\//, "", n); print n }' "$WORK/files.txt" >"$WORK/names.txt"
+banned="$(grep -E '^(usr/)?(s?bin)/(apt|apt-get|apt-config|dpkg|dpkg-[a-z-]+|perl|perl5[.0-9]*|sh|bash|dash)$|^var/lib/dpkg(/|$)|^(usr/)?lib/apt(/|$)|^usr/(share|lib/x86_64-linux-gnu)/perl5?(/|$)' \
+  "$WORK/names.txt" | head -n 20 || true)"
+[[ -z "$banned" ]] || fail "the image holds a package manager, perl or a shell:"$'\n'"$banned"
+setid="$(awk 'substr($1, 4, 1) ~ /[sS]/ || substr($1, 7, 1) ~ /[sS]/' "$WORK/files.txt" | head -n 20)"
+[[ -z "$setid" ]] || fail "the image holds setuid/setgid files:"$'\n'"$setid"
+size="$("${PODMAN[@]}" image inspect -f '{{.Size}}' "$TAG")"
+log "image: $TAG ($VARIANT) is $(awk -v s="$size" 'BEGIN {printf "%.1f MB", s / 1e6}'), $(grep -c '^-' "$WORK/files.txt") files; no apt, dpkg, perl, shell or setuid/setgid file"
+
+# The dynamic loader of the image lists what each file loads (ldd is a shell
+# script, and the image has no shell).
 check_libs() {  # IMAGE FILES...
-  local image="$1" missing_libs
+  local image="$1" f listing missing_libs=""
   shift
-  # shellcheck disable=SC2016  # expanded by the container's shell
-  missing_libs="$(run_in_image "$image" sh -c 'for f in "$@"; do ldd "$f" | sed -n "s|^|$f: |; /not found/p"; done' sh "$@")"
+  for f in "$@"; do
+    listing="$(run_in_image "$image" /lib64/ld-linux-x86-64.so.2 --list "$f" 2>&1)" ||
+      missing_libs+="$f: $(tr '\n' ' ' <<<"$listing")"$'\n'
+    missing_libs+="$(sed -n "s|^|$f: |; /not found/p" <<<"$listing")"
+  done
   [[ -z "$missing_libs" ]] || fail "libraries missing in $image:"$'\n'"$missing_libs"
 }
 libs=()
-[[ "$VARIANT" == gpu ]] && mapfile -t libs < <(cd "$CTX/cuda/lib64" && printf '/usr/local/cuda/lib64/%s\n' * && echo /usr/local/bin/libpstrain_cuda.so)
+[[ "$VARIANT" == gpu ]] && mapfile -t libs < <(cd "$CTX/cuda/lib64" && find . -maxdepth 1 -type f -name 'lib*.so*' | sed 's|^\./|/usr/local/cuda/lib64/|' && echo /usr/local/bin/libpstrain_cuda.so)
 check_libs "$TAG" /usr/local/bin/ps_coordinator /usr/local/bin/ps_server /usr/local/bin/ps_worker "${libs[@]}"
-log "image: runs as uid 10001; ldd finds every library of the three binaries${libs[*]:+ and the CUDA libraries}"
+log "image: runs as uid 10001; the loader finds every library of the three binaries${libs[*]:+ and the CUDA libraries}"
 
 # --- 4. Run a 1-server, 1-worker job ----------------------------------------------
 # Flags of the Kubernetes contract are passed when the binary has them (the
@@ -311,8 +262,10 @@ wait_exit() {  # CONTAINER SECONDS: prints the exit code, or "running"
 server_rc="$(wait_exit "$PFX-server" 60)"
 metrics_ok=""
 if has ps_coordinator metrics_port && [[ "$(wait_exit "$PFX-coordinator" 0)" == running ]]; then
-  # /metrics over bash's /dev/tcp: the image has no curl.
-  if "${PODMAN[@]}" exec "$PFX-coordinator" bash -c \
+  # /metrics from this host's bash in the pod's network namespace (over
+  # /dev/tcp): the image has no shell and no curl.
+  coord_pid="$("${PODMAN[@]}" inspect -f '{{.State.Pid}}' "$PFX-coordinator")"
+  if nsenter -t "$coord_pid" -n bash -c \
     'exec 3<>/dev/tcp/127.0.0.1/9090 && printf "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n" >&3 && cat <&3' \
     >"$WORK/metrics.txt" 2>&1 && head -n 1 "$WORK/metrics.txt" | grep -q ' 200'; then
     metrics_ok="yes"
@@ -356,4 +309,4 @@ if [[ -n "${PSTRAIN_IMAGE_SAVE:-}" ]]; then
     { cat "$WORK/save.log" >&2; fail "podman save to $PSTRAIN_IMAGE_SAVE failed"; }
   log "saved $TAG to $PSTRAIN_IMAGE_SAVE"
 fi
-echo "test_image: OK: image $TAG ($VARIANT) built from debootstrap; 1-server 1-worker job exited 0${metrics_ok:+ (coordinator /metrics: $metrics_ok)}"
+echo "test_image: OK: image $TAG ($VARIANT, $(awk -v s="$size" 'BEGIN {printf "%.1f MB", s / 1e6}'), pruned) built from debootstrap; 1-server 1-worker job exited 0${metrics_ok:+ (coordinator /metrics: $metrics_ok)}"

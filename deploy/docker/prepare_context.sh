@@ -4,7 +4,8 @@
 #   deploy/docker/prepare_context.sh BIN_DIR CONTEXT_DIR [--cuda CUDA_LIB_DIR] [--config FILE]
 #
 # Writes bin/ (the binaries), job.yaml, runtime-packages (the Debian packages
-# providing the libraries they load, from ldd and dpkg on this host), cuda/.
+# providing the libraries they load, from ldd and dpkg on this host), cuda/
+# and prune_rootfs.sh (the Dockerfile's build stage runs it).
 #
 # BIN_DIR holds the built binaries (server/ps_server, coordinator/ps_coordinator,
 # worker/ps_worker: bazel-bin or .bazel/bin). CONTEXT_DIR is created (it must
@@ -60,18 +61,38 @@ fi
 
 # The Debian packages that provide every other library the binaries load
 # (the Dockerfile installs exactly these, and apt their dependencies).
-packages=()
-while read -r lib path; do
+# One dpkg-query for every candidate path of every library (a query per
+# path reads dpkg's whole database each time: minutes on a loaded machine).
+mapfile -t loaded < <({ for b in "${binaries[@]}"; do ldd "$bin/$b"; done; [[ -z "$plugin" ]] || ldd "$plugin"; } |
+  awk '{print $1, ($2 == "=>" ? $3 : $1)}' | sort -u)
+wanted=() candidates=()
+for entry in "${loaded[@]}"; do
+  lib="${entry%% *}" path="${entry#* }"
   case "$lib" in linux-vdso.so.*|ld-linux*) continue ;; esac
   [[ "$path" == /* ]] || die "ldd cannot resolve $lib on this host"
   if printf '%s\n' "${linked_cuda[@]}" | grep -q "^$lib "; then continue; fi
-  pkg=""
+  wanted+=("$entry")
+  candidates+=("$path" "$(readlink -f "$path")" "/usr$path" "${path#/usr}")
+done
+# "pkg[:arch][, pkg2...]: /path" for each path dpkg knows (diversions aside).
+declare -A owner=()
+if ((${#candidates[@]})); then
+  while IFS= read -r line; do
+    [[ "$line" == diversion* || "$line" != *": /"* ]] && continue
+    pkg="${line%%: /*}" pkg="${pkg%%,*}" pkg="${pkg%%:*}"
+    owner["/${line#*: /}"]="$pkg"
+  done < <(dpkg-query -S "${candidates[@]}" 2>/dev/null || true)
+fi
+packages=()
+for entry in "${wanted[@]}"; do
+  lib="${entry%% *}" path="${entry#* }" pkg=""
   for candidate in "$path" "$(readlink -f "$path")" "/usr$path" "${path#/usr}"; do
-    pkg="$(dpkg-query -S "$candidate" 2>/dev/null | head -n 1 | cut -d: -f1)" && [[ -n "$pkg" ]] && break
+    pkg="${owner[$candidate]:-}"
+    [[ -z "$pkg" ]] || break
   done
   [[ -n "$pkg" ]] || die "$path ($lib) comes from no Debian package: the image cannot provide it"
   packages+=("$pkg")
-done < <({ for b in "${binaries[@]}"; do ldd "$bin/$b"; done; [[ -z "$plugin" ]] || ldd "$plugin"; } | awk '{print $1, ($2 == "=>" ? $3 : $1)}' | sort -u)
+done
 
 mkdir -p "$ctx/bin" "$ctx/cuda/none"
 for b in "${binaries[@]}"; do
@@ -80,6 +101,7 @@ done
 # Next to ps_worker, where it looks for the CUDA backend.
 [[ -z "$plugin" ]] || install -m 0755 "$plugin" "$ctx/bin/libpstrain_cuda.so"
 install -m 0644 "$config" "$ctx/job.yaml"
+install -m 0755 "$ROOT/deploy/docker/prune_rootfs.sh" "$ctx/prune_rootfs.sh"
 printf '%s\n' "${packages[@]}" | sort -u >"$ctx/runtime-packages"
 
 if [[ -n "$cuda" ]]; then
