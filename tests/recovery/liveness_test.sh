@@ -160,12 +160,14 @@ kill -KILL "$coord"
 
 # 2c. SIGTERM while the coordinator hangs and the lease has not run out:
 #     a worker (its last report to the coordinator is bounded too) and a
-#     server end within 1 s, cleanly.
+#     server end cleanly long before the 30 s lease would end them (5 s:
+#     a bound a loaded machine or a sanitizer build cannot break; measured
+#     well under 1 s on a quiet one).
 start_training coordinator_stopped_sigterm 30 60 3
 kill -STOP "$coord"
 sleep 0.2
 kill -TERM "${workers[0]}" "${servers[0]}"
-ended_cleanly 1 "SIGTERM with its coordinator hung" "${workers[0]}" "${servers[0]}"
+ended_cleanly 5 "SIGTERM with its coordinator hung" "${workers[0]}" "${servers[0]}"
 kill -KILL "$coord" "${workers[1]}" "${servers[1]}" 2>/dev/null
 
 # 3. One barrier timeout for servers and workers.
