@@ -2,23 +2,13 @@
 
 #include <sys/stat.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <functional>
-#include <optional>
-#include <set>
 #include <string>
-#include <thread>
 #include <utility>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "common/coordinator_lease.h"
 #include "common/grpc_util.h"
 #include "common/host_name.h"
 #include "common/logging.h"
@@ -26,21 +16,20 @@
 #include "common/status_macros.h"
 #include "coordinator/failure_policy.h"
 #include "proto/pstrain.grpc.pb.h"
-#include "worker/allreduce/allreduce_trainer.h"
-#include "worker/allreduce/grpc_transport.h"
-#include "worker/allreduce/heap_reuse.h"
-#include "worker/allreduce/nccl_allreducer.h"
-#include "worker/allreduce/ring_allreduce.h"
 #include "worker/compute/compute_backend.h"
 #include "worker/compute/worker_device.h"
 #include "worker/data/data.h"
 #include "worker/data/data_check.h"
+#include "worker/generation_loop.h"
 #include "worker/liveness.h"
 #include "worker/model/model.h"
+#include "worker/peer_server.h"
 #include "worker/ps/ps_client.h"
-#include "worker/ps/trainer.h"
+#include "worker/ps_trainer_factory.h"
 #include "worker/reporter.h"
+#include "worker/ring_trainer_factory.h"
 #include "worker/stand_ins.h"
+#include "worker/trainer_context.h"
 #include "worker/worker_metrics.h"
 
 namespace pstrain {
@@ -48,59 +37,6 @@ namespace {
 
 // How long a worker stopped by SIGTERM waits for its last report.
 constexpr absl::Duration kStoppedReportTimeout = absl::Milliseconds(500);
-
-// Mode allreduce: this worker's RingPeer service, which its left neighbour
-// streams segments to. Stops before the service goes: it gives the
-// neighbour's streams up to 2 s to end by themselves (its last segments),
-// polled every 50 ms, then 100 ms to gRPC's Shutdown. The wait ends as soon
-// as `stopped` says so, also when SIGTERM comes during it, so that SIGTERM
-// ends the worker within a second even while a stopped or hung neighbour
-// holds its stream open.
-struct PeerServer {
-  std::unique_ptr<RingPeerService> service;
-  std::unique_ptr<grpc::Server> server;
-  std::string address;            // advertised host:port
-  std::function<bool()> stopped;  // may be empty
-  ~PeerServer() {
-    if (!server) return;
-    const absl::Time grace_end = absl::Now() + absl::Seconds(2);
-    while (service->open_streams() > 0 && !(stopped && stopped()) &&
-           absl::Now() < grace_end) {
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    ShutdownGrpcServer(server.get(), absl::Milliseconds(100));
-  }
-};
-
-absl::Status StartPeerServer(const WorkerNodeOptions& options,
-                             PeerServer* peer) {
-  const TlsFiles& tls = options.node.tls;
-  if (!tls.ca.empty() && tls.cert.empty()) {
-    return absl::InvalidArgumentError(
-        "mode allreduce with TLS: workers serve their ring neighbours and "
-        "need a certificate and key (--tls_cert, --tls_key)");
-  }
-  PS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds,
-                      MakeServerCredentials(tls));
-  peer->service = std::make_unique<RingPeerService>();
-  PS_ASSIGN_OR_RETURN(StartedServer started,
-                      StartGrpcServer(options.peer_bind, options.peer_port,
-                                      creds, {peer->service.get()},
-                                      RingLinkArgs()));  // ring's window
-  peer->server = std::move(started.server);
-  const int port = started.port;
-  peer->address = absl::StrCat(options.advertise_host, ":", port);
-  PS_LOG_INFO("ring peer service at %s (listening on %s:%d)", peer->address,
-              options.peer_bind, port);
-  return absl::OkStatus();
-}
-
-// Mode allreduce: the collective this worker trains with; outlives the
-// training (the final report reads its byte counters).
-struct AllReduceLink {
-  std::unique_ptr<Transport> transport;  // backend grpc
-  std::unique_ptr<AllReducer> reducer;
-};
 
 }  // namespace
 
@@ -207,66 +143,6 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
   if (options_.set_log_role) SetLogRole(absl::StrCat("worker/", rank));
   const bool tty = options_.progress_line;
 
-  // Mode allreduce: the ring from the coordinator, then the collective,
-  // in job generation `generation` (training.on_failure: restart re-forms
-  // it after each rollback); `cancelled` ends the ring's waits (RingOptions).
-  auto join_ring = [&](const JobConfig& config,
-                       const std::shared_ptr<ComputeBackend>& backend,
-                       AllReduceLink* link, uint64_t generation,
-                       std::function<bool()> cancelled) -> absl::Status {
-    const bool nccl = config.allreduce().backend() == AllReduceConfig::NCCL;
-    std::string nccl_id;
-    if (nccl) {
-      PS_RETURN_IF_ERROR(NcclUsable(*backend));
-      if (rank == 0) {
-        PS_ASSIGN_OR_RETURN(nccl_id, NewNcclUniqueId());
-      }
-    }
-    pstrain::v1::GetPeersResponse peers;
-    PS_RETURN_IF_ERROR(CallUntil(
-        absl::Now() + absl::Seconds(config.network().startup_timeout_s()),
-        "the other workers", rpc_timeout, stop, [&](grpc::ClientContext* ctx) {
-          pstrain::v1::GetPeersRequest req;
-          req.set_rank(rank);
-          req.set_session_id(reg.session_id());
-          req.set_nccl_unique_id(nccl_id);
-          return coord->GetPeers(ctx, req, &peers);
-        }));
-    const int n = peers.peer_addresses_size();
-    const absl::Duration timeout =
-        absl::Seconds(config.allreduce().timeout_s());
-    if (nccl) {
-      PS_ASSIGN_OR_RETURN(
-          link->reducer, CreateNcclAllReducer(backend, rank, n,
-                                              peers.nccl_unique_id(), timeout));
-    } else {
-      const std::string& right = peers.peer_addresses((rank + 1) % n);
-      PS_ASSIGN_OR_RETURN(
-          link->transport,
-          GrpcTransport::Create(rank, n, MakeRingChannel(right, creds_),
-                                peer.service.get(), reg.session_id(),
-                                peers.left_session_id(), generation));
-      // The ring's segment buffers: reuse freed heap (heap_reuse.h).
-      if (absl::Status st = KeepFreedHeapForReuse(); !st.ok()) {
-        PS_LOG_WARN("ring: %s (freed buffers go back to the kernel)",
-                    st.ToString());
-      }
-      RingOptions ring;
-      ring.segment_elems = config.allreduce().segment_bytes() / sizeof(float);
-      ring.timeout = timeout;
-      ring.cancelled = std::move(cancelled);
-      if (config.network().wire_dtype() == pstrain::v1::DTYPE_BF16) {
-        ring.wire_dtype = pstrain::v1::DTYPE_BF16;  // a bf16 ring
-      }
-      link->reducer =
-          std::make_unique<RingAllReducer>(link->transport.get(), ring);
-      PS_LOG_INFO("ring of %d: right neighbour rank %d at %s", n,
-                  (rank + 1) % n, right);
-    }
-    PS_LOG_INFO("all-reduce: %s", link->reducer->name());
-    return absl::OkStatus();
-  };
-
   auto run = [&](Reporter* reporter, std::unique_ptr<PsClient>* client,
                  AllReduceLink* link, Liveness* liveness) -> absl::Status {
     const JobConfig config = reg.job().config();
@@ -312,12 +188,28 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
       return stop() || reporter->stop() || liveness->ended() ||
              liveness->rollback_pending();
     };
-    TrainerOptions options;
-    options.rank = rank;
-    options.config = config;
+    TrainerContext context;
+    context.options.rank = rank;
+    context.options.config = config;
+    context.session_id = reg.session_id();
+    context.coord = coord.get();
+    context.creds = creds_;
+    context.rpc_timeout = rpc_timeout;
+    context.liveness = liveness;
+    context.reporter = reporter;
+    context.metrics = &metrics;
+    context.model = model.get();
+    context.data = data.get();
+    context.stop = stop;
+    // Mode-specific: the shards (and elastic sync's stand-ins) or the ring.
+    std::unique_ptr<TrainerFactory> factory =
+        allreduce ? NewRingTrainerFactory(std::move(context), backend,
+                                          peer.service.get(), link, should_stop)
+                  : NewPsTrainerFactory(std::move(context),
+                                        options_.report_interval, client);
     // The rank's own start: the job's start step, or for a rank joined again
     // after its worker was declared dead (elastic) where it picks up.
-    options.start_step = static_cast<int64_t>(reg.start_step());
+    const int64_t start_step = static_cast<int64_t>(reg.start_step());
     if (reg.rejoined()) {
       PS_LOG_INFO(
           "joined rank %d again from step %d (training.on_failure: "
@@ -328,139 +220,19 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
     // a live worker hosts (coordinator/failure_policy.h): each generation
     // starts from the rollback's checkpoint; a replacement first waits for
     // the rollback.
-    const bool rolls_back =
-        FailurePolicy::ForJob(config.training())->RollsBack();
-    if (allreduce) {
-      pstrain::v1::JobSpec ring_job = reg.job();
-      if (rolls_back && ring_job.generation() > 0) {
-        PS_ASSIGN_OR_RETURN(
-            ring_job,
-            AwaitRollback(coord.get(), ring_job.generation(), config, stop));
-        options.start_step = static_cast<int64_t>(ring_job.start_step());
-      }
-      for (;;) {
-        liveness->set_generation(ring_job.generation());
-        reporter->set_generation(ring_job.generation());
-        reporter->set_reducer(nullptr);
-        metrics.set_reducer(nullptr);
-        link->reducer.reset();  // borrows the transport
-        link->transport.reset();
-        PS_RETURN_IF_ERROR(join_ring(config, backend, link,
-                                     ring_job.generation(), should_stop));
-        reporter->set_reducer(link->reducer.get());
-        metrics.set_reducer(link->reducer.get());
-        PS_LOG_INFO(
-            "rank %d of %d (allreduce): %s model, %d steps from step %d, "
-            "local batch %d x %d accumulation",
-            rank, config.job().workers(), ConfigName(config.model().type()),
-            config.training().steps(), options.start_step,
-            config.training().local_batch(),
-            config.training().grad_accum_steps());
-        // Checkpoints and --resume (worker/allreduce/checkpointing.h).
-        PS_ASSIGN_OR_RETURN(
-            std::unique_ptr<AllReduceTrainer> trainer,
-            AllReduceTrainer::Create(
-                options, link->reducer.get(), model.get(), data.get(),
-                AllReduceCheckpointOptionsFromJob(ring_job, rank)));
-        const absl::Status trained = trainer->Run(on_step, should_stop);
-        if (trained.ok()) {
-          final_params_ = trainer->params();
-          PS_LOG_INFO(
-              "final weights fingerprint %016x (FNV-1a; equal on every rank)",
-              ParamsFingerprint(trainer->params()));
-          return absl::OkStatus();
-        }
-        if (!rolls_back || stop() || reporter->stop() || liveness->ended()) {
-          return trained;
-        }
-        // A ring error may be a dead neighbour: wait (bounded) for the
-        // coordinator's verdict, then roll back with everyone.
-        absl::StatusOr<pstrain::v1::JobSpec> next = AwaitNewGeneration(
-            coord.get(), *liveness, ring_job.generation(), config, stop);
-        if (!next.ok()) {
-          return absl::Status(trained.code(),
-                              absl::StrCat(trained.message(), "; no rollback: ",
-                                           next.status().message()));
-        }
-        ring_job = *std::move(next);
-        options.start_step = static_cast<int64_t>(ring_job.start_step());
-        PS_LOG_WARN(
-            "re-forming the ring: resuming at step %d in generation %d from "
-            "%s (was: %s)",
-            ring_job.start_step(), ring_job.generation(),
-            ring_job.resume_from().empty() ? "the initial state"
-                                           : ring_job.resume_from(),
-            trained.message());
-      }
-    }
-    pstrain::v1::JobSpec job = reg.job();
-    if (rolls_back && job.generation() > 0) {
-      // A replacement (training.on_failure: restart): it starts where the
-      // rollback puts every worker.
-      PS_ASSIGN_OR_RETURN(
-          job, AwaitRollback(coord.get(), job.generation(), config, stop));
-      options.start_step = static_cast<int64_t>(job.start_step());
-    }
-    PS_LOG_INFO(
-        "rank %d of %d: %s model, %d steps, local batch %d x %d "
-        "accumulation",
-        rank, config.job().workers(), ConfigName(config.model().type()),
-        config.training().steps(), config.training().local_batch(),
-        config.training().grad_accum_steps());
-    // Elastic sync: dead ranks this worker may be asked to stand in for.
-    std::unique_ptr<StandInRanks> stand_ins = MaybeStandIns(
-        coord.get(), creds_, job, options_.report_interval, liveness, stop);
-    if (stand_ins != nullptr) {
-      options.adopt = [s = stand_ins.get()](int64_t held) {
-        return s->Take(held);
-      };
-    }
-    for (;;) {
-      PsClientOptions client_options;
-      client_options.rpc_timeout =
-          absl::Seconds(config.network().rpc_timeout_s());
-      // The coordinator's value (JobSpec.config) is the one every server
-      // applies.
-      client_options.barrier_timeout =
-          absl::Seconds(config.network().barrier_timeout_s());
-      client_options.startup_timeout =
-          absl::Seconds(config.network().startup_timeout_s());
-      client_options.session_id = reg.session_id();
-      client_options.wire_dtype = config.network().wire_dtype();
-      client_options.generation = job.generation();
-      liveness->set_client(nullptr);
-      reporter->set_client(nullptr);
-      metrics.set_client(nullptr);
-      PS_ASSIGN_OR_RETURN(*client,
-                          ConnectShards(job, config, creds_, client_options));
-      liveness->set_generation(job.generation());
-      reporter->set_generation(job.generation());
-      liveness->set_client(client->get());
-      reporter->set_client(client->get());
-      metrics.set_client(client->get());
-      Trainer trainer(options, client->get(), model.get(), data.get());
-      const absl::Status trained = trainer.Run(on_step, should_stop);
-      if (trained.ok()) {
-        final_params_ = trainer.final_params();
-        return stand_ins != nullptr ? stand_ins->Finish() : absl::OkStatus();
-      }
-      if (!rolls_back || stop() || reporter->stop() || liveness->ended()) {
-        return trained;
-      }
-      // training.on_failure: restart: a failed call may be a sign of a
-      // dead peer: wait (bounded) for the coordinator's verdict.
-      absl::StatusOr<pstrain::v1::JobSpec> next = AwaitNewGeneration(
-          coord.get(), *liveness, job.generation(), config, stop);
-      if (!next.ok()) {
-        return absl::Status(trained.code(),
-                            absl::StrCat(trained.message(), "; no rollback: ",
-                                         next.status().message()));
-      }
-      job = *std::move(next);
-      options.start_step = static_cast<int64_t>(job.start_step());
-      PS_LOG_WARN("resuming at step %d in generation %d (was: %s)",
-                  job.start_step(), job.generation(), trained.message());
-    }
+    GenerationLoopOptions loop;
+    loop.rolls_back = FailurePolicy::ForJob(config.training())->RollsBack();
+    loop.await_rollback = [&](uint64_t generation) {
+      return AwaitRollback(coord.get(), generation, config, stop);
+    };
+    loop.await_next = [&](uint64_t current) {
+      return AwaitNewGeneration(coord.get(), *liveness, current, config, stop);
+    };
+    loop.ended = [&] {
+      return stop() || reporter->stop() || liveness->ended();
+    };
+    return RunGenerations(reg.job(), start_step, factory.get(), loop, on_step,
+                          should_stop, &final_params_);
   };
   Reporter reporter(coord.get(), rpc_timeout, options_.report_interval);
   reporter.set_worker(rank, reg.session_id());

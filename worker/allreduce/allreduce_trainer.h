@@ -52,6 +52,7 @@
 #include "worker/allreduce/checkpointing.h"
 #include "worker/allreduce/row_replicas.h"
 #include "worker/data/data.h"
+#include "worker/generation_trainer.h"
 #include "worker/model/local_step.h"
 #include "worker/model/model.h"
 #include "worker/ps/ps_client.h"
@@ -59,7 +60,8 @@
 
 namespace pstrain {
 
-class AllReduceTrainer {
+// Mode allreduce's GenerationTrainer.
+class AllReduceTrainer : public GenerationTrainer {
  public:
   // Borrows `reducer`, `model` and `data`; they must outlive the trainer.
   // options.config gives workers, steps, batch, accumulation, evaluation,
@@ -82,11 +84,12 @@ class AllReduceTrainer {
   // the last step. `should_stop` (may be null) is polled between steps: true
   // ends the loop with CANCELLED.
   absl::Status Run(const StepCallback& on_step,
-                   const std::function<bool()>& should_stop);
+                   const std::function<bool()>& should_stop) override;
 
   // This replica's weights (the final ones after Run succeeds); a
   // row-sparse table's entry is empty (see rows()).
   const TensorList& params() const { return params_; }
+  const TensorList& final_params() const override { return params_; }
   // The replicas of the row-sparse tables (empty() for a dense model).
   RowReplicas* rows() const { return rows_.get(); }
 

@@ -46,17 +46,13 @@
 #include "common/job_config.h"
 #include "proto/pstrain.pb.h"
 #include "worker/data/data.h"
+#include "worker/generation_trainer.h"
 #include "worker/model/local_step.h"
 #include "worker/model/model.h"
 #include "worker/ps/ps_client.h"
 #include "worker/ps/tensor_gate.h"
 
 namespace pstrain {
-
-// Receives one record per step (step = start_step..steps-1) and a final
-// evaluation record with step == steps. Returning an error stops training.
-using StepCallback =
-    std::function<absl::Status(const pstrain::v1::StepMetrics&)>;
 
 // training.on_failure: elastic, mode sync: a dead rank this worker stands in
 // for (docs/failures-and-recovery.md, "Elastic workers"). Each step, after its
@@ -99,7 +95,8 @@ struct TrainerOptions {
 // Wall clock in Unix seconds (StepMetrics.end_unix_s).
 double UnixSeconds();
 
-class Trainer {
+// The parameter-server modes' GenerationTrainer.
+class Trainer : public GenerationTrainer {
  public:
   // Borrows `client`, `model` and `data`; they must outlive the trainer.
   Trainer(TrainerOptions options, PsClient* client, Model* model,
@@ -108,11 +105,11 @@ class Trainer {
   // Runs the whole job for this rank. `should_stop` (may be null) is polled
   // between steps: when it returns true the loop ends early with CANCELLED.
   absl::Status Run(const StepCallback& on_step,
-                   const std::function<bool()>& should_stop);
+                   const std::function<bool()>& should_stop) override;
 
   // Weights after the final pull (valid after Run succeeds); a row-sparse
   // tensor's entry is empty (its rows are on the shards).
-  const TensorList& final_params() const { return params_; }
+  const TensorList& final_params() const override { return params_; }
 
  private:
   // One step with worker.overlap (see the top of this file).
