@@ -343,8 +343,8 @@ struct LocalChunk {
   uint64_t local_offset = 0;  // into the shard's flat layout
 };
 
-class ChunkPool;     // shard.cc: a fixed set of threads for per-chunk work
-class ChunkApplier;  // shard.cc: the thread that applies chunks on arrival
+class ChunkPool;     // chunk_pool.h: a fixed set of threads for per-chunk work
+class ChunkApplier;  // chunk_pool.h: the thread that applies chunks on arrival
 
 class Shard {
  public:
