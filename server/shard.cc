@@ -117,9 +117,7 @@ struct Shard::ChunkSum {
   }
 };
 
-Shard::Shard(ShardOptions options)
-    : options_(std::move(options)),
-      sync_(options_.rule.kind == ConsistencyOptions::Kind::kBsp) {}
+Shard::Shard(ShardOptions options) : options_(std::move(options)) {}
 
 Shard::~Shard() {
   applier_.reset();  // its tasks use the rest of the shard
@@ -133,24 +131,7 @@ ShardOptions ShardOptionsFromJob(const pstrain::v1::JobSpec& job,
   o.shard_map = job.shard_map();
   const v1::TrainingConfig& t = job.config().training();
   o.optimizer = t.optimizer();
-  ConsistencyOptions& r = o.rule;
-  switch (t.mode()) {
-    case pstrain::v1::MODE_SYNC:
-      r.kind = ConsistencyOptions::Kind::kBsp;
-      break;
-    case pstrain::v1::MODE_ASYNC:
-      r.kind = ConsistencyOptions::Kind::kSsp;
-      break;
-    default:
-      r.kind = ConsistencyOptions::Kind::kUnspecified;
-  }
-  r.num_workers = job.config().job().workers();
-  r.backup_workers = t.backup_workers();
-  r.staleness = t.staleness();
-  r.staleness_aware_lr = t.staleness_aware_lr();
-  r.dc_lambda = t.dc_lambda();
-  r.lr_per_worker =
-      t.async_lr_per_push() == pstrain::v1::TrainingConfig::SCALED;
+  o.rule = ConsistencyOptionsFromTraining(t, job.config().job().workers());
   o.sparse_max_rows = static_cast<uint64_t>(
       std::max<int64_t>(job.config().server().sparse_max_rows(), 0));
   o.sparse_on_full = job.config().server().sparse_on_full() ==
@@ -277,7 +258,7 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(ShardOptions options) {
   shard->departed_.assign(n, false);
   shard->last_push_.resize(n);
   shard->prev_push_.resize(n);
-  if (shard->sync_) {
+  if (shard->rule_->records_pushes()) {
     shard->accumulator_.assign(shard->num_elements_, 0);
     shard->sums_ = std::make_unique<ChunkSum[]>(shard->chunks_.size());
     for (size_t k = 0; k < shard->chunks_.size(); ++k) {
@@ -409,10 +390,10 @@ absl::StatusOr<PushResult> Shard::AcceptLocked(
       return p->result;
     }
   }
-  // Async: a rank joined again, whose dead process pushed this clock
-  // already (shard.h, "Pushes are idempotent").
-  if (!sync_ && header.clock() < clocks_[w] && last_push_[w].valid &&
-      last_push_[w].session != header.session_id()) {
+  // A rank joined again, whose dead process pushed this clock already
+  // (async; shard.h, "Pushes are idempotent").
+  if (rule_->AcknowledgesRejoinedPushes() && header.clock() < clocks_[w] &&
+      last_push_[w].valid && last_push_[w].session != header.session_id()) {
     PushResult result;
     result.version = version_;
     return result;
@@ -1040,7 +1021,7 @@ ShardProgress Shard::ProgressLocked() const {
 }
 
 uint64_t Shard::NextCutLocked(uint64_t min_clock) const {
-  if (sync_) return 0;  // sync cuts at step boundaries
+  if (!rule_->HoldsReadsAtCuts()) return 0;
   uint64_t next = 0;
   auto consider = [&](uint64_t cut) {
     // The final cut needs no hold: no push of clock training.steps exists.
@@ -1209,20 +1190,24 @@ void Shard::Close() {
 
 // ---- Checkpoints: state export and import ---------------------------------
 
+CutProgress Shard::CutProgressLocked() const {
+  CutProgress p;
+  p.version = version_;
+  p.step_open = pending_count_ > 0 || !WholeVersionLocked();
+  p.min_clock = MinClockLocked();
+  const auto [lowest, highest] =
+      std::minmax_element(clocks_.begin(), clocks_.end());
+  p.lowest_clock = *lowest;
+  p.highest_clock = *highest;
+  return p;
+}
+
 bool Shard::AtCutLocked(uint64_t cut) const {
-  if (sync_) {
-    return version_ == cut && pending_count_ == 0 && WholeVersionLocked();
-  }
-  return std::all_of(clocks_.begin(), clocks_.end(),
-                     [cut](uint64_t c) { return c == cut; });
+  return rule_->AtCut(cut, CutProgressLocked());
 }
 
 bool Shard::PastCutLocked(uint64_t cut) const {
-  if (sync_) {
-    return version_ > cut ||
-           (version_ == cut && (pending_count_ > 0 || !WholeVersionLocked()));
-  }
-  return *std::max_element(clocks_.begin(), clocks_.end()) > cut;
+  return rule_->PastCut(cut, CutProgressLocked());
 }
 
 ShardState Shard::CaptureLocked(uint64_t cut) const {
@@ -1230,7 +1215,9 @@ ShardState Shard::CaptureLocked(uint64_t cut) const {
   s.cut = cut;
   s.version = version_;
   s.clocks = clocks_;
-  s.schedule_step = sync_ ? version_ : cut;
+  // Sync cuts are versions, async ones clocks: either way the schedule's
+  // step (ConsistencyRule::OnPush) at the cut.
+  s.schedule_step = cut;
   s.num_slots = optimizer_->num_slots();
   s.chunks.reserve(chunks_.size());
   for (size_t k = 0; k < chunks_.size(); ++k) {
@@ -1240,7 +1227,7 @@ ShardState Shard::CaptureLocked(uint64_t cut) const {
     c.length = chunks_[k].length;
     c.weights = weights_[k]->values;
     c.slots = slots_[k];
-    if (sync_) {
+    if (sums_ != nullptr) {
       absl::MutexLock sum_lock(&sums_[k].mu);
       c.has_exponent = true;
       c.exponent = sums_[k].exponent;
@@ -1252,22 +1239,18 @@ ShardState Shard::CaptureLocked(uint64_t cut) const {
 
 absl::StatusOr<ShardState> Shard::Snapshot() const {
   absl::MutexLock lock(&mu_);
-  if (sync_) {
-    if (pending_count_ > 0 || !WholeVersionLocked()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "shard ", shard_id(), " is not at a step boundary: ", pending_count_,
-          " push(es) of step ", version_, " recorded, ",
-          chunks_applied_early_.load(std::memory_order_relaxed),
-          " chunk(s) of it applied"));
-    }
-    return CaptureLocked(version_);
-  }
-  if (!AtCutLocked(clocks_[0])) {
+  const CutProgress p = CutProgressLocked();
+  const uint64_t cut = rule_->ReachedCut(p);
+  if (!rule_->AtCut(cut, p)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "shard ", shard_id(), " is not at a clock cut: worker clocks are ",
+        "shard ", shard_id(), " is not at a checkpoint cut (a step boundary ",
+        "or a clock cut): version ", version_, ", ", pending_count_,
+        " push(es) of step ", version_, " recorded, ",
+        chunks_applied_early_.load(std::memory_order_relaxed),
+        " chunk(s) of it applied, worker clocks ",
         absl::StrJoin(clocks_, ",")));
   }
-  return CaptureLocked(clocks_[0]);
+  return CaptureLocked(cut);
 }
 
 absl::StatusOr<ShardState> Shard::SnapshotAt(uint64_t cut,
@@ -1300,7 +1283,8 @@ absl::StatusOr<ShardState> Shard::SnapshotAt(uint64_t cut,
     return std::move(pending.state);
   }
   if (closed_) return absl::UnavailableError("shard is shutting down");
-  if (accumulator_.empty() && standing_max_held_ > 0 && !PastCutLocked(cut)) {
+  if (rule_->HoldsReadsAtCuts() && standing_max_held_ > 0 &&
+      !PastCutLocked(cut)) {
     ordered_cuts_.insert(cut);  // still held; captured when reached
   }
   std::vector<std::string> behind;
@@ -1326,9 +1310,9 @@ void Shard::SetStandingCuts(uint64_t every, uint64_t last, size_t max_held) {
 }
 
 void Shard::ServeSnapshotsLocked() {
-  // A standing cut is the version the shard just reached (sync), or the
-  // clock every worker just reached (async).
-  const uint64_t v = sync_ ? version_ : MinClockLocked();
+  // A standing cut is the cut the shard just reached: the version (sync) or
+  // the clock every live worker reached (async; ConsistencyRule::ReachedCut).
+  const uint64_t v = rule_->ReachedCut(CutProgressLocked());
   if (standing_max_held_ > 0 && v > 0 &&
       (v == standing_last_ || ordered_cuts_.count(v) > 0 ||
        (standing_every_ > 0 && v % standing_every_ == 0)) &&
@@ -1399,7 +1383,7 @@ absl::Status Shard::Restore(const ShardState& state) {
   clocks_ = state.clocks;
   for (LastPush& p : last_push_) p = LastPush{};
   for (LastPush& p : prev_push_) p = LastPush{};
-  if (sync_) {
+  if (sums_ != nullptr) {
     // The open step's sum goes, uncommitted contributions included; pushes
     // still streaming into it add nothing more and cannot commit (epoch).
     ++sum_epoch_;
