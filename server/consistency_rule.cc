@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "proto/pstrain.pb.h"
 
 namespace pstrain {
 namespace {
@@ -42,6 +43,19 @@ class Bsp : public ConsistencyRule {
   bool records_pushes() const override { return true; }
   bool StepComplete(uint32_t recorded) const override {
     return recorded >= quorum_;
+  }
+  // A rank's stand-in re-pushes the rank's last step with the same payload
+  // (an identical retry); a different push for a summed clock is an error.
+  bool AcknowledgesRejoinedPushes() const override { return false; }
+  // Cuts are step boundaries: cut c is the state after step c with nothing
+  // of step c + 1 recorded or applied. Reads already wait for whole steps.
+  bool HoldsReadsAtCuts() const override { return false; }
+  uint64_t ReachedCut(const CutProgress& p) const override { return p.version; }
+  bool AtCut(uint64_t cut, const CutProgress& p) const override {
+    return p.version == cut && !p.step_open;
+  }
+  bool PastCut(uint64_t cut, const CutProgress& p) const override {
+    return p.version > cut || (p.version == cut && p.step_open);
   }
 
  private:
@@ -98,6 +112,19 @@ class Ssp : public ConsistencyRule {
     return d;
   }
   double dc_lambda() const override { return dc_lambda_; }
+  bool AcknowledgesRejoinedPushes() const override { return true; }
+  // Cuts are clock cuts: cut c is the state where every worker (departed
+  // ones included) has pushed exactly c clocks.
+  bool HoldsReadsAtCuts() const override { return true; }
+  uint64_t ReachedCut(const CutProgress& p) const override {
+    return p.min_clock;
+  }
+  bool AtCut(uint64_t cut, const CutProgress& p) const override {
+    return p.lowest_clock == cut && p.highest_clock == cut;
+  }
+  bool PastCut(uint64_t cut, const CutProgress& p) const override {
+    return p.highest_clock > cut;
+  }
 
  private:
   const int64_t staleness_;
@@ -107,6 +134,29 @@ class Ssp : public ConsistencyRule {
 };
 
 }  // namespace
+
+ConsistencyOptions ConsistencyOptionsFromTraining(
+    const pstrain::v1::TrainingConfig& t, uint32_t num_workers) {
+  ConsistencyOptions r;
+  switch (t.mode()) {
+    case pstrain::v1::MODE_SYNC:
+      r.kind = ConsistencyOptions::Kind::kBsp;
+      break;
+    case pstrain::v1::MODE_ASYNC:
+      r.kind = ConsistencyOptions::Kind::kSsp;
+      break;
+    default:
+      r.kind = ConsistencyOptions::Kind::kUnspecified;
+  }
+  r.num_workers = num_workers;
+  r.backup_workers = t.backup_workers();
+  r.staleness = t.staleness();
+  r.staleness_aware_lr = t.staleness_aware_lr();
+  r.dc_lambda = t.dc_lambda();
+  r.lr_per_worker =
+      t.async_lr_per_push() == pstrain::v1::TrainingConfig::SCALED;
+  return r;
+}
 
 absl::StatusOr<std::unique_ptr<ConsistencyRule>> MakeConsistencyRule(
     const ConsistencyOptions& o) {

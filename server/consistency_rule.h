@@ -13,6 +13,9 @@
 #include "absl/status/statusor.h"
 
 namespace pstrain {
+namespace v1 {
+class TrainingConfig;
+}  // namespace v1
 
 // Which rule, with its options. Plain data: built from the JobSpec by
 // ShardOptionsFromJob (server/shard.h), validated by MakeConsistencyRule.
@@ -41,6 +44,21 @@ struct ShardProgress {
   // not captured yet (0: none). Ssp holds reads at clocks >= c until every
   // worker reached c (server/shard.h, "Checkpoints"); Bsp ignores it.
   uint64_t next_cut = 0;
+};
+
+// Where the shard stands for checkpoint cuts (server/shard.h,
+// "Checkpoints"), read under the shard's mutex. A cut is a number naming one
+// consistent state of the shard; what it counts (optimizer steps or worker
+// clocks) is the rule's business, so the shard's cut and snapshot code asks
+// the rule and never tests the mode.
+struct CutProgress {
+  uint64_t version = 0;  // optimizer steps applied
+  // Step `version` has started: pushes of it recorded, or chunks of it
+  // applied on arrival.
+  bool step_open = false;
+  uint64_t min_clock = 0;      // as ShardProgress (departed ranks left out)
+  uint64_t lowest_clock = 0;   // every worker's clock, departed included
+  uint64_t highest_clock = 0;  // every worker's clock, departed included
 };
 
 // What the shard does with one validated push.
@@ -80,7 +98,36 @@ class ConsistencyRule {
   virtual bool StepComplete(uint32_t recorded) const { return false; }
   // DC-ASGD's lambda; > 0 makes the shard keep each worker's read weights.
   virtual double dc_lambda() const { return 0; }
+
+  // Whether a push of a clock below the worker's own, from a new session,
+  // when the worker's last accepted push came from another session, is
+  // acknowledged without applying anything (a rank joined again whose dead
+  // process pushed that clock already; server/shard.h, "Pushes are
+  // idempotent"). Otherwise only an identical retry is, and anything else
+  // for an accepted clock is FAILED_PRECONDITION.
+  virtual bool AcknowledgesRejoinedPushes() const = 0;
+
+  // Checkpoint cuts.
+  // Whether reads hold at the next checkpoint cut until every worker reached
+  // it (ShardProgress::next_cut matters to Readable and RequiredClock); the
+  // shard computes next_cut, and keeps a timed-out ordered cut so that it is
+  // still captured when reached, only then.
+  virtual bool HoldsReadsAtCuts() const = 0;
+  // The cut the shard has reached: a standing cut is taken, and Snapshot
+  // captures, there (if AtCut holds for it).
+  virtual uint64_t ReachedCut(const CutProgress& p) const = 0;
+  // Whether the shard's state is exactly cut `cut` now.
+  virtual bool AtCut(uint64_t cut, const CutProgress& p) const = 0;
+  // Whether the shard has gone past `cut` without stopping there (it can
+  // no longer be captured).
+  virtual bool PastCut(uint64_t cut, const CutProgress& p) const = 0;
 };
+
+// The options of a job's training config (training.mode: MODE_SYNC is kBsp,
+// MODE_ASYNC kSsp, anything else kUnspecified, which MakeConsistencyRule
+// refuses) with `num_workers` workers.
+ConsistencyOptions ConsistencyOptionsFromTraining(
+    const pstrain::v1::TrainingConfig& training, uint32_t num_workers);
 
 // INVALID_ARGUMENT (with the old JobSpec wording) when: no workers, no kind,
 // backup_workers outside kBsp or not below num_workers, staleness_aware_lr,

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "gtest/gtest.h"
+#include "proto/pstrain.pb.h"
 
 namespace pstrain {
 namespace {
@@ -149,6 +150,101 @@ TEST(ConsistencyRuleTest, RejectsOptionsOutsideTheirRule) {
     EXPECT_EQ(MakeConsistencyRule(o).status().code(),
               absl::StatusCode::kInvalidArgument);
   }
+}
+
+CutProgress Cut(uint64_t version, bool step_open, uint64_t min_clock,
+                uint64_t lowest, uint64_t highest) {
+  CutProgress p;
+  p.version = version;
+  p.step_open = step_open;
+  p.min_clock = min_clock;
+  p.lowest_clock = lowest;
+  p.highest_clock = highest;
+  return p;
+}
+
+TEST(ConsistencyRuleTest, BspCutsAtStepBoundaries) {
+  for (uint32_t backups : {0u, 1u}) {
+    auto rule = Make(Bsp(3, backups));
+    ASSERT_NE(rule, nullptr);
+    EXPECT_FALSE(rule->AcknowledgesRejoinedPushes());
+    EXPECT_FALSE(rule->HoldsReadsAtCuts());
+    // Version 4, nothing of step 4 yet; the clocks do not matter (with
+    // backup workers a late worker's clock lags the version).
+    const CutProgress closed = Cut(4, false, /*min_clock=*/3, 3, 4);
+    EXPECT_EQ(rule->ReachedCut(closed), 4u);
+    EXPECT_TRUE(rule->AtCut(4, closed));
+    EXPECT_FALSE(rule->AtCut(3, closed));
+    EXPECT_FALSE(rule->AtCut(5, closed));
+    EXPECT_TRUE(rule->PastCut(3, closed));
+    EXPECT_FALSE(rule->PastCut(4, closed));
+    EXPECT_FALSE(rule->PastCut(5, closed));
+    // A push of step 4 recorded (or a chunk of it applied): cut 4 is gone.
+    const CutProgress open = Cut(4, true, 4, 4, 5);
+    EXPECT_EQ(rule->ReachedCut(open), 4u);
+    EXPECT_FALSE(rule->AtCut(4, open));
+    EXPECT_TRUE(rule->PastCut(4, open));
+    EXPECT_FALSE(rule->PastCut(5, open));
+  }
+}
+
+TEST(ConsistencyRuleTest, SspCutsAtClockCutsAndHoldsReadsThere) {
+  for (int64_t staleness : {int64_t{0}, int64_t{2}, int64_t{-1}}) {
+    auto rule = Make(Ssp(3, staleness));
+    ASSERT_NE(rule, nullptr);
+    EXPECT_TRUE(rule->AcknowledgesRejoinedPushes());
+    EXPECT_TRUE(rule->HoldsReadsAtCuts());
+    // Every worker at clock 6; the version and an open step do not matter.
+    const CutProgress even = Cut(17, true, 6, 6, 6);
+    EXPECT_EQ(rule->ReachedCut(even), 6u);
+    EXPECT_TRUE(rule->AtCut(6, even));
+    EXPECT_FALSE(rule->AtCut(5, even));
+    EXPECT_FALSE(rule->PastCut(6, even));
+    EXPECT_TRUE(rule->PastCut(5, even));
+    // Clocks 5..7: neither 5, 6 nor 7 is the state now; 5 and 6 are passed.
+    const CutProgress spread = Cut(17, false, 5, 5, 7);
+    EXPECT_EQ(rule->ReachedCut(spread), 5u);
+    for (uint64_t c : {5u, 6u, 7u}) EXPECT_FALSE(rule->AtCut(c, spread)) << c;
+    EXPECT_TRUE(rule->PastCut(6, spread));
+    EXPECT_FALSE(rule->PastCut(7, spread));
+    // A departed worker's clock counts for the cut but not for min_clock.
+    const CutProgress departed = Cut(0, false, /*min_clock=*/6, 2, 6);
+    EXPECT_EQ(rule->ReachedCut(departed), 6u);
+    EXPECT_FALSE(rule->AtCut(6, departed));
+  }
+}
+
+TEST(ConsistencyRuleTest, OptionsFromTrainingMapTheModeAndEveryOption) {
+  pstrain::v1::TrainingConfig t;
+  t.set_mode(pstrain::v1::MODE_SYNC);
+  t.set_backup_workers(1);
+  ConsistencyOptions sync = ConsistencyOptionsFromTraining(t, 4);
+  EXPECT_EQ(sync.kind, Kind::kBsp);
+  EXPECT_EQ(sync.num_workers, 4u);
+  EXPECT_EQ(sync.backup_workers, 1u);
+  EXPECT_TRUE(MakeConsistencyRule(sync).ok());
+
+  t.Clear();
+  t.set_mode(pstrain::v1::MODE_ASYNC);
+  t.set_staleness(3);
+  t.set_staleness_aware_lr(true);
+  t.set_dc_lambda(0.25);
+  t.set_async_lr_per_push(pstrain::v1::TrainingConfig::SCALED);
+  ConsistencyOptions async = ConsistencyOptionsFromTraining(t, 2);
+  EXPECT_EQ(async.kind, Kind::kSsp);
+  EXPECT_EQ(async.num_workers, 2u);
+  EXPECT_EQ(async.staleness, 3);
+  EXPECT_TRUE(async.staleness_aware_lr);
+  EXPECT_EQ(async.dc_lambda, 0.25);
+  EXPECT_TRUE(async.lr_per_worker);
+  EXPECT_TRUE(MakeConsistencyRule(async).ok());
+
+  t.Clear();
+  t.set_mode(pstrain::v1::MODE_ALLREDUCE);
+  ConsistencyOptions ring = ConsistencyOptionsFromTraining(t, 2);
+  EXPECT_EQ(ring.kind, Kind::kUnspecified);
+  EXPECT_EQ(MakeConsistencyRule(ring).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

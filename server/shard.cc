@@ -17,9 +17,18 @@
 #include "common/sharding.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
+#include "server/chunk_pool.h"
+#include "server/fixed_point_kernels.h"
 
 namespace pstrain {
 
+using fixed_point::AddFixedFast;
+using fixed_point::FixedFitsFast;
+using fixed_point::FixedToFloat;
+using fixed_point::HeldToFloat;
+using fixed_point::kFastLimit;
+using fixed_point::kNonFiniteBits;
+using fixed_point::MaxAbsBits;
 using pstrain::v1::ChunkData;
 using pstrain::v1::PushHeader;
 
@@ -50,224 +59,6 @@ int NextExponent(double max_abs, int current) {
   if (!(max_abs > 0)) return current;
   const int e = std::ilogb(max_abs) + 1;
   return std::clamp(e + kHeadroomBits, kMinExponent, kMaxExponent);
-}
-
-// Fast paths of the fixed-point conversions, bit-identical to the scalar
-// std::llrint and int64 -> double conversions they replace where they apply:
-// for |y| < 2^51, y + 1.5 * 2^52 lies in [2^52, 2^53), where doubles are the
-// integers, so the addition rounds y to the nearest integer (ties to even, as
-// llrint in the default rounding mode), and the bits of the sum minus those
-// of 1.5 * 2^52 are that integer; the reverse turns an int64 below 2^51 in
-// magnitude into its exact double. Unlike the scalar conversions they
-// vectorise; each is built for AVX2 and the baseline, chosen at run time
-// (a plain check, not an ifunc: ifunc resolvers run before the sanitizers'
-// runtimes are up).
-constexpr double kMagic = 6755399441055744.0;      // 1.5 * 2^52
-constexpr double kFastLimit = 2251799813685248.0;  // 2^51
-int64_t MagicBits() {
-  int64_t bits;
-  std::memcpy(&bits, &kMagic, sizeof(bits));
-  return bits;
-}
-
-// The bits of the largest |g| of `len` floats at `src` (their magnitudes'
-// bits order as the magnitudes do; a NaN or Inf among them gives
-// kNonFiniteBits or more). With `dst`, the floats are also copied there in
-// the same pass.
-constexpr uint32_t kNonFiniteBits = 0x7f800000u;
-inline __attribute__((always_inline)) uint32_t MaxAbsBitsBody(
-    const char* __restrict src, uint64_t len, char* __restrict dst) {
-  uint32_t max_bits = 0;
-  if (dst != nullptr) {
-    for (uint64_t i = 0; i < len; ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, src + i * sizeof(float), sizeof(bits));
-      std::memcpy(dst + i * sizeof(float), &bits, sizeof(bits));
-      bits &= 0x7fffffffu;
-      max_bits = bits > max_bits ? bits : max_bits;
-    }
-    return max_bits;
-  }
-  for (uint64_t i = 0; i < len; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, src + i * sizeof(float), sizeof(bits));
-    bits &= 0x7fffffffu;
-    max_bits = bits > max_bits ? bits : max_bits;
-  }
-  return max_bits;
-}
-
-// acc[i] += llrint(n * g[i] * to_fixed), for terms known below 2^51.
-inline __attribute__((always_inline)) void AddFixedFastBody(
-    const char* src, uint64_t len, double n, double to_fixed, int64_t* acc) {
-  const int64_t magic_bits = MagicBits();
-  for (uint64_t i = 0; i < len; ++i) {
-    float g;
-    std::memcpy(&g, src + i * sizeof(float), sizeof(float));
-    const double r = n * static_cast<double>(g) * to_fixed + kMagic;
-    int64_t bits;
-    std::memcpy(&bits, &r, sizeof(bits));
-    acc[i] += bits - magic_bits;
-  }
-}
-
-// True if every acc[i] is below 2^51 in magnitude.
-inline __attribute__((always_inline)) bool FixedFitsFastBody(const int64_t* acc,
-                                                             uint64_t len) {
-  uint64_t out = 0;
-  for (uint64_t i = 0; i < len; ++i) {
-    out |= (static_cast<uint64_t>(acc[i]) + (uint64_t{1} << 51)) >> 52;
-  }
-  return out == 0;
-}
-
-// FixedToFloatBody's loops; kScale: (y * from_fixed) / samples computed as
-// y * scale, scale = from_fixed / samples (see FixedToFloatBody).
-template <bool kScale>
-inline __attribute__((always_inline)) void FixedToFloatLoops(
-    int64_t* acc, uint64_t len, double from_fixed, double samples, double scale,
-    bool fast, float* g) {
-  if (fast) {
-    const int64_t magic_bits = MagicBits();
-    for (uint64_t i = 0; i < len; ++i) {
-      const int64_t bits = acc[i] + magic_bits;
-      double d;
-      std::memcpy(&d, &bits, sizeof(d));
-      const double y = d - kMagic;
-      g[i] = static_cast<float>(kScale ? y * scale : y * from_fixed / samples);
-      acc[i] = 0;
-    }
-    return;
-  }
-  for (uint64_t i = 0; i < len; ++i) {
-    const double y = static_cast<double>(acc[i]);
-    g[i] = static_cast<float>(kScale ? y * scale : y * from_fixed / samples);
-    acc[i] = 0;
-  }
-}
-
-// g[i] = float(double(acc[i]) * from_fixed / samples), acc[i] = 0; the
-// fast conversion needs FixedFitsFast. When `samples` is a power of two and
-// from_fixed / samples a normal double, the divide is a multiply by that
-// quotient, bit for bit the same: y is an integer, so y * from_fixed (a
-// power of two 2^L, normal) is exact and normal, and both sides are the
-// same exact value rounded once (as in HeldToFloatBody).
-inline __attribute__((always_inline)) void FixedToFloatBody(
-    int64_t* acc, uint64_t len, double from_fixed, double samples, bool fast,
-    float* g) {
-  int e = 0;
-  const double scale = from_fixed / samples;
-  if (std::frexp(samples, &e) == 0.5 && scale >= DBL_MIN) {
-    FixedToFloatLoops<true>(acc, len, from_fixed, samples, scale, fast, g);
-  } else {
-    FixedToFloatLoops<false>(acc, len, from_fixed, samples, scale, fast, g);
-  }
-}
-
-// g[i] = float(double(fixed(n * src[i])) * from_fixed / samples) for a
-// chunk whose only term of the step is the floats at `src`: AddFixedFastBody
-// into a zero accumulator and FixedToFloatBody's fast case fused, the same
-// operations on the same doubles (the integer round trip through the
-// accumulator is exact: r - kMagic is the term's fixed-point value, and it
-// is also double(acc) where FixedToFloat takes its scalar case), so the
-// result is bit for bit theirs. Needs the terms known below 2^51. When
-// `samples` is a power of two and from_fixed / samples a normal double,
-// (y * from_fixed) / samples is computed as y * (from_fixed / samples): both
-// sides are the same exact value rounded once (y * from_fixed is exact, 2^L
-// staying normal), and a multiply costs a fraction of a divide.
-inline __attribute__((always_inline)) void HeldToFloatBody(
-    const char* src, uint64_t len, double n, double to_fixed, double from_fixed,
-    double samples, float* g) {
-  int e = 0;
-  const double scale = from_fixed / samples;
-  if (std::frexp(samples, &e) == 0.5 && scale >= DBL_MIN) {
-    for (uint64_t i = 0; i < len; ++i) {
-      float x;
-      std::memcpy(&x, src + i * sizeof(float), sizeof(float));
-      const double r = n * static_cast<double>(x) * to_fixed + kMagic;
-      g[i] = static_cast<float>((r - kMagic) * scale);
-    }
-    return;
-  }
-  for (uint64_t i = 0; i < len; ++i) {
-    float x;
-    std::memcpy(&x, src + i * sizeof(float), sizeof(float));
-    const double r = n * static_cast<double>(x) * to_fixed + kMagic;
-    g[i] = static_cast<float>((r - kMagic) * from_fixed / samples);
-  }
-}
-
-bool HasAvx2() {
-  static const bool avx2 = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-  }();
-  return avx2;
-}
-
-__attribute__((target("avx2"))) uint32_t MaxAbsBitsAvx2(const char* src,
-                                                        uint64_t len,
-                                                        char* dst) {
-  return MaxAbsBitsBody(src, len, dst);
-}
-uint32_t MaxAbsBits(const char* src, uint64_t len, char* dst = nullptr) {
-  return HasAvx2() ? MaxAbsBitsAvx2(src, len, dst)
-                   : MaxAbsBitsBody(src, len, dst);
-}
-
-__attribute__((target("avx2"))) void AddFixedFastAvx2(const char* src,
-                                                      uint64_t len, double n,
-                                                      double to_fixed,
-                                                      int64_t* acc) {
-  AddFixedFastBody(src, len, n, to_fixed, acc);
-}
-void AddFixedFast(const char* src, uint64_t len, double n, double to_fixed,
-                  int64_t* acc) {
-  if (HasAvx2()) {
-    AddFixedFastAvx2(src, len, n, to_fixed, acc);
-  } else {
-    AddFixedFastBody(src, len, n, to_fixed, acc);
-  }
-}
-
-__attribute__((target("avx2"))) bool FixedFitsFastAvx2(const int64_t* acc,
-                                                       uint64_t len) {
-  return FixedFitsFastBody(acc, len);
-}
-bool FixedFitsFast(const int64_t* acc, uint64_t len) {
-  return HasAvx2() ? FixedFitsFastAvx2(acc, len) : FixedFitsFastBody(acc, len);
-}
-
-__attribute__((target("avx2"))) void FixedToFloatAvx2(int64_t* acc,
-                                                      uint64_t len,
-                                                      double from_fixed,
-                                                      double samples, bool fast,
-                                                      float* g) {
-  FixedToFloatBody(acc, len, from_fixed, samples, fast, g);
-}
-void FixedToFloat(int64_t* acc, uint64_t len, double from_fixed, double samples,
-                  bool fast, float* g) {
-  if (HasAvx2()) {
-    FixedToFloatAvx2(acc, len, from_fixed, samples, fast, g);
-  } else {
-    FixedToFloatBody(acc, len, from_fixed, samples, fast, g);
-  }
-}
-
-__attribute__((target("avx2"))) void HeldToFloatAvx2(const char* src,
-                                                     uint64_t len, double n,
-                                                     double to_fixed,
-                                                     double from_fixed,
-                                                     double samples, float* g) {
-  HeldToFloatBody(src, len, n, to_fixed, from_fixed, samples, g);
-}
-void HeldToFloat(const char* src, uint64_t len, double n, double to_fixed,
-                 double from_fixed, double samples, float* g) {
-  if (HasAvx2()) {
-    HeldToFloatAvx2(src, len, n, to_fixed, from_fixed, samples, g);
-  } else {
-    HeldToFloatBody(src, len, n, to_fixed, from_fixed, samples, g);
-  }
 }
 
 // One chunk's part of a push fingerprint: its position and bytes.
@@ -326,142 +117,7 @@ struct Shard::ChunkSum {
   }
 };
 
-// The thread that applies chunks on arrival (Shard::ApplyOnArrival), so
-// the threads reading push streams only sum. Tasks are (chunk, sum epoch);
-// one queued per chunk and step at most. Starts in Start; the destructor
-// drops what is queued and joins.
-class ChunkApplier {
- public:
-  static std::unique_ptr<ChunkApplier> Start(
-      std::function<void(size_t, uint64_t)> fn) {
-    std::unique_ptr<ChunkApplier> a(new ChunkApplier(std::move(fn)));
-    a->thread_ = std::thread([p = a.get()] { p->Loop(); });
-    return a;
-  }
-
-  ~ChunkApplier() {
-    {
-      absl::MutexLock lock(&mu_);
-      stop_ = true;
-    }
-    thread_.join();
-  }
-
-  void Post(size_t chunk, uint64_t epoch) {
-    absl::MutexLock lock(&mu_);
-    queue_.emplace_back(chunk, epoch);
-  }
-
- private:
-  explicit ChunkApplier(std::function<void(size_t, uint64_t)> fn)
-      : fn_(std::move(fn)) {}
-
-  void Loop() {
-    while (true) {
-      std::pair<size_t, uint64_t> task;
-      {
-        absl::MutexLock lock(&mu_);
-        auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return stop_ || !queue_.empty();
-        };
-        mu_.Await(absl::Condition(&ready));
-        if (stop_) return;
-        task = queue_.front();
-        queue_.pop_front();
-      }
-      fn_(task.first, task.second);
-    }
-  }
-
-  const std::function<void(size_t, uint64_t)> fn_;
-  std::thread thread_;
-  absl::Mutex mu_;
-  std::deque<std::pair<size_t, uint64_t>> queue_ ABSL_GUARDED_BY(mu_);
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-};
-
-// A fixed set of helper threads that, with the caller, run the tasks of one
-// ParallelFor at a time. Threads start in Start and stop in the destructor.
-class ChunkPool {
- public:
-  static std::unique_ptr<ChunkPool> Start(int threads) {
-    std::unique_ptr<ChunkPool> pool(new ChunkPool(threads));
-    for (int slot = 1; slot < threads; ++slot) {
-      pool->helpers_.emplace_back([p = pool.get(), slot] { p->Loop(slot); });
-    }
-    return pool;
-  }
-
-  ~ChunkPool() {
-    {
-      absl::MutexLock lock(&mu_);
-      stop_ = true;
-    }
-    for (std::thread& t : helpers_) t.join();
-  }
-
-  int threads() const { return threads_; }
-
-  // Runs fn(task, slot) for every task in [0, n); slot < threads() names
-  // the thread. One call at a time.
-  void ParallelFor(size_t n, const std::function<void(size_t, int)>& fn) {
-    {
-      absl::MutexLock lock(&mu_);
-      fn_ = &fn;
-      n_ = n;
-      next_.store(0, std::memory_order_relaxed);
-      running_ = static_cast<int>(helpers_.size());
-      ++generation_;
-    }
-    RunTasks(0);
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](int* running) { return *running == 0; }, &running_));
-    fn_ = nullptr;
-  }
-
- private:
-  explicit ChunkPool(int threads) : threads_(threads) {}
-
-  void Loop(int slot) {
-    uint64_t seen = 0;
-    while (true) {
-      {
-        absl::MutexLock lock(&mu_);
-        auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return stop_ || generation_ != seen;
-        };
-        mu_.Await(absl::Condition(&ready));
-        if (stop_) return;
-        seen = generation_;
-      }
-      RunTasks(slot);
-      absl::MutexLock lock(&mu_);
-      --running_;
-    }
-  }
-
-  void RunTasks(int slot) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    // fn_ and n_ were published under mu_ before this round started.
-    for (size_t i = next_.fetch_add(1); i < n_; i = next_.fetch_add(1)) {
-      (*fn_)(i, slot);
-    }
-  }
-
-  const int threads_;
-  std::vector<std::thread> helpers_;
-  absl::Mutex mu_;
-  const std::function<void(size_t, int)>* fn_ ABSL_GUARDED_BY(mu_) = nullptr;
-  size_t n_ ABSL_GUARDED_BY(mu_) = 0;
-  std::atomic<size_t> next_{0};
-  int running_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-};
-
-Shard::Shard(ShardOptions options)
-    : options_(std::move(options)),
-      sync_(options_.rule.kind == ConsistencyOptions::Kind::kBsp) {}
+Shard::Shard(ShardOptions options) : options_(std::move(options)) {}
 
 Shard::~Shard() {
   applier_.reset();  // its tasks use the rest of the shard
@@ -475,24 +131,7 @@ ShardOptions ShardOptionsFromJob(const pstrain::v1::JobSpec& job,
   o.shard_map = job.shard_map();
   const v1::TrainingConfig& t = job.config().training();
   o.optimizer = t.optimizer();
-  ConsistencyOptions& r = o.rule;
-  switch (t.mode()) {
-    case pstrain::v1::MODE_SYNC:
-      r.kind = ConsistencyOptions::Kind::kBsp;
-      break;
-    case pstrain::v1::MODE_ASYNC:
-      r.kind = ConsistencyOptions::Kind::kSsp;
-      break;
-    default:
-      r.kind = ConsistencyOptions::Kind::kUnspecified;
-  }
-  r.num_workers = job.config().job().workers();
-  r.backup_workers = t.backup_workers();
-  r.staleness = t.staleness();
-  r.staleness_aware_lr = t.staleness_aware_lr();
-  r.dc_lambda = t.dc_lambda();
-  r.lr_per_worker =
-      t.async_lr_per_push() == pstrain::v1::TrainingConfig::SCALED;
+  o.rule = ConsistencyOptionsFromTraining(t, job.config().job().workers());
   o.sparse_max_rows = static_cast<uint64_t>(
       std::max<int64_t>(job.config().server().sparse_max_rows(), 0));
   o.sparse_on_full = job.config().server().sparse_on_full() ==
@@ -619,7 +258,7 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(ShardOptions options) {
   shard->departed_.assign(n, false);
   shard->last_push_.resize(n);
   shard->prev_push_.resize(n);
-  if (shard->sync_) {
+  if (shard->rule_->records_pushes()) {
     shard->accumulator_.assign(shard->num_elements_, 0);
     shard->sums_ = std::make_unique<ChunkSum[]>(shard->chunks_.size());
     for (size_t k = 0; k < shard->chunks_.size(); ++k) {
@@ -751,10 +390,10 @@ absl::StatusOr<PushResult> Shard::AcceptLocked(
       return p->result;
     }
   }
-  // Async: a rank joined again, whose dead process pushed this clock
-  // already (shard.h, "Pushes are idempotent").
-  if (!sync_ && header.clock() < clocks_[w] && last_push_[w].valid &&
-      last_push_[w].session != header.session_id()) {
+  // A rank joined again, whose dead process pushed this clock already
+  // (async; shard.h, "Pushes are idempotent").
+  if (rule_->AcknowledgesRejoinedPushes() && header.clock() < clocks_[w] &&
+      last_push_[w].valid && last_push_[w].session != header.session_id()) {
     PushResult result;
     result.version = version_;
     return result;
@@ -1382,7 +1021,7 @@ ShardProgress Shard::ProgressLocked() const {
 }
 
 uint64_t Shard::NextCutLocked(uint64_t min_clock) const {
-  if (sync_) return 0;  // sync cuts at step boundaries
+  if (!rule_->HoldsReadsAtCuts()) return 0;
   uint64_t next = 0;
   auto consider = [&](uint64_t cut) {
     // The final cut needs no hold: no push of clock training.steps exists.
@@ -1551,20 +1190,24 @@ void Shard::Close() {
 
 // ---- Checkpoints: state export and import ---------------------------------
 
+CutProgress Shard::CutProgressLocked() const {
+  CutProgress p;
+  p.version = version_;
+  p.step_open = pending_count_ > 0 || !WholeVersionLocked();
+  p.min_clock = MinClockLocked();
+  const auto [lowest, highest] =
+      std::minmax_element(clocks_.begin(), clocks_.end());
+  p.lowest_clock = *lowest;
+  p.highest_clock = *highest;
+  return p;
+}
+
 bool Shard::AtCutLocked(uint64_t cut) const {
-  if (sync_) {
-    return version_ == cut && pending_count_ == 0 && WholeVersionLocked();
-  }
-  return std::all_of(clocks_.begin(), clocks_.end(),
-                     [cut](uint64_t c) { return c == cut; });
+  return rule_->AtCut(cut, CutProgressLocked());
 }
 
 bool Shard::PastCutLocked(uint64_t cut) const {
-  if (sync_) {
-    return version_ > cut ||
-           (version_ == cut && (pending_count_ > 0 || !WholeVersionLocked()));
-  }
-  return *std::max_element(clocks_.begin(), clocks_.end()) > cut;
+  return rule_->PastCut(cut, CutProgressLocked());
 }
 
 ShardState Shard::CaptureLocked(uint64_t cut) const {
@@ -1572,7 +1215,9 @@ ShardState Shard::CaptureLocked(uint64_t cut) const {
   s.cut = cut;
   s.version = version_;
   s.clocks = clocks_;
-  s.schedule_step = sync_ ? version_ : cut;
+  // Sync cuts are versions, async ones clocks: either way the schedule's
+  // step (ConsistencyRule::OnPush) at the cut.
+  s.schedule_step = cut;
   s.num_slots = optimizer_->num_slots();
   s.chunks.reserve(chunks_.size());
   for (size_t k = 0; k < chunks_.size(); ++k) {
@@ -1582,7 +1227,7 @@ ShardState Shard::CaptureLocked(uint64_t cut) const {
     c.length = chunks_[k].length;
     c.weights = weights_[k]->values;
     c.slots = slots_[k];
-    if (sync_) {
+    if (sums_ != nullptr) {
       absl::MutexLock sum_lock(&sums_[k].mu);
       c.has_exponent = true;
       c.exponent = sums_[k].exponent;
@@ -1594,22 +1239,18 @@ ShardState Shard::CaptureLocked(uint64_t cut) const {
 
 absl::StatusOr<ShardState> Shard::Snapshot() const {
   absl::MutexLock lock(&mu_);
-  if (sync_) {
-    if (pending_count_ > 0 || !WholeVersionLocked()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "shard ", shard_id(), " is not at a step boundary: ", pending_count_,
-          " push(es) of step ", version_, " recorded, ",
-          chunks_applied_early_.load(std::memory_order_relaxed),
-          " chunk(s) of it applied"));
-    }
-    return CaptureLocked(version_);
-  }
-  if (!AtCutLocked(clocks_[0])) {
+  const CutProgress p = CutProgressLocked();
+  const uint64_t cut = rule_->ReachedCut(p);
+  if (!rule_->AtCut(cut, p)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "shard ", shard_id(), " is not at a clock cut: worker clocks are ",
+        "shard ", shard_id(), " is not at a checkpoint cut (a step boundary ",
+        "or a clock cut): version ", version_, ", ", pending_count_,
+        " push(es) of step ", version_, " recorded, ",
+        chunks_applied_early_.load(std::memory_order_relaxed),
+        " chunk(s) of it applied, worker clocks ",
         absl::StrJoin(clocks_, ",")));
   }
-  return CaptureLocked(clocks_[0]);
+  return CaptureLocked(cut);
 }
 
 absl::StatusOr<ShardState> Shard::SnapshotAt(uint64_t cut,
@@ -1642,7 +1283,8 @@ absl::StatusOr<ShardState> Shard::SnapshotAt(uint64_t cut,
     return std::move(pending.state);
   }
   if (closed_) return absl::UnavailableError("shard is shutting down");
-  if (accumulator_.empty() && standing_max_held_ > 0 && !PastCutLocked(cut)) {
+  if (rule_->HoldsReadsAtCuts() && standing_max_held_ > 0 &&
+      !PastCutLocked(cut)) {
     ordered_cuts_.insert(cut);  // still held; captured when reached
   }
   std::vector<std::string> behind;
@@ -1668,9 +1310,9 @@ void Shard::SetStandingCuts(uint64_t every, uint64_t last, size_t max_held) {
 }
 
 void Shard::ServeSnapshotsLocked() {
-  // A standing cut is the version the shard just reached (sync), or the
-  // clock every worker just reached (async).
-  const uint64_t v = sync_ ? version_ : MinClockLocked();
+  // A standing cut is the cut the shard just reached: the version (sync) or
+  // the clock every live worker reached (async; ConsistencyRule::ReachedCut).
+  const uint64_t v = rule_->ReachedCut(CutProgressLocked());
   if (standing_max_held_ > 0 && v > 0 &&
       (v == standing_last_ || ordered_cuts_.count(v) > 0 ||
        (standing_every_ > 0 && v % standing_every_ == 0)) &&
@@ -1741,7 +1383,7 @@ absl::Status Shard::Restore(const ShardState& state) {
   clocks_ = state.clocks;
   for (LastPush& p : last_push_) p = LastPush{};
   for (LastPush& p : prev_push_) p = LastPush{};
-  if (sync_) {
+  if (sums_ != nullptr) {
     // The open step's sum goes, uncommitted contributions included; pushes
     // still streaming into it add nothing more and cannot commit (epoch).
     ++sum_epoch_;

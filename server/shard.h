@@ -343,8 +343,8 @@ struct LocalChunk {
   uint64_t local_offset = 0;  // into the shard's flat layout
 };
 
-class ChunkPool;     // shard.cc: a fixed set of threads for per-chunk work
-class ChunkApplier;  // shard.cc: the thread that applies chunks on arrival
+class ChunkPool;     // chunk_pool.h: a fixed set of threads for per-chunk work
+class ChunkApplier;  // chunk_pool.h: the thread that applies chunks on arrival
 
 class Shard {
  public:
@@ -488,8 +488,9 @@ class Shard {
       const std::vector<const pstrain::v1::ChunkData*>& chunks,
       std::vector<const pstrain::v1::ChunkData*>* ordered) const;
   ShardProgress ProgressLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Async: the smallest standing or ordered cut above `min_clock` that is
-  // not the final cut (ShardProgress::next_cut); 0 when none, and in sync.
+  // The smallest standing or ordered cut above `min_clock` that is not the
+  // final cut (ShardProgress::next_cut); 0 when none, and when the rule does
+  // not hold reads at cuts (ConsistencyRule::HoldsReadsAtCuts).
   uint64_t NextCutLocked(uint64_t min_clock) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ReadableLocked(uint64_t clock) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -628,7 +629,6 @@ class Shard {
   // k's elements are guarded by sums_[k].mu, which also holds its exponent
   // E, largest committed |x| and the step's contributions. Lock order: mu_
   // before any ChunkSum::mu; summing a chunk takes only its own.
-  const bool sync_;  // records_pushes(): Bsp or BspWithBackups
   std::vector<int64_t> accumulator_;
   std::unique_ptr<ChunkSum[]> sums_;
   // Bumped when a step is applied or state restored: an IncomingPush of an
@@ -740,6 +740,8 @@ class Shard {
     absl::Status status;
     ShardState state;
   };
+  // Checkpoint cuts: the rule decides (ConsistencyRule::AtCut, PastCut).
+  CutProgress CutProgressLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AtCutLocked(uint64_t cut) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PastCutLocked(uint64_t cut) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ShardState CaptureLocked(uint64_t cut) const

@@ -264,7 +264,7 @@ uint64_t SparseShard::MinClockLocked() const {
 }
 
 uint64_t SparseShard::NextCutLocked(uint64_t min_clock) const {
-  if (rule_->records_pushes()) return 0;  // sync cuts at step boundaries
+  if (!rule_->HoldsReadsAtCuts()) return 0;
   uint64_t next = 0;
   auto consider = [&](uint64_t cut) {
     // The final cut needs no hold: no push of clock training.steps exists.
@@ -439,7 +439,7 @@ absl::StatusOr<SparseShardState> SparseShard::SnapshotAt(uint64_t cut,
 }
 
 void SparseShard::OrderCut(uint64_t cut) {
-  if (rule_->records_pushes()) return;
+  if (!rule_->HoldsReadsAtCuts()) return;
   absl::MutexLock lock(&mu_);
   if (held_.count(cut) == 0 && !PastCutLocked(cut) && !AtCutLocked(cut)) {
     ordered_cuts_.insert(cut);

@@ -1,0 +1,255 @@
+#include "server/fixed_point_kernels.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace pstrain {
+namespace fixed_point {
+namespace {
+
+// Lengths around the vector widths (4 and 8 lanes, unrolled by the
+// compiler): empty, shorter than a vector, odd tails, and a long run.
+const uint64_t kLengths[] = {0, 1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 33, 63,
+                             64, 65, 127, 1000, 1023, 4097};
+
+// Random floats with magnitudes over many binades and both signs, some
+// zeros and negative zeros, as bytes at an odd offset (payloads need not be
+// aligned).
+struct Floats {
+  std::vector<char> storage;
+  const char* bytes() const { return storage.data() + 1; }
+  char* bytes() { return storage.data() + 1; }
+  float at(uint64_t i) const {
+    float f;
+    std::memcpy(&f, bytes() + i * sizeof(float), sizeof(f));
+    return f;
+  }
+};
+
+Floats RandomFloats(std::mt19937_64& rng, uint64_t len, int max_exp) {
+  Floats f;
+  f.storage.assign(len * sizeof(float) + 1, 0);
+  std::uniform_real_distribution<float> mant(0.5f, 1.0f);
+  std::uniform_int_distribution<int> exp(-30, max_exp);
+  std::uniform_int_distribution<int> kind(0, 19);
+  for (uint64_t i = 0; i < len; ++i) {
+    float x;
+    switch (kind(rng)) {
+      case 0: x = 0.0f; break;
+      case 1: x = -0.0f; break;
+      default:
+        x = std::ldexp(mant(rng), exp(rng));
+        if (rng() & 1) x = -x;
+    }
+    std::memcpy(f.bytes() + i * sizeof(float), &x, sizeof(x));
+  }
+  return f;
+}
+
+std::vector<const Kernels*> Builds() {
+  std::vector<const Kernels*> builds = {&BaselineKernels()};
+  if (HasAvx2()) builds.push_back(&Avx2Kernels());
+  return builds;
+}
+
+// The comparisons below need both builds; a CPU without AVX2 says so
+// instead of passing on the baseline alone.
+#define REQUIRE_AVX2()                                                  \
+  if (!HasAvx2()) GTEST_SKIP() << "this CPU has no AVX2: only the "     \
+                                  "baseline build can run here"
+
+TEST(FixedPointKernelsTest, MaxAbsBitsMatchesScalarAndBuildsAgree) {
+  std::mt19937_64 rng(1);
+  for (uint64_t len : kLengths) {
+    Floats f = RandomFloats(rng, len, 20);
+    uint32_t want = 0;
+    for (uint64_t i = 0; i < len; ++i) {
+      uint32_t bits;
+      const float a = std::fabs(f.at(i));
+      std::memcpy(&bits, &a, sizeof(bits));
+      want = std::max(want, bits);
+    }
+    for (const Kernels* k : Builds()) {
+      EXPECT_EQ(k->max_abs_bits(f.bytes(), len, nullptr), want) << len;
+      std::vector<char> copy(len * sizeof(float) + 3, 'x');
+      EXPECT_EQ(k->max_abs_bits(f.bytes(), len, copy.data() + 3), want);
+      EXPECT_EQ(std::memcmp(copy.data() + 3, f.bytes(), len * sizeof(float)),
+                0)
+          << len;
+    }
+    EXPECT_EQ(MaxAbsBits(f.bytes(), len), want);
+  }
+}
+
+TEST(FixedPointKernelsTest, MaxAbsBitsFlagsNonFiniteAnywhereIncludingTail) {
+  std::mt19937_64 rng(2);
+  for (uint64_t len : {1u, 7u, 9u, 33u, 1023u}) {
+    for (float bad : {std::numeric_limits<float>::infinity(),
+                      -std::numeric_limits<float>::infinity(),
+                      std::numeric_limits<float>::quiet_NaN()}) {
+      for (uint64_t pos : {uint64_t{0}, len / 2, len - 1}) {
+        Floats f = RandomFloats(rng, len, 20);
+        std::memcpy(f.bytes() + pos * sizeof(float), &bad, sizeof(bad));
+        for (const Kernels* k : Builds()) {
+          EXPECT_GE(k->max_abs_bits(f.bytes(), len, nullptr), kNonFiniteBits)
+              << "len " << len << " pos " << pos;
+        }
+      }
+    }
+  }
+}
+
+TEST(FixedPointKernelsTest, AddFixedFastIsLlrintAndBuildsAgreeBitExactly) {
+  REQUIRE_AVX2();
+  std::mt19937_64 rng(3);
+  for (uint64_t len : kLengths) {
+    // |n * g * to_fixed| < 2^51: |g| < 2^20, n <= 8, to_fixed = 2^27.
+    Floats f = RandomFloats(rng, len, 19);
+    const double n = 1 + rng() % 8;
+    const double to_fixed = std::ldexp(1.0, 27);
+    std::vector<int64_t> start(len);
+    for (int64_t& a : start) a = static_cast<int64_t>(rng() % (1u << 30)) - (1 << 29);
+    std::vector<int64_t> want = start, base = start, avx2 = start;
+    for (uint64_t i = 0; i < len; ++i) {
+      want[i] += std::llrint(n * static_cast<double>(f.at(i)) * to_fixed);
+    }
+    BaselineKernels().add_fixed_fast(f.bytes(), len, n, to_fixed, base.data());
+    Avx2Kernels().add_fixed_fast(f.bytes(), len, n, to_fixed, avx2.data());
+    EXPECT_EQ(base, want) << len;
+    EXPECT_EQ(avx2, want) << len;
+  }
+}
+
+TEST(FixedPointKernelsTest, FixedFitsFastFindsALargeValueAnywhere) {
+  REQUIRE_AVX2();
+  const int64_t limit = int64_t{1} << 51;
+  for (uint64_t len : kLengths) {
+    if (len == 0) continue;
+    for (uint64_t pos : {uint64_t{0}, len / 2, len - 1}) {
+      for (int64_t v : {limit - 1, -limit, limit, -limit - 1,
+                        std::numeric_limits<int64_t>::min()}) {
+        std::vector<int64_t> acc(len, 12345);
+        acc[pos] = v;
+        const bool want = v >= -limit && v < limit;
+        // -2^51 fits: its double is exact and the fast path handles it.
+        EXPECT_EQ(BaselineKernels().fixed_fits_fast(acc.data(), len), want)
+            << len << " " << pos << " " << v;
+        EXPECT_EQ(Avx2Kernels().fixed_fits_fast(acc.data(), len), want)
+            << len << " " << pos << " " << v;
+      }
+    }
+  }
+  EXPECT_TRUE(BaselineKernels().fixed_fits_fast(nullptr, 0));
+  EXPECT_TRUE(Avx2Kernels().fixed_fits_fast(nullptr, 0));
+}
+
+// Bits of a float vector, so that -0.0 and 0.0 (and NaN payloads) differ.
+std::vector<uint32_t> Bits(const std::vector<float>& v) {
+  std::vector<uint32_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+  return b;
+}
+
+TEST(FixedPointKernelsTest, FixedToFloatFastEqualsScalarAndBuildsAgree) {
+  REQUIRE_AVX2();
+  std::mt19937_64 rng(4);
+  // Powers of two (the multiply path) and not (the divide path).
+  for (double samples : {1.0, 4.0, 128.0, 3.0, 100.0}) {
+    for (uint64_t len : kLengths) {
+      std::vector<int64_t> acc(len);
+      for (int64_t& a : acc) {
+        a = static_cast<int64_t>(rng() >> 14) - (int64_t{1} << 49);
+      }
+      const double from_fixed = std::ldexp(1.0, -27);
+      std::vector<float> want(len);
+      for (uint64_t i = 0; i < len; ++i) {
+        want[i] = static_cast<float>(static_cast<double>(acc[i]) * from_fixed /
+                                     samples);
+      }
+      for (const Kernels* k : Builds()) {
+        for (bool fast : {false, true}) {
+          std::vector<int64_t> a = acc;
+          std::vector<float> g(len, 7.0f);
+          k->fixed_to_float(a.data(), len, from_fixed, samples, fast,
+                            g.data());
+          EXPECT_EQ(Bits(g), Bits(want))
+              << "len " << len << " samples " << samples << " fast " << fast;
+          EXPECT_EQ(a, std::vector<int64_t>(len, 0));
+        }
+      }
+    }
+  }
+}
+
+TEST(FixedPointKernelsTest, FixedToFloatScalarTakesValuesBeyondTheFastRange) {
+  REQUIRE_AVX2();
+  std::vector<int64_t> acc = {int64_t{1} << 60, -(int64_t{1} << 55) - 3,
+                              std::numeric_limits<int64_t>::max(), 5, -7};
+  std::vector<float> want(acc.size());
+  for (size_t i = 0; i < acc.size(); ++i) {
+    want[i] = static_cast<float>(static_cast<double>(acc[i]) * 0.25 / 3.0);
+  }
+  for (const Kernels* k : Builds()) {
+    std::vector<int64_t> a = acc;
+    ASSERT_FALSE(k->fixed_fits_fast(a.data(), a.size()));
+    std::vector<float> g(a.size());
+    k->fixed_to_float(a.data(), a.size(), 0.25, 3.0, /*fast=*/false, g.data());
+    EXPECT_EQ(Bits(g), Bits(want));
+  }
+}
+
+TEST(FixedPointKernelsTest, HeldToFloatIsAddThenConvertAndBuildsAgree) {
+  REQUIRE_AVX2();
+  std::mt19937_64 rng(5);
+  for (double samples : {1.0, 32.0, 5.0}) {
+    for (uint64_t len : kLengths) {
+      Floats f = RandomFloats(rng, len, 19);
+      const double n = 1 + rng() % 8;
+      const int exponent = 20 + static_cast<int>(rng() % 8);
+      const double to_fixed = std::ldexp(1.0, 47 - exponent);
+      const double from_fixed = std::ldexp(1.0, exponent - 47);
+      // The unfused path: add into zeros, then convert.
+      std::vector<int64_t> acc(len, 0);
+      BaselineKernels().add_fixed_fast(f.bytes(), len, n, to_fixed,
+                                       acc.data());
+      std::vector<float> want(len);
+      BaselineKernels().fixed_to_float(acc.data(), len, from_fixed, samples,
+                                       /*fast=*/true, want.data());
+      for (const Kernels* k : Builds()) {
+        std::vector<float> g(len, 7.0f);
+        k->held_to_float(f.bytes(), len, n, to_fixed, from_fixed, samples,
+                         g.data());
+        EXPECT_EQ(Bits(g), Bits(want)) << "len " << len << " samples "
+                                       << samples;
+      }
+    }
+  }
+}
+
+TEST(FixedPointKernelsTest, FreeFunctionsUseTheBuildThisCpuRuns) {
+  std::mt19937_64 rng(6);
+  const uint64_t len = 257;
+  Floats f = RandomFloats(rng, len, 19);
+  const Kernels& k = HasAvx2() ? Avx2Kernels() : BaselineKernels();
+  std::vector<int64_t> a(len, 0), b(len, 0);
+  AddFixedFast(f.bytes(), len, 3.0, 1024.0, a.data());
+  k.add_fixed_fast(f.bytes(), len, 3.0, 1024.0, b.data());
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(FixedFitsFast(a.data(), len), k.fixed_fits_fast(b.data(), len));
+  std::vector<float> ga(len), gb(len);
+  FixedToFloat(a.data(), len, 1.0 / 1024, 4.0, true, ga.data());
+  k.fixed_to_float(b.data(), len, 1.0 / 1024, 4.0, true, gb.data());
+  EXPECT_EQ(Bits(ga), Bits(gb));
+  HeldToFloat(f.bytes(), len, 3.0, 1024.0, 1.0 / 1024, 4.0, ga.data());
+  k.held_to_float(f.bytes(), len, 3.0, 1024.0, 1.0 / 1024, 4.0, gb.data());
+  EXPECT_EQ(Bits(ga), Bits(gb));
+}
+
+}  // namespace
+}  // namespace fixed_point
+}  // namespace pstrain
