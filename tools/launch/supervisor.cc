@@ -35,7 +35,7 @@ absl::StatusOr<LaunchPlan> ParseLaunchPlan(absl::string_view text,
     if (!kv.first.empty()) values[kv.first] = std::string(kv.second);
   }
   LaunchPlan plan;
-  int max_restarts = 0;
+  int max_restarts = 0, min_workers = 0;
   auto number = [&](const char* key, int* field, bool required) {
     auto it = values.find(key);
     if (it == values.end()) {
@@ -52,10 +52,25 @@ absl::StatusOr<LaunchPlan> ParseLaunchPlan(absl::string_view text,
   for (absl::Status s : {number("workers", &plan.workers, true),
                          number("servers", &plan.servers, true),
                          number("lease_s", &plan.lease_s, false),
-                         number("max_restarts", &max_restarts, false)}) {
+                         number("max_restarts", &max_restarts, false),
+                         number("min_workers", &min_workers, false)}) {
     if (!s.ok()) return s;
   }
   plan.training.set_max_restarts(max_restarts);
+  plan.training.set_min_workers(min_workers);
+  if (auto mode = values.find("mode"); mode != values.end()) {
+    if (mode->second == "sync") {
+      plan.training.set_mode(pstrain::v1::MODE_SYNC);
+    } else if (mode->second == "async") {
+      plan.training.set_mode(pstrain::v1::MODE_ASYNC);
+    } else if (mode->second == "allreduce") {
+      plan.training.set_mode(pstrain::v1::MODE_ALLREDUCE);
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": mode: '", mode->second,
+                       "' is not sync, async or allreduce"));
+    }
+  }
   auto it = values.find("on_failure");
   if (it != values.end()) {
     if (it->second == "fail") {

@@ -68,14 +68,16 @@ struct LaunchPlan {
   int workers = 0;
   int servers = 0;
   int lease_s = 5;
-  // The training fields the job's FailurePolicy is built from, as far as
-  // plan.env has them (on_failure and max_restarts; unset: fail, 0).
+  // The training fields the job's FailurePolicy is built from: on_failure,
+  // max_restarts, mode and min_workers, as far as plan.env has them (unset:
+  // fail, 0, unspecified, 0).
   pstrain::v1::TrainingConfig training;
 };
 
 // Parses plan.env's text (`key=value` lines; unknown keys are ignored).
 // workers and servers are required; INVALID_ARGUMENT naming `path` and the
-// key when one is missing or malformed.
+// key when one is missing or malformed (a count, on_failure or mode that
+// the job file could not have).
 absl::StatusOr<LaunchPlan> ParseLaunchPlan(absl::string_view text,
                                            absl::string_view path);
 

@@ -245,6 +245,32 @@ TEST(SupervisorTest, ParsesThePlan) {
   EXPECT_EQ(plan->training.max_restarts(), 4);
 }
 
+// The policy is the job's: the plan's mode and min_workers reach it (the
+// ring's elastic policy hosts ranks; sync's stands in for them).
+TEST(SupervisorTest, ThePlansModeAndMinWorkersReachThePolicy) {
+  auto ring = ParseLaunchPlan(
+      "workers=3\nservers=0\non_failure=elastic\nmax_restarts=2\n"
+      "mode=allreduce\nmin_workers=2\n",
+      "out/plan.env");
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  EXPECT_EQ(ring->training.min_workers(), 2);
+  Supervisor ring_supervisor(*ring, false);
+  EXPECT_TRUE(ring_supervisor.policy().HostsRanks());
+  ASSERT_TRUE(ring_supervisor.policy().Elastic(3).has_value());
+  EXPECT_EQ(ring_supervisor.policy().Elastic(3)->min_workers, 2);
+  auto sync = ParseLaunchPlan(
+      "workers=3\nservers=1\non_failure=elastic\nmode=sync\n", "p.env");
+  ASSERT_TRUE(sync.ok()) << sync.status();
+  EXPECT_TRUE(Supervisor(*sync, false).policy().StandsIn());
+  EXPECT_FALSE(Supervisor(*sync, false).policy().HostsRanks());
+  // psctl run decides alike in every mode: a lost worker rejoins its rank.
+  const Action action = ring_supervisor.OnExit(kWorker2, 42, 137, kLive);
+  EXPECT_EQ(action.kind, Kind::kRejoinLater);
+  EXPECT_EQ(action.log,
+            "worker-2 (pid 42) exited with status 137; starting it again in "
+            "6 s, once its lease has run out (training.on_failure: elastic)");
+}
+
 TEST(SupervisorTest, RejectsABadPlanNamingFileAndKey) {
   auto missing = ParseLaunchPlan("servers=2\n", "out/plan.env");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
@@ -256,6 +282,11 @@ TEST(SupervisorTest, RejectsABadPlanNamingFileAndKey) {
   EXPECT_THAT(policy.status().message(), HasSubstr("on_failure: 'retry'"));
   auto count = ParseLaunchPlan("workers=-1\nservers=1\n", "p.env");
   EXPECT_THAT(count.status().message(), HasSubstr("workers: '-1'"));
+  auto mode = ParseLaunchPlan("workers=1\nservers=1\nmode=bsp\n", "p.env");
+  EXPECT_EQ(mode.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(mode.status().message(), HasSubstr("p.env: mode: 'bsp'"));
+  auto min = ParseLaunchPlan("workers=1\nservers=1\nmin_workers=x\n", "p.env");
+  EXPECT_THAT(min.status().message(), HasSubstr("min_workers: 'x'"));
 }
 
 TEST(SupervisorTest, CoordinatorFate) {
