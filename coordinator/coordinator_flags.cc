@@ -118,9 +118,12 @@ absl::Status WritePlanIfRequested(const JobConfig& config,
   plan << "workers=" << config.job().workers() << "\nservers=" << servers
        << "\nlease_s="
        << static_cast<int64_t>(std::ceil(config.network().lease_s())) << "\n";
-  // psctl run supervises restarts by these (training.on_failure: restart).
+  // psctl run supervises restarts by the job's FailurePolicy, built from
+  // these (tools/launch/supervisor.h).
   plan << "on_failure=" << ConfigName(config.training().on_failure())
-       << "\nmax_restarts=" << config.training().max_restarts() << "\n";
+       << "\nmax_restarts=" << config.training().max_restarts()
+       << "\nmode=" << ConfigName(config.training().mode())
+       << "\nmin_workers=" << config.training().min_workers() << "\n";
   if (resume != nullptr) {
     plan << "resume_step=" << resume->step << "\nresume_from=" << resume->dir
          << "\n";

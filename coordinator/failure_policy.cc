@@ -18,6 +18,30 @@ ElasticOptions MakeElastic(int num_workers, int min_workers, bool takeover) {
   return e;
 }
 
+// What psctl run does under elastic, in every mode: a lost worker is
+// started again once its lease has run out and rejoins its rank (sync and
+// async: Rejoins; the ring: RingMembers take the rank back); the job goes on
+// without it once training.max_restarts are used. Servers are not covered.
+class ElasticPolicy : public FailurePolicy {
+ public:
+  explicit ElasticPolicy(int64_t max_restarts) : max_restarts_(max_restarts) {}
+  const char* name() const override { return "elastic"; }
+  Relaunch RelaunchOnExit(LeaseHolder holder) const override {
+    return holder == LeaseHolder::kWorker ? Relaunch::kToRejoin
+                                          : Relaunch::kNever;
+  }
+  absl::Duration RelaunchDelay(absl::Duration lease) const override {
+    return lease + absl::Seconds(1);
+  }
+  int64_t max_relaunches() const override { return max_restarts_; }
+  bool GoesOnWithout(LeaseHolder holder) const override {
+    return holder == LeaseHolder::kWorker;
+  }
+
+ private:
+  const int64_t max_restarts_;
+};
+
 class FailPolicy final : public FailurePolicy {
  public:
   const char* name() const override { return "fail"; }
@@ -39,6 +63,9 @@ class RestartPolicy final : public FailurePolicy {
     return static_cast<uint64_t>(std::max<int64_t>(max_restarts_, 0));
   }
   bool RollsBack() const override { return true; }
+  Relaunch RelaunchOnExit(LeaseHolder) const override { return Relaunch::kNow; }
+  int64_t max_relaunches() const override { return max_restarts_; }
+  bool EndsLostProcesses() const override { return true; }
 
  private:
   const int64_t max_restarts_;
@@ -46,11 +73,10 @@ class RestartPolicy final : public FailurePolicy {
 
 // Elastic workers on parameter servers: a lost worker's rank departs; the
 // shards hold the weights, so nobody rolls back. Servers are not covered.
-class ElasticWorkersPolicy final : public FailurePolicy {
+class ElasticWorkersPolicy final : public ElasticPolicy {
  public:
-  ElasticWorkersPolicy(bool sync, int min_workers)
-      : sync_(sync), min_workers_(min_workers) {}
-  const char* name() const override { return "elastic"; }
+  ElasticWorkersPolicy(int64_t max_restarts, bool sync, int min_workers)
+      : ElasticPolicy(max_restarts), sync_(sync), min_workers_(min_workers) {}
   LossResponse OnLost(LeaseHolder holder) const override {
     return holder == LeaseHolder::kWorker ? LossResponse::kTakeOver
                                           : LossResponse::kFailJob;
@@ -75,10 +101,10 @@ class ElasticWorkersPolicy final : public FailurePolicy {
 // member, so the ring keeps its N members and its sum order, and every rank
 // rolls back as under restart. Its bound is training.min_workers, not
 // training.max_restarts (which counts the worker processes psctl starts).
-class ElasticRingPolicy final : public FailurePolicy {
+class ElasticRingPolicy final : public ElasticPolicy {
  public:
-  explicit ElasticRingPolicy(int min_workers) : min_workers_(min_workers) {}
-  const char* name() const override { return "elastic"; }
+  ElasticRingPolicy(int64_t max_restarts, int min_workers)
+      : ElasticPolicy(max_restarts), min_workers_(min_workers) {}
   LossResponse OnLost(LeaseHolder holder) const override {
     return holder == LeaseHolder::kWorker ? LossResponse::kHostAndRollBack
                                           : LossResponse::kFailJob;
@@ -100,7 +126,11 @@ class ElasticRingPolicy final : public FailurePolicy {
 }  // namespace
 
 std::string FailurePolicy::FailureNote(LeaseHolder) const {
-  return absl::StrCat(" (training.on_failure: ", name(), ")");
+  return absl::StrCat(" (", Described(), ")");
+}
+
+std::string FailurePolicy::Described() const {
+  return absl::StrCat("training.on_failure: ", name());
 }
 
 std::unique_ptr<FailurePolicy> FailurePolicy::ForJob(
@@ -112,10 +142,12 @@ std::unique_ptr<FailurePolicy> FailurePolicy::ForJob(
       return std::make_unique<RestartPolicy>(training.max_restarts());
     case TrainingConfig::ELASTIC:
       if (training.mode() == pstrain::v1::MODE_ALLREDUCE) {
-        return std::make_unique<ElasticRingPolicy>(min_workers);
+        return std::make_unique<ElasticRingPolicy>(training.max_restarts(),
+                                                   min_workers);
       }
       return std::make_unique<ElasticWorkersPolicy>(
-          training.mode() == pstrain::v1::MODE_SYNC, min_workers);
+          training.max_restarts(), training.mode() == pstrain::v1::MODE_SYNC,
+          min_workers);
     default:
       return std::make_unique<FailPolicy>();
   }

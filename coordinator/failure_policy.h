@@ -4,8 +4,9 @@
 // a slot a live process holds, and which recovery machinery the coordinator,
 // the shards and the workers run, decided from the job's plain values, like
 // ConsistencyRule decides reads and pushes for a shard. The coordinator
-// service, the server node and the worker node ask the policy; no other
-// file compares training.on_failure.
+// service, the server node, the worker node and psctl run's launcher
+// (tools/launch/supervisor.h) ask the policy; no other file compares
+// training.on_failure.
 //
 //   policy             lost worker          lost server   newcomer for a
 //                                                          held slot
@@ -15,6 +16,14 @@
 //     async)           live worker                         handover)
 //   elastic (ring)     hosted by a live     (none)        takes the rank back
 //                      worker + roll back
+//
+//   policy             psctl run starts a server or worker again
+//   fail               never
+//   restart            at once, to take its shard or rank back after the
+//                       rollback; out of training.max_restarts: job fails
+//   elastic (every     a worker, once its lease has run out, to rejoin its
+//     mode)            rank; out of training.max_restarts: the job goes on
+//                       without it; a server: never
 //
 // "Roll back": a new generation; once every lost process's replacement is in
 // (coordinator/recovery.h) every process restarts from the newest complete
@@ -28,6 +37,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/time/time.h"
 #include "coordinator/elastic.h"
 #include "coordinator/leases.h"
 #include "proto/pstrain.pb.h"
@@ -43,6 +53,16 @@ enum class LossResponse {
               // (sync) or the job goes on without them (async)
   kHostAndRollBack,  // a live worker hosts the rank as a second ring member
                      // and every rank rolls back (all-reduce)
+};
+
+// Whether psctl run starts again a server or worker process that exited
+// (status 1 or a signal, the job live) or that the coordinator declared lost.
+enum class Relaunch {
+  kNever,     // the job fails with it
+  kNow,       // started again at once; the coordinator's rollback takes it
+              // back into its shard or rank
+  kToRejoin,  // started again after RelaunchDelay (its lease must run out
+              // first: a live rank is never given away) to rejoin its rank
 };
 
 class FailurePolicy {
@@ -83,6 +103,29 @@ class FailurePolicy {
   virtual bool RingMembers() const { return false; }
   // How many losses the job may recover from by rolling back.
   virtual int64_t max_rollbacks() const { return 0; }
+
+  // "training.on_failure: NAME", for log lines.
+  std::string Described() const;
+
+  // --- Launcher (psctl run, tools/launch/supervisor.h) ----------------------
+  // A process of kind `holder` exited or was lost: is it started again?
+  virtual Relaunch RelaunchOnExit(LeaseHolder holder) const {
+    return Relaunch::kNever;
+  }
+  // How long after its exit it is started again, for a job whose leases
+  // last `lease`.
+  virtual absl::Duration RelaunchDelay(absl::Duration lease) const {
+    return absl::ZeroDuration();
+  }
+  // How many processes psctl run may start again in all (every relaunch,
+  // of any process, counts one against training.max_restarts).
+  virtual int64_t max_relaunches() const { return 0; }
+  // A process not started again because none is left: true, the job goes
+  // on without it; false, the job fails.
+  virtual bool GoesOnWithout(LeaseHolder holder) const { return false; }
+  // A process the coordinator declared lost while it still runs (hung) is
+  // ended (SIGKILL), so that it is started again like one that died.
+  virtual bool EndsLostProcesses() const { return false; }
 
   // --- Server shards -------------------------------------------------------
   // The highest generation the coordinator may roll a shard back to; 0: the

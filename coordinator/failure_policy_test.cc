@@ -104,5 +104,54 @@ TEST(FailurePolicyTest, ElasticRingHostsTheRankAndRollsBack) {
   EXPECT_FALSE(p->NewcomerReplacesHolder());
 }
 
+// psctl run's questions (tools/launch/supervisor.h), for each policy and
+// mode: the table in failure_policy.h.
+TEST(FailurePolicyTest, FailNeverStartsAProcessAgain) {
+  for (auto mode : {pstrain::v1::MODE_SYNC, pstrain::v1::MODE_ASYNC,
+                    pstrain::v1::MODE_ALLREDUCE}) {
+    auto p = Policy(TrainingConfig::FAIL, mode, /*max_restarts=*/3);
+    EXPECT_EQ(p->Described(), "training.on_failure: fail");
+    for (LeaseHolder h : {LeaseHolder::kServer, LeaseHolder::kWorker}) {
+      EXPECT_EQ(p->RelaunchOnExit(h), Relaunch::kNever);
+      EXPECT_FALSE(p->GoesOnWithout(h));
+    }
+    EXPECT_EQ(p->max_relaunches(), 0);
+    EXPECT_FALSE(p->EndsLostProcesses());
+  }
+}
+
+TEST(FailurePolicyTest, RestartStartsAnyProcessAgainAtOnce) {
+  for (auto mode : {pstrain::v1::MODE_SYNC, pstrain::v1::MODE_ASYNC,
+                    pstrain::v1::MODE_ALLREDUCE}) {
+    auto p = Policy(TrainingConfig::RESTART, mode, /*max_restarts=*/4);
+    EXPECT_EQ(p->Described(), "training.on_failure: restart");
+    for (LeaseHolder h : {LeaseHolder::kServer, LeaseHolder::kWorker}) {
+      EXPECT_EQ(p->RelaunchOnExit(h), Relaunch::kNow);
+      // Out of restarts, the job fails: its rollback awaits the process.
+      EXPECT_FALSE(p->GoesOnWithout(h));
+    }
+    EXPECT_EQ(p->RelaunchDelay(absl::Seconds(5)), absl::ZeroDuration());
+    EXPECT_EQ(p->max_relaunches(), 4);
+    EXPECT_TRUE(p->EndsLostProcesses());
+  }
+}
+
+TEST(FailurePolicyTest, ElasticStartsAWorkerAgainToRejoinInEveryMode) {
+  for (auto mode : {pstrain::v1::MODE_SYNC, pstrain::v1::MODE_ASYNC,
+                    pstrain::v1::MODE_ALLREDUCE}) {
+    auto p = Policy(TrainingConfig::ELASTIC, mode, /*max_restarts=*/2,
+                    /*min_workers=*/1);
+    EXPECT_EQ(p->Described(), "training.on_failure: elastic");
+    EXPECT_EQ(p->RelaunchOnExit(LeaseHolder::kWorker), Relaunch::kToRejoin);
+    EXPECT_EQ(p->RelaunchOnExit(LeaseHolder::kServer), Relaunch::kNever);
+    // Once its lease has run out, and a second more.
+    EXPECT_EQ(p->RelaunchDelay(absl::Seconds(7)), absl::Seconds(8));
+    EXPECT_EQ(p->max_relaunches(), 2);
+    EXPECT_TRUE(p->GoesOnWithout(LeaseHolder::kWorker));
+    EXPECT_FALSE(p->GoesOnWithout(LeaseHolder::kServer));
+    EXPECT_FALSE(p->EndsLostProcesses());
+  }
+}
+
 }  // namespace
 }  // namespace pstrain

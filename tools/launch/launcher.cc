@@ -569,8 +569,7 @@ int Job::Run() {
     }
   }
   End end = End::kAllExited;
-  const bool restart =
-      supervisor_.plan().on_failure == LaunchPlan::OnFailure::kRestart;
+  const bool watch_losses = supervisor_.WatchesLosses();
   while (!live_.empty() || !rejoins_.empty()) {
     if (stop_signal_ != 0) {
       end = End::kSignal;
@@ -586,7 +585,7 @@ int Job::Run() {
       }
       continue;
     }
-    if (stop_signal_ == 0 && restart && !draining_ &&
+    if (stop_signal_ == 0 && watch_losses && !draining_ &&
         absl::Now() >= next_supervision_read_) {
       // The coordinator may declare lost a process that still runs (hung,
       // e.g. SIGSTOPped): its notes are read every second.

@@ -35,6 +35,7 @@ absl::StatusOr<LaunchPlan> ParseLaunchPlan(absl::string_view text,
     if (!kv.first.empty()) values[kv.first] = std::string(kv.second);
   }
   LaunchPlan plan;
+  int max_restarts = 0, min_workers = 0;
   auto number = [&](const char* key, int* field, bool required) {
     auto it = values.find(key);
     if (it == values.end()) {
@@ -51,17 +52,33 @@ absl::StatusOr<LaunchPlan> ParseLaunchPlan(absl::string_view text,
   for (absl::Status s : {number("workers", &plan.workers, true),
                          number("servers", &plan.servers, true),
                          number("lease_s", &plan.lease_s, false),
-                         number("max_restarts", &plan.max_restarts, false)}) {
+                         number("max_restarts", &max_restarts, false),
+                         number("min_workers", &min_workers, false)}) {
     if (!s.ok()) return s;
+  }
+  plan.training.set_max_restarts(max_restarts);
+  plan.training.set_min_workers(min_workers);
+  if (auto mode = values.find("mode"); mode != values.end()) {
+    if (mode->second == "sync") {
+      plan.training.set_mode(pstrain::v1::MODE_SYNC);
+    } else if (mode->second == "async") {
+      plan.training.set_mode(pstrain::v1::MODE_ASYNC);
+    } else if (mode->second == "allreduce") {
+      plan.training.set_mode(pstrain::v1::MODE_ALLREDUCE);
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": mode: '", mode->second,
+                       "' is not sync, async or allreduce"));
+    }
   }
   auto it = values.find("on_failure");
   if (it != values.end()) {
     if (it->second == "fail") {
-      plan.on_failure = LaunchPlan::OnFailure::kFail;
+      plan.training.set_on_failure(pstrain::v1::TrainingConfig::FAIL);
     } else if (it->second == "restart") {
-      plan.on_failure = LaunchPlan::OnFailure::kRestart;
+      plan.training.set_on_failure(pstrain::v1::TrainingConfig::RESTART);
     } else if (it->second == "elastic") {
-      plan.on_failure = LaunchPlan::OnFailure::kElastic;
+      plan.training.set_on_failure(pstrain::v1::TrainingConfig::ELASTIC);
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": on_failure: '", it->second,
@@ -69,6 +86,18 @@ absl::StatusOr<LaunchPlan> ParseLaunchPlan(absl::string_view text,
     }
   }
   return plan;
+}
+
+Relaunch Supervisor::RelaunchOf(Slot slot) const {
+  switch (slot.role) {
+    case Role::kServer:
+      return policy_->RelaunchOnExit(LeaseHolder::kServer);
+    case Role::kWorker:
+      return policy_->RelaunchOnExit(LeaseHolder::kWorker);
+    case Role::kCoordinator:
+      break;
+  }
+  return Relaunch::kNever;
 }
 
 Action Supervisor::OnExit(Slot slot, int pid, int status,
@@ -91,52 +120,50 @@ Action Supervisor::OnExit(Slot slot, int pid, int status,
                         !facts.job_over && !facts.job_failed;
   const bool recoverable = RecoverableStatus(status) && job_live;
   action.kind = Action::Kind::kFailJob;
-  if (plan_.on_failure == LaunchPlan::OnFailure::kElastic &&
-      slot.role == Role::kWorker && recoverable) {
-    if (restarts_ < plan_.max_restarts) {
-      action.restart = ++restarts_;
-      action.kind = Action::Kind::kRejoinLater;
-      action.delay = absl::Seconds(plan_.lease_s + 1);
-      action.log = absl::StrCat(
-          exited, "; starting it again in ", plan_.lease_s + 1,
-          " s, once its lease has run out (training.on_failure: elastic)");
-    } else {
-      action.kind = Action::Kind::kGoOnWithout;
-      action.log =
-          absl::StrCat(exited, "; not restarted (", restarts_,
-                       " of training.max_restarts = ", plan_.max_restarts,
-                       " used): the job goes on without it "
-                       "(training.on_failure: elastic)");
-    }
-    return action;
-  }
-  if (plan_.on_failure == LaunchPlan::OnFailure::kRestart &&
-      slot.role != Role::kCoordinator && recoverable) {
-    ++deaths_[slot];
-    if (restarts_ < plan_.max_restarts) {
-      action.restart = ++restarts_;
+  const Relaunch relaunch = RelaunchOf(slot);
+  if (relaunch == Relaunch::kNever || !recoverable) return action;
+  const LeaseHolder holder =
+      slot.role == Role::kServer ? LeaseHolder::kServer : LeaseHolder::kWorker;
+  const int64_t max = policy_->max_relaunches();
+  if (relaunch == Relaunch::kNow) ++deaths_[slot];
+  if (restarts_ < max) {
+    action.restart = ++restarts_;
+    action.delay = policy_->RelaunchDelay(absl::Seconds(plan_.lease_s));
+    if (relaunch == Relaunch::kNow) {
       action.kind = Action::Kind::kRestart;
       return action;
     }
+    action.kind = Action::Kind::kRejoinLater;
     action.log = absl::StrCat(
-        exited, "; no restart left (", restarts_,
-        " of training.max_restarts = ", plan_.max_restarts, " used)");
+        exited, "; starting it again in ", absl::ToInt64Seconds(action.delay),
+        " s, once its lease has run out (", policy_->Described(), ")");
+    return action;
   }
+  if (policy_->GoesOnWithout(holder)) {
+    action.kind = Action::Kind::kGoOnWithout;
+    action.log = absl::StrCat(exited, "; not restarted (", restarts_,
+                              " of training.max_restarts = ", max,
+                              " used): the job goes on without it (",
+                              policy_->Described(), ")");
+    return action;
+  }
+  action.log = absl::StrCat(exited, "; no restart left (", restarts_,
+                            " of training.max_restarts = ", max, " used)");
   return action;
 }
 
 std::string Supervisor::StartedAgainLog(Slot slot, int old_pid, int status,
                                         int new_pid, int restart) const {
-  const bool elastic = plan_.on_failure == LaunchPlan::OnFailure::kElastic;
-  return absl::StrCat(
-      slot.Name(), " (pid ", old_pid, ") exited with status ", status,
-      "; restarted as pid ", new_pid, elastic ? " to rejoin its rank" : "",
-      " (restart ", restart, " of ", plan_.max_restarts,
-      ", training.on_failure: ", elastic ? "elastic" : "restart", ")");
+  const bool rejoin = RelaunchOf(slot) == Relaunch::kToRejoin;
+  return absl::StrCat(slot.Name(), " (pid ", old_pid, ") exited with status ",
+                      status, "; restarted as pid ", new_pid,
+                      rejoin ? " to rejoin its rank" : "", " (restart ",
+                      restart, " of ", policy_->max_relaunches(), ", ",
+                      policy_->Described(), ")");
 }
 
 bool Supervisor::OnLost(Slot slot) {
-  if (plan_.on_failure != LaunchPlan::OnFailure::kRestart) return false;
+  if (!policy_->EndsLostProcesses()) return false;
   return ++losses_[slot] > deaths_[slot];
 }
 

@@ -11,13 +11,18 @@
 //                                                             with
 //                                                             --worker-cmd)
 //   server/worker   0             -                          none
-//   worker          1 or signal   elastic, job live, a       rejoin after
-//                                 restart left               lease_s + 1 s
-//   worker          1 or signal   elastic, job live, none    go on without it
-//                                 left
-//   server/worker   1 or signal   restart, job live, a       restart now
-//                                 restart left
+//   server/worker   1 or signal   policy relaunches it, job  restart now, or
+//                                 live, a restart left       rejoin after
+//                                                            lease_s + 1 s
+//   server/worker   1 or signal   policy relaunches it, job  go on without it
+//                                 live, none left, policy    (elastic: a
+//                                 goes on without it         worker)
 //   any             other         (or no restart left)       fail the job
+//
+// Which process is started again, when, how many in all and whether the job
+// goes on without it are the job's FailurePolicy's answers
+// (coordinator/failure_policy.h, RelaunchOnExit and the questions after
+// it): this type never compares training.on_failure itself.
 //
 // "Job live": the coordinator runs, has not exited 0 (no drain), has written
 // no summary.json since the launch, and supervision.txt says no "failed": a
@@ -27,12 +32,15 @@
 #define PSTRAIN_TOOLS_LAUNCH_SUPERVISOR_H_
 
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "coordinator/failure_policy.h"
+#include "proto/pstrain.pb.h"
 
 namespace pstrain::launch {
 
@@ -57,17 +65,19 @@ struct Slot {
 // The supervision part of the coordinator's plan (DIR/plan.env, written by
 // `ps_coordinator --dry_run --plan_dir=DIR`).
 struct LaunchPlan {
-  enum class OnFailure { kFail, kRestart, kElastic };
   int workers = 0;
   int servers = 0;
   int lease_s = 5;
-  OnFailure on_failure = OnFailure::kFail;
-  int max_restarts = 0;
+  // The training fields the job's FailurePolicy is built from: on_failure,
+  // max_restarts, mode and min_workers, as far as plan.env has them (unset:
+  // fail, 0, unspecified, 0).
+  pstrain::v1::TrainingConfig training;
 };
 
 // Parses plan.env's text (`key=value` lines; unknown keys are ignored).
 // workers and servers are required; INVALID_ARGUMENT naming `path` and the
-// key when one is missing or malformed.
+// key when one is missing or malformed (a count, on_failure or mode that
+// the job file could not have).
 absl::StatusOr<LaunchPlan> ParseLaunchPlan(absl::string_view text,
                                            absl::string_view path);
 
@@ -102,7 +112,9 @@ struct Action {
 class Supervisor {
  public:
   Supervisor(LaunchPlan plan, bool worker_cmd)
-      : plan_(plan), worker_cmd_(worker_cmd) {}
+      : plan_(std::move(plan)),
+        policy_(FailurePolicy::ForJob(plan_.training)),
+        worker_cmd_(worker_cmd) {}
 
   // Process `slot` (pid `pid`, for the log line) exited with `status` (its
   // exit code, or 128 + the signal that killed it). Counts restarts.
@@ -114,24 +126,34 @@ class Supervisor {
   std::string StartedAgainLog(Slot slot, int old_pid, int status, int new_pid,
                               int restart) const;
 
+  // Whether the launcher reads the coordinator's "lost" notes: the policy
+  // ends processes declared lost while they run (EndsLostProcesses).
+  bool WatchesLosses() const { return policy_->EndsLostProcesses(); }
+
   // The coordinator wrote "lost SEQ KIND ID" for `slot`. True when this
-  // loss is beyond the deaths of that slot seen so far under restart: the
+  // loss is beyond the deaths of that slot seen so far that were restarted
+  // at once (Relaunch::kNow) and the policy ends lost processes: the
   // process running in it is hung and must be ended (SIGKILL) so that it
   // is restarted like one that died.
   bool OnLost(Slot slot);
 
   int restarts_used() const { return restarts_; }
   const LaunchPlan& plan() const { return plan_; }
+  const FailurePolicy& policy() const { return *policy_; }
 
  private:
   static bool RecoverableStatus(int status) {
     return status == 1 || status > 128;
   }
 
+  // What the policy answers for `slot` (the coordinator: never).
+  Relaunch RelaunchOf(Slot slot) const;
+
   const LaunchPlan plan_;
+  const std::unique_ptr<const FailurePolicy> policy_;
   const bool worker_cmd_;
   int restarts_ = 0;
-  std::map<Slot, int> deaths_, losses_;  // per slot, under restart
+  std::map<Slot, int> deaths_, losses_;  // per slot, under Relaunch::kNow
 };
 
 // A "lost SEQ KIND ID" line of supervision.txt: true and its slot; false

@@ -4,6 +4,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -13,20 +15,21 @@ namespace {
 
 using ::testing::HasSubstr;
 using Kind = Action::Kind;
-using OnFailure = LaunchPlan::OnFailure;
 
 constexpr Slot kCoordinator{Role::kCoordinator, 0};
 constexpr Slot kServer1{Role::kServer, 1};
 constexpr Slot kWorker2{Role::kWorker, 2};
 
-LaunchPlan Plan(OnFailure on_failure, int max_restarts, int lease_s = 4) {
-  LaunchPlan plan;
-  plan.workers = 3;
-  plan.servers = 2;
-  plan.lease_s = lease_s;
-  plan.on_failure = on_failure;
-  plan.max_restarts = max_restarts;
-  return plan;
+// The plan of a job with 3 workers and 2 servers under `policy` ("fail",
+// "restart" or "elastic"), as plan.env gives it.
+LaunchPlan Plan(const std::string& policy, int max_restarts, int lease_s = 4) {
+  absl::StatusOr<LaunchPlan> plan =
+      ParseLaunchPlan(absl::StrCat("workers=3\nservers=2\nlease_s=", lease_s,
+                                   "\non_failure=", policy,
+                                   "\nmax_restarts=", max_restarts, "\n"),
+                      "plan.env");
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return plan.value_or(LaunchPlan{});
 }
 
 const JobFacts kLive;  // coordinator running, job neither over nor failed
@@ -41,7 +44,7 @@ JobFacts With(bool JobFacts::*fact, bool value) {
 // policy and facts, gets an action (and its log line, when it has one).
 struct Row {
   std::string name;
-  OnFailure on_failure;
+  std::string policy;
   int max_restarts;
   Slot slot;
   int status;
@@ -54,7 +57,7 @@ class ExitTable : public ::testing::TestWithParam<Row> {};
 
 TEST_P(ExitTable, DecidesAsPsctlDid) {
   const Row& row = GetParam();
-  Supervisor supervisor(Plan(row.on_failure, row.max_restarts), false);
+  Supervisor supervisor(Plan(row.policy, row.max_restarts), false);
   const Action action = supervisor.OnExit(row.slot, 42, row.status, row.facts);
   EXPECT_EQ(action.kind, row.want) << row.name;
   EXPECT_EQ(action.log, row.want_log) << row.name;
@@ -63,47 +66,45 @@ TEST_P(ExitTable, DecidesAsPsctlDid) {
 INSTANTIATE_TEST_SUITE_P(
     Rows, ExitTable,
     ::testing::Values(
-        Row{"orderly worker exit", OnFailure::kRestart, 3, kWorker2, 0, kLive,
+        Row{"orderly worker exit", "restart", 3, kWorker2, 0, kLive,
             Kind::kNone, ""},
-        Row{"coordinator exit 0 drains", OnFailure::kFail, 0, kCoordinator, 0,
-            kLive, Kind::kDrain, ""},
-        Row{"fail: a killed worker fails the job", OnFailure::kFail, 3,
-            kWorker2, 137, kLive, Kind::kFailJob, ""},
-        Row{"restart: a killed server restarts", OnFailure::kRestart, 3,
-            kServer1, 137, kLive, Kind::kRestart, ""},
-        Row{"restart: exit 1 restarts", OnFailure::kRestart, 3, kWorker2, 1,
+        Row{"coordinator exit 0 drains", "fail", 0, kCoordinator, 0, kLive,
+            Kind::kDrain, ""},
+        Row{"fail: a killed worker fails the job", "fail", 3, kWorker2, 137,
+            kLive, Kind::kFailJob, ""},
+        Row{"restart: a killed server restarts", "restart", 3, kServer1, 137,
             kLive, Kind::kRestart, ""},
-        Row{"restart: exit 2 (bad config) fails", OnFailure::kRestart, 3,
-            kWorker2, 2, kLive, Kind::kFailJob, ""},
-        Row{"restart: the coordinator is never restarted", OnFailure::kRestart,
-            3, kCoordinator, 137, kLive, Kind::kFailJob, ""},
-        Row{"restart: no restart left", OnFailure::kRestart, 0, kServer1, 137,
-            kLive, Kind::kFailJob,
+        Row{"restart: exit 1 restarts", "restart", 3, kWorker2, 1, kLive,
+            Kind::kRestart, ""},
+        Row{"restart: exit 2 (bad config) fails", "restart", 3, kWorker2, 2,
+            kLive, Kind::kFailJob, ""},
+        Row{"restart: the coordinator is never restarted", "restart", 3,
+            kCoordinator, 137, kLive, Kind::kFailJob, ""},
+        Row{"restart: no restart left", "restart", 0, kServer1, 137, kLive,
+            Kind::kFailJob,
             "server-1 (pid 42) exited with status 137; no restart left (0 of "
             "training.max_restarts = 0 used)"},
-        Row{"restart: exit after the job failed", OnFailure::kRestart, 3,
-            kWorker2, 1, With(&JobFacts::job_failed, true), Kind::kFailJob, ""},
-        Row{"restart: exit after summary.json", OnFailure::kRestart, 3,
-            kWorker2, 1, With(&JobFacts::job_over, true), Kind::kFailJob, ""},
-        Row{"restart: exit with the coordinator gone", OnFailure::kRestart, 3,
-            kWorker2, 137, With(&JobFacts::coordinator_alive, false),
-            Kind::kFailJob, ""},
-        Row{"restart: non-zero exit while draining", OnFailure::kRestart, 3,
-            kWorker2, 1, With(&JobFacts::draining, true), Kind::kFailJob, ""},
-        Row{"elastic: a killed worker rejoins later", OnFailure::kElastic, 1,
-            kWorker2, 137, kLive, Kind::kRejoinLater,
+        Row{"restart: exit after the job failed", "restart", 3, kWorker2, 1,
+            With(&JobFacts::job_failed, true), Kind::kFailJob, ""},
+        Row{"restart: exit after summary.json", "restart", 3, kWorker2, 1,
+            With(&JobFacts::job_over, true), Kind::kFailJob, ""},
+        Row{"restart: exit with the coordinator gone", "restart", 3, kWorker2,
+            137, With(&JobFacts::coordinator_alive, false), Kind::kFailJob, ""},
+        Row{"restart: non-zero exit while draining", "restart", 3, kWorker2, 1,
+            With(&JobFacts::draining, true), Kind::kFailJob, ""},
+        Row{"elastic: a killed worker rejoins later", "elastic", 1, kWorker2,
+            137, kLive, Kind::kRejoinLater,
             "worker-2 (pid 42) exited with status 137; starting it again in "
             "5 s, once its lease has run out (training.on_failure: elastic)"},
-        Row{"elastic: no restart left, the job goes on", OnFailure::kElastic, 0,
-            kWorker2, 137, kLive, Kind::kGoOnWithout,
+        Row{"elastic: no restart left, the job goes on", "elastic", 0, kWorker2,
+            137, kLive, Kind::kGoOnWithout,
             "worker-2 (pid 42) exited with status 137; not restarted (0 of "
             "training.max_restarts = 0 used): the job goes on without it "
             "(training.on_failure: elastic)"},
-        Row{"elastic: a server's death fails the job", OnFailure::kElastic, 3,
-            kServer1, 137, kLive, Kind::kFailJob, ""},
-        Row{"elastic: exit after the job failed", OnFailure::kElastic, 3,
-            kWorker2, 1, With(&JobFacts::job_failed, true), Kind::kFailJob,
-            ""}),
+        Row{"elastic: a server's death fails the job", "elastic", 3, kServer1,
+            137, kLive, Kind::kFailJob, ""},
+        Row{"elastic: exit after the job failed", "elastic", 3, kWorker2, 1,
+            With(&JobFacts::job_failed, true), Kind::kFailJob, ""}),
     [](const ::testing::TestParamInfo<Row>& info) {
       std::string name;
       for (char c : info.param.name) {
@@ -113,7 +114,7 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(SupervisorTest, RejoinWaitsForTheLeasePlusOneSecond) {
-  Supervisor supervisor(Plan(OnFailure::kElastic, 2, /*lease_s=*/7), false);
+  Supervisor supervisor(Plan("elastic", 2, /*lease_s=*/7), false);
   const Action action = supervisor.OnExit(kWorker2, 10, 137, kLive);
   ASSERT_EQ(action.kind, Kind::kRejoinLater);
   EXPECT_EQ(action.delay, absl::Seconds(8));
@@ -124,7 +125,7 @@ TEST(SupervisorTest, RejoinWaitsForTheLeasePlusOneSecond) {
 }
 
 TEST(SupervisorTest, RestartsAreCountedAcrossProcessesUpToTheMaximum) {
-  Supervisor supervisor(Plan(OnFailure::kRestart, 2), false);
+  Supervisor supervisor(Plan("restart", 2), false);
   const Action first = supervisor.OnExit(kServer1, 10, 137, kLive);
   const Action second = supervisor.OnExit(kWorker2, 12, 137, kLive);
   const Action third = supervisor.OnExit(kServer1, 11, 1, kLive);
@@ -141,8 +142,8 @@ TEST(SupervisorTest, RestartsAreCountedAcrossProcessesUpToTheMaximum) {
 }
 
 TEST(SupervisorTest, DrainIsLongerForPythonWorkers) {
-  Supervisor binaries(Plan(OnFailure::kFail, 0), /*worker_cmd=*/false);
-  Supervisor python(Plan(OnFailure::kFail, 0), /*worker_cmd=*/true);
+  Supervisor binaries(Plan("fail", 0), /*worker_cmd=*/false);
+  Supervisor python(Plan("fail", 0), /*worker_cmd=*/true);
   EXPECT_EQ(binaries.OnExit(kCoordinator, 1, 0, kLive).delay,
             absl::Seconds(10));
   EXPECT_EQ(python.OnExit(kCoordinator, 1, 0, kLive).delay, absl::Seconds(30));
@@ -152,7 +153,7 @@ TEST(SupervisorTest, DrainIsLongerForPythonWorkers) {
 // that still runs (hung): it is ended. A loss that follows a death is that
 // death's.
 TEST(SupervisorTest, LossBeyondTheDeathsSeenEndsTheProcess) {
-  Supervisor supervisor(Plan(OnFailure::kRestart, 3), false);
+  Supervisor supervisor(Plan("restart", 3), false);
   EXPECT_TRUE(supervisor.OnLost(kWorker2));  // hung: end it
   ASSERT_EQ(supervisor.OnExit(kWorker2, 10, 137, kLive).kind, Kind::kRestart);
   ASSERT_EQ(supervisor.OnExit(kServer1, 20, 137, kLive).kind, Kind::kRestart);
@@ -161,8 +162,8 @@ TEST(SupervisorTest, LossBeyondTheDeathsSeenEndsTheProcess) {
 }
 
 TEST(SupervisorTest, LossesAreIgnoredUnlessRestart) {
-  Supervisor elastic(Plan(OnFailure::kElastic, 3), false);
-  Supervisor fail(Plan(OnFailure::kFail, 3), false);
+  Supervisor elastic(Plan("elastic", 3), false);
+  Supervisor fail(Plan("fail", 3), false);
   EXPECT_FALSE(elastic.OnLost(kWorker2));
   EXPECT_FALSE(fail.OnLost(kWorker2));
 }
@@ -240,8 +241,34 @@ TEST(SupervisorTest, ParsesThePlan) {
   EXPECT_EQ(plan->workers, 3);
   EXPECT_EQ(plan->servers, 2);
   EXPECT_EQ(plan->lease_s, 6);
-  EXPECT_EQ(plan->on_failure, OnFailure::kElastic);
-  EXPECT_EQ(plan->max_restarts, 4);
+  EXPECT_STREQ(Supervisor(*plan, false).policy().name(), "elastic");
+  EXPECT_EQ(plan->training.max_restarts(), 4);
+}
+
+// The policy is the job's: the plan's mode and min_workers reach it (the
+// ring's elastic policy hosts ranks; sync's stands in for them).
+TEST(SupervisorTest, ThePlansModeAndMinWorkersReachThePolicy) {
+  auto ring = ParseLaunchPlan(
+      "workers=3\nservers=0\non_failure=elastic\nmax_restarts=2\n"
+      "mode=allreduce\nmin_workers=2\n",
+      "out/plan.env");
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  EXPECT_EQ(ring->training.min_workers(), 2);
+  Supervisor ring_supervisor(*ring, false);
+  EXPECT_TRUE(ring_supervisor.policy().HostsRanks());
+  ASSERT_TRUE(ring_supervisor.policy().Elastic(3).has_value());
+  EXPECT_EQ(ring_supervisor.policy().Elastic(3)->min_workers, 2);
+  auto sync = ParseLaunchPlan(
+      "workers=3\nservers=1\non_failure=elastic\nmode=sync\n", "p.env");
+  ASSERT_TRUE(sync.ok()) << sync.status();
+  EXPECT_TRUE(Supervisor(*sync, false).policy().StandsIn());
+  EXPECT_FALSE(Supervisor(*sync, false).policy().HostsRanks());
+  // psctl run decides alike in every mode: a lost worker rejoins its rank.
+  const Action action = ring_supervisor.OnExit(kWorker2, 42, 137, kLive);
+  EXPECT_EQ(action.kind, Kind::kRejoinLater);
+  EXPECT_EQ(action.log,
+            "worker-2 (pid 42) exited with status 137; starting it again in "
+            "6 s, once its lease has run out (training.on_failure: elastic)");
 }
 
 TEST(SupervisorTest, RejectsABadPlanNamingFileAndKey) {
@@ -255,6 +282,11 @@ TEST(SupervisorTest, RejectsABadPlanNamingFileAndKey) {
   EXPECT_THAT(policy.status().message(), HasSubstr("on_failure: 'retry'"));
   auto count = ParseLaunchPlan("workers=-1\nservers=1\n", "p.env");
   EXPECT_THAT(count.status().message(), HasSubstr("workers: '-1'"));
+  auto mode = ParseLaunchPlan("workers=1\nservers=1\nmode=bsp\n", "p.env");
+  EXPECT_EQ(mode.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(mode.status().message(), HasSubstr("p.env: mode: 'bsp'"));
+  auto min = ParseLaunchPlan("workers=1\nservers=1\nmin_workers=x\n", "p.env");
+  EXPECT_THAT(min.status().message(), HasSubstr("min_workers: 'x'"));
 }
 
 TEST(SupervisorTest, CoordinatorFate) {
