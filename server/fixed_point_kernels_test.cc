@@ -14,8 +14,8 @@ namespace {
 
 // Lengths around the vector widths (4 and 8 lanes, unrolled by the
 // compiler): empty, shorter than a vector, odd tails, and a long run.
-const uint64_t kLengths[] = {0, 1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 33, 63,
-                             64, 65, 127, 1000, 1023, 4097};
+const uint64_t kLengths[] = {0,  1,  2,  3,  5,  7,  8,   9,    15,   16,
+                             17, 31, 33, 63, 64, 65, 127, 1000, 1023, 4097};
 
 // Random floats with magnitudes over many binades and both signs, some
 // zeros and negative zeros, as bytes at an odd offset (payloads need not be
@@ -40,8 +40,12 @@ Floats RandomFloats(std::mt19937_64& rng, uint64_t len, int max_exp) {
   for (uint64_t i = 0; i < len; ++i) {
     float x;
     switch (kind(rng)) {
-      case 0: x = 0.0f; break;
-      case 1: x = -0.0f; break;
+      case 0:
+        x = 0.0f;
+        break;
+      case 1:
+        x = -0.0f;
+        break;
       default:
         x = std::ldexp(mant(rng), exp(rng));
         if (rng() & 1) x = -x;
@@ -59,9 +63,10 @@ std::vector<const Kernels*> Builds() {
 
 // The comparisons below need both builds; a CPU without AVX2 says so
 // instead of passing on the baseline alone.
-#define REQUIRE_AVX2()                                                  \
-  if (!HasAvx2()) GTEST_SKIP() << "this CPU has no AVX2: only the "     \
-                                  "baseline build can run here"
+#define REQUIRE_AVX2()                              \
+  if (!HasAvx2())                                   \
+  GTEST_SKIP() << "this CPU has no AVX2: only the " \
+                  "baseline build can run here"
 
 TEST(FixedPointKernelsTest, MaxAbsBitsMatchesScalarAndBuildsAgree) {
   std::mt19937_64 rng(1);
@@ -78,8 +83,7 @@ TEST(FixedPointKernelsTest, MaxAbsBitsMatchesScalarAndBuildsAgree) {
       EXPECT_EQ(k->max_abs_bits(f.bytes(), len, nullptr), want) << len;
       std::vector<char> copy(len * sizeof(float) + 3, 'x');
       EXPECT_EQ(k->max_abs_bits(f.bytes(), len, copy.data() + 3), want);
-      EXPECT_EQ(std::memcmp(copy.data() + 3, f.bytes(), len * sizeof(float)),
-                0)
+      EXPECT_EQ(std::memcmp(copy.data() + 3, f.bytes(), len * sizeof(float)), 0)
           << len;
     }
     EXPECT_EQ(MaxAbsBits(f.bytes(), len), want);
@@ -113,7 +117,8 @@ TEST(FixedPointKernelsTest, AddFixedFastIsLlrintAndBuildsAgreeBitExactly) {
     const double n = 1 + rng() % 8;
     const double to_fixed = std::ldexp(1.0, 27);
     std::vector<int64_t> start(len);
-    for (int64_t& a : start) a = static_cast<int64_t>(rng() % (1u << 30)) - (1 << 29);
+    for (int64_t& a : start)
+      a = static_cast<int64_t>(rng() % (1u << 30)) - (1 << 29);
     std::vector<int64_t> want = start, base = start, avx2 = start;
     for (uint64_t i = 0; i < len; ++i) {
       want[i] += std::llrint(n * static_cast<double>(f.at(i)) * to_fixed);
@@ -175,8 +180,7 @@ TEST(FixedPointKernelsTest, FixedToFloatFastEqualsScalarAndBuildsAgree) {
         for (bool fast : {false, true}) {
           std::vector<int64_t> a = acc;
           std::vector<float> g(len, 7.0f);
-          k->fixed_to_float(a.data(), len, from_fixed, samples, fast,
-                            g.data());
+          k->fixed_to_float(a.data(), len, from_fixed, samples, fast, g.data());
           EXPECT_EQ(Bits(g), Bits(want))
               << "len " << len << " samples " << samples << " fast " << fast;
           EXPECT_EQ(a, std::vector<int64_t>(len, 0));
@@ -215,8 +219,7 @@ TEST(FixedPointKernelsTest, HeldToFloatIsAddThenConvertAndBuildsAgree) {
       const double from_fixed = std::ldexp(1.0, exponent - 47);
       // The unfused path: add into zeros, then convert.
       std::vector<int64_t> acc(len, 0);
-      BaselineKernels().add_fixed_fast(f.bytes(), len, n, to_fixed,
-                                       acc.data());
+      BaselineKernels().add_fixed_fast(f.bytes(), len, n, to_fixed, acc.data());
       std::vector<float> want(len);
       BaselineKernels().fixed_to_float(acc.data(), len, from_fixed, samples,
                                        /*fast=*/true, want.data());
@@ -224,8 +227,8 @@ TEST(FixedPointKernelsTest, HeldToFloatIsAddThenConvertAndBuildsAgree) {
         std::vector<float> g(len, 7.0f);
         k->held_to_float(f.bytes(), len, n, to_fixed, from_fixed, samples,
                          g.data());
-        EXPECT_EQ(Bits(g), Bits(want)) << "len " << len << " samples "
-                                       << samples;
+        EXPECT_EQ(Bits(g), Bits(want))
+            << "len " << len << " samples " << samples;
       }
     }
   }
