@@ -17,6 +17,7 @@
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -653,6 +654,44 @@ absl::StatusOr<std::map<std::string, NetSlot>> ReadNetTable(
     table[f[0]] = NetSlot{{f.begin() + 2, f.end()}, f[1]};
   }
   return table;
+}
+
+absl::Status CompleteLaunchOptions(const std::string& worker_argv_file,
+                                   const std::string& net_table,
+                                   LaunchOptions* o) {
+  for (const auto& [flag, value] :
+       {std::pair<const char*, const std::string&>{"run_dir", o->out},
+        {"bin", o->bin},
+        {"config", o->config},
+        {"token", o->token_file}}) {
+    if (value.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ps_launch: --", flag, " is required"));
+    }
+  }
+  if (o->compute_threads < 1) {
+    return absl::InvalidArgumentError(
+        "ps_launch: --compute_threads must be >= 1");
+  }
+  if (!worker_argv_file.empty()) {
+    auto argv = ReadArgvFile(worker_argv_file);
+    if (!argv.ok()) {
+      return absl::Status(
+          argv.status().code(),
+          absl::StrCat("--worker_argv_file: ", argv.status().message()));
+    }
+    o->worker_argv = *std::move(argv);
+  }
+  if (!net_table.empty()) {
+    auto table = ReadNetTable(net_table);
+    if (!table.ok()) {
+      return absl::Status(
+          table.status().code(),
+          absl::StrCat("--net_table: ", table.status().message()));
+    }
+    o->net = *std::move(table);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<std::string>> ReadArgvFile(const std::string& path) {

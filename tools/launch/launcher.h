@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace pstrain::launch {
@@ -54,6 +55,14 @@ absl::StatusOr<std::map<std::string, NetSlot>> ReadNetTable(
 
 // Reads a NUL-separated argv file (printf '%s\0' "${ARGV[@]}").
 absl::StatusOr<std::vector<std::string>> ReadArgvFile(const std::string& path);
+
+// Checks `options` as ps_launch's flags filled them (run folder, binaries,
+// job file and token required; compute_threads >= 1) and reads the optional
+// worker argv file and shaped-network table into it (empty path: none).
+// INVALID_ARGUMENT / NOT_FOUND naming the flag; `options` is then unusable.
+absl::Status CompleteLaunchOptions(const std::string& worker_argv_file,
+                                   const std::string& net_table,
+                                   LaunchOptions* options);
 
 // Runs the job to its end. Returns psctl run's exit status: 0 the job
 // succeeded, 1 it failed (the first failure and "job FAILED" logged, a

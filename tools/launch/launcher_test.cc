@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
@@ -53,6 +55,52 @@ TEST(ReadArgvFileTest, SplitsOnNul) {
                                  "exec a b"));
   EXPECT_EQ(ReadArgvFile(WriteTemp("empty", "")).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+LaunchOptions Filled() {
+  LaunchOptions o;
+  o.out = "run";
+  o.bin = "bin";
+  o.config = "job.yaml";
+  o.token_file = "job.token";
+  return o;
+}
+
+TEST(CompleteLaunchOptionsTest, NamesTheMissingFlag) {
+  for (const auto& [flag, clear] :
+       std::vector<std::pair<std::string, std::string LaunchOptions::*>>{
+           {"run_dir", &LaunchOptions::out},
+           {"bin", &LaunchOptions::bin},
+           {"config", &LaunchOptions::config},
+           {"token", &LaunchOptions::token_file}}) {
+    LaunchOptions o = Filled();
+    (o.*clear).clear();
+    const absl::Status st = CompleteLaunchOptions("", "", &o);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << flag;
+    EXPECT_EQ(st.message(), "ps_launch: --" + flag + " is required");
+  }
+  LaunchOptions o = Filled();
+  o.compute_threads = 0;
+  EXPECT_EQ(CompleteLaunchOptions("", "", &o).message(),
+            "ps_launch: --compute_threads must be >= 1");
+}
+
+TEST(CompleteLaunchOptionsTest, ReadsTheFilesOrNamesTheFlag) {
+  LaunchOptions o = Filled();
+  ASSERT_TRUE(CompleteLaunchOptions("", "", &o).ok());
+  EXPECT_TRUE(o.worker_argv.empty());
+  EXPECT_TRUE(o.net.empty());
+  const std::string argv =
+      WriteTemp("argv", std::string("python3\0train.py\0{RANK}\0", 24));
+  ASSERT_TRUE(CompleteLaunchOptions(argv, "", &o).ok());
+  EXPECT_THAT(o.worker_argv, ElementsAre("python3", "train.py", "{RANK}"));
+  const absl::Status missing = CompleteLaunchOptions(argv + ".none", "", &o);
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.message(), HasSubstr("--worker_argv_file: "));
+  const absl::Status bad_table =
+      CompleteLaunchOptions("", WriteTemp("net", "only-a-name\n"), &o);
+  EXPECT_EQ(bad_table.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad_table.message(), HasSubstr("--net_table: "));
 }
 
 }  // namespace

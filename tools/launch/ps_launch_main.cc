@@ -9,7 +9,6 @@
 // 130 / 143 SIGINT / SIGTERM).
 #include <cstdio>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -46,40 +45,14 @@ int main(int argc, char** argv) {
   o.compute_threads = absl::GetFlag(FLAGS_compute_threads);
   o.cores = absl::GetFlag(FLAGS_cores);
   o.peer_flags = absl::GetFlag(FLAGS_peer_flags);
-  for (const auto& [flag, value] :
-       {std::pair<const char*, const std::string&>{"run_dir", o.out},
-        {"bin", o.bin},
-        {"config", o.config},
-        {"token", o.token_file}}) {
-    if (value.empty()) {
-      std::fprintf(stderr, "psctl: error: ps_launch: --%s is required\n", flag);
-      return 2;
-    }
-  }
-  if (o.compute_threads < 1) {
-    std::fprintf(stderr,
-                 "psctl: error: ps_launch: --compute_threads must be >= 1\n");
-    return 2;
-  }
   o.coordinator_args.assign(rest.begin() + 1, rest.end());
-  if (const std::string path = absl::GetFlag(FLAGS_worker_argv_file);
-      !path.empty()) {
-    auto worker_argv = pstrain::launch::ReadArgvFile(path);
-    if (!worker_argv.ok()) {
-      std::fprintf(stderr, "psctl: error: --worker_argv_file: %s\n",
-                   std::string(worker_argv.status().message()).c_str());
-      return 2;
-    }
-    o.worker_argv = *std::move(worker_argv);
-  }
-  if (const std::string path = absl::GetFlag(FLAGS_net_table); !path.empty()) {
-    auto table = pstrain::launch::ReadNetTable(path);
-    if (!table.ok()) {
-      std::fprintf(stderr, "psctl: error: --net_table: %s\n",
-                   std::string(table.status().message()).c_str());
-      return 2;
-    }
-    o.net = *std::move(table);
+  if (const absl::Status st = pstrain::launch::CompleteLaunchOptions(
+          absl::GetFlag(FLAGS_worker_argv_file), absl::GetFlag(FLAGS_net_table),
+          &o);
+      !st.ok()) {
+    std::fprintf(stderr, "psctl: error: %s\n",
+                 std::string(st.message()).c_str());
+    return 2;
   }
   return pstrain::launch::RunJob(o);
 }
