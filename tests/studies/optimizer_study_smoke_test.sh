@@ -71,12 +71,12 @@ ok "plot, and a verdict with numbers and rule for momentum and Adam"
 
 # Bad input is named, nothing runs.
 rc=0
-"$PSCTL" study scaling --bin "$ROOT" >"$TMP/bad.log" 2>&1 || rc=$?
+"$PSCTL" study nosuch --bin "$ROOT" >"$TMP/bad.log" 2>&1 || rc=$?
 # user-facing message check: the error names the unknown study.
-if ((rc == 2)) && grep -q "unknown study 'scaling'" "$TMP/bad.log"; then
+if ((rc == 2)) && grep -q "unknown study 'nosuch'" "$TMP/bad.log"; then
   ok "unknown study refused"
 else
-  cat "$TMP/bad.log"; fail "psctl study scaling: rc $rc"
+  cat "$TMP/bad.log"; fail "psctl study nosuch: rc $rc"
 fi
 rc=0
 "$REPORT" study-optimizers --out "$TMP" --optimizer "sgd=$out/../nowhere" >"$TMP/bad2.log" 2>&1 || rc=$?

@@ -78,7 +78,10 @@ for id in ps1-falls-ring-stays servers-move-saturation model-explains-time; do
 done
 grep -E '^- \*\*(supported|not supported)\*\* — ' "$md" | grep -qv 'Rule:' &&
   fail "a verdict without its rule: $(grep -E '^- \*\*' "$md" | grep -v 'Rule:' | head -1)"
-grep -q 'measured saturation point: `ps:1` N = ' "$md" || fail "the saturation verdict quotes no numbers"
+# Whether ps:1 saturates inside the smoke grid (N = 2) depends on the
+# machine's load: either form quotes the measured point.
+grep -qE 'measured saturation point: `ps:1` (beyond )?N = 2' "$md" ||
+  fail "the saturation verdict quotes no numbers: $(grep -m1 'saturation point' "$md")"
 grep -q '^In short: at N = 2 the scaling efficiency is `ps:1` [0-9]' "$md" || fail "no generated summary"
 grep -q '^./psctl study scaling --smoke$' "$md" || fail "report.md lacks the command that regenerates it"
 ok "a verdict with numbers for each of the 3 claims"
