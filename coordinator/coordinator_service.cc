@@ -69,7 +69,7 @@ CoordinatorService::CoordinatorService(CoordinatorOptions options,
           policy_->Elastic(options_.config.job().workers())) {
     elastic_ = std::make_unique<ElasticRanks>(
         *e, policy_.get(), &members_, &leases_, &step_log_, &recovery_,
-        &events_, &mu_, options_.wait_cap);
+        &events_, &notes_, &mu_, options_.wait_cap);
   }
 }
 
@@ -633,6 +633,7 @@ bool CoordinatorService::CheckLeases(absl::Time now) {
     }
     const std::optional<ExpiredLease> dead = leases_.Expired(now);
     if (!dead.has_value()) return false;
+    notes_.Dead(dead->holder == LeaseHolder::kServer, dead->id);
     switch (policy_->OnLost(dead->holder)) {
       case LossResponse::kFailJob:
         return FailOnLeaseLocked(*dead);

@@ -17,8 +17,8 @@ namespace pstrain {
 ElasticRanks::ElasticRanks(ElasticOptions options, const FailurePolicy* policy,
                            Membership* members, LeaseTable* leases,
                            StepLog* step_log, Recovery* recovery,
-                           JobEvents* events, absl::Mutex* mu,
-                           absl::Duration wait_cap)
+                           JobEvents* events, SupervisionNotes* notes,
+                           absl::Mutex* mu, absl::Duration wait_cap)
     : workers_(options),
       policy_(*policy),
       members_(*members),
@@ -26,6 +26,7 @@ ElasticRanks::ElasticRanks(ElasticOptions options, const FailurePolicy* policy,
       step_log_(*step_log),
       recovery_(*recovery),
       events_(*events),
+      notes_(*notes),
       mu_(*mu),
       wait_cap_(wait_cap) {}
 
@@ -88,11 +89,13 @@ absl::StatusOr<ElasticRanks::Rejoined> ElasticRanks::Rejoin(
   step_log_.Expect(rank, start);
   leases_.Hold(LeaseHolder::kWorker, rank, absl::Now(), context.peer());
   if (request.adopt()) {
+    notes_.TakenOver(rank, start);
     PS_LOG_INFO(
         "worker rank %d taken over from step %d by a live worker at %s "
         "(training.on_failure: elastic; global batch kept)",
         rank, start, context.peer());
   } else {
+    notes_.Rejoined(rank, start);
     PS_LOG_INFO(
         "worker rank %d joined again at %s from step %d with a new session%s "
         "(training.on_failure: elastic)",
@@ -177,6 +180,7 @@ absl::Status ElasticRanks::Release(
   members_.EndWorkerSession(rank);
   leases_.Hold(LeaseHolder::kWorker, rank, absl::Now(),
                "(released by its stand-in, for a new worker)");
+  notes_.Released(rank, request.next_step());
   PS_LOG_INFO(
       "worker rank %d released by its stand-in, which pushed every step "
       "before %d; the new worker starts there (training.on_failure: "
@@ -219,6 +223,7 @@ ElasticRanks::Departure ElasticRanks::Depart(const ExpiredLease& dead) {
         "gradients); %d live workers",
         adopter, rank, from, workers_.live_workers());
   } else if (!policy_.HandsOver()) {
+    notes_.Dropped(rank, from);
     PS_LOG_WARN(
         "training.on_failure: elastic: the job goes on without worker %d "
         "from step %d (mode async: its micro-batches are skipped, so the "
@@ -307,6 +312,7 @@ void ElasticRanks::RingMemberRegistered(int rank, bool adopt,
                                         const std::string& peer_address) {
   workers_.Registered(rank, adopt);
   if (adopt) {
+    notes_.Hosted(rank);
     PS_LOG_WARN(
         "worker rank %d hosted by a live worker as a second ring member "
         "(its ring peer at %s; training.on_failure: elastic, global batch "

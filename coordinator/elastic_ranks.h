@@ -6,8 +6,10 @@
 // handover in mode sync, a new ring member in mode allreduce) and a
 // stand-in's ReleaseRank do to the membership, the leases and the step log.
 //
-// The coordinator service owns it beside the Membership, LeaseTable, StepLog
-// and Recovery it is given (they must outlive it). All of them are guarded
+// The coordinator service owns it beside the Membership, LeaseTable, StepLog,
+// Recovery and SupervisionNotes it is given (they must outlive it); each
+// takeover, hosted rank, dropped rank, release and rejoin is noted there
+// (coordinator/supervision_notes.h) as it is decided. All of them are guarded
 // by the service's mutex `mu`: every method runs with `mu` held, and only
 // Rejoin's handover wait releases it while it waits (bounded by the call's
 // deadline and wait_cap). What reaches beyond these values (failing the job,
@@ -30,6 +32,7 @@
 #include "coordinator/membership.h"
 #include "coordinator/recovery.h"
 #include "coordinator/step_log.h"
+#include "coordinator/supervision_notes.h"
 #include "proto/pstrain.grpc.pb.h"
 
 namespace pstrain {
@@ -55,8 +58,8 @@ class ElasticRanks {
  public:
   ElasticRanks(ElasticOptions options, const FailurePolicy* policy,
                Membership* members, LeaseTable* leases, StepLog* step_log,
-               Recovery* recovery, JobEvents* events, absl::Mutex* mu,
-               absl::Duration wait_cap);
+               Recovery* recovery, JobEvents* events, SupervisionNotes* notes,
+               absl::Mutex* mu, absl::Duration wait_cap);
 
   // Whether a registration for `requested_rank` (-1: any) is a rejoin: a
   // rank registered before, or -1 once every rank was (ElasticWorkers).
@@ -129,6 +132,7 @@ class ElasticRanks {
   StepLog& step_log_;
   Recovery& recovery_;
   JobEvents& events_;
+  SupervisionNotes& notes_;
   absl::Mutex& mu_;
   const absl::Duration wait_cap_;
 };

@@ -3,13 +3,16 @@
 // rejoin starting at the slowest live worker's step.
 #include "coordinator/elastic_ranks.h"
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/run_record.h"
 #include "coordinator/failure_policy.h"
 #include "coordinator/fake_job_events.h"
+#include "coordinator/supervision_notes.h"
 #include "gtest/gtest.h"
 
 namespace pstrain {
@@ -38,7 +41,7 @@ class ElasticRanksTest : public ::testing::Test {
     ASSERT_TRUE(options.has_value());
     ranks_ = std::make_unique<ElasticRanks>(
         *options, policy_.get(), &members_, &leases_, &step_log_, &recovery_,
-        &events_, &mu_, absl::Milliseconds(100));
+        &events_, &notes_, &mu_, absl::Milliseconds(100));
     // Every rank registered; they work on steps 7, 5 and 6.
     const uint64_t steps[kWorkers] = {7, 5, 6};
     for (int r = 0; r < kWorkers; ++r) {
@@ -47,6 +50,8 @@ class ElasticRanksTest : public ::testing::Test {
       leases_.Renew(LeaseHolder::kWorker, r, kNow, steps[r]);
     }
   }
+
+  std::string Notes() const { return ReadFileText(notes_path_).value_or(""); }
 
   ExpiredLease Dead(int rank) {
     ExpiredLease dead;
@@ -61,6 +66,10 @@ class ElasticRanksTest : public ::testing::Test {
   StepLog step_log_{LogOptions()};
   Recovery recovery_{3, absl::Seconds(30)};
   FakeJobEvents events_;
+  const std::string notes_path_ =
+      std::string(std::getenv("TEST_TMPDIR")) + "/" +
+      ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  SupervisionNotes notes_{notes_path_};
   absl::Mutex mu_;
   std::unique_ptr<FailurePolicy> policy_;
   std::unique_ptr<ElasticRanks> ranks_;
@@ -75,6 +84,8 @@ TEST_F(ElasticRanksTest,
   EXPECT_TRUE(events_.failures.empty());
   EXPECT_FALSE(leases_.Held(LeaseHolder::kWorker, 2));
   EXPECT_EQ(ranks_->workers().state(2), ElasticWorkers::State::kDeparted);
+  // Rank 2 reported nothing: the job goes on without it from step 0.
+  EXPECT_EQ(Notes(), "dropped worker 2 from step 0\n");
   ranks_->AbandonStranded();
   EXPECT_EQ(ranks_->workers().state(2), ElasticWorkers::State::kAbandoned);
 
@@ -93,6 +104,9 @@ TEST_F(ElasticRanksTest,
   // A live rank is not given away.
   EXPECT_EQ(ranks_->Rejoin(context, request, 0).status().code(),
             absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(Notes(),
+            "dropped worker 2 from step 0\n"
+            "rejoined worker 2 from step 5\n");
 }
 
 TEST_F(ElasticRanksTest, DepartureBelowMinWorkersFailsTheJobNamingIt) {
@@ -105,6 +119,7 @@ TEST_F(ElasticRanksTest, DepartureBelowMinWorkersFailsTheJobNamingIt) {
   EXPECT_NE(events_.failures[0].message.find("min_workers"), std::string::npos)
       << events_.failures[0].message;
   EXPECT_TRUE(events_.lost.empty());
+  EXPECT_EQ(Notes(), "");  // the job failed: nothing departed
 }
 
 TEST_F(ElasticRanksTest, SyncHandoverWaitIsBoundedAndAsksForARetry) {
@@ -120,6 +135,8 @@ TEST_F(ElasticRanksTest, SyncHandoverWaitIsBoundedAndAsksForARetry) {
             absl::StatusCode::kUnavailable);
   EXPECT_FALSE(leases_.Held(LeaseHolder::kWorker, 2));
   EXPECT_NE(ranks_->workers().state(2), ElasticWorkers::State::kLive);
+  // Sync: a departed rank is taken over, never dropped; nothing happened.
+  EXPECT_EQ(Notes(), "");
 }
 
 }  // namespace

@@ -215,9 +215,11 @@ TEST_F(TakeoverTest, StandInStartsAtItsHeldStepAndTheJobCountsEveryStep) {
 
 TEST_F(TakeoverTest, NewWorkerGetsTheRankWhenTheStandInReleasesIt) {
   const uint64_t stand_in = TakeOverRank1();
-  // The supervisor learns registrations from the notes: both first ones,
-  // not the stand-in's adoption.
-  const std::string first = "registered worker 0\nregistered worker 1\n";
+  // The notes: both first registrations, worker 1's death and its
+  // takeover from step 4 (the stand-in's adoption is no registration).
+  const std::string first =
+      "registered worker 0\nregistered worker 1\n"
+      "dead worker 1\ntaken over worker 1 from step 4\n";
   EXPECT_EQ(Notes(), first);
   v1::JobStatusResponse resp;
   ASSERT_TRUE(Heartbeat("worker", 1, stand_in, &resp).ok());
@@ -262,7 +264,10 @@ TEST_F(TakeoverTest, NewWorkerGetsTheRankWhenTheStandInReleasesIt) {
   EXPECT_EQ(reg.start_step(), 6u);
   EXPECT_TRUE(reg.rejoined());
   EXPECT_NE(reg.session_id(), stand_in);
-  EXPECT_EQ(Notes(), first + "registered worker 1\n");
+  EXPECT_EQ(Notes(), first +
+                         "released worker 1 before step 6\n"
+                         "rejoined worker 1 from step 6\n"
+                         "registered worker 1\n");
   // The stand-in's session for the rank has ended; the rank is live again.
   EXPECT_EQ(Report(1, stand_in, 6, 7, false).error_code(),
             grpc::StatusCode::PERMISSION_DENIED);
@@ -294,6 +299,11 @@ TEST_F(TakeoverTest, ReleasedRankWhoseNewWorkerNeverComesIsTakenOverAgain) {
   EXPECT_EQ(again.start_step(), 5u);
   ASSERT_TRUE(Heartbeat("worker", 1, again.session_id(), &resp).ok());
   EXPECT_FALSE(resp.release_rank());  // nobody waits for it any more
+  EXPECT_EQ(Notes(),
+            "registered worker 0\nregistered worker 1\n"
+            "dead worker 1\ntaken over worker 1 from step 4\n"
+            "released worker 1 before step 5\n"
+            "dead worker 1\ntaken over worker 1 from step 5\n");
 }
 
 TEST_F(TakeoverTest, NewWorkerForAFinishedRankIsRefused) {

@@ -99,6 +99,7 @@ bool Rollbacks::Finish(uint64_t generation, const std::string& checkpoint,
   step_log_.RolledBack(step);
   job_.set_resume_from(checkpoint);
   job_.set_start_step(step);
+  notes_.RolledBack(generation, step);
   PS_LOG_WARN(
       "rolled back to step %d (generation %d, from %s); training "
       "resumes",

@@ -83,6 +83,8 @@ TEST_F(RollbacksTest, ALostWorkerRollsBackOnceItsReplacementIsIn) {
   EXPECT_EQ(job_.resume_from(), "ckpt-4");
   EXPECT_EQ(job_.start_step(), 4u);
   EXPECT_FALSE(rollbacks_->Finish(1, "ckpt-4", 4));  // once
+  // The refused Finish calls noted nothing; the rollback is noted once.
+  EXPECT_EQ(Notes(), "lost 1 worker 1\nrolled back generation 1 to step 4\n");
 }
 
 TEST_F(RollbacksTest, AnOverdueReplacementFailsTheJobNamingIt) {

@@ -1,8 +1,11 @@
 // The coordinator's notes for its supervisor (psctl run's launcher,
 // tools/launch/supervisor.h; docs/failures-and-recovery.md, "Supervision by
-// psctl run"): one line appended to a file as each thing happens, so the
-// supervisor learns a process's state from the coordinator, never from a
-// log. The lines (the supervisor parses them; keep both sides in step):
+// psctl run") and for anyone reading a job's outcome (tests, scripts): one
+// line appended to a file as each thing happens, written where the
+// coordinator decides it, so a process's state and the recovery events are
+// learned from the coordinator, never from a log. The grammar of every line
+// (fields separated by one space; RANK, ID, GENERATION and STEP are decimal
+// integers):
 //
 //   lost GENERATION server|worker ID   a process declared lost under
 //                                      training.on_failure restart (or an
@@ -14,9 +17,36 @@
 //                                      rank over with `adopt`)
 //   failed                             the job failed; written before any
 //                                      process can learn it
+//   dead server|worker ID              the process's lease expired (it was
+//                                      silent for network.lease_s); written
+//                                      under every on_failure, before the
+//                                      policy's response ("lost", "dropped",
+//                                      "failed", a takeover)
+//   taken over worker RANK from step STEP
+//                                      elastic (sync, async): a live worker
+//                                      took the departed rank over (`adopt`)
+//                                      and does its micro-batches from STEP
+//   hosted worker RANK                 elastic, mode allreduce: a live worker
+//                                      hosts the departed rank as a second
+//                                      ring member
+//   dropped worker RANK from step STEP elastic, mode async: nobody takes the
+//                                      departed rank over; the job goes on
+//                                      without its micro-batches from STEP
+//   released worker RANK before step STEP
+//                                      elastic, mode sync: the rank's
+//                                      stand-in released it for a new worker
+//                                      (it pushed every step before STEP)
+//   rejoined worker RANK from step STEP
+//                                      elastic: a new worker process took
+//                                      the departed rank again (beside its
+//                                      "registered worker RANK" line)
+//   rolled back generation GENERATION to step STEP
+//                                      every shard rolled back for
+//                                      GENERATION; training resumes at STEP
 //
-// Not thread-safe: the coordinator service calls it under its mutex. A
-// write error is logged, not fatal (the job goes on without its notes).
+// Readers must ignore lines they do not know (psctl's supervisor reads only
+// "lost", "registered" and "failed"; keep both sides in step).
+//
 #ifndef PSTRAIN_COORDINATOR_SUPERVISION_NOTES_H_
 #define PSTRAIN_COORDINATOR_SUPERVISION_NOTES_H_
 
@@ -34,6 +64,13 @@ class SupervisionNotes {
   void Lost(uint64_t generation, bool server, int id);
   void Registered(int rank);
   void Failed();
+  void Dead(bool server, int id);
+  void TakenOver(int rank, uint64_t step);
+  void Hosted(int rank);
+  void Dropped(int rank, uint64_t step);
+  void Released(int rank, uint64_t before_step);
+  void Rejoined(int rank, uint64_t step);
+  void RolledBack(uint64_t generation, uint64_t step);
 
  private:
   void Append(const std::string& line);

@@ -33,6 +33,28 @@ TEST(SupervisionNotesTest, AppendsOneLineEachInOrder) {
             "failed\n");
 }
 
+TEST(SupervisionNotesTest, RecoveryEventsFollowTheirGrammar) {
+  const std::string path = TempPath("events");
+  SupervisionNotes notes(path);
+  notes.Dead(/*server=*/false, 1);
+  notes.Dead(/*server=*/true, 0);
+  notes.TakenOver(1, 12);
+  notes.Hosted(2);
+  notes.Dropped(3, 7);
+  notes.Released(1, 15);
+  notes.Rejoined(1, 15);
+  notes.RolledBack(2, 40);
+  EXPECT_EQ(Read(path),
+            "dead worker 1\n"
+            "dead server 0\n"
+            "taken over worker 1 from step 12\n"
+            "hosted worker 2\n"
+            "dropped worker 3 from step 7\n"
+            "released worker 1 before step 15\n"
+            "rejoined worker 1 from step 15\n"
+            "rolled back generation 2 to step 40\n");
+}
+
 TEST(SupervisionNotesTest, NoPathWritesNothingAndAnUnwritableOneIsNotFatal) {
   SupervisionNotes none("");
   none.Failed();

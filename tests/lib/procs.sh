@@ -211,6 +211,15 @@ run_logged() {
 # (grep basic regular expression).
 file_has() { grep -q -- "$2" "$1" 2>/dev/null; }
 
+# noted OUT LINE: prints the lines of OUT/supervision.txt (the coordinator's
+# notes of a job run with --out OUT; their grammar is in
+# coordinator/supervision_notes.h) that match LINE as a whole (grep extended
+# regular expression), e.g. noted "$dir" "taken over worker 1 from step
+# [0-9]+"; returns 1 when none does (or the file is missing).
+noted() { grep -xE -- "$2" "$1/supervision.txt" 2>/dev/null; }
+# has_note OUT LINE: noted, printing nothing (for wait_for and conditions).
+has_note() { noted "$@" > /dev/null; }
+
 # start_coordinator DIR CONFIG [FLAG...]: a coordinator for job file CONFIG
 # on 127.0.0.1 port 0 with --out=DIR and --quiet (and FLAGs), its log in
 # DIR/coordinator.log. Waits up to 10 s for the port it got (DIR/port); sets
@@ -406,26 +415,26 @@ kill_after_checkpoint() {
 
 # kill_twice OUT STEP_1 WHO_1 DELAY_MS_1 STEP_2 WHO_2 DELAY_MS_2: in the
 # psctl run (psctl_pid) with --out OUT, kill_after_checkpoint WHO_1, then,
-# once the coordinator logged its first rollback (waited for up to 60 s),
-# WHO_2: the second kill meets a job that recovered from the first.
+# once the coordinator noted its first rollback in OUT/supervision.txt
+# (waited for up to 60 s), WHO_2: the second kill meets a job that recovered
+# from the first.
 kill_twice() {
-  local out="$1" coord_log="$1/logs/coordinator.log"
+  local out="$1"
   kill_after_checkpoint "$out" "$2" "$3" "$4"
-  wait_for --while "$psctl_pid" 60 "the first rollback in $coord_log" \
-    file_has "$coord_log" "rolled back to step"
+  wait_for --while "$psctl_pid" 60 "the first rollback in $out/supervision.txt" \
+    has_note "$out" "rolled back generation [0-9]+ to step [0-9]+"
   kill_after_checkpoint "$out" "$5" "$6" "$7"
 }
 
 # restarted_after_kills OUT N WHO...: after a psctl run (log in OUT.log)
 # under on_failure: restart in which each WHO ("server-K", "worker-R") was
 # SIGKILLed: psctl restarted each, the coordinator noted at least N losses
-# in OUT/supervision.txt ("lost GENERATION server|worker ID") and logged at
-# least N rollbacks (shown). A FAIL for each that is not so. (A process
+# ("lost GENERATION server|worker ID") and N rollbacks ("rolled back
+# generation GENERATION to step STEP") in OUT/supervision.txt (shown). A FAIL for each that is not so. (A process
 # starved past its lease on a loaded machine may add a restart of its own:
 # more than N is fine.)
 restarted_after_kills() {
   local out="$1" n="$2" who lost rolled
-  local coord_log="$out/logs/coordinator.log"
   shift 2
   for who in "$@"; do
     # user-facing message check: psctl's line saying it restarted WHO (no
@@ -433,15 +442,11 @@ restarted_after_kills() {
     grep -q "^psctl: $who (pid [0-9]*) exited with status 137; restarted as pid" "$out.log" ||
       fail "psctl did not restart the killed $who"
   done
-  lost=0
-  [[ -f "$out/supervision.txt" ]] &&
-    lost=$(grep -cE '^lost [0-9]+ (server|worker) [0-9]+$' "$out/supervision.txt")
-  # Log check: no file records the coordinator's rollbacks.
-  rolled=$(grep -c "rolled back to step" "$coord_log")
+  lost=$(noted "$out" "lost [0-9]+ (server|worker) [0-9]+" | wc -l)
+  rolled=$(noted "$out" "rolled back generation [0-9]+ to step [0-9]+" | wc -l)
   ((lost >= n)) || fail "supervision.txt notes $lost losses, expected $n"
-  ((rolled >= n)) || fail "the coordinator logged $rolled rollbacks, expected $n"
+  ((rolled >= n)) || fail "supervision.txt notes $rolled rollbacks, expected $n"
   sed 's/^/  supervision.txt: /' "$out/supervision.txt" 2>/dev/null
-  grep "rolled back to step" "$coord_log" | sed 's/^/  /'
 }
 
 # restarted_and_rolled_back OUT SERVER WORKER SURVIVOR: restarted_after_kills

@@ -222,7 +222,7 @@ both_started() {
   [[ -n "$(psctl_child "$out_dir" --rank=1)" && -n "$(psctl_child "$out_dir" --shard=0)" ]]
 }
 wait_for 5 "the stand-ins" both_started
-(sleep 1 && echo "rolled back to step 5" > "$out_dir/logs/coordinator.log") &
+(sleep 1 && echo "rolled back generation 1 to step 5" > "$out_dir/supervision.txt") &
 rolled=$!
 t0=$(now_ms)
 out=$(kill_twice "$out_dir" 5 --rank=1 0 10 --shard=0 0)
@@ -234,13 +234,15 @@ exited_within "$rolled" 5
 kill -KILL "$first" "$second" "$psctl_pid" 2>/dev/null
 for p in "$first" "$second" "$psctl_pid"; do exited_within "$p" 5; done
 
-# restarted_after_kills: each named process restarted, N losses noted in
-# supervision.txt and N rollbacks logged; one FAIL for each that is not so.
+# restarted_after_kills: each named process restarted, N losses and N
+# rollbacks noted in supervision.txt; one FAIL for each that is not so.
 run="$TMP/one_kill"
 mkdir -p "$run/logs"
 echo "psctl: worker-2 (pid 10) exited with status 137; restarted as pid 11" > "$run.log"
+# The coordinator's log wording does not count.
 printf '%s\n' "worker 2 lost (lease); generation 1" "rolled back to step 5" > "$run/logs/coordinator.log"
-echo "lost 1 worker 2" > "$run/supervision.txt"
+printf '%s\n' "dead worker 2" "lost 1 worker 2" "registered worker 2" \
+  "rolled back generation 1 to step 5" > "$run/supervision.txt"
 out=$(restarted_after_kills "$run" 1 worker-2 | grep FAIL; echo "failures=$failures")
 [[ "$out" == "failures=0" ]] && ok "restarted_after_kills accepts one restart and one rollback" ||
   fail "restarted_after_kills on one kill said '$out'"
@@ -249,9 +251,19 @@ out=$(restarted_after_kills "$run" 2 worker-2 worker-0 | grep -c FAIL)
   fail "restarted_after_kills: $out FAIL lines, want 3"
 rm "$run/supervision.txt"
 out=$(restarted_after_kills "$run" 1 worker-2 | grep FAIL)
-[[ "$out" == "FAIL: supervision.txt notes 0 losses, expected 1" ]] &&
-  ok "restarted_after_kills counts the losses supervision.txt notes, not log lines" ||
+[[ "$out" == "FAIL: supervision.txt notes 0 losses, expected 1"$'\n'"FAIL: supervision.txt notes 0 rollbacks, expected 1" ]] &&
+  ok "restarted_after_kills counts the losses and rollbacks supervision.txt notes, not log lines" ||
   fail "restarted_after_kills without supervision.txt said '$out'"
+
+# noted: whole lines of supervision.txt only; none (or no file) returns 1.
+printf '%s\n' "dead worker 1" "taken over worker 1 from step 12" \
+  "taken over worker 10 from step 3" > "$run/supervision.txt"
+out=$(noted "$run" "taken over worker 1 from step [0-9]+")
+[[ "$out" == "taken over worker 1 from step 12" ]] &&
+  ! noted "$run" "worker 1" && ! noted "$TMP/no_such_run" "dead worker 1" &&
+  [[ -z "$(has_note "$run" "dead worker 1")" ]] && has_note "$run" "dead worker 1" &&
+  ok "noted matches whole supervision.txt lines and fails on none" ||
+  fail "noted said '$out'"
 
 # summary_ok, on a stand-in for ps_report that answers from REPORT_FAILED
 # and REPORT_STEPS.
@@ -280,7 +292,8 @@ printf '%s\n' "psctl: server-1 (pid 10) exited with status 137; restarted as pid
   "psctl: worker-0 (pid 12) exited with status 137; restarted as pid 13" > "$run.log"
 printf '%s\n' "server 1 lost (lease); generation 1" "rolled back to step 4" \
   "worker 0 lost (replaced); generation 2" "rolled back to step 8" > "$run/logs/coordinator.log"
-printf '%s\n' "lost 1 server 1" "lost 2 worker 0" > "$run/supervision.txt"
+printf '%s\n' "dead server 1" "lost 1 server 1" "rolled back generation 1 to step 4" \
+  "lost 2 worker 0" "rolled back generation 2 to step 8" > "$run/supervision.txt"
 echo "rolled back to step 8" > "$run/logs/server-1.log"
 echo "resuming at step 8" > "$run/logs/worker-1.log"
 out=$(restarted_and_rolled_back "$run" 1 0 1 | grep FAIL; echo "failures=$failures")

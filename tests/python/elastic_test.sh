@@ -22,13 +22,14 @@ if ((rc == 0)) && [[ -e "$TMP/died" ]] &&
     grep -q "worker-1 (pid [0-9]*) exited with status 137; starting it again" "$TMP/run.log"; then
   ok "the killed Python worker was started again and the job succeeded"
 else cat "$TMP/run.log" "$TMP"/run/logs/worker-*.log; fail "elastic run: rc $rc"; fi
-if grep -q "training.on_failure: elastic: the job goes on without worker 1" "$TMP/run/logs/coordinator.log"; then
+# The coordinator's notes (supervision.txt): the departure and the rejoin.
+if has_note "$TMP/run" "dropped worker 1 from step [0-9]+"; then
   ok "the job went on without worker 1"
-else cat "$TMP/run/logs/coordinator.log"; fail "no elastic departure logged"; fi
-joined="$(grep -o "worker rank 1 joined again.*" "$TMP/run/logs/coordinator.log" | head -n 1)"
+else cat "$TMP/run/supervision.txt"; fail "supervision.txt notes no departure of worker 1"; fi
+joined="$(noted "$TMP/run" "rejoined worker 1 from step [0-9]+" | head -n 1)"
 if [[ -n "$joined" ]]; then
   ok "the replacement rejoined: $joined"
-else cat "$TMP/run/logs/coordinator.log" "$TMP/run/logs/worker-1.log"; fail "the replacement did not rejoin rank 1"; fi
+else cat "$TMP/run/supervision.txt" "$TMP/run/logs/worker-1.log"; fail "the replacement did not rejoin rank 1"; fi
 acc="$(json "$TMP/run" final_accuracy)"
 if [[ "$(json "$TMP/run" failed)" == false ]] && ge "$acc" 0.7; then
   ok "final accuracy $acc"

@@ -77,18 +77,18 @@ run_killed() {
   kill_after_checkpoint "$dir" "$kill_step" "--rank=$victim" "$delay_ms"
   [[ -n "${3:-}" ]] && "$3" "$dir"
   psctl_succeeded 120 "$dir.log" "$1: the job with a killed worker"
-  local log="$dir/logs/coordinator.log"
   grep -qE "^lost [0-9]+ worker $victim\$" "$dir/supervision.txt" &&
     ok "$1: the coordinator declared worker $victim lost (supervision.txt)" ||
     fail "$1: supervision.txt notes no loss of worker $victim: $(cat "$dir/supervision.txt" 2>&1)"
-  # Log checks (here and below): no file records which worker hosts a rank,
-  # a hosted rank's end, a take-back or a rollback.
-  grep -q "worker rank $victim hosted by a live worker as a second ring member" "$log" &&
-    ok "$1: $(grep -o "worker $host hosts rank $victim as a second ring member" "$log" | head -1)" ||
-    fail "$1: rank $victim was not hosted by a live worker"
-  grep -q "hosting worker rank $victim as a second ring member" "$dir/logs/worker-$host.log" ||
+  has_note "$dir" "hosted worker $victim" &&
+    ok "$1: rank $victim hosted by a live worker (supervision.txt)" ||
+    fail "$1: supervision.txt notes no hosting of rank $victim: $(cat "$dir/supervision.txt" 2>&1)"
+  # Log checks (here and below): no file records which worker hosts a rank
+  # or a hosted rank's end.
+  grep -q "hosting worker rank $victim as a second ring member" "$dir/logs/worker-$host.log" &&
+    ok "$1: worker-$host says it hosts rank $victim as a second ring member" ||
     fail "$1: worker-$host's log does not say it hosts rank $victim"
-  grep -E " lost \(|rolled back to step" "$log" | sed 's/^/  /'
+  sed 's/^/  supervision.txt: /' "$dir/supervision.txt"
   if [[ -f "$dir/$final/MANIFEST.json" ]]; then
     same_files "$TMP/calm/$final" "$dir/$final" "$1: the undisturbed run against this one" "$file"
   else
@@ -102,7 +102,7 @@ run_killed hosted "$TMP/hosted.yaml"
 # user-facing message check: psctl says it left the killed worker dead.
 grep -q "^psctl: worker-$victim (pid [0-9]*) exited with status 137; not restarted" "$TMP/hosted.log" ||
   fail "hosted: psctl did not leave worker-$victim dead: $(grep '^psctl:' "$TMP/hosted.log" | tail -3)"
-rolled=$(grep -c "rolled back to step" "$TMP/hosted/logs/coordinator.log")
+rolled=$(noted "$TMP/hosted" "rolled back generation [0-9]+ to step [0-9]+" | wc -l)
 ((rolled == 1)) && ok "hosted: one rollback" || fail "hosted: $rolled rollbacks, expected 1"
 grep -q "hosted worker rank $victim: done" "$TMP"/hosted/logs/worker-*.log &&
   ok "hosted: the host's second ring member finished the job" ||
@@ -113,18 +113,22 @@ run_killed newcomer "$TMP/newcomer.yaml"
 # user-facing message check: psctl says it restarted the killed worker.
 grep -q "^psctl: worker-$victim (pid [0-9]*) exited with status 137; restarted as pid [0-9]* to rejoin its rank" "$TMP/newcomer.log" ||
   fail "newcomer: psctl did not restart worker-$victim: $(grep '^psctl:' "$TMP/newcomer.log" | tail -3)"
-log="$TMP/newcomer/logs/coordinator.log"
-grep -q "worker rank $victim: a new worker takes it back from the live worker hosting it" "$log" &&
+# The take-back: worker-$victim's new process registered for its rank after a
+# live worker hosted it (an adoption is no registration).
+noted "$TMP/newcomer" "(hosted|registered) worker $victim" | tail -1 |
+  grep -qx "registered worker $victim" &&
   ok "newcomer: the new worker-$victim took its rank back" ||
-  fail "newcomer: no take-back of rank $victim in the coordinator log"
-rolled=$(grep -c "rolled back to step" "$log")
+  fail "newcomer: no registration of rank $victim after its hosting (supervision.txt)"
+rolled=$(noted "$TMP/newcomer" "rolled back generation [0-9]+ to step [0-9]+" | wc -l)
 ((rolled == 2)) && ok "newcomer: two rollbacks" || fail "newcomer: $rolled rollbacks, expected 2"
 
 # 3. The host dies too, after the ring re-formed with its second member.
 kill_host() {
-  local log="$1/logs/coordinator.log" step
-  wait_for --while "$psctl_pid" 60 "the first rollback" file_has "$log" "rolled back to step"
-  step=$(grep -o "rolled back to step [0-9]*" "$log" | head -1 | grep -o "[0-9]*$")
+  local step
+  wait_for --while "$psctl_pid" 60 "the first rollback" \
+    has_note "$1" "rolled back generation [0-9]+ to step [0-9]+"
+  step=$(noted "$1" "rolled back generation [0-9]+ to step [0-9]+" | head -1)
+  step=${step##* }
   kill_after_checkpoint "$1" "$((step + 5))" "--rank=$host" 0
 }
 run_killed rehosted "$TMP/rehosted.yaml" kill_host

@@ -178,6 +178,15 @@ TEST(SupervisorTest, ParsesLostLines) {
   EXPECT_FALSE(ParseLostLine("lost 1 coordinator 0", &slot));
   EXPECT_FALSE(ParseLostLine("lost 1 worker x", &slot));
   EXPECT_FALSE(ParseLostLine("lost 1 worker 1 extra", &slot));
+  // The coordinator's recovery-event notes (coordinator/supervision_notes.h)
+  // are no losses.
+  for (const char* line :
+       {"dead worker 1", "dead server 0", "taken over worker 1 from step 4",
+        "hosted worker 1", "dropped worker 1 from step 3",
+        "released worker 1 before step 6", "rejoined worker 1 from step 6",
+        "rolled back generation 2 to step 8"}) {
+    EXPECT_FALSE(ParseLostLine(line, &slot)) << line;
+  }
 }
 
 // Whether a worker started again (when the notes had `from` lines) has
@@ -214,6 +223,13 @@ INSTANTIATE_TEST_SUITE_P(
                       false},
         RegisteredRow{"an incomplete line does not count",
                       "failed\nregistered worker 1", 1, 1, false},
+        RegisteredRow{"recovery events are no registrations",
+                      "dead worker 1\ntaken over worker 1 from step 4\n"
+                      "released worker 1 before step 6\n"
+                      "rejoined worker 1 from step 6\nhosted worker 1\n"
+                      "dropped worker 1 from step 3\n"
+                      "rolled back generation 1 to step 4\n",
+                      0, 1, false},
         RegisteredRow{"among other notes",
                       "registered worker 1\nlost 2 worker 1\nregistered "
                       "worker 1\nfailed\n",
