@@ -156,7 +156,8 @@ TEST(FixedPointKernelsTest, FixedFitsFastFindsALargeValueAnywhere) {
 // Bits of a float vector, so that -0.0 and 0.0 (and NaN payloads) differ.
 std::vector<uint32_t> Bits(const std::vector<float>& v) {
   std::vector<uint32_t> b(v.size());
-  std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+  // memcpy's pointers must not be null, even for 0 bytes (UBSan).
+  if (!v.empty()) std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
   return b;
 }
 
