@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_config.h"
 #include "common/run_record.h"
+#include "nlohmann/json.hpp"
 #include "tools/report/compare_report.h"
 #include "tools/report/config_doc.h"
 #include "tools/report/data_export.h"
@@ -268,6 +269,21 @@ int PlanMain(int argc, char** argv) {
   return 0;
 }
 
+// Writes OUT/report.md and OUT/study.json (a study's two outputs). Returns
+// "" or the error naming the file that could not be written.
+std::string WriteStudyFiles(const std::string& out, const std::string& report,
+                            const nlohmann::json& study) {
+  for (const auto& [name, text] :
+       {std::pair<std::string, std::string>{"report.md", report},
+        {"study.json", study.dump(2) + "\n"}}) {
+    const std::string path = absl::StrCat(out, "/", name);
+    std::ofstream file(path);
+    file << text;
+    if (!file.flush()) return absl::StrCat("cannot write ", path);
+  }
+  return "";
+}
+
 int StudyStragglersMain(int argc, char** argv) {
   StudyInputs in;
   std::string out, error, bad_value;
@@ -315,14 +331,10 @@ int StudyStragglersMain(int argc, char** argv) {
   const std::vector<ClaimVerdict> claims = JudgeClaims(in.runs);
   if (gnuplot)
     in.plots = DrawStudyPlots(out, StragglerPlots(in.runs), *gnuplot);
-  for (const auto& [name, text] :
-       {std::pair<std::string, std::string>{"report.md",
-                                            StudyMarkdown(in, claims)},
-        {"study.json", StudyJson(in, claims).dump(2) + "\n"}}) {
-    const std::string path = absl::StrCat(out, "/", name);
-    std::ofstream file(path);
-    file << text;
-    if (!file.flush()) return Error(absl::StrCat("cannot write ", path));
+  if (const std::string e = WriteStudyFiles(out, StudyMarkdown(in, claims),
+                                            StudyJson(in, claims));
+      !e.empty()) {
+    return Error(e);
   }
   for (const ClaimVerdict& c : claims) {
     std::printf("%s: %s: %s\n", c.supported ? "supported" : "not supported",
@@ -388,14 +400,11 @@ int StudyOptimizersMain(int argc, char** argv) {
     in.plots =
         DrawStudyPlots(out, {StepsVsStalenessGnuplot(in.runs)}, *gnuplot);
   }
-  for (const auto& [name, text] :
-       {std::pair<std::string, std::string>{"report.md",
-                                            OptimizerStudyMarkdown(in, claims)},
-        {"study.json", OptimizerStudyJson(in, claims).dump(2) + "\n"}}) {
-    const std::string path = absl::StrCat(out, "/", name);
-    std::ofstream file(path);
-    file << text;
-    if (!file.flush()) return Error(absl::StrCat("cannot write ", path));
+  if (const std::string e =
+          WriteStudyFiles(out, OptimizerStudyMarkdown(in, claims),
+                          OptimizerStudyJson(in, claims));
+      !e.empty()) {
+    return Error(e);
   }
   for (const OptimizerClaim& c : claims) {
     std::printf("%s: %s: %s\n", OptVerdictName(c.verdict), c.id.c_str(),
@@ -450,14 +459,11 @@ int StudySparseMain(int argc, char** argv) {
   const std::vector<SparseClaim> claims = JudgeSparseClaims(in.runs);
   const StudyPlotOutcome plots =
       DrawStudyPlots(out, SparsePlots(in.runs), gnuplot);
-  for (const auto& [name, text] :
-       {std::pair<std::string, std::string>{
-            "report.md", SparseStudyMarkdown(in, claims, plots)},
-        {"study.json", SparseStudyJson(in, claims, plots).dump(2) + "\n"}}) {
-    const std::string path = absl::StrCat(out, "/", name);
-    std::ofstream file(path);
-    file << text;
-    if (!file.flush()) return Error(absl::StrCat("cannot write ", path));
+  if (const std::string e =
+          WriteStudyFiles(out, SparseStudyMarkdown(in, claims, plots),
+                          SparseStudyJson(in, claims, plots));
+      !e.empty()) {
+    return Error(e);
   }
   for (const SparseClaim& c : claims) {
     std::printf("%s: %s: %s\n", c.supported ? "supported" : "not supported",
@@ -608,14 +614,11 @@ int StudyScalingMain(int argc, char** argv) {
               "(also plots/efficiency.svg)"
             : absl::StrCat("No image: ", why, "; the text plot below only.");
   }
-  for (const auto& [name, text] :
-       {std::pair<std::string, std::string>{
-            "report.md", ScalingMarkdown(in, points, claims, plot_line)},
-        {"study.json", ScalingJson(in, points, claims).dump(2) + "\n"}}) {
-    const std::string path = absl::StrCat(out, "/", name);
-    std::ofstream file(path);
-    file << text;
-    if (!file.flush()) return Error(absl::StrCat("cannot write ", path));
+  if (const std::string e =
+          WriteStudyFiles(out, ScalingMarkdown(in, points, claims, plot_line),
+                          ScalingJson(in, points, claims));
+      !e.empty()) {
+    return Error(e);
   }
   for (const ScalingClaim& c : claims) {
     std::printf("%s: %s: %s\n", c.supported ? "supported" : "not supported",
