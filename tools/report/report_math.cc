@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
+
 namespace pstrain {
 
 std::optional<int64_t> HistogramPercentile(const std::vector<uint64_t>& hist,
@@ -108,6 +110,29 @@ std::optional<EfficiencyRatio> CompareEfficiency(double s_per_step,
   r.statistical = steps_to_target / ref_steps_to_target;
   r.time = r.hardware * r.statistical;
   return r;
+}
+
+absl::Status ForEachCompareRepeat(
+    const std::string& text, const std::string& source,
+    const std::function<absl::Status(const std::string& mode,
+                                     const nlohmann::json& repeat)>& fn) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.contains("modes") || !j["modes"].is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": not a compare.json (no modes array)"));
+  }
+  for (const nlohmann::json& mode : j["modes"]) {
+    if (!mode.contains("mode") || !mode["mode"].is_string() ||
+        !mode.contains("repeats") || !mode["repeats"].is_array()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": a mode without its name or repeats"));
+    }
+    const std::string label = mode["mode"].get<std::string>();
+    for (const nlohmann::json& r : mode["repeats"]) {
+      if (absl::Status st = fn(label, r); !st.ok()) return st;
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace pstrain

@@ -5,11 +5,14 @@
 #define PSTRAIN_TOOLS_REPORT_REPORT_MATH_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "common/run_record.h"
+#include "nlohmann/json.hpp"
 
 namespace pstrain {
 
@@ -94,6 +97,15 @@ std::optional<EfficiencyRatio> CompareEfficiency(double s_per_step,
                                                  double steps_to_target,
                                                  double ref_s_per_step,
                                                  double ref_steps_to_target);
+
+// Calls `fn(mode, repeat)` for every repeat of every mode of a compare.json
+// text (psctl compare's data), in file order. INVALID_ARGUMENT naming
+// `source` when the text is not a compare.json or a mode lacks its name or
+// repeats; the first error `fn` returns ends the walk and is returned.
+absl::Status ForEachCompareRepeat(
+    const std::string& text, const std::string& source,
+    const std::function<absl::Status(const std::string& mode,
+                                     const nlohmann::json& repeat)>& fn);
 
 }  // namespace pstrain
 

@@ -181,56 +181,44 @@ absl::Status AddSparseCompare(const std::string& text,
                               const std::string& source,
                               const std::string& compare_dir, int64_t rows,
                               SparseRuns* runs) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.contains("modes") || !j["modes"].is_array()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": not a compare.json (no modes array)"));
-  }
-  for (const nlohmann::json& mode : j["modes"]) {
-    if (!mode.contains("mode") || !mode["mode"].is_string() ||
-        !mode.contains("repeats") || !mode["repeats"].is_array()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ": a mode without its name or repeats"));
-    }
-    const std::string label = mode["mode"].get<std::string>();
-    for (const nlohmann::json& r : mode["repeats"]) {
-      SparseRun run;
-      run.failed = r.value("failed", true);
-      if (!run.failed) {
-        const nlohmann::json sent =
-            r.value("bytes_sent_per_worker_step", nlohmann::json());
-        const nlohmann::json received =
-            r.value("bytes_received_per_worker_step", nlohmann::json());
-        const nlohmann::json sps = r.value("s_per_step", nlohmann::json());
-        const nlohmann::json dir = r.value("dir", nlohmann::json());
-        if (!sent.is_number() || !received.is_number() || !sps.is_number() ||
-            !dir.is_string()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              source, ": mode ", label,
-              ": a run without bytes_sent_per_worker_step, "
-              "bytes_received_per_worker_step, s_per_step or dir"));
+  return ForEachCompareRepeat(
+      text, source, [&](const std::string& label, const nlohmann::json& r) {
+        SparseRun run;
+        run.failed = r.value("failed", true);
+        if (!run.failed) {
+          const nlohmann::json sent =
+              r.value("bytes_sent_per_worker_step", nlohmann::json());
+          const nlohmann::json received =
+              r.value("bytes_received_per_worker_step", nlohmann::json());
+          const nlohmann::json sps = r.value("s_per_step", nlohmann::json());
+          const nlohmann::json dir = r.value("dir", nlohmann::json());
+          if (!sent.is_number() || !received.is_number() || !sps.is_number() ||
+              !dir.is_string()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                source, ": mode ", label,
+                ": a run without bytes_sent_per_worker_step, "
+                "bytes_received_per_worker_step, s_per_step or dir"));
+          }
+          run.sent_bytes = sent.get<double>();
+          run.received_bytes = received.get<double>();
+          run.s_per_step = sps.get<double>();
+          const std::string csv = absl::StrCat(
+              compare_dir, "/", dir.get<std::string>(), "/metrics.csv");
+          absl::StatusOr<std::string> csv_text = ReadFileText(csv);
+          if (!csv_text.ok()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                source, ": mode ", label, ": ", csv_text.status().message()));
+          }
+          absl::StatusOr<std::vector<MetricsRow>> parsed =
+              ParseMetricsCsv(*csv_text, csv);
+          if (!parsed.ok()) {
+            return absl::InvalidArgumentError(parsed.status().message());
+          }
+          run.steady_s_per_step = SteadySecondsPerStep(*std::move(parsed));
         }
-        run.sent_bytes = sent.get<double>();
-        run.received_bytes = received.get<double>();
-        run.s_per_step = sps.get<double>();
-        const std::string csv = absl::StrCat(
-            compare_dir, "/", dir.get<std::string>(), "/metrics.csv");
-        absl::StatusOr<std::string> csv_text = ReadFileText(csv);
-        if (!csv_text.ok()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              source, ": mode ", label, ": ", csv_text.status().message()));
-        }
-        absl::StatusOr<std::vector<MetricsRow>> parsed =
-            ParseMetricsCsv(*csv_text, csv);
-        if (!parsed.ok()) {
-          return absl::InvalidArgumentError(parsed.status().message());
-        }
-        run.steady_s_per_step = SteadySecondsPerStep(*std::move(parsed));
-      }
-      (*runs)[rows][label].push_back(run);
-    }
-  }
-  return absl::OkStatus();
+        (*runs)[rows][label].push_back(run);
+        return absl::OkStatus();
+      });
 }
 
 std::vector<SparseClaim> JudgeSparseClaims(const SparseRuns& runs) {

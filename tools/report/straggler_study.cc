@@ -111,48 +111,37 @@ ClaimVerdict Missing(ClaimVerdict c, const std::string& why) {
 
 absl::Status AddCompareJson(const std::string& text, const std::string& source,
                             const std::string& scenario, StudyRuns* runs) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.contains("modes") || !j["modes"].is_array()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": not a compare.json (no modes array)"));
-  }
   auto number = [](const nlohmann::json& v) -> std::optional<double> {
     if (!v.is_number()) return std::nullopt;
     return v.get<double>();
   };
-  for (const nlohmann::json& mode : j["modes"]) {
-    if (!mode.contains("mode") || !mode["mode"].is_string() ||
-        !mode.contains("repeats") || !mode["repeats"].is_array()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ": a mode without its name or repeats"));
-    }
-    const std::string label = mode["mode"].get<std::string>();
-    for (const nlohmann::json& r : mode["repeats"]) {
-      StudyRun run;
-      run.failed = r.value("failed", true);
-      if (!run.failed) {
-        const bool reached = r.value("target_reached", false);
-        std::optional<double> sps =
-            number(r.value("s_per_step", nlohmann::json()));
-        std::optional<double> rate =
-            number(r.value("samples_per_s", nlohmann::json()));
-        if (!sps || !rate) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(source, ": mode ", label,
-                           ": a run without s_per_step or samples_per_s"));
+  return ForEachCompareRepeat(
+      text, source, [&](const std::string& label, const nlohmann::json& r) {
+        StudyRun run;
+        run.failed = r.value("failed", true);
+        if (!run.failed) {
+          const bool reached = r.value("target_reached", false);
+          std::optional<double> sps =
+              number(r.value("s_per_step", nlohmann::json()));
+          std::optional<double> rate =
+              number(r.value("samples_per_s", nlohmann::json()));
+          if (!sps || !rate) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(source, ": mode ", label,
+                             ": a run without s_per_step or samples_per_s"));
+          }
+          run.s_per_step = *sps;
+          run.samples_per_s = *rate;
+          run.steps_to_target =
+              reached ? number(r["steps_to_target"]).value_or(kInf) : kInf;
+          run.time_to_target_s =
+              reached ? number(r["time_to_target_s"]).value_or(kInf) : kInf;
+          run.staleness_max =
+              number(r.value("staleness_max", nlohmann::json()));
         }
-        run.s_per_step = *sps;
-        run.samples_per_s = *rate;
-        run.steps_to_target =
-            reached ? number(r["steps_to_target"]).value_or(kInf) : kInf;
-        run.time_to_target_s =
-            reached ? number(r["time_to_target_s"]).value_or(kInf) : kInf;
-        run.staleness_max = number(r.value("staleness_max", nlohmann::json()));
-      }
-      (*runs)[scenario][label].push_back(run);
-    }
-  }
-  return absl::OkStatus();
+        (*runs)[scenario][label].push_back(run);
+        return absl::OkStatus();
+      });
 }
 
 std::vector<ClaimVerdict> JudgeClaims(const StudyRuns& runs) {
