@@ -129,7 +129,8 @@ absl::StatusOr<ResumePoint> ResolveResume(CheckpointEnv* env,
 
 CheckpointOrderer::CheckpointOrderer(CheckpointOrdererOptions options)
     : options_(std::move(options)),
-      env_(options_.env != nullptr ? options_.env : CheckpointEnv::Default()) {
+      env_(options_.env != nullptr ? options_.env : CheckpointEnv::Default()),
+      notes_(options_.supervision_file) {
   absl::MutexLock lock(&mu_);
   last_saved_ = options_.start_step;
 }
@@ -258,6 +259,7 @@ absl::Status CheckpointOrderer::WriteManifestAndRetain(
   for (const CheckpointFile& f : m.files) bytes += f.bytes;
   PS_LOG_INFO("checkpoint of step %d saved: %s (%d files, %d bytes)", cut, dir,
               m.files.size(), bytes);
+  notes_.CheckpointSaved(cut, dir);
   return ApplyRetention(env_, options_.root, options_.keep);
 }
 

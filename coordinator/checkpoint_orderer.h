@@ -39,6 +39,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/env.h"
 #include "common/job_config.h"
+#include "coordinator/supervision_notes.h"
 #include "proto/pstrain.grpc.pb.h"
 
 namespace pstrain {
@@ -86,6 +87,9 @@ struct CheckpointOrdererOptions {
   std::string coordinator_key;  // CoordinatorService::coordinator_key()
   absl::Duration poll = absl::Seconds(1);  // longest single Checkpoint call
   CheckpointEnv* env = nullptr;            // null: CheckpointEnv::Default()
+  // Where each complete checkpoint is noted ("saved checkpoint of step ...",
+  // supervision_notes.h) once its manifest is written; "": nowhere.
+  std::string supervision_file;
 };
 
 // Thread-safe: Run on one thread, Stop and last_saved from any.
@@ -133,6 +137,7 @@ class CheckpointOrderer {
 
   const CheckpointOrdererOptions options_;
   CheckpointEnv* const env_;
+  SupervisionNotes notes_;  // thread-safe (supervision_notes.h)
   std::vector<std::unique_ptr<pstrain::v1::ParameterServer::Stub>> stubs_;
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -186,6 +186,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Create(
     service_options.resume_from = resume.dir;
     service_options.start_step = resume.step;
   }
+  // The coordinator's notes (supervision_notes.h): its service's and, for
+  // the checkpoints it orders, the orderer's.
+  const std::string supervision_file =
+      options.out.empty() ? "" : options.out + "/supervision.txt";
   const pstrain::v1::CheckpointConfig& ckpt = options.config.checkpoint();
   if (options.config.training().mode() == pstrain::v1::MODE_ALLREDUCE) {
     // No shards to order: rank 0 writes whole checkpoints itself
@@ -204,6 +208,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Create(
     o.job = job;
     o.credentials = node->client_credentials_;
     o.coordinator_key = coordinator_key;
+    o.supervision_file = supervision_file;
     node->orderer_ = std::make_unique<CheckpointOrderer>(std::move(o));
     service_options.checkpoint_dir = node->checkpoint_root_;
   }
@@ -212,9 +217,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Create(
   service_options.metrics = &node->metrics_;
   if (!options.out.empty())
     service_options.metrics_csv = options.out + "/metrics.csv";
-  if (!options.out.empty()) {
-    service_options.supervision_file = options.out + "/supervision.txt";
-  }
+  service_options.supervision_file = supervision_file;
   PS_ASSIGN_OR_RETURN(node->service_,
                       CoordinatorService::Create(std::move(service_options)));
   PS_ASSIGN_OR_RETURN(

@@ -62,6 +62,9 @@ CoordinatorService::CoordinatorService(CoordinatorOptions options,
       recovery_(policy_->max_rollbacks(),
                 absl::Seconds(options_.config.training().restart_timeout_s())) {
   start_steps_.assign(options_.config.job().workers(), job_.start_step());
+  if (!options_.resume_from.empty()) {
+    notes_.Resumed(options_.start_step, options_.resume_from);
+  }
   rollbacks_ = std::make_unique<Rollbacks>(
       policy_.get(), options_.config.training(), &recovery_, &members_,
       &leases_, &step_log_, &job_, &notes_, &events_);
@@ -373,6 +376,7 @@ absl::Status CoordinatorService::ReportLocked(
     if (!m.checkpoint().empty()) {
       PS_LOG_INFO("checkpoint of step %d saved: %s (by worker %d)",
                   m.step() + 1, m.checkpoint(), worker);
+      notes_.CheckpointSaved(m.step() + 1, m.checkpoint());
     }
   }
   leases_.Renew(LeaseHolder::kWorker, static_cast<int>(worker), absl::Now(),

@@ -1,7 +1,12 @@
 #include "coordinator/supervision_notes.h"
 
-#include <fstream>
+#include <fcntl.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 
@@ -47,12 +52,29 @@ void SupervisionNotes::RolledBack(uint64_t generation, uint64_t step) {
       absl::StrCat("rolled back generation ", generation, " to step ", step));
 }
 
+void SupervisionNotes::Resumed(uint64_t step, const std::string& path) {
+  Append(absl::StrCat("resumed from step ", step, " in ",
+                      absl::Utf8SafeCEscape(path)));
+}
+
+void SupervisionNotes::CheckpointSaved(uint64_t step, const std::string& path) {
+  Append(absl::StrCat("saved checkpoint of step ", step, " in ",
+                      absl::Utf8SafeCEscape(path)));
+}
+
 void SupervisionNotes::Append(const std::string& line) {
   if (path_.empty()) return;
-  std::ofstream out(path_, std::ios::app);
-  out << line << "\n";
-  out.flush();
-  if (!out) PS_LOG_WARN("cannot append to %s", path_);
+  const std::string text = line + "\n";
+  const int fd =
+      ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  // One write: O_APPEND places it whole at the end (see the header).
+  const ssize_t n = fd < 0 ? -1 : ::write(fd, text.data(), text.size());
+  const int error = errno;
+  if (fd >= 0) ::close(fd);
+  if (n != static_cast<ssize_t>(text.size())) {
+    PS_LOG_WARN("cannot append to %s: %s", path_,
+                n < 0 ? std::strerror(error) : "short write");
+  }
 }
 
 }  // namespace pstrain

@@ -43,9 +43,23 @@
 //   rolled back generation GENERATION to step STEP
 //                                      every shard rolled back for
 //                                      GENERATION; training resumes at STEP
+//   resumed from step STEP in PATH     --resume: the job starts from the
+//                                      complete checkpoint PATH, of STEP
+//   saved checkpoint of step STEP in PATH
+//                                      the checkpoint of STEP is complete
+//                                      (its MANIFEST.json written; in mode
+//                                      allreduce, rank 0 reported it)
+//
+// PATH is the rest of the line, as absl::Utf8SafeCEscape writes it (a path
+// without control characters, quotes or backslashes is unchanged), so a
+// path never breaks a line.
 //
 // Readers must ignore lines they do not know (psctl's supervisor reads only
 // "lost", "registered" and "failed"; keep both sides in step).
+//
+// Thread-safe: each line is one write(2) to the file opened with O_APPEND,
+// so notes appended from several threads or objects (the service, the
+// checkpoint orderer) never interleave within a line.
 //
 #ifndef PSTRAIN_COORDINATOR_SUPERVISION_NOTES_H_
 #define PSTRAIN_COORDINATOR_SUPERVISION_NOTES_H_
@@ -71,6 +85,8 @@ class SupervisionNotes {
   void Released(int rank, uint64_t before_step);
   void Rejoined(int rank, uint64_t step);
   void RolledBack(uint64_t generation, uint64_t step);
+  void Resumed(uint64_t step, const std::string& path);
+  void CheckpointSaved(uint64_t step, const std::string& path);
 
  private:
   void Append(const std::string& line);

@@ -2,8 +2,11 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <string>
+#include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "common/run_record.h"
 #include "gtest/gtest.h"
 
@@ -53,6 +56,48 @@ TEST(SupervisionNotesTest, RecoveryEventsFollowTheirGrammar) {
             "released worker 1 before step 15\n"
             "rejoined worker 1 from step 15\n"
             "rolled back generation 2 to step 40\n");
+}
+
+TEST(SupervisionNotesTest, CheckpointsNamePathsAsTheRestOfTheLine) {
+  const std::string path = TempPath("checkpoints");
+  SupervisionNotes notes(path);
+  notes.Resumed(20, "/runs/a b/ckpt/step-000000000020");
+  notes.CheckpointSaved(30, "/runs/a b/ckpt/step-000000000030");
+  // A path with a newline (a worker's report) stays on its line.
+  notes.CheckpointSaved(40, "/x\nfailed");
+  EXPECT_EQ(Read(path),
+            "resumed from step 20 in /runs/a b/ckpt/step-000000000020\n"
+            "saved checkpoint of step 30 in /runs/a b/ckpt/step-000000000030\n"
+            "saved checkpoint of step 40 in /x\\nfailed\n");
+}
+
+TEST(SupervisionNotesTest, TwoWritersOnOneFileKeepWholeLines) {
+  const std::string path = TempPath("two_writers");
+  SupervisionNotes a(path), b(path);
+  const std::string long_path(5000, 'p');  // beyond a stream's buffer
+  std::thread ta([&] {
+    for (int i = 0; i < 200; ++i) a.CheckpointSaved(i, long_path);
+  });
+  std::thread tb([&] {
+    for (int i = 0; i < 200; ++i) b.Registered(i);
+  });
+  ta.join();
+  tb.join();
+  std::istringstream lines(Read(path));
+  std::string line;
+  int saved = 0, registered = 0;
+  while (std::getline(lines, line)) {
+    if (line == absl::StrCat("registered worker ", registered)) {
+      ++registered;
+    } else if (line == absl::StrCat("saved checkpoint of step ", saved, " in ",
+                                    long_path)) {
+      ++saved;
+    } else {
+      ADD_FAILURE() << "a broken line: " << line.substr(0, 80);
+    }
+  }
+  EXPECT_EQ(saved, 200);
+  EXPECT_EQ(registered, 200);
 }
 
 TEST(SupervisionNotesTest, NoPathWritesNothingAndAnUnwritableOneIsNotFatal) {

@@ -219,6 +219,26 @@ file_has() { grep -q -- "$2" "$1" 2>/dev/null; }
 noted() { grep -xE -- "$2" "$1/supervision.txt" 2>/dev/null; }
 # has_note OUT LINE: noted, printing nothing (for wait_for and conditions).
 has_note() { noted "$@" > /dev/null; }
+# has_note_line OUT LINE: whether OUT/supervision.txt has LINE, a fixed
+# string (no pattern: for lines that end in a path).
+has_note_line() { grep -qxF -- "$2" "$1/supervision.txt" 2>/dev/null; }
+
+# resumed_from OUT AT_LEAST WHAT: after `psctl run --out OUT --resume
+# latest`, OUT/supervision.txt notes exactly one resume, "resumed from step
+# STEP in OUT/ckpt/step-..." (ckpt_step STEP), with STEP >= AT_LEAST (the
+# checkpoint a kill was timed by, or a newer one); says that line, else a
+# FAIL naming WHAT and what was noted.
+resumed_from() {
+  local out="$1" at_least="$2" line step
+  line=$(noted "$out" "resumed from step [0-9]+ in .*")
+  step=$(sed -n 's/^resumed from step \([0-9]*\) in .*/\1/p' <<<"$line")
+  if [[ $(grep -c . <<<"$line") == 1 && -n "$step" ]] && ((step >= at_least)) &&
+    [[ "$line" == "resumed from step $step in $out/$(ckpt_step "$step")" ]]; then
+    echo "supervision.txt: $line"
+  else
+    fail "$3: supervision.txt notes no single resume from $out/ckpt at a step >= $at_least: '$line'"
+  fi
+}
 
 # start_coordinator DIR CONFIG [FLAG...]: a coordinator for job file CONFIG
 # on 127.0.0.1 port 0 with --out=DIR and --quiet (and FLAGs), its log in

@@ -265,6 +265,32 @@ out=$(noted "$run" "taken over worker 1 from step [0-9]+")
   ok "noted matches whole supervision.txt lines and fails on none" ||
   fail "noted said '$out'"
 
+# has_note_line: a fixed whole line (a path's dots are no pattern).
+printf '%s\n' "saved checkpoint of step 80 in /r.a/ckpt/step-80" > "$run/supervision.txt"
+has_note_line "$run" "saved checkpoint of step 80 in /r.a/ckpt/step-80" &&
+  ! has_note_line "$run" "saved checkpoint of step 80 in /rxa/ckpt/step-80" &&
+  ! has_note_line "$run" "saved checkpoint of step 8" &&
+  ! has_note_line "$TMP/no_such_run" "failed" &&
+  ok "has_note_line matches one whole fixed line" || fail "has_note_line matched the wrong lines"
+
+# resumed_from: one resume, from OUT/ckpt, at a step >= AT_LEAST.
+resume_at() {
+  printf '%s\n' "saved checkpoint of step 20 in $run/$(ckpt_step 20)" "$@" > "$run/supervision.txt"
+  resumed_from "$run" 20 "the job"
+}
+out=$(resume_at "resumed from step 30 in $run/$(ckpt_step 30)"; echo "failures=$failures")
+[[ "$out" == "supervision.txt: resumed from step 30 in $run/$(ckpt_step 30)"$'\n'"failures=0" ]] &&
+  ok "resumed_from accepts a resume from a newer checkpoint of OUT" ||
+  fail "resumed_from on a good resume said '$out'"
+for bad in "resumed from step 10 in $run/$(ckpt_step 10)" "resumed from step 30 in /elsewhere/$(ckpt_step 30)" \
+  "resumed from step 30 in $run/$(ckpt_step 20)" ""; do
+  out=$(resume_at "$bad"; echo "failures=$failures")
+  [[ "$out" == "FAIL: the job: supervision.txt notes no single resume from $run/ckpt at a step >= 20: '$bad'"$'\n'"failures=1" ]] &&
+    ok "resumed_from fails '$bad'" || fail "resumed_from on '$bad' said '$out'"
+done
+out=$(resume_at "resumed from step 20 in $run/$(ckpt_step 20)" "resumed from step 30 in $run/$(ckpt_step 30)" | grep -c FAIL)
+[[ "$out" == 1 ]] && ok "resumed_from fails two resumes" || fail "resumed_from on two resumes: $out FAIL lines"
+
 # summary_ok, on a stand-in for ps_report that answers from REPORT_FAILED
 # and REPORT_STEPS.
 REPORT="$TMP/fake_report"

@@ -41,9 +41,9 @@ psctl_undisturbed "$TMP/a" "$TMP/job.yaml" "$final"
 grep -q "mode: allreduce" "$TMP/inspect.log" || fail "inspect does not say mode allreduce"
 kept=$(ls -d "$TMP/a/ckpt"/step-* | wc -l)
 [[ "$kept" == 2 ]] || fail "checkpoint.keep 2 left $kept checkpoints"
-# user-facing message check: the log names the final checkpoint's path.
-grep -q "checkpoint of step 80 saved: $TMP/a/$final" "$TMP/a/logs/coordinator.log" ||
-  fail "the coordinator's log does not name the final checkpoint"
+# The coordinator noted the final checkpoint (rank 0's report) by its path.
+has_note_line "$TMP/a" "saved checkpoint of step 80 in $TMP/a/$final" ||
+  fail "supervision.txt does not note the final checkpoint: '$(noted "$TMP/a" "saved .*" | tail -1)'"
 "$CHECKPOINT" export "$TMP/a/$final" --safetensors "$TMP/a.safetensors" --with_slots \
   > /dev/null 2>&1 || fail "ps_checkpoint export of the final checkpoint failed"
 
@@ -60,7 +60,7 @@ fi
 [[ ! -f "$dir/$final/MANIFEST.json" ]] || fail "the killed job reached the final step"
 
 if psctl_run 120 "$dir" "$dir.2.log" --config "$TMP/job.yaml" --resume latest; then
-  grep -o "resuming from .* at step [0-9]*" "$dir/logs/coordinator.log" | head -1
+  resumed_from "$dir" 20 "the resumed job"
   same_files "$TMP/a/$final" "$dir/$final" "the resumed job" "$file"
   "$CHECKPOINT" export "$dir/$final" --safetensors "$TMP/b.safetensors" --with_slots \
     > /dev/null 2>&1 || fail "ps_checkpoint export of the resumed job's checkpoint failed"

@@ -109,7 +109,7 @@ elif ((rc == 0)); then
 fi
 [[ ! -f "$dir/$final/MANIFEST.json" ]] || fail "the killed job reached the final step"
 if psctl_run 120 "$dir" "$dir.2.log" --config "$TMP/job-fail.yaml" --resume latest; then
-  grep -o "resuming from .* at step [0-9]*" "$dir/logs/coordinator.log" | head -1
+  resumed_from "$dir" "$server_step" "the resumed job"
   [[ -f "$dir/$final/MANIFEST.json" ]] || fail "the resumed job wrote no final checkpoint"
   "$CHECKPOINT" inspect "$dir/ckpt" > "$TMP/inspect-b.log" 2>&1 ||
     { cat "$TMP/inspect-b.log"; fail "ps_checkpoint inspect refused the resumed job's checkpoints"; }

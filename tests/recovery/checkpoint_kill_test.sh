@@ -60,7 +60,7 @@ kill_and_resume() {
 
   # Resume in the same folder from the newest complete checkpoint.
   if psctl_run 120 "$dir" "$dir.2.log" --config "$TMP/job.yaml" --resume latest; then
-    grep -o "resuming from .* at step [0-9]*" "$dir/logs/coordinator.log" | head -1
+    resumed_from "$dir" "$after" "$victim"
     same_files "$TMP/a/$final" "$dir/$final" "$victim" \
       shard-00000-of-00002.ckpt shard-00001-of-00002.ckpt
     ls "$dir"/metrics-before-resume-*.csv > /dev/null 2>&1 ||
