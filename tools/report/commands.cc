@@ -28,6 +28,7 @@
 #include "tools/report/scaling_study.h"
 #include "tools/report/sparse_study.h"
 #include "tools/report/straggler_study.h"
+#include "tools/report/study_args.h"
 
 namespace pstrain {
 namespace report_cli {
@@ -79,18 +80,12 @@ int Error(const std::string& message) {
 // Walks "--name value" pairs; `on` returns false for an unknown name.
 template <typename F>
 bool Options(int argc, char** argv, std::string* error, F on) {
-  for (int i = 0; i < argc; i += 2) {
-    const std::string name = argv[i];
-    if (i + 1 >= argc) {
-      *error = absl::StrCat(name, " needs a value");
-      return false;
-    }
-    if (!on(name, std::string(argv[i + 1]))) {
-      *error = absl::StrCat("unknown option '", name, "'");
-      return false;
-    }
-  }
-  return true;
+  return WalkOptionPairs(argc, argv, on, error);
+}
+
+// The exit status of a study command's failed ParseStudyArgs.
+int StudyArgsFailed(StudyArgsError e, const std::string& error) {
+  return e == StudyArgsError::kUsage ? Usage(error) : Error(error);
 }
 
 int DataExportMain(int argc, char** argv) {
@@ -286,41 +281,29 @@ std::string WriteStudyFiles(const std::string& out, const std::string& report,
 
 int StudyStragglersMain(int argc, char** argv) {
   StudyInputs in;
-  std::string out, error, bad_value;
-  std::optional<std::string> gnuplot;  // absent: no plots
   std::vector<std::pair<std::string, std::string>> scenarios;
-  const bool parsed = Options(
-      argc, argv, &error, [&](const std::string& n, const std::string& v) {
-        if (n == "--out") {
-          out = v;
-        } else if (n == "--scenario") {
-          const size_t eq = v.find('=');
-          const std::string name = v.substr(0, eq);
-          if (eq == std::string::npos || eq + 1 == v.size() ||
-              (name != kPersistent && name != kTransient && name != kPause)) {
-            bad_value = absl::StrCat(
-                "--scenario ", v,
-                ": expected NAME=COMPARE_DIR, NAME persistent, transient or "
-                "pause");
-          } else {
-            scenarios.emplace_back(name, v.substr(eq + 1));
-          }
-        } else if (n == "--command") {
-          in.command = v;
-        } else if (n == "--setup") {
-          in.setup = v;
-        } else if (n == "--gnuplot") {
-          gnuplot = v;
-        } else {
-          return false;
-        }
-        return true;
-      });
-  if (!parsed) return Usage(error);
-  if (!bad_value.empty()) return Error(bad_value);
-  if (out.empty() || scenarios.empty()) {
-    return Usage("study-stragglers needs --out DIR and --scenario NAME=DIR");
+  StudyArgsSpec spec;
+  spec.input_flag = "--scenario";
+  spec.expected =
+      "expected NAME=COMPARE_DIR, NAME persistent, transient or pause";
+  spec.add_input = [&](const std::string& name, const std::string& dir) {
+    if (name != kPersistent && name != kTransient && name != kPause) {
+      return false;
+    }
+    scenarios.emplace_back(name, dir);
+    return true;
+  };
+  spec.needs = "study-stragglers needs --out DIR and --scenario NAME=DIR";
+  StudyArgs args;
+  std::string error;
+  if (StudyArgsError e = ParseStudyArgs(argc, argv, spec, &args, &error);
+      e != StudyArgsError::kNone) {
+    return StudyArgsFailed(e, error);
   }
+  const std::string& out = args.out;
+  const std::optional<std::string>& gnuplot = args.gnuplot;  // absent: none
+  in.command = args.command;
+  in.setup = args.setup;
   for (const auto& [name, dir] : scenarios) {
     const std::string path = absl::StrCat(dir, "/compare.json");
     absl::StatusOr<std::string> text = ReadFileText(path);
@@ -345,39 +328,27 @@ int StudyStragglersMain(int argc, char** argv) {
 
 int StudyOptimizersMain(int argc, char** argv) {
   OptimizerStudyInputs in;
-  std::string out, error, bad_value;
-  std::optional<std::string> gnuplot;  // absent: the text plot only
   std::vector<std::pair<std::string, std::string>> dirs;
-  const bool parsed = Options(
-      argc, argv, &error, [&](const std::string& n, const std::string& v) {
-        if (n == "--out") {
-          out = v;
-        } else if (n == "--optimizer") {
-          const size_t eq = v.find('=');
-          const std::string name = v.substr(0, eq);
-          if (eq == std::string::npos || eq == 0 || eq + 1 == v.size()) {
-            bad_value = absl::StrCat("--optimizer ", v,
-                                     ": expected NAME=COMPARE_DIR (NAME the "
-                                     "training.optimizer of those runs)");
-          } else {
-            dirs.emplace_back(name, v.substr(eq + 1));
-          }
-        } else if (n == "--command") {
-          in.command = v;
-        } else if (n == "--setup") {
-          in.setup = v;
-        } else if (n == "--gnuplot") {
-          gnuplot = v;
-        } else {
-          return false;
-        }
-        return true;
-      });
-  if (!parsed) return Usage(error);
-  if (!bad_value.empty()) return Error(bad_value);
-  if (out.empty() || dirs.empty()) {
-    return Usage("study-optimizers needs --out DIR and --optimizer NAME=DIR");
+  StudyArgsSpec spec;
+  spec.input_flag = "--optimizer";
+  spec.expected =
+      "expected NAME=COMPARE_DIR (NAME the training.optimizer of those runs)";
+  spec.add_input = [&](const std::string& name, const std::string& dir) {
+    dirs.emplace_back(name, dir);
+    return true;
+  };
+  spec.needs = "study-optimizers needs --out DIR and --optimizer NAME=DIR";
+  StudyArgs args;
+  std::string error;
+  if (StudyArgsError e = ParseStudyArgs(argc, argv, spec, &args, &error);
+      e != StudyArgsError::kNone) {
+    return StudyArgsFailed(e, error);
   }
+  const std::string& out = args.out;
+  // Absent: the text plot only.
+  const std::optional<std::string>& gnuplot = args.gnuplot;
+  in.command = args.command;
+  in.setup = args.setup;
   for (const auto& [name, dir] : dirs) {
     const std::string path = absl::StrCat(dir, "/compare.json");
     absl::StatusOr<std::string> text = ReadFileText(path);
@@ -415,40 +386,29 @@ int StudyOptimizersMain(int argc, char** argv) {
 
 int StudySparseMain(int argc, char** argv) {
   SparseStudyInputs in;
-  std::string out, gnuplot, error, bad_value;
   std::vector<std::pair<int64_t, std::string>> tables;
-  const bool parsed = Options(
-      argc, argv, &error, [&](const std::string& n, const std::string& v) {
-        if (n == "--out") {
-          out = v;
-        } else if (n == "--table") {
-          const size_t eq = v.find('=');
-          int64_t rows = 0;
-          if (eq == std::string::npos || eq + 1 == v.size() ||
-              !absl::SimpleAtoi(v.substr(0, eq), &rows) || rows <= 0) {
-            bad_value = absl::StrCat(
-                "--table ", v,
-                ": expected ROWS=COMPARE_DIR, ROWS the table's row count "
-                "(model.buckets, a positive integer)");
-          } else {
-            tables.emplace_back(rows, v.substr(eq + 1));
-          }
-        } else if (n == "--command") {
-          in.command = v;
-        } else if (n == "--setup") {
-          in.setup = v;
-        } else if (n == "--gnuplot") {
-          gnuplot = v;
-        } else {
-          return false;
-        }
-        return true;
-      });
-  if (!parsed) return Usage(error);
-  if (!bad_value.empty()) return Error(bad_value);
-  if (out.empty() || tables.empty()) {
-    return Usage("study-sparse needs --out DIR and --table ROWS=DIR");
+  StudyArgsSpec spec;
+  spec.input_flag = "--table";
+  spec.expected =
+      "expected ROWS=COMPARE_DIR, ROWS the table's row count (model.buckets, "
+      "a positive integer)";
+  spec.add_input = [&](const std::string& key, const std::string& dir) {
+    int64_t rows = 0;
+    if (!absl::SimpleAtoi(key, &rows) || rows <= 0) return false;
+    tables.emplace_back(rows, dir);
+    return true;
+  };
+  spec.needs = "study-sparse needs --out DIR and --table ROWS=DIR";
+  StudyArgs args;
+  std::string error;
+  if (StudyArgsError e = ParseStudyArgs(argc, argv, spec, &args, &error);
+      e != StudyArgsError::kNone) {
+    return StudyArgsFailed(e, error);
   }
+  const std::string& out = args.out;
+  const std::string gnuplot = args.gnuplot.value_or("");  // "": no plots
+  in.command = args.command;
+  in.setup = args.setup;
   for (const auto& [rows, dir] : tables) {
     const std::string path = absl::StrCat(dir, "/compare.json");
     absl::StatusOr<std::string> text = ReadFileText(path);
@@ -475,93 +435,86 @@ int StudySparseMain(int argc, char** argv) {
 
 int StudyScalingMain(int argc, char** argv) {
   ScalingInputs in;
-  std::string out, gnuplot, error, bad_value;
   std::vector<std::tuple<std::string, int, std::string>> runs;
   bool have_bytes = false, have_compute = false, have_batch = false,
        have_warmup = false, have_steps = false;
-  const bool parsed = Options(
-      argc, argv, &error, [&](const std::string& n, const std::string& v) {
-        double x = 0;
-        int64_t i = 0;
-        auto number = [&](bool positive) {
-          const bool ok = absl::SimpleAtod(v, &x) && std::isfinite(x) &&
-                          (positive ? x > 0 : x >= 0);
-          if (!ok && bad_value.empty()) {
-            bad_value =
-                absl::StrCat(n, ": expected a number ",
-                             positive ? "> 0" : ">= 0", ", got '", v, "'");
-          }
-          return ok;
-        };
-        auto integer = [&](bool positive) {
-          const bool ok =
-              absl::SimpleAtoi(v, &i) && (positive ? i > 0 : i >= 0);
-          if (!ok && bad_value.empty()) {
-            bad_value =
-                absl::StrCat(n, ": expected an integer ",
-                             positive ? "> 0" : ">= 0", ", got '", v, "'");
-          }
-          return ok;
-        };
-        if (n == "--out") {
-          out = v;
-        } else if (n == "--run") {
-          const size_t eq = v.find('=');
-          const size_t colon =
-              eq == std::string::npos ? std::string::npos : v.rfind(':', eq);
-          int workers = 0;
-          if (eq == std::string::npos || colon == std::string::npos ||
-              eq + 1 == v.size() ||
-              !absl::SimpleAtoi(v.substr(colon + 1, eq - colon - 1),
-                                &workers) ||
-              workers < 1 || !ServersOfDesign(v.substr(0, colon)).ok()) {
-            if (bad_value.empty()) {
-              bad_value = absl::StrCat(
-                  "--run ", v,
-                  ": expected DESIGN:N=RUN_DIR (DESIGN ps:K or allreduce, N "
-                  ">= 1 workers)");
-            }
-          } else {
-            runs.emplace_back(v.substr(0, colon), workers, v.substr(eq + 1));
-          }
-        } else if (n == "--model-bytes") {
-          if (number(true)) in.model.model_bytes = x;
-          have_bytes = true;
-        } else if (n == "--link-gbit") {
-          if (number(true)) in.model.link_bytes_per_s = x * 1e9 / 8;
-        } else if (n == "--compute-ms") {
-          if (number(false)) in.model.compute_s = x / 1000;
-          have_compute = true;
-        } else if (n == "--local-batch") {
-          if (integer(true)) in.model.local_batch = i;
-          have_batch = true;
-        } else if (n == "--warmup") {
-          if (integer(false)) in.model.warmup_steps = i;
-          have_warmup = true;
-        } else if (n == "--steps") {
-          if (integer(true)) in.model.steps = i;
-          have_steps = true;
-        } else if (n == "--links") {
-          in.links = v;
-        } else if (n == "--gnuplot") {
-          gnuplot = v;
-        } else if (n == "--command") {
-          in.command = v;
-        } else if (n == "--setup") {
-          in.setup = v;
-        } else {
-          return false;
-        }
-        return true;
-      });
-  if (!parsed) return Usage(error);
-  if (!bad_value.empty()) return Error(bad_value);
-  if (out.empty() || runs.empty() || !have_bytes || !have_compute ||
-      !have_batch || !have_warmup || !have_steps) {
-    return Usage(
-        "study-scaling needs --out, --run, --model-bytes, --compute-ms, "
-        "--local-batch, --warmup and --steps");
+  StudyArgsSpec spec;
+  spec.input_flag = "--run";
+  spec.expected =
+      "expected DESIGN:N=RUN_DIR (DESIGN ps:K or allreduce, N >= 1 workers)";
+  spec.add_input = [&](const std::string& key, const std::string& dir) {
+    const size_t colon = key.rfind(':');
+    int workers = 0;
+    if (colon == std::string::npos ||
+        !absl::SimpleAtoi(key.substr(colon + 1), &workers) || workers < 1 ||
+        !ServersOfDesign(key.substr(0, colon)).ok()) {
+      return false;
+    }
+    runs.emplace_back(key.substr(0, colon), workers, dir);
+    return true;
+  };
+  spec.needs =
+      "study-scaling needs --out, --run, --model-bytes, --compute-ms, "
+      "--local-batch, --warmup and --steps";
+  spec.other = [&](const std::string& n, const std::string& v,
+                   std::string* bad) {
+    double x = 0;
+    int64_t i = 0;
+    auto number = [&](bool positive) {
+      const bool ok = absl::SimpleAtod(v, &x) && std::isfinite(x) &&
+                      (positive ? x > 0 : x >= 0);
+      if (!ok) {
+        *bad = absl::StrCat(n, ": expected a number ",
+                            positive ? "> 0" : ">= 0", ", got '", v, "'");
+      }
+      return ok;
+    };
+    auto integer = [&](bool positive) {
+      const bool ok = absl::SimpleAtoi(v, &i) && (positive ? i > 0 : i >= 0);
+      if (!ok) {
+        *bad = absl::StrCat(n, ": expected an integer ",
+                            positive ? "> 0" : ">= 0", ", got '", v, "'");
+      }
+      return ok;
+    };
+    if (n == "--model-bytes") {
+      if (number(true)) in.model.model_bytes = x;
+      have_bytes = true;
+    } else if (n == "--link-gbit") {
+      if (number(true)) in.model.link_bytes_per_s = x * 1e9 / 8;
+    } else if (n == "--compute-ms") {
+      if (number(false)) in.model.compute_s = x / 1000;
+      have_compute = true;
+    } else if (n == "--local-batch") {
+      if (integer(true)) in.model.local_batch = i;
+      have_batch = true;
+    } else if (n == "--warmup") {
+      if (integer(false)) in.model.warmup_steps = i;
+      have_warmup = true;
+    } else if (n == "--steps") {
+      if (integer(true)) in.model.steps = i;
+      have_steps = true;
+    } else if (n == "--links") {
+      in.links = v;
+    } else {
+      return false;
+    }
+    return true;
+  };
+  StudyArgs args;
+  std::string error;
+  if (StudyArgsError e = ParseStudyArgs(argc, argv, spec, &args, &error);
+      e != StudyArgsError::kNone) {
+    return StudyArgsFailed(e, error);
   }
+  if (!have_bytes || !have_compute || !have_batch || !have_warmup ||
+      !have_steps) {
+    return Usage(spec.needs);
+  }
+  const std::string& out = args.out;
+  const std::string gnuplot = args.gnuplot.value_or("");  // "": text plot
+  in.command = args.command;
+  in.setup = args.setup;
   if (in.links.empty()) {
     in.links =
         in.model.link_bytes_per_s ? "shaped links" : "loopback, not shaped";

@@ -61,7 +61,10 @@
 //       verdicts (scaling_study.h).
 //
 // Subcommands repeat options (--set, --run), so arguments are parsed here
-// rather than with absl flags.
+// rather than with absl flags: "--name value" pairs walked by
+// WalkOptionPairs, and the four study commands' shared options (--out,
+// --command, --setup, --gnuplot, the repeated input) by one ParseStudyArgs
+// (study_args.h).
 #ifndef PSTRAIN_TOOLS_REPORT_COMMANDS_H_
 #define PSTRAIN_TOOLS_REPORT_COMMANDS_H_
 
