@@ -106,6 +106,7 @@ job() {
     --workers "$workers" --steps 20 --out "$job_dir" > "$job_dir.out" 2>&1
   job_rc=$?
   tail -n 5 "$job_dir.out"
+  # Log check (shown, not checked): each worker's backend, ring and errors.
   grep -h "compute backend\|all-reduce:\|fingerprint\|ERROR\|error" "$job_dir"/logs/worker-*.log 2>/dev/null
   echo "exit $job_rc"
 }
@@ -114,6 +115,7 @@ expect_ok() {
   local name="$1" workers="$2"
   ((job_rc == 0)) || { cat "$job_dir"/logs/*.log; fail "job $name exited $job_rc"; }
   local done_count prints
+  # Log checks: no file records a worker's end or its weights' fingerprint.
   done_count="$(grep -l " done$" "$job_dir"/logs/worker-*.log | wc -l)"
   ((done_count == workers)) || fail "job $name: $done_count of $workers workers finished"
   prints="$(grep -ho "fingerprint [0-9a-f]*" "$job_dir"/logs/worker-*.log | sort -u)"
@@ -123,12 +125,14 @@ expect_ok() {
 
 job nccl_1_rank "$config" 1
 expect_ok nccl_1_rank 1
+# Log check: no file records the all-reduce transport a worker used.
 grep -q "nccl over 1 ranks" "$JOBS/nccl_1_rank"/logs/worker-0.log ||
   fail "nccl_1_rank did not use NCCL"
 
 if ((gpus >= 2)); then
   job nccl_2_ranks "$config" 2
   expect_ok nccl_2_ranks 2
+  # Log check: no file records the device a worker used.
   grep -q "CUDA device 1" "$JOBS/nccl_2_ranks"/logs/worker-1.log ||
     fail "worker 1 is not on CUDA device 1"
 else
@@ -142,6 +146,7 @@ else
     expect_ok nccl_2_ranks_one_gpu 2
   else
     ((job_rc != 124)) || fail "the 2-rank NCCL job on one GPU hung (timeout)"
+    # user-facing message check: the failed worker says why.
     grep -q "NCCL needs a distinct GPU per rank" "$JOBS/nccl_2_ranks_one_gpu"/logs/worker-*.log ||
       fail "the 2-rank NCCL job on one GPU failed without saying that NCCL needs distinct GPUs"
     echo "ok: failed as expected, saying NCCL needs a distinct GPU per rank"

@@ -31,6 +31,7 @@ else cat "$TMP/missing.log"; fail "missing tensor: rc $rc, failure '$why'"; fi
 # 3. A malformed model.tensors entry: exit 2 naming it, nothing started.
 py_job "$TMP/entry.yaml" "{type: external, num_classes: 3, tensors: [fc.weight:3x8, fc.bias:3x0]}"
 psctl_run 60 "$TMP/entry" "$TMP/entry.log" --config "$TMP/entry.yaml" --worker-cmd "$LINEAR_CMD"
+# user-facing message check: the error names the entry and its shape.
 if ((rc == 2)) && grep -q "model.tensors\[1\]: tensor 'fc/bias': shape '3x0'" "$TMP/entry.log" &&
     ! [[ -e "$TMP/entry/logs/coordinator.log" ]]; then
   ok "a bad model.tensors entry is named, nothing started"
@@ -42,6 +43,7 @@ py_job "$TMP/token.yaml" "{type: external, num_classes: 3, tensors: $LINEAR_TENS
   "network: {startup_timeout_s: 120}"
 psctl_run 120 "$TMP/token" "$TMP/token.log" --config "$TMP/token.yaml" \
   --worker-cmd "env PSTRAIN_TOKEN_FILE=$TMP/wrong.token $LINEAR_CMD"
+# user-facing message check: the refused worker says why.
 if ((rc == 1)) && grep -q "UNAUTHENTICATED" "$TMP"/token/logs/worker-*.log; then
   ok "a wrong job token is refused (UNAUTHENTICATED)"
 else cat "$TMP/token.log"; fail "wrong token: rc $rc"; fi
@@ -61,6 +63,7 @@ else echo "$out"; fail "no PSTRAIN_TOKEN_FILE"; fi
 py_job "$TMP/elastic.yaml" "{type: external, num_classes: 3, tensors: $LINEAR_TENSORS}" \
   "training: {mode: sync, optimizer: momentum, base_lr: 0.1, momentum: 0.9, local_batch: 16, steps: 20, on_failure: elastic}"
 psctl_run 60 "$TMP/elastic" "$TMP/elastic.log" --config "$TMP/elastic.yaml" --worker-cmd "$LINEAR_CMD"
+# user-facing message check: the error names the key.
 if ((rc == 2)) && grep -q "training.on_failure elastic in mode sync is not supported for Python workers" "$TMP/elastic.log" &&
     ! [[ -e "$TMP/elastic/logs/coordinator.log" ]]; then
   ok "on_failure elastic in mode sync with Python workers is refused naming the key, nothing started"

@@ -35,6 +35,7 @@ a="$(json "$TMP/cmp/runs/sync" final_accuracy)" b="$(json "$TMP/cmp/runs/ddp" fi
 
 # ddp without a command is refused naming the option.
 psctl_compare 60 "$TMP/no.log" --config "$TMP/job.yaml" --modes ddp --out "$TMP/no"
+# user-facing message check: the error names the option.
 if ((rc == 2)) && grep -q "needs --worker-cmd" "$TMP/no.log"; then ok "ddp without --worker-cmd refused"
 else cat "$TMP/no.log"; fail "ddp without --worker-cmd: rc $rc"; fi
 

@@ -18,6 +18,8 @@ py_job "$TMP/job.yaml" "$EXT" "$TRAIN" "evaluation: {every_steps: 50}" \
 # and rejoin on a loaded machine.
 psctl_run 900 "$TMP/run" "$TMP/run.log" --config "$TMP/job.yaml" \
   --worker-cmd "env PSTRAIN_TEST_DIE_AT=10 PSTRAIN_TEST_MARKER=$TMP/died PSTRAIN_TEST_STEP_SLEEP=0.5 $LINEAR_CMD"
+# user-facing message check: psctl says it starts worker-1 again (no file
+# records psctl's restarts).
 if ((rc == 0)) && [[ -e "$TMP/died" ]] &&
     grep -q "worker-1 (pid [0-9]*) exited with status 137; starting it again" "$TMP/run.log"; then
   ok "the killed Python worker was started again and the job succeeded"

@@ -75,6 +75,7 @@ else fail "openssl could not make a test certificate"; fi
 # 6. Mode allreduce has no Python worker: refused before anything starts.
 py_job "$TMP/ar.yaml" "$EXT" "training: {mode: allreduce, optimizer: sgd, base_lr: 0.1, local_batch: 16, steps: 5}"
 psctl_run 60 "$TMP/ar" "$TMP/ar.log" --config "$TMP/ar.yaml" --worker-cmd "$LINEAR_CMD"
+# user-facing message check: the error says why.
 if ((rc == 2)) && grep -q "allreduce has no Python worker" "$TMP/ar.log" &&
     ! [[ -e "$TMP/ar/logs/coordinator.log" ]]; then
   ok "mode allreduce refused before anything started"

@@ -15,10 +15,17 @@ psctl_run 300 "$TMP/calm" "$TMP/calm.log" --config "$TMP/job.yaml" --worker-cmd 
 ((rc == 0)) || { cat "$TMP/calm.log"; fail "undisturbed run: rc $rc"; }
 psctl_run 300 "$TMP/kill" "$TMP/kill.log" --config "$TMP/job.yaml" \
   --worker-cmd "env PSTRAIN_TEST_DIE_AT=12 PSTRAIN_TEST_MARKER=$TMP/died $LINEAR_CMD"
+# user-facing message check: psctl says it restarted worker-1 (no file
+# records psctl's restarts).
 if ((rc == 0)) && [[ -e "$TMP/died" ]] &&
     grep -q "worker-1 (pid [0-9]*) exited with status 137; restarted" "$TMP/kill.log"; then
   ok "the killed Python worker was started again and the job succeeded"
 else cat "$TMP/kill.log" "$TMP"/kill/logs/worker-*.log; fail "killed run: rc $rc"; fi
+# The coordinator's rollback (supervision.txt), then the survivor's part:
+# Log check: no file records a worker's in-process resume.
+if has_note "$TMP/kill" "rolled back generation 1 to step 10"; then
+  ok "the coordinator rolled the job back to step 10 in generation 1"
+else fail "supervision.txt notes no rollback to step 10: $(cat "$TMP/kill/supervision.txt" 2>&1)"; fi
 if grep -q "resuming at step 10 in generation 1" "$TMP/kill/logs/worker-0.log"; then
   ok "the surviving worker rolled back to step 10 in generation 1"
 else cat "$TMP/kill/logs/worker-0.log"; fail "no rollback logged by worker 0"; fi

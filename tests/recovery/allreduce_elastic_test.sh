@@ -104,6 +104,7 @@ grep -q "^psctl: worker-$victim (pid [0-9]*) exited with status 137; not restart
   fail "hosted: psctl did not leave worker-$victim dead: $(grep '^psctl:' "$TMP/hosted.log" | tail -3)"
 rolled=$(noted "$TMP/hosted" "rolled back generation [0-9]+ to step [0-9]+" | wc -l)
 ((rolled == 1)) && ok "hosted: one rollback" || fail "hosted: $rolled rollbacks, expected 1"
+# Log check: no file records a hosted rank's end.
 grep -q "hosted worker rank $victim: done" "$TMP"/hosted/logs/worker-*.log &&
   ok "hosted: the host's second ring member finished the job" ||
   fail "hosted: no hosted member finished rank $victim"
@@ -133,9 +134,11 @@ kill_host() {
 }
 run_killed rehosted "$TMP/rehosted.yaml" kill_host
 for r in "$victim" "$host"; do
+  # Log check: no file records which worker hosts a rank.
   grep -q "hosting worker rank $r as a second ring member" "$TMP/rehosted/logs/worker-$last.log" ||
     fail "rehosted: worker-$last does not host rank $r"
 done
+# Log check: no file records a hosted rank's end.
 grep -q "hosted worker rank $victim: done" "$TMP/rehosted/logs/worker-$last.log" &&
   grep -q "hosted worker rank $host: done" "$TMP/rehosted/logs/worker-$last.log" &&
   ok "rehosted: worker-$last ran ranks $victim and $host to the end beside its own" ||

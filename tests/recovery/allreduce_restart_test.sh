@@ -200,6 +200,7 @@ if start_coordinator "$dir" "$TMP/close.yaml"; then
     fail "the final-close case did not set up (reached: $stage; worker 0 running: $(running "${workers[0]}" && echo yes || echo no))"
   else
     sigterm_ends_worker0 "in its final close"
+    # Log check: no file records that a worker finished its final close.
     if grep -qE " done$" "$dir/worker-0.log"; then
       # Rank 1 confirmed the close before its SIGSTOP took (seen about once
       # in six runs): worker 0 finished its close before SIGTERM, so there

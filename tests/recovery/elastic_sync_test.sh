@@ -47,6 +47,7 @@ wait_for 10 "the takeover in $dir/supervision.txt" \
 # 3. Continued once it has been replaced: refused everywhere.
 kill -CONT "${workers[1]}"
 if exited_within "${workers[1]}" 10; then
+  # user-facing message check (shown, not checked): why it was refused.
   ((rc != 0)) && ok "the continued worker 1 was refused (exit $rc): $(grep -o "session[^;]*" "$dir/worker-1.log" | tail -1)" ||
     fail "the continued worker 1 exited 0: $(tail -2 "$dir/worker-1.log")"
 else

@@ -91,6 +91,8 @@ if [[ -n "$join" && -n "$gone" ]]; then
       fail "samples at step $((join - 1)): '$(samples_at $((join - 1)))', want 8"
   fi
 fi
+# user-facing message check: the new worker says where it joined (the rejoin
+# itself is read from supervision.txt above).
 grep -q "joined rank 1 again from step" "$dir/worker-1-new.log" ||
   fail "the new worker does not say where it joined"
 kill -CONT "${workers[1]}"

@@ -102,6 +102,8 @@ if why="$("$ROOT/deploy/netshape.sh" check 2>&1)"; then
   psctl_compare 180 "$TMP/shaped.log" --config "$ROOT/configs/default.yaml" --modes async:1 \
     --steps 20 --shape-gbit 1 --timeout 60 --out "$out"
   id="$(sed -n 's/.*namespaces psnet-\(r[0-9]*\)-\*.*/\1/p' "$out/runs/async-1/psctl.log" | head -1)"
+  # Log check: no file records the address a process listened on or
+  # registered at.
   if [[ $rc -eq 0 ]] && row "$out" async:1 | grep -q '| 1/1 |' &&
       grep -q 'listening on 10\.213\.0\.' "$out/runs/async-1/logs/coordinator.log" &&
       grep -q 'registered at 10\.213\.0\.' "$out/runs/async-1/logs/coordinator.log" &&

@@ -100,6 +100,7 @@ ok "plots"
 # Bad options are named; nothing runs.
 rc=0
 "$PSCTL" study scaling --repeats 0 --bin "$ROOT" --out "$TMP/bad" >"$TMP/bad.log" 2>&1 || rc=$?
+# user-facing message check: the error names the option.
 if ((rc == 2)) && grep -q -- "--repeats: expected a positive integer, got '0'" "$TMP/bad.log" &&
   [[ ! -e "$TMP/bad/N1-K1" ]]; then
   ok "--repeats 0 refused"

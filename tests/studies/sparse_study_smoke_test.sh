@@ -86,6 +86,7 @@ grep -q 'set logscale x' "$out/plots/study.gp" || fail "plots/study.gp is not lo
 # Bad input is named, nothing is written.
 rc=0
 "$REPORT" study-sparse --out "$TMP/bad" --table "ten=$out/rows-1000/r1" >"$TMP/bad.log" 2>&1 || rc=$?
+# user-facing message check: the error names the option and the form.
 if ((rc == 2)) && grep -q -- "--table ten=.*expected ROWS=COMPARE_DIR" "$TMP/bad.log" && [[ ! -e "$TMP/bad" ]]; then
   ok "a bad --table is refused"
 else
@@ -93,6 +94,7 @@ else
 fi
 rc=0
 "$REPORT" study-sparse --out "$TMP" --table "10=$TMP/nowhere" >"$TMP/bad2.log" 2>&1 || rc=$?
+# user-facing message check: the error names the missing file.
 if ((rc == 2)) && grep -q "$TMP/nowhere/compare.json" "$TMP/bad2.log"; then
   ok "a missing compare.json is named"
 else

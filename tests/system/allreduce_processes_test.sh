@@ -42,7 +42,7 @@ if exited_within "$coord" 30; then
 else
   fail "coordinator still running 30 s after the workers"
 fi
-# Log read: each replica prints its weights' fingerprint (no file records
+# Log check: each replica prints its weights' fingerprint (no file records
 # it; a mode allreduce job here writes no checkpoint).
 prints=$(grep -ho "fingerprint [0-9a-f]*" "$dir"/worker-*.log | sort -u)
 if [[ $(grep -c . <<<"$prints") -eq 1 ]] &&
@@ -77,6 +77,8 @@ start=$SECONDS
 for r in 0 2; do
   if ended_within 15 "worker $r" "${workers[$r]}"; then
     ((rc != 0)) || fail "worker $r exited 0 after rank 1 died"
+    # Log check (shown, not checked): the error each rank failed with; its
+    # exit status is what is checked.
     grep -E "DEADLINE_EXCEEDED|UNAVAILABLE|CANCELLED" "$dir/worker-$r.log" | head -1
   fi
 done
