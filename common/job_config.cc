@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "coordinator/failure_policy.h"
 #include "yaml-cpp/yaml.h"
 
 namespace pstrain {
@@ -1149,27 +1150,6 @@ absl::Status ValidateSparse(const ModelConfig& m, const DataConfig& d) {
   return absl::OkStatus();
 }
 
-// training.on_failure: restart rolls every shard back to a checkpoint (a
-// sync step cut or an async clock cut; docs/failures-and-recovery.md); in
-// mode allreduce every rank reloads rank 0's checkpoint and the ring
-// re-forms, which the NCCL backend cannot do (its communicator is built
-// once from one unique id). training.on_failure: elastic in mode allreduce
-// rolls back the same way (a live worker hosts the lost rank), so it needs
-// the same: `policy` names the value checked.
-absl::Status ValidateRestartPolicy(const JobConfig& c,
-                                   absl::string_view policy) {
-  if (c.training().mode() == v1::MODE_ALLREDUCE &&
-      c.allreduce().backend() == AllReduceConfig::NCCL) {
-    return KeyError("training.on_failure",
-                    absl::StrCat("'", policy,
-                                 "' in mode allreduce needs allreduce.backend: "
-                                 "grpc (a NCCL communicator is not re-formed "
-                                 "after a loss); use 'fail' and resume from a "
-                                 "checkpoint (psctl run --resume latest)"));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 JobConfig DefaultJobConfig() {
@@ -1357,23 +1337,9 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
                         "mode allreduce does not checkpoint row-sparse tables "
                         "(model.type wide_deep) yet: use mode sync");
       }
-      if (t.on_failure() == v1::TrainingConfig::RESTART ||
-          t.on_failure() == v1::TrainingConfig::ELASTIC) {
-        return KeyError("training.on_failure",
-                        absl::StrCat(ConfigName(t.on_failure()),
-                                     " in mode allreduce needs checkpoints, "
-                                     "which row-sparse tables (model.type "
-                                     "wide_deep) do not have there yet: use "
-                                     "fail"));
-      }
     }
-    if (t.on_failure() == v1::TrainingConfig::ELASTIC &&
-        t.mode() != v1::MODE_SYNC) {
-      return KeyError("training.on_failure",
-                      "elastic with row-sparse tables (model.type wide_deep) "
-                      "needs training.mode sync: the row clocks do not follow "
-                      "the elastic membership in async; use fail or restart");
-    }
+    // What training.on_failure cannot do with row-sparse tables, the policy
+    // says (FailurePolicy::CheckJob, below).
     if (t.backup_workers() > 0 || t.dc_lambda() != 0) {
       return KeyError(t.backup_workers() > 0 ? "training.backup_workers"
                                              : "training.dc_lambda",
@@ -1584,22 +1550,9 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   PS_RETURN_IF_ERROR(
       Positive("training.restart_timeout_s", t.restart_timeout_s()));
   PS_RETURN_IF_ERROR(AtLeast("training.max_restarts", t.max_restarts(), 0));
-  if (t.on_failure() == v1::TrainingConfig::RESTART) {
-    PS_RETURN_IF_ERROR(ValidateRestartPolicy(c, "restart"));
-  }
-  if (t.on_failure() == v1::TrainingConfig::ELASTIC) {
-    PS_RETURN_IF_ERROR(ValidateRestartPolicy(c, "elastic"));
-  }
-  // Mode sync: a live worker takes a dead rank over and re-pushes its steps
-  // (coordinator/elastic.h); backup workers would let a step complete
-  // without the rank, so the takeover could no longer keep it bit-exact.
-  if (t.on_failure() == v1::TrainingConfig::ELASTIC &&
-      t.mode() == v1::MODE_SYNC && t.backup_workers() > 0) {
-    return KeyError("training.on_failure",
-                    "'elastic' in mode sync needs training.backup_workers: "
-                    "0 (a taken-over rank's steps are exact only when every "
-                    "step waits for every rank)");
-  }
+  // The policy's own cross-key rules (mode, allreduce.backend, model.type,
+  // training.backup_workers): coordinator/failure_policy.h.
+  PS_RETURN_IF_ERROR(FailurePolicy::ForJob(t)->CheckJob(c));
   if (t.min_workers() < 1 || t.min_workers() > c.job().workers()) {
     return KeyError(
         "training.min_workers",

@@ -124,6 +124,10 @@ absl::Status WritePlanIfRequested(const JobConfig& config,
        << "\nmax_restarts=" << config.training().max_restarts()
        << "\nmode=" << ConfigName(config.training().mode())
        << "\nmin_workers=" << config.training().min_workers() << "\n";
+  // What the policy asks of workers (JobSpec.worker_recovery): psctl run
+  // refuses --worker-cmd when live workers must stand in for lost ranks,
+  // which Python workers cannot.
+  plan << "stands_in=" << (spec.worker_recovery().stands_in() ? 1 : 0) << "\n";
   if (resume != nullptr) {
     plan << "resume_step=" << resume->step << "\nresume_from=" << resume->dir
          << "\n";

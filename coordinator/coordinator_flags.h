@@ -22,7 +22,9 @@ bool DryRunRequested();
 
 // --plan_dir DIR (with --dry_run): writes DIR/job.yaml and DIR/plan.env
 // ("workers=N", "servers=K", "lease_s=S", "on_failure=P",
-// "max_restarts=M", and with `resume` "resume_step=T", "resume_from=DIR")
+// "max_restarts=M", "mode=X", "min_workers=W", "stands_in=0|1" from
+// spec.worker_recovery, and with `resume` "resume_step=T",
+// "resume_from=DIR")
 // and DIR/job_spec.pb (`spec`, the JobSpec serialised: what the ddp mode of
 // psctl compare gives its Python workers, docs/python.md); nothing without
 // the flag.

@@ -4,11 +4,54 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace pstrain {
 namespace {
 
+using pstrain::v1::AllReduceConfig;
+using pstrain::v1::JobConfig;
+using pstrain::v1::ModelConfig;
 using pstrain::v1::TrainingConfig;
+
+absl::Status OnFailureError(absl::string_view message) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("training.on_failure: ", message));
+}
+
+bool WideDeep(const JobConfig& c) {
+  return c.model().type() == ModelConfig::WIDE_DEEP;
+}
+
+// What a policy that rolls an all-reduce ring back (restart, elastic: a
+// live worker hosts the lost rank) needs there: every rank reloads rank 0's
+// checkpoint and the ring re-forms, which the NCCL backend cannot do (its
+// communicator is built once from one unique id), and the checkpoint must
+// hold every tensor.
+absl::Status CheckRingRollback(const JobConfig& c, absl::string_view name) {
+  if (c.training().mode() != pstrain::v1::MODE_ALLREDUCE) {
+    return absl::OkStatus();
+  }
+  if (c.allreduce().backend() == AllReduceConfig::NCCL) {
+    return OnFailureError(
+        absl::StrCat("'", name,
+                     "' in mode allreduce needs allreduce.backend: "
+                     "grpc (a NCCL communicator is not re-formed "
+                     "after a loss); use 'fail' and resume from a "
+                     "checkpoint (psctl run --resume latest)"));
+  }
+  // Mode allreduce keeps a replica of a row-sparse table on every worker
+  // (worker/allreduce/allreduce_trainer.h); its checkpoints and rollbacks
+  // hold dense tensors only (docs/sparse.md, "Limits").
+  if (WideDeep(c)) {
+    return OnFailureError(absl::StrCat(name,
+                                       " in mode allreduce needs checkpoints, "
+                                       "which row-sparse tables (model.type "
+                                       "wide_deep) do not have there yet: use "
+                                       "fail"));
+  }
+  return absl::OkStatus();
+}
 
 ElasticOptions MakeElastic(int num_workers, int min_workers, bool takeover) {
   ElasticOptions e;
@@ -66,6 +109,9 @@ class RestartPolicy final : public FailurePolicy {
   Relaunch RelaunchOnExit(LeaseHolder) const override { return Relaunch::kNow; }
   int64_t max_relaunches() const override { return max_restarts_; }
   bool EndsLostProcesses() const override { return true; }
+  absl::Status CheckJob(const JobConfig& config) const override {
+    return CheckRingRollback(config, name());
+  }
 
  private:
   const int64_t max_restarts_;
@@ -91,6 +137,25 @@ class ElasticWorkersPolicy final : public ElasticPolicy {
   bool Rejoins() const override { return true; }
   bool HandsOver() const override { return sync_; }
   bool StandsIn() const override { return sync_; }
+  absl::Status CheckJob(const JobConfig& config) const override {
+    if (WideDeep(config) && !sync_) {
+      return OnFailureError(
+          "elastic with row-sparse tables (model.type wide_deep) "
+          "needs training.mode sync: the row clocks do not follow "
+          "the elastic membership in async; use fail or restart");
+    }
+    // Mode sync: a live worker takes a dead rank over and re-pushes its
+    // steps (coordinator/elastic.h); backup workers would let a step
+    // complete without the rank, so the takeover could no longer keep it
+    // bit-exact.
+    if (sync_ && config.training().backup_workers() > 0) {
+      return OnFailureError(
+          "'elastic' in mode sync needs training.backup_workers: "
+          "0 (a taken-over rank's steps are exact only when every "
+          "step waits for every rank)");
+    }
+    return absl::OkStatus();
+  }
 
  private:
   const bool sync_;
@@ -118,6 +183,9 @@ class ElasticRingPolicy final : public ElasticPolicy {
   }
   bool RollsBack() const override { return true; }
   bool HostsRanks() const override { return true; }
+  absl::Status CheckJob(const JobConfig& config) const override {
+    return CheckRingRollback(config, name());
+  }
 
  private:
   const int min_workers_;

@@ -37,6 +37,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "coordinator/elastic.h"
 #include "coordinator/leases.h"
@@ -106,6 +107,15 @@ class FailurePolicy {
 
   // "training.on_failure: NAME", for log lines.
   std::string Described() const;
+
+  // --- Job validation (common/job_config.cc) -------------------------------
+  // What this policy cannot do with the rest of `config`, whose training is
+  // the one the policy was made for and whose other keys are each valid on
+  // their own: INVALID_ARGUMENT "training.on_failure: ...", naming the key
+  // that conflicts and what to use instead; OK otherwise. Fail: always OK.
+  virtual absl::Status CheckJob(const pstrain::v1::JobConfig& config) const {
+    return absl::OkStatus();
+  }
 
   // --- Launcher (psctl run, tools/launch/supervisor.h) ----------------------
   // A process of kind `holder` exited or was lost: is it started again?

@@ -3,12 +3,16 @@
 #include "coordinator/failure_policy.h"
 
 #include <limits>
+#include <string>
 
 #include "gtest/gtest.h"
 
 namespace pstrain {
 namespace {
 
+using pstrain::v1::AllReduceConfig;
+using pstrain::v1::JobConfig;
+using pstrain::v1::ModelConfig;
 using pstrain::v1::TrainingConfig;
 
 std::unique_ptr<FailurePolicy> Policy(TrainingConfig::OnFailure on_failure,
@@ -151,6 +155,106 @@ TEST(FailurePolicyTest, ElasticStartsAWorkerAgainToRejoinInEveryMode) {
     EXPECT_FALSE(p->GoesOnWithout(LeaseHolder::kServer));
     EXPECT_FALSE(p->EndsLostProcesses());
   }
+}
+
+// Job validation (common/job_config.cc asks CheckJob): each rule a policy
+// adds, its exact error, and the same job under the policies it allows.
+JobConfig Job(TrainingConfig::OnFailure on_failure,
+              pstrain::v1::ConsistencyMode mode) {
+  JobConfig c;
+  c.mutable_training()->set_on_failure(on_failure);
+  c.mutable_training()->set_mode(mode);
+  return c;
+}
+
+absl::Status Check(const JobConfig& c) {
+  return FailurePolicy::ForJob(c.training())->CheckJob(c);
+}
+
+void ExpectRefused(const JobConfig& c, const std::string& message) {
+  const absl::Status s = Check(c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(std::string(s.message()), message);
+  // The same job under on_failure fail is fine: the rule is the policy's.
+  JobConfig fail = c;
+  fail.mutable_training()->set_on_failure(TrainingConfig::FAIL);
+  EXPECT_TRUE(Check(fail).ok()) << Check(fail);
+}
+
+TEST(FailurePolicyCheckJobTest, EveryPolicyAcceptsPlainJobsInEveryMode) {
+  for (auto on_failure :
+       {TrainingConfig::ON_FAILURE_UNSPECIFIED, TrainingConfig::FAIL,
+        TrainingConfig::RESTART, TrainingConfig::ELASTIC}) {
+    for (auto mode : {pstrain::v1::MODE_SYNC, pstrain::v1::MODE_ASYNC,
+                      pstrain::v1::MODE_ALLREDUCE}) {
+      const JobConfig c = Job(on_failure, mode);
+      EXPECT_TRUE(Check(c).ok()) << Check(c);
+    }
+  }
+}
+
+TEST(FailurePolicyCheckJobTest, RingRollbacksNeedTheGrpcRing) {
+  for (auto on_failure : {TrainingConfig::RESTART, TrainingConfig::ELASTIC}) {
+    JobConfig c = Job(on_failure, pstrain::v1::MODE_ALLREDUCE);
+    c.mutable_allreduce()->set_backend(AllReduceConfig::NCCL);
+    const std::string name =
+        on_failure == TrainingConfig::RESTART ? "restart" : "elastic";
+    ExpectRefused(c, "training.on_failure: '" + name +
+                         "' in mode allreduce needs allreduce.backend: grpc "
+                         "(a NCCL communicator is not re-formed after a "
+                         "loss); use 'fail' and resume from a checkpoint "
+                         "(psctl run --resume latest)");
+    // NCCL outside mode allreduce is not read.
+    c.mutable_training()->set_mode(pstrain::v1::MODE_SYNC);
+    EXPECT_TRUE(Check(c).ok()) << Check(c);
+  }
+}
+
+TEST(FailurePolicyCheckJobTest, RingRollbacksRefuseRowSparseTables) {
+  for (auto on_failure : {TrainingConfig::RESTART, TrainingConfig::ELASTIC}) {
+    JobConfig c = Job(on_failure, pstrain::v1::MODE_ALLREDUCE);
+    c.mutable_model()->set_type(ModelConfig::WIDE_DEEP);
+    const std::string name =
+        on_failure == TrainingConfig::RESTART ? "restart" : "elastic";
+    ExpectRefused(c, "training.on_failure: " + name +
+                         " in mode allreduce needs checkpoints, which "
+                         "row-sparse tables (model.type wide_deep) do not "
+                         "have there yet: use fail");
+  }
+  // Restart rolls row-sparse shards back in both parameter-server modes.
+  for (auto mode : {pstrain::v1::MODE_SYNC, pstrain::v1::MODE_ASYNC}) {
+    JobConfig c = Job(TrainingConfig::RESTART, mode);
+    c.mutable_model()->set_type(ModelConfig::WIDE_DEEP);
+    EXPECT_TRUE(Check(c).ok()) << Check(c);
+  }
+}
+
+TEST(FailurePolicyCheckJobTest, ElasticRowSparseTablesNeedModeSync) {
+  JobConfig c = Job(TrainingConfig::ELASTIC, pstrain::v1::MODE_ASYNC);
+  c.mutable_model()->set_type(ModelConfig::WIDE_DEEP);
+  ExpectRefused(c,
+                "training.on_failure: elastic with row-sparse tables "
+                "(model.type wide_deep) needs training.mode sync: the row "
+                "clocks do not follow the elastic membership in async; use "
+                "fail or restart");
+  c.mutable_training()->set_mode(pstrain::v1::MODE_SYNC);
+  EXPECT_TRUE(Check(c).ok()) << Check(c);
+}
+
+TEST(FailurePolicyCheckJobTest, ElasticSyncNeedsNoBackupWorkers) {
+  JobConfig c = Job(TrainingConfig::ELASTIC, pstrain::v1::MODE_SYNC);
+  c.mutable_training()->set_backup_workers(1);
+  ExpectRefused(c,
+                "training.on_failure: 'elastic' in mode sync needs "
+                "training.backup_workers: 0 (a taken-over rank's steps are "
+                "exact only when every step waits for every rank)");
+  // Async steps wait for nobody: backup workers change nothing there.
+  c.mutable_training()->set_mode(pstrain::v1::MODE_ASYNC);
+  EXPECT_TRUE(Check(c).ok()) << Check(c);
+  // Restart rolls back to a checkpoint: no takeover to keep exact.
+  c = Job(TrainingConfig::RESTART, pstrain::v1::MODE_SYNC);
+  c.mutable_training()->set_backup_workers(1);
+  EXPECT_TRUE(Check(c).ok()) << Check(c);
 }
 
 }  // namespace

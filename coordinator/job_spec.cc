@@ -1,8 +1,11 @@
 #include "coordinator/job_spec.h"
 
+#include <memory>
+
 #include "common/model_spec.h"
 #include "common/sharding.h"
 #include "common/status_macros.h"
+#include "coordinator/failure_policy.h"
 
 namespace pstrain {
 
@@ -17,6 +20,12 @@ absl::StatusOr<pstrain::v1::JobSpec> MakeJobSpec(const JobConfig& c) {
   pstrain::v1::JobSpec job;
   *job.mutable_config() = c;
   job.set_num_servers(servers);
+  const std::unique_ptr<FailurePolicy> policy =
+      FailurePolicy::ForJob(c.training());
+  pstrain::v1::WorkerRecovery* recovery = job.mutable_worker_recovery();
+  recovery->set_rolls_back(policy->RollsBack());
+  recovery->set_stands_in(policy->StandsIn());
+  recovery->set_hosts_ranks(policy->HostsRanks());
   if (allreduce) {
     for (auto& t : tensors) *job.mutable_shard_map()->add_tensors() = t;
   } else {

@@ -12,7 +12,8 @@ namespace pstrain {
 // the job from it), the tensors from the model and a shard map over
 // job.servers shards with no addresses yet. Mode allreduce: no servers
 // (num_servers 0, job.servers ignored) and a shard map that only lists the
-// tensors.
+// tensors. worker_recovery holds the failure policy's answers
+// (coordinator/failure_policy.h) for workers.
 absl::StatusOr<pstrain::v1::JobSpec> MakeJobSpec(const JobConfig& config);
 
 }  // namespace pstrain

@@ -44,6 +44,12 @@ class Bsp : public ConsistencyRule {
   bool StepComplete(uint32_t recorded) const override {
     return recorded >= quorum_;
   }
+  // A live worker's own pull at clock c finds the version at c: step c
+  // cannot complete without its push. Version c + 1 is a stand-in's.
+  bool ReadsBeforeCompletedStep(uint64_t clock,
+                                const ShardProgress& p) const override {
+    return p.version == clock + 1;
+  }
   // A rank's stand-in re-pushes the rank's last step with the same payload
   // (an identical retry); a different push for a summed clock is an error.
   bool AcknowledgesRejoinedPushes() const override { return false; }
@@ -67,6 +73,12 @@ class BspWithBackups : public Bsp {
  public:
   BspWithBackups(uint32_t num_workers, uint32_t backup_workers)
       : Bsp(num_workers - backup_workers) {}
+  // A late worker's pull at clock c finds version c + 1 too, and reads it
+  // (its push is dropped); stand-ins need steps that wait for every rank
+  // (training.on_failure elastic refuses backup workers).
+  bool ReadsBeforeCompletedStep(uint64_t, const ShardProgress&) const override {
+    return false;
+  }
 };
 
 // SSP with staleness s (< 0: unbounded), optionally with the staleness-aware

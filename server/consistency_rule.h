@@ -94,6 +94,16 @@ class ConsistencyRule {
                                               const ShardProgress& p) const = 0;
   // Whether OnPush ever answers kRecord (the shard then keeps a step sum).
   virtual bool records_pushes() const { return false; }
+  // Whether a pull at `clock` asks for the state before step `clock`, which
+  // has completed since: an elastic stand-in re-computing a departed rank's
+  // step that the rank's dead process had pushed (Bsp without backup
+  // workers: version == clock + 1; server/sparse_shard.h, "Elastic
+  // stand-ins"). A shard that keeps that state answers from it. Rules that
+  // apply pushes on arrival, and Bsp with backup workers: never.
+  virtual bool ReadsBeforeCompletedStep(uint64_t clock,
+                                        const ShardProgress& p) const {
+    return false;
+  }
   // kRecord rules: whether `recorded` pushes complete the current step.
   virtual bool StepComplete(uint32_t recorded) const { return false; }
   // DC-ASGD's lambda; > 0 makes the shard keep each worker's read weights.

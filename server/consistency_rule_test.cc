@@ -188,6 +188,27 @@ TEST(ConsistencyRuleTest, BspCutsAtStepBoundaries) {
   }
 }
 
+// Elastic stand-ins (server/sparse_shard.h): a pull at clock c when step c
+// has completed since (version c + 1) asks for the state before step c.
+TEST(ConsistencyRuleTest, OnlyBspPullsReadBeforeACompletedStep) {
+  auto bsp = Make(Bsp(3));
+  ASSERT_NE(bsp, nullptr);
+  EXPECT_TRUE(bsp->ReadsBeforeCompletedStep(4, ShardProgress{5, 4}));
+  EXPECT_FALSE(bsp->ReadsBeforeCompletedStep(4, ShardProgress{4, 3}));
+  EXPECT_FALSE(bsp->ReadsBeforeCompletedStep(3, ShardProgress{5, 4}));
+  // With backup workers version c + 1 is also what a late worker reads.
+  auto backups = Make(Bsp(3, 1));
+  ASSERT_NE(backups, nullptr);
+  EXPECT_FALSE(backups->ReadsBeforeCompletedStep(4, ShardProgress{5, 4}));
+  // Ssp counts pushes applied on arrival: the version says nothing of
+  // steps.
+  for (int64_t staleness : {int64_t{0}, int64_t{-1}}) {
+    auto ssp = Make(Ssp(3, staleness));
+    ASSERT_NE(ssp, nullptr);
+    EXPECT_FALSE(ssp->ReadsBeforeCompletedStep(4, ShardProgress{5, 4}));
+  }
+}
+
 TEST(ConsistencyRuleTest, SspCutsAtClockCutsAndHoldsReadsThere) {
   for (int64_t staleness : {int64_t{0}, int64_t{2}, int64_t{-1}}) {
     auto rule = Make(Ssp(3, staleness));

@@ -280,22 +280,30 @@ uint64_t SparseShard::NextCutLocked(uint64_t min_clock) const {
   return next;
 }
 
-bool SparseShard::AtCutLocked(uint64_t cut) const {
-  for (uint64_t c : clocks_) {
-    if (c != cut) return false;
+CutProgress SparseShard::CutProgressLocked() const {
+  CutProgress p;
+  p.version = version_;
+  p.step_open = recorded_ > 0;
+  p.min_clock = MinClockLocked();
+  if (!clocks_.empty()) {
+    const auto [lowest, highest] =
+        std::minmax_element(clocks_.begin(), clocks_.end());
+    p.lowest_clock = *lowest;
+    p.highest_clock = *highest;
   }
-  return true;
+  return p;
+}
+
+bool SparseShard::AtCutLocked(uint64_t cut) const {
+  return rule_->AtCut(cut, CutProgressLocked());
 }
 
 bool SparseShard::PastCutLocked(uint64_t cut) const {
-  for (uint64_t c : clocks_) {
-    if (c > cut) return true;
-  }
-  return false;
+  return rule_->PastCut(cut, CutProgressLocked());
 }
 
-void SparseShard::ServeAsyncCutsLocked() {
-  const uint64_t v = MinClockLocked();
+void SparseShard::ServeHeldCutsLocked() {
+  const uint64_t v = rule_->ReachedCut(CutProgressLocked());
   if (v == 0 || !AtCutLocked(v)) return;
   const bool standing = ordered_cuts_.count(v) > 0 ||
                         (standing_max_held_ > 0 &&
@@ -415,11 +423,14 @@ void SparseShard::SetStandingCuts(uint64_t every, uint64_t last,
 
 absl::StatusOr<SparseShardState> SparseShard::SnapshotAt(uint64_t cut,
                                                          absl::Time deadline) {
-  if (!rule_->records_pushes()) return AsyncSnapshotAt(cut, deadline);
+  if (rule_->HoldsReadsAtCuts()) return SnapshotAtHeldCut(cut, deadline);
   absl::MutexLock lock(&mu_);
+  // Reads already stop at the cut (Bsp: a step boundary): wait until the
+  // rows are at it or have left it behind.
   auto decided = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return closed_ || held_.count(cut) > 0 || version_ > cut ||
-           (version_ == cut && recorded_ == 0);
+    const CutProgress p = CutProgressLocked();
+    return closed_ || held_.count(cut) > 0 || rule_->AtCut(cut, p) ||
+           rule_->ReachedCut(p) > cut;
   };
   mu_.AwaitWithDeadline(absl::Condition(&decided), deadline);
   if (auto it = held_.find(cut); it != held_.end()) {
@@ -428,8 +439,8 @@ absl::StatusOr<SparseShardState> SparseShard::SnapshotAt(uint64_t cut,
     return s;
   }
   if (closed_) return absl::UnavailableError("shard closed");
-  if (version_ == cut && recorded_ == 0) return CaptureLocked();
-  if (version_ >= cut) {
+  if (AtCutLocked(cut)) return CaptureLocked();
+  if (PastCutLocked(cut)) {
     return absl::FailedPreconditionError(
         absl::StrCat("rows are past cut ", cut, " (row step ", version_,
                      recorded_ > 0 ? " has pushes recorded)" : ")"));
@@ -446,7 +457,7 @@ void SparseShard::OrderCut(uint64_t cut) {
   }
 }
 
-absl::StatusOr<SparseShardState> SparseShard::AsyncSnapshotAt(
+absl::StatusOr<SparseShardState> SparseShard::SnapshotAtHeldCut(
     uint64_t cut, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   auto take = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(
@@ -468,7 +479,7 @@ absl::StatusOr<SparseShardState> SparseShard::AsyncSnapshotAt(
   };
   if (PastCutLocked(cut)) return past();
   // Held from now on: reads at clocks >= cut wait for every worker to reach
-  // it, and the push that completes it captures it (ServeAsyncCutsLocked).
+  // it, and the push that completes it captures it (ServeHeldCutsLocked).
   waiting_cuts_.insert(cut);
   auto decided = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return closed_ || held_.count(cut) > 0 || AtCutLocked(cut) ||
@@ -541,7 +552,7 @@ absl::StatusOr<RowPushResult> SparseShard::Push(RowPush push) {
       ++version_;
       ++clocks_[w];
       result.applied = true;
-      ServeAsyncCutsLocked();
+      ServeHeldCutsLocked();
       break;
     case PushDecision::Action::kDrop:  // backup workers: refused at Create
       return absl::InternalError("row push dropped");
@@ -581,9 +592,9 @@ absl::StatusOr<RowPullResult> SparseShard::Pull(uint32_t worker, uint64_t clock,
         absl::StrCat("row pull at clock ", clock, " waited for row pushes of ",
                      "clock ", need, " from workers ", laggards));
   }
-  // Sync, a stand-in's re-computation of a step that already committed
-  // here (see the top of sparse_shard.h): the rows of version `clock`.
-  const bool previous = rule_->records_pushes() && version_ == clock + 1;
+  // A stand-in's re-computation of a step that already committed here (see
+  // the top of sparse_shard.h): the rows of version `clock`.
+  const bool previous = rule_->ReadsBeforeCompletedStep(clock, p);
   if (previous && !previous_held_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "row pull at clock ", clock, ": the rows of version ", clock,

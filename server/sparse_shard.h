@@ -221,14 +221,20 @@ class SparseShard {
   // SnapshotAt); 0 when none, and in sync.
   uint64_t NextCutLocked(uint64_t min_clock) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Async: every row clock == cut / some row clock > cut.
+  // Where the rows stand for cuts, as the rule sees it (a row step is open
+  // while pushes of it are recorded).
+  CutProgress CutProgressLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The rule's answers (ConsistencyRule::AtCut, PastCut): async, every row
+  // clock == cut / some row clock > cut; sync, the row step boundary.
   bool AtCutLocked(uint64_t cut) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PastCutLocked(uint64_t cut) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Async, after a push: captures the cut every row clock now sits at, if
-  // it is standing, ordered or waited for; drops ordered cuts reached.
-  void ServeAsyncCutsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<SparseShardState> AsyncSnapshotAt(uint64_t cut,
-                                                   absl::Time deadline);
+  // Rules that apply pushes on arrival and hold reads at cuts (async),
+  // after a push: captures the cut the rows have reached, if it is
+  // standing, ordered or waited for; drops ordered cuts reached.
+  void ServeHeldCutsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SnapshotAt for rules that hold reads at cuts (async).
+  absl::StatusOr<SparseShardState> SnapshotAtHeldCut(uint64_t cut,
+                                                     absl::Time deadline);
   // The rows each table's update (the pending step plus `push`) touches
   // fits the bound.
   absl::Status CheckFitsLocked(const RowPush& push) const

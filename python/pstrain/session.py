@@ -182,8 +182,9 @@ class Session:
                 "training.mode allreduce: pstrain's ring all-reduce has no "
                 "Python worker; use mode sync or async (or the ddp mode of "
                 "psctl compare)")
-        if (job.config.training.on_failure == pb.TrainingConfig.ELASTIC and
-                job.config.training.mode == pb.MODE_SYNC):
+        # The job's failure policy, as the coordinator publishes it
+        # (JobSpec.worker_recovery): stand-ins are elastic in mode sync.
+        if job.worker_recovery.stands_in:
             raise PstrainError(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 "training.on_failure elastic in mode sync: not supported for "
@@ -210,8 +211,7 @@ class Session:
         self.start_step = reg.start_step
         lease = self.job.config.network.lease_s or 5.0
         self._liveness = Liveness(self, lease)
-        if (self.job.config.training.on_failure == pb.TrainingConfig.RESTART
-                and self.job.generation > 0):
+        if self.job.worker_recovery.rolls_back and self.job.generation > 0:
             # A replacement (training.on_failure: restart): it starts where
             # the rollback puts every worker.
             self.await_generation(self.job.generation)

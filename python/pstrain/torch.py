@@ -203,7 +203,8 @@ class Context:
         generation, then for its rollback; resumes at its start step.
         Re-raises `error` when none comes."""
         cfg = self.config
-        if (cfg.training.on_failure != pb.TrainingConfig.RESTART or
+        # JobSpec.worker_recovery: the job's failure policy rolls back.
+        if (not self.job.worker_recovery.rolls_back or
                 self._session.liveness.ended):
             raise error
         live = self._session.liveness

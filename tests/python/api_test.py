@@ -14,10 +14,13 @@ import numpy as np
 import torch
 
 import pstrain.torch as pst
+import grpc
+
+import pstrain.session as session_mod
 from pstrain import data, wire
 from pstrain._proto import pb
 from pstrain.errors import PstrainError
-from pstrain.session import WorkerSettings, read_job_token
+from pstrain.session import Session, WorkerSettings, read_job_token
 
 
 class WireTest(unittest.TestCase):
@@ -221,6 +224,94 @@ class ServerOptimizerTest(unittest.TestCase):
         self.assertEqual(ctx._session.queued[0].loss, 1.5)
         with self.assertRaisesRegex(PstrainError, "needs >= 1"):
             opt.step(samples=0)
+
+
+class FakeCoordinator:
+    """GetJob and RegisterWorker of a coordinator publishing `job`; a
+    replacement's GetJob(wait_for_generation) returns `rolled_back`."""
+
+    def __init__(self, job, rolled_back=None):
+        self.job = job
+        self.rolled_back = rolled_back
+        self.calls = []
+
+    def GetJob(self, req, timeout=None, metadata=None):
+        self.calls.append(("GetJob", req.wait_for_generation))
+        if req.wait_for_generation:
+            return self.rolled_back
+        return self.job
+
+    def RegisterWorker(self, req, timeout=None, metadata=None):
+        self.calls.append(("RegisterWorker", req.requested_rank))
+        return pb.RegisterWorkerResponse(rank=1, session_id=5, job=self.job,
+                                         start_step=0)
+
+
+class RegistrationTest(unittest.TestCase):
+    """Session.register follows JobSpec.worker_recovery (the coordinator's
+    FailurePolicy), never training.on_failure: each job below says one
+    thing in its config and the opposite in worker_recovery."""
+
+    def session(self, coord):
+        s = Session.__new__(Session)
+        s.settings = types.SimpleNamespace(
+            startup_timeout_s=5, rpc_timeout_s=5, coordinator="fake:1", rank=1)
+        s._md = []
+        s.coord = coord
+        s.rank = None
+        s.session_id = 0
+        s.job = None
+        s.start_step = 0
+        s._liveness = None
+        return s
+
+    def job(self, on_failure, mode, generation=0, **recovery):
+        j = pb.JobSpec(generation=generation, start_step=10 * generation)
+        j.config.training.on_failure = on_failure
+        j.config.training.mode = mode
+        j.worker_recovery.CopyFrom(pb.WorkerRecovery(**recovery))
+        return j
+
+    def setUp(self):
+        # No heartbeat thread: registration alone is under test.
+        self._liveness = session_mod.Liveness
+        session_mod.Liveness = lambda session, lease: None
+
+    def tearDown(self):
+        session_mod.Liveness = self._liveness
+
+    def test_stand_ins_are_refused_before_registering(self):
+        coord = FakeCoordinator(self.job(pb.TrainingConfig.FAIL, pb.MODE_ASYNC,
+                                         stands_in=True))
+        with self.assertRaises(PstrainError) as e:
+            self.session(coord).register()
+        self.assertEqual(e.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn("not supported for Python workers", str(e.exception))
+        self.assertEqual(coord.calls, [("GetJob", 0)])
+        # Elastic sync in the config, no stand-ins in worker_recovery.
+        coord = FakeCoordinator(self.job(pb.TrainingConfig.ELASTIC,
+                                         pb.MODE_SYNC))
+        self.session(coord).register()
+        self.assertEqual(coord.calls, [("GetJob", 0), ("RegisterWorker", 1)])
+
+    def test_a_replacement_waits_for_the_rollback_when_the_policy_rolls_back(self):
+        rolled = self.job(pb.TrainingConfig.FAIL, pb.MODE_SYNC, generation=2,
+                          rolls_back=True)
+        coord = FakeCoordinator(
+            self.job(pb.TrainingConfig.FAIL, pb.MODE_SYNC, generation=2,
+                     rolls_back=True), rolled_back=rolled)
+        s = self.session(coord)
+        s.register()
+        self.assertEqual(coord.calls[-1], ("GetJob", 2))
+        self.assertEqual(s.start_step, 20)
+        # Restart in the config, no rollback in worker_recovery.
+        coord = FakeCoordinator(
+            self.job(pb.TrainingConfig.RESTART, pb.MODE_SYNC, generation=2),
+            rolled_back=rolled)
+        s = self.session(coord)
+        s.register()
+        self.assertEqual(coord.calls, [("GetJob", 0), ("RegisterWorker", 1)])
+        self.assertEqual(s.start_step, 0)
 
 
 if __name__ == "__main__":
