@@ -873,6 +873,19 @@ class PullReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   void OnDone() override { delete this; }
 
+  // The client went away (or the call's deadline passed): a wait for the
+  // consistency rule ends now, not at its deadline, so the pull thread is
+  // free for other pulls. gRPC calls this at most once, before OnDone.
+  void OnCancel() override {
+    std::shared_ptr<Shard> waiting;
+    {
+      absl::MutexLock lock(&cancel_mu_);
+      cancelled_ = true;
+      waiting = waiting_on_;
+    }
+    if (waiting != nullptr) waiting->WakePulls();
+  }
+
  private:
   // OK with shard_ set: weights_ holds what to send; OK without: a
   // session-only pull, answered.
@@ -896,9 +909,17 @@ class PullReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       return ToGrpcStatus(st);
     }
     if (request.session_only()) return grpc::Status::OK;  // the session known
+    {
+      absl::MutexLock lock(&cancel_mu_);
+      waiting_on_ = s;
+    }
     absl::StatusOr<PulledWeights> result =
         s->PullWeights(request.worker(), request.clock(),
-                       ServerDeadline(*context_, barrier_timeout));
+                       ServerDeadline(*context_, barrier_timeout), &cancelled_);
+    {
+      absl::MutexLock lock(&cancel_mu_);
+      waiting_on_ = nullptr;
+    }
     if (!result.ok()) return ToGrpcStatus(result.status());
     weights_ = *std::move(result);
     shard_ = std::move(s);
@@ -919,6 +940,11 @@ class PullReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   size_t next_chunk_ = 0;
   grpc::ByteBuffer message_;  // the write in flight
   uint64_t bytes_ = 0;
+  // Set by OnCancel; read by the shard's wait (Shard::PullWeights).
+  std::atomic<bool> cancelled_{false};
+  absl::Mutex cancel_mu_;
+  // The shard a wait is on, for OnCancel to wake.
+  std::shared_ptr<Shard> waiting_on_ ABSL_GUARDED_BY(cancel_mu_);
 };
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* ParameterServerService::Pull(

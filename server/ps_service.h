@@ -150,7 +150,8 @@ class PullReactor;  // ps_service.cc: one pull stream
 // can return (BSP, SSP at its bound), a deadlock until the barrier timeout.
 // Admitted pulls never wait for one another, so no limit can deadlock; the
 // default is sized so that a job's own pulls always fit. Every pull's wait
-// is bounded (its call deadline, the barrier timeout); CloseShard ends the
+// is bounded (its call deadline, the barrier timeout) and ends at once when
+// its call is cancelled (the client went away); CloseShard ends the
 // waits at once and stops taking pulls, and the destructor joins the
 // threads (after grpc::Server::Shutdown every pull has finished its call, so
 // the join waits at most for threads leaving their tasks).

@@ -705,6 +705,42 @@ TEST_F(OnArrivalServiceTest, PullLimitComesFromTheJob) {
   EXPECT_EQ(service_->pull_threads().threads, 0);  // none before a pull
 }
 
+// A pull whose client cancels it while it waits for the step gives its
+// pull thread back at once, not at its deadline (an hour here): a client
+// that gives up cannot hold the server's threads. The step then completes
+// as usual.
+TEST_F(OnArrivalServiceTest, CancelledPullGivesItsThreadBack) {
+  service_->SetBarrierTimeout(absl::Hours(1));
+  ASSERT_TRUE(PushFrames(Frames(0, 0, RandomGrad(71))).ok());
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, absl::Hours(1));
+  v1::PullRequest req;
+  req.set_worker(0);
+  req.set_clock(1);
+  req.set_session_id(SessionOf(0));
+  grpc::Status cancelled;
+  std::thread puller([&] {
+    auto reader = stub_->Pull(&ctx, req);
+    v1::PullResponse msg;
+    while (reader->Read(&msg)) {
+    }
+    cancelled = reader->Finish();
+  });
+  ASSERT_TRUE(AwaitPullThreadsBusy(1));
+  ctx.TryCancel();
+  puller.join();
+  EXPECT_EQ(cancelled.error_code(), grpc::StatusCode::CANCELLED);
+  ASSERT_TRUE(AwaitPullThreadsBusy(0));  // long before the hour
+  EXPECT_EQ(shard_->Stats().version(), 0u);
+
+  ASSERT_TRUE(PushFrames(Frames(1, 0, RandomGrad(72))).ok());
+  int messages = 0;
+  grpc::Status next =
+      PullCall(0, 1, SessionOf(0), false, absl::Seconds(60), &messages);
+  ASSERT_TRUE(next.ok()) << next.error_code() << ": " << next.error_message();
+  EXPECT_GT(messages, 0);
+}
+
 class SmallPullPoolServiceTest : public OnArrivalServiceTest {
  protected:
   void SetUp() override {
