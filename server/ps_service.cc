@@ -6,8 +6,6 @@
 #include <algorithm>
 #include <deque>
 #include <optional>
-#include <system_error>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -50,7 +48,9 @@ std::vector<std::pair<std::string, int>> PsServerChannelArgs() {
 ParameterServerService::ParameterServerService(PsServiceOptions options)
     : options_(options),
       barrier_timeout_(options.barrier_timeout),
-      startup_timeout_(absl::ZeroDuration()) {
+      startup_timeout_(absl::ZeroDuration()),
+      pulls_(options.max_concurrent_pulls > 0 ? options.max_concurrent_pulls
+                                              : kMinPullThreads) {
   MetricsRegistry* r = options_.metrics;
   if (r == nullptr) return;
   const auto latency = ExponentialBuckets(1e-4, 2, 18);  // 0.1 ms .. 13 s
@@ -71,6 +71,8 @@ ParameterServerService::ParameterServerService(PsServiceOptions options)
                     "Pushes rejected with an error status."),
       r->AddCounter("pstrain_server_dropped_pushes_total",
                     "Sync with backup workers: late pushes dropped."),
+      r->AddCounter("pstrain_server_refused_pulls_total",
+                    "Pulls refused because every pull thread was busy."),
       r->AddGauge("pstrain_server_version", "Optimizer steps applied."),
       r->AddGauge("pstrain_server_live_workers",
                   "Workers the shard waits for."),
@@ -83,10 +85,17 @@ ParameterServerService::ParameterServerService(PsServiceOptions options)
                  [this] { return static_cast<double>(bytes_out_.load()); });
 }
 
+ParameterServerService::~ParameterServerService() = default;
+
 void ParameterServerService::SetShard(
     std::shared_ptr<Shard> shard, std::shared_ptr<WorkerSessions> sessions) {
   if (metrics_ != nullptr && shard != nullptr) {
     metrics_->live_workers->Set(shard->num_workers());
+  }
+  if (options_.max_concurrent_pulls <= 0 && shard != nullptr) {
+    pulls_.SetLimit(std::max(
+        kMinPullThreads,
+        kPullThreadsPerWorker * static_cast<int>(shard->num_workers())));
   }
   const uint64_t min_clock = shard != nullptr ? shard->MinClock() : 0;
   absl::MutexLock lock(&mu_);
@@ -116,6 +125,7 @@ absl::Duration ParameterServerService::BarrierTimeout(const Shard& s) const {
 void ParameterServerService::CloseShard() {
   std::shared_ptr<Shard> s = shard();
   if (s != nullptr) s->Close();
+  pulls_.Stop();
 }
 
 void ParameterServerService::RecordPush(absl::Duration took,
@@ -799,7 +809,7 @@ void ParameterServerService::ReleasePushStream(uint32_t worker) {
   if (it != push_streams_.end() && --it->second <= 0) push_streams_.erase(it);
 }
 
-// One pull stream. Run (on the pull's own thread) does what may block: the
+// One pull stream. Run (on a pull thread) does what may block: the
 // checks, a session refresh and the wait for the consistency rule; it then
 // writes the head message. Every completed write (OnWriteDone, on a gRPC
 // thread) builds and starts the next message, at most
@@ -863,6 +873,19 @@ class PullReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   void OnDone() override { delete this; }
 
+  // The client went away (or the call's deadline passed): a wait for the
+  // consistency rule ends now, not at its deadline, so the pull thread is
+  // free for other pulls. gRPC calls this at most once, before OnDone.
+  void OnCancel() override {
+    std::shared_ptr<Shard> waiting;
+    {
+      absl::MutexLock lock(&cancel_mu_);
+      cancelled_ = true;
+      waiting = waiting_on_;
+    }
+    if (waiting != nullptr) waiting->WakePulls();
+  }
+
  private:
   // OK with shard_ set: weights_ holds what to send; OK without: a
   // session-only pull, answered.
@@ -886,9 +909,17 @@ class PullReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       return ToGrpcStatus(st);
     }
     if (request.session_only()) return grpc::Status::OK;  // the session known
+    {
+      absl::MutexLock lock(&cancel_mu_);
+      waiting_on_ = s;
+    }
     absl::StatusOr<PulledWeights> result =
         s->PullWeights(request.worker(), request.clock(),
-                       ServerDeadline(*context_, barrier_timeout));
+                       ServerDeadline(*context_, barrier_timeout), &cancelled_);
+    {
+      absl::MutexLock lock(&cancel_mu_);
+      waiting_on_ = nullptr;
+    }
     if (!result.ok()) return ToGrpcStatus(result.status());
     weights_ = *std::move(result);
     shard_ = std::move(s);
@@ -909,6 +940,11 @@ class PullReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   size_t next_chunk_ = 0;
   grpc::ByteBuffer message_;  // the write in flight
   uint64_t bytes_ = 0;
+  // Set by OnCancel; read by the shard's wait (Shard::PullWeights).
+  std::atomic<bool> cancelled_{false};
+  absl::Mutex cancel_mu_;
+  // The shard a wait is on, for OnCancel to wake.
+  std::shared_ptr<Shard> waiting_on_ ABSL_GUARDED_BY(cancel_mu_);
 };
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* ParameterServerService::Pull(
@@ -924,18 +960,25 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* ParameterServerService::Pull(
                                  "pull without a valid PullRequest"));
     return reactor;
   }
-  try {
-    // Detached: the thread's last act is the reactor's Finish or
-    // StartWrite, and gRPC's server shutdown waits for the reactor's
-    // OnDone, so neither the reactor nor the service is used after either
-    // is gone.
-    std::thread([reactor, message = std::move(message)] {
-      reactor->Run(message);
-    }).detach();
-  } catch (const std::system_error& e) {
-    reactor->Finish(
-        grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                     absl::StrCat("no thread for the pull: ", e.what())));
+  // The task's last use of the reactor is its Finish or StartWrite (gRPC may
+  // delete it in OnDone right after), and the pool is joined before the
+  // service goes.
+  switch (pulls_.TryRun(
+      [reactor, message = std::move(message)] { reactor->Run(message); })) {
+    case CallPool::Admission::kRunning:
+      break;
+    case CallPool::Admission::kFull:
+      if (metrics_ != nullptr) metrics_->refused_pulls->Inc();
+      reactor->Finish(grpc::Status(
+          grpc::StatusCode::UNAVAILABLE,
+          absl::StrCat("pull threads busy: all ", pulls_.counts().limit,
+                       " of this shard's pull threads are serving pulls; "
+                       "retry")));
+      break;
+    case CallPool::Admission::kStopped:
+      reactor->Finish(
+          grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down"));
+      break;
   }
   return reactor;
 }

@@ -78,6 +78,7 @@
 #include "common/job_token.h"
 #include "common/metrics.h"
 #include "proto/pstrain.grpc.pb.h"
+#include "server/call_pool.h"
 #include "server/shard.h"
 #include "server/worker_sessions.h"
 
@@ -90,6 +91,15 @@ std::vector<std::pair<std::string, int>> PsServerChannelArgs();
 // Push streams one worker may have open (admitted or waiting) on a shard
 // at once: a push uses up to network.push_streams (at most 8) of them.
 inline constexpr int kMaxPushStreamsPerWorker = 8;
+
+// Pulls handled at once on a shard, by default (PsServiceOptions::
+// max_concurrent_pulls = 0): kPullThreadsPerWorker per worker of the job,
+// at least kMinPullThreads. A worker has one pull per shard in flight; the
+// rest is room for what may still wait on its behalf: a stand-in's pulls
+// (or a restarted process's) while its predecessor's last pull waits out
+// its deadline, a session-only announcement, a pull a client cancelled.
+inline constexpr int kPullThreadsPerWorker = 4;
+inline constexpr int kMinPullThreads = 16;
 
 struct PsServiceOptions {
   absl::Duration barrier_timeout = absl::Minutes(5);  // longest blocked pull
@@ -117,6 +127,12 @@ struct PsServiceOptions {
   // Where Checkpoint writes files (may be null: CheckpointEnv::Default()).
   // Must outlive the service.
   CheckpointEnv* checkpoint_env = nullptr;
+  // Pull calls handled at once, each on a thread of the service's pool
+  // (server/call_pool.h) while it checks its session and waits for the
+  // consistency rule; a pull beyond it is UNAVAILABLE at once ("pull
+  // threads busy"), which clients retry with backoff. 0: from the job
+  // (SetShard), kPullThreadsPerWorker per worker, at least kMinPullThreads.
+  int max_concurrent_pulls = 0;
 };
 
 class PushReactor;  // ps_service.cc: one push stream
@@ -125,12 +141,29 @@ class PullReactor;  // ps_service.cc: one pull stream
 // Thread-safe. Until SetShard() is called every RPC fails with UNAVAILABLE
 // ("shard not initialised"), so the server can listen (and report health)
 // before the job's shard map is known.
+//
+// Pull threads: a raw Pull runs its checks and its wait on a thread of the
+// service's CallPool, never on gRPC's callback threads. The pool admits up
+// to max_concurrent_pulls and refuses the rest (UNAVAILABLE, retried by
+// clients) rather than queueing them: a queued pull could be the one whose
+// worker must pull, compute and push before the pulls holding every thread
+// can return (BSP, SSP at its bound), a deadlock until the barrier timeout.
+// Admitted pulls never wait for one another, so no limit can deadlock; the
+// default is sized so that a job's own pulls always fit. Every pull's wait
+// is bounded (its call deadline, the barrier timeout) and ends at once when
+// its call is cancelled (the client went away); CloseShard ends the
+// waits at once and stops taking pulls, and the destructor joins the
+// threads (after grpc::Server::Shutdown every pull has finished its call, so
+// the join waits at most for threads leaving their tasks).
 class ParameterServerService final
     : public pstrain::v1::ParameterServer::WithRawCallbackMethod_Pull<
           pstrain::v1::ParameterServer::WithRawCallbackMethod_Push<
               pstrain::v1::ParameterServer::Service>> {
  public:
   explicit ParameterServerService(PsServiceOptions options);
+  // Joins the pull threads (see "Pull threads" above). The grpc::Server
+  // serving this service must be shut down first.
+  ~ParameterServerService() override;
 
   // `sessions` (not null) checks every pull's and push's session id.
   void SetShard(std::shared_ptr<Shard> shard,
@@ -148,6 +181,8 @@ class ParameterServerService final
                          absl::Duration startup = absl::ZeroDuration());
   // Closes the shard (if any): every pull blocked on a barrier returns
   // UNAVAILABLE at once, so grpc::Server::Shutdown does not wait for them.
+  // Pulls arriving from now on are UNAVAILABLE ("server shutting down")
+  // without taking a thread.
   void CloseShard();
   // Builds the shard a Rollback installs: restored from `checkpoint` (a
   // step directory) at `step`, or the initial state when `checkpoint` is
@@ -186,15 +221,17 @@ class ParameterServerService final
   };
   PushAdmission push_admission() const;
   uint64_t bytes_out() const { return bytes_out_.load(); }
+  // Pulls on pull threads now (busy), threads started, and the limit.
+  CallPool::Counts pull_threads() const { return pulls_.counts(); }
 
   grpc::ServerReadReactor<grpc::ByteBuffer>* Push(
       grpc::CallbackServerContext* context,
       grpc::ByteBuffer* response) override;
   // Pull as a raw callback method: the same RPC on the wire, but the
   // replies are pre-built zero-copy messages. Its checks and its wait for
-  // the consistency rule block, so they run on a thread of the pull's own
-  // (as under a synchronous handler), never on gRPC's callback threads;
-  // the messages are then written by the reactor's reactions.
+  // the consistency rule block, so they run on a pull thread (see "Pull
+  // threads" above), never on gRPC's callback threads; the messages are
+  // then written by the reactor's reactions.
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Pull(
       grpc::CallbackServerContext* context,
       const grpc::ByteBuffer* request) override;
@@ -270,6 +307,7 @@ class ParameterServerService final
     Counter* pushes;
     Counter* rejected;
     Counter* dropped;
+    Counter* refused_pulls;
     Gauge* version;
     Gauge* live_workers;
   };
@@ -308,6 +346,8 @@ class ParameterServerService final
       push_buffers_ ABSL_GUARDED_BY(push_mu_);
   std::atomic<uint64_t> bytes_in_{0};
   std::atomic<uint64_t> bytes_out_{0};
+  // Last: destroyed (its threads joined) before the members its pulls use.
+  CallPool pulls_;
 };
 
 }  // namespace pstrain

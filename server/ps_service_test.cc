@@ -11,6 +11,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -111,7 +112,7 @@ std::vector<float> RandomGrad(uint32_t seed) {
 class OnArrivalServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    service_ = std::make_unique<ParameterServerService>(PsServiceOptions{});
+    service_ = std::make_unique<ParameterServerService>(options_);
     shard_ = MakeShard();
     ASSERT_NE(shard_, nullptr);
     ASSERT_TRUE(shard_->sums_on_arrival());
@@ -255,6 +256,45 @@ class OnArrivalServiceTest : public ::testing::Test {
     return reader->Finish();
   }
 
+  // Waits (bounded) until `busy` pulls are on pull threads.
+  bool AwaitPullThreadsBusy(int busy) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (service_->pull_threads().busy != busy) {
+      if (absl::Now() > deadline) return false;
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    return true;
+  }
+
+  // Pulls of `worker` at `clock` on threads of their own, each recording
+  // its status, its messages and whether `after` was set when it ended.
+  struct BlockedPulls {
+    std::vector<grpc::Status> status;
+    std::vector<int> messages;
+    std::vector<char> ended_after;
+    std::vector<std::thread> threads;
+    std::atomic<int> ended{0};
+    void Join() {
+      for (std::thread& t : threads) t.join();
+      threads.clear();
+    }
+  };
+  void StartPulls(int n, uint32_t worker, uint64_t clock,
+                  const std::atomic<bool>* after, BlockedPulls* pulls) {
+    pulls->status.resize(n);
+    pulls->messages.assign(n, -1);
+    pulls->ended_after.assign(n, 0);
+    for (int i = 0; i < n; ++i) {
+      pulls->threads.emplace_back([this, i, worker, clock, after, pulls] {
+        pulls->status[i] = PullCall(worker, clock, SessionOf(worker), false,
+                                    absl::Seconds(60), &pulls->messages[i]);
+        pulls->ended_after[i] = after->load();
+        ++pulls->ended;
+      });
+    }
+  }
+
+  PsServiceOptions options_;  // SetUp's
   absl::Mutex ids_mu_;
   std::vector<uint64_t> ids_ ABSL_GUARDED_BY(ids_mu_) = {SessionOf(0),
                                                          SessionOf(1)};
@@ -617,6 +657,175 @@ TEST_F(OnArrivalServiceTest, ControlCallsComeFromTheCoordinatorOnly) {
   EXPECT_EQ(service_->generation(), 1u);
   EXPECT_TRUE(shutdown(key).ok());
   EXPECT_EQ(shutdowns, 1);
+}
+
+// Issue 22: pulls blocked on the barrier each hold a pull thread, never a
+// queue slot. More pulls than a small fixed pool would have threads wait
+// for the step at once, and the other worker's own pull of the open step
+// (which it needs before it can push) is still served: with a queue behind
+// the blocked ones, the step could never complete. All complete, in order,
+// once the step does.
+TEST_F(OnArrivalServiceTest, ManyBlockedPullsAllCompleteWhenTheStepDoes) {
+  constexpr int kBlocked = 12;  // > a pool of a few threads; < the limit
+  ASSERT_GE(service_->pull_threads().limit, kBlocked + 1);
+  ASSERT_TRUE(PushFrames(Frames(0, 0, RandomGrad(41))).ok());
+  std::atomic<bool> pushed{false};
+  BlockedPulls blocked;
+  StartPulls(kBlocked, 0, 1, &pushed, &blocked);
+  ASSERT_TRUE(AwaitPullThreadsBusy(kBlocked));
+
+  // Worker 1 reads the open step while the others wait for its push.
+  int messages = 0;
+  grpc::Status own =
+      PullCall(1, 0, SessionOf(1), false, absl::Seconds(60), &messages);
+  ASSERT_TRUE(own.ok()) << own.error_code() << ": " << own.error_message();
+  EXPECT_GT(messages, 0);
+  EXPECT_EQ(blocked.ended.load(), 0);  // all still waiting
+
+  pushed = true;
+  ASSERT_TRUE(PushFrames(Frames(1, 0, RandomGrad(42))).ok());
+  blocked.Join();
+  for (int i = 0; i < kBlocked; ++i) {
+    EXPECT_TRUE(blocked.status[i].ok())
+        << i << ": " << blocked.status[i].error_code() << ": "
+        << blocked.status[i].error_message();
+    EXPECT_GT(blocked.messages[i], 0) << i;
+    EXPECT_TRUE(blocked.ended_after[i]) << i << " ended before the push";
+  }
+  EXPECT_EQ(shard_->Stats().version(), 1u);
+  ASSERT_TRUE(AwaitPullThreadsBusy(0));
+  EXPECT_LE(service_->pull_threads().threads, kBlocked + 1);
+}
+
+// The default limit follows the job: kPullThreadsPerWorker per worker, at
+// least kMinPullThreads (this job has 2 workers).
+TEST_F(OnArrivalServiceTest, PullLimitComesFromTheJob) {
+  EXPECT_EQ(service_->pull_threads().limit,
+            std::max(kMinPullThreads, 2 * kPullThreadsPerWorker));
+  EXPECT_EQ(service_->pull_threads().threads, 0);  // none before a pull
+}
+
+// A pull whose client cancels it while it waits for the step gives its
+// pull thread back at once, not at its deadline (an hour here): a client
+// that gives up cannot hold the server's threads. The step then completes
+// as usual.
+TEST_F(OnArrivalServiceTest, CancelledPullGivesItsThreadBack) {
+  service_->SetBarrierTimeout(absl::Hours(1));
+  ASSERT_TRUE(PushFrames(Frames(0, 0, RandomGrad(71))).ok());
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, absl::Hours(1));
+  v1::PullRequest req;
+  req.set_worker(0);
+  req.set_clock(1);
+  req.set_session_id(SessionOf(0));
+  grpc::Status cancelled;
+  std::thread puller([&] {
+    auto reader = stub_->Pull(&ctx, req);
+    v1::PullResponse msg;
+    while (reader->Read(&msg)) {
+    }
+    cancelled = reader->Finish();
+  });
+  ASSERT_TRUE(AwaitPullThreadsBusy(1));
+  ctx.TryCancel();
+  puller.join();
+  EXPECT_EQ(cancelled.error_code(), grpc::StatusCode::CANCELLED);
+  ASSERT_TRUE(AwaitPullThreadsBusy(0));  // long before the hour
+  EXPECT_EQ(shard_->Stats().version(), 0u);
+
+  ASSERT_TRUE(PushFrames(Frames(1, 0, RandomGrad(72))).ok());
+  int messages = 0;
+  grpc::Status next =
+      PullCall(0, 1, SessionOf(0), false, absl::Seconds(60), &messages);
+  ASSERT_TRUE(next.ok()) << next.error_code() << ": " << next.error_message();
+  EXPECT_GT(messages, 0);
+}
+
+class SmallPullPoolServiceTest : public OnArrivalServiceTest {
+ protected:
+  void SetUp() override {
+    options_.max_concurrent_pulls = 2;
+    OnArrivalServiceTest::SetUp();
+  }
+};
+
+// A pull beyond max_concurrent_pulls is refused at once with UNAVAILABLE
+// (which clients retry), naming the limit, and takes nothing: the pulls
+// already waiting complete with the step, and a later pull is served on a
+// thread already started.
+TEST_F(SmallPullPoolServiceTest, PullBeyondTheLimitIsRefusedAndRetryable) {
+  ASSERT_EQ(service_->pull_threads().limit, 2);
+  ASSERT_TRUE(PushFrames(Frames(0, 0, RandomGrad(51))).ok());
+  std::atomic<bool> pushed{false};
+  BlockedPulls blocked;
+  StartPulls(2, 0, 1, &pushed, &blocked);
+  ASSERT_TRUE(AwaitPullThreadsBusy(2));
+
+  int messages = -1;
+  grpc::Status refused =
+      PullCall(1, 0, SessionOf(1), false, absl::Seconds(60), &messages);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(refused.error_message().find("pull threads busy: all 2"),
+            std::string::npos)
+      << refused.error_message();
+  EXPECT_EQ(messages, 0);
+  EXPECT_EQ(blocked.ended.load(), 0);
+  EXPECT_EQ(shard_->Stats().version(), 0u);
+
+  pushed = true;
+  ASSERT_TRUE(PushFrames(Frames(1, 0, RandomGrad(52))).ok());
+  blocked.Join();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(blocked.status[i].ok())
+        << i << ": " << blocked.status[i].error_message();
+    EXPECT_TRUE(blocked.ended_after[i]) << i;
+  }
+  ASSERT_TRUE(AwaitPullThreadsBusy(0));
+  // The retry is served, on a thread already started.
+  grpc::Status retry =
+      PullCall(1, 1, SessionOf(1), false, absl::Seconds(60), &messages);
+  ASSERT_TRUE(retry.ok()) << retry.error_code() << ": "
+                          << retry.error_message();
+  EXPECT_GT(messages, 0);
+  EXPECT_EQ(service_->pull_threads().threads, 2);
+}
+
+// Shutdown with pulls in flight: CloseShard ends every blocked pull with
+// UNAVAILABLE at once (not at its deadline) and refuses later pulls without
+// a thread; the server then shuts down and destroying the service joins
+// the pull threads (no detached thread outlives it).
+TEST_F(OnArrivalServiceTest, ShutdownEndsPullsInFlightAndJoinsTheirThreads) {
+  constexpr int kBlocked = 6;
+  ASSERT_TRUE(PushFrames(Frames(0, 0, RandomGrad(61))).ok());
+  std::atomic<bool> closed{false};
+  BlockedPulls blocked;
+  StartPulls(kBlocked, 0, 1, &closed, &blocked);
+  ASSERT_TRUE(AwaitPullThreadsBusy(kBlocked));
+
+  closed = true;
+  service_->CloseShard();
+  blocked.Join();
+  for (int i = 0; i < kBlocked; ++i) {
+    EXPECT_EQ(blocked.status[i].error_code(), grpc::StatusCode::UNAVAILABLE)
+        << i << ": " << blocked.status[i].error_message();
+    EXPECT_NE(blocked.status[i].error_message().find("shutting down"),
+              std::string::npos)
+        << blocked.status[i].error_message();
+    EXPECT_EQ(blocked.messages[i], 0) << i;
+    EXPECT_TRUE(blocked.ended_after[i]) << i;
+  }
+  int messages = -1;
+  grpc::Status late =
+      PullCall(1, 0, SessionOf(1), false, absl::Seconds(60), &messages);
+  EXPECT_EQ(late.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(late.error_message(), "server shutting down");
+  EXPECT_EQ(messages, 0);
+  EXPECT_LE(service_->pull_threads().threads, kBlocked);  // took none
+
+  ShutdownGrpcServer(server_.get(), absl::Seconds(5));
+  server_->Wait();
+  server_.reset();
+  service_.reset();  // joins the pull threads
 }
 
 }  // namespace

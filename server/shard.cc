@@ -1055,9 +1055,9 @@ std::string Shard::LaggardsLocked(uint64_t clock) const {
   return absl::StrJoin(late, ", ");
 }
 
-absl::StatusOr<PulledWeights> Shard::PullWeights(uint32_t worker,
-                                                 uint64_t clock,
-                                                 absl::Time deadline) {
+absl::StatusOr<PulledWeights> Shard::PullWeights(
+    uint32_t worker, uint64_t clock, absl::Time deadline,
+    const std::atomic<bool>* cancelled) {
   if (worker >= num_workers()) {
     return absl::NotFoundError(absl::StrCat("unknown worker ", worker,
                                             " (job has ", num_workers(), ")"));
@@ -1076,20 +1076,29 @@ absl::StatusOr<PulledWeights> Shard::PullWeights(uint32_t worker,
   };
   if (!pinnable(clock)) {
     const absl::Time start = absl::Now();
-    std::pair<const Shard*, uint64_t> arg(this, clock);
+    struct Wait {
+      const Shard* shard;
+      uint64_t clock;
+      const std::atomic<bool>* cancelled;
+    } arg{this, clock, cancelled};
     const bool ready = mu_.AwaitWithDeadline(
         absl::Condition(
-            +[](std::pair<const Shard*, uint64_t>* a)
-                 ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                   const Shard* s = a->first;
-                   return s->ReadableLocked(a->second) &&
-                          (s->closed_ || s->WholeVersionLocked());
-                 },
+            +[](Wait* a) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+              const Shard* s = a->shard;
+              return (a->cancelled != nullptr && a->cancelled->load()) ||
+                     (s->ReadableLocked(a->clock) &&
+                      (s->closed_ || s->WholeVersionLocked()));
+            },
             &arg),
         deadline);
     const absl::Duration waited = absl::Now() - start;
     barrier_wait_ += waited;
     result.wait_seconds = absl::ToDoubleSeconds(waited);
+    if (cancelled != nullptr && cancelled->load() && !pinnable(clock)) {
+      return absl::CancelledError(absl::StrCat(
+          "worker ", worker, "'s pull of clock ", clock, " on shard ",
+          shard_id(), " was cancelled while it waited"));
+    }
     if (!ready) {
       if (ReadableLocked(clock)) {
         return absl::DeadlineExceededError(absl::StrCat(
@@ -1180,6 +1189,11 @@ uint64_t Shard::clipped_elements() const {
 uint64_t Shard::MinClock() const {
   absl::ReaderMutexLock lock(&mu_);
   return MinClockLocked();
+}
+
+void Shard::WakePulls() {
+  // Releasing the mutex re-evaluates the waiters' conditions.
+  absl::MutexLock lock(&mu_);
 }
 
 void Shard::Close() {

@@ -437,9 +437,14 @@ class Shard {
 
   // Waits (until `deadline`) for `worker` to be allowed to read at `clock`,
   // then pins the weights. DEADLINE_EXCEEDED names the workers waited for;
-  // UNAVAILABLE after Close().
-  absl::StatusOr<PulledWeights> PullWeights(uint32_t worker, uint64_t clock,
-                                            absl::Time deadline);
+  // UNAVAILABLE after Close(). `cancelled` (may be null; must outlive the
+  // call): the wait also ends, CANCELLED, when it is true at the start or
+  // when WakePulls() runs after it was set (the caller's call went away).
+  absl::StatusOr<PulledWeights> PullWeights(
+      uint32_t worker, uint64_t clock, absl::Time deadline,
+      const std::atomic<bool>* cancelled = nullptr);
+  // Makes every waiting PullWeights look at its `cancelled` again.
+  void WakePulls();
   // PullWeights, copied into one flat vector (outside the mutex).
   absl::StatusOr<PullResult> Pull(uint32_t worker, uint64_t clock,
                                   absl::Time deadline);

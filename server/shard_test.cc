@@ -1170,6 +1170,43 @@ TEST(DataPathTest, ChunkPinOutlivesThePull) {
   EXPECT_EQ(next->chunk(0)[0], before[0] - 0.5f);
 }
 
+// A pull's wait ends CANCELLED once its `cancelled` flag is set and
+// WakePulls runs (the service's OnCancel), not at its deadline; a flag set
+// before the call ends it at once; a readable pull is not held up by it.
+// The shard is unchanged and the step then completes as usual.
+TEST(DataPathTest, CancelledPullStopsWaiting) {
+  std::unique_ptr<Shard> shard =
+      MakeShard(SmallConfig(pstrain::v1::MODE_SYNC, 2, 0));
+  ASSERT_NE(shard, nullptr);
+  ASSERT_TRUE(PushGrad(*shard, 0, 0, 0, 1, Constant(*shard, 0.5f)).ok());
+  const absl::Time far = absl::Now() + absl::Hours(1);
+
+  std::atomic<bool> cancelled{true};
+  absl::StatusOr<PulledWeights> early =
+      shard->PullWeights(0, 1, far, &cancelled);
+  EXPECT_TRUE(absl::IsCancelled(early.status())) << early.status();
+  EXPECT_TRUE(shard->PullWeights(1, 0, far, &cancelled).ok());  // readable
+
+  cancelled = false;
+  absl::StatusOr<PulledWeights> waited;
+  std::thread puller(
+      [&] { waited = shard->PullWeights(0, 1, far, &cancelled); });
+  // Whether the wake comes before or during the wait, the pull ends.
+  cancelled = true;
+  shard->WakePulls();
+  puller.join();
+  EXPECT_TRUE(absl::IsCancelled(waited.status())) << waited.status();
+  EXPECT_NE(waited.status().message().find("cancelled"), std::string::npos);
+  EXPECT_EQ(shard->Stats().version(), 0u);
+
+  ASSERT_TRUE(PushGrad(*shard, 1, 0, 0, 1, Constant(*shard, 0.5f)).ok());
+  std::atomic<bool> not_cancelled{false};
+  absl::StatusOr<PulledWeights> next =
+      shard->PullWeights(0, 1, absl::Now() + kLongWait, &not_cancelled);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->version, 1u);
+}
+
 // Pulls racing with pushes always read one whole version: with SGD lr 1 and
 // a gradient of ones, version v's weights are w0 with 1 subtracted v times
 // (in float). Several apply threads write while readers hold snapshots.
