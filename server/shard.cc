@@ -520,8 +520,8 @@ Shard::IncomingPush::~IncomingPush() {
 
 absl::Status Shard::IncomingPush::Add(const ChunkData& c) {
   int k = 0;
-  // An fp32 chunk that is summed is checked for NaN and Inf by SumChunk, in
-  // the pass that reads it; every other chunk here.
+  // An fp32 chunk that is summed is checked for NaN and Inf below, by the
+  // loop that also fingerprints it (ScanFloats); every other chunk here.
   const bool check_later =
       summing_ && shard_->wire_dtype() == pstrain::v1::DTYPE_F32;
   PS_RETURN_IF_ERROR(shard_->ValidateChunk(c, seen_, &k, !check_later));
