@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <thread>
 
 #include "absl/hash/hash.h"
@@ -17,6 +18,7 @@
 #include "common/sharding.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
+#include "server/chunk_fingerprint.h"
 #include "server/chunk_pool.h"
 #include "server/fixed_point_kernels.h"
 
@@ -61,9 +63,25 @@ int NextExponent(double max_abs, int current) {
   return std::clamp(e + kHeadroomBits, kMinExponent, kMaxExponent);
 }
 
-// One chunk's part of a push fingerprint: its position and bytes.
-uint64_t ChunkHash(size_t k, const ChunkData& c) {
-  return absl::HashOf(k, absl::string_view(c.data()));
+// One chunk's part of a push fingerprint: its position and bytes
+// (server/chunk_fingerprint.h: what a collision could do, and its odds).
+uint64_t ChunkHash(size_t k, absl::string_view bytes) {
+  return absl::HashOf(k, PayloadFingerprint(bytes.data(), bytes.size()));
+}
+
+// An fp32 chunk read once (ScanFloats, one loop over the bytes): the bits of
+// its largest |g| (as MaxAbsBits: NaN or Inf gives kNonFiniteBits or more)
+// and ChunkHash of its bytes.
+struct ChunkScan {
+  uint32_t max_bits = 0;
+  uint64_t hash = 0;
+};
+ChunkScan ScanFloats(size_t k, const char* src, uint64_t len) {
+  ChunkScan scan;
+  const uint64_t fingerprint =
+      ScanFingerprint(src, len * sizeof(float), &scan.max_bits);
+  scan.hash = absl::HashOf(k, fingerprint);
+  return scan;
 }
 
 // The fields of a header that a retry must repeat.
@@ -357,7 +375,7 @@ absl::StatusOr<PushResult> Shard::Push(
   }
   std::vector<uint64_t> hashes(ordered.size());
   for (size_t k = 0; k < ordered.size(); ++k) {
-    hashes[k] = ChunkHash(k, *ordered[k]);
+    hashes[k] = ChunkHash(k, ordered[k]->data());
   }
   const uint64_t fingerprint = Fingerprint(header, hashes);
   const uint32_t w = header.worker();
@@ -502,28 +520,47 @@ Shard::IncomingPush::~IncomingPush() {
 
 absl::Status Shard::IncomingPush::Add(const ChunkData& c) {
   int k = 0;
-  // An fp32 chunk that is summed is checked for NaN and Inf by SumChunk, in
-  // the pass that reads it; every other chunk here.
+  // An fp32 chunk that is summed is checked for NaN and Inf below, by the
+  // loop that also fingerprints it (ScanFloats); every other chunk here.
   const bool check_later =
       summing_ && shard_->wire_dtype() == pstrain::v1::DTYPE_F32;
   PS_RETURN_IF_ERROR(shard_->ValidateChunk(c, seen_, &k, !check_later));
   seen_[k] = true;
   ++seen_count_;
-  const uint64_t hash = ChunkHash(k, c);
-  hashes_[k] = hash;
-  if (!summing_) return absl::OkStatus();
   const LocalChunk& lc = shard_->chunks_[k];
   const char* src = c.data().data();
+  // A summed fp32 chunk is read once for its hash, its largest |x| and
+  // NaN/Inf (ScanFloats); the sum or apply below takes that largest |x|.
+  std::optional<uint32_t> max_bits;
+  uint64_t hash = 0;
+  if (check_later) {
+    const ChunkScan scan = ScanFloats(k, src, lc.length);
+    if (scan.max_bits >= kNonFiniteBits) {
+      // CheckChunk's error names the element.
+      absl::Status st = CheckChunk(c, lc.length, /*require_finite=*/true,
+                                   shard_->wire_dtype());
+      return st.ok() ? absl::InternalError(absl::StrCat(
+                           "tensor '", lc.tensor, "' chunk ", lc.index,
+                           " has a value that is not finite"))
+                     : st;
+    }
+    max_bits = scan.max_bits;
+    hash = scan.hash;
+  } else {
+    hash = ChunkHash(k, c.data());
+  }
+  hashes_[k] = hash;
+  if (!summing_) return absl::OkStatus();
   if (shard_->wire_dtype() != pstrain::v1::DTYPE_F32) {
     // Decoded exactly to fp32 first, outside the chunk's lock.
     decoded_.resize(lc.length);
     DecodeElements(shard_->wire_dtype(), src, lc.length, decoded_.data());
     src = reinterpret_cast<const char*>(decoded_.data());
-    return SumLocked(c, k, src, hash, check_later, /*apply=*/false);
+    return SumLocked(c, k, src, hash, /*apply=*/false, std::nullopt);
   }
   if (!shard_->hold_terms_ || shard_->applier_ == nullptr ||
       !shard_->options_.apply_terms_on_arrival) {
-    return SumLocked(c, k, src, hash, check_later, /*apply=*/false);
+    return SumLocked(c, k, src, hash, /*apply=*/false, max_bits);
   }
   // One worker applying on arrival: the chunk's term is its step's only
   // one, applied here rather than held for the applier, under the shard's
@@ -539,21 +576,17 @@ absl::Status Shard::IncomingPush::Add(const ChunkData& c) {
     term_g_.resize(shard_->max_chunk_length_);
   }
   absl::ReaderMutexLock shard_lock(&shard_->mu_);
-  return SumLocked(c, k, src, hash, check_later, !shard_->closed_);
+  return SumLocked(c, k, src, hash, !shard_->closed_, max_bits);
 }
 
 absl::Status Shard::IncomingPush::SumLocked(const ChunkData& c, size_t k,
                                             const char* src, uint64_t hash,
-                                            bool check_later, bool apply)
+                                            bool apply,
+                                            std::optional<uint32_t> max_bits)
     ABSL_NO_THREAD_SAFETY_ANALYSIS {  // with `apply`, the caller holds mu_
   const LocalChunk& lc = shard_->chunks_[k];
-  // The NaN/Inf check of a chunk that is not summed after all (CheckChunk's
-  // error names the element).
-  auto check_finite = [&] {
-    return check_later ? CheckChunk(c, lc.length, /*require_finite=*/true,
-                                    shard_->wire_dtype())
-                       : absl::OkStatus();
-  };
+  // Every value was checked for NaN and Inf before (ValidateChunk, or Add's
+  // scan), but for a decoded bf16/fp16 chunk, which SumChunk checks.
   auto not_finite = [&] {
     absl::Status st =
         CheckChunk(c, lc.length, /*require_finite=*/true, shard_->wire_dtype());
@@ -567,13 +600,11 @@ absl::Status Shard::IncomingPush::SumLocked(const ChunkData& c, size_t k,
   if (sum.epoch != epoch_) {
     // The step was applied (a twin stream of this push completed it) or
     // the state restored: nothing more is added; Finish decides.
-    PS_RETURN_IF_ERROR(check_finite());
     summing_ = false;
     return absl::OkStatus();
   }
   ChunkSum::Contribution& mine = sum.by_worker[header_.worker()];
   if (mine.present) {
-    PS_RETURN_IF_ERROR(check_finite());
     if (mine.hash == hash && mine.num_samples == header_.num_samples()) {
       return absl::OkStatus();  // summed already
     }
@@ -586,12 +617,13 @@ absl::Status Shard::IncomingPush::SumLocked(const ChunkData& c, size_t k,
   const double n = static_cast<double>(header_.num_samples());
   TermOutcome applied = TermOutcome::kNotHeld;
   if (apply && !sum.applied) {
-    applied =
-        shard_->ApplyTermLocked(k, sum, src, n, &mine.max_abs, term_g_.data());
+    applied = shard_->ApplyTermLocked(k, sum, src, n, &mine.max_abs,
+                                      term_g_.data(), max_bits);
     if (applied == TermOutcome::kNotFinite) return not_finite();
   }
   if (applied != TermOutcome::kApplied &&
-      !shard_->SumChunk(k, sum, src, n, &mine.max_abs, &mine.clipped)) {
+      !shard_->SumChunk(k, sum, src, n, &mine.max_abs, &mine.clipped,
+                        max_bits)) {
     return not_finite();
   }
   mine.hash = hash;
@@ -687,7 +719,8 @@ absl::StatusOr<PushResult> Shard::IncomingPush::Finish() {
       [](const PushDecision&, PushResult*) {}, std::move(hashes_));
 }
 bool Shard::SumChunk(size_t k, ChunkSum& sum, const char* src,
-                     double num_samples, double* max_abs, uint64_t* clipped)
+                     double num_samples, double* max_abs, uint64_t* clipped,
+                     std::optional<uint32_t> scanned_max_bits)
     ABSL_NO_THREAD_SAFETY_ANALYSIS {  // the caller holds sum.mu
   const LocalChunk& lc = chunks_[k];
   const int e = sum.exponent;
@@ -707,7 +740,15 @@ bool Shard::SumChunk(size_t k, ChunkSum& sum, const char* src,
       hold_terms_ && (sum.acc == Acc::kZero || sum.acc == Acc::kStale);
   bool zero_first = sum.acc == Acc::kStale;
   uint32_t max_bits = 0;
-  if (may_hold) {
+  if (scanned_max_bits.has_value()) {
+    // Scanned already: only the copy of a term that may be held is left.
+    max_bits = *scanned_max_bits;
+    if (max_bits >= kNonFiniteBits) return false;
+    if (may_hold) {
+      std::memcpy(acc, src, lc.length * sizeof(float));
+      zero_first = true;
+    }
+  } else if (may_hold) {
     max_bits = MaxAbsBits(src, lc.length, reinterpret_cast<char*>(acc));
     if (max_bits >= kNonFiniteBits) {
       // Nothing changes: zeros stay zeros.
@@ -867,15 +908,17 @@ void Shard::ApplyInBlocksLocked(
 
 Shard::TermOutcome Shard::ApplyTermLocked(
     size_t k, ChunkSum& sum, const char* src, double num_samples,
-    double* max_abs,
-    float* g) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // the caller holds sum.mu
+    double* max_abs, float* g, std::optional<uint32_t> scanned_max_bits)
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {  // the caller holds sum.mu
   using Acc = ChunkSum::Acc;
   // SumChunk's conditions for holding the term.
   if (sum.acc != Acc::kZero && sum.acc != Acc::kStale) {
     return TermOutcome::kNotHeld;
   }
   const LocalChunk& lc = chunks_[k];
-  const uint32_t max_bits = MaxAbsBits(src, lc.length);
+  const uint32_t max_bits = scanned_max_bits.has_value()
+                                ? *scanned_max_bits
+                                : MaxAbsBits(src, lc.length);
   if (max_bits >= kNonFiniteBits) return TermOutcome::kNotFinite;
   float max_g;
   std::memcpy(&max_g, &max_bits, sizeof(max_g));

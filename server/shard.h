@@ -208,6 +208,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -422,11 +423,13 @@ class Shard {
     // the shard's spares (returned by the destructor).
     std::vector<float> term_g_;
 
-    // Add's part under chunk k's sum mutex; `apply`: the caller holds the
-    // shard's mutex shared and the term may be applied at once.
+    // Add's part under chunk k's sum mutex, for values at `src` known to
+    // be finite (checked by ValidateChunk or Add's scan); `apply`: the
+    // caller holds the shard's mutex shared and the term may be applied at
+    // once; `max_bits`: the bits of the largest |x| when Add scanned them.
     absl::Status SumLocked(const pstrain::v1::ChunkData& c, size_t k,
-                           const char* src, uint64_t hash, bool check_later,
-                           bool apply);
+                           const char* src, uint64_t hash, bool apply,
+                           std::optional<uint32_t> max_bits);
   };
   // Starts a push stream (sums_on_arrival() only, else FAILED_PRECONDITION):
   // checks the header (worker, num_samples, read_min_clock, and the clock
@@ -516,9 +519,13 @@ class Shard {
   // worker: the term may be held as floats, above); returns the largest |x|
   // and the number of clipped terms. The values need not be checked for
   // NaN and Inf first: one is found in the pass that reads them, and then
-  // nothing changes and it returns false. Caller holds sum.mu.
+  // nothing changes and it returns false. `scanned_max_bits`: the bits of
+  // the largest |g| when the caller read them already (the push stream's
+  // scan, which hashed them in the same pass), so they are not scanned
+  // again. Caller holds sum.mu.
   bool SumChunk(size_t k, ChunkSum& sum, const char* src, double num_samples,
-                double* max_abs, uint64_t* clipped);
+                double* max_abs, uint64_t* clipped,
+                std::optional<uint32_t> scanned_max_bits = std::nullopt);
   // One worker applying on arrival (hold_terms_ and an applier): chunk k's
   // only term of the open step, fp32 at `src`, applied at once, through
   // `g` (length() floats), where SumChunk would hold it for the applier:
@@ -526,11 +533,13 @@ class Shard {
   // (samples num_samples, largest |x| *max_abs after raising it to the
   // term's), so bit for bit the same weights, slots and next exponent.
   // kNotHeld (clipped or beyond the fast conversion's range, or the
-  // accumulator in use) and kNotFinite change nothing. Caller holds sum.mu.
+  // accumulator in use) and kNotFinite change nothing. `scanned_max_bits`
+  // as SumChunk's. Caller holds sum.mu.
   enum class TermOutcome { kApplied, kNotHeld, kNotFinite };
   TermOutcome ApplyTermLocked(size_t k, ChunkSum& sum, const char* src,
-                              double num_samples, double* max_abs, float* g)
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+                              double num_samples, double* max_abs, float* g,
+                              std::optional<uint32_t> scanned_max_bits =
+                                  std::nullopt) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Turns chunk k's sum into the gradient (divided by `samples`, through
   // `g`, length() floats) and runs the optimizer for the open step; sets
   // the next exponent from `max_abs`. Caller holds sum.mu and mu_ (shared

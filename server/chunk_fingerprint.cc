@@ -1,0 +1,217 @@
+#include "server/chunk_fingerprint.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "absl/hash/hash.h"
+
+#if defined(__x86_64__)
+#include <nmmintrin.h>  // SSE4.2 (and SSE4.1's pmaxud)
+#endif
+
+namespace pstrain {
+namespace crc32c {
+namespace {
+
+// The reflected Castagnoli polynomial.
+constexpr uint32_t kPolynomial = 0x82f63b78u;
+
+constexpr std::array<uint32_t, 256> MakeTable() {
+  std::array<uint32_t, 256> table{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int bit = 0; bit < 8; ++bit) {
+      c = (c & 1) ? (c >> 1) ^ kPolynomial : c >> 1;
+    }
+    table[i] = c;
+  }
+  return table;
+}
+constexpr std::array<uint32_t, 256> kTable = MakeTable();
+
+// The register form (no pre/post inversion), as the crc32 instruction has it.
+uint32_t TableUpdate(uint32_t c, const char* data, size_t len) {
+  for (size_t i = 0; i < len; ++i) {
+    c = kTable[(c ^ static_cast<uint8_t>(data[i])) & 0xff] ^ (c >> 8);
+  }
+  return c;
+}
+
+// Where the parts start: part 0 at 0, part 1 at `third`, part 2 at
+// 2 * `third` (to the end); `third` is a multiple of 8 bytes.
+size_t Third(size_t len) { return len / 24 * 8; }
+
+#if defined(__x86_64__)
+// The three parts' chains are independent, so the crc32 instructions
+// (latency 3, one per cycle) overlap.
+__attribute__((target("sse4.2"))) Parts Sse42Impl(const char* data,
+                                                  size_t len) {
+  const size_t third = Third(len);
+  const char* p0 = data;
+  const char* p1 = data + third;
+  const char* p2 = data + 2 * third;
+  uint64_t c0 = 0xffffffffu, c1 = 0xffffffffu, c2 = 0xffffffffu;
+  for (size_t i = 0; i < third; i += 8) {
+    uint64_t w0, w1, w2;
+    std::memcpy(&w0, p0 + i, 8);
+    std::memcpy(&w1, p1 + i, 8);
+    std::memcpy(&w2, p2 + i, 8);
+    c0 = _mm_crc32_u64(c0, w0);
+    c1 = _mm_crc32_u64(c1, w1);
+    c2 = _mm_crc32_u64(c2, w2);
+  }
+  const char* q = data + 3 * third;  // the rest of part 2
+  size_t rest = len - 3 * third;
+  for (; rest >= 8; rest -= 8, q += 8) {
+    uint64_t w;
+    std::memcpy(&w, q, 8);
+    c2 = _mm_crc32_u64(c2, w);
+  }
+  uint32_t c = static_cast<uint32_t>(c2);
+  for (; rest > 0; --rest, ++q) c = _mm_crc32_u8(c, static_cast<uint8_t>(*q));
+  return Parts{{~static_cast<uint32_t>(c0), ~static_cast<uint32_t>(c1), ~c}};
+}
+
+// Sse42Impl with MaxAbsBits in the same loop: each 32 bytes of a part are
+// loaded once for the vector max and read again from L1 for the CRC.
+__attribute__((target("sse4.2"))) Parts Sse42ScanImpl(const char* data,
+                                                      size_t len,
+                                                      uint32_t* max_abs_bits) {
+  const size_t third = Third(len);
+  const char* p[3] = {data, data + third, data + 2 * third};
+  uint64_t c[3] = {0xffffffffu, 0xffffffffu, 0xffffffffu};
+  const __m128i abs_mask = _mm_set1_epi32(0x7fffffff);
+  __m128i m[3] = {_mm_setzero_si128(), _mm_setzero_si128(),
+                  _mm_setzero_si128()};
+  size_t i = 0;
+  for (; i + 32 <= third; i += 32) {
+    for (int l = 0; l < 3; ++l) {
+      const char* q = p[l] + i;
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+      const __m128i b =
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16));
+      m[l] = _mm_max_epu32(m[l], _mm_and_si128(a, abs_mask));
+      m[l] = _mm_max_epu32(m[l], _mm_and_si128(b, abs_mask));
+      for (int j = 0; j < 4; ++j) {
+        uint64_t w;
+        std::memcpy(&w, q + 8 * j, 8);
+        c[l] = _mm_crc32_u64(c[l], w);
+      }
+    }
+  }
+  uint32_t lanes[4];
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(lanes),
+                   _mm_max_epu32(m[0], _mm_max_epu32(m[1], m[2])));
+  uint32_t max_bits =
+      std::max(std::max(lanes[0], lanes[1]), std::max(lanes[2], lanes[3]));
+  auto scan = [&max_bits](uint64_t w) {
+    const uint32_t lo = static_cast<uint32_t>(w) & 0x7fffffffu;
+    const uint32_t hi = static_cast<uint32_t>(w >> 32) & 0x7fffffffu;
+    max_bits = std::max(max_bits, std::max(lo, hi));
+  };
+  for (; i < third; i += 8) {  // the parts' last words (under 32 bytes)
+    for (int l = 0; l < 3; ++l) {
+      uint64_t w;
+      std::memcpy(&w, p[l] + i, 8);
+      c[l] = _mm_crc32_u64(c[l], w);
+      scan(w);
+    }
+  }
+  const char* q = data + 3 * third;  // the rest of part 2
+  size_t rest = len - 3 * third;
+  for (; rest >= 8; rest -= 8, q += 8) {
+    uint64_t w;
+    std::memcpy(&w, q, 8);
+    c[2] = _mm_crc32_u64(c[2], w);
+    scan(w);
+  }
+  uint32_t c2 = static_cast<uint32_t>(c[2]);
+  if (rest >= 4) {
+    uint32_t w;
+    std::memcpy(&w, q, 4);
+    c2 = _mm_crc32_u32(c2, w);
+    max_bits = std::max(max_bits, w & 0x7fffffffu);
+    rest -= 4;
+    q += 4;
+  }
+  for (; rest > 0; --rest, ++q) {
+    c2 = _mm_crc32_u8(c2, static_cast<uint8_t>(*q));
+  }
+  *max_abs_bits = max_bits;
+  return Parts{
+      {~static_cast<uint32_t>(c[0]), ~static_cast<uint32_t>(c[1]), ~c2}};
+}
+#endif
+
+}  // namespace
+
+bool HasSse42() {
+#if defined(__x86_64__)
+  static const bool sse42 = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("sse4.2") != 0;
+  }();
+  return sse42;
+#else
+  return false;
+#endif
+}
+
+uint32_t Crc32c(uint32_t crc, const char* data, size_t len) {
+  return ~TableUpdate(~crc, data, len);
+}
+
+Parts PortableParts(const char* data, size_t len) {
+  const size_t third = Third(len);
+  return Parts{{Crc32c(0, data, third), Crc32c(0, data + third, third),
+                Crc32c(0, data + 2 * third, len - 2 * third)}};
+}
+
+Parts Sse42Parts(const char* data, size_t len) {
+#if defined(__x86_64__)
+  return Sse42Impl(data, len);
+#else
+  return PortableParts(data, len);
+#endif
+}
+
+Parts PortableScanParts(const char* data, size_t len, uint32_t* max_abs_bits) {
+  uint32_t max_bits = 0;
+  for (size_t i = 0; i + 4 <= len; i += 4) {
+    uint32_t bits;
+    std::memcpy(&bits, data + i, 4);
+    max_bits = std::max(max_bits, bits & 0x7fffffffu);
+  }
+  *max_abs_bits = max_bits;
+  return PortableParts(data, len);
+}
+
+Parts Sse42ScanParts(const char* data, size_t len, uint32_t* max_abs_bits) {
+#if defined(__x86_64__)
+  return Sse42ScanImpl(data, len, max_abs_bits);
+#else
+  return PortableScanParts(data, len, max_abs_bits);
+#endif
+}
+
+uint64_t FromParts(size_t len, const Parts& parts) {
+  return absl::HashOf(len, parts.crc[0], parts.crc[1], parts.crc[2]);
+}
+
+}  // namespace crc32c
+
+uint64_t PayloadFingerprint(const char* data, size_t len) {
+  return crc32c::FromParts(len, crc32c::HasSse42()
+                                    ? crc32c::Sse42Parts(data, len)
+                                    : crc32c::PortableParts(data, len));
+}
+
+uint64_t ScanFingerprint(const char* data, size_t len, uint32_t* max_abs_bits) {
+  return crc32c::FromParts(
+      len, crc32c::HasSse42()
+               ? crc32c::Sse42ScanParts(data, len, max_abs_bits)
+               : crc32c::PortableScanParts(data, len, max_abs_bits));
+}
+
+}  // namespace pstrain
