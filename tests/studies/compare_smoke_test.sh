@@ -21,7 +21,7 @@ if [[ $rc -eq 0 && -s "$out/report.md" && -s "$out/compare.json" ]]; then
   [[ $rows -eq 2 ]] || fail "report.md has $rows mode rows, want 2"
   rows=$(sed -n '/^## Two efficiencies/,/^## Definitions/p' "$out/report.md" | grep -c '^| `')
   [[ $rows -eq 2 ]] || fail "report.md's two efficiencies have $rows mode rows, want 2"
-  grep -q '^| mode | s / step | ms / sample | steps to target | samples to target |' "$out/report.md" ||
+  grep -q '^| mode | s / step | steady s / step | ms / sample | steps to target | samples to target |' "$out/report.md" ||
     fail "report.md lacks the two efficiencies' header"
   for m in sync async:1; do
     row "$out" "$m" | grep -q '| 1/1 |' || fail "no successful row for $m: $(row "$out" "$m")"
@@ -32,7 +32,7 @@ if [[ $rc -eq 0 && -s "$out/report.md" && -s "$out/compare.json" ]]; then
   grep -q 'links: loopback, not shaped' "$out/report.md" || fail "report.md lacks the emulation line"
   for key in mode runs_ok time_to_target_s steps_to_target final_loss final_accuracy \
       samples_per_s bytes_sent_per_worker_step bytes_received_per_worker_step \
-      staleness_p50 staleness_p99 staleness_max barrier_wait_share comm_s_per_step \
+      staleness_p50 staleness_p99 staleness_max barrier_wait_share comm_s_per_step steady_s_per_step \
       repeats emulation target plots; do
     grep -q "\"$key\":" "$out/compare.json" || fail "compare.json lacks $key"
   done

@@ -28,6 +28,15 @@ if why="$("$ROOT/deploy/netshape.sh" check 2>&1)"; then
     fail "shaping is available but the report does not say the links were shaped"
   grep -q 'shaped to 0.2 Gbit/s' "$out/N2-K1/r1/report.md" || fail "the compare runs were not shaped"
   ok "shaped links, and the report says so"
+  # Every run in the namespaces the study made once, none left behind.
+  net="$(sed -n 's/.*(namespaces \(psnet-s[0-9]*-\)\*, .*made beforehand).*/\1/p' \
+    "$out/N2-K2/r1/runs/sync/psctl.log")"
+  [[ -n "$net" ]] || fail "the runs did not use the study's namespaces: $(head -1 "$out/N2-K2/r1/runs/sync/psctl.log")"
+  for d in N1-K1/r1/runs/allreduce N2-K1/r1/runs/sync; do
+    grep -q "(namespaces $net\*" "$out/$d/psctl.log" || fail "$d ran in other namespaces than $net*"
+  done
+  ! ls /run/netns 2>/dev/null | grep -q "^$net" || fail "the study left namespaces $net* behind"
+  ok "one set of namespaces for every run (${net}*), removed at the end"
 else
   grep -q "^\*\*Transport limits in force:\*\* loopback, not shaped" "$md" ||
     fail "shaping is unavailable ($why) but the report does not say loopback"

@@ -119,6 +119,8 @@ const std::vector<Column>& EfficiencyColumns() {
   static const auto* columns = new std::vector<Column>{
       {"s_per_step", "s / step", Fmt::kMillisAsSeconds,
        [](const RunMetrics& m, const Target&) { return RunSecondsPerStep(m); }},
+      {"steady_s_per_step", "steady s / step", Fmt::kMillisAsSeconds,
+       [](const RunMetrics& m, const Target&) { return m.steady_s_per_step; }},
       {"ms_per_sample", "ms / sample", Fmt::kMillis,
        [](const RunMetrics& m, const Target&) -> std::optional<double> {
          std::optional<double> s = RunSecondsPerStep(m);
@@ -460,7 +462,10 @@ sample); **statistical efficiency** is how many steps (samples) it needs to
 reach the target. Time to target is their product, so a mode wins by one, the
 other or both. A step is one clock: every worker computes one slice of the
 global batch; async applies each worker's push as its own update (`updates /
-step`), at the learning rate in `lr per update`.
+step`), at the learning rate in `lr per update`. `s / step` is wall time /
+steps, what multiplies to the time to target; `steady s / step` is the
+median step after the warm-up (Definitions): the speed of a typical step,
+without evaluations, start-up or occasional slow steps.
 
 )";
   md += EfficiencyTable(in);
@@ -474,6 +479,11 @@ step`), at the learning rate in `lr per update`.
   the target; the step is the number of updates behind the evaluated
   weights. Resolution: `evaluation.every_steps`. "not reached": never within
   the run (it sorts last in medians).
+- **s / step**: `wall_s` / steps (`summary.json`): every step, evaluations
+  and slow steps included. **steady s / step**: the median of the steps'
+  own durations (`metrics.csv` wall time, step s minus step s − 1) after a
+  warm-up of a fifth of the steps, at most 5: the steady state, as the
+  scaling and sparse studies use it.
 - **final loss / accuracy**: training loss of the last step; test accuracy
   of the final weights (`summary.json`).
 - **samples/s**: training examples of all workers per second of wall time.

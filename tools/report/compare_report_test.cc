@@ -147,6 +147,10 @@ TEST_F(CompareReportTest, LoadRunMeasuresOneRun) {
   EXPECT_DOUBLE_EQ(*m.barrier_wait_share, 0.4 / (2 * 2 * 2.0));
   ASSERT_TRUE(m.comm_s_per_step);
   EXPECT_NEAR(*m.comm_s_per_step, 0.003, 1e-12);
+  // 0.1 s a step after a warm-up of 2 (10 steps); the target row's odd wall
+  // time moves two durations, not the median.
+  ASSERT_TRUE(m.steady_s_per_step);
+  EXPECT_NEAR(*m.steady_s_per_step, 0.1, 1e-12);
   EXPECT_TRUE(m.config_loaded);
   EXPECT_EQ(m.compute_ms, 20);
   EXPECT_EQ(m.straggler_rank, 1);
@@ -220,7 +224,7 @@ TEST_F(CompareReportTest, OneRowPerModeWithMedianAndSpread) {
        {"steps_to_target", "final_loss", "final_accuracy", "samples_per_s",
         "bytes_sent_per_worker_step", "bytes_received_per_worker_step",
         "staleness_p50", "staleness_p99", "staleness_max", "barrier_wait_share",
-        "comm_s_per_step", "wall_s"}) {
+        "comm_s_per_step", "wall_s", "s_per_step", "steady_s_per_step"}) {
     EXPECT_TRUE(sync.contains(key)) << key;
     EXPECT_TRUE(sync[key].is_object()) << key;
   }
@@ -349,18 +353,22 @@ TEST_F(CompareReportTest, TwoEfficienciesExplainTimeToTarget) {
   const std::string table = EfficiencyTable(in);
   const std::vector<std::string> rows = TableRows(table);
   ASSERT_EQ(rows.size(), 4u) << table;
-  EXPECT_THAT(table, HasSubstr("| s / step | ms / sample | steps to target | "
+  EXPECT_THAT(table, HasSubstr("| s / step | steady s / step | ms / sample | "
+                               "steps to target | "
                                "samples to target | s / step × steps to "
                                "target | measured time to target (s) | "
                                "updates / step | lr per update |"));
   // sync: 0.1 s / step, 20 steps = 1,280 samples, product 2.00, measured
   // 2.10, one update per step at lr.
-  EXPECT_THAT(rows[0], HasSubstr("| `sync` | 0.1000 | 1.562 | 20 | 1280 | "
-                                 "2.00 | 2.10 | 1 | lr (mean of N × B) |"));
-  EXPECT_THAT(rows[1], HasSubstr("| `async:2` | 0.1000 | 1.562 | 15 | 960 | "
-                                 "1.50 | 1.60 | 2 | lr (full) |"));
-  EXPECT_THAT(rows[2], HasSubstr("| `async:inf:scaled` | 0.0500 | 0.781 | 24 | "
-                                 "1536 | 1.20 | 1.30 | 2 | lr / N (scaled) |"));
+  EXPECT_THAT(rows[0],
+              HasSubstr("| `sync` | 0.1000 | 0.1000 | 1.562 | 20 | 1280 | "
+                        "2.00 | 2.10 | 1 | lr (mean of N × B) |"));
+  EXPECT_THAT(rows[1],
+              HasSubstr("| `async:2` | 0.1000 | 0.1000 | 1.562 | 15 | 960 | "
+                        "1.50 | 1.60 | 2 | lr (full) |"));
+  EXPECT_THAT(rows[2],
+              HasSubstr("| `async:inf:scaled` | 0.0500 | 0.1000 | 0.781 | 24 | "
+                        "1536 | 1.20 | 1.30 | 2 | lr / N (scaled) |"));
   EXPECT_THAT(rows[3], HasSubstr("| not reached | not reached | not reached | "
                                  "not reached |"));
   const std::string why = EfficiencyExplanation(in);
@@ -381,6 +389,11 @@ TEST_F(CompareReportTest, TwoEfficienciesExplainTimeToTarget) {
   EXPECT_THAT(md, HasSubstr(why));
   const nlohmann::json j = CompareJson(in, PlotOutcome{});
   EXPECT_EQ(j["modes"][1]["s_per_step"]["median"], 0.1);
+  // faster's wall_s / steps is 0.05 but its metrics.csv steps 0.1 s each.
+  EXPECT_NEAR(j["modes"][2]["steady_s_per_step"]["median"].get<double>(), 0.1,
+              1e-12);
+  EXPECT_NEAR(j["modes"][2]["repeats"][0]["steady_s_per_step"].get<double>(),
+              0.1, 1e-12);
   EXPECT_EQ(j["modes"][1]["samples_to_target"]["median"], 960);
   EXPECT_EQ(j["modes"][2]["lr_per_update"], "lr / N (scaled)");
   EXPECT_EQ(j["modes"][2]["updates_per_step"]["median"], 2);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 
@@ -91,6 +93,28 @@ std::optional<double> WireShare(double bytes_per_worker_step,
 std::optional<double> SecondsPerStep(double wall_s, int64_t steps) {
   if (steps <= 0 || !(wall_s > 0)) return std::nullopt;
   return wall_s / static_cast<double>(steps);
+}
+
+std::optional<double> SteadySecondsPerStepMedian(
+    const std::vector<MetricsRow>& rows, int64_t warmup) {
+  std::map<int64_t, double> wall;  // training rows by step
+  for (const MetricsRow& r : rows) {
+    if (r.loss) wall[r.step] = r.wall_s;
+  }
+  std::vector<double> durations;
+  for (auto it = wall.begin(); it != wall.end(); ++it) {
+    auto next = std::next(it);
+    if (next == wall.end()) break;
+    if (it->first < warmup || next->first != it->first + 1) continue;
+    durations.push_back(next->second - it->second);
+  }
+  std::optional<Spread> s = MedianSpread(std::move(durations));
+  if (!s) return std::nullopt;
+  return s->median;
+}
+
+int64_t SteadyWarmupSteps(int64_t steps) {
+  return std::min<int64_t>(5, std::max<int64_t>(0, steps / 5));
 }
 
 int64_t UpdatesPerStep(const std::string& mode, int workers) {

@@ -79,6 +79,22 @@ std::optional<double> WireShare(double bytes_per_worker_step,
 // without steps or wall time.
 std::optional<double> SecondsPerStep(double wall_s, int64_t steps);
 
+// Steady-state wall seconds per step: the median of the steps' own
+// durations, wall_s(s) - wall_s(s - 1) over consecutive training rows (those
+// with a loss) with s - 1 >= `warmup` (so the first `warmup` steps, with
+// their connections and first allocations, are left out). The median, not
+// the mean: a step that also ran an evaluation, or one the machine's load
+// stretched, does not move it; so it is the speed of a typical step, not
+// the time a run takes (wall_s / steps), and it leaves out occasional slow
+// steps (transient stragglers) on purpose. nullopt without two consecutive
+// training rows after the warm-up.
+std::optional<double> SteadySecondsPerStepMedian(
+    const std::vector<MetricsRow>& rows, int64_t warmup);
+
+// The warm-up `psctl compare` skips for that figure: a fifth of the steps,
+// at most 5 (25 steps: 5; 8 steps: 1; fewer than 5: none).
+int64_t SteadyWarmupSteps(int64_t steps);
+
 // Optimizer updates per step: one in sync (backup workers too) and
 // all-reduce; one per worker's push, `workers`, in async.
 int64_t UpdatesPerStep(const std::string& mode, int workers);

@@ -144,6 +144,40 @@ TEST(MeanCommPerStepTest, TrainingRowsOnly) {
   EXPECT_FALSE(MeanCommPerStep({Row(2, 0.3, std::nullopt)}));
 }
 
+TEST(SteadySecondsPerStepMedianTest, MedianStepAfterTheWarmUp) {
+  // Steps 0-1 are slow (warm-up), step 4 ran an evaluation (0.9 s), the
+  // final row has no loss: the median of steps 3, 4, 5, 6 is 0.1 s.
+  std::vector<MetricsRow> rows = {
+      Row(0, 2.0, 1.0),      Row(1, 3.0, 1.0),
+      Row(2, 3.1, 1.0),      Row(3, 3.2, 1.0),
+      Row(4, 4.1, 1.0, 0.5), Row(5, 4.2, 1.0),
+      Row(6, 4.3, 1.0),      Row(7, 9.0, std::nullopt, 0.6)};
+  std::optional<double> s = SteadySecondsPerStepMedian(rows, 2);
+  ASSERT_TRUE(s);
+  EXPECT_NEAR(*s, 0.1, 1e-9);
+  // Without the warm-up, step 1's 1 s is one more value above the median.
+  s = SteadySecondsPerStepMedian(rows, 0);
+  ASSERT_TRUE(s);
+  EXPECT_NEAR(*s, 0.1, 1e-9);
+  // Order in the file does not matter; a gap (a missing row) is skipped.
+  std::vector<MetricsRow> gap = {Row(5, 2.0, 1.0), Row(3, 1.0, 1.0),
+                                 Row(6, 2.25, 1.0), Row(4, 1.5, 1.0)};
+  s = SteadySecondsPerStepMedian(gap, 0);
+  ASSERT_TRUE(s);
+  EXPECT_NEAR(*s, 0.5, 1e-9);  // 0.5, 0.5, 0.25
+  gap.erase(gap.begin() + 3);  // no step 4: 3 -> 5 is not one step
+  s = SteadySecondsPerStepMedian(gap, 0);
+  ASSERT_TRUE(s);
+  EXPECT_NEAR(*s, 0.25, 1e-9);
+  // Too few rows after the warm-up: none.
+  EXPECT_FALSE(SteadySecondsPerStepMedian(rows, 6));
+  EXPECT_FALSE(SteadySecondsPerStepMedian({Row(0, 1.0, 1.0)}, 0));
+  EXPECT_EQ(SteadyWarmupSteps(25), 5);
+  EXPECT_EQ(SteadyWarmupSteps(80), 5);
+  EXPECT_EQ(SteadyWarmupSteps(8), 1);
+  EXPECT_EQ(SteadyWarmupSteps(4), 0);
+}
+
 TEST(WireShareTest, EffectiveRateOverTheWire) {
   // 2 MB per worker per step in 4 ms = 0.5 GB/s over a 2 GB/s wire.
   auto share = WireShare(2e6, 0.004, 2e9);

@@ -99,6 +99,8 @@ RunMetrics LoadRunMetrics(const std::string& label, const std::string& dir,
         BarrierWaitShare(s.barrier_wait_s, s.servers, s.workers, s.wall_s);
   }
   m.comm_s_per_step = MeanCommPerStep(m.rows);
+  m.steady_s_per_step =
+      SteadySecondsPerStepMedian(m.rows, SteadyWarmupSteps(s.steps));
   return m;
 }
 

@@ -27,6 +27,8 @@ struct RunMetrics {
   std::optional<int64_t> staleness_p50, staleness_p99, staleness_max;
   std::optional<double> barrier_wait_share;
   std::optional<double> comm_s_per_step;
+  // SteadySecondsPerStepMedian after SteadyWarmupSteps(steps) (report_math).
+  std::optional<double> steady_s_per_step;
   // Effective communication rate / the wire's rate (WireShare); set by the
   // caller when the wire was measured.
   std::optional<double> wire_share;
