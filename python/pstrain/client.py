@@ -1,9 +1,11 @@
 """The worker's client of the job's parameter-server shards: pull and push
-of all shards in parallel, one thread per shard, as worker/ps/ps_client.cc.
+of all shards in parallel, shard 0 on the calling thread and one thread per
+other shard, as worker/ps/ps_client.cc.
 
 Tensors are flat fp32 numpy arrays (one per TensorSpec of the shard map,
-in its order); chunk payloads go straight between those arrays and the
-protobuf bytes (one copy each way, no per-element Python). Every call
+in its order); chunk payloads go straight between those arrays and gRPC's
+message bytes, read and built by pstrain.wire (one copy each way, no
+protobuf copies, no per-element Python). Every call
 carries the job token (x-pstrain-token, role member); every push stream its
 session (x-pstrain-push-session) and a header with the rank's session id
 and generation. A push that fails UNAVAILABLE, DEADLINE_EXCEEDED or
@@ -13,6 +15,8 @@ UNAVAILABLE. Thread-safe for one pull or push at a time; cancel() may be
 called from any thread.
 """
 
+import ctypes
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,11 +24,45 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 
 from pstrain import wire
-from pstrain._proto import pb, pb_grpc
+from pstrain._proto import pb
 from pstrain.errors import PstrainError
 
 MAX_MESSAGE_PAYLOAD = 4 << 20  # common/sharding.h kMaxMessagePayloadBytes
+PULL_METHOD = "/pstrain.v1.ParameterServer/Pull"
+PUSH_METHOD = "/pstrain.v1.ParameterServer/Push"
 MAX_ATTEMPTS = 5  # backoff 50, 100, 200, 400 ms between them
+
+
+# glibc mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+_MMAP_THRESHOLD_MAX = 32 << 20  # glibc's maximum on 64-bit
+_malloc_tuned = False
+
+
+def keep_freed_memory():
+    """Makes glibc's malloc keep freed memory for reuse: blocks up to
+    32 MiB from the heap instead of fresh mmaps, and no trimming of the
+    heap. Each step allocates and frees buffers of megabytes (gRPC's
+    message bytes, torch's gradients); by default glibc returns them to the
+    kernel, and every fresh page is a fault, which on the shared machine
+    cost up to ~70 ms per 4 MiB (docs/python.md, "Speed"). The process then
+    holds its peak heap. Once per process; off with PSTRAIN_MALLOC_TUNE=0;
+    a no-op off glibc. Returns whether both settings took."""
+    global _malloc_tuned
+    if _malloc_tuned or os.environ.get("PSTRAIN_MALLOC_TUNE", "1") == "0":
+        return _malloc_tuned
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    ok = mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX) == 1
+    ok = mallopt(_M_TRIM_THRESHOLD, 2**31 - 1) == 1 and ok
+    _malloc_tuned = ok
+    return ok
 
 
 class ShardRead:
@@ -60,9 +98,21 @@ class ShardClient:
         for c in shard_map.chunks:
             self._shard_chunks[c.shard].append(c)
             self._chunk_info[(c.tensor, c.index)] = c
+        keep_freed_memory()
         self._channels = [channel_factory(a) for a in shard_map.server_addresses]
-        self._stubs = [pb_grpc.ParameterServerStub(ch) for ch in self._channels]
-        self._pool = ThreadPoolExecutor(max_workers=max(n, 1))
+        # Pull answers and push requests as bytes, read and built by
+        # pstrain.wire (one copy of each payload, no protobuf copies).
+        self._pulls = [ch.unary_stream(
+            PULL_METHOD, request_serializer=pb.PullRequest.SerializeToString,
+            response_deserializer=None) for ch in self._channels]
+        self._pushes = [ch.stream_unary(
+            PUSH_METHOD, request_serializer=None,
+            response_deserializer=pb.PushResponse.FromString)
+            for ch in self._channels]
+        dtype = self.wire_dtype
+        self._frames = [[wire.chunk_frame(c.tensor, c.index, dtype, c.length)
+                         for c in chunks] for chunks in self._shard_chunks]
+        self._pool = ThreadPoolExecutor(max_workers=max(n - 1, 1))
         self._lock = threading.Lock()
         self._active = set()
         self._cancelled = False
@@ -71,7 +121,7 @@ class ShardClient:
 
     @property
     def num_shards(self):
-        return len(self._stubs)
+        return len(self._channels)
 
     def close(self):
         self.cancel()
@@ -128,9 +178,15 @@ class ShardClient:
                            f"{err.details()}")
 
     def _run_all(self, fn):
-        futures = [self._pool.submit(fn, s) for s in range(self.num_shards)]
+        # Shard 0 on the calling thread, as the C++ client: a job of one
+        # shard hands nothing over between threads.
+        futures = [self._pool.submit(fn, s) for s in range(1, self.num_shards)]
         errors = []
         results = []
+        try:
+            results.append(fn(0))
+        except PstrainError as e:
+            errors.append(e)
         for f in futures:
             try:
                 results.append(f.result())
@@ -170,8 +226,8 @@ class ShardClient:
         timeout = self._barrier_timeout
         if not self._started:
             timeout += self._startup_timeout
-        call = self._stubs[shard].Pull(req, timeout=timeout,
-                                       metadata=self._metadata)
+        call = self._pulls[shard](req, timeout=timeout,
+                                  metadata=self._metadata)
         self._track(call)
         read = ShardRead()
         received = 0
@@ -179,15 +235,28 @@ class ShardClient:
         nbytes = 0
         dtype = self.wire_dtype
         try:
-            for msg in call:
-                nbytes += msg.ByteSize()
+            for raw in call:  # the serialized PullResponse (bytes)
+                nbytes += len(raw)
+                try:
+                    version, min_clock, chunks = wire.parse_pull_response(raw)
+                except wire.MalformedMessage as e:
+                    raise PstrainError(grpc.StatusCode.INTERNAL,
+                                       f"shard {shard}: malformed pull "
+                                       f"message: {e}") from None
                 if head:
-                    read.version, read.min_clock = msg.version, msg.min_clock
-                    self._note_min_clock(msg.min_clock)
+                    read.version, read.min_clock = version, min_clock
+                    self._note_min_clock(min_clock)
                     head = False
-                for c in msg.chunks:
+                for c in chunks:
                     self._decode_chunk(shard, c, params, dtype)
                     received += 1
+                # Free this message before the next one arrives: two live
+                # at once would need fresh memory every pull (and each
+                # fresh page is a fault, costly here).
+                raw = chunks = c = None
+        except PstrainError:
+            call.cancel()
+            raise
         finally:
             self._untrack(call)
             self.bytes_pulled += nbytes
@@ -215,33 +284,40 @@ class ShardClient:
         wire.decode_into(c.data, dtype,
                          params[idx][info.offset:info.offset + info.length])
 
+    def _push_messages(self, shard, header, grads):
+        """The shard's PushRequests, serialized: the header in the first,
+        chunks in shard-map order, at most MAX_MESSAGE_PAYLOAD bytes of
+        payload a message (as the C++ client), each one bytes.join of the
+        precomputed chunk framing and the gradients' payloads."""
+        dtype = self.wire_dtype
+        esize = wire.ELEMENT_BYTES[dtype]
+        frames = self._frames[shard]
+        messages = []
+        parts = [wire.push_header_frame(header)]
+        payload = 0
+        for c, frame in zip(self._shard_chunks[shard], frames):
+            if payload > 0 and payload + c.length * esize > MAX_MESSAGE_PAYLOAD:
+                messages.append(b"".join(parts))
+                parts = []
+                payload = 0
+            g = grads[self.tensor_index[c.tensor]]
+            parts.append(frame)
+            parts.append(wire.payload(g[c.offset:c.offset + c.length], dtype))
+            payload += c.length * esize
+        messages.append(b"".join(parts))
+        return messages
+
     def _push_once(self, shard, worker, clock, num_samples, grads, read):
         header = pb.PushHeader(
             worker=worker, clock=clock, read_version=read.version,
             read_min_clock=read.min_clock, num_samples=num_samples,
             session_id=self.session_id, generation=self.generation)
-        dtype = self.wire_dtype
-        esize = wire.ELEMENT_BYTES[dtype]
-        messages = []
-        msg = pb.PushRequest(header=header)
-        payload = 0
-        for c in self._shard_chunks[shard]:
-            if payload > 0 and payload + c.length * esize > MAX_MESSAGE_PAYLOAD:
-                messages.append(msg)
-                msg = pb.PushRequest()
-                payload = 0
-            g = grads[self.tensor_index[c.tensor]]
-            msg.chunks.append(pb.ChunkData(
-                tensor=c.tensor, index=c.index, dtype=dtype,
-                shape=[c.length],
-                data=wire.encode(g[c.offset:c.offset + c.length], dtype)))
-            payload += c.length * esize
-        messages.append(msg)
-        self.bytes_pushed += sum(m.ByteSize() for m in messages)
+        messages = self._push_messages(shard, header, grads)
+        self.bytes_pushed += sum(len(m) for m in messages)
         md = self._metadata + [
             ("x-pstrain-push-session",
              f"{worker}.{self.session_id}.{self.generation}")]
-        call = self._stubs[shard].Push.future(
+        call = self._pushes[shard].future(
             iter(messages), timeout=self._rpc_timeout, metadata=md)
         self._track(call)
         try:

@@ -85,7 +85,14 @@ class WorkerSettings:
             return []
         return [("x-pstrain-token", self.token), ("x-pstrain-role", "member")]
 
-    def channel(self, address):
+    def shard_channel(self, address):
+        """A channel to a parameter server: channel()'s, with pulls
+        (unary-stream calls) read on the calling thread, without gRPC's
+        channel thread in between (docs/python.md, "Speed")."""
+        return self.channel(address, [(
+            grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1)])
+
+    def channel(self, address, extra_options=()):
         # For a pull's megabytes a 16 MiB stream window with the BDP probe
         # off (as the ring's links, worker/allreduce/grpc_transport.h;
         # docs/python.md, "Speed"). gRPC's own reconnect backoff: its
@@ -95,7 +102,7 @@ class WorkerSettings:
         options = [("grpc.max_receive_message_length", 64 << 20),
                    ("grpc.max_send_message_length", 64 << 20),
                    ("grpc.http2.lookahead_bytes", 16 << 20),
-                   ("grpc.http2.bdp_probe", 0)]
+                   ("grpc.http2.bdp_probe", 0)] + list(extra_options)
         if not self.tls_ca:
             return grpc.insecure_channel(address, options=options)
 

@@ -170,7 +170,7 @@ class Context:
         cfg = self.config
         s = self._session.settings
         self._client = ShardClient(
-            self.job.shard_map, s.channel, s.metadata(),
+            self.job.shard_map, s.shard_channel, s.metadata(),
             self._session.session_id, self._session.generation,
             cfg.network.wire_dtype, cfg.network.rpc_timeout_s,
             cfg.network.barrier_timeout_s, cfg.network.startup_timeout_s)

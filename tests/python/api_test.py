@@ -55,6 +55,236 @@ class WireTest(unittest.TestCase):
         self.assertEqual(got[5], np.float32(np.float16(0.1)))
 
 
+class MessageCodecTest(unittest.TestCase):
+    """pstrain.wire's hand-built PushRequests and hand-read PullResponses
+    against protobuf's own serializer and parser."""
+
+    CHUNKS = [("fc.weight", 0, 0, 6), ("fc.weight", 1, 6, 5),
+              ("b" * 200, 300, 0, 1), ("emb", 70000, 3, 0)]
+
+    def reference(self, g, dtype):
+        chunks = []
+        for name, index, offset, length in self.CHUNKS:
+            chunks.append(pb.ChunkData(
+                tensor=name, index=index, dtype=dtype, shape=[length],
+                data=wire.encode(g[offset:offset + length], dtype)))
+        return chunks
+
+    def test_push_message_is_protobufs_serialization(self):
+        g = np.random.default_rng(3).normal(size=11).astype(np.float32)
+        header = pb.PushHeader(worker=3, clock=2**40 + 5, read_version=9,
+                               read_min_clock=2**63, num_samples=128,
+                               session_id=2**64 - 1, generation=7)
+        for dtype in (pb.DTYPE_F32, pb.DTYPE_BF16, pb.DTYPE_F16):
+            parts = [wire.push_header_frame(header)]
+            for name, index, offset, length in self.CHUNKS:
+                parts.append(wire.chunk_frame(name, index, dtype, length))
+                parts.append(wire.payload(g[offset:offset + length], dtype))
+            got = b"".join(parts)
+            want = pb.PushRequest(header=header,
+                                  chunks=self.reference(g, dtype))
+            self.assertEqual(got, want.SerializeToString(), dtype)
+            self.assertEqual(pb.PushRequest.FromString(got), want)
+
+    def test_fp32_payload_is_a_view_of_the_gradient(self):
+        g = np.arange(4, dtype=np.float32)
+        view = wire.payload(g[1:3], pb.DTYPE_F32)
+        g[1] = 42.0
+        self.assertEqual(np.frombuffer(view, "<f4")[0], 42.0)
+        self.assertEqual(view.nbytes, 8)
+
+    def test_pull_response_read_as_protobuf_parses_it(self):
+        g = np.random.default_rng(4).normal(size=11).astype(np.float32)
+        for dtype in (pb.DTYPE_F32, pb.DTYPE_BF16):
+            msg = pb.PullResponse(version=2**50 + 1, min_clock=17,
+                                  chunks=self.reference(g, dtype))
+            data = msg.SerializeToString()
+            # Unknown fields of every wire type, before and after, and an
+            # unpacked shape: skipped or read as protobuf does.
+            unknown = bytes([11 << 3 | 0, 0x96, 0x01, 12 << 3 | 1]) + \
+                bytes(8) + bytes([13 << 3 | 2, 2, 0xAA, 0xBB, 14 << 3 | 5]) + \
+                bytes(4) + bytes([1 << 3 | 2, 1, 7])  # known, wrong type
+            extra = pb.ChunkData(tensor="late", index=1, dtype=dtype,
+                                 data=wire.encode(g[:2], dtype))
+            extra_bytes = (extra.SerializeToString() + bytes([4 << 3, 2]) +
+                           unknown)
+            data = (unknown + data + bytes([3 << 3 | 2, len(extra_bytes)]) +
+                    extra_bytes)
+            want = pb.PullResponse.FromString(data)
+            self.assertEqual(len(want.chunks), len(self.CHUNKS) + 1)
+            version, min_clock, chunks = wire.parse_pull_response(data)
+            self.assertEqual((version, min_clock),
+                             (want.version, want.min_clock))
+            self.assertEqual(len(chunks), len(want.chunks))
+            for got, ref in zip(chunks, want.chunks):
+                self.assertEqual((got.tensor, got.index, got.dtype,
+                                  got.shape, bytes(got.data)),
+                                 (ref.tensor, ref.index, ref.dtype,
+                                  list(ref.shape), ref.data))
+
+    def test_malformed_pull_responses_are_errors(self):
+        good = pb.PullResponse(version=1, chunks=[pb.ChunkData(
+            tensor="w", index=1, dtype=pb.DTYPE_F32, shape=[2],
+            data=bytes(8))]).SerializeToString()
+        # (message, error, whether protobuf's parser fails too: field
+        # number 0 ends its parse early, with a warning only.)
+        for bad, why, protobuf_fails in [
+                (good[:-1], "bytes, .* left", True),
+                (bytes([1 << 3, 0x80]), "truncated varint", True),
+                (bytes([1 << 3]) + bytes([0xFF] * 10) + b"\x01",
+                 "longer than 10", True),
+                (bytes([3 << 3 | 3]), "wire type 3", True),
+                (bytes([3 << 3 | 2, 3, 1 << 3 | 2, 1, 0xFF]), "not UTF-8",
+                 True),
+                (bytes([0]), "field number 0", False)]:
+            with self.assertRaisesRegex(wire.MalformedMessage, why):
+                wire.parse_pull_response(bad)
+            if protobuf_fails:
+                with self.assertRaises(Exception, msg=why):
+                    pb.PullResponse.FromString(bad)
+
+
+class FakeChannel:
+    """Pull and Push of one shard as ShardClient calls them: answers
+    pulls with protobuf-serialized PullResponses of `weights`, parses
+    every push message with protobuf."""
+
+    class Call:
+        def __init__(self, items=(), result=None):
+            self.items, self._result, self.cancelled = items, result, False
+
+        def __iter__(self):
+            return iter(self.items)
+
+        def result(self):
+            return self._result
+
+        def cancel(self):
+            self.cancelled = True
+
+    def __init__(self, answers):
+        self.answers = answers  # PullResponses
+        self.pushed = []  # [[PushRequest]] by call
+        self.pull_requests = []
+
+    def unary_stream(self, method, request_serializer, response_deserializer):
+        assert method == "/pstrain.v1.ParameterServer/Pull"
+        assert response_deserializer is None
+
+        def call(request, timeout, metadata):
+            self.pull_requests.append(request_serializer(request))
+            return self.Call([m.SerializeToString() for m in self.answers])
+        return call
+
+    def stream_unary(self, method, request_serializer, response_deserializer):
+        assert method == "/pstrain.v1.ParameterServer/Push"
+        assert request_serializer is None
+        channel = self
+
+        class Push:
+            @staticmethod
+            def future(messages, timeout, metadata):
+                msgs = list(messages)
+                for m in msgs:
+                    assert isinstance(m, bytes)
+                channel.pushed.append(
+                    [pb.PushRequest.FromString(m) for m in msgs])
+                return FakeChannel.Call(result=response_deserializer(
+                    pb.PushResponse(version=5, applied=True)
+                    .SerializeToString()))
+        return Push()
+
+    def close(self):
+        pass
+
+
+class ShardClientTest(unittest.TestCase):
+    """ShardClient's pulls and pushes through pstrain.wire, one shard of
+    two tensors in chunks (the second 5 MiB: pushes split at 4 MiB)."""
+
+    def setUp(self):
+        from pstrain.client import ShardClient
+        self.sizes = {"a": 10, "big": (5 << 20) // 4}
+        smap = pb.ShardMap(server_addresses=["fake:1"])
+        for name, n in self.sizes.items():
+            smap.tensors.add(name=name, shape=[n])
+        third = self.sizes["big"] // 3
+        spans = [("a", 0, 0, 10), ("big", 0, 0, third),
+                 ("big", 1, third, third),
+                 ("big", 2, 2 * third, self.sizes["big"] - 2 * third)]
+        for name, index, offset, length in spans:
+            smap.chunks.add(tensor=name, index=index, offset=offset,
+                            length=length, shard=0)
+        rng = np.random.default_rng(5)
+        self.weights = {n: rng.normal(size=k).astype(np.float32)
+                        for n, k in self.sizes.items()}
+        answers = [pb.PullResponse(version=4, min_clock=2)]
+        for name, index, offset, length in spans:
+            if len(answers[-1].chunks) == 2:
+                answers.append(pb.PullResponse())
+            answers[-1].chunks.add(
+                tensor=name, index=index, dtype=pb.DTYPE_F32, shape=[length],
+                data=self.weights[name][offset:offset + length].tobytes())
+        self.channel = FakeChannel(answers)
+        self.client = ShardClient(smap, lambda address: self.channel, [],
+                                  session_id=11, generation=1, wire_dtype=0,
+                                  rpc_timeout_s=5, barrier_timeout_s=5)
+        self.spans = spans
+
+    def tearDown(self):
+        self.client.close()
+
+    def test_pull_lands_every_chunk_in_place(self):
+        params = [np.zeros(k, np.float32) for k in self.sizes.values()]
+        reads = self.client.pull(worker=1, clock=3, params=params)
+        self.assertEqual((reads[0].version, reads[0].min_clock), (4, 2))
+        for p, name in zip(params, self.sizes):
+            np.testing.assert_array_equal(p, self.weights[name])
+        self.assertEqual(self.client.bytes_pulled, sum(
+            m.ByteSize() for m in self.channel.answers))
+        req = pb.PullRequest.FromString(self.channel.pull_requests[0])
+        self.assertEqual((req.worker, req.clock, req.session_id), (1, 3, 11))
+
+    def test_push_sends_every_chunk_at_most_4_mib_a_message(self):
+        grads = [np.arange(k, dtype=np.float32) for k in self.sizes.values()]
+        reads = self.client.pull(1, 3, [np.zeros(k, np.float32)
+                                        for k in self.sizes.values()])
+        answers = self.client.push(1, 3, 64, grads, reads)
+        self.assertTrue(answers[0].applied)
+        (messages,) = self.channel.pushed
+        self.assertEqual(len(messages), 2)  # 4 MiB + the rest
+        header = messages[0].header
+        self.assertEqual((header.worker, header.clock, header.num_samples,
+                          header.read_version, header.read_min_clock,
+                          header.session_id, header.generation),
+                         (1, 3, 64, 4, 2, 11, 1))
+        self.assertFalse(messages[1].HasField("header"))
+        chunks = [c for m in messages for c in m.chunks]
+        for m in messages:
+            self.assertLessEqual(sum(len(c.data) for c in m.chunks), 4 << 20)
+        self.assertEqual(len(chunks), len(self.spans))
+        by_name = dict(zip(self.sizes, grads))
+        for c, (name, index, offset, length) in zip(chunks, self.spans):
+            self.assertEqual((c.tensor, c.index, c.dtype, list(c.shape)),
+                             (name, index, pb.DTYPE_F32, [length]))
+            np.testing.assert_array_equal(
+                np.frombuffer(c.data, "<f4"),
+                by_name[name][offset:offset + length])
+        self.assertEqual(self.client.bytes_pushed,
+                         sum(m.ByteSize() for m in messages))
+
+    def test_a_malformed_pull_is_an_internal_error_naming_the_shard(self):
+        self.channel.answers = []
+        bad = FakeChannel.Call([bytes([3 << 3 | 2, 9])])
+        self.channel.unary_stream = None  # not called again
+        self.client._pulls[0] = lambda request, timeout, metadata: bad
+        with self.assertRaisesRegex(PstrainError,
+                                    "shard 0: malformed pull message"):
+            self.client.pull(1, 0, [np.zeros(k, np.float32)
+                                    for k in self.sizes.values()])
+        self.assertTrue(bad.cancelled)
+
+
 class SamplerTest(unittest.TestCase):
     def test_permutation_is_seeded(self):
         p = data.seeded_permutation(50, 42)
