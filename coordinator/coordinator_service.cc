@@ -1,6 +1,7 @@
 #include "coordinator/coordinator_service.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -41,6 +42,25 @@ StepLogOptions MakeStepLogOptions(const CoordinatorOptions& o) {
   s.classifier = IsClassifier(o.config.model());
   s.max_pending_steps = o.max_pending_steps;
   return s;
+}
+
+// RegisterWorkerRequest.adopter: only with `adopt`, a rank of the job
+// other than the one adopted.
+absl::Status CheckAdopter(const pstrain::v1::RegisterWorkerRequest& request,
+                          int num_workers) {
+  if (!request.has_adopter()) return absl::OkStatus();
+  if (!request.adopt()) {
+    return absl::InvalidArgumentError(
+        "RegisterWorker: adopter is only for a registration with adopt");
+  }
+  if (request.adopter() >= static_cast<uint32_t>(num_workers) ||
+      static_cast<int64_t>(request.adopter()) == request.requested_rank()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RegisterWorker: adopter must be a rank in [0, ",
+                     num_workers, ") other than requested_rank ",
+                     request.requested_rank(), "; got ", request.adopter()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -206,6 +226,7 @@ absl::Status CoordinatorService::RegisterWorkerLocked(
     return absl::DeadlineExceededError("server shards are not ready yet");
   }
   if (ended_) return EndedError();
+  PS_RETURN_IF_ERROR(CheckAdopter(request, members_.num_workers()));
   int asked = request.requested_rank();
   if (policy_->RingMembers()) {
     PS_RETURN_IF_ERROR(elastic_->CheckRingMember(request, &asked));
@@ -252,8 +273,7 @@ absl::Status CoordinatorService::RegisterWorkerLocked(
   }
   if (!request.adopt()) notes_.Registered(rank);
   if (policy_->RingMembers()) {
-    elastic_->RingMemberRegistered(rank, request.adopt(),
-                                   request.peer_address());
+    elastic_->RingMemberRegistered(rank, request);
   }
   response->set_rank(rank);
   response->set_session_id(members_.worker_session(rank));
@@ -368,7 +388,22 @@ absl::Status CoordinatorService::ReportLocked(
                      recovery_.generation(), " (rolled back to step ",
                      recovery_.generation_step(), "); nothing changed"));
   }
+  if (request.has_resumed_at_step() &&
+      (request.generation() == 0 ||
+       request.resumed_at_step() != recovery_.generation_step())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Report: resumed_at_step ", request.resumed_at_step(),
+        " is not the start step of generation ", request.generation(),
+        request.generation() == 0
+            ? " (generation 0 has no rollback)"
+            : absl::StrCat(" (", recovery_.generation_step(), ")"),
+        "; nothing changed"));
+  }
   PS_RETURN_IF_ERROR(step_log_.Add(worker, request.steps()));
+  if (request.has_resumed_at_step()) {
+    notes_.WorkerResumed(static_cast<int>(worker), request.generation(),
+                         request.resumed_at_step());
+  }
   std::optional<uint64_t> last_step;
   for (const auto& m : request.steps()) {
     if (m.samples() > 0) last_step = std::max(last_step.value_or(0), m.step());
@@ -406,6 +441,13 @@ absl::Status CoordinatorService::ReportLocked(
   // A final report may carry no step records (they went out in the batch
   // before), so the sender is named by `worker`, not by its records.
   if (request.done()) {
+    // Once per rank (a resent final report is no second end).
+    if (request.error().empty() && !members_.done_workers()[worker]) {
+      notes_.Done(static_cast<int>(worker),
+                  request.has_weights_fingerprint()
+                      ? std::optional<uint64_t>(request.weights_fingerprint())
+                      : std::nullopt);
+    }
     members_.MarkWorkerDone(worker);
     leases_.Release(LeaseHolder::kWorker, static_cast<int>(worker));
     rows_->SetLiveWorkers(members_.live_workers());

@@ -4,7 +4,10 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <optional>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -30,6 +33,7 @@ class CoordinatorTest : public ::testing::Test {
     FinalizeJobConfig(&options.config);
     options.progress = false;
     options.metrics_csv = metrics_csv;
+    options.supervision_file = notes_path_;
     auto c = CoordinatorService::Create(options);
     ASSERT_TRUE(c.ok()) << c.status();
     coord_ = std::move(*c);
@@ -95,6 +99,7 @@ class CoordinatorTest : public ::testing::Test {
     return coord_->JobStatus(&ctx, &req, resp);
   }
 
+  std::string notes_path_;  // supervision.txt when set before Start
   std::unique_ptr<CoordinatorService> coord_;
   uint64_t server_session_ = 0;     // shard 0's
   std::vector<uint64_t> sessions_;  // by rank
@@ -192,6 +197,36 @@ TEST_F(CoordinatorTest, FinalReportWithoutRecordsEndsTheJob) {
   EXPECT_FALSE(o.failed);
   EXPECT_EQ(o.steps, 2u);
   EXPECT_DOUBLE_EQ(o.final_loss, 0.5);
+}
+
+// Each rank's end is noted once, when its final report without an error
+// comes, with the weights' fingerprint it carries (mode allreduce's
+// replicas); a final report with an error is no end.
+TEST_F(CoordinatorTest, FinalReportsAreNotedOnceWithTheirFingerprint) {
+  notes_path_ = std::string(std::getenv("TEST_TMPDIR")) + "/done_notes.txt";
+  Start(3);
+  for (uint32_t w = 0; w < 3; ++w) {
+    ASSERT_TRUE(Report(w, {0, 1, 2}, false, w).ok());
+  }
+  grpc::ServerContext ctx;
+  v1::ReportRequest req;
+  req.set_worker(0);
+  req.set_session_id(SessionOf(0));
+  req.set_done(true);
+  req.set_weights_fingerprint(0x00c0ffee12345678ULL);
+  v1::ReportResponse resp;
+  ASSERT_TRUE(coord_->Report(&ctx, &req, &resp).ok());
+  ASSERT_TRUE(coord_->Report(&ctx, &req, &resp).ok());  // resent: once
+  ASSERT_TRUE(Report(1, {}, true).ok());
+  ASSERT_TRUE(Report(2, {}, true, 0, -1, "worker 2: broken").ok());
+  std::ifstream in(notes_path_);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(),
+            "registered worker 0\nregistered worker 1\nregistered worker 2\n"
+            "done worker 0 weights 00c0ffee12345678\n"
+            "done worker 1\n"
+            "failed\n");
 }
 
 TEST_F(CoordinatorTest, ReportsFromUnknownOrMismatchedWorkersAreRejected) {

@@ -13,6 +13,16 @@
 #include "coordinator/failure_policy.h"
 
 namespace pstrain {
+namespace {
+
+// The adopting worker's own rank, when it named itself (checked by the
+// service: CheckAdopter).
+std::optional<int> Adopter(const pstrain::v1::RegisterWorkerRequest& r) {
+  if (!r.has_adopter()) return std::nullopt;
+  return static_cast<int>(r.adopter());
+}
+
+}  // namespace
 
 ElasticRanks::ElasticRanks(ElasticOptions options, const FailurePolicy* policy,
                            Membership* members, LeaseTable* leases,
@@ -89,7 +99,7 @@ absl::StatusOr<ElasticRanks::Rejoined> ElasticRanks::Rejoin(
   step_log_.Expect(rank, start);
   leases_.Hold(LeaseHolder::kWorker, rank, absl::Now(), context.peer());
   if (request.adopt()) {
-    notes_.TakenOver(rank, start);
+    notes_.TakenOver(rank, start, Adopter(request));
     PS_LOG_INFO(
         "worker rank %d taken over from step %d by a live worker at %s "
         "(training.on_failure: elastic; global batch kept)",
@@ -308,16 +318,16 @@ absl::Status ElasticRanks::CheckRingMember(
   return absl::OkStatus();
 }
 
-void ElasticRanks::RingMemberRegistered(int rank, bool adopt,
-                                        const std::string& peer_address) {
-  workers_.Registered(rank, adopt);
-  if (adopt) {
-    notes_.Hosted(rank);
+void ElasticRanks::RingMemberRegistered(
+    int rank, const pstrain::v1::RegisterWorkerRequest& request) {
+  workers_.Registered(rank, request.adopt());
+  if (request.adopt()) {
+    notes_.Hosted(rank, Adopter(request));
     PS_LOG_WARN(
         "worker rank %d hosted by a live worker as a second ring member "
         "(its ring peer at %s; training.on_failure: elastic, global batch "
         "kept)",
-        rank, peer_address);
+        rank, request.peer_address());
   }
 }
 

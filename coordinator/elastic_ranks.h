@@ -89,10 +89,10 @@ class ElasticRanks {
   // back (JobEvents::Lose).
   absl::Status CheckRingMember(
       const pstrain::v1::RegisterWorkerRequest& request, int* rank);
-  // Mode allreduce: `rank` registered (a hosted rank when `adopt`, whose
-  // ring peer is at `peer_address`).
-  void RingMemberRegistered(int rank, bool adopt,
-                            const std::string& peer_address);
+  // Mode allreduce: `rank` registered with `request` (a hosted rank when
+  // `adopt`, noted with its adopter).
+  void RingMemberRegistered(int rank,
+                            const pstrain::v1::RegisterWorkerRequest& request);
 
   // Mode sync: the stand-in released its rank (ReleaseRank): checks the
   // session (PERMISSION_DENIED) and the handover (FAILED_PRECONDITION); the

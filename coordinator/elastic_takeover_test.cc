@@ -112,14 +112,16 @@ class TakeoverTest : public ::testing::Test {
   }
 
   // A live worker's registration as the stand-in for `rank`, holding the
-  // weights of `from_step`.
+  // weights of `from_step`; the stand-in names itself as `adopter` (the
+  // live worker 0 here; -1: it names nobody).
   grpc::Status Adopt(int rank, uint64_t from_step,
-                     v1::RegisterWorkerResponse* reg) {
+                     v1::RegisterWorkerResponse* reg, int adopter = 0) {
     grpc::ServerContext ctx;
     v1::RegisterWorkerRequest req;
     req.set_requested_rank(rank);
     req.set_adopt(true);
     req.set_adopt_from_step(from_step);
+    if (adopter >= 0) req.set_adopter(adopter);
     return coord_->RegisterWorker(&ctx, &req, reg);
   }
 
@@ -211,6 +213,43 @@ TEST_F(TakeoverTest, StandInStartsAtItsHeldStepAndTheJobCountsEveryStep) {
 
   // The stand-in reports rank 1 from step 4, both finish.
   FinishWithEveryStep(reg.session_id(), 4);
+  // The notes name the stand-in and each rank's end, once each (worker 0
+  // itself and its stand-in for rank 1; not the refused adoption).
+  EXPECT_EQ(Notes(),
+            "registered worker 0\nregistered worker 1\n"
+            "dead worker 1\ntaken over worker 1 from step 4 by worker 0\n"
+            "done worker 1\ndone worker 0\n");
+}
+
+TEST_F(TakeoverTest, BadAdopterIsRefusedAndChangesNothing) {
+  ASSERT_TRUE(Report(0, sessions_[0], 0, 4, false).ok());
+  ASSERT_TRUE(Report(1, sessions_[1], 0, 2, false).ok());
+  ASSERT_NO_FATAL_FAILURE(LeasesRunOutForAllButWorker0());
+  const std::string before = Notes();
+  v1::RegisterWorkerResponse reg;
+  // The adopted rank itself, and a rank the job does not have.
+  for (int adopter : {1, 2}) {
+    const grpc::Status st = Adopt(1, 4, &reg, adopter);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << adopter;
+    EXPECT_NE(st.error_message().find("adopter"), std::string::npos)
+        << st.error_message();
+  }
+  // An adopter without `adopt`.
+  {
+    grpc::ServerContext ctx;
+    v1::RegisterWorkerRequest req;
+    req.set_requested_rank(1);
+    req.set_adopter(0);
+    const grpc::Status st = coord_->RegisterWorker(&ctx, &req, &reg);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.error_message().find("adopter is only for"), std::string::npos)
+        << st.error_message();
+  }
+  EXPECT_EQ(Notes(), before);
+  // The rank is still there to take over; a stand-in naming nobody is
+  // noted without an adopter.
+  ASSERT_TRUE(Adopt(1, 4, &reg, /*adopter=*/-1).ok());
+  EXPECT_EQ(Notes(), before + "taken over worker 1 from step 4\n");
 }
 
 TEST_F(TakeoverTest, NewWorkerGetsTheRankWhenTheStandInReleasesIt) {
@@ -219,7 +258,7 @@ TEST_F(TakeoverTest, NewWorkerGetsTheRankWhenTheStandInReleasesIt) {
   // takeover from step 4 (the stand-in's adoption is no registration).
   const std::string first =
       "registered worker 0\nregistered worker 1\n"
-      "dead worker 1\ntaken over worker 1 from step 4\n";
+      "dead worker 1\ntaken over worker 1 from step 4 by worker 0\n";
   EXPECT_EQ(Notes(), first);
   v1::JobStatusResponse resp;
   ASSERT_TRUE(Heartbeat("worker", 1, stand_in, &resp).ok());
@@ -301,9 +340,9 @@ TEST_F(TakeoverTest, ReleasedRankWhoseNewWorkerNeverComesIsTakenOverAgain) {
   EXPECT_FALSE(resp.release_rank());  // nobody waits for it any more
   EXPECT_EQ(Notes(),
             "registered worker 0\nregistered worker 1\n"
-            "dead worker 1\ntaken over worker 1 from step 4\n"
+            "dead worker 1\ntaken over worker 1 from step 4 by worker 0\n"
             "released worker 1 before step 5\n"
-            "dead worker 1\ntaken over worker 1 from step 5\n");
+            "dead worker 1\ntaken over worker 1 from step 5 by worker 0\n");
 }
 
 TEST_F(TakeoverTest, NewWorkerForAFinishedRankIsRefused) {

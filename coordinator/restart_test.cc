@@ -4,10 +4,14 @@
 // max_restarts) fail the job naming what was missing.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/run_record.h"
 #include "coordinator/coordinator_service.h"
 
 namespace pstrain {
@@ -29,6 +33,7 @@ class RestartTest : public ::testing::Test {
     FinalizeJobConfig(&options.config);
     options.progress = false;
     options.wait_cap = absl::Milliseconds(200);
+    options.supervision_file = notes_path_;
     auto c = CoordinatorService::Create(options);
     ASSERT_TRUE(c.ok()) << c.status();
     coord_ = std::move(*c);
@@ -65,12 +70,15 @@ class RestartTest : public ::testing::Test {
     return st;
   }
 
-  grpc::Status Report(uint32_t worker, uint64_t step, uint64_t generation) {
+  // `resumed_at`: the report says the worker resumed in-process there.
+  grpc::Status Report(uint32_t worker, uint64_t step, uint64_t generation,
+                      std::optional<uint64_t> resumed_at = std::nullopt) {
     grpc::ServerContext ctx;
     v1::ReportRequest req;
     req.set_worker(worker);
     req.set_session_id(sessions_[worker]);
     req.set_generation(generation);
+    if (resumed_at.has_value()) req.set_resumed_at_step(*resumed_at);
     auto* m = req.add_steps();
     m->set_worker(worker);
     m->set_step(step);
@@ -88,10 +96,41 @@ class RestartTest : public ::testing::Test {
     return resp;
   }
 
+  std::string Notes() const { return ReadFileText(notes_path_).value_or(""); }
+
+  std::string notes_path_;  // supervision.txt when set before Start
   std::unique_ptr<CoordinatorService> coord_;
   std::vector<uint64_t> sessions_;
   uint64_t generation_at_registration_ = 0;
 };
+
+// A survivor's first report of a generation says where it resumed
+// in-process: noted when it is the generation's start step; refused
+// (INVALID_ARGUMENT, nothing noted or counted) otherwise and in
+// generation 0.
+TEST_F(RestartTest, AnInProcessResumeIsNotedAtTheGenerationsStartOnly) {
+  notes_path_ = std::string(std::getenv("TEST_TMPDIR")) + "/resume_notes.txt";
+  Start();
+  ASSERT_TRUE(Report(0, 0, 0).ok());
+  grpc::Status st = Report(0, 1, 0, /*resumed_at=*/0);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("generation 0 has no rollback"),
+            std::string::npos)
+      << st.error_message();
+  ASSERT_TRUE(AddWorker(1).ok());  // a replacement: generation 1
+  ASSERT_TRUE(coord_->FinishRollback(1, "/ckpt/step-5", 5));
+  const std::string before = Notes();
+  st = Report(0, 5, 1, /*resumed_at=*/4);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("not the start step of generation 1 (5)"),
+            std::string::npos)
+      << st.error_message();
+  EXPECT_EQ(Notes(), before);
+  EXPECT_TRUE(Report(0, 5, 1, /*resumed_at=*/5).ok());
+  EXPECT_EQ(Notes(), before + "resumed worker 0 in generation 1 at step 5\n");
+  EXPECT_TRUE(Report(1, 5, 1).ok());
+  EXPECT_FALSE(coord_->Outcome().failed);
+}
 
 TEST_F(RestartTest, AReplacementWorkerStartsAGenerationThatTheRollbackEnds) {
   Start();

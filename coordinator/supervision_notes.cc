@@ -27,12 +27,29 @@ void SupervisionNotes::Dead(bool server, int id) {
   Append(absl::StrCat("dead ", server ? "server " : "worker ", id));
 }
 
-void SupervisionNotes::TakenOver(int rank, uint64_t step) {
-  Append(absl::StrCat("taken over worker ", rank, " from step ", step));
+namespace {
+std::string By(std::optional<int> by) {
+  return by.has_value() ? absl::StrCat(" by worker ", *by) : "";
+}
+}  // namespace
+
+void SupervisionNotes::TakenOver(int rank, uint64_t step,
+                                 std::optional<int> by) {
+  Append(absl::StrCat("taken over worker ", rank, " from step ", step, By(by)));
 }
 
-void SupervisionNotes::Hosted(int rank) {
-  Append(absl::StrCat("hosted worker ", rank));
+void SupervisionNotes::Hosted(int rank, std::optional<int> by) {
+  Append(absl::StrCat("hosted worker ", rank, By(by)));
+}
+
+void SupervisionNotes::Done(int rank,
+                            std::optional<uint64_t> weights_fingerprint) {
+  Append(absl::StrCat(
+      "done worker ", rank,
+      weights_fingerprint.has_value()
+          ? absl::StrCat(" weights ",
+                         absl::Hex(*weights_fingerprint, absl::kZeroPad16))
+          : ""));
 }
 
 void SupervisionNotes::Dropped(int rank, uint64_t step) {
@@ -50,6 +67,12 @@ void SupervisionNotes::Rejoined(int rank, uint64_t step) {
 void SupervisionNotes::RolledBack(uint64_t generation, uint64_t step) {
   Append(
       absl::StrCat("rolled back generation ", generation, " to step ", step));
+}
+
+void SupervisionNotes::WorkerResumed(int rank, uint64_t generation,
+                                     uint64_t step) {
+  Append(absl::StrCat("resumed worker ", rank, " in generation ", generation,
+                      " at step ", step));
 }
 
 void SupervisionNotes::Resumed(uint64_t step, const std::string& path) {

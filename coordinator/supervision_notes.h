@@ -22,13 +22,26 @@
 //                                      under every on_failure, before the
 //                                      policy's response ("lost", "dropped",
 //                                      "failed", a takeover)
-//   taken over worker RANK from step STEP
-//                                      elastic (sync, async): a live worker
-//                                      took the departed rank over (`adopt`)
-//                                      and does its micro-batches from STEP
-//   hosted worker RANK                 elastic, mode allreduce: a live worker
-//                                      hosts the departed rank as a second
-//                                      ring member
+//   taken over worker RANK from step STEP by worker BY
+//                                      elastic (sync, async): the live worker
+//                                      of rank BY took the departed rank
+//                                      over (`adopt`) and does its
+//                                      micro-batches from STEP (" by worker
+//                                      BY" is absent when the stand-in did
+//                                      not name itself: RegisterWorkerRequest
+//                                      .adopter)
+//   hosted worker RANK by worker BY    elastic, mode allreduce: the live
+//                                      worker of rank BY hosts the departed
+//                                      rank as a second ring member (" by
+//                                      worker BY" as above)
+//   done worker RANK [weights FP]      the rank's final report came: it
+//                                      trained and evaluated to the job's
+//                                      end (its own process, a stand-in or a
+//                                      hosted ring member). In mode
+//                                      allreduce, FP is the fingerprint of
+//                                      its final weights (16 lowercase hex
+//                                      digits, FNV-1a: equal on every rank
+//                                      of a consistent ring)
 //   dropped worker RANK from step STEP elastic, mode async: nobody takes the
 //                                      departed rank over; the job goes on
 //                                      without its micro-batches from STEP
@@ -43,6 +56,11 @@
 //   rolled back generation GENERATION to step STEP
 //                                      every shard rolled back for
 //                                      GENERATION; training resumes at STEP
+//   resumed worker RANK in generation GENERATION at step STEP
+//                                      the rank's process survived the
+//                                      failure and rolled back in-process
+//                                      (its first report of GENERATION said
+//                                      so; a resent report may repeat it)
 //   resumed from step STEP in PATH     --resume: the job starts from the
 //                                      complete checkpoint PATH, of STEP
 //   saved checkpoint of step STEP in PATH
@@ -65,6 +83,7 @@
 #define PSTRAIN_COORDINATOR_SUPERVISION_NOTES_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -79,12 +98,15 @@ class SupervisionNotes {
   void Registered(int rank);
   void Failed();
   void Dead(bool server, int id);
-  void TakenOver(int rank, uint64_t step);
-  void Hosted(int rank);
+  // `by`: the adopting worker's own rank, when it named itself.
+  void TakenOver(int rank, uint64_t step, std::optional<int> by);
+  void Hosted(int rank, std::optional<int> by);
+  void Done(int rank, std::optional<uint64_t> weights_fingerprint);
   void Dropped(int rank, uint64_t step);
   void Released(int rank, uint64_t before_step);
   void Rejoined(int rank, uint64_t step);
   void RolledBack(uint64_t generation, uint64_t step);
+  void WorkerResumed(int rank, uint64_t generation, uint64_t step);
   void Resumed(uint64_t step, const std::string& path);
   void CheckpointSaved(uint64_t step, const std::string& path);
 

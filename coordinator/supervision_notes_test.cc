@@ -41,21 +41,39 @@ TEST(SupervisionNotesTest, RecoveryEventsFollowTheirGrammar) {
   SupervisionNotes notes(path);
   notes.Dead(/*server=*/false, 1);
   notes.Dead(/*server=*/true, 0);
-  notes.TakenOver(1, 12);
-  notes.Hosted(2);
+  notes.TakenOver(1, 12, 0);
+  notes.TakenOver(3, 5, std::nullopt);
+  notes.Hosted(2, 3);
+  notes.Hosted(0, std::nullopt);
   notes.Dropped(3, 7);
   notes.Released(1, 15);
   notes.Rejoined(1, 15);
   notes.RolledBack(2, 40);
+  notes.WorkerResumed(0, 2, 40);
   EXPECT_EQ(Read(path),
             "dead worker 1\n"
             "dead server 0\n"
-            "taken over worker 1 from step 12\n"
-            "hosted worker 2\n"
+            "taken over worker 1 from step 12 by worker 0\n"
+            "taken over worker 3 from step 5\n"
+            "hosted worker 2 by worker 3\n"
+            "hosted worker 0\n"
             "dropped worker 3 from step 7\n"
             "released worker 1 before step 15\n"
             "rejoined worker 1 from step 15\n"
-            "rolled back generation 2 to step 40\n");
+            "rolled back generation 2 to step 40\n"
+            "resumed worker 0 in generation 2 at step 40\n");
+}
+
+TEST(SupervisionNotesTest, DoneCarriesTheWeightsFingerprintInFixedHex) {
+  const std::string path = TempPath("done");
+  SupervisionNotes notes(path);
+  notes.Done(2, std::nullopt);
+  notes.Done(0, 0x0123456789abcdefULL);
+  notes.Done(1, 0xa5ULL);  // zero-padded to 16 digits
+  EXPECT_EQ(Read(path),
+            "done worker 2\n"
+            "done worker 0 weights 0123456789abcdef\n"
+            "done worker 1 weights 00000000000000a5\n");
 }
 
 TEST(SupervisionNotesTest, CheckpointsNamePathsAsTheRestOfTheLine) {

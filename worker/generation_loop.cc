@@ -41,6 +41,7 @@ absl::Status RunGenerations(pstrain::v1::JobSpec job, int64_t start_step,
     job = *std::move(next);
     start_step = static_cast<int64_t>(job.start_step());
     PS_LOG_WARN("%s", factory->ResumeLine(job, trained));
+    if (options.on_resume) options.on_resume(job);
   }
 }
 

@@ -85,6 +85,9 @@ struct GenerationLoopOptions {
   // True once no new generation can help: the worker was stopped, its
   // reports were refused, the coordinator is gone or the job is over.
   std::function<bool()> ended;
+  // Called with the next generation's spec when this process rolls back
+  // in-process (before its trainer is made); may be null.
+  std::function<void(const pstrain::v1::JobSpec& next)> on_resume;
 };
 
 // Runs generations from `job` (the registration's spec) at `start_step`

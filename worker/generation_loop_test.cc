@@ -137,6 +137,12 @@ struct Coordinator {
       return spec;
     };
     o.ended = [this] { return ended; };
+    if (record_resume) {
+      o.on_resume = [this](const pstrain::v1::JobSpec& next) {
+        events->push_back(absl::StrCat("on_resume g", next.generation(), " @",
+                                       next.start_step()));
+      };
+    }
     return o;
   }
 
@@ -145,6 +151,7 @@ struct Coordinator {
       absl::InternalError("unexpected");
   std::vector<pstrain::v1::JobSpec> next;
   bool ended = false;
+  bool record_resume = false;  // sets GenerationLoopOptions.on_resume
 };
 
 class GenerationLoopTest : public ::testing::Test {
@@ -195,6 +202,18 @@ TEST_F(GenerationLoopTest, FailedGenerationIsFollowedByTheNextInOrder) {
   // Each generation redoes the steps after its rollback's checkpoint.
   EXPECT_THAT(steps_, ElementsAre(0, 1, 2, 2, 3, 4, 5, 6));
   EXPECT_EQ(final_params_, TensorList({{2.0f}}));
+}
+
+TEST_F(GenerationLoopTest, OnResumeGetsEachNextSpecBeforeItsTrainer) {
+  factory_.plans[0] = {absl::UnavailableError("neighbour gone"), 3};
+  coordinator_.next = {Spec(1, 2, "ckpt-2")};
+  coordinator_.record_resume = true;
+  ASSERT_TRUE(Run(Spec(0, 0), 0, /*rolls_back=*/true).ok());
+  EXPECT_THAT(
+      events_,
+      ElementsAre("begin g0", "new g0 @0", "run g0", "await next after g0",
+                  "resume g1 @2 was neighbour gone", "on_resume g1 @2",
+                  "new g1 @2", "run g1", "finish 1"));
 }
 
 TEST_F(GenerationLoopTest, ReplacementWaitsForTheRollbackFirst) {

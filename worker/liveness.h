@@ -38,6 +38,9 @@ class Liveness {
            absl::Duration rpc_timeout, std::function<bool()> stop);
   ~Liveness();
 
+  // The rank this heartbeat names (the process's own, for its stand-ins
+  // and hosted ring members: RegisterWorkerRequest.adopter).
+  uint32_t rank() const { return rank_; }
   void set_step(uint64_t step) { step_.store(step); }
   // A new session id for the heartbeats to carry. With it the coordinator
   // refuses a replaced process (PERMISSION_DENIED: this process stops) and

@@ -43,6 +43,21 @@ class Reporter {
   void set_client(const PsClient* client);
   void set_reducer(const AllReducer* reducer);
 
+  // Mode allreduce: the fingerprint of the final weights, which the next
+  // report carries (ReportRequest.weights_fingerprint); set it just before
+  // the final Flush(true, "").
+  void set_weights_fingerprint(uint64_t fingerprint) {
+    pending_.set_weights_fingerprint(fingerprint);
+  }
+
+  // After an in-process rollback: the next report carries the step this
+  // worker resumed at (ReportRequest.resumed_at_step); call it after
+  // set_generation of the new generation or before, the report that
+  // carries it is of the new one.
+  void set_resumed_at_step(uint64_t step) {
+    pending_.set_resumed_at_step(step);
+  }
+
   // Adds a record; sends the batch once `interval` has passed since the
   // last report.
   absl::Status Add(const pstrain::v1::StepMetrics& m);

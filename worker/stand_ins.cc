@@ -87,6 +87,7 @@ absl::StatusOr<std::optional<StandIn>> StandInRanks::Register(uint32_t d,
     req.set_requested_rank(static_cast<int32_t>(d));
     req.set_adopt(true);
     req.set_adopt_from_step(static_cast<uint64_t>(held));
+    req.set_adopter(own_->rank());
     const absl::Status st =
         FromGrpcStatus(coord_->RegisterWorker(&ctx, req, &reg));
     if (st.code() == absl::StatusCode::kAlreadyExists ||
@@ -195,6 +196,7 @@ void HostedRanks::Start(uint32_t d) {
   WorkerNodeOptions o = host_;
   o.requested_rank = static_cast<int>(d);
   o.adopt = true;
+  o.adopter = static_cast<int>(own_->rank());
   o.peer_port = 0;
   o.metrics = nullptr;
   o.progress_line = false;

@@ -16,6 +16,7 @@
 #include "common/status_macros.h"
 #include "coordinator/failure_policy.h"
 #include "proto/pstrain.grpc.pb.h"
+#include "worker/allreduce/allreduce_trainer.h"
 #include "worker/compute/compute_backend.h"
 #include "worker/compute/worker_device.h"
 #include "worker/data/data.h"
@@ -117,6 +118,7 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
                    req.set_requested_rank(options_.requested_rank);
                    req.set_peer_address(peer.address);
                    req.set_adopt(options_.adopt);
+                   if (options_.adopter >= 0) req.set_adopter(options_.adopter);
                    return coord->RegisterWorker(ctx, req, &reg);
                  });
   if (stop()) {
@@ -231,6 +233,11 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
     loop.ended = [&] {
       return stop() || reporter->stop() || liveness->ended();
     };
+    // The first report of the new generation says so (the coordinator
+    // notes "resumed worker R in generation G at step S").
+    loop.on_resume = [reporter](const pstrain::v1::JobSpec& next) {
+      reporter->set_resumed_at_step(next.start_step());
+    };
     return RunGenerations(reg.job(), start_step, factory.get(), loop, on_step,
                           should_stop, &final_params_);
   };
@@ -276,6 +283,11 @@ absl::Status WorkerNode::Run(const std::function<bool()>& stop) {
         .IgnoreError();
     return absl::Status(st.code(),
                         absl::StrCat("training failed: ", st.message()));
+  }
+  // Mode allreduce: the final report carries the replica's fingerprint,
+  // which the coordinator notes ("done worker R weights FP").
+  if (allreduce) {
+    reporter.set_weights_fingerprint(ParamsFingerprint(final_params_));
   }
   st = reporter.Flush(true, "");
   if (!st.ok()) {

@@ -31,6 +31,9 @@ struct WorkerNodeOptions {
   // member that a live worker process runs for the dead `requested_rank`
   // (RegisterWorkerRequest.adopt). Set by the hosting node, not by flags.
   bool adopt = false;
+  // With `adopt`: the hosting process's own rank
+  // (RegisterWorkerRequest.adopter); -1: not sent.
+  int adopter = -1;
   // Compute backend: auto, cpu or cuda; empty = the job's worker.device.
   std::string device;
   // CUDA device ordinal among the visible ones; -1 picks the local rank

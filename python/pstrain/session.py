@@ -172,6 +172,7 @@ class Session:
         self.job = None
         self.start_step = 0
         self._pending = []
+        self._resumed_at = None
         self._last_flush = time.monotonic()
         self._liveness = None
 
@@ -259,6 +260,8 @@ class Session:
             generation=self.generation,
             bytes_pushed=client.bytes_pushed if client else 0,
             bytes_pulled=client.bytes_pulled if client else 0)
+        if self._resumed_at is not None:
+            req.resumed_at_step = self._resumed_at
         try:
             resp = self.coord.Report(
                 req, timeout=timeout_s or cfg.network.rpc_timeout_s,
@@ -266,6 +269,7 @@ class Session:
         except grpc.RpcError as e:
             raise from_rpc(e, "report to the coordinator") from None
         self._pending = []
+        self._resumed_at = None
         self._last_flush = time.monotonic()
         if resp.stop and self._liveness:
             self._liveness.end("the coordinator ended the job", lost=False)
@@ -273,6 +277,12 @@ class Session:
 
     def drop_pending(self):
         self._pending = []
+
+    def resumed_at(self, step):
+        """After an in-process rollback: the next report says this worker
+        resumed at `step` (ReportRequest.resumed_at_step; the coordinator
+        notes "resumed worker R in generation G at step S")."""
+        self._resumed_at = step
 
     @property
     def generation(self):

@@ -219,6 +219,7 @@ class Context:
         self.step = job.start_step
         self._records.clear()
         self._session.drop_pending()
+        self._session.resumed_at(job.start_step)
         self._new_client()
         print(f"pstrain: worker {self.rank}: resuming at step {self.step} in "
               f"generation {job.generation} (was: {error})", flush=True)

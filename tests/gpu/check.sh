@@ -110,17 +110,17 @@ job() {
   grep -h "compute backend\|all-reduce:\|fingerprint\|ERROR\|error" "$job_dir"/logs/worker-*.log 2>/dev/null
   echo "exit $job_rc"
 }
-# A passing job: exit 0, every worker's log says done, one fingerprint.
+# A passing job: exit 0, the coordinator notes every rank's end
+# (supervision.txt: "done worker R weights FP"), one fingerprint.
 expect_ok() {
   local name="$1" workers="$2"
   ((job_rc == 0)) || { cat "$job_dir"/logs/*.log; fail "job $name exited $job_rc"; }
   local done_count prints
-  # Log checks: no file records a worker's end or its weights' fingerprint.
-  done_count="$(grep -l " done$" "$job_dir"/logs/worker-*.log | wc -l)"
-  ((done_count == workers)) || fail "job $name: $done_count of $workers workers finished"
-  prints="$(grep -ho "fingerprint [0-9a-f]*" "$job_dir"/logs/worker-*.log | sort -u)"
+  done_count="$(grep -cE '^done worker [0-9]+ weights [0-9a-f]{16}$' "$job_dir/supervision.txt")"
+  ((done_count == workers)) || fail "job $name: $done_count of $workers workers finished: $(cat "$job_dir/supervision.txt")"
+  prints="$(sed -n 's/^done worker [0-9]* weights \([0-9a-f]*\)$/\1/p' "$job_dir/supervision.txt" | sort -u)"
   [[ $(grep -c . <<<"$prints") -eq 1 ]] || fail "job $name: replica fingerprints differ: $prints"
-  echo "ok: $name ($prints)"
+  echo "ok: $name (weights $prints)"
 }
 
 job nccl_1_rank "$config" 1

@@ -222,6 +222,33 @@ has_note() { noted "$@" > /dev/null; }
 # has_note_line OUT LINE: whether OUT/supervision.txt has LINE, a fixed
 # string (no pattern: for lines that end in a path).
 has_note_line() { grep -qxF -- "$2" "$1/supervision.txt" 2>/dev/null; }
+# noted_after OUT FIRST THEN: whether OUT/supervision.txt has a line matching
+# THEN after its last line matching FIRST (whole-line extended regular
+# expressions, as noted), e.g. a hosted rank's end after its hosting.
+noted_after() {
+  awk -v first="^($2)\$" -v then="^($3)\$" '
+    $0 ~ first { seen = 1; found = 0; next }
+    seen && $0 ~ then { found = 1 }
+    END { exit !found }' "$1/supervision.txt" 2>/dev/null
+}
+
+# replicas_agree OUT N: OUT/supervision.txt notes the end of N ranks, each
+# with its weights' fingerprint ("done worker R weights FP", mode
+# allreduce), and the N fingerprints are equal; says "FP", else returns 1
+# saying what was noted.
+replicas_agree() {
+  local out="$1" n="$2" lines prints
+  lines=$(noted "$out" "done worker [0-9]+ weights [0-9a-f]{16}")
+  prints=$(sed 's/.* weights //' <<<"$lines" | sort -u)
+  if [[ -n "$lines" && $(grep -c . <<<"$lines") -eq "$n" &&
+        $(cut -d' ' -f3 <<<"$lines" | sort -u | grep -c .) -eq "$n" &&
+        $(grep -c . <<<"$prints") -eq 1 ]]; then
+    echo "$prints"
+  else
+    echo "done notes: $(noted "$out" "done worker .*" | tr '\n' ';')"
+    return 1
+  fi
+}
 
 # resumed_from OUT AT_LEAST WHAT: after `psctl run --out OUT --resume
 # latest`, OUT/supervision.txt notes exactly one resume, "resumed from step
@@ -470,18 +497,18 @@ restarted_after_kills() {
 }
 
 # restarted_and_rolled_back OUT SERVER WORKER SURVIVOR: restarted_after_kills
-# for server shard SERVER and worker rank WORKER (two kills); and the
-# replacement server rolled back, and worker SURVIVOR resumed in-process. A
-# FAIL for each that is not so.
+# for server shard SERVER and worker rank WORKER (two kills); and every
+# shard, SERVER's replacement among them, rolled back after SERVER's loss
+# (the coordinator notes a rollback once every shard did it), and worker
+# SURVIVOR resumed in-process (its report said so). A FAIL for each that is
+# not so.
 restarted_and_rolled_back() {
   local out="$1" server="$2" survivor="$4"
   restarted_after_kills "$out" 2 "server-$server" "worker-$3"
-  # Log checks: no file records a shard's rollback or a worker's in-process
-  # resume.
-  grep -q "rolled back to step" "$out/logs/server-$server.log" ||
-    fail "the replacement of server-$server logged no rollback"
-  grep -q "resuming at step" "$out/logs/worker-$survivor.log" ||
-    fail "the surviving worker-$survivor did not resume in-process"
+  noted_after "$out" "lost [0-9]+ server $server" "rolled back generation [0-9]+ to step [0-9]+" ||
+    fail "supervision.txt notes no rollback after the loss of server-$server"
+  has_note "$out" "resumed worker $survivor in generation [0-9]+ at step [0-9]+" ||
+    fail "supervision.txt notes no in-process resume of the surviving worker-$survivor"
 }
 
 # psctl_undisturbed OUT CONFIG FINAL: the undisturbed run a test compares

@@ -265,6 +265,40 @@ out=$(noted "$run" "taken over worker 1 from step [0-9]+")
   ok "noted matches whole supervision.txt lines and fails on none" ||
   fail "noted said '$out'"
 
+# noted_after: THEN after the last FIRST only.
+printf '%s\n' "hosted worker 1 by worker 0" "done worker 1 weights 00000000000000aa" \
+  "hosted worker 2 by worker 0" > "$run/supervision.txt"
+noted_after "$run" "hosted worker 1 by worker 0" "done worker 1 weights .*" &&
+  ! noted_after "$run" "hosted worker 2 by worker 0" "done worker 2 weights .*" &&
+  ! noted_after "$run" "hosted worker 2 by worker 0" "done worker 1 weights .*" &&
+  ! noted_after "$run" "done worker 1 weights .*" "hosted worker 1 by worker 0" &&
+  ! noted_after "$TMP/no_such_run" "failed" "failed" &&
+  ok "noted_after finds a line only after the last of the first" ||
+  fail "noted_after matched the wrong order"
+printf '%s\n' "hosted worker 1 by worker 0" "done worker 1 weights 00000000000000aa" \
+  "hosted worker 1 by worker 2" > "$run/supervision.txt"
+! noted_after "$run" "hosted worker 1 by worker [0-9]+" "done worker 1 .*" &&
+  ok "noted_after: an end before a later first does not count" ||
+  fail "noted_after counted an end before the last hosting"
+
+# replicas_agree: N distinct ranks' ends, one fingerprint.
+agree() { printf '%s\n' "$@" > "$run/supervision.txt"; replicas_agree "$run" 2; }
+out=$(agree "done worker 0 weights 0123456789abcdef" "registered worker 3" \
+  "done worker 1 weights 0123456789abcdef")
+[[ $? == 0 && "$out" == 0123456789abcdef ]] &&
+  ok "replicas_agree says the one fingerprint of N ranks" || fail "replicas_agree said '$out'"
+for bad in "done worker 0 weights 0123456789abcdef|done worker 1 weights 0123456789abcdee" \
+    "done worker 0 weights 0123456789abcdef|done worker 0 weights 0123456789abcdef" \
+    "done worker 0 weights 0123456789abcdef|done worker 1" \
+    "done worker 0 weights 0123456789abcdef"; do
+  IFS='|' read -ra lines <<<"$bad"
+  if out=$(agree "${lines[@]}"); then
+    fail "replicas_agree accepted '$bad': '$out'"
+  else
+    ok "replicas_agree refuses '$bad'"
+  fi
+done
+
 # has_note_line: a fixed whole line (a path's dots are no pattern).
 printf '%s\n' "saved checkpoint of step 80 in /r.a/ckpt/step-80" > "$run/supervision.txt"
 has_note_line "$run" "saved checkpoint of step 80 in /r.a/ckpt/step-80" &&
@@ -310,8 +344,8 @@ out=$(export REPORT_FAILED=true REPORT_STEPS=12; summary_ok "$TMP" 40; echo "fai
 [[ "$out" == "FAIL: summary.json failed = 'true': worker 1: dead"$'\n'"FAIL: summary.json steps = '12', want 40"$'\n'"failures=2" ]] &&
   ok "summary_ok fails a failed job and a missing step" || fail "summary_ok on a failed job said '$out'"
 
-# restarted_and_rolled_back: silent on the logs of a recovered run, one
-# FAIL for each missing trace otherwise.
+# restarted_and_rolled_back: silent on a recovered run, one FAIL for each
+# missing trace otherwise (psctl's restart lines; the notes, not the logs).
 run="$TMP/run"
 mkdir -p "$run/logs"
 printf '%s\n' "psctl: server-1 (pid 10) exited with status 137; restarted as pid 11" \
@@ -319,17 +353,24 @@ printf '%s\n' "psctl: server-1 (pid 10) exited with status 137; restarted as pid
 printf '%s\n' "server 1 lost (lease); generation 1" "rolled back to step 4" \
   "worker 0 lost (replaced); generation 2" "rolled back to step 8" > "$run/logs/coordinator.log"
 printf '%s\n' "dead server 1" "lost 1 server 1" "rolled back generation 1 to step 4" \
+  "resumed worker 1 in generation 1 at step 4" \
   "lost 2 worker 0" "rolled back generation 2 to step 8" > "$run/supervision.txt"
-echo "rolled back to step 8" > "$run/logs/server-1.log"
-echo "resuming at step 8" > "$run/logs/worker-1.log"
 out=$(restarted_and_rolled_back "$run" 1 0 1 | grep FAIL; echo "failures=$failures")
 [[ "$out" == "failures=0" ]] && ok "restarted_and_rolled_back accepts a recovered run" ||
   fail "restarted_and_rolled_back on a recovered run said '$out'"
-: > "$run/logs/worker-1.log"
+sed -i '/^resumed worker 1/d' "$run/supervision.txt"
 sed -i '/worker-0/d' "$run.log"
 out=$(restarted_and_rolled_back "$run" 1 0 1 | grep -c FAIL)
 [[ "$out" == 2 ]] && ok "restarted_and_rolled_back fails on a missing restart and resume" ||
   fail "restarted_and_rolled_back: $out FAIL lines, want 2"
+printf '%s\n' "psctl: worker-0 (pid 12) exited with status 137; restarted as pid 13" >> "$run.log"
+printf '%s\n' "lost 1 worker 0" "rolled back generation 1 to step 4" "lost 2 worker 0" \
+  "rolled back generation 2 to step 8" "resumed worker 1 in generation 2 at step 8" \
+  "lost 3 server 1" > "$run/supervision.txt"
+out=$(restarted_and_rolled_back "$run" 1 0 1 | grep FAIL)
+[[ "$out" == "FAIL: supervision.txt notes no rollback after the loss of server-1" ]] &&
+  ok "restarted_and_rolled_back fails when no rollback follows the server's loss" ||
+  fail "restarted_and_rolled_back without a rollback after the server's loss said '$out'"
 
 # Sourcing leaves the script's stderr where it was.
 out=$(bash -c "source '$LIB'; echo to-stderr >&2" 2>&1)

@@ -80,14 +80,9 @@ run_killed() {
   grep -qE "^lost [0-9]+ worker $victim\$" "$dir/supervision.txt" &&
     ok "$1: the coordinator declared worker $victim lost (supervision.txt)" ||
     fail "$1: supervision.txt notes no loss of worker $victim: $(cat "$dir/supervision.txt" 2>&1)"
-  has_note "$dir" "hosted worker $victim" &&
-    ok "$1: rank $victim hosted by a live worker (supervision.txt)" ||
-    fail "$1: supervision.txt notes no hosting of rank $victim: $(cat "$dir/supervision.txt" 2>&1)"
-  # Log checks (here and below): no file records which worker hosts a rank
-  # or a hosted rank's end.
-  grep -q "hosting worker rank $victim as a second ring member" "$dir/logs/worker-$host.log" &&
-    ok "$1: worker-$host says it hosts rank $victim as a second ring member" ||
-    fail "$1: worker-$host's log does not say it hosts rank $victim"
+  has_note "$dir" "hosted worker $victim by worker $host" &&
+    ok "$1: rank $victim hosted by the live worker-$host (supervision.txt)" ||
+    fail "$1: supervision.txt notes no hosting of rank $victim by worker $host: $(cat "$dir/supervision.txt" 2>&1)"
   sed 's/^/  supervision.txt: /' "$dir/supervision.txt"
   if [[ -f "$dir/$final/MANIFEST.json" ]]; then
     same_files "$TMP/calm/$final" "$dir/$final" "$1: the undisturbed run against this one" "$file"
@@ -104,10 +99,13 @@ grep -q "^psctl: worker-$victim (pid [0-9]*) exited with status 137; not restart
   fail "hosted: psctl did not leave worker-$victim dead: $(grep '^psctl:' "$TMP/hosted.log" | tail -3)"
 rolled=$(noted "$TMP/hosted" "rolled back generation [0-9]+ to step [0-9]+" | wc -l)
 ((rolled == 1)) && ok "hosted: one rollback" || fail "hosted: $rolled rollbacks, expected 1"
-# Log check: no file records a hosted rank's end.
-grep -q "hosted worker rank $victim: done" "$TMP"/hosted/logs/worker-*.log &&
+# The hosted rank's end (its final report, after its hosting: no new
+# process took it back) and every replica's final weights agree.
+noted_after "$TMP/hosted" "hosted worker $victim by worker $host" "done worker $victim weights .*" &&
   ok "hosted: the host's second ring member finished the job" ||
-  fail "hosted: no hosted member finished rank $victim"
+  fail "hosted: no hosted member finished rank $victim: $(cat "$TMP/hosted/supervision.txt" 2>&1)"
+prints=$(replicas_agree "$TMP/hosted" 3) && ok "hosted: 3 replicas agree: $prints" ||
+  fail "hosted: replica fingerprints differ or are missing: $prints"
 
 # 2. The worker comes back and takes its rank back.
 run_killed newcomer "$TMP/newcomer.yaml"
@@ -116,7 +114,7 @@ grep -q "^psctl: worker-$victim (pid [0-9]*) exited with status 137; restarted a
   fail "newcomer: psctl did not restart worker-$victim: $(grep '^psctl:' "$TMP/newcomer.log" | tail -3)"
 # The take-back: worker-$victim's new process registered for its rank after a
 # live worker hosted it (an adoption is no registration).
-noted "$TMP/newcomer" "(hosted|registered) worker $victim" | tail -1 |
+noted "$TMP/newcomer" "(hosted worker $victim by worker [0-9]+|registered worker $victim)" | tail -1 |
   grep -qx "registered worker $victim" &&
   ok "newcomer: the new worker-$victim took its rank back" ||
   fail "newcomer: no registration of rank $victim after its hosting (supervision.txt)"
@@ -133,16 +131,19 @@ kill_host() {
   kill_after_checkpoint "$1" "$((step + 5))" "--rank=$host" 0
 }
 run_killed rehosted "$TMP/rehosted.yaml" kill_host
+# worker-$last hosts both ranks, and each ends after that hosting.
+ended=0
 for r in "$victim" "$host"; do
-  # Log check: no file records which worker hosts a rank.
-  grep -q "hosting worker rank $r as a second ring member" "$TMP/rehosted/logs/worker-$last.log" ||
-    fail "rehosted: worker-$last does not host rank $r"
+  has_note "$TMP/rehosted" "hosted worker $r by worker $last" ||
+    fail "rehosted: worker-$last does not host rank $r (supervision.txt)"
+  noted_after "$TMP/rehosted" "hosted worker $r by worker $last" "done worker $r weights .*" &&
+    ended=$((ended + 1))
 done
-# Log check: no file records a hosted rank's end.
-grep -q "hosted worker rank $victim: done" "$TMP/rehosted/logs/worker-$last.log" &&
-  grep -q "hosted worker rank $host: done" "$TMP/rehosted/logs/worker-$last.log" &&
+((ended == 2)) &&
   ok "rehosted: worker-$last ran ranks $victim and $host to the end beside its own" ||
-  fail "rehosted: worker-$last did not finish both hosted ranks"
+  fail "rehosted: worker-$last did not finish both hosted ranks: $(cat "$TMP/rehosted/supervision.txt" 2>&1)"
+prints=$(replicas_agree "$TMP/rehosted" 3) && ok "rehosted: 3 replicas agree: $prints" ||
+  fail "rehosted: replica fingerprints differ or are missing: $prints"
 
 procs_finish "PASS: worker-$victim SIGKILLed and hosted by worker-$host (then taken back by its new process; then, worker-$host killed too, both hosted by worker-$last); final weights bit-identical (seed $seed)" \
   "(seed $seed)"

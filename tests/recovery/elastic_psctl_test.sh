@@ -49,7 +49,7 @@ notes="$(sed 's/^/  /' "$dir/supervision.txt" 2>&1)"
 has_note "$dir" "dead worker 1" &&
   ok "the coordinator declared worker 1 dead" ||
   fail "supervision.txt notes no death of worker 1:"$'\n'"$notes"
-line=$(noted "$dir" "taken over worker 1 from step [0-9]+" | head -1)
+line=$(noted "$dir" "taken over worker 1 from step [0-9]+ by worker 0" | head -1)
 [[ -n "$line" ]] && ok "supervision.txt: $line" ||
   fail "worker 1's rank was not taken over by its stand-in:"$'\n'"$notes"
 released=$(noted "$dir" "released worker 1 before step [0-9]+" | tail -1)
