@@ -29,6 +29,7 @@ if why="$("$ROOT/deploy/netshape.sh" check 2>&1)"; then
   grep -q 'shaped to 0.2 Gbit/s' "$out/N2-K1/r1/report.md" || fail "the compare runs were not shaped"
   ok "shaped links, and the report says so"
   # Every run in the namespaces the study made once, none left behind.
+  # user-facing message check: psctl run names the namespaces it ran in.
   net="$(sed -n 's/.*(namespaces \(psnet-s[0-9]*-\)\*, .*made beforehand).*/\1/p' \
     "$out/N2-K2/r1/runs/sync/psctl.log")"
   [[ -n "$net" ]] || fail "the runs did not use the study's namespaces: $(head -1 "$out/N2-K2/r1/runs/sync/psctl.log")"
