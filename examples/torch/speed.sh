@@ -7,6 +7,10 @@
 # the ratio; each line also has the load average at the run's start.
 # Writes OUT/results.txt (a line per run) and OUT/medians.txt.
 #   examples/torch/speed.sh [ROUNDS] [OUT]      (defaults: 3, runs/speed)
+# With $PYCMD_B (and $PYCMD_C) set, each round also runs that second (third)
+# Python worker command, labels pyb and pyc (C++, py, pyb, pyc, ...): an A/B
+# of clients in the same run, e.g. with a copy of the package from before:
+#   PYCMD_B="env PYTHONPATH=/tmp/py-before /usr/bin/python3 examples/torch/train_mlp.py"
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 ROUNDS="${1:-3}"
@@ -19,6 +23,10 @@ CONFIG="$ROOT/configs/python_speed.yaml"
 # $PYCMD replaces the Python worker command, e.g. to measure another copy of
 # the package: PYCMD="env PYTHONPATH=DIR /usr/bin/python3 examples/torch/train_mlp.py".
 PYCMD="${PYCMD:-/usr/bin/python3 examples/torch/train_mlp.py}"
+declare -A CMD=([py]="$PYCMD" [pyb]="${PYCMD_B:-}" [pyc]="${PYCMD_C:-}")
+WHO=(cpp py)
+[[ -n "${CMD[pyb]}" ]] && WHO+=(pyb)
+[[ -n "${CMD[pyc]}" ]] && WHO+=(pyc)
 
 # step-mean DIR: "pull_ms push_ms comm_ms bytes_pushed bytes_pulled"
 step_mean() {
@@ -34,12 +42,12 @@ step_mean() {
 
 : >"$OUT/results.txt"
 for ((r = 1; r <= ROUNDS; r++)); do
-  for who in cpp py; do
+  for who in "${WHO[@]}"; do
     dir="$OUT/$who-r$r"
     rm -rf "$dir"
     load="$(cut -d' ' -f1-3 /proc/loadavg)"
-    if [[ "$who" == py ]]; then
-      ./psctl run --bin "$BIN" --config "$CONFIG" --out "$dir" --worker-cmd "$PYCMD" >"$dir.log" 2>&1 \
+    if [[ "$who" == py* ]]; then
+      ./psctl run --bin "$BIN" --config "$CONFIG" --out "$dir" --worker-cmd "${CMD[$who]}" >"$dir.log" 2>&1 \
         || { echo "$who round $r failed: $dir.log" >&2; tail -5 "$dir.log" >&2; exit 1; }
     else
       ./psctl run --bin "$BIN" --config "$CONFIG" --out "$dir" >"$dir.log" 2>&1 \
@@ -64,4 +72,6 @@ awk '
       printf "median %s: pull %.1f push %.1f comm %.1f ms/step (%d runs)\n", w, mp[w], ms[w], mc[w], n[w]
     }
     if (mc["cpp"] > 0) printf "ratio python/c++ communication: %.2f\n", mc["py"] / mc["cpp"]
+    if (mc["cpp"] > 0 && ("pyb" in n)) printf "ratio pyb/c++ communication: %.2f\n", mc["pyb"] / mc["cpp"]
+    if (mc["cpp"] > 0 && ("pyc" in n)) printf "ratio pyc/c++ communication: %.2f\n", mc["pyc"] / mc["cpp"]
   }' "$OUT/results.txt" | tee "$OUT/medians.txt"

@@ -65,6 +65,77 @@ def keep_freed_memory():
     return ok
 
 
+def _one_thread_stream_unary(channel, method, messages, timeout, metadata,
+                             response_deserializer):
+    """The response of the client-streaming call `method` sending
+    `messages` (bytes), everything on the calling thread: each message's
+    send, the half-close and the answer, through gRPC Python's own
+    blocking-call machinery (a segregated call: its completion queue is
+    polled here). gRPC's public blocking call (`with_call`) starts a thread
+    to send the messages, and every send is a hand-over between it and the
+    polling thread; on a loaded 2-core machine each is a wake-up
+    (docs/python.md, "Speed"). Raises grpc.RpcError as `with_call` does.
+    Only where _grpc_internals() is not None and `channel` is gRPC's own
+    channel (else the caller uses `with_call`). Like `with_call`, it has no
+    call object: closing the channel cancels it."""
+    gc, cygrpc = _grpc_internals()
+    cyg = channel._channel
+    state = gc._RPCState(gc._STREAM_UNARY_INITIAL_DUE, None, None, None, None)
+    deadline = None if timeout is None else time.time() + timeout
+    metadata = tuple(metadata) if metadata else None
+    call = cyg.segregated_call(
+        cygrpc.PropagationConstants.GRPC_PROPAGATE_DEFAULTS, method.encode(),
+        None, deadline, metadata, None,
+        gc._stream_unary_invocation_operationses_and_tags(
+            metadata, gc._InitialMetadataFlags()),
+        cygrpc.build_census_context())
+
+    def until_done(op):  # runs the call's events until `op` completes
+        while op in state.due and state.code is None:
+            gc._handle_event(call.next_event(), state, response_deserializer)
+
+    ops = [(cygrpc.OperationType.send_message,
+            (cygrpc.SendMessageOperation(m, 0),)) for m in messages]
+    ops.append((cygrpc.OperationType.send_close_from_client,
+                (cygrpc.SendCloseFromClientOperation(0),)))
+    for kind, operations in ops:
+        if state.code is not None:  # answered or failed early
+            break
+        state.due.add(kind)
+        if not call.operate(operations, None):
+            state.due.discard(kind)
+            break
+        until_done(kind)
+    while state.due:
+        gc._handle_event(call.next_event(), state, response_deserializer)
+    if state.code is grpc.StatusCode.OK:
+        return state.response
+    raise gc._InactiveRpcError(state)
+
+
+_internals = []
+
+
+def _grpc_internals():
+    """(grpc._channel, cygrpc) when they have what
+    _one_thread_stream_unary uses (gRPC Python 1.51, Debian 12), else
+    None."""
+    if not _internals:
+        try:
+            from grpc import _channel as gc
+            from grpc._cython import cygrpc
+            needed = (gc._RPCState, gc._STREAM_UNARY_INITIAL_DUE,
+                      gc._stream_unary_invocation_operationses_and_tags,
+                      gc._InitialMetadataFlags, gc._handle_event,
+                      gc._InactiveRpcError, cygrpc.SendMessageOperation,
+                      cygrpc.SendCloseFromClientOperation,
+                      cygrpc.build_census_context)
+            _internals.append((gc, cygrpc) if all(needed) else None)
+        except (ImportError, AttributeError):
+            _internals.append(None)
+    return _internals[0]
+
+
 class ShardRead:
     """What a pull of one shard read: its version and slowest clock."""
 
@@ -124,18 +195,22 @@ class ShardClient:
         return len(self._channels)
 
     def close(self):
-        self.cancel()
+        self.cancel()  # closes the channels
         self._pool.shutdown(wait=True)
-        for ch in self._channels:
-            ch.close()
 
     def cancel(self):
         """Cancels every call in flight and every later one."""
         with self._lock:
+            if self._cancelled:
+                return
             self._cancelled = True
             calls = list(self._active)
         for c in calls:
             c.cancel()
+        # A push is a blocking call without a call object to cancel:
+        # closing the channel cancels it (and every call after).
+        for ch in self._channels:
+            ch.close()
 
     # -- calls ------------------------------------------------------------
 
@@ -149,6 +224,12 @@ class ShardClient:
         with self._lock:
             self._active.discard(call)
 
+    def _raise_if_cancelled(self):
+        with self._lock:
+            if self._cancelled:
+                raise PstrainError(grpc.StatusCode.CANCELLED,
+                                   "the worker is stopping")
+
     def _with_retries(self, shard, push, attempt):
         backoff = 0.05
         err = None
@@ -156,19 +237,16 @@ class ShardClient:
             if i > 0:
                 time.sleep(backoff)
                 backoff *= 2
-            with self._lock:
-                if self._cancelled:
-                    raise PstrainError(grpc.StatusCode.CANCELLED,
-                                       "the worker is stopping")
+            self._raise_if_cancelled()
             try:
                 return attempt()
+            except ValueError:  # a call on a channel cancel() closed
+                self._raise_if_cancelled()
+                raise
             except grpc.RpcError as e:
                 err = e
                 code = e.code()
-                with self._lock:
-                    if self._cancelled:
-                        raise PstrainError(grpc.StatusCode.CANCELLED,
-                                           "the worker is stopping")
+                self._raise_if_cancelled()
                 retryable = code == grpc.StatusCode.UNAVAILABLE or (
                     push and code in (grpc.StatusCode.DEADLINE_EXCEEDED,
                                       grpc.StatusCode.CANCELLED))
@@ -317,10 +395,18 @@ class ShardClient:
         md = self._metadata + [
             ("x-pstrain-push-session",
              f"{worker}.{self.session_id}.{self.generation}")]
-        call = self._pushes[shard].future(
+        # A blocking call, its answer read on this thread (not gRPC's
+        # channel thread, as a future's is): one thread hand-over fewer per
+        # message on a loaded machine (docs/python.md, "Speed"). It has no
+        # call object: cancel() closes the channels to stop it.
+        channel = self._channels[shard]
+        if (os.environ.get("PSTRAIN_PUSH_CALL", "one_thread") == "one_thread"
+                and _grpc_internals() is not None
+                and hasattr(getattr(channel, "_channel", None),
+                            "segregated_call")):
+            return _one_thread_stream_unary(
+                channel, PUSH_METHOD, messages, self._rpc_timeout, md,
+                pb.PushResponse.FromString)
+        response, _ = self._pushes[shard].with_call(
             iter(messages), timeout=self._rpc_timeout, metadata=md)
-        self._track(call)
-        try:
-            return call.result()
-        finally:
-            self._untrack(call)
+        return response

@@ -19,6 +19,7 @@ import threading
 import time
 
 import grpc
+import grpc.experimental  # ChannelOptions (not imported by `grpc` itself)
 
 from pstrain._proto import pb, pb_grpc
 from pstrain.errors import PstrainError, from_rpc, invalid

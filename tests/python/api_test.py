@@ -3,7 +3,8 @@
 (docs/python.md): the wire codecs, the example sampler, the settings from
 the environment, the job token file, and pstrain.torch's ServerOptimizer
 and shard() against a fake shard client (what is pushed, where pulls land,
-the tensor check, the loop's order)."""
+the tensor check, the loop's order); the shard client's pushes over a
+loopback channel to a stand-in shard."""
 import os
 import sys
 import tempfile
@@ -183,15 +184,15 @@ class FakeChannel:
 
         class Push:
             @staticmethod
-            def future(messages, timeout, metadata):
+            def with_call(messages, timeout, metadata):
                 msgs = list(messages)
                 for m in msgs:
                     assert isinstance(m, bytes)
                 channel.pushed.append(
                     [pb.PushRequest.FromString(m) for m in msgs])
-                return FakeChannel.Call(result=response_deserializer(
+                return response_deserializer(
                     pb.PushResponse(version=5, applied=True)
-                    .SerializeToString()))
+                    .SerializeToString()), None
         return Push()
 
     def close(self):
@@ -283,6 +284,141 @@ class ShardClientTest(unittest.TestCase):
             self.client.pull(1, 0, [np.zeros(k, np.float32)
                                     for k in self.sizes.values()])
         self.assertTrue(bad.cancelled)
+
+
+class RealChannelTest(unittest.TestCase):
+    """ShardClient's pushes over a real loopback channel to a stand-in
+    shard (a gRPC Python server), through each push call ShardClient can
+    make: gRPC's blocking call (`with_call`) and the one-thread call
+    (client._one_thread_stream_unary, gRPC Python's internals). The
+    answer, the messages as protobuf parses them, an error status, and
+    cancel() of a push in flight (a blocking call has no call object:
+    closing the channel stops it). The client's RPC timeout is 300 s, far
+    beyond the test's own timeout: only a cancel can end a stuck push."""
+
+    CALLS = ("one_thread", "with_call")
+
+    def setUp(self):
+        import threading
+        from concurrent import futures
+        from pstrain import client as client_mod
+        self.client_mod = client_mod
+        self.received = threading.Event()
+        self.release = threading.Event()
+        self.pushed = []  # [[PushRequest]] by call
+        self.answer = "ok"  # or "fail" or "hold"
+
+        def push(requests, context):
+            self.pushed.append([pb.PushRequest.FromString(r)
+                                for r in requests])
+            if self.answer == "fail":
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION, "stale")
+            if self.answer == "hold":
+                self.received.set()
+                self.release.wait()
+            return pb.PushResponse(version=7, applied=True)
+
+        handler = grpc.method_handlers_generic_handler(
+            "pstrain.v1.ParameterServer", {
+                "Push": grpc.stream_unary_rpc_method_handler(
+                    push, request_deserializer=None,
+                    response_serializer=pb.PushResponse.SerializeToString)})
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        self.server.add_generic_rpc_handlers((handler,))
+        port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+        smap = pb.ShardMap(server_addresses=[f"127.0.0.1:{port}"])
+        self.n = (5 << 20) // 4  # two messages: 4 MiB + the rest
+        smap.tensors.add(name="w", shape=[self.n])
+        half = self.n // 2
+        smap.chunks.add(tensor="w", index=0, offset=0, length=half, shard=0)
+        smap.chunks.add(tensor="w", index=1, offset=half,
+                        length=self.n - half, shard=0)
+        self.smap = smap
+        self.clients = []
+        self.old_env = os.environ.get("PSTRAIN_PUSH_CALL")
+
+    def tearDown(self):
+        self.release.set()
+        for c in self.clients:
+            c.close()
+        self.server.stop(None)
+        if self.old_env is None:
+            os.environ.pop("PSTRAIN_PUSH_CALL", None)
+        else:
+            os.environ["PSTRAIN_PUSH_CALL"] = self.old_env
+
+    def new_client(self, call):
+        os.environ["PSTRAIN_PUSH_CALL"] = call
+        c = self.client_mod.ShardClient(
+            self.smap,
+            lambda a: WorkerSettings(coordinator="").shard_channel(a),
+            [], session_id=11, generation=1, wire_dtype=0,
+            rpc_timeout_s=300, barrier_timeout_s=300)
+        self.clients.append(c)
+        return c
+
+    def push(self, client):
+        grads = [np.arange(self.n, dtype=np.float32)]
+        return client.push(1, 3, 8, grads, [self.client_mod.ShardRead(2, 1)])
+
+    def test_the_one_thread_call_is_there(self):
+        # gRPC Python 1.51 (Debian 12) has the internals it uses.
+        self.assertIsNotNone(self.client_mod._grpc_internals())
+
+    def test_a_push_is_answered_and_parsed(self):
+        for call in self.CALLS:
+            with self.subTest(call=call):
+                self.pushed.clear()
+                (answer,) = self.push(self.new_client(call))
+                self.assertEqual((answer.version, answer.applied), (7, True))
+                (messages,) = self.pushed
+                self.assertEqual(len(messages), 2)
+                h = messages[0].header
+                self.assertEqual((h.worker, h.clock, h.num_samples,
+                                  h.read_version, h.session_id), (1, 3, 8, 2, 11))
+                data = b"".join(c.data for m in messages for c in m.chunks)
+                np.testing.assert_array_equal(
+                    np.frombuffer(data, "<f4"),
+                    np.arange(self.n, dtype=np.float32))
+
+    def test_an_error_status_is_not_retried(self):
+        self.answer = "fail"
+        for call in self.CALLS:
+            with self.subTest(call=call):
+                self.pushed.clear()
+                with self.assertRaisesRegex(PstrainError, "shard 0: "
+                                            "FAILED_PRECONDITION: stale"):
+                    self.push(self.new_client(call))
+                self.assertEqual(len(self.pushed), 1)
+
+    def test_cancel_stops_a_push_in_flight_and_every_later_call(self):
+        import threading
+        self.answer = "hold"
+        for call in self.CALLS:
+            with self.subTest(call=call):
+                self.received.clear()
+                client = self.new_client(call)
+                outcome = []
+
+                def run():
+                    try:
+                        self.push(client)
+                        outcome.append("answered")
+                    except PstrainError as e:
+                        outcome.append(e.code)
+
+                t = threading.Thread(target=run)
+                t.start()
+                self.received.wait()  # the push is in flight, unanswered
+                client.cancel()
+                t.join()
+                self.assertEqual(outcome, [grpc.StatusCode.CANCELLED])
+                with self.assertRaises(PstrainError) as later:
+                    self.push(client)
+                self.assertEqual(later.exception.code,
+                                 grpc.StatusCode.CANCELLED)
+                client.close()  # idempotent after cancel()
 
 
 class SamplerTest(unittest.TestCase):
