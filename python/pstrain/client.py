@@ -282,6 +282,27 @@ class ShardClient:
         return self._run_all(lambda s: self._with_retries(
             s, False, lambda: self._pull_once(s, worker, clock, params)))
 
+    def announce_session(self, worker):
+        """Makes this client's session of `worker` known to every shard
+        without reading weights or waiting for a step (PullRequest
+        session_only): a stand-in's first contact (elastic sync)."""
+        def once(s):
+            req = pb.PullRequest(worker=worker, session_id=self.session_id,
+                                 generation=self.generation,
+                                 session_only=True)
+            call = self._pulls[s](req, timeout=self._rpc_timeout,
+                                  metadata=self._metadata)
+            self._track(call)
+            try:
+                messages = sum(1 for _ in call)
+            finally:
+                self._untrack(call)
+            if messages:
+                raise PstrainError(grpc.StatusCode.INTERNAL,
+                                   f"shard {s}: a session-only pull was "
+                                   f"answered with {messages} messages")
+        self._run_all(lambda s: self._with_retries(s, False, lambda: once(s)))
+
     def push(self, worker, clock, num_samples, grads, reads):
         """Pushes gradient `grads` (flat fp32 arrays by tensor) of step
         `clock` over `num_samples` examples, computed from `reads`. Returns

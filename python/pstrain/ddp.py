@@ -161,6 +161,11 @@ class DdpContext:
     def _rollback_pending(self):
         return False
 
+    _due = ()  # no stand-ins (elastic sync is the servers')
+
+    def _current(self):
+        return self.rank, self.step
+
     session_id = 0
     generation = 0
 

@@ -176,6 +176,7 @@ class Session:
         self._resumed_at = None
         self._last_flush = time.monotonic()
         self._liveness = None
+        self._owns_channel = True
 
     # -- registration ------------------------------------------------------
 
@@ -191,14 +192,6 @@ class Session:
                 "training.mode allreduce: pstrain's ring all-reduce has no "
                 "Python worker; use mode sync or async (or the ddp mode of "
                 "psctl compare)")
-        # The job's failure policy, as the coordinator publishes it
-        # (JobSpec.worker_recovery): stand-ins are elastic in mode sync.
-        if job.worker_recovery.stands_in:
-            raise PstrainError(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                "training.on_failure elastic in mode sync: not supported for "
-                "Python workers (they cannot stand in for a lost rank: no "
-                "stand-ins); use fail or restart, or mode async")
         try:
             reg = _retry_until(
                 deadline, f"coordinator and servers at {s.coordinator}",
@@ -226,6 +219,54 @@ class Session:
             self.await_generation(self.job.generation)
             self.start_step = self.job.start_step
         return reg
+
+    def adopt(self, rank, held):
+        """training.on_failure: elastic, mode sync: registers this process
+        as the stand-in of the dead `rank` the coordinator named in a
+        heartbeat (RegisterWorkerRequest.adopt), holding the weights of
+        step `held`. Returns the rank's AdoptedSession (its own session id,
+        reports and heartbeat), or None when the rank went elsewhere
+        meanwhile (ALREADY_EXISTS, FAILED_PRECONDITION: printed)."""
+        cfg = self.job.config
+        req = pb.RegisterWorkerRequest(requested_rank=rank, adopt=True,
+                                       adopt_from_step=held, adopter=self.rank)
+        try:
+            reg = self.coord.RegisterWorker(
+                req, timeout=cfg.network.rpc_timeout_s, metadata=self._md)
+        except grpc.RpcError as e:
+            if e.code() in (grpc.StatusCode.ALREADY_EXISTS,
+                            grpc.StatusCode.FAILED_PRECONDITION):
+                print(f"pstrain: worker {self.rank}: not standing in for "
+                      f"rank {rank}: {e.details()}", flush=True)
+                return None
+            raise from_rpc(e, f"standing in for rank {rank}") from None
+        return AdoptedSession(self, reg)
+
+    def release(self, adopted, next_step):
+        """Handover (coordinator/elastic.h): reports the rank's records,
+        stops its heartbeat and tells the coordinator (ReleaseRank) that
+        every step of the rank before `next_step` was pushed. True when the
+        coordinator took the rank back; False (printed) when it refused:
+        the rank's heartbeat starts again and the stand-in goes on."""
+        cfg = self.job.config
+        adopted.flush(None)
+        adopted.stop_heartbeat()
+        try:
+            self.coord.ReleaseRank(
+                pb.ReleaseRankRequest(rank=adopted.rank,
+                                      session_id=adopted.session_id,
+                                      next_step=next_step),
+                timeout=cfg.network.rpc_timeout_s, metadata=self._md)
+        except grpc.RpcError as e:
+            print(f"pstrain: worker {self.rank}: still standing in for rank "
+                  f"{adopted.rank}: release refused: {e.code().name}: "
+                  f"{e.details()}", flush=True)
+            adopted.start_heartbeat(next_step)
+            return False
+        print(f"pstrain: worker {self.rank}: released worker rank "
+              f"{adopted.rank} to a new worker from step {next_step} "
+              "(handover; training.on_failure: elastic)", flush=True)
+        return True
 
     def await_generation(self, generation):
         """training.on_failure: restart: the JobSpec of `generation` (or
@@ -292,7 +333,41 @@ class Session:
     def close(self):
         if self._liveness:
             self._liveness.stop()
-        self._channel.close()
+        if self._owns_channel:
+            self._channel.close()
+
+
+class AdoptedSession(Session):
+    """A dead rank this process stands in for (training.on_failure:
+    elastic, mode sync): the rank's session id, reports and heartbeat, on
+    the host Session's channel (which must outlive it)."""
+
+    def __init__(self, host, reg):
+        self.settings = host.settings
+        self._md = host._md
+        self._channel = host._channel
+        self._owns_channel = False
+        self.coord = host.coord
+        self.rank = reg.rank
+        self.session_id = reg.session_id
+        self.job = host.job
+        self.start_step = reg.start_step
+        self._pending = []
+        self._resumed_at = None
+        self._last_flush = time.monotonic()
+        self._liveness = None
+        self.client = None  # the rank's ShardClient, cancelled if it ends
+        self.start_heartbeat(reg.start_step)
+
+    def start_heartbeat(self, step):
+        self._liveness = Liveness(self, self.job.config.network.lease_s or 5.0)
+        self._liveness.step = step
+        self._liveness.set_client(self.client)
+
+    def stop_heartbeat(self):
+        if self._liveness:
+            self._liveness.stop()
+            self._liveness = None
 
 
 class Liveness:
@@ -313,6 +388,12 @@ class Liveness:
         self.lost = False
         self.reason = ""
         self.seen_generation = session.generation
+        # Elastic sync: dead ranks the coordinator asks this worker to
+        # stand in for (JobStatusResponse.adopt_ranks), not taken yet; and,
+        # for a stand-in's heartbeat, whether the rank is wanted back.
+        self._adopt = []
+        self._adopt_seen = set()
+        self.release_requested = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True,
                                         name="pstrain-heartbeat")
@@ -324,6 +405,17 @@ class Liveness:
             cancel = self.ended or self.seen_generation > self._session.generation
         if cancel and client is not None:
             client.cancel()
+
+    def take_adoptions(self):
+        """The ranks named since the last call (each once until forget)."""
+        with self._lock:
+            out, self._adopt = self._adopt, []
+        return out
+
+    def forget(self, rank):
+        """`rank` may be named again (it was handed back)."""
+        with self._lock:
+            self._adopt_seen.discard(rank)
 
     def rollback_pending(self):
         with self._lock:
@@ -373,7 +465,12 @@ class Liveness:
             if st.failed:
                 self.end(f"the job failed: {st.message}", lost=False)
                 return
+            self.release_requested = st.release_rank
             with self._lock:
+                for d in st.adopt_ranks:
+                    if d not in self._adopt_seen:
+                        self._adopt_seen.add(d)
+                        self._adopt.append(d)
                 newer = st.generation > self.seen_generation
                 if newer:
                     self.seen_generation = st.generation

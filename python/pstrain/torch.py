@@ -20,10 +20,22 @@ matched to the job's tensors by name: `a.b.weight` is the tensor
 anything is pulled or pushed.
 
 A Context is not thread-safe: one training loop per process.
+
+training.on_failure: elastic in mode sync: when a worker dies, a live one
+stands in for its rank (docs/failures-and-recovery.md). The loop above does
+not change: `shard` then yields, per step, this rank's batch and then each
+stood-in rank's batch of the same step (ctx.batch_rank says whose), and
+`step` pushes the first under this rank's session without pulling and the
+last under the stood-in rank's session, then pulls: every gradient of the
+step comes from the same weights. `evaluate` is then also called as
+evaluate(model, rank=R) for each stood-in rank R (classifier_eval's does).
 """
 
+import inspect
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as _FutureTimeout
 
 import grpc
 import numpy as np
@@ -83,9 +95,15 @@ class Context:
         self.slice = t.local_batch * max(t.grad_accum_steps, 1)
         self.step = session.start_step  # the next step to compute
         self._client = None
-        self._records = {}  # step -> StepMetrics not yet sent
-        self._stepped = None  # step of the last opt.step()
+        self._records = {}  # (rank, step) -> StepMetrics not yet sent
+        self._stepped = None  # (rank, step) of the last opt.step()
         self._finished = False
+        # Elastic sync (JobSpec.worker_recovery.stands_in): the dead ranks
+        # this worker stands in for, and the (rank, step) batches still due
+        # before the next pull.
+        self.stands_in = bool(self.job.worker_recovery.stands_in)
+        self._stand_ins = {}  # rank -> _StandIn
+        self._due = []
         self._new_client()
 
     # -- public ------------------------------------------------------------
@@ -101,6 +119,17 @@ class Context:
     @property
     def generation(self):
         return self._session.generation
+
+    @property
+    def batch_rank(self):
+        """The rank whose batch shard() yielded last: this worker's, or
+        (elastic sync) a rank it stands in for."""
+        return self._current()[0]
+
+    @property
+    def stand_in_ranks(self):
+        """The dead ranks this worker computes now besides its own."""
+        return sorted(self._stand_ins)
 
     @property
     def bytes_pushed(self):
@@ -131,7 +160,7 @@ class Context:
         live = self._session.liveness
         try:
             if not error:
-                missing = sorted(self._records)
+                missing = sorted(k[1] for k in self._records)
                 if self.step < self.steps:
                     error = (f"the training loop ended at step {self.step} of "
                              f"{self.steps}")
@@ -140,10 +169,15 @@ class Context:
                              "ctx.report(loss=...) or opt.step(loss=...)")
             if live and live.lost:
                 return
+            for s in self._stand_ins.values():
+                if not error:
+                    s.session.flush(s.client, done=True)
             self._session.flush(self._client, done=True,
                                 error=f"worker {self.rank}: {error}" if error
                                 else "", timeout_s=None if not error else 2.0)
         finally:
+            for s in self._stand_ins.values():
+                s.close()
             self._client.close()
             self._session.close()
             print(f"pstrain: worker {self.rank}: "
@@ -184,18 +218,72 @@ class Context:
         if live.ended:
             raise PstrainError(grpc.StatusCode.ABORTED, live.reason)
 
-    def _record(self, step):
-        m = self._records.get(step)
+    def _record(self, step, rank=None):
+        rank = self.rank if rank is None else rank
+        m = self._records.get((rank, step))
         if m is None:
-            m = pb.StepMetrics(worker=self.rank, step=step)
-            self._records[step] = m
+            m = pb.StepMetrics(worker=rank, step=step)
+            self._records[(rank, step)] = m
         return m
 
-    def _queue(self, step):
-        m = self._records.pop(step)
+    def _queue(self, key):
+        rank, step = key
+        m = self._records.pop(key)
         m.end_unix_s = time.time()
-        self._session.liveness.step = step + 1
-        self._session.add(m, self._client)
+        if rank == self.rank:
+            self._session.liveness.step = step + 1
+            self._session.add(m, self._client)
+            return
+        s = self._stand_ins[rank]
+        if s.session.liveness is not None:
+            s.session.liveness.step = step + 1
+        s.session.add(m, s.client)
+
+    def _current(self):
+        """(rank, step) of the batch to compute now."""
+        return self._due[0] if self._due else (self.rank, self.step)
+
+    def _client_for(self, rank):
+        return (self._client if rank == self.rank else
+                self._stand_ins[rank].client)
+
+    def _adopt(self, held):
+        """Elastic sync: registers the ranks the heartbeat named (see
+        Session.adopt) with the weights of step `held`; a rank whose first
+        step is `held` is due at once. Returns those ranks."""
+        due = []
+        for d in self._session.liveness.take_adoptions():
+            adopted = self._session.adopt(d, held)
+            if adopted is None:
+                continue
+            s = self._new_stand_in(adopted)
+            self._stand_ins[d] = s
+            print(f"pstrain: worker {self.rank}: standing in for worker rank "
+                  f"{d} from step {s.first_step} (training.on_failure: "
+                  "elastic, mode sync: this worker computes and pushes the "
+                  "rank's batches too, so the global batch is kept)",
+                  flush=True)
+            if s.first_step <= held:
+                self._due.append((d, held))
+                due.append(d)
+        return due
+
+    def _new_stand_in(self, adopted):
+        return _StandIn(self, adopted)
+
+    def _maybe_release(self, held):
+        """Handover: hands back each stood-in rank the coordinator wants
+        back, once every push of step `held` is done and its records sent."""
+        for d, s in list(self._stand_ins.items()):
+            live = s.session.liveness
+            if live is None or not live.release_requested:
+                continue
+            if any(k[0] == d for k in self._records):
+                continue  # a record awaits its loss: at the next boundary
+            if self._session.release(s.session, max(held + 1, s.first_step)):
+                del self._stand_ins[d]
+                self._session.liveness.forget(d)
+                s.close()
 
     def _recover(self, error):
         """After a failed pull or push under training.on_failure: restart:
@@ -258,6 +346,32 @@ def _match_parameters(model, specs, config):
     return [by_name[s.name] for s in specs]
 
 
+class _StandIn:
+    """A dead rank this worker stands in for: its session (reports and
+    heartbeat) and a shard client carrying its session id."""
+
+    def __init__(self, ctx, adopted):
+        cfg = ctx.config
+        st = ctx._session.settings
+        self.rank = adopted.rank
+        self.session = adopted
+        self.first_step = adopted.start_step
+        self.client = ShardClient(
+            ctx.job.shard_map, st.shard_channel, st.metadata(),
+            adopted.session_id, ctx.generation, cfg.network.wire_dtype,
+            cfg.network.rpc_timeout_s, cfg.network.barrier_timeout_s,
+            cfg.network.startup_timeout_s)
+        adopted.client = self.client
+        adopted.liveness.set_client(self.client)
+        # Shards learn a session id from a pull; not a pull of weights,
+        # which may wait for the very push this stand-in is to make.
+        self.client.announce_session(self.rank)
+
+    def close(self):
+        self.session.close()
+        self.client.close()
+
+
 class ServerOptimizer:
     """The job's optimizer, run by the servers, for `model`'s parameters.
 
@@ -285,6 +399,12 @@ class ServerOptimizer:
         # numpy views sharing the parameters' memory: pulls land in place.
         self._views = [p.data.view(-1).numpy() for p in self._params]
         self._reads = None
+        # Elastic sync: pulls land in these first, on a thread, while the
+        # model keeps the weights a stood-in rank's gradient needs.
+        self._pending = None
+        if ctx.stands_in:
+            self._scratch = [np.empty_like(v) for v in self._views]
+            self._pool = ThreadPoolExecutor(max_workers=1)
         self._pull()
 
     def zero_grad(self, set_to_none=True):
@@ -297,19 +417,24 @@ class ServerOptimizer:
     def step(self, samples, loss=None):
         """Pushes the gradients of ctx.step over `samples` examples and
         pulls the weights of the next step into the model. `loss` (the
-        step's mean loss) completes its record; else call ctx.report()."""
+        step's mean loss) completes its record; else call ctx.report().
+        Elastic sync: the gradients are those of the batch shard() yielded
+        last (ctx.batch_rank); the pull waits for the step's last one."""
         ctx = self.ctx
         if samples < 1:
             raise invalid(f"opt.step(samples={samples}): needs >= 1 examples")
-        if ctx.step >= ctx.steps:
+        rank, step = ctx._current()
+        if step >= ctx.steps:
             raise invalid(f"opt.step() after the job's {ctx.steps} steps")
-        unreported = [s for s in ctx._records if s != ctx.step]
+        unreported = [k for k in ctx._records
+                      if k[1] < step or k == ctx._stepped]
         if unreported:
-            raise invalid(f"step {unreported[0]} has no loss: call "
+            r, t = unreported[0]
+            whose = "" if r == ctx.rank else f" of rank {r}"
+            raise invalid(f"step {t}{whose} has no loss: call "
                           "ctx.report(loss=...) or opt.step(loss=...)")
         ctx._check_live()
-        step = ctx.step
-        m = ctx._record(step)
+        m = ctx._record(step, rank)
         m.compute_s = time.monotonic() - self._pulled_at
         grads = []
         for p, v in zip(self._params, self._views):
@@ -319,19 +444,30 @@ class ServerOptimizer:
                 grads.append(p.grad.detach().reshape(-1).numpy())
         t0 = time.monotonic()
         try:
-            ctx._client.push(ctx.rank, step, int(samples), grads, self._reads)
+            ctx._client_for(rank).push(rank, step, int(samples), grads,
+                                       self._reads)
         except PstrainError as e:
+            if rank != ctx.rank:
+                raise PstrainError(e.code, f"standing in for rank {rank}: "
+                                   f"{e}") from None
             ctx._recover(e)
             self._pull()
             return
         m.push_s = time.monotonic() - t0
         m.samples = int(samples)
-        ctx.step = step + 1
-        ctx._stepped = step
+        self._pulled_at = time.monotonic()
+        if rank == ctx.rank:
+            ctx.step = step + 1
+            ctx._due = [(d, step) for d, s in sorted(ctx._stand_ins.items())
+                        if s.first_step <= step]
+        else:
+            ctx._due.pop(0)
+        ctx._stepped = (rank, step)
         if loss is not None:
             m.loss = float(loss)
-            ctx._queue(step)
-        self._pull()
+            ctx._queue((rank, step))
+        if not ctx._due:
+            self._pull()
 
     def _pull(self):
         ctx = self.ctx
@@ -340,27 +476,82 @@ class ServerOptimizer:
             step = ctx.step
             t0 = time.monotonic()
             try:
-                self._reads = ctx._client.pull(ctx.rank, step, self._views)
+                if ctx.stands_in:
+                    if not self._await_pull(step):
+                        return  # a stood-in rank's batch is due first
+                else:
+                    self._reads = ctx._client.pull(ctx.rank, step, self._views)
                 break
             except PstrainError as e:
                 ctx._recover(e)
         self._pulled_at = time.monotonic()
         every = ctx.config.evaluation.every_steps
         final = step == ctx.steps
-        m = None
-        if final or (every > 0 and step > 0 and step % every == 0):
-            m = ctx._record(step)
-            m.pull_s = self._pulled_at - t0
-            if self._evaluate is not None:
-                with torch.no_grad():
-                    correct, total, loss_sum = self._evaluate(self.model)
-                m.eval_correct, m.eval_total = int(correct), int(total)
-                m.eval_loss_sum = float(loss_sum)
-        else:
-            ctx._record(step).pull_s = self._pulled_at - t0
+        ranks = [ctx.rank] + [d for d, s in sorted(ctx._stand_ins.items())
+                              if s.first_step <= step]
+        for rank in ranks:
+            m = ctx._record(step, rank)
+            if rank == ctx.rank:
+                m.pull_s = self._pulled_at - t0
+            if final or (every > 0 and step > 0 and step % every == 0):
+                self._evaluate_rank(m, rank)
+            if final:
+                ctx._queue((rank, step))
         if final:
             ctx._stepped = None
-            ctx._queue(step)
+
+    def _evaluate_rank(self, m, rank):
+        if self._evaluate is None:
+            return
+        ctx = self.ctx
+        with torch.no_grad():
+            if rank == ctx.rank:
+                result = self._evaluate(self.model)
+            elif "rank" in inspect.signature(self._evaluate).parameters:
+                result = self._evaluate(self.model, rank=rank)
+            else:
+                return  # an evaluate of this rank only: nothing for `rank`
+        correct, total, loss_sum = result
+        m.eval_correct, m.eval_total = int(correct), int(total)
+        m.eval_loss_sum = float(loss_sum)
+
+    def _await_pull(self, step):
+        """Elastic sync: the pull of `step` into the scratch buffers, on a
+        thread, while this one polls the heartbeat every 50 ms for ranks to
+        stand in for and ranks to hand back, with the weights of step
+        `held` (as worker/ps/trainer.cc AwaitPull): the pull may wait on a
+        barrier only a stand-in's push of `held` completes. False when a
+        new rank's batch of `held` is due (the pull stays in flight: the
+        next call waits for it); True with the weights in the model."""
+        ctx = self.ctx
+        held = step - 1 if step > ctx._session.start_step else -1
+        if self._pending is None:
+            self._pending = self._pool.submit(ctx._client.pull, ctx.rank, step,
+                                              self._scratch)
+        while True:
+            try:
+                self._pending.result(timeout=0.05)
+                done = True
+            except _FutureTimeout:
+                done = False
+            except PstrainError:
+                self._pending, failed = None, self._pending
+                failed.result()  # raises
+            if held >= 0:
+                every = ctx.config.evaluation.every_steps
+                for d in ctx._adopt(held):
+                    if every > 0 and held > 0 and held % every == 0:
+                        self._evaluate_rank(ctx._record(held, d), d)
+                if ctx._due:
+                    return False
+                ctx._maybe_release(held)
+            if done:
+                break
+        self._reads = self._pending.result()
+        self._pending = None
+        for v, w in zip(self._views, self._scratch):
+            np.copyto(v, w)
+        return True
 
 
 def _as_tensor(a):
@@ -400,14 +591,22 @@ def shard(dataset, ctx):
             return tuple(torch.stack([_as_tensor(it[k]) for it in items])
                          for k in range(len(items[0])))
     sampler = _data.EpochSampler(n, ctx.config.data.seed)
-    last = None
-    while ctx.step < ctx.steps:
-        if ctx.step == last and not ctx._rollback_pending():
-            raise invalid(f"step {last}: the loop asked for the next batch "
-                          "without opt.step(): call it once per batch")
-        last = ctx.step
-        first = _data.first_example_id(ctx.step, ctx.rank, ctx.world, ctx.slice)
+    for rank, step in _batches(ctx):
+        first = _data.first_example_id(step, rank, ctx.world, ctx.slice)
         yield take(sampler.rows(first, ctx.slice))
+
+
+def _batches(ctx):
+    """(rank, step) of each batch to compute, until the job's end: this
+    rank's step, then (elastic sync) each stood-in rank's of that step."""
+    last = None
+    while ctx._due or ctx.step < ctx.steps:
+        now = ctx._current()
+        if now == last and not ctx._rollback_pending():
+            raise invalid(f"step {last[1]}: the loop asked for the next batch "
+                          "without opt.step(): call it once per batch")
+        last = now
+        yield now
 
 
 def _step_shard(data, ctx):
@@ -420,13 +619,12 @@ def _step_shard(data, ctx):
             f"shard(): the data is rank {data.rank} of {data.world} with "
             f"{data.slice} examples per step; this worker is rank {ctx.rank} "
             f"of {ctx.world} with {ctx.slice}")
-    last = None
-    while ctx.step < ctx.steps:
-        if ctx.step == last and not ctx._rollback_pending():
-            raise invalid(f"step {last}: the loop asked for the next batch "
-                          "without opt.step(): call it once per batch")
-        last = ctx.step
-        lo, hi = data.step_rows(ctx.step)
+    exports = {data.rank: data}
+    for rank, step in _batches(ctx):
+        if rank not in exports:  # a rank this worker stands in for
+            exports[rank] = _data.export_step_data(ctx.config, rank)
+        data = exports[rank]
+        lo, hi = data.step_rows(step)
         yield (torch.from_numpy(data.train_x[lo:hi].copy()),
                torch.from_numpy(data.train_y[lo:hi].copy()),
                torch.from_numpy(data.train_cat[lo:hi].view(np.int64).copy()))
@@ -453,12 +651,14 @@ def test_slice(size, ctx):
 def classifier_eval(test_x, test_y, ctx):
     """An `evaluate` for ServerOptimizer: accuracy counts and the summed
     cross-entropy on this rank's slice of the test set (the coordinator
-    adds every rank's counts and divides once)."""
-    lo, hi = _data.test_slice_range(len(test_y), ctx.rank, ctx.world)
-    x = _as_tensor(test_x)[lo:hi]
-    y = _as_tensor(test_y)[lo:hi].long()
+    adds every rank's counts and divides once); evaluate(model, rank=R) on
+    rank R's slice (a rank this worker stands in for)."""
+    all_x, all_y = _as_tensor(test_x), _as_tensor(test_y)
 
-    def evaluate(model):
+    def evaluate(model, rank=None):
+        lo, hi = _data.test_slice_range(
+            len(all_y), ctx.rank if rank is None else rank, ctx.world)
+        x, y = all_x[lo:hi], all_y[lo:hi].long()
         if len(y) == 0:
             return 0, 0, 0.0
         was = model.training

@@ -515,6 +515,7 @@ def fake_ctx(tensors, steps=3, every=0):
     ctx.steps, ctx.slice, ctx.step = steps, 2, 0
     ctx._client = FakeClient()
     ctx._records, ctx._stepped, ctx._finished = {}, None, False
+    ctx.stands_in, ctx._stand_ins, ctx._due = False, {}, []
     return ctx
 
 
@@ -592,6 +593,67 @@ class ServerOptimizerTest(unittest.TestCase):
             opt.step(samples=0)
 
 
+    def test_a_stand_in_computes_the_dead_ranks_batches_from_the_same_weights(self):
+        # Elastic sync: rank 1 is named in the heartbeat while rank 0 pulls
+        # step 1 (holding step 0); from then on shard() yields rank 1's
+        # batch after rank 0's of each step, with the weights of that step
+        # (the pull lands in a scratch copy meanwhile), pushed through rank
+        # 1's client; rank 1 is handed back before step 2.
+        ctx = fake_ctx(self.TENSORS, steps=3)
+        ctx.stands_in = True
+        named = [[1]]
+        live = ctx._session.liveness
+        live.take_adoptions = lambda: named.pop() if named else []
+        live.forget = lambda d: None
+        ctx._session.start_step = 0
+        theirs = types.SimpleNamespace(
+            rank=1, start_step=None, queued=[],
+            liveness=types.SimpleNamespace(release_requested=False, step=0))
+        theirs.add = lambda m, client: theirs.queued.append(m)
+
+        def adopt(d, held):
+            theirs.start_step = held
+            return theirs
+        ctx._session.adopt = adopt
+        released = []
+
+        def release(adopted, next_step):
+            released.append((adopted.rank, next_step))
+            return True
+        ctx._session.release = release
+        their_client = FakeClient()
+        ctx._new_stand_in = lambda a: types.SimpleNamespace(
+            rank=a.rank, session=a, first_step=a.start_step,
+            client=their_client, close=lambda: None)
+        model = Linear(3, 2)
+        opt = pst.ServerOptimizer(model, ctx)
+        table = torch.arange(40.).view(20, 2)
+        seen = []
+        for (x,) in pst.shard((table,), ctx):
+            seen.append((ctx.batch_rank, float(model.fc.bias[0]), x.tolist()))
+            if len(seen) == 4:  # rank 1 is wanted back
+                theirs.liveness.release_requested = True
+            opt.zero_grad()
+            model.fc.weight.sum().backward()
+            opt.step(samples=len(x), loss=0.5)
+        self.assertEqual([(r, b) for r, b, _ in seen],
+                         [(0, 0.0), (1, 0.0), (0, 100.0), (1, 100.0),
+                          (0, 200.0)])
+        # Each rank's rows of the step (example ids t*N*b + r*b ...).
+        sampler = data.EpochSampler(20, 7)
+        for (rank, _, rows), step in zip(seen, [0, 0, 1, 1, 2]):
+            first = data.first_example_id(step, rank, 2, 2)
+            self.assertEqual(rows, table[torch.from_numpy(
+                sampler.rows(first, 2))].tolist())
+        self.assertEqual([p[0] for p in ctx._client.pushes], [0, 1, 2])
+        self.assertEqual([p[0] for p in their_client.pushes], [0, 1])
+        self.assertEqual(their_client.pulls, [])  # never a pull of its own
+        self.assertEqual(ctx._client.pulls, [0, 1, 2, 3])
+        self.assertEqual(released, [(1, 2)])
+        self.assertEqual([(m.worker, m.step) for m in theirs.queued],
+                         [(1, 0), (1, 1)])
+        self.assertEqual(ctx.stand_in_ranks, [])
+
 class FakeCoordinator:
     """GetJob and RegisterWorker of a coordinator publishing `job`; a
     replacement's GetJob(wait_for_generation) returns `rolled_back`."""
@@ -646,17 +708,11 @@ class RegistrationTest(unittest.TestCase):
     def tearDown(self):
         session_mod.Liveness = self._liveness
 
-    def test_stand_ins_are_refused_before_registering(self):
-        coord = FakeCoordinator(self.job(pb.TrainingConfig.FAIL, pb.MODE_ASYNC,
+    def test_stand_ins_register_like_any_worker(self):
+        # Stand-ins in worker_recovery (elastic sync), fail in the config:
+        # registration goes on (the stand-in work is the training loop's).
+        coord = FakeCoordinator(self.job(pb.TrainingConfig.FAIL, pb.MODE_SYNC,
                                          stands_in=True))
-        with self.assertRaises(PstrainError) as e:
-            self.session(coord).register()
-        self.assertEqual(e.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
-        self.assertIn("not supported for Python workers", str(e.exception))
-        self.assertEqual(coord.calls, [("GetJob", 0)])
-        # Elastic sync in the config, no stand-ins in worker_recovery.
-        coord = FakeCoordinator(self.job(pb.TrainingConfig.ELASTIC,
-                                         pb.MODE_SYNC))
         self.session(coord).register()
         self.assertEqual(coord.calls, [("GetJob", 0), ("RegisterWorker", 1)])
 

@@ -4,7 +4,10 @@
 PSTRAIN_TEST_DIE_AT=STEP: rank 1 of a first process kills itself with
 SIGKILL at that step (the restart test); its replacement trains on.
 PSTRAIN_TEST_STEP_SLEEP=S: sleep S seconds before each step (a job long
-enough for a replacement to rejoin it)."""
+enough for a replacement to rejoin it).
+PSTRAIN_TEST_HOLD_STAND_IN=1 (elastic sync): a worker standing in for a
+rank waits before each of its own batches until a new worker asks for the
+rank back, so the handover happens however slowly the replacement starts."""
 import os
 import signal
 import time
@@ -24,8 +27,19 @@ with pst.init() as ctx:
     die_at = int(os.environ.get("PSTRAIN_TEST_DIE_AT", "-1"))
     marker = os.environ.get("PSTRAIN_TEST_MARKER", "")
     pause = float(os.environ.get("PSTRAIN_TEST_STEP_SLEEP", "0"))
+    hold = os.environ.get("PSTRAIN_TEST_HOLD_STAND_IN", "") == "1"
+
+    def wanted_back():  # a test hook: reads the stand-ins' heartbeats
+        return any(s.session.liveness is not None and
+                   s.session.liveness.release_requested
+                   for s in ctx._stand_ins.values())
+
     for x, y in pst.shard(data, ctx):
         time.sleep(pause)
+        # At its own batch: no pull in flight that a long wait could time out.
+        while (hold and ctx.batch_rank == ctx.rank and ctx.stand_in_ranks and
+               not wanted_back()):
+            time.sleep(0.05)
         if (ctx.rank == 1 and ctx.step == die_at and marker and
                 not os.path.exists(marker)):
             open(marker, "w").close()
