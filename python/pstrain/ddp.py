@@ -36,6 +36,7 @@ from pstrain._proto import pb
 from pstrain.errors import PstrainError, invalid
 
 _GOLDEN = 0x9E3779B97F4A7C15
+_INIT_BLOCK = 1 << 20
 
 
 def _mix(x):
@@ -67,15 +68,23 @@ def initial_values(spec):
         return np.zeros(n, np.float32)
     stream = _mix(np.array([rule.seed ^ int(_mix(np.array(
         [_hash_name(spec.name)], np.uint64))[0])], np.uint64))[0]
-    with np.errstate(over="ignore"):
-        h1 = _mix(stream + np.arange(n, dtype=np.uint64) * np.uint64(_GOLDEN))
     scale = float(np.float32(rule.scale))
-    if rule.kind == pb.InitRule.UNIFORM:
-        return (scale * (2.0 * _unit(h1) - 1.0)).astype(np.float32)
-    u1 = _unit(h1)
-    u2 = _unit(_mix(h1 ^ np.uint64(_GOLDEN)))
-    z = np.sqrt(-2.0 * np.log(u1)) * np.cos(2 * math.pi * u2)
-    return (scale * z).astype(np.float32)
+    out = np.empty(n, np.float32)
+    # In blocks, so a large table (an embedding of 10^6 x 16) does not take
+    # a few uint64 / float64 temporaries of its whole size at once.
+    for lo in range(0, n, _INIT_BLOCK):
+        hi = min(n, lo + _INIT_BLOCK)
+        with np.errstate(over="ignore"):
+            h1 = _mix(stream + np.arange(lo, hi, dtype=np.uint64) *
+                      np.uint64(_GOLDEN))
+        if rule.kind == pb.InitRule.UNIFORM:
+            out[lo:hi] = scale * (2.0 * _unit(h1) - 1.0)
+            continue
+        u1 = _unit(h1)
+        u2 = _unit(_mix(h1 ^ np.uint64(_GOLDEN)))
+        out[lo:hi] = scale * (np.sqrt(-2.0 * np.log(u1)) *
+                              np.cos(2 * math.pi * u2))
+    return out
 
 
 def learning_rate(o, step):
@@ -110,8 +119,16 @@ def _torch_optimizer(o, params):
         cls = torch.optim.Adam if k == pb.OptimizerConfig.ADAM else torch.optim.AdamW
         return cls(params, lr=o.base_lr, betas=(o.beta1, o.beta2), eps=o.epsilon,
                    weight_decay=o.weight_decay)
+    if k == pb.OptimizerConfig.ADAGRAD:
+        # common/optimizer.cc Adagrad: acc += g^2; w -= lr g / (sqrt(acc) +
+        # eps), acc starting at adagrad_init; torch's is the same rule.
+        return torch.optim.Adagrad(
+            params, lr=o.base_lr, weight_decay=o.weight_decay,
+            initial_accumulator_value=o.adagrad_init,
+            eps=o.epsilon if o.epsilon > 0 else 1e-10)
     raise invalid(f"training.optimizer {pb.OptimizerConfig.Kind.Name(k).lower()}"
-                  ": not available in mode ddp (sgd, momentum, adam, adamw)")
+                  ": not available in mode ddp (sgd, momentum, adam, adamw, "
+                  "adagrad)")
 
 
 class DdpContext:

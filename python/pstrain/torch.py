@@ -48,7 +48,8 @@ from pstrain.errors import PstrainError, invalid
 from pstrain.session import Session, WorkerSettings
 
 __all__ = ["init", "Context", "ServerOptimizer", "shard", "classifier_eval",
-           "MLP", "job_data", "test_slice", "PstrainError"]
+           "MLP", "WideDeep", "hashed_rows", "job_data", "test_slice",
+           "PstrainError"]
 
 
 def init(settings=None):
@@ -705,3 +706,79 @@ class MLP(torch.nn.Module):
             if i + 1 < self.layers:
                 x = self.act(x)
         return x
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def _mix64(z):
+    """splitmix64's finaliser on a uint64 array (worker/model Mix)."""
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def hashed_rows(cat, buckets, hashes=1):
+    """[n, C] categorical ids (int64 holding the uint64 ids' bits, as
+    shard() of job_data yields them) -> [n, C, hashes] int64 table rows,
+    HashedRow of worker/model/wide_deep_model.h bit for bit:
+    Mix(Mix(c * 0x100000001b3 + t + 1) ^ value) % buckets."""
+    ids = cat.numpy() if isinstance(cat, torch.Tensor) else np.asarray(cat)
+    ids = ids.view(np.uint64)
+    cols = np.arange(ids.shape[1], dtype=np.uint64)[:, None]
+    ts = np.arange(hashes, dtype=np.uint64)[None, :]
+    with np.errstate(over="ignore"):
+        keys = _mix64(cols * np.uint64(0x100000001B3) + ts + np.uint64(1))
+        rows = _mix64(keys[None, :, :] ^ ids[:, :, None]) % np.uint64(buckets)
+    return torch.from_numpy(rows.astype(np.int64))
+
+
+class WideDeep(torch.nn.Module):
+    """The job's `model.type: wide_deep` as a torch module, with the tensors
+    the C++ worker trains (common/model_spec.cc): `embedding` [buckets,
+    embedding_dim], bottom{i}.weight [in, out] / .bias, top{i}.weight /
+    .bias. forward(x, cat): the bottom MLP of the numeric columns x, each
+    categorical value's `hashes` rows (hashed_rows) pooled (sum | mean) per
+    column, the top MLP over [bottom output | pooled embeddings] -> logits,
+    as worker/model/wide_deep_model.h computes them.
+
+    The table's gradient here is DENSE ([buckets, dim], F.embedding with
+    sparse=False), as a plain nn.Embedding's is: what mode ddp all-reduces
+    whole every step. On pstrain's servers the C++ worker keeps the table
+    row-sparse; this module is for mode ddp (the Python client pulls whole
+    tensors)."""
+
+    def __init__(self, model_config):
+        super().__init__()
+        m = model_config
+        if m.type != pb.ModelConfig.WIDE_DEEP:
+            raise invalid("WideDeep(): model.type is not wide_deep")
+        self.act = {pb.ModelConfig.RELU: torch.relu,
+                    pb.ModelConfig.TANH: torch.tanh,
+                    pb.ModelConfig.GELU: torch.nn.functional.gelu}[m.activation]
+        self.buckets, self.hashes = m.buckets, max(m.hashes, 1)
+        self.mean = m.pooling == pb.ModelConfig.MEAN
+        self.embedding = torch.nn.Parameter(
+            torch.zeros(m.buckets, m.embedding_dim))
+        bottom = [m.input_dim] + list(m.bottom_hidden)
+        top = [bottom[-1] + m.sparse_columns * m.embedding_dim] + \
+            list(m.hidden) + [m.num_classes]
+        for i in range(len(bottom) - 1):
+            self.add_module(f"bottom{i}", _Affine(bottom[i], bottom[i + 1]))
+        for i in range(len(top) - 1):
+            self.add_module(f"top{i}", _Affine(top[i], top[i + 1]))
+        self.bottom_layers, self.top_layers = len(bottom) - 1, len(top) - 1
+
+    def forward(self, x, cat):
+        for i in range(self.bottom_layers):
+            x = self.act(getattr(self, f"bottom{i}")(x))
+        rows = hashed_rows(cat, self.buckets, self.hashes)
+        e = torch.nn.functional.embedding(rows, self.embedding)
+        e = e.mean(2) if self.mean else e.sum(2)  # pool the hashes
+        h = torch.cat([x, e.flatten(1)], dim=1)
+        for i in range(self.top_layers):
+            h = getattr(self, f"top{i}")(h)
+            if i + 1 < self.top_layers:
+                h = self.act(h)
+        return h

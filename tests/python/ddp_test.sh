@@ -33,6 +33,25 @@ else cat "$TMP/diff.txt"; fail "sync and ddp weights differ"; fi
 a="$(json "$TMP/cmp/runs/sync" final_accuracy)" b="$(json "$TMP/cmp/runs/ddp" final_accuracy)"
 [[ "$a" == "$b" ]] && ok "final accuracy equal: $a" || fail "final accuracy $a (sync) vs $b (ddp)"
 
+# --ddp-cmd: mode ddp runs the PyTorch wide-and-deep (pst.WideDeep, AdaGrad)
+# while sync keeps the C++ worker; both train the same model (same tensors,
+# initial values, hashing, data), so they end at the same losses.
+psctl_compare 600 "$TMP/wd.log" --config "$ROOT/configs/sparse.yaml" --workers 2 --steps 4 \
+  --eval-every 4 --set model.buckets=1000 --set training.local_batch=32 \
+  --set data.test_examples=200 --modes sync,ddp \
+  --ddp-cmd "/usr/bin/python3 $ROOT/examples/torch/train_wide_deep.py" --out "$TMP/wd"
+if ((rc == 0)) && [[ "$(cat "$TMP/wd/runs/ddp/status")" == ok ]]; then
+  ok "psctl compare --modes sync,ddp --ddp-cmd: C++ sync and PyTorch DDP ran"
+else
+  cat "$TMP/wd.log" "$TMP"/wd/runs/*/psctl.log "$TMP"/wd/runs/ddp/logs/*.log; fail "wide_deep compare: rc $rc"
+fi
+for key in final_loss final_eval_loss; do
+  a="$(json "$TMP/wd/runs/sync" "$key")" b="$(json "$TMP/wd/runs/ddp" "$key")"
+  awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 1e-5 * a) }' &&
+    ok "wide_deep $key: sync $a, ddp $b (within 1e-5)" || fail "wide_deep $key: sync $a vs ddp $b"
+done
+[[ "$(json "$TMP/wd/runs/ddp" bytes_computed)" == true ]] || fail "wide_deep ddp bytes not marked computed"
+
 # ddp without a command is refused naming the option.
 psctl_compare 60 "$TMP/no.log" --config "$TMP/job.yaml" --modes ddp --out "$TMP/no"
 # user-facing message check: the error names the option.

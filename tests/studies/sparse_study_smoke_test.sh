@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `psctl study sparse --smoke` end to end: the wide-and-deep job at two
-# table sizes x the modes sync (PS), allreduce:allgather and allreduce:dense
+# table sizes x the modes sync (PS), allreduce:allgather, allreduce:dense
+# and ddp (PyTorch DDP on the same model, where /usr/bin/python3 has torch)
 # through psctl compare; the study report has bytes and steady s / step for
 # every size and mode, a verdict with numbers and rule for each claim, and
 # plots (gnuplot PNGs, or the reason there are none). Byte counts are exact,
@@ -10,6 +11,9 @@ set -uo pipefail
 source "$TEST_SRCDIR/pstrain/tests/lib/procs.sh" # ROOT, PSCTL, REPORT, TMP, ...
 
 out="$TMP/study"
+have_torch=0
+/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1 && have_torch=1
+((have_torch)) || echo "SKIP (ddp row only): /usr/bin/python3 cannot import torch (python3-torch); the study leaves ddp out and says so"
 run_logged 900 "$TMP/study.log" "$PSCTL" study sparse --smoke --bin "$ROOT" --out "$out"
 if ((rc != 0)) || [[ ! -s "$out/report.md" || ! -s "$out/study.json" ]]; then
   cat "$TMP/study.log"
@@ -59,16 +63,38 @@ for m in sync allreduce:allgather; do
 done
 ok "bytes: dense ${sent[100000/allreduce:dense]:-?} B at 10^5 rows, PS ${sent[100000/sync]:-?} B"
 
+# PyTorch DDP: a successful row at both sizes, its bytes marked computed and
+# within 1.25x of the dense ring's (2 workers: 1 x the fp32 model each way),
+# a steady s / step; or, without torch, the setup says it was not run.
+if ((have_torch)); then
+  for r in "10^3 1000" "10^5 100000"; do
+    read -r label rows <<<"$r"
+    row="$(grep "^| $label | \`ddp\` | 1/1 |" "$md")" || { fail "no successful ddp row at $label"; continue; }
+    [[ "$(cut -d'|' -f5 <<<"$row")" == *"(computed)"* ]] || fail "$label/ddp: bytes not marked computed: $row"
+    d="$(cut -d'|' -f5 <<<"$row" | awk '{ v = $1; u = $2; f = u == "GB" ? 1e9 : u == "MB" ? 1e6 : u == "kB" ? 1e3 : 1; printf "%.0f", v * f }')"
+    awk -v d="$d" -v r="${sent[$rows/allreduce:dense]:-0}" 'BEGIN { exit !(r > 0 && d >= r / 1.25 && d <= r * 1.25) }' ||
+      fail "$label/ddp sent $d B per step, dense ${sent[$rows/allreduce:dense]:-?} B: not within 1.25x"
+    [[ "$(cut -d'|' -f7 <<<"$row")" =~ ^\ [0-9]+\.[0-9]{4}\ s\ $ ]] ||
+      fail "$label/ddp: steady s / step is not a number: $row"
+  done
+  ok "ddp rows at 10^3 and 10^5 with computed bytes near the dense ring's"
+else
+  grep -q 'ddp \*\*not run\*\*: /usr/bin/python3 cannot import torch' "$md" ||
+    fail "without torch the report does not say ddp was not run"
+  ok "no torch here: the report says ddp was not run"
+fi
+
 # A verdict with its numbers and rule for each claim, decided by ps_report.
 n=$(grep -cE '^- \*\*(supported|not supported)\*\* — ' "$md")
-((n == 6)) || fail "report.md has $n verdicts, want 6"
-for id in ps-bytes-flat dense-bytes-linear allgather-bytes-near-ps ps-time-flat dense-time-grows allgather-time-near-ps; do
+((n == 8)) || fail "report.md has $n verdicts, want 8"
+for id in ps-bytes-flat dense-bytes-linear allgather-bytes-near-ps ps-time-flat dense-time-grows \
+  allgather-time-near-ps ddp-bytes-like-dense ddp-time-grows; do
   grep -q "\"id\": \"$id\"" "$out/study.json" || fail "study.json lacks claim $id"
 done
 grep -E '^- \*\*(supported|not supported)\*\* — ' "$md" | grep -v 'median .*Rule: ' |
   grep -q . && fail "a verdict without the numbers and rule it rests on"
 grep -q '^./psctl study sparse --smoke$' "$md" || fail "report.md lacks the command that regenerates it"
-ok "a verdict with numbers and rule for each of the 6 claims"
+ok "a verdict with numbers and rule for each of the 8 claims"
 
 # Plots: gnuplot PNGs when gnuplot is installed, else the reason in the report.
 if command -v gnuplot >/dev/null 2>&1; then

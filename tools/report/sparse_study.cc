@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -13,8 +14,8 @@ namespace pstrain {
 namespace {
 
 const std::vector<std::string>& Modes() {
-  static const auto* v =
-      new std::vector<std::string>{kSparsePs, kSparseAllgather, kSparseDense};
+  static const auto* v = new std::vector<std::string>{
+      kSparsePs, kSparseAllgather, kSparseDense, kSparseDdp};
   return *v;
 }
 
@@ -22,6 +23,7 @@ std::string ModeTitle(const std::string& mode) {
   if (mode == kSparsePs) return "sync (parameter server)";
   if (mode == kSparseDense) return "allreduce:dense";
   if (mode == kSparseAllgather) return "allreduce:allgather";
+  if (mode == kSparseDdp) return "ddp (PyTorch DDP, gloo)";
   return mode;
 }
 
@@ -124,40 +126,73 @@ std::vector<int64_t> Common(const SparseRuns& runs, const std::string& a,
   return out;
 }
 
+// Whether any successful run of `mode` at `rows` had computed bytes.
+bool BytesComputed(const SparseRuns& runs, int64_t rows,
+                   const std::string& mode) {
+  auto t = runs.find(rows);
+  if (t == runs.end()) return false;
+  auto m = t->second.find(mode);
+  if (m == t->second.end()) return false;
+  for (const SparseRun& r : m->second) {
+    if (!r.failed && r.bytes_computed) return true;
+  }
+  return false;
+}
+
+// "`mode`'s f over `ref`'s lies in [lo, hi] at every size both ran"; lo = 0
+// is "at most hi".
+SparseClaim RatioClaim(const SparseRuns& runs, SparseClaim c,
+                       const std::string& mode, const std::string& ref,
+                       Figure f, double lo, double hi,
+                       std::string (*fmt)(double), const std::string& what) {
+  const std::vector<int64_t> sizes = Common(runs, mode, ref, f);
+  if (sizes.empty()) {
+    return Missing(c, absl::StrCat("no table size where both `", mode,
+                                   "` and `", ref, "` have ", what));
+  }
+  std::vector<std::string> parts, off;
+  double worst = 0, best = std::numeric_limits<double>::infinity();
+  for (int64_t rows : sizes) {
+    const double a = *MedianOf(runs, rows, mode, f);
+    const double b = *MedianOf(runs, rows, ref, f);
+    const double r = b > 0 ? a / b : std::numeric_limits<double>::infinity();
+    worst = std::max(worst, r);
+    best = std::min(best, r);
+    if (!(r >= lo && r <= hi)) off.push_back(Rows(rows));
+    parts.push_back(
+        absl::StrFormat("%s: %s vs %s (×%.2f)", Rows(rows), fmt(a), fmt(b), r));
+  }
+  c.supported = off.empty();
+  const std::string range =
+      lo > 0 ? absl::StrFormat("; ×%.2f to ×%.2f", best, worst)
+             : absl::StrFormat("; at most ×%.2f", worst);
+  const std::string outside =
+      off.empty() ? ""
+      : lo > 0    ? absl::StrFormat(", outside [×%.2f, ×%.2f] at %s", lo, hi,
+                                    absl::StrJoin(off, ", "))
+               : absl::StrCat(", above ×", absl::StrFormat("%.1f", hi), " at ",
+                              absl::StrJoin(off, ", "));
+  const std::string rule =
+      lo > 0 ? absl::StrFormat(
+                   ". Rule: supported when the ratio lies in [%.2f, %.2f] at "
+                   "every table size both ran.",
+                   lo, hi)
+             : absl::StrFormat(
+                   ". Rule: supported when the ratio is at most %.1f at "
+                   "every table size both ran.",
+                   hi);
+  c.evidence =
+      absl::StrCat("median ", what, " `", mode, "` vs `", ref,
+                   "`: ", absl::StrJoin(parts, "; "), range, outside, rule);
+  return c;
+}
+
 // "X stays within FACTOR x the PS at every size both ran".
 SparseClaim NearPs(const SparseRuns& runs, SparseClaim c, Figure f,
                    double factor, std::string (*fmt)(double),
                    const std::string& what) {
-  const std::vector<int64_t> sizes =
-      Common(runs, kSparseAllgather, kSparsePs, f);
-  if (sizes.empty()) {
-    return Missing(c,
-                   absl::StrCat("no table size where both `", kSparseAllgather,
-                                "` and `", kSparsePs, "` have ", what));
-  }
-  std::vector<std::string> parts, over;
-  double worst = 0;
-  for (int64_t rows : sizes) {
-    const double ag = *MedianOf(runs, rows, kSparseAllgather, f);
-    const double ps = *MedianOf(runs, rows, kSparsePs, f);
-    const double r = ps > 0 ? ag / ps : std::numeric_limits<double>::infinity();
-    worst = std::max(worst, r);
-    if (!(r <= factor)) over.push_back(Rows(rows));
-    parts.push_back(absl::StrFormat("%s: %s vs %s (×%.2f)", Rows(rows), fmt(ag),
-                                    fmt(ps), r));
-  }
-  c.supported = over.empty();
-  c.evidence = absl::StrCat(
-      "median ", what, " `", kSparseAllgather, "` vs `", kSparsePs,
-      "`: ", absl::StrJoin(parts, "; "),
-      absl::StrFormat("; at most ×%.2f", worst),
-      over.empty() ? ""
-                   : absl::StrCat(", above ×", absl::StrFormat("%.1f", factor),
-                                  " at ", absl::StrJoin(over, ", ")),
-      absl::StrFormat(". Rule: supported when the ratio is at most %.1f at "
-                      "every table size both ran.",
-                      factor));
-  return c;
+  return RatioClaim(runs, std::move(c), kSparseAllgather, kSparsePs, f, 0,
+                    factor, fmt, what);
 }
 
 }  // namespace
@@ -215,6 +250,18 @@ absl::Status AddSparseCompare(const std::string& text,
             return absl::InvalidArgumentError(parsed.status().message());
           }
           run.steady_s_per_step = SteadySecondsPerStep(*std::move(parsed));
+          // Computed bytes are marked in summary.json (mode ddp); a run
+          // without the mark counted its bytes.
+          absl::StatusOr<std::string> summary = ReadFileText(absl::StrCat(
+              compare_dir, "/", dir.get<std::string>(), "/summary.json"));
+          if (summary.ok()) {
+            const nlohmann::json sj =
+                nlohmann::json::parse(*summary, nullptr, false);
+            const auto mark =
+                sj.is_object() ? sj.find("bytes_computed") : sj.end();
+            run.bytes_computed =
+                mark != sj.end() && mark->is_boolean() && mark->get<bool>();
+          }
         }
         (*runs)[rows][label].push_back(run);
         return absl::OkStatus();
@@ -352,6 +399,63 @@ std::vector<SparseClaim> JudgeSparseClaims(const SparseRuns& runs) {
                        "%.1fx of the parameter server's at every table size.",
                        kSparseTimeFactor)},
       Figure::kSteady, kSparseTimeFactor, Secs, "steady s / step"));
+  // 7. DDP moves the whole table like the dense ring.
+  {
+    SparseClaim c = RatioClaim(
+        runs,
+        {"ddp-bytes-like-dense",
+         absl::StrFormat(
+             "PyTorch DDP (gloo, dense gradients) moves the whole table like "
+             "pstrain's dense ring: its bytes per step are within %.2fx of "
+             "`allreduce:dense`'s at every table size both ran.",
+             kSparseDdpBytesFactor)},
+        kSparseDdp, kSparseDense, Figure::kSent, 1 / kSparseDdpBytesFactor,
+        kSparseDdpBytesFactor, Bytes, "bytes sent per worker per step");
+    bool computed = false;
+    for (const auto& [rows, unused] : runs) {
+      computed = computed || BytesComputed(runs, rows, kSparseDdp);
+    }
+    if (computed) {
+      c.evidence +=
+          " `ddp`'s bytes are computed, not counted (gloo exposes no "
+          "counters): 2(N - 1)/N x the model's fp32 bytes, so this checks "
+          "that arithmetic against the ring's counted bytes, not gloo's "
+          "wire.";
+    }
+    out.push_back(c);
+  }
+  // 8. DDP pays for the table in time.
+  {
+    SparseClaim c{
+        "ddp-time-grows",
+        absl::StrFormat("PyTorch DDP pays for the table in time like the dense "
+                        "ring: at its largest table its time per step is at "
+                        "least %.0fx the parameter server's.",
+                        kSparseDenseSlowdown)};
+    const std::vector<int64_t> s = SizesWith(runs, kSparseDdp, Figure::kSteady);
+    if (s.empty()) {
+      out.push_back(Missing(c, "`ddp` has no steady s / step"));
+    } else if (!MedianOf(runs, s.back(), kSparsePs, Figure::kSteady)) {
+      out.push_back(Missing(c, absl::StrCat("`sync` has no steady s / step at ",
+                                            Rows(s.back()), " rows")));
+    } else {
+      const double ddp = *MedianOf(runs, s.back(), kSparseDdp, Figure::kSteady);
+      const double ps = *MedianOf(runs, s.back(), kSparsePs, Figure::kSteady);
+      const std::optional<double> dense =
+          MedianOf(runs, s.back(), kSparseDense, Figure::kSteady);
+      c.supported = ddp >= kSparseDenseSlowdown * ps;
+      c.evidence = absl::StrFormat(
+          "median steady s / step `ddp`: %s; at %s rows ×%.2f `sync`'s (%s)%s. "
+          "Rule: supported when that ratio is at least %.1f.",
+          Series(runs, kSparseDdp, Figure::kSteady, s, Secs), Rows(s.back()),
+          ddp / ps, Secs(ps),
+          dense ? absl::StrFormat(" and ×%.2f `allreduce:dense`'s (%s)",
+                                  ddp / *dense, Secs(*dense))
+                : "",
+          kSparseDenseSlowdown);
+      out.push_back(c);
+    }
+  }
   return out;
 }
 
@@ -396,7 +500,9 @@ std::string SparseStudyMarkdown(const SparseStudyInputs& in,
       "\n## Bytes and time per step\n\n"
       "Median over the repeats and (min–max). Sent / received: bytes per "
       "worker per step (received includes the rows pulled for the final "
-      "evaluation in the PS mode). Steady s / step: from `metrics.csv`, the "
+      "evaluation in the PS mode); counted by pstrain, except where marked "
+      "(computed): `ddp`'s, 2(N - 1)/N x the model's fp32 bytes, as gloo "
+      "exposes no counters. Steady s / step: from `metrics.csv`, the "
       "first step and the final evaluation left out; s / step: wall / "
       "steps, everything included. `—`: not run.\n\n"
       "| table rows | mode | runs ok | sent / worker / step | received / "
@@ -412,11 +518,14 @@ std::string SparseStudyMarkdown(const SparseStudyInputs& in,
       }
       int ok = 0;
       for (const SparseRun& r : m->second) ok += !r.failed;
+      const std::string mark =
+          BytesComputed(in.runs, rows, mode) ? " (computed)" : "";
       absl::StrAppend(
           &md, "| ", Rows(rows), " | `", mode, "` | ", ok, "/",
           m->second.size(), " | ",
-          Cell(SpreadOf(in.runs, rows, mode, Figure::kSent), Bytes), " | ",
-          Cell(SpreadOf(in.runs, rows, mode, Figure::kReceived), Bytes), " | ",
+          Cell(SpreadOf(in.runs, rows, mode, Figure::kSent), Bytes), mark,
+          " | ", Cell(SpreadOf(in.runs, rows, mode, Figure::kReceived), Bytes),
+          mark, " | ",
           Cell(SpreadOf(in.runs, rows, mode, Figure::kSteady), Secs), " | ",
           Cell(SpreadOf(in.runs, rows, mode, Figure::kSPerStep), Secs), " |\n");
     }
@@ -432,6 +541,11 @@ gradient each way per step, so its bytes grow with the rows. The sparse
 all-gather (`allreduce:allgather`) moves every worker's touched rows to every
 worker: independent of the table too, but growing with N. Every mode trains
 the same weights (docs/sparse.md); this study compares only their cost.
+PyTorch DDP (`ddp`: gloo, DistributedDataParallel) trains the same model
+(examples/torch/train_wide_deep.py: the same tensors, initial values,
+hashing, data and AdaGrad) with the table's gradient dense, as a plain
+`nn.Embedding`'s is: it all-reduces the whole table every step, like
+`allreduce:dense`, and its optimizer steps over the whole table too.
 )";
   return md;
 }
@@ -468,6 +582,7 @@ nlohmann::json SparseStudyJson(const SparseStudyInputs& in,
            {"mode", mode},
            {"runs", mode_runs.size()},
            {"runs_ok", ok},
+           {"bytes_computed", BytesComputed(in.runs, rows, mode)},
            {"bytes_sent_per_worker_step",
             spread(SpreadOf(in.runs, rows, mode, Figure::kSent))},
            {"bytes_received_per_worker_step",

@@ -3,8 +3,10 @@
 // of growing size under three ways of exchanging gradients: the sync
 // parameter server (each worker pushes and pulls only the rows its batch
 // touches), the dense ring all-reduce (the table's whole gradient) and the
-// sparse all-gather (the touched rows, all-gathered around the ring). Per
-// table size and mode the bytes sent per worker per step and the steady
+// sparse all-gather (the touched rows, all-gathered around the ring); and,
+// as the all-reduce users actually run, PyTorch DDP (gloo,
+// DistributedDataParallel) on the same model with a dense table gradient.
+// Per table size and mode the bytes sent per worker per step and the steady
 // seconds per step are summarised (median and min-max over repeats with
 // different data seeds), drawn on log-log axes, and the claims below are
 // decided from the medians by code: "supported" or "not supported", with
@@ -29,6 +31,8 @@ namespace pstrain {
 inline constexpr char kSparsePs[] = "sync";
 inline constexpr char kSparseDense[] = "allreduce:dense";
 inline constexpr char kSparseAllgather[] = "allreduce:allgather";
+// PyTorch DDP (psctl compare's mode ddp, examples/torch/train_wide_deep.py).
+inline constexpr char kSparseDdp[] = "ddp";
 
 // Bytes that change by less than this fraction "do not grow" (10%).
 inline constexpr double kSparseFlat = 0.10;
@@ -44,8 +48,12 @@ inline constexpr double kSparseAllgatherBytesFactor = 3.0;
 // percent between repeats.
 inline constexpr double kSparseTimeFactor = 1.5;
 // Dense all-reduce "pays in time": at its largest table at least this many
-// times the PS's s / step.
+// times the PS's s / step (and so must DDP).
 inline constexpr double kSparseDenseSlowdown = 2.0;
+// DDP's bytes "move the whole table like the dense ring": within this
+// factor of allreduce:dense's, either way (both move 2(N - 1)/N x the fp32
+// model per step; DDP's are computed, gloo exposing no counters).
+inline constexpr double kSparseDdpBytesFactor = 1.25;
 
 // One run: its figures from compare.json and its metrics.csv.
 struct SparseRun {
@@ -56,6 +64,9 @@ struct SparseRun {
   // From metrics.csv (SteadySecondsPerStep); nullopt when it has too few
   // training rows.
   std::optional<double> steady_s_per_step;
+  // summary.json says its bytes are computed, not counted (mode ddp: gloo
+  // exposes no counters; python/pstrain/ddp.py).
+  bool bytes_computed = false;
 };
 
 // table rows -> mode label -> runs (every repeat).
@@ -71,7 +82,8 @@ std::optional<double> SteadySecondsPerStep(std::vector<MetricsRow> rows);
 
 // Adds the runs of one compare.json text (named `source` in errors) to
 // `runs[rows]`; each successful run's metrics.csv is read from
-// COMPARE_DIR/<its dir>/metrics.csv (`compare_dir`). INVALID_ARGUMENT for
+// COMPARE_DIR/<its dir>/metrics.csv (`compare_dir`), and its
+// summary.json's "bytes_computed" (false when absent). INVALID_ARGUMENT for
 // malformed JSON, a run without its byte counts, or an unreadable
 // metrics.csv.
 absl::Status AddSparseCompare(const std::string& text,
@@ -99,7 +111,12 @@ struct SparseClaim {
 //     table is at least kSparseDenseSlowdown x its own at the smallest and
 //     x the PS's at that table;
 //   allgather-time-near-ps: at every table both ran, the all-gather's
-//     steady s / step is at most kSparseTimeFactor x the PS's.
+//     steady s / step is at most kSparseTimeFactor x the PS's;
+//   ddp-bytes-like-dense: at every table both ran, DDP's bytes sent are
+//     within kSparseDdpBytesFactor of allreduce:dense's, either way (the
+//     evidence says when DDP's bytes are computed);
+//   ddp-time-grows: DDP's steady s / step at its largest table is at least
+//     kSparseDenseSlowdown x the PS's at that table.
 // A claim without the data it needs (a mode that did not run or failed,
 // fewer than two table sizes) is "not supported" and says what is missing.
 std::vector<SparseClaim> JudgeSparseClaims(const SparseRuns& runs);

@@ -27,9 +27,15 @@ std::vector<SparseRun> Three(double sent, double steady) {
           MakeRun(sent * 1.01, steady * 1.2)};
 }
 
+// DDP's runs: computed bytes, as python/pstrain/ddp.py marks them.
+std::vector<SparseRun> Computed(std::vector<SparseRun> runs) {
+  for (SparseRun& r : runs) r.bytes_computed = true;
+  return runs;
+}
+
 // Shaped like the real study: the PS flat, dense linear in the rows (plus
-// the dense layers), the all-gather about 2.2x the PS; dense not run at
-// 10^7.
+// the dense layers), the all-gather about 2.2x the PS, DDP's computed bytes
+// the dense ring's; dense and DDP not run at 10^7.
 SparseRuns Realistic() {
   SparseRuns runs;
   for (int64_t rows : {10000, 100000, 1000000, 10000000}) {
@@ -38,6 +44,8 @@ SparseRuns Realistic() {
     if (rows <= 1000000) {
       runs[rows][kSparseDense] =
           Three(1.5 * 4 * (rows * 16.0 + 8900), 0.12 + rows * 1.2e-6);
+      runs[rows][kSparseDdp] =
+          Computed(Three(1.5 * 4 * (rows * 16.0 + 8900), 0.2 + rows * 1.5e-6));
     }
   }
   return runs;
@@ -55,7 +63,7 @@ const SparseClaim& Find(const std::vector<SparseClaim>& claims,
 
 TEST(SparseStudyTest, RealisticNumbersSupportEveryClaim) {
   const std::vector<SparseClaim> claims = JudgeSparseClaims(Realistic());
-  ASSERT_EQ(claims.size(), 6u);
+  ASSERT_EQ(claims.size(), 8u);
   for (const SparseClaim& c : claims) {
     EXPECT_TRUE(c.supported) << c.id << ": " << c.evidence;
     EXPECT_NE(c.evidence.find("Rule: "), std::string::npos) << c.id;
@@ -113,6 +121,43 @@ TEST(SparseStudyTest, TimeClaimsFollowTheSteadyTimes) {
             std::string::npos);
 }
 
+TEST(SparseStudyTest, DdpBytesAwayFromTheDenseRingAreNotLikeIt) {
+  SparseRuns runs = Realistic();
+  const SparseClaim ok = Find(JudgeSparseClaims(runs), "ddp-bytes-like-dense");
+  EXPECT_TRUE(ok.supported) << ok.evidence;
+  EXPECT_NE(ok.evidence.find("`ddp`'s bytes are computed"), std::string::npos)
+      << ok.evidence;
+  runs[100000][kSparseDdp] = Computed(Three(1.3 * 9.65e6, 0.4));
+  SparseClaim c = Find(JudgeSparseClaims(runs), "ddp-bytes-like-dense");
+  EXPECT_FALSE(c.supported);
+  EXPECT_NE(c.evidence.find("outside [×0.80, ×1.25] at 10^5"),
+            std::string::npos)
+      << c.evidence;
+  // Too few bytes fail too (the rule is two-sided); counted bytes are not
+  // called computed.
+  runs[100000][kSparseDdp] = Three(0.7 * 9.65e6, 0.4);
+  for (auto& [rows, modes] : runs) {
+    auto m = modes.find(kSparseDdp);
+    if (m == modes.end()) continue;
+    for (SparseRun& r : m->second) r.bytes_computed = false;
+  }
+  c = Find(JudgeSparseClaims(runs), "ddp-bytes-like-dense");
+  EXPECT_FALSE(c.supported);
+  EXPECT_EQ(c.evidence.find("computed"), std::string::npos) << c.evidence;
+}
+
+TEST(SparseStudyTest, DdpTimeBelowTwiceThePsDoesNotGrow) {
+  SparseRuns runs = Realistic();
+  const SparseClaim ok = Find(JudgeSparseClaims(runs), "ddp-time-grows");
+  EXPECT_TRUE(ok.supported) << ok.evidence;
+  EXPECT_NE(ok.evidence.find("at 10^6 rows ×11.33 `sync`'s"), std::string::npos)
+      << ok.evidence;
+  runs[1000000][kSparseDdp] = Computed(Three(96e6, 0.15 * 1.9));
+  const SparseClaim c = Find(JudgeSparseClaims(runs), "ddp-time-grows");
+  EXPECT_FALSE(c.supported);
+  EXPECT_NE(c.evidence.find("×1.90 `sync`'s"), std::string::npos) << c.evidence;
+}
+
 TEST(SparseStudyTest, FailedRunsAreLeftOutOfTheMedians) {
   SparseRuns runs = Realistic();
   SparseRun failed;
@@ -134,8 +179,20 @@ TEST(SparseStudyTest, MissingDataIsNotSupportedAndSaysWhat) {
         << c.evidence;
   }
   EXPECT_TRUE(Find(claims, "ps-bytes-flat").supported);
+  // No PyTorch: the ddp claims say `ddp` is missing.
+  SparseRuns no_ddp = Realistic();
+  for (auto& [rows, modes] : no_ddp) modes.erase(kSparseDdp);
+  const std::vector<SparseClaim> without = JudgeSparseClaims(no_ddp);
+  for (const char* id : {"ddp-bytes-like-dense", "ddp-time-grows"}) {
+    const SparseClaim& c = Find(without, id);
+    EXPECT_FALSE(c.supported);
+    EXPECT_NE(c.evidence.find("not supported for lack of data: "),
+              std::string::npos)
+        << c.evidence;
+    EXPECT_NE(c.evidence.find("`ddp`"), std::string::npos) << c.evidence;
+  }
   const std::vector<SparseClaim> none = JudgeSparseClaims({});
-  ASSERT_EQ(none.size(), 6u);
+  ASSERT_EQ(none.size(), 8u);
   for (const SparseClaim& c : none) {
     EXPECT_FALSE(c.supported) << c.id;
     EXPECT_NE(c.evidence.find("lack of data"), std::string::npos) << c.id;
@@ -176,10 +233,20 @@ TEST(SparseStudyTest, ReadsCompareJsonAndEachRunsMetrics) {
          {Row(0, 5), Row(1, 6), Row(2, 6.25), Row(3, 6.5)})
       csv << FormatMetricsRow(r);
   }
+  // The ddp run: the same metrics, and a summary.json that says its bytes
+  // are computed.
+  std::filesystem::create_directories(dir + "/runs/ddp");
+  std::filesystem::copy_file(dir + "/runs/sync/metrics.csv",
+                             dir + "/runs/ddp/metrics.csv");
+  std::ofstream(dir + "/runs/ddp/summary.json")
+      << R"({"mode": "ddp", "bytes_computed": true})";
   const std::string json = R"({"modes": [
     {"mode": "sync", "repeats": [
       {"dir": "runs/sync", "failed": false, "bytes_sent_per_worker_step": 83000,
        "bytes_received_per_worker_step": 99000, "s_per_step": 1.6}]},
+    {"mode": "ddp", "repeats": [
+      {"dir": "runs/ddp", "failed": false, "bytes_sent_per_worker_step": 1500,
+       "bytes_received_per_worker_step": 1500, "s_per_step": 1.6}]},
     {"mode": "allreduce:dense", "repeats": [
       {"dir": "runs/dense", "failed": true, "message": "out of memory"}]}]})";
   SparseRuns runs;
@@ -191,6 +258,10 @@ TEST(SparseStudyTest, ReadsCompareJsonAndEachRunsMetrics) {
   EXPECT_EQ(r.s_per_step, 1.6);
   ASSERT_TRUE(r.steady_s_per_step.has_value());
   EXPECT_DOUBLE_EQ(*r.steady_s_per_step, 0.25);
+  EXPECT_FALSE(r.bytes_computed);  // no summary.json: counted
+  ASSERT_EQ(runs[1000][kSparseDdp].size(), 1u);
+  EXPECT_TRUE(runs[1000][kSparseDdp][0].bytes_computed);
+  EXPECT_EQ(runs[1000][kSparseDdp][0].sent_bytes, 1500);
   ASSERT_EQ(runs[1000][kSparseDense].size(), 1u);
   EXPECT_TRUE(runs[1000][kSparseDense][0].failed);
 }
@@ -227,6 +298,11 @@ TEST(SparseStudyTest, ReportHasTheTableVerdictsAndNotRunCells) {
   const std::string md = SparseStudyMarkdown(in, claims, plots);
   EXPECT_NE(md.find("| 10^7 | `allreduce:dense` | not run |"),
             std::string::npos);
+  EXPECT_NE(md.find("| 10^7 | `ddp` | not run |"), std::string::npos);
+  EXPECT_NE(md.find("| 10^4 | `ddp` | 3/3 | 1.01 MB (1.00 MB–1.02 MB) "
+                    "(computed) |"),
+            std::string::npos)
+      << md;
   EXPECT_NE(md.find("| 10^4 | `sync` | 3/3 | 83.0 kB (82.2 kB–83.8 kB) |"),
             std::string::npos)
       << md;
@@ -235,10 +311,16 @@ TEST(SparseStudyTest, ReportHasTheTableVerdictsAndNotRunCells) {
   EXPECT_NE(md.find("No gnuplot plots: gnuplot is not installed"),
             std::string::npos);
   const nlohmann::json j = SparseStudyJson(in, claims, plots);
-  EXPECT_EQ(j["claims"].size(), 6u);
+  EXPECT_EQ(j["claims"].size(), 8u);
   EXPECT_EQ(j["claims"][0]["verdict"], "supported");
   EXPECT_EQ(j["plots"]["made"], false);
-  EXPECT_EQ(j["results"].size(), 11u);  // 4 + 4 + 3 (dense not at 10^7)
+  // 4 + 4 + 3 + 3 (dense and ddp not at 10^7).
+  ASSERT_EQ(j["results"].size(), 14u);
+  for (const nlohmann::json& r : j["results"]) {
+    EXPECT_EQ(r["bytes_computed"].get<bool>(),
+              r["mode"].get<std::string>() == kSparseDdp)
+        << r.dump();
+  }
 }
 
 TEST(SparseStudyTest, PlotsAreLogLogWithOneSeriesPerMode) {
@@ -246,9 +328,10 @@ TEST(SparseStudyTest, PlotsAreLogLogWithOneSeriesPerMode) {
   ASSERT_EQ(plots.size(), 2u);
   for (const StudyPlot& p : plots) {
     EXPECT_TRUE(p.log_x && p.log_y) << p.name;
-    ASSERT_EQ(p.series.size(), 3u);
+    ASSERT_EQ(p.series.size(), 4u);
     EXPECT_EQ(p.series[0].points.size(), 4u);  // sync
     EXPECT_EQ(p.series[2].points.size(), 3u);  // dense, not at 10^7
+    EXPECT_EQ(p.series[3].points.size(), 3u);  // ddp, not at 10^7
   }
   EXPECT_EQ(plots[0].series[0].points[0].median, 83e3);
   EXPECT_EQ(plots[0].series[0].points[0].min, 83e3 * 0.99);
