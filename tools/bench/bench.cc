@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -44,9 +45,15 @@ struct Plan {
   // Warm steps of every push/pull figure (and of the raw TCP and bare gRPC
   // ones) after one cold step, on one cluster (connection).
   int ps_steps = kSteadySteps;
-  // The real-job row (whole_job.h, MeasureRealJobComm): model sizes and
-  // steps.
-  std::vector<uint64_t> real_job_bytes;
+  // The real-job rows (whole_job.h, MeasureRealJobComm): layout and model
+  // size of each, and their steps. Every layout must be one of ps_servers x
+  // ps_workers and every size one of ps_bytes: the steady push + pull of the
+  // same bytes and layout in the round is the denominator.
+  struct RealJob {
+    int servers, workers;
+    uint64_t bytes;
+  };
+  std::vector<RealJob> real_jobs;
   int real_job_steps;
   // Row-sparse tables (docs/sparse.md): each step every worker pulls and
   // pushes sparse_rows distinct Zipf ids of a sparse_table_rows x sparse_dim
@@ -76,7 +83,7 @@ Plan MakePlan(bool quick, int rounds) {
   if (quick) {
     p.iperf_seconds = 1;
     p.ps_bytes = {1000000, 4000000};
-    p.real_job_bytes = {4000000};
+    p.real_jobs = {{1, 1, 4000000}, {2, 4, 4000000}};
     p.real_job_steps = 10;
     p.opt_elems = 4 << 20;
     p.ring_bytes = {1 * kMiB, 4 * kMiB};
@@ -87,7 +94,9 @@ Plan MakePlan(bool quick, int rounds) {
   } else {
     p.iperf_seconds = 2;
     p.ps_bytes = {4000000, 16000000, 64000000};
-    p.real_job_bytes = p.ps_bytes;
+    for (uint64_t b : p.ps_bytes) p.real_jobs.push_back({1, 1, b});
+    p.real_jobs.push_back({2, 4, 4000000});
+    p.real_jobs.push_back({2, 4, 16000000});
     p.real_job_steps = 25;
     p.opt_elems = 32 << 20;
     p.ring_bytes = {1 * kMiB, 4 * kMiB, 16 * kMiB, 64 * kMiB};
@@ -145,6 +154,14 @@ std::string SizeName(uint64_t bytes) {
 std::string PsName(const char* op, uint64_t bytes, int servers, int workers) {
   return absl::StrCat(op, "_", SizeName(bytes), "_", servers, "s_", workers,
                       "w");
+}
+
+// A real-job series: "real_comm_4MB" for 1 server and 1 worker (the layer
+// table's rows), "real_comm_4MB_2s_4w" for other layouts.
+std::string RealName(const char* what, uint64_t bytes, int servers,
+                     int workers) {
+  return servers == 1 && workers == 1 ? absl::StrCat(what, "_", SizeName(bytes))
+                                      : PsName(what, bytes, servers, workers);
 }
 
 // "sparse_pull_4096x16_2s_4w": a row-sparse figure of `rows` x `dim`.
@@ -394,29 +411,37 @@ void RunWholeJobRound(const std::vector<WholeJobModel>& jobs, const Plan& plan,
                       const BenchOptions& o, int round, Results* r,
                       Errors* errors) {
   if (o.bin_dir.empty()) return;  // noted with the worker memory
-  // The real-job rows: 1 worker, 1 server, through the coordinator; its
-  // communication per step against this round's steady push + pull of the
-  // same bytes (1 server, 1 worker).
-  for (uint64_t bytes : plan.real_job_bytes) {
+  // The real-job rows: worker and server processes through the
+  // coordinator; the communication per step (the workers' mean pull_s +
+  // push_s) against this round's steady push + pull of the same bytes on as
+  // many servers and workers: the seconds of its push and pull phases, in
+  // which every worker moves the whole model (the steady rates count all
+  // workers' bytes).
+  for (const Plan::RealJob& job : plan.real_jobs) {
     if (StopRequested()) return;
-    fprintf(stderr, "ps_bench: real job %s, 1 worker, 1 server\n",
-            SizeName(bytes).c_str());
-    absl::StatusOr<RealJobComm> c =
-        MeasureRealJobComm(bytes, plan.real_job_steps, o.bin_dir, o.work_dir);
+    const uint64_t bytes = job.bytes;
+    const int s = job.servers, w = job.workers;
+    fprintf(stderr, "ps_bench: real job %s, %d worker(s), %d server(s)\n",
+            SizeName(bytes).c_str(), w, s);
+    absl::StatusOr<RealJobComm> c = MeasureRealJobComm(
+        bytes, plan.real_job_steps, w, s, o.bin_dir, o.work_dir);
     if (!c.ok()) {
-      errors->Add("real job " + SizeName(bytes), c.status());
+      errors->Add(RealName("real job", bytes, s, w), c.status());
       continue;
     }
-    const double model = static_cast<double>(c->params) * sizeof(float);
-    const std::string n = SizeName(bytes);
-    r->Set("real_pull_" + n, "GB/s", round, model / c->pull_s / 1e9);
-    r->Set("real_push_" + n, "GB/s", round, model / c->push_s / 1e9);
-    r->Set("real_comm_" + n, "ms", round, (c->pull_s + c->push_s) * 1e3);
-    const double push = r->At(PsName("push", bytes, 1, 1), round) * 1e9;
-    const double pull = r->At(PsName("pull", bytes, 1, 1), round) * 1e9;
+    // Bytes all workers move in each phase.
+    const double moved = static_cast<double>(c->params) * sizeof(float) * w;
+    r->Set(RealName("real_pull", bytes, s, w), "GB/s", round,
+           moved / c->pull_s / 1e9);
+    r->Set(RealName("real_push", bytes, s, w), "GB/s", round,
+           moved / c->push_s / 1e9);
+    r->Set(RealName("real_comm", bytes, s, w), "ms", round,
+           (c->pull_s + c->push_s) * 1e3);
+    const double push = r->At(PsName("push", bytes, s, w), round) * 1e9;
+    const double pull = r->At(PsName("pull", bytes, s, w), round) * 1e9;
     if (Have(push) && Have(pull) && push > 0 && pull > 0) {
-      r->Set("steady_comm_" + n, "ms", round,
-             (model / push + model / pull) * 1e3);
+      r->Set(RealName("steady_comm", bytes, s, w), "ms", round,
+             (moved / push + moved / pull) * 1e3);
     }
   }
   const double iperf = r->At("iperf3", round) * 1e9;  // NaN when missing
@@ -545,19 +570,22 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
                        RatioMedian(r, R, cold, warm), "", 0, "no goal"});
     }
   }
-  // The real job: 1 worker, 1 server processes through the coordinator.
-  for (uint64_t bytes : plan.real_job_bytes) {
-    const std::string n = SizeName(bytes);
+  // The real jobs: worker and server processes through the coordinator.
+  for (const Plan::RealJob& job : plan.real_jobs) {
+    const int s = job.servers, w = job.workers;
+    const std::string real = RealName("real_comm", job.bytes, s, w);
+    const std::string steady = RealName("steady_comm", job.bytes, s, w);
     goals.push_back(
-        {absl::StrCat("real job ", n,
-                      " MLP, 1 worker, 1 server: "
-                      "communication per step (metrics.csv pull_s + push_s, "
+        {absl::StrCat("real job ", SizeName(job.bytes), " MLP, ", w,
+                      w == 1 ? " worker, " : " workers, ", s,
+                      s == 1 ? " server" : " servers",
+                      ": communication per step (metrics.csv pull_s + push_s, "
                       "median of steps ",
                       kRealJobFirstStep, "..", plan.real_job_steps - 1,
                       ") / steady push + pull of the same bytes (",
-                      Fmt(r.Median("steady_comm_" + n)), " ms)"),
-         Fmt(r.Median("real_comm_" + n)) + " ms",
-         RatioMedian(r, R, "real_comm_" + n, "steady_comm_" + n), "<=", 1.3});
+                      Fmt(r.Median(steady)), " ms)"),
+         Fmt(r.Median(real)) + " ms", RatioMedian(r, R, real, steady),
+         "<=", 1.3});
   }
   // The low-precision wire: no goal (it pays where the link is the limit;
   // on loopback the conversion competes with a fast wire), the ratio only.
@@ -711,11 +739,13 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
 }
 
 // What each layer costs: one table, 1 server and 1 worker, from the wire
-// up (medians over rounds, GB/s unless said).
+// up (medians over rounds, GB/s unless said), then the real jobs of other
+// layouts beside the steady push + pull of theirs.
 void PrintLayers(const Plan& plan, const Results& r) {
   printf(
-      "\nLayers, 1 server, 1 worker (GB/s, medians over rounds; warm: %d "
-      "steps on one connection after a cold one)\n\n| layer |",
+      "\nLayers, 1 server, 1 worker unless a row says (GB/s, medians over "
+      "rounds; warm: %d steps on one connection after a cold one)\n\n"
+      "| layer |",
       plan.ps_steps);
   for (uint64_t b : plan.ps_bytes) printf(" %s |", SizeName(b).c_str());
   printf("\n|---|");
@@ -749,6 +779,23 @@ void PrintLayers(const Plan& plan, const Results& r) {
   row("real job pull", sized("real_pull_"));
   row("real job pull_s + push_s (ms)", sized("real_comm_"));
   row("steady push + pull of the same bytes (ms)", sized("steady_comm_"));
+  std::vector<std::pair<int, int>> layouts;  // other than 1 server, 1 worker
+  for (const Plan::RealJob& job : plan.real_jobs) {
+    const std::pair<int, int> l = {job.servers, job.workers};
+    if (l != std::make_pair(1, 1) &&
+        std::find(layouts.begin(), layouts.end(), l) == layouts.end()) {
+      layouts.push_back(l);
+    }
+  }
+  for (const auto& [s, w] : layouts) {
+    const std::string label = absl::StrCat(w, " workers, ", s, " servers");
+    const auto named = [s = s, w = w](const char* what) {
+      return [=](uint64_t b) { return RealName(what, b, s, w); };
+    };
+    row("real job, " + label + ": pull_s + push_s (ms)", named("real_comm"));
+    row("steady push + pull of the same bytes, " + label + " (ms)",
+        named("steady_comm"));
+  }
 }
 
 }  // namespace

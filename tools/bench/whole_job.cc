@@ -221,13 +221,14 @@ absl::StatusOr<std::vector<WholeJobSample>> MeasureWholeJob(
   return out;
 }
 
-WholeJobModel RealJobModel(uint64_t bytes, int steps) {
+WholeJobModel RealJobModel(uint64_t bytes, int steps, int workers,
+                           int servers) {
   constexpr int kInputs = 1024, kClasses = 10;
   const int64_t params = static_cast<int64_t>(bytes / sizeof(float));
   // params = inputs * h + h + h * classes + classes.
   const int hidden = static_cast<int>(
       std::max<int64_t>(1, (params - kClasses) / (kInputs + 1 + kClasses)));
-  return {absl::StrCat(bytes / 1000000, "MB_1w1s"),
+  return {absl::StrCat(bytes / 1000000, "MB_", workers, "w", servers, "s"),
           kInputs,
           {hidden},
           kClasses,
@@ -256,22 +257,27 @@ absl::StatusOr<RealJobComm> RealJobCommFromRows(
 }
 
 absl::StatusOr<RealJobComm> MeasureRealJobComm(uint64_t bytes, int steps,
+                                               int workers, int servers,
                                                const std::string& bin_dir,
                                                const std::string& work_dir) {
   if (steps <= kRealJobFirstStep) {
     return absl::InvalidArgumentError(absl::StrCat(
         "real job: steps ", steps, " must be > ", kRealJobFirstStep));
   }
-  const WholeJobModel m = RealJobModel(bytes, steps);
-  absl::StatusOr<std::string> dir = NewJobDir(
-      work_dir, m.name, JobYaml(m, 0, false, 0, /*workers=*/1, /*servers=*/1));
+  if (workers < 1 || servers < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "real job: ", workers, " workers, ", servers, " servers: need >= 1"));
+  }
+  const WholeJobModel m = RealJobModel(bytes, steps, workers, servers);
+  absl::StatusOr<std::string> dir =
+      NewJobDir(work_dir, m.name, JobYaml(m, 0, false, 0, workers, servers));
   if (!dir.ok()) return dir.status();
   JobRunOptions o;
   o.bin_dir = bin_dir;
   o.config = *dir + "/job.yaml";
   o.work_dir = *dir;
-  o.workers = 1;
-  o.servers = 1;
+  o.workers = workers;
+  o.servers = servers;
   o.steps = steps;
   o.timeout = absl::Seconds(300);
   absl::StatusOr<JobRunResult> run = RunJobProcesses(o);

@@ -81,14 +81,15 @@ absl::StatusOr<std::vector<WholeJobSample>> MeasureWholeJob(
     const std::string& work_dir, double iperf_bytes_per_s,
     double bare_bytes_per_s = 0);
 
-// The real-job row of issue 26: one ps_worker and one ps_server process
-// through the coordinator (RunJobProcesses, as ./psctl run starts them),
-// sync SGD (lr 0.01), local batch 4, synthetic data, no emulated compute,
-// an MLP of 1024 inputs, one hidden layer and 10 classes sized to about
-// `bytes` of fp32 parameters (RealJobModel), `steps` steps. Its
-// communication per step comes from metrics.csv: the medians of pull_s and
-// push_s over steps kRealJobFirstStep..steps-1 (steps 0..2 warm up the
-// connections and the first pages).
+// The real-job rows of issue 26: `workers` ps_worker and `servers`
+// ps_server processes through the coordinator (RunJobProcesses, as ./psctl
+// run starts them), sync SGD (lr 0.01), local batch 4, synthetic data, no
+// emulated compute, an MLP of 1024 inputs, one hidden layer and 10 classes
+// sized to about `bytes` of fp32 parameters (RealJobModel), `steps` steps.
+// Its communication per step comes from metrics.csv (whose times are the
+// workers' means of each step): the medians of pull_s and push_s over steps
+// kRealJobFirstStep..steps-1 (steps 0..2 warm up the connections and the
+// first pages).
 inline constexpr int kRealJobFirstStep = 3;
 struct RealJobComm {
   int64_t params = 0;
@@ -96,7 +97,9 @@ struct RealJobComm {
   double push_s = 0;
   int steps_used = 0;  // rows the medians are over
 };
-WholeJobModel RealJobModel(uint64_t bytes, int steps);
+// The model's name says its size and layout: "4MB_1w1s", "16MB_4w2s".
+WholeJobModel RealJobModel(uint64_t bytes, int steps, int workers = 1,
+                           int servers = 1);
 // The medians of the rows of steps first..steps-1 (the final evaluation
 // row, step >= steps, left out). FAILED_PRECONDITION naming `source` when
 // no row is in that range.
@@ -104,8 +107,10 @@ absl::StatusOr<RealJobComm> RealJobCommFromRows(
     const std::vector<MetricsRow>& rows, int first, int steps,
     const std::string& source);
 // Runs the job under work_dir with the binaries of bin_dir; errors name the
-// job's folder and logs. steps >= kRealJobFirstStep + 1.
+// job's folder and logs. steps >= kRealJobFirstStep + 1; workers, servers
+// >= 1.
 absl::StatusOr<RealJobComm> MeasureRealJobComm(uint64_t bytes, int steps,
+                                               int workers, int servers,
                                                const std::string& bin_dir,
                                                const std::string& work_dir);
 

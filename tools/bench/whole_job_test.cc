@@ -1,5 +1,6 @@
 #include "tools/bench/whole_job.h"
 
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -47,6 +48,22 @@ TEST(RealJobModel, ParamsMatchTheBytes) {
     EXPECT_LE(params * 4, static_cast<int64_t>(bytes));
     EXPECT_GT(params * 4, static_cast<int64_t>(bytes) - 4 * (1024 + 11));
     EXPECT_EQ(m.steps, 25);
+  }
+}
+
+// The layout is in the name, so the jobs' folders and figures of two
+// layouts never mix.
+TEST(RealJobModel, NameSaysSizeAndLayout) {
+  EXPECT_EQ(RealJobModel(4000000, 10).name, "4MB_1w1s");
+  EXPECT_EQ(RealJobModel(16000000, 10, 4, 2).name, "16MB_4w2s");
+}
+
+TEST(MeasureRealJobComm, RejectsALayoutWithoutProcesses) {
+  for (auto [workers, servers] : {std::pair{0, 1}, std::pair{1, 0}}) {
+    absl::StatusOr<RealJobComm> c =
+        MeasureRealJobComm(4000000, 10, workers, servers, "no_bin", "no_dir");
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument)
+        << workers << " workers, " << servers << " servers";
   }
 }
 
