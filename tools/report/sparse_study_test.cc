@@ -51,14 +51,15 @@ SparseRuns Realistic() {
   return runs;
 }
 
-const SparseClaim& Find(const std::vector<SparseClaim>& claims,
-                        const std::string& id) {
+// A copy: callers pass JudgeSparseClaims' temporary result, so a reference
+// into it would dangle.
+SparseClaim Find(const std::vector<SparseClaim>& claims,
+                 const std::string& id) {
   for (const SparseClaim& c : claims) {
     if (c.id == id) return c;
   }
   ADD_FAILURE() << "no claim " << id;
-  static const SparseClaim none;
-  return none;
+  return SparseClaim();
 }
 
 TEST(SparseStudyTest, RealisticNumbersSupportEveryClaim) {
