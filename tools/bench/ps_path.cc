@@ -96,7 +96,7 @@ class Cluster {
 // `push_streams` parts per push, each part on a connection of its own.
 absl::StatusOr<std::unique_ptr<PsClient>> NewClient(
     const pstrain::v1::ShardMap& map, uint32_t rank,
-    pstrain::v1::DType wire_dtype, int push_streams) {
+    pstrain::v1::DType wire_dtype, int push_streams, bool bdp_probe = true) {
   PsClientOptions options;
   options.rpc_timeout = absl::Seconds(300);
   options.session_id = rank + 1;
@@ -105,9 +105,10 @@ absl::StatusOr<std::unique_ptr<PsClient>> NewClient(
   // Every channel has a local subchannel pool: a connection of its own.
   return PsClient::Connect(
       map,
-      [](const std::string& address, int) {
+      [bdp_probe](const std::string& address, int) {
         grpc::ChannelArguments args = DefaultChannelArgs();
         args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+        if (!bdp_probe) args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
         return grpc::CreateCustomChannel(
             address, grpc::InsecureChannelCredentials(), args);
       },
@@ -120,13 +121,14 @@ class Workers {
   // `push_streams` 0: the job's (PushStreams).
   static absl::StatusOr<Workers> Create(const pstrain::v1::JobSpec& job,
                                         int workers, uint64_t elems,
-                                        int push_streams = 0) {
+                                        int push_streams = 0,
+                                        bool bdp_probe = true) {
     Workers w;
     if (push_streams <= 0) push_streams = PushStreams(job.config());
     for (int i = 0; i < workers; ++i) {
       absl::StatusOr<std::unique_ptr<PsClient>> c =
           NewClient(job.shard_map(), i, job.config().network().wire_dtype(),
-                    push_streams);
+                    push_streams, bdp_probe);
       if (!c.ok()) return c.status();
       w.clients_.push_back(std::move(*c));
     }
@@ -212,16 +214,22 @@ absl::StatusOr<JobSpec> OneTensorJob(uint64_t elems, int servers, int workers,
 absl::StatusOr<PsPathResult> MeasurePsPath(
     uint64_t elems, int servers, int workers, int steps,
     pstrain::v1::DType wire_dtype, bool early_apply, bool hold_first_term,
-    bool apply_terms_on_arrival, int push_streams, bool apply_in_blocks) {
+    bool apply_terms_on_arrival, int push_streams, bool apply_in_blocks,
+    int server_lookahead, bool worker_bdp_probe) {
   absl::StatusOr<JobSpec> job = OneTensorJob(
       elems, servers, workers, pstrain::v1::OptimizerConfig::SGD, wire_dtype);
   if (!job.ok()) return job.status();
+  std::vector<std::pair<std::string, int>> server_args = PsServerChannelArgs();
+  if (server_lookahead > 0) {
+    server_args.push_back(
+        {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, server_lookahead});
+  }
   absl::StatusOr<std::unique_ptr<Cluster>> cluster =
-      Cluster::Start(*job, PsServerChannelArgs(), {}, early_apply,
-                     hold_first_term, apply_terms_on_arrival, apply_in_blocks);
+      Cluster::Start(*job, server_args, {}, early_apply, hold_first_term,
+                     apply_terms_on_arrival, apply_in_blocks);
   if (!cluster.ok()) return cluster.status();
-  absl::StatusOr<Workers> w =
-      Workers::Create((*cluster)->job(), workers, elems, push_streams);
+  absl::StatusOr<Workers> w = Workers::Create((*cluster)->job(), workers, elems,
+                                              push_streams, worker_bdp_probe);
   if (!w.ok()) return w.status();
   std::vector<double> pull_steps, push_steps;
   CpuTimes pull_cpu, push_cpu;

@@ -57,12 +57,17 @@ struct PsPathResult {
 // of every worker, each part on a connection of its own (0: the job's
 // default, PushStreams in common/job_config.h); `apply_in_blocks` false:
 // ShardOptions.apply_block 0 (the optimizer over whole chunks).
+// `server_lookahead` > 0: the servers' HTTP/2 stream lookahead
+// (grpc.http2.lookahead_bytes, a push stream's initial window) beside
+// PsServerChannelArgs(). `worker_bdp_probe` false: the workers' channels
+// with the HTTP/2 BDP probe off (a pull's receiver).
 absl::StatusOr<PsPathResult> MeasurePsPath(
     uint64_t elems, int servers, int workers, int steps,
     pstrain::v1::DType wire_dtype = pstrain::v1::DTYPE_F32,
     bool early_apply = true, bool hold_first_term = true,
     bool apply_terms_on_arrival = true, int push_streams = 0,
-    bool apply_in_blocks = true);
+    bool apply_in_blocks = true, int server_lookahead = 0,
+    bool worker_bdp_probe = true);
 
 struct SparsePathResult {
   // All workers together, the median over the warm steps of each step's

@@ -34,6 +34,12 @@ ABSL_FLAG(bool, compare_push_streams, false,
           "it: one worker in plain sync; rows with several workers push one "
           "stream anyway and measure the same setting twice)");
 
+ABSL_FLAG(int, compare_lookahead, 0,
+          "also measure every push/pull row with the servers' HTTP/2 stream "
+          "lookahead at this many bytes (rows tagged _lookahead; 0: not)");
+ABSL_FLAG(bool, compare_worker_bdp, false,
+          "also measure every push/pull row with the workers' channels "
+          "without the HTTP/2 BDP probe (rows tagged _wbdpoff)");
 ABSL_FLAG(bool, compare_apply_block, false,
           "also measure every push/pull row with the shards' optimizer over "
           "whole chunks (ShardOptions.apply_block 0) instead of in blocks");
@@ -57,6 +63,8 @@ absl::StatusOr<PsPathBenchOptions> PsPathBenchOptionsFromFlags(
   r.compare_apply_terms = absl::GetFlag(FLAGS_compare_apply_terms);
   r.compare_push_streams = absl::GetFlag(FLAGS_compare_push_streams);
   r.compare_apply_block = absl::GetFlag(FLAGS_compare_apply_block);
+  r.compare_lookahead = absl::GetFlag(FLAGS_compare_lookahead);
+  r.compare_worker_bdp = absl::GetFlag(FLAGS_compare_worker_bdp);
   o.iperf3 = absl::GetFlag(FLAGS_iperf3);
   o.memory_params = absl::GetFlag(FLAGS_memory_params);
   PS_ASSIGN_OR_RETURN(

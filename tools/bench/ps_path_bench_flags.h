@@ -1,6 +1,7 @@
 // ps_path_bench's flags (--rounds, --mb, --ps_servers, --ps_workers,
 // --memory_params, --memory_workers, --all_variants, --iperf3,
 // --compare_early_apply, --compare_hold_first_term, --compare_apply_terms,
+// --compare_lookahead, --compare_worker_bdp,
 // --compare_push_streams),
 // turned into PsPathBenchOptions. Only ps_path_bench_main.cc calls this (the
 // flags are part of that binary, not of any library user).

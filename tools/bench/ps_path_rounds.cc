@@ -47,7 +47,8 @@ PsPathMeasures RealPsPathMeasures(Iperf3* iperf3, GrpcStream* stream) {
                          pstrain::v1::DTYPE_F32, setting.early_apply,
                          setting.hold_first_term,
                          setting.apply_terms_on_arrival, setting.push_streams,
-                         setting.apply_in_blocks);
+                         setting.apply_in_blocks, setting.server_lookahead,
+                         setting.worker_bdp_probe);
   };
   return m;
 }
@@ -75,6 +76,16 @@ std::vector<ShardSetting> ShardSettings(const PsPathRoundsOptions& options) {
     ShardSetting whole{"_wholechunk"};
     whole.apply_in_blocks = false;
     settings.push_back(whole);
+  }
+  if (options.compare_lookahead > 0) {
+    ShardSetting lookahead{"_lookahead"};
+    lookahead.server_lookahead = options.compare_lookahead;
+    settings.push_back(lookahead);
+  }
+  if (options.compare_worker_bdp) {
+    ShardSetting off{"_wbdpoff"};
+    off.worker_bdp_probe = false;
+    settings.push_back(off);
   }
   return settings;
 }

@@ -43,6 +43,12 @@ struct PsPathRoundsOptions {
   // And with the optimizer over whole chunks (tagged "_wholechunk":
   // ShardOptions.apply_block 0, where the shipped shard goes in blocks).
   bool compare_apply_block = false;
+  // And with the servers' HTTP/2 stream lookahead at this many bytes
+  // (tagged "_lookahead"; 0: not compared).
+  int compare_lookahead = 0;
+  // And with the workers' channels without the HTTP/2 BDP probe (tagged
+  // "_wbdpoff").
+  bool compare_worker_bdp = false;
 };
 
 // A shard setting push/pull rows are measured under (ShardOptions).
@@ -51,8 +57,10 @@ struct ShardSetting {
   bool early_apply = true;
   bool hold_first_term = true;
   bool apply_terms_on_arrival = true;
-  int push_streams = 0;         // PsClientOptions.push_streams; 0: the job's
-  bool apply_in_blocks = true;  // false: ShardOptions.apply_block 0
+  int push_streams = 0;          // PsClientOptions.push_streams; 0: the job's
+  bool apply_in_blocks = true;   // false: ShardOptions.apply_block 0
+  int server_lookahead = 0;      // > 0: the servers' HTTP/2 lookahead
+  bool worker_bdp_probe = true;  // false: the workers' channels without it
 };
 
 // The shipped setting, then each one the options compare it with.

@@ -146,6 +146,22 @@ TEST(RunPsPathRounds, EveryComparedSettingBesideTheShippedOneInTurn) {
       << report;
 }
 
+TEST(ShardSettings, TheLinkSettingsAreComparedWithTheirTags) {
+  PsPathRoundsOptions o = OneRow(1);
+  o.compare_lookahead = 1 << 20;
+  o.compare_worker_bdp = true;
+  const std::vector<ShardSetting> s = ShardSettings(o);
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[0].server_lookahead, 0);
+  EXPECT_TRUE(s[0].worker_bdp_probe);
+  EXPECT_EQ(s[1].suffix, "_lookahead");
+  EXPECT_EQ(s[1].server_lookahead, 1 << 20);
+  EXPECT_TRUE(s[1].worker_bdp_probe);
+  EXPECT_EQ(s[2].suffix, "_wbdpoff");
+  EXPECT_EQ(s[2].server_lookahead, 0);
+  EXPECT_FALSE(s[2].worker_bdp_probe);
+}
+
 TEST(RunPsPathRounds, WithoutIperf3AndWithFailedPushesThereAreNoSuchRows) {
   const PsPathRoundsOptions o = OneRow(1);
   Fakes f;
