@@ -41,6 +41,11 @@ StepLogOptions MakeStepLogOptions(const CoordinatorOptions& o) {
   s.first_step = static_cast<int64_t>(o.start_step);
   s.classifier = IsClassifier(o.config.model());
   s.max_pending_steps = o.max_pending_steps;
+  // Sync with backup workers: a step is the model's once N - b pushed it.
+  const auto& t = o.config.training();
+  if (t.mode() == pstrain::v1::MODE_SYNC && t.backup_workers() > 0) {
+    s.records_per_row = s.num_workers - t.backup_workers();
+  }
   return s;
 }
 

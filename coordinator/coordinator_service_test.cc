@@ -30,6 +30,7 @@ class CoordinatorTest : public ::testing::Test {
     options.config.mutable_training()->set_steps(steps);
     options.config.mutable_training()->set_fail_on_divergence(
         fail_on_divergence);
+    options.config.mutable_training()->set_backup_workers(backup_workers_);
     FinalizeJobConfig(&options.config);
     options.progress = false;
     options.metrics_csv = metrics_csv;
@@ -100,6 +101,7 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   std::string notes_path_;  // supervision.txt when set before Start
+  int backup_workers_ = 0;  // training.backup_workers when set before Start
   std::unique_ptr<CoordinatorService> coord_;
   uint64_t server_session_ = 0;     // shard 0's
   std::vector<uint64_t> sessions_;  // by rank
@@ -324,6 +326,26 @@ TEST_F(CoordinatorTest, CompleteStepsAreWrittenToMetricsCsv) {
   ASSERT_EQ(rows->size(), 2u);
   EXPECT_EQ((*rows)[1].step, 1);
   EXPECT_DOUBLE_EQ(*(*rows)[1].loss, 0.5);
+}
+
+// Sync with backup workers b: a step is a row once N - b workers reported
+// it (the servers applied it then); the straggler's late records change
+// nothing.
+TEST_F(CoordinatorTest, WithABackupWorkerRowsFollowTheModel) {
+  const std::string path =
+      std::string(std::getenv("TEST_TMPDIR")) + "/metrics_backup.csv";
+  backup_workers_ = 1;
+  Start(3, 2, true, path);
+  ASSERT_TRUE(Report(0, {0, 1}, false, 0, 1.0).ok());
+  ASSERT_TRUE(Report(1, {0, 1}, false, 1, 3.0).ok());
+  ASSERT_TRUE(Report(2, {0}, false, 2, 100.0).ok());  // the straggler, late
+  absl::StatusOr<std::string> text = ReadFileText(path);
+  ASSERT_TRUE(text.ok()) << text.status();
+  absl::StatusOr<std::vector<MetricsRow>> rows = ParseMetricsCsv(*text, path);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_DOUBLE_EQ(*(*rows)[0].loss, 2.0);
+  EXPECT_DOUBLE_EQ(*(*rows)[1].loss, 2.0);
 }
 
 // Issue 11, strangers: a report must carry its rank's session id.

@@ -55,6 +55,9 @@ std::map<uint64_t, StepLog::Pending>::iterator StepLog::NextRow() {
 bool StepLog::Complete(uint64_t step, const Pending& p) const {
   if (p.reports == 0) return false;
   if (step < rolled_back_to_) return true;
+  if (options_.records_per_row > 0 && p.reports >= options_.records_per_row) {
+    return true;
+  }
   for (uint32_t w = 0; w < options_.num_workers; ++w) {
     if (p.reported[w]) continue;
     bool excused = false;

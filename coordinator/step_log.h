@@ -5,7 +5,9 @@
 //
 // Records (StepMetrics) are keyed by (worker, step). Step `steps` (one past
 // the last training step) is the final evaluation. A step becomes a row once
-// every worker has reported it, and rows come out in step order.
+// every worker has reported it (in sync with backup workers b: once N - b
+// have, as the servers apply the step then; records_per_row), and rows come
+// out in step order.
 // - Idempotent: a record of a (worker, step) already counted, or of a step
 //   already turned into a row, is ignored (a retried Report counts once).
 // - Bounded: a step beyond `steps` is OUT_OF_RANGE; at most
@@ -47,6 +49,14 @@ struct StepLogOptions {
   // a memory bound, not a staleness bound: about 150 bytes per step, so
   // about 10 MB at the default.
   int64_t max_pending_steps = 1 << 16;
+  // A step becomes a row once this many workers reported it (0: every
+  // worker). Sync with backup workers b: N - b, the pushes the servers apply
+  // a step with (Chen et al. 2016), so rows, their wall time and the totals
+  // follow the model, not the slowest worker, whose later records of a step
+  // that is a row already are ignored like repeats. A row's loss, samples
+  // and evaluation are those of the records it has: the evaluation covers
+  // the test slices of the workers that reported the step.
+  uint32_t records_per_row = 0;
 };
 
 // Totals of the complete training steps (summary.json).

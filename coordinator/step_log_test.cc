@@ -202,6 +202,44 @@ namespace {
 
 // training.on_failure: restart (coordinator/coordinator_service.cc,
 // FinishRollback).
+TEST(StepLogTest, WithBackupWorkersAStepIsARowOnceNMinusBReportedIt) {
+  StepLogOptions o = Options(3, 2);
+  o.records_per_row = 2;  // 3 workers, 1 backup
+  StepLog log(o);
+  // Workers 0 and 1 are fast; worker 2 (the straggler) is still at step 0.
+  ASSERT_TRUE(log.Add(0, Batch({Record(0, 0, 1.0), Record(0, 1, 1.0)})).ok());
+  EXPECT_TRUE(log.TakeCompleteRows(kStart).empty());  // one of two
+  ASSERT_TRUE(log.Add(1, Batch({Record(1, 0, 3.0), Record(1, 1, 3.0)})).ok());
+  std::vector<MetricsRow> rows = log.TakeCompleteRows(kStart);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_DOUBLE_EQ(*rows[0].loss, 2.0);
+  EXPECT_EQ(rows[0].samples, 20);
+  EXPECT_DOUBLE_EQ(rows[1].wall_s, 1.0);  // when the model got there
+  // The final evaluation too: the fast workers' test slices.
+  pstrain::v1::StepMetrics e0 = Record(0, 2, 0), e1 = Record(1, 2, 0);
+  e0.set_eval_correct(8);
+  e0.set_eval_total(10);
+  e1.set_eval_correct(6);
+  e1.set_eval_total(10);
+  ASSERT_TRUE(log.Add(0, Batch({e0})).ok());
+  ASSERT_TRUE(log.Add(1, Batch({e1})).ok());
+  rows = log.TakeCompleteRows(kStart);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_DOUBLE_EQ(*rows[0].eval_accuracy, 0.7);
+  EXPECT_EQ(log.totals().steps, 2);
+  EXPECT_EQ(log.totals().samples, 40u);
+  // The straggler's records of steps that are rows change nothing.
+  pstrain::v1::StepMetrics late = Record(2, 2, 0);
+  late.set_eval_correct(0);
+  late.set_eval_total(10);
+  ASSERT_TRUE(
+      log.Add(2, Batch({Record(2, 0, 100.0), Record(2, 1, 100.0), late})).ok());
+  EXPECT_TRUE(log.TakeCompleteRows(kStart).empty());
+  EXPECT_EQ(log.totals().samples, 40u);
+  EXPECT_DOUBLE_EQ(log.totals().final_accuracy, 0.7);
+  EXPECT_EQ(log.pending_steps(), 0u);
+}
+
 TEST(StepLogTest, ARollbackTurnsTheStepsBelowItIntoRowsWithWhatTheyHave) {
   StepLog log(Options(2, 10));
   // Worker 0 reported steps 0..2, 4 and 5 (its report of step 3 was lost),

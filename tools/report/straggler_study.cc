@@ -374,15 +374,18 @@ updates per step); `backup:1` is sync that applies each step with the first
 N - 1 gradients.
 
 **Measurement note.** A `metrics.csv` row, and so steps and time to target
-and the run's wall time behind s / step, completes when *every* worker has
-reported that step (coordinator/step_log.h), and each worker evaluates its
-test slice at its own step. In sync that is the model's step. In async and
-`backup:1` under a persistent straggler the fast workers run ahead, but the
-rows follow the slowest worker's progress, and a row's evaluation mixes
-weights of different ages; every worker also trains the same number of
-steps, so the job ends when the straggler does. These modes' hardware gains
-are therefore understated here; the verdicts are what these figures give,
-not a correction of them.
+and the run's wall time behind s / step, completes when the workers the
+model's step needs have reported it (coordinator/step_log.h): every worker
+in sync and async, N - 1 in `backup:1` (the pushes the servers apply the
+step with), and each worker evaluates its test slice at its own step. In
+sync and `backup:1` that is the model's step (a `backup:1` row's
+evaluation covers the test slices of the workers that reported it). In
+async under a persistent straggler the fast workers run ahead, but the rows
+follow the slowest worker's progress, and a row's evaluation mixes weights
+of different ages; every worker also trains the same number of steps, so
+the job ends when the straggler does. Async's hardware gains are therefore
+understated here; the verdicts are what these figures give, not a
+correction of them.
 )";
   // persistent, transient, pause, then any other, each once.
   std::vector<std::string> order;
