@@ -15,8 +15,6 @@ using pstrain::bench::v1::Blob;
 using pstrain::bench::v1::DownloadRequest;
 using pstrain::bench::v1::UploadResponse;
 
-constexpr uint64_t kMessageBytes = 1 << 20;
-
 absl::StatusOr<std::unique_ptr<Iperf3>> Iperf3::Start(
     const std::string& binary) {
   absl::StatusOr<int> port = FreeLoopbackPort();
@@ -91,15 +89,32 @@ class GrpcStream::Service final
   }
 };
 
-absl::StatusOr<std::unique_ptr<GrpcStream>> GrpcStream::Start() {
-  std::unique_ptr<GrpcStream> s(new GrpcStream);
+GrpcStream::GrpcStream(GrpcStreamOptions options)
+    : options_(std::move(options)) {}
+
+absl::StatusOr<std::unique_ptr<GrpcStream>> GrpcStream::Start(
+    GrpcStreamOptions options) {
+  std::unique_ptr<GrpcStream> s(new GrpcStream(std::move(options)));
   s->service_ = std::make_unique<Service>();
-  absl::StatusOr<StartedServer> started = StartGrpcServer(
-      "127.0.0.1", 0, grpc::InsecureServerCredentials(), {s->service_.get()});
+  absl::StatusOr<StartedServer> started =
+      StartGrpcServer("127.0.0.1", 0, grpc::InsecureServerCredentials(),
+                      {s->service_.get()}, s->options_.server_args);
   if (!started.ok()) return started.status();
   s->server_ = std::move(started->server);
-  s->stub_ = pstrain::bench::v1::BlobStream::NewStub(
-      MakeChannel(absl::StrCat("127.0.0.1:", started->port)));
+  const std::string address = absl::StrCat("127.0.0.1:", started->port);
+  std::shared_ptr<grpc::Channel> channel;
+  if (s->options_.client_args.empty()) {
+    channel = MakeChannel(address);
+  } else {
+    grpc::ChannelArguments args = DefaultChannelArgs();
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    for (const auto& [key, value] : s->options_.client_args) {
+      args.SetInt(key, value);
+    }
+    channel = grpc::CreateCustomChannel(
+        address, grpc::InsecureChannelCredentials(), args);
+  }
+  s->stub_ = pstrain::bench::v1::BlobStream::NewStub(channel);
   return s;
 }
 
@@ -111,15 +126,16 @@ GrpcStream::~GrpcStream() {
 
 absl::StatusOr<double> GrpcStream::Upload(uint64_t bytes) {
   Blob blob;
-  blob.mutable_data()->assign(kMessageBytes, '\x5a');
+  const uint64_t message_bytes = options_.message_bytes;
+  blob.mutable_data()->assign(message_bytes, '\x5a');
   grpc::ClientContext context;
   SetTimeout(&context, absl::Seconds(120));
   UploadResponse response;
   const absl::Time start = absl::Now();
   std::unique_ptr<grpc::ClientWriter<Blob>> writer =
       stub_->Upload(&context, &response);
-  for (uint64_t sent = 0; sent < bytes; sent += kMessageBytes) {
-    if (bytes - sent < kMessageBytes) blob.mutable_data()->resize(bytes - sent);
+  for (uint64_t sent = 0; sent < bytes; sent += message_bytes) {
+    if (bytes - sent < message_bytes) blob.mutable_data()->resize(bytes - sent);
     if (!writer->Write(blob)) break;
   }
   writer->WritesDone();
@@ -136,7 +152,7 @@ absl::StatusOr<double> GrpcStream::Upload(uint64_t bytes) {
 absl::StatusOr<double> GrpcStream::Download(uint64_t bytes) {
   DownloadRequest request;
   request.set_total_bytes(bytes);
-  request.set_message_bytes(kMessageBytes);
+  request.set_message_bytes(options_.message_bytes);
   grpc::ClientContext context;
   SetTimeout(&context, absl::Seconds(120));
   const absl::Time start = absl::Now();

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -40,13 +41,24 @@ class Iperf3 {
   Child server_;
 };
 
-// A BlobStream service on 127.0.0.1:0 and a client channel to it.
+// A bare stream's HTTP/2 settings and message size. The defaults are the
+// bench's anchor: gRPC's own settings, 1 MiB messages, the process's shared
+// connection to the address (common/grpc_util.h MakeChannel).
+struct GrpcStreamOptions {
+  std::vector<std::pair<std::string, int>> server_args;  // upload's receiver
+  std::vector<std::pair<std::string, int>> client_args;  // download's receiver
+  uint64_t message_bytes = 1 << 20;
+};
+
+// A BlobStream service on 127.0.0.1:0 and a client channel to it (with
+// client_args, a connection of its own).
 class GrpcStream {
  public:
-  static absl::StatusOr<std::unique_ptr<GrpcStream>> Start();
+  static absl::StatusOr<std::unique_ptr<GrpcStream>> Start(
+      GrpcStreamOptions options = {});
   ~GrpcStream();
   // Bytes per second of `bytes` sent client -> server (Upload) and
-  // server -> client (Download), 1 MiB per message.
+  // server -> client (Download), options.message_bytes per message.
   absl::StatusOr<double> Upload(uint64_t bytes);
   absl::StatusOr<double> Download(uint64_t bytes);
   // The steady state on the stream's one long-lived connection: 1 + `steps`
@@ -58,7 +70,8 @@ class GrpcStream {
 
  private:
   class Service;
-  GrpcStream() = default;
+  explicit GrpcStream(GrpcStreamOptions options);
+  const GrpcStreamOptions options_;
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<pstrain::bench::v1::BlobStream::Stub> stub_;

@@ -1,0 +1,115 @@
+#include "tools/bench/grpc_args.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "server/ps_service.h"
+#include "tools/bench/stats.h"
+
+namespace pstrain::bench {
+
+namespace {
+
+using Args = std::vector<std::pair<std::string, int>>;
+
+Args With(Args args, const char* key, int value) {
+  args.push_back({key, value});
+  return args;
+}
+
+}  // namespace
+
+std::vector<GrpcArgsVariant> GrpcArgsVariants() {
+  const Args bdp_off = {{GRPC_ARG_HTTP2_BDP_PROBE, 0}};
+  const Args shipped = PsServerChannelArgs();
+  const char* kLookahead = GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES;
+  const int kMaxFrame = (1 << 24) - 1;  // HTTP/2's largest
+  auto both = [](const Args& a) { return GrpcStreamOptions{a, a}; };
+  return {
+      {"defaults (the bare stream)", {}},
+      {"BDP off", both(bdp_off)},
+      {"BDP off + lookahead 256 KiB",
+       {With(bdp_off, kLookahead, 256 << 10), bdp_off}},
+      {"BDP off + lookahead 1 MiB",
+       {With(bdp_off, kLookahead, 1 << 20), bdp_off}},
+      {"BDP off + lookahead 4 MiB",
+       {With(bdp_off, kLookahead, 4 << 20), bdp_off}},
+      {"BDP off + lookahead 16 MiB",
+       {With(bdp_off, kLookahead, 16 << 20), bdp_off}},
+      {"ps_server's", {shipped, bdp_off}},
+      {"ps_server's + lookahead 1 MiB",
+       {With(shipped, kLookahead, 1 << 20), bdp_off}},
+      {"ps_server's + lookahead 4 MiB",
+       {With(shipped, kLookahead, 4 << 20), bdp_off}},
+      {"worker channel BDP off", {{}, bdp_off}},
+      {"worker channel BDP off + lookahead 1 MiB",
+       {{}, With(bdp_off, kLookahead, 1 << 20)}},
+      {"max frame 16 MiB", both({{GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kMaxFrame}})},
+      {"256 KiB messages", {{}, {}, 256 << 10}},
+  };
+}
+
+absl::StatusOr<std::string> RunGrpcArgsBench(
+    const GrpcArgsBenchOptions& options,
+    const std::vector<GrpcArgsVariant>& variants) {
+  if (variants.empty() || options.rounds < 1 || options.steps < 1) {
+    return absl::InvalidArgumentError(
+        "grpc_args_bench: needs variants, rounds >= 1 and steps >= 1");
+  }
+  std::vector<std::unique_ptr<GrpcStream>> streams;
+  for (const GrpcArgsVariant& v : variants) {
+    absl::StatusOr<std::unique_ptr<GrpcStream>> s = GrpcStream::Start(v.stream);
+    if (!s.ok()) return s.status();
+    streams.push_back(std::move(*s));
+  }
+  // (variant, size) -> per-round warm median, GB/s.
+  std::map<std::pair<size_t, int>, std::vector<double>> gbps;
+  for (int r = 0; r < options.rounds; ++r) {
+    for (int mb : options.sizes_mb) {
+      const uint64_t bytes = uint64_t{1000000} * mb;
+      for (size_t i = 0; i < variants.size(); ++i) {
+        absl::StatusOr<SteadyRate> rate =
+            options.download ? streams[i]->DownloadSteady(bytes, options.steps)
+                             : streams[i]->UploadSteady(bytes, options.steps);
+        if (!rate.ok()) {
+          return absl::Status(
+              rate.status().code(),
+              absl::StrCat(variants[i].name, ": ", rate.status().message()));
+        }
+        gbps[{i, mb}].push_back(rate->warm_bytes_per_s / 1e9);
+      }
+    }
+  }
+  double load[3] = {0, 0, 0};
+  getloadavg(load, 3);
+  std::string out = absl::StrFormat(
+      "gRPC %s, warm, %d rounds x %d steps, load %.2f %.2f %.2f\n",
+      options.download ? "download" : "upload", options.rounds, options.steps,
+      load[0], load[1], load[2]);
+  absl::StrAppendFormat(&out, "%-42s", "variant: GB/s (/ the first)");
+  for (int mb : options.sizes_mb) {
+    absl::StrAppendFormat(&out, " %16s", absl::StrCat(mb, " MB"));
+  }
+  out += "\n";
+  for (size_t i = 0; i < variants.size(); ++i) {
+    absl::StrAppendFormat(&out, "%-42s", variants[i].name);
+    for (int mb : options.sizes_mb) {
+      const std::vector<double>& v = gbps[{i, mb}];
+      const std::vector<double>& base = gbps[{0, mb}];
+      std::vector<double> ratio;
+      for (size_t r = 0; r < v.size(); ++r) ratio.push_back(v[r] / base[r]);
+      absl::StrAppendFormat(&out, "    %5.2f (%4.2fx)", Median(v),
+                            Median(ratio));
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace pstrain::bench

@@ -1,0 +1,45 @@
+// Which HTTP/2 settings move gRPC's own ceiling on this machine? The bench's
+// bare stream (tools/bench/wire.h) with one setting changed at a time, every
+// variant in every round (interleaved), warm: each variant keeps one
+// long-lived stream, and each figure is the median of `steps` transfers
+// after one apart (GrpcStream::UploadSteady). A measuring instrument for
+// docs/performance.md ("What gRPC's settings move"), not a product path.
+#ifndef PSTRAIN_TOOLS_BENCH_GRPC_ARGS_H_
+#define PSTRAIN_TOOLS_BENCH_GRPC_ARGS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tools/bench/wire.h"
+
+namespace pstrain::bench {
+
+struct GrpcArgsVariant {
+  std::string name;
+  GrpcStreamOptions stream;
+};
+
+// gRPC's defaults first (the ratios' base), then one change each: the BDP
+// probe off, lookaheads, ps_server's settings (server/ps_service.h
+// PsServerChannelArgs), the workers' channels without the probe, larger
+// frames, smaller messages.
+std::vector<GrpcArgsVariant> GrpcArgsVariants();
+
+struct GrpcArgsBenchOptions {
+  int rounds = 3;
+  int steps = 20;
+  std::vector<int> sizes_mb = {4, 16, 64};
+  bool download = false;  // server -> client instead of client -> server
+};
+
+// Runs the rounds over `variants` (the first is the base) and returns the
+// table: per variant and size the median GB/s over rounds and the median
+// of the per-round ratios to the base, with the load average.
+absl::StatusOr<std::string> RunGrpcArgsBench(
+    const GrpcArgsBenchOptions& options,
+    const std::vector<GrpcArgsVariant>& variants);
+
+}  // namespace pstrain::bench
+
+#endif  // PSTRAIN_TOOLS_BENCH_GRPC_ARGS_H_
