@@ -200,8 +200,6 @@ TEST(StepLogTest, ExcusedWorkerIsNotWaitedForUntilExpectedAgain) {
 namespace pstrain {
 namespace {
 
-// training.on_failure: restart (coordinator/coordinator_service.cc,
-// FinishRollback).
 TEST(StepLogTest, WithBackupWorkersAStepIsARowOnceNMinusBReportedIt) {
   StepLogOptions o = Options(3, 2);
   o.records_per_row = 2;  // 3 workers, 1 backup
@@ -240,6 +238,8 @@ TEST(StepLogTest, WithBackupWorkersAStepIsARowOnceNMinusBReportedIt) {
   EXPECT_EQ(log.pending_steps(), 0u);
 }
 
+// training.on_failure: restart (coordinator/coordinator_service.cc,
+// FinishRollback).
 TEST(StepLogTest, ARollbackTurnsTheStepsBelowItIntoRowsWithWhatTheyHave) {
   StepLog log(Options(2, 10));
   // Worker 0 reported steps 0..2, 4 and 5 (its report of step 3 was lost),
