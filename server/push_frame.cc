@@ -3,7 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "google/protobuf/stubs/common.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 
 namespace pstrain {
 namespace {
@@ -111,19 +112,37 @@ constexpr int kFixed32 = 5;
 // protobuf's default recursion limit, which bounds nested groups too.
 constexpr int kMaxDepth = 100;
 
-// Reads a tag; false at a malformed one (field number 0, over 32 bits).
+// Reads a varint of at most `max_bytes` bytes whose last byte is below
+// `last_below` (protobuf's limits for tags and lengths).
+bool ReadShortVarint(Cursor* in, int max_bytes, uint8_t last_below,
+                     uint64_t* v) {
+  uint64_t result = 0;
+  for (int i = 0; i < max_bytes; ++i) {
+    uint8_t b;
+    if (!in->ReadByte(&b)) return false;
+    if (i == max_bytes - 1 && b >= last_below) return false;
+    result |= static_cast<uint64_t>(b & 0x7f) << (7 * i);
+    if ((b & 0x80) == 0) break;
+  }
+  *v = result;
+  return true;
+}
+
+// Reads a tag as protobuf does: at most 5 bytes, bits past 32 dropped;
+// false at a malformed one or field number 0.
 bool ReadTag(Cursor* in, uint32_t* field, int* wire_type) {
   uint64_t tag;
-  if (!in->ReadVarint(&tag) || tag > 0xffffffffu) return false;
-  *field = static_cast<uint32_t>(tag >> 3);
-  *wire_type = static_cast<int>(tag & 7);
+  if (!ReadShortVarint(in, 5, 0x80, &tag)) return false;
+  const uint32_t t = static_cast<uint32_t>(tag);
+  *field = t >> 3;
+  *wire_type = static_cast<int>(t & 7);
   return *field != 0;
 }
 
+// A length: at most 5 bytes and below 2 GiB, as protobuf requires.
 bool ReadLength(Cursor* in, size_t* n) {
   uint64_t v;
-  // protobuf refuses lengths that do not fit an int.
-  if (!in->ReadVarint(&v) || v > 0x7fffffffu) return false;
+  if (!ReadShortVarint(in, 5, 8, &v)) return false;
   *n = static_cast<size_t>(v);
   return true;
 }
@@ -158,6 +177,22 @@ bool SkipField(Cursor* in, uint32_t field, int wire_type, int depth) {
   }
 }
 
+// Whether protobuf accepts `s` as a proto3 `string` (valid UTF-8), asked
+// of protobuf itself through a one-field ChunkData (its UTF-8 check is not
+// public API). Only the small tensor name goes through it.
+bool ValidString(const std::string& s) {
+  std::string field;
+  {
+    google::protobuf::io::StringOutputStream out(&field);
+    google::protobuf::io::CodedOutputStream coded(&out);
+    coded.WriteTag(1 << 3 | kLengthDelimited);
+    coded.WriteVarint32(static_cast<uint32_t>(s.size()));
+    coded.WriteRaw(s.data(), static_cast<int>(s.size()));
+  }
+  v1::ChunkData probe;
+  return probe.ParseFromString(field);
+}
+
 bool ParseChunk(Cursor* in, ChunkView* c) {
   while (!in->AtEnd()) {
     uint32_t field;
@@ -167,10 +202,7 @@ bool ParseChunk(Cursor* in, ChunkView* c) {
     size_t n;
     if (field == 1 && wt == kLengthDelimited) {
       if (!ReadLength(in, &n) || !in->ReadString(n, &c->tensor)) return false;
-      if (!google::protobuf::internal::IsStructurallyValidUTF8(
-              c->tensor.data(), static_cast<int>(c->tensor.size()))) {
-        return false;
-      }
+      if (!ValidString(c->tensor)) return false;
     } else if (field == 2 && wt == kVarint) {
       if (!in->ReadVarint(&v)) return false;
       c->index = static_cast<uint32_t>(v);

@@ -145,6 +145,14 @@ TEST(PushFrameTest, MalformedRefusedLikeProtobuf) {
       std::string("\x12\x05\x0a\x02\xc3\x28", 6) + std::string(1, '\x00'),
       std::string("\x12\x03\x0a\x05zz", 5),  // string past its chunk
       std::string("\x0a\x02\x08", 3),        // header past the frame
+      // A 5-byte tag whose bits past 32 protobuf drops (fuzzer finding):
+      // field 0x5fffffd, fixed32, accepted.
+      std::string("\xed\xff\xff\xff\x12", 5) + "abcd",
+      std::string("\xed\xff\xff\xff\x92\x01", 6) + "abcd",  // 6-byte tag
+      std::string("\x5a\x80\x80\x80\x80\x00", 6),           // 6-byte length
+      std::string("\x5a\x80\x80\x80\x80\x08", 6),           // length of 2 GiB
+      std::string("\x5a\x83\x80\x80\x80\x00", 6) + "abc",
+      std::string("\x5a\x83\x80\x80\x00", 5) + "abc",  // 5 bytes: fine
   };
   for (const std::string& f : frames) ExpectSameAsProtobuf(f, {f});
 }
