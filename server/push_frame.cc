@@ -248,10 +248,10 @@ absl::Status ParsePushFrame(absl::Span<const absl::string_view> pieces,
     if (field == 1 && wt == kLengthDelimited) {
       std::string bytes;
       if (!ReadLength(&in, &n) || !in.ReadString(n, &bytes)) return bad;
-      // Repeated occurrences of a message field merge, as in protobuf.
-      v1::PushHeader part;
-      if (!part.ParseFromString(bytes)) return bad;
-      out->header.MergeFrom(part);
+      // Repeated occurrences of a message field are parsed into the same
+      // message, as protobuf does (a later explicit 0 overwrites, unlike
+      // MergeFrom of a parsed part).
+      if (!out->header.MergeFromString(bytes)) return bad;
       out->has_header = true;
     } else if (field == 2 && wt == kLengthDelimited) {
       size_t old;

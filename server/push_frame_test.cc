@@ -153,6 +153,9 @@ TEST(PushFrameTest, MalformedRefusedLikeProtobuf) {
       std::string("\x5a\x80\x80\x80\x80\x08", 6),           // length of 2 GiB
       std::string("\x5a\x83\x80\x80\x80\x00", 6) + "abc",
       std::string("\x5a\x83\x80\x80\x00", 5) + "abc",  // 5 bytes: fine
+      // Two headers, the second with an explicit 0 (fuzzer finding): it
+      // overwrites the first's read_version, as protobuf parses.
+      std::string("\x0a\x02\x18\x16\x0a\x02\x18\x00", 8),
   };
   for (const std::string& f : frames) ExpectSameAsProtobuf(f, {f});
 }
