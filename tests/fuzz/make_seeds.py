@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the seed corpora of the message fuzzers (push_fuzzer, stream_fuzzer,
-rows_fuzzer)
+rows_fuzzer, push_frame_fuzzer)
 and the text fuzzers (config_fuzzer, loaders_fuzzer) into corpus/<target>/.
 
 The protobuf messages are encoded by hand (no protobuf module needed); the
@@ -116,6 +116,17 @@ def write(target, name, data):
 
 
 def main():
+    # push_frame_fuzzer: byte 0 places the slice cuts, then one frame.
+    frame = push(header(0, 0), [chunk("w", 0, W0), chunk("w", 1, W1)])
+    for cuts in (0x00, 0x37, 0x88, 0xf1):
+        write("push_frame_fuzzer", f"valid_{cuts:02x}", bytes([cuts]) + frame)
+    write("push_frame_fuzzer", "truncated", b"\x55" + frame[:-3])
+    write("push_frame_fuzzer", "unknown_fields",
+          b"\x46" + field_varint(9, 7) + frame + field_bytes(11, b"abc"))
+    write("push_frame_fuzzer", "unpacked_shape", b"\x21" + push(None, [
+        field_bytes(1, b"w") + field_varint(4, 2) + field_varint(4, 3) +
+        field_bytes(5, b"\0" * 8)]))
+
     # push_fuzzer: shard 0 of two holds w/0 and w/1.
     shard0 = [chunk("w", 0, W0), chunk("w", 1, W1)]
     for variant in range(6):
