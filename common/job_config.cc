@@ -144,6 +144,13 @@ const Names<v1::TrainingConfig::OnFailure>& OnFailureNames() {
   return *names;
 }
 
+const Names<v1::TrainingConfig::Clock>& ClockNames() {
+  using T = v1::TrainingConfig;
+  static const auto* names = new Names<T::Clock>{{"worker", T::CLOCK_WORKER},
+                                                 {"model", T::CLOCK_MODEL}};
+  return *names;
+}
+
 const Names<WorkerConfig::Device>& DeviceNames() {
   static const auto* names =
       new Names<WorkerConfig::Device>{{"auto", WorkerConfig::AUTO},
@@ -559,6 +566,18 @@ const std::vector<Key>& KeyTable() {
           "makes one; `scaled`: the rate / `job.workers`, sync's learning "
           "rate per sample ([studies](studies.md#update-count-control)); "
           "`scaled` needs mode async."),
+      Row("training", "clock", EnumCodec(ClockNames()),
+          v1::TrainingConfig::CLOCK_WORKER, PS_FIELD(training, clock),
+          "What a step is. `worker`: each worker's own clock (every worker "
+          "trains `steps` steps; a `metrics.csv` row is a step every worker "
+          "reported). `model` (mode `async`): the servers' clock, N pushes "
+          "= one model step; workers train until the servers took N x "
+          "`steps` pushes, as many steps each as its speed allows, and rows "
+          "and the learning-rate schedule follow the model "
+          "([studies](studies.md#model-clock)). Sync and all-reduce rows "
+          "follow the model either way. `model` in async needs "
+          "`training.on_failure: fail`, no checkpoints, no "
+          "`worker.overlap`, no row-sparse table and C++ workers."),
       Row("training", "dc_lambda", NumberCodec(), 0,
           PS_FIELD(training, dc_lambda),
           "Mode `async` only: DC-ASGD delay compensation lambda >= 0, the "
@@ -1550,6 +1569,36 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   PS_RETURN_IF_ERROR(
       Positive("training.restart_timeout_s", t.restart_timeout_s()));
   PS_RETURN_IF_ERROR(AtLeast("training.max_restarts", t.max_restarts(), 0));
+  PS_RETURN_IF_ERROR(Known("training.clock", ClockNames(), t.clock()));
+  if (t.clock() == v1::TrainingConfig::CLOCK_MODEL &&
+      t.mode() == v1::MODE_ASYNC) {
+    // The model clock keeps no per-worker step the recovery paths could
+    // roll back to or stand in for: refused before anything starts.
+    if (t.on_failure() != v1::TrainingConfig::FAIL &&
+        t.on_failure() != v1::TrainingConfig::ON_FAILURE_UNSPECIFIED) {
+      return KeyError(
+          "training.clock",
+          absl::StrCat("model needs training.on_failure fail, "
+                       "got ",
+                       NameOrUnspecified(OnFailureNames(), t.on_failure())));
+    }
+    if (c.checkpoint().every_steps() > 0 ||
+        c.checkpoint().every_seconds() > 0) {
+      return KeyError("training.clock",
+                      "model takes no checkpoints (async cuts are worker "
+                      "clocks): set checkpoint.every_steps and "
+                      "checkpoint.every_seconds to 0");
+    }
+    if (c.worker().overlap()) {
+      return KeyError("training.clock",
+                      "model does not overlap (worker.overlap): set it false");
+    }
+    if (m.type() == ModelConfig::WIDE_DEEP) {
+      return KeyError("training.clock",
+                      "model does not take row-sparse tables (model.type "
+                      "wide_deep) yet");
+    }
+  }
   // The policy's own cross-key rules (mode, allreduce.backend, model.type,
   // training.backup_workers): coordinator/failure_policy.h.
   PS_RETURN_IF_ERROR(FailurePolicy::ForJob(t)->CheckJob(c));

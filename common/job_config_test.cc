@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -788,6 +789,61 @@ TEST(JobConfigTest, AsyncLrPerPush) {
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(std::string(bad.status().message()),
               HasSubstr("training.async_lr_per_push"));
+}
+
+// training.clock: model in async, and what it refuses before anything
+// starts (the recovery paths, checkpoints, overlap, row-sparse tables).
+TEST(JobConfigTest, ModelClock) {
+  absl::StatusOr<JobConfig> c =
+      ParseJobConfig("training: {mode: async, clock: model}\n", "job.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->training().clock(), v1::TrainingConfig::CLOCK_MODEL);
+  EXPECT_TRUE(ValidateJobConfig(*c).ok()) << ValidateJobConfig(*c);
+  EXPECT_THAT(JobConfigToYaml(*c), HasSubstr("clock: model"));
+  EXPECT_EQ(DefaultJobConfig().training().clock(),
+            v1::TrainingConfig::CLOCK_WORKER);
+  // Sync follows the model already: accepted, and changes nothing.
+  JobConfig sync = *c;
+  sync.mutable_training()->set_mode(v1::MODE_SYNC);
+  EXPECT_TRUE(ValidateJobConfig(sync).ok()) << ValidateJobConfig(sync);
+  struct Bad {
+    std::function<void(JobConfig*)> mutate;
+    std::string says;
+  };
+  for (const Bad& bad : std::vector<Bad>{
+           {[](JobConfig* b) {
+              b->mutable_training()->set_on_failure(
+                  v1::TrainingConfig::RESTART);
+            },
+            "model needs training.on_failure fail, got restart"},
+           {[](JobConfig* b) {
+              b->mutable_training()->set_on_failure(
+                  v1::TrainingConfig::ELASTIC);
+            },
+            "got elastic"},
+           {[](JobConfig* b) { b->mutable_checkpoint()->set_every_steps(5); },
+            "model takes no checkpoints"},
+           {[](JobConfig* b) { b->mutable_checkpoint()->set_every_seconds(5); },
+            "model takes no checkpoints"},
+           {[](JobConfig* b) {
+              b->mutable_worker()->set_overlap(true);
+              b->mutable_worker()->set_compute_ms(5);
+            },
+            "model does not overlap"},
+           {[](JobConfig* b) { UseWideDeep(b); },
+            "model does not take row-sparse tables"}}) {
+    JobConfig b = *c;
+    bad.mutate(&b);
+    absl::Status status = ValidateJobConfig(b);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad.says;
+    EXPECT_THAT(std::string(status.message()), HasSubstr("training.clock"));
+    EXPECT_THAT(std::string(status.message()), HasSubstr(bad.says));
+  }
+  absl::StatusOr<JobConfig> unknown =
+      ParseJobConfig("training: {mode: async, clock: wall}\n", "job.yaml");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_THAT(std::string(unknown.status().message()),
+              HasSubstr("training.clock"));
 }
 
 TEST(JobConfigTest, LoadMissingFileIsNotFound) {

@@ -128,6 +128,15 @@ absl::Status WritePlanIfRequested(const JobConfig& config,
   // refuses --worker-cmd when live workers must stand in for lost ranks,
   // which Python workers cannot.
   plan << "stands_in=" << (spec.worker_recovery().stands_in() ? 1 : 0) << "\n";
+  // training.clock model in async: C++ workers only (psctl run refuses
+  // --worker-cmd).
+  plan << "model_clock="
+       << (config.training().mode() == pstrain::v1::MODE_ASYNC &&
+                   config.training().clock() ==
+                       pstrain::v1::TrainingConfig::CLOCK_MODEL
+               ? 1
+               : 0)
+       << "\n";
   if (resume != nullptr) {
     plan << "resume_step=" << resume->step << "\nresume_from=" << resume->dir
          << "\n";

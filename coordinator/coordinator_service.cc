@@ -46,6 +46,9 @@ StepLogOptions MakeStepLogOptions(const CoordinatorOptions& o) {
   if (t.mode() == pstrain::v1::MODE_SYNC && t.backup_workers() > 0) {
     s.records_per_row = s.num_workers - t.backup_workers();
   }
+  // Async on the model clock: rows are model steps (N pushes each).
+  s.model_clock = t.mode() == pstrain::v1::MODE_ASYNC &&
+                  t.clock() == pstrain::v1::TrainingConfig::CLOCK_MODEL;
   return s;
 }
 

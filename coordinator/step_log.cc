@@ -13,6 +13,12 @@ StepLog::StepLog(StepLogOptions options)
       next_row_(static_cast<uint64_t>(options_.first_step)) {
   totals_.steps = options_.first_step;
   excused_.resize(options_.num_workers);
+  next_own_step_.assign(options_.num_workers, 0);
+}
+
+uint64_t StepLog::RowOf(const pstrain::v1::StepMetrics& m) const {
+  if (!options_.model_clock) return m.step();
+  return m.finished() ? static_cast<uint64_t>(options_.steps) : m.model_step();
 }
 
 uint64_t StepLog::NextStep(uint32_t worker) const {
@@ -54,6 +60,7 @@ std::map<uint64_t, StepLog::Pending>::iterator StepLog::NextRow() {
 
 bool StepLog::Complete(uint64_t step, const Pending& p) const {
   if (p.reports == 0) return false;
+  if (options_.model_clock) return p.reports >= options_.num_workers;
   if (step < rolled_back_to_) return true;
   if (options_.records_per_row > 0 && p.reports >= options_.records_per_row) {
     return true;
@@ -80,14 +87,24 @@ absl::Status StepLog::Add(
       return absl::InvalidArgumentError(absl::StrCat(
           "worker ", worker, " reported a step of worker ", m.worker()));
     }
-    if (m.step() > last) {
+    if (options_.model_clock) {
+      // A worker makes at most N x steps pushes, then its final record.
+      const uint64_t most = last * options_.num_workers;
+      if (m.step() > most || (!m.finished() && m.model_step() > most)) {
+        return absl::OutOfRangeError(absl::StrCat(
+            "worker ", worker, " reported step ", m.step(), " (model step ",
+            m.model_step(), ") but the model takes ", options_.steps,
+            " steps of ", options_.num_workers, " pushes"));
+      }
+      if (!m.finished() && m.model_step() >= last) continue;  // past the end
+    } else if (m.step() > last) {
       return absl::OutOfRangeError(
           absl::StrCat("worker ", worker, " reported step ", m.step(),
                        " but the job has ", options_.steps, " steps (step ",
                        options_.steps, " is the final evaluation)"));
     }
-    if (m.step() >= next_row_ && !pending_.count(m.step()))
-      new_steps.insert(m.step());
+    const uint64_t row = RowOf(m);
+    if (row >= next_row_ && !pending_.count(row)) new_steps.insert(row);
   }
   if (static_cast<int64_t>(pending_.size() + new_steps.size()) >
       options_.max_pending_steps) {
@@ -98,10 +115,22 @@ absl::Status StepLog::Add(
                      options_.max_pending_steps, ")"));
   }
   for (const auto& m : records) {
-    if (m.step() < next_row_) continue;  // already a row: a repeat
-    Pending& p = pending_[m.step()];
+    if (options_.model_clock) {
+      // Records come in the worker's step order: a lower step is a repeat.
+      if (m.step() < next_own_step_[worker]) continue;
+      next_own_step_[worker] = m.step() + 1;
+      if (!m.finished() && m.model_step() >= last) {
+        ++records_past_end_;
+        continue;
+      }
+    }
+    const uint64_t row = RowOf(m);
+    if (row < next_row_) continue;  // already a row: a repeat
+    Pending& p = pending_[row];
     if (p.reported.empty()) p.reported.assign(options_.num_workers, false);
-    if (p.reported[worker]) continue;  // a repeat of a counted record
+    if (p.reported[worker] && !options_.model_clock) {
+      continue;  // a repeat of a counted record
+    }
     p.reported[worker] = true;
     ++p.reports;
     p.loss_sum += m.loss() * m.samples();

@@ -57,6 +57,16 @@ struct StepLogOptions {
   // and evaluation are those of the records it has: the evaluation covers
   // the test slices of the workers that reported the step.
   uint32_t records_per_row = 0;
+  // training.clock model (mode async): records are rows by their
+  // StepMetrics.model_step, not their own step (a worker may have several
+  // records in one row, or none); a row completes with num_workers records
+  // (the N pushes of one model step); the `finished` records make the final
+  // row (`steps`), one per worker. A worker's own steps may run past
+  // `steps` (to num_workers x steps); a record of a push that came after
+  // the model's last step (model_step >= steps) is counted in
+  // records_past_end() and makes no row. Repeats are found by the worker's
+  // own step (records come in step order).
+  bool model_clock = false;
 };
 
 // Totals of the complete training steps (summary.json).
@@ -109,6 +119,8 @@ class StepLog {
   const StepTotals& totals() const { return totals_; }
   const std::optional<Divergence>& divergence() const { return divergence_; }
   size_t pending_steps() const { return pending_.size(); }
+  // model_clock: records of pushes after the model's last step.
+  uint64_t records_past_end() const { return records_past_end_; }
 
  private:
   struct Pending {
@@ -125,6 +137,9 @@ class StepLog {
   bool Complete(uint64_t step, const Pending& p) const;
   // The pending step of the next row, past steps RolledBack skips.
   std::map<uint64_t, Pending>::iterator NextRow();
+  // The row a record counts for: its step, or with model_clock its model
+  // step (`steps` for a finished record).
+  uint64_t RowOf(const pstrain::v1::StepMetrics& m) const;
 
   const StepLogOptions options_;
   std::map<uint64_t, Pending> pending_;
@@ -134,6 +149,9 @@ class StepLog {
   uint64_t rolled_back_to_ = 0;  // steps below it need no further record
   StepTotals totals_;
   std::optional<Divergence> divergence_;
+  // model_clock: by worker, the next own step not counted yet.
+  std::vector<uint64_t> next_own_step_;
+  uint64_t records_past_end_ = 0;
 };
 
 }  // namespace pstrain

@@ -238,6 +238,73 @@ TEST(StepLogTest, WithBackupWorkersAStepIsARowOnceNMinusBReportedIt) {
   EXPECT_EQ(log.pending_steps(), 0u);
 }
 
+pstrain::v1::StepMetrics ModelRecord(uint32_t worker, uint64_t step,
+                                     uint64_t model_step, double loss) {
+  pstrain::v1::StepMetrics m = Record(worker, step, loss);
+  m.set_model_step(model_step);
+  m.set_end_unix_s(100 + model_step);
+  return m;
+}
+
+// training.clock model (async): a row is the N pushes of one model step,
+// whoever made them; the fast worker's steps past `steps` count, a push
+// after the model's last step makes no row, and the final row waits for
+// every worker's finished record.
+TEST(StepLogTest, OnTheModelClockARowIsNPushesOfOneModelStep) {
+  StepLogOptions o = Options(2, 2);
+  o.model_clock = true;
+  StepLog log(o);
+  // Worker 0 is three times as fast as worker 1: it makes pushes 1, 2, 3 (model
+  // steps 0, 0, 1) while worker 1 makes push 4 (model step 1) at its step 0.
+  ASSERT_TRUE(
+      log.Add(0, Batch({ModelRecord(0, 0, 0, 1.0), ModelRecord(0, 1, 0, 3.0)}))
+          .ok());
+  std::vector<MetricsRow> rows = log.TakeCompleteRows(kStart);
+  ASSERT_EQ(rows.size(), 1u);  // two records of worker 0: model step 0
+  EXPECT_EQ(rows[0].step, 0);
+  EXPECT_DOUBLE_EQ(*rows[0].loss, 2.0);
+  EXPECT_EQ(rows[0].samples, 20);
+  // A retried report counts once (by the worker's own step).
+  ASSERT_TRUE(
+      log.Add(0, Batch({ModelRecord(0, 1, 0, 3.0), ModelRecord(0, 2, 1, 5.0)}))
+          .ok());
+  EXPECT_TRUE(log.TakeCompleteRows(kStart).empty());
+  // Worker 1's first push, then a push that landed after the model's last
+  // step (model step 2 of a 2-step job): counted past the end, no row.
+  ASSERT_TRUE(log.Add(1, Batch({ModelRecord(1, 0, 1, 7.0)})).ok());
+  ASSERT_TRUE(log.Add(0, Batch({ModelRecord(0, 3, 2, 9.0)})).ok());
+  rows = log.TakeCompleteRows(kStart);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].step, 1);
+  EXPECT_DOUBLE_EQ(*rows[0].loss, 6.0);
+  EXPECT_DOUBLE_EQ(rows[0].wall_s, 1.0);
+  EXPECT_EQ(log.records_past_end(), 1u);
+  EXPECT_EQ(log.totals().steps, 2);
+  EXPECT_EQ(log.totals().samples, 40u);
+  // The final row: both workers' finished records (whole test set each).
+  pstrain::v1::StepMetrics f0 = Record(0, 4, 0, 0), f1 = Record(1, 1, 0, 0);
+  for (auto* f : {&f0, &f1}) {
+    f->set_finished(true);
+    f->set_model_step(2);
+    f->set_eval_total(10);
+  }
+  f0.set_eval_correct(9);
+  f1.set_eval_correct(7);
+  ASSERT_TRUE(log.Add(0, Batch({f0})).ok());
+  EXPECT_TRUE(log.TakeCompleteRows(kStart).empty());
+  ASSERT_TRUE(log.Add(1, Batch({f1})).ok());
+  rows = log.TakeCompleteRows(kStart);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].step, 2);
+  EXPECT_DOUBLE_EQ(*rows[0].eval_accuracy, 0.8);
+  EXPECT_DOUBLE_EQ(log.totals().final_accuracy, 0.8);
+  EXPECT_EQ(log.totals().steps, 2);
+  EXPECT_EQ(log.pending_steps(), 0u);
+  // Own steps may pass `steps` but not N x steps.
+  EXPECT_EQ(log.Add(1, Batch({ModelRecord(1, 5, 1, 1.0)})).code(),
+            absl::StatusCode::kOutOfRange);
+}
+
 // training.on_failure: restart (coordinator/coordinator_service.cc,
 // FinishRollback).
 TEST(StepLogTest, ARollbackTurnsTheStepsBelowItIntoRowsWithWhatTheyHave) {

@@ -89,9 +89,15 @@ class Ssp : public ConsistencyRule {
       : staleness_(o.staleness),
         staleness_aware_lr_(o.staleness_aware_lr),
         dc_lambda_(o.dc_lambda),
-        base_lr_scale_(o.lr_per_worker ? 1.0 / o.num_workers : 1.0) {}
+        base_lr_scale_(o.lr_per_worker ? 1.0 / o.num_workers : 1.0),
+        num_workers_(o.num_workers),
+        model_clock_pushes_(o.model_clock_steps * o.num_workers) {}
 
   bool Readable(uint64_t clock, const ShardProgress& p) const override {
+    // Model clock: the model is done; whoever reads learns it and stops.
+    if (model_clock_pushes_ > 0 && p.version >= model_clock_pushes_) {
+      return true;
+    }
     return p.min_clock >= RequiredClock(clock, p);
   }
   // The SSP bound, and at a checkpoint cut c not yet captured a read at
@@ -113,10 +119,12 @@ class Ssp : public ConsistencyRule {
     return p.min_clock;
   }
   absl::StatusOr<PushDecision> OnPush(uint64_t clock, uint64_t staleness,
-                                      const ShardProgress&) const override {
+                                      const ShardProgress& p) const override {
     PushDecision d;
     d.action = PushDecision::Action::kApply;
-    d.schedule_step = clock;
+    // Model clock: the pushes before this one, N per model step.
+    d.schedule_step =
+        model_clock_pushes_ > 0 ? p.version / num_workers_ : clock;
     d.lr_scale = base_lr_scale_;
     if (staleness_aware_lr_ && staleness > 1) {
       d.lr_scale /= static_cast<double>(staleness);
@@ -143,6 +151,8 @@ class Ssp : public ConsistencyRule {
   const bool staleness_aware_lr_;
   const double dc_lambda_;
   const double base_lr_scale_;  // 1, or 1 / num_workers
+  const uint64_t num_workers_;
+  const uint64_t model_clock_pushes_;  // 0: the worker clock
 };
 
 }  // namespace
@@ -167,6 +177,10 @@ ConsistencyOptions ConsistencyOptionsFromTraining(
   r.dc_lambda = t.dc_lambda();
   r.lr_per_worker =
       t.async_lr_per_push() == pstrain::v1::TrainingConfig::SCALED;
+  if (t.mode() == pstrain::v1::MODE_ASYNC &&
+      t.clock() == pstrain::v1::TrainingConfig::CLOCK_MODEL && t.steps() > 0) {
+    r.model_clock_steps = static_cast<uint64_t>(t.steps());
+  }
   return r;
 }
 
@@ -194,6 +208,10 @@ absl::StatusOr<std::unique_ptr<ConsistencyRule>> MakeConsistencyRule(
   if (!(o.dc_lambda >= 0) || !std::isfinite(o.dc_lambda)) {
     return absl::InvalidArgumentError(
         absl::StrCat("dc_lambda must be finite and >= 0, got ", o.dc_lambda));
+  }
+  if (o.model_clock_steps > 0 && sync) {
+    return absl::InvalidArgumentError(
+        "model_clock_steps (training.clock model) needs MODE_ASYNC");
   }
   if (!sync) return std::unique_ptr<ConsistencyRule>(new Ssp(o));
   if (o.backup_workers > 0) {

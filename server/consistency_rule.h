@@ -34,6 +34,12 @@ struct ConsistencyOptions {
   // kSsp: each push's rate is divided by num_workers
   // (training.async_lr_per_push: scaled), sync's learning rate per sample.
   bool lr_per_worker = false;
+  // kSsp, training.clock model: the job ends once the shard has taken
+  // num_workers * model_clock_steps pushes (0: the worker clock). The
+  // schedule step of a push is then the model step, version / num_workers,
+  // and once the model is done every read is released at once (a fast
+  // worker held for a straggler that has finished would wait forever).
+  uint64_t model_clock_steps = 0;
 };
 
 // The shard's progress, as the rule sees it (read under the shard's mutex).

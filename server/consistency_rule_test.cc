@@ -127,6 +127,30 @@ TEST(ConsistencyRuleTest, SspLrPerWorkerDividesByTheWorkers) {
   EXPECT_EQ(both->OnPush(4, 1, p)->lr_scale, 0.25);
 }
 
+// training.clock model: the schedule follows the model step (pushes / N,
+// not the pusher's clock), and once N x steps pushes are in every read is
+// released, whatever the staleness bound says.
+TEST(ConsistencyRuleTest,
+     SspModelClockSchedulesByModelStepAndReleasesAtTheEnd) {
+  ConsistencyOptions o = Ssp(4, 1);
+  o.model_clock_steps = 10;
+  auto rule = Make(o);
+  ASSERT_NE(rule, nullptr);
+  ShardProgress p{/*version=*/17, /*min_clock=*/2};
+  EXPECT_EQ(rule->OnPush(9, 0, p)->schedule_step, 4u);  // 17 / 4
+  p.version = 39;
+  EXPECT_EQ(rule->OnPush(30, 0, p)->schedule_step, 9u);
+  EXPECT_FALSE(rule->Readable(9, p));  // min_clock 2, s = 1: held
+  p.version = 40;                      // 4 x 10 pushes: the model is done
+  EXPECT_TRUE(rule->Readable(9, p));
+  EXPECT_TRUE(rule->Readable(1000, p));
+
+  auto worker_clock = Make(Ssp(4, 1));
+  ASSERT_NE(worker_clock, nullptr);
+  EXPECT_EQ(worker_clock->OnPush(9, 0, p)->schedule_step, 9u);
+  EXPECT_FALSE(worker_clock->Readable(9, p));
+}
+
 TEST(ConsistencyRuleTest, RejectsOptionsOutsideTheirRule) {
   ConsistencyOptions none;
   none.num_workers = 2;
@@ -144,9 +168,11 @@ TEST(ConsistencyRuleTest, RejectsOptionsOutsideTheirRule) {
   dc_nan.dc_lambda = std::nan("");
   ConsistencyOptions dc_negative = Ssp(3, 0);
   dc_negative.dc_lambda = -1;
+  ConsistencyOptions model_clock_sync = Bsp(3);
+  model_clock_sync.model_clock_steps = 5;
   for (const ConsistencyOptions& o :
        {none, no_workers, backups_async, too_many_backups, dc_sync, lr_sync,
-        per_worker_sync, dc_nan, dc_negative}) {
+        per_worker_sync, dc_nan, dc_negative, model_clock_sync}) {
     EXPECT_EQ(MakeConsistencyRule(o).status().code(),
               absl::StatusCode::kInvalidArgument);
   }
@@ -258,7 +284,14 @@ TEST(ConsistencyRuleTest, OptionsFromTrainingMapTheModeAndEveryOption) {
   EXPECT_TRUE(async.staleness_aware_lr);
   EXPECT_EQ(async.dc_lambda, 0.25);
   EXPECT_TRUE(async.lr_per_worker);
+  EXPECT_EQ(async.model_clock_steps, 0u);
   EXPECT_TRUE(MakeConsistencyRule(async).ok());
+  t.set_steps(30);
+  t.set_clock(pstrain::v1::TrainingConfig::CLOCK_MODEL);
+  EXPECT_EQ(ConsistencyOptionsFromTraining(t, 2).model_clock_steps, 30u);
+  t.set_mode(pstrain::v1::MODE_SYNC);  // sync follows the model already
+  t.set_staleness_aware_lr(false);
+  EXPECT_EQ(ConsistencyOptionsFromTraining(t, 2).model_clock_steps, 0u);
 
   t.Clear();
   t.set_mode(pstrain::v1::MODE_ALLREDUCE);

@@ -318,6 +318,43 @@ TEST_P(SspGatingTest, PullAllowedOnlyWithinStaleness) {
   EXPECT_THAT(next.status().message(), HasSubstr("1@1"));
 }
 
+// training.clock model: once N x steps pushes are in, a pull is served at
+// once whatever the slowest clock (the straggler whose clock it waits for has
+// seen the model done and stopped), and each push's schedule step is the
+// model step. Worker 1 pushes once; worker 0 pushes clocks 0-2, the last of
+// which is the 4th push (2 workers x 2 steps); its pull at clock 3 needs
+// worker 1 at clock 2 under s = 1, but the model is done.
+TEST(SspModelClockTest, ModelClockReleasesHeldReadsWhenTheModelIsDone) {
+  for (bool model_clock : {false, true}) {
+    JobConfig config = SmallConfig(pstrain::v1::MODE_ASYNC, 2, 1);
+    config.mutable_training()->set_steps(2);
+    if (model_clock) {
+      config.mutable_training()->set_clock(
+          pstrain::v1::TrainingConfig::CLOCK_MODEL);
+    }
+    FinalizeJobConfig(&config);
+    std::unique_ptr<Shard> shard = MakeShard(config);
+    ASSERT_NE(shard, nullptr);
+    ASSERT_TRUE(PushGrad(*shard, 1, 0, 0, 2, Constant(*shard, 0.125f)).ok());
+    for (uint64_t c = 0; c < 3; ++c) {
+      absl::StatusOr<PullResult> r =
+          shard->Pull(0, c, absl::Now() + kShortWait);
+      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_TRUE(
+          PushGrad(*shard, 0, c, r->min_clock, 2, Constant(*shard, 0.125f))
+              .ok());
+    }
+    absl::StatusOr<PullResult> last =
+        shard->Pull(0, 3, absl::Now() + kShortWait);
+    if (model_clock) {
+      ASSERT_TRUE(last.ok()) << last.status();
+      EXPECT_EQ(last->version, 4u);
+    } else {
+      EXPECT_EQ(last.status().code(), absl::StatusCode::kDeadlineExceeded);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Staleness, SspGatingTest, ::testing::Values(0, 1, -1),
                          [](const ::testing::TestParamInfo<int64_t>& info) {
                            return info.param < 0

@@ -3,6 +3,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/job_config.h"
 #include "common/logging.h"
@@ -22,11 +23,20 @@ class PsTrainerFactory : public TrainerFactory {
 
   absl::Status Begin(const pstrain::v1::JobSpec& job) override {
     const JobConfig& config = c_.options.config;
+    const bool model_clock =
+        config.training().mode() == pstrain::v1::MODE_ASYNC &&
+        config.training().clock() == pstrain::v1::TrainingConfig::CLOCK_MODEL;
     PS_LOG_INFO(
-        "rank %d of %d: %s model, %d steps, local batch %d x %d "
+        "rank %d of %d: %s model, %d %s, local batch %d x %d "
         "accumulation",
         c_.options.rank, config.job().workers(),
         ConfigName(config.model().type()), config.training().steps(),
+        model_clock
+            ? absl::StrCat("model steps (training.clock model: until "
+                           "the servers took ",
+                           config.training().steps() * config.job().workers(),
+                           " pushes)")
+            : std::string("steps"),
         config.training().local_batch(), config.training().grad_accum_steps());
     // Elastic sync: dead ranks this worker may be asked to stand in for.
     stand_ins_ = MaybeStandIns(c_.coord, c_.creds, job, report_interval_,

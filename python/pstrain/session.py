@@ -192,6 +192,13 @@ class Session:
                 "training.mode allreduce: pstrain's ring all-reduce has no "
                 "Python worker; use mode sync or async (or the ddp mode of "
                 "psctl compare)")
+        t = job.config.training
+        if (t.mode == pb.MODE_ASYNC and
+                t.clock == pb.TrainingConfig.CLOCK_MODEL):
+            raise PstrainError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "training.clock model: the Python worker trains on its own "
+                "clock; use training.clock worker (or the C++ worker)")
         try:
             reg = _retry_until(
                 deadline, f"coordinator and servers at {s.coordinator}",

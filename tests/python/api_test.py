@@ -457,6 +457,35 @@ class SettingsTest(unittest.TestCase):
                                      "PSTRAIN_INSECURE": "1",
                                      "PSTRAIN_RANK": "x"})
 
+    def test_model_clock_job_is_refused_before_registering(self):
+        # training.clock model (async) needs the C++ worker's loop: the
+        # package refuses such a job after GetJob, before RegisterWorker.
+        s = WorkerSettings.from_env({"PSTRAIN_COORDINATOR": "127.0.0.1:1",
+                                     "PSTRAIN_INSECURE": "1"})
+        sess = Session(s)
+        job = pb.JobSpec()
+        job.config.training.mode = pb.MODE_ASYNC
+        job.config.training.clock = pb.TrainingConfig.CLOCK_MODEL
+        calls = []
+
+        class FakeCoordinator:
+            def GetJob(self, request, timeout=None, metadata=None):
+                calls.append("GetJob")
+                return job
+
+            def RegisterWorker(self, request, timeout=None, metadata=None):
+                calls.append("RegisterWorker")
+                raise AssertionError("registered a model-clock job")
+
+        sess.coord = FakeCoordinator()
+        with self.assertRaisesRegex(PstrainError, "training.clock model"):
+            sess.register()
+        self.assertEqual(calls, ["GetJob"])
+        job.config.training.clock = pb.TrainingConfig.CLOCK_WORKER
+        with self.assertRaises(AssertionError):  # gets as far as registering
+            sess.register()
+        self.assertEqual(calls, ["GetJob", "GetJob", "RegisterWorker"])
+
     def test_token_file(self):
         with tempfile.TemporaryDirectory() as d:
             good, short = os.path.join(d, "good"), os.path.join(d, "short")

@@ -66,8 +66,8 @@ ok "plots, or why there are none"
 for scen in persistent transient pause; do
   c="$out/$scen/r1"
   grep -q '^## Two efficiencies' "$c/report.md" || fail "$scen: compare report lacks the two efficiencies"
-  grep -q '| `async:2:scaled` | .* | lr / N (scaled) |' "$c/report.md" ||
-    fail "$scen: the report does not say async:2:scaled ran at lr / N"
+  grep -q '| `async:2:scaled` | .* | lr / N (scaled), model clock |' "$c/report.md" ||
+    fail "$scen: the report does not say async:2:scaled ran at lr / N on the model clock"
   grep -q 'async_lr_per_push: scaled' "$c/runs/async-2-scaled/derived.yaml" ||
     fail "$scen: async:2:scaled does not run async_lr_per_push scaled"
   grep -q 'backup_workers: 1' "$c/runs/backup-1/derived.yaml" || fail "$scen: backup:1 has no backup worker"

@@ -160,7 +160,8 @@ std::string LrPerUpdate(const ModeRuns& mode) {
   for (const RunMetrics& r : mode.runs) {
     if (r.failed) continue;
     if (r.summary.mode != "async") return "lr (mean of N × B)";
-    return r.lr_scaled ? "lr / N (scaled)" : "lr (full)";
+    return absl::StrCat(r.lr_scaled ? "lr / N (scaled)" : "lr (full)",
+                        r.model_clock ? ", model clock" : "");
   }
   return kNone;
 }
@@ -462,7 +463,10 @@ sample); **statistical efficiency** is how many steps (samples) it needs to
 reach the target. Time to target is their product, so a mode wins by one, the
 other or both. A step is one clock: every worker computes one slice of the
 global batch; async applies each worker's push as its own update (`updates /
-step`), at the learning rate in `lr per update`. `s / step` is wall time /
+step`), at the learning rate in `lr per update`; on the model clock
+(`training.clock: model`, marked there) an async step is any N pushes, so a
+fast worker's extra pushes count and a straggler does not hold the rows
+back. `s / step` is wall time /
 steps, what multiplies to the time to target; `steady s / step` is the
 median step after the warm-up (Definitions): the speed of a typical step,
 without evaluations, start-up or occasional slow steps.
@@ -610,6 +614,7 @@ nlohmann::json CompareJson(const CompareInputs& in, const PlotOutcome& plots) {
           run[c.key] = v ? Number(*v) : nlohmann::json(nullptr);
         }
         run["staleness_histogram"] = r.summary.staleness_histogram;
+        run["model_clock"] = r.model_clock;  // training.clock model (async)
       }
       runs.push_back(run);
     }

@@ -38,6 +38,7 @@ struct FakeRun {
   int hit_step = 5;
   double final_eval_accuracy = 0.93;  // the last row's evaluation
   bool lr_scaled = false;             // training.async_lr_per_push: scaled
+  bool model_clock = false;           // training.clock: model
   std::string status = "ok";
   bool failed = false;
   double compute_ms = 0;
@@ -50,6 +51,7 @@ void MakeRun(const fs::path& dir, const FakeRun& r) {
         absl::StrCat("job:\n  workers: ", r.workers, "\n  servers: ", r.servers,
                      "\ntraining:\n  mode: ", r.mode, "\n  steps: ", r.steps,
                      r.lr_scaled ? "\n  async_lr_per_push: scaled" : "",
+                     r.model_clock ? "\n  clock: model" : "",
                      "\nevaluation:\n  every_steps: 5\nworker:\n  compute_ms: ",
                      r.compute_ms, "\n  straggler_rank: ", r.straggler_rank,
                      "\n  straggler_factor: 3\n"));
@@ -343,6 +345,7 @@ TEST_F(CompareReportTest, TwoEfficienciesExplainTimeToTarget) {
   faster.hit_step = 24;
   faster.hit_wall_s = 1.3;
   faster.lr_scaled = true;
+  faster.model_clock = true;
   FakeRun never = fewer;
   never.hit_step = 99;  // no evaluation meets the target
   never.final_eval_accuracy = 0.5;
@@ -366,9 +369,10 @@ TEST_F(CompareReportTest, TwoEfficienciesExplainTimeToTarget) {
   EXPECT_THAT(rows[1],
               HasSubstr("| `async:2` | 0.1000 | 0.1000 | 1.562 | 15 | 960 | "
                         "1.50 | 1.60 | 2 | lr (full) |"));
-  EXPECT_THAT(rows[2],
-              HasSubstr("| `async:inf:scaled` | 0.0500 | 0.1000 | 0.781 | 24 | "
-                        "1536 | 1.20 | 1.30 | 2 | lr / N (scaled) |"));
+  EXPECT_THAT(
+      rows[2],
+      HasSubstr("| `async:inf:scaled` | 0.0500 | 0.1000 | 0.781 | 24 | "
+                "1536 | 1.20 | 1.30 | 2 | lr / N (scaled), model clock |"));
   EXPECT_THAT(rows[3], HasSubstr("| not reached | not reached | not reached | "
                                  "not reached |"));
   const std::string why = EfficiencyExplanation(in);
@@ -395,7 +399,7 @@ TEST_F(CompareReportTest, TwoEfficienciesExplainTimeToTarget) {
   EXPECT_NEAR(j["modes"][2]["repeats"][0]["steady_s_per_step"].get<double>(),
               0.1, 1e-12);
   EXPECT_EQ(j["modes"][1]["samples_to_target"]["median"], 960);
-  EXPECT_EQ(j["modes"][2]["lr_per_update"], "lr / N (scaled)");
+  EXPECT_EQ(j["modes"][2]["lr_per_update"], "lr / N (scaled), model clock");
   EXPECT_EQ(j["modes"][2]["updates_per_step"]["median"], 2);
 }
 

@@ -447,9 +447,10 @@ lock-step, `inf` never waits), and every push is applied on arrival.
 A step is one clock (every worker computes one slice of the global batch);
 steps to target is the step of the first evaluation that meets the target,
 so it moves in multiples of the evaluation interval. Staleness max is the
-largest staleness a push actually had. As in the stragglers study, a
-`metrics.csv` row completes when every worker has reported that step, so
-in async the rows follow the slowest worker (docs/studies.md).
+largest staleness a push actually had. A `metrics.csv` row completes when
+every worker has reported that step (`training.clock: worker`); the
+workers here run at one speed, so that is also the model's step (the
+stragglers study runs async on the model clock, docs/studies.md).
 )";
   return md;
 }

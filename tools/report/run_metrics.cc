@@ -33,6 +33,9 @@ void LoadJobFile(RunMetrics* m) {
     m->backup_workers = c->training().backup_workers();
     m->lr_scaled = c->training().async_lr_per_push() ==
                    pstrain::v1::TrainingConfig::SCALED;
+    m->model_clock =
+        c->training().mode() == pstrain::v1::MODE_ASYNC &&
+        c->training().clock() == pstrain::v1::TrainingConfig::CLOCK_MODEL;
     return;
   }
 }

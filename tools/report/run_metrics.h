@@ -50,7 +50,8 @@ struct RunMetrics {
   int64_t pause_at_step = 0;
   double pause_s = 0;
   int64_t backup_workers = 0;
-  bool lr_scaled = false;  // training.async_lr_per_push: scaled
+  bool lr_scaled = false;    // training.async_lr_per_push: scaled
+  bool model_clock = false;  // training.clock: model (mode async)
 };
 
 // Reads DIR/status (written by psctl compare: "ok", or why the run failed),

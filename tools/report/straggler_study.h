@@ -49,6 +49,7 @@ struct StudyRun {
   double steps_to_target = 0;
   double time_to_target_s = 0;
   std::optional<double> staleness_max;
+  bool model_clock = false;  // async on training.clock model
 };
 
 // scenario -> mode label -> runs (every repeat of every compare).

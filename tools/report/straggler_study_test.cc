@@ -158,6 +158,29 @@ TEST(StragglerStudyTest, ReadsCompareJsonAndWritesTheReport) {
   EXPECT_EQ(j["scenarios"]["pause"]["sync"]["runs_ok"], 2);
 }
 
+// The note under the tables says whether async rows followed the model
+// (training.clock model, read from compare.json's repeats) or the slowest
+// worker.
+TEST(StragglerStudyTest, TheMeasurementNoteSaysWhichClockAsyncRanOn) {
+  const std::string json = R"({"modes": [
+    {"mode": "async:inf:scaled", "repeats": [
+      {"failed": false, "target_reached": true, "s_per_step": 0.05,
+       "samples_per_s": 2560, "steps_to_target": 25, "time_to_target_s": 1.3,
+       "staleness_max": 40, "model_clock": true}]}]})";
+  StudyRuns runs;
+  ASSERT_TRUE(AddCompareJson(json, "c.json", kPersistent, &runs).ok());
+  ASSERT_EQ(runs[kPersistent]["async:inf:scaled"].size(), 1u);
+  EXPECT_TRUE(runs[kPersistent]["async:inf:scaled"][0].model_clock);
+  StudyInputs in;
+  in.runs = runs;
+  EXPECT_THAT(StudyMarkdown(in, JudgeClaims(in.runs)),
+              HasSubstr("Every row follows the model"));
+  in.runs = Literature();  // Run() leaves model_clock false
+  const std::string md = StudyMarkdown(in, JudgeClaims(in.runs));
+  EXPECT_THAT(md, HasSubstr("Some async runs here were on the worker clock"));
+  EXPECT_EQ(md.find("Every row follows the model"), std::string::npos);
+}
+
 TEST(StragglerStudyTest, PlotsPutModesOnXAndAScenarioPerSeries) {
   StudyRuns runs = Literature();
   runs[kPersistent][kStudySync][0].time_to_target_s =

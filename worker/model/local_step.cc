@@ -86,9 +86,10 @@ void LocalStep::StretchCompute(absl::Time start, int64_t step) const {
   if (left > absl::ZeroDuration()) absl::SleepFor(left);
 }
 
-absl::Status LocalStep::Evaluate(pstrain::v1::StepMetrics* m) {
+absl::Status LocalStep::Evaluate(pstrain::v1::StepMetrics* m, bool whole) {
   PS_ASSIGN_OR_RETURN(Batch test,
-                      data_->TestSlice(rank_, config_.job().workers()));
+                      whole ? data_->TestSlice(0, 1)
+                            : data_->TestSlice(rank_, config_.job().workers()));
   if (test.n == 0) return absl::OkStatus();
   PS_ASSIGN_OR_RETURN(EvalResult r, model_->EvaluateResident(test));
   m->set_eval_correct(r.correct);

@@ -63,7 +63,9 @@ class LocalStep {
 
   // Evaluates the model's resident parameters on this rank's slice of the
   // test set into m's eval fields (nothing when the slice is empty).
-  absl::Status Evaluate(pstrain::v1::StepMetrics* m);
+  // With `whole`: on the whole test set (training.clock model, where one
+  // worker's evaluation stands for the model).
+  absl::Status Evaluate(pstrain::v1::StepMetrics* m, bool whole = false);
 
  private:
   void StretchCompute(absl::Time start, int64_t step) const;

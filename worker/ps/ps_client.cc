@@ -248,11 +248,12 @@ std::unique_ptr<PsOp> PsClient::StartPush(uint32_t worker, uint64_t clock,
                                 "gradients or reads do not match the model"));
     return op;
   }
+  op->reads_.resize(n);
   for (int s = 0; s < n; ++s) {
     op->threads_.emplace_back([this, s, worker, clock, num_samples, &grads,
                                read = reads[s], ready, op = op.get()] {
-      op->statuses_[s] =
-          PushShard(s, worker, clock, num_samples, grads, read, ready);
+      op->statuses_[s] = PushShard(s, worker, clock, num_samples, grads, read,
+                                   ready, &op->reads_[s].version);
     });
   }
   return op;
@@ -352,7 +353,8 @@ absl::Status PsClient::PullShard(int shard, uint32_t worker, uint64_t clock,
 
 absl::Status PsClient::PushShard(int shard, uint32_t worker, uint64_t clock,
                                  uint64_t num_samples, const TensorViews& grads,
-                                 const ShardRead& read, TensorGate* gate) {
+                                 const ShardRead& read, TensorGate* gate,
+                                 uint64_t* version) {
   const int parts =
       std::max(1, std::min(options_.push_streams,
                            static_cast<int>(shard_chunks_[shard].size())));
@@ -376,7 +378,10 @@ absl::Status PsClient::PushShard(int shard, uint32_t worker, uint64_t clock,
           statuses[p].code(),
           absl::StrCat("part ", p, " of ", parts, ": ", statuses[p].message()));
     }
-    if (!responses[p].pending()) return absl::OkStatus();
+    if (!responses[p].pending()) {
+      *version = responses[p].version();
+      return absl::OkStatus();
+    }
     missing = std::max(missing, responses[p].missing_chunks());
   }
   // Every part was summed and none saw the push complete: the shard lost

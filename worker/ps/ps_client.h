@@ -102,7 +102,9 @@ class PsOp {
  public:
   ~PsOp();
   absl::Status Wait();
-  // Valid after a successful Wait() of a pull.
+  // Valid after a successful Wait(): of a pull, what it read from each
+  // shard; of a push, each shard's version after it (PushResponse.version:
+  // in async, the pushes the shard has applied; min_clock unset).
   const std::vector<ShardRead>& reads() const { return reads_; }
 
  private:
@@ -256,13 +258,14 @@ class PsClient {
   // window.
   void AwaitChannel(int shard, absl::Duration bound) const;
   // `gate` (may be null): the pull's `arrived` or the push's `ready`, one
-  // entry per shard-map chunk.
+  // entry per shard-map chunk. A push sets `version` to the shard's answer's.
   absl::Status PullShard(int shard, uint32_t worker, uint64_t clock,
                          MutableTensorViews* params, ShardRead* read, PsOp* op,
                          TensorGate* gate);
   absl::Status PushShard(int shard, uint32_t worker, uint64_t clock,
                          uint64_t num_samples, const TensorViews& grads,
-                         const ShardRead& read, TensorGate* gate);
+                         const ShardRead& read, TensorGate* gate,
+                         uint64_t* version);
   absl::Status PullShardOnce(int shard, uint32_t worker, uint64_t clock,
                              MutableTensorViews* params, ShardRead* read,
                              PsOp* op, TensorGate* gate);

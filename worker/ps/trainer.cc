@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/logging.h"
 #include "common/model_spec.h"
 #include "common/status_macros.h"
 
@@ -92,6 +93,10 @@ absl::StatusOr<std::vector<RowSet>> Trainer::TakeRowGradients() {
 absl::Status Trainer::Run(const StepCallback& on_step,
                           const std::function<bool()>& should_stop) {
   const JobConfig& c = options_.config;
+  if (c.training().mode() == pstrain::v1::MODE_ASYNC &&
+      c.training().clock() == pstrain::v1::TrainingConfig::CLOCK_MODEL) {
+    return RunModelClock(on_step, should_stop);
+  }
   const uint32_t rank = options_.rank;
   LocalStep local(c, rank, model_, data_);
   // The pull decodes the weights straight into `pulled` and the push encodes
@@ -214,6 +219,101 @@ absl::Status Trainer::Run(const StepCallback& on_step,
     held_reads = pull->reads();
   }
   return absl::OkStatus();
+}
+
+absl::Status Trainer::RunModelClock(const StepCallback& on_step,
+                                    const std::function<bool()>& should_stop) {
+  const JobConfig& c = options_.config;
+  const uint32_t rank = options_.rank;
+  if (!sparse_.empty() || options_.adopt || c.worker().overlap() ||
+      options_.start_step != 0) {
+    return absl::FailedPreconditionError(
+        "training.clock model runs without row-sparse tensors, stand-ins, "
+        "worker.overlap or a resumed start step");
+  }
+  LocalStep local(c, rank, model_, data_);
+  ComputeBackend* backend = model_->backend();
+  const int64_t total = model_->num_dense_params();
+  PS_ASSIGN_OR_RETURN(HostBuffer pulled, backend->AllocateHost(total));
+  PS_ASSIGN_OR_RETURN(HostBuffer pushed, backend->AllocateHost(total));
+  MutableTensorViews pull_into;
+  TensorViews weights, grads;
+  int64_t offset = 0;
+  for (const pstrain::v1::TensorSpec& spec : model_->params()) {
+    const int64_t n = NumElements(spec);
+    pull_into.emplace_back(pulled.data() + offset, n);
+    weights.emplace_back(pulled.data() + offset, n);
+    grads.emplace_back(pushed.data() + offset, n);
+    offset += n;
+  }
+  const uint64_t workers = c.job().workers();
+  const uint64_t steps = static_cast<uint64_t>(c.training().steps());
+  const uint64_t done_at = workers * steps;  // pushes the model takes
+  const uint64_t every =
+      c.evaluation().every_steps() > 0
+          ? static_cast<uint64_t>(c.evaluation().every_steps())
+          : 0;
+  uint64_t evaluated = 0;  // the last multiple of `every` evaluated
+  for (int64_t step = 0;; ++step) {
+    if (should_stop && should_stop()) {
+      return absl::CancelledError(absl::StrCat("stopped before step ", step));
+    }
+    pstrain::v1::StepMetrics m;
+    m.set_worker(rank);
+    m.set_step(step);
+    absl::Time t0 = absl::Now();
+    std::unique_ptr<PsOp> pull = client_->StartPull(rank, step, pull_into);
+    PS_RETURN_IF_ERROR(pull->Wait());
+    PS_RETURN_IF_ERROR(model_->SetParams(weights));
+    m.set_pull_s(absl::ToDoubleSeconds(absl::Now() - t0));
+    // Every push reaches every shard, so the smallest version is the number
+    // of pushes the whole model has taken.
+    uint64_t version = UINT64_MAX;
+    for (const ShardRead& r : pull->reads()) {
+      version = std::min(version, r.version);
+    }
+    if (version >= done_at) {  // the model is done: evaluate it and finish
+      params_.clear();
+      for (absl::Span<const float> w : weights) {
+        params_.emplace_back(w.begin(), w.end());
+      }
+      PS_RETURN_IF_ERROR(local.Evaluate(&m, /*whole=*/true));
+      m.set_model_step(steps);
+      m.set_finished(true);
+      m.set_end_unix_s(UnixSeconds());
+      PS_LOG_INFO(
+          "model clock: %d steps of this worker's own; the model took "
+          "%d pushes (of %d)",
+          step, version, done_at);
+      return on_step ? on_step(m) : absl::OkStatus();
+    }
+    const uint64_t model_step = version / workers;
+    if (every > 0 && model_step / every > evaluated) {
+      evaluated = model_step / every;
+      PS_RETURN_IF_ERROR(local.Evaluate(&m, /*whole=*/true));
+    }
+    t0 = absl::Now();
+    PS_ASSIGN_OR_RETURN(double loss_sum, local.Gradient(step));
+    PS_RETURN_IF_ERROR(
+        backend->CopyToHost(*model_->gradient(), total, pushed.data()));
+    m.set_compute_s(absl::ToDoubleSeconds(absl::Now() - t0));
+    m.set_loss(loss_sum / local.slice());
+    m.set_samples(local.slice());
+    t0 = absl::Now();
+    std::unique_ptr<PsOp> push =
+        client_->StartPush(rank, step, local.slice(), grads, pull->reads());
+    PS_RETURN_IF_ERROR(push->Wait());
+    m.set_push_s(absl::ToDoubleSeconds(absl::Now() - t0));
+    // The first shard's answer orders every push: version v is the v-th.
+    const uint64_t pushed_as = push->reads().front().version;
+    if (pushed_as == 0) {
+      return absl::InternalError(
+          "shard 0 answered a push with version 0 (it counts pushes from 1)");
+    }
+    m.set_model_step((pushed_as - 1) / workers);
+    m.set_end_unix_s(UnixSeconds());
+    if (on_step) PS_RETURN_IF_ERROR(on_step(m));
+  }
 }
 
 absl::Status Trainer::AwaitPull(PsOp* pull, PsOp* pull_rows, int64_t held,

@@ -35,6 +35,15 @@
 // and pushes the rank's row gradient beside its dense one. A model without
 // row-sparse tensors makes no row calls: its steps are those of a dense
 // job, bit for bit.
+//
+// training.clock model (mode async; RunModelClock): the loop runs past
+// `steps` until a pull shows every shard at N x steps pushes (the servers
+// release held reads then), and each record carries the model step of its
+// push (StepMetrics.model_step: (version - 1) / N from the first shard's
+// answer). Evaluations are of the whole test set, when the pulled weights
+// (version / N) enter the next multiple of evaluation.every_steps; the last
+// record (`finished`) evaluates the final weights. The validation refuses
+// it with overlap, row-sparse tensors, checkpoints and recovery.
 #ifndef PSTRAIN_WORKER_PS_TRAINER_H_
 #define PSTRAIN_WORKER_PS_TRAINER_H_
 
@@ -112,6 +121,10 @@ class Trainer : public GenerationTrainer {
   const TensorList& final_params() const override { return params_; }
 
  private:
+  // training.clock model in async (see the top of this file).
+  absl::Status RunModelClock(const StepCallback& on_step,
+                             const std::function<bool()>& should_stop);
+
   // One step with worker.overlap (see the top of this file).
   absl::Status OverlappedStep(int64_t step, LocalStep* local,
                               const MutableTensorViews& pull_into,
