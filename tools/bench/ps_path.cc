@@ -96,12 +96,14 @@ class Cluster {
 // `push_streams` parts per push, each part on a connection of its own.
 absl::StatusOr<std::unique_ptr<PsClient>> NewClient(
     const pstrain::v1::ShardMap& map, uint32_t rank,
-    pstrain::v1::DType wire_dtype, int push_streams, bool bdp_probe = true) {
+    pstrain::v1::DType wire_dtype, int push_streams, bool bdp_probe = true,
+    uint64_t push_message_bytes = 0) {
   PsClientOptions options;
   options.rpc_timeout = absl::Seconds(300);
   options.session_id = rank + 1;
   options.wire_dtype = wire_dtype;
   options.push_streams = push_streams;
+  if (push_message_bytes > 0) options.push_message_bytes = push_message_bytes;
   // Every channel has a local subchannel pool: a connection of its own.
   return PsClient::Connect(
       map,
@@ -122,13 +124,14 @@ class Workers {
   static absl::StatusOr<Workers> Create(const pstrain::v1::JobSpec& job,
                                         int workers, uint64_t elems,
                                         int push_streams = 0,
-                                        bool bdp_probe = true) {
+                                        bool bdp_probe = true,
+                                        uint64_t push_message_bytes = 0) {
     Workers w;
     if (push_streams <= 0) push_streams = PushStreams(job.config());
     for (int i = 0; i < workers; ++i) {
       absl::StatusOr<std::unique_ptr<PsClient>> c =
           NewClient(job.shard_map(), i, job.config().network().wire_dtype(),
-                    push_streams, bdp_probe);
+                    push_streams, bdp_probe, push_message_bytes);
       if (!c.ok()) return c.status();
       w.clients_.push_back(std::move(*c));
     }
@@ -184,7 +187,8 @@ class Workers {
 
 absl::StatusOr<JobSpec> OneTensorJob(uint64_t elems, int servers, int workers,
                                      pstrain::v1::OptimizerConfig::Kind kind,
-                                     pstrain::v1::DType wire_dtype) {
+                                     pstrain::v1::DType wire_dtype,
+                                     uint64_t chunk_bytes) {
   JobSpec job;
   job.mutable_config()->mutable_job()->set_name("bench");
   job.mutable_config()->mutable_training()->set_mode(pstrain::v1::MODE_SYNC);
@@ -204,8 +208,9 @@ absl::StatusOr<JobSpec> OneTensorJob(uint64_t elems, int servers, int workers,
   t.add_shape(static_cast<int64_t>(elems));
   t.set_dtype(pstrain::v1::DTYPE_F32);
   t.mutable_init()->set_kind(pstrain::v1::InitRule::ZEROS);
-  absl::StatusOr<pstrain::v1::ShardMap> map =
-      BuildShardMap({t}, servers, kMaxChunkBytes / sizeof(float));
+  absl::StatusOr<pstrain::v1::ShardMap> map = BuildShardMap(
+      {t}, servers,
+      (chunk_bytes > 0 ? chunk_bytes : kMaxChunkBytes) / sizeof(float));
   if (!map.ok()) return map.status();
   *job.mutable_shard_map() = std::move(*map);
   return job;
@@ -215,9 +220,11 @@ absl::StatusOr<PsPathResult> MeasurePsPath(
     uint64_t elems, int servers, int workers, int steps,
     pstrain::v1::DType wire_dtype, bool early_apply, bool hold_first_term,
     bool apply_terms_on_arrival, int push_streams, bool apply_in_blocks,
-    int server_lookahead, bool worker_bdp_probe) {
-  absl::StatusOr<JobSpec> job = OneTensorJob(
-      elems, servers, workers, pstrain::v1::OptimizerConfig::SGD, wire_dtype);
+    int server_lookahead, bool worker_bdp_probe, uint64_t chunk_bytes,
+    uint64_t push_message_bytes) {
+  absl::StatusOr<JobSpec> job =
+      OneTensorJob(elems, servers, workers, pstrain::v1::OptimizerConfig::SGD,
+                   wire_dtype, chunk_bytes);
   if (!job.ok()) return job.status();
   std::vector<std::pair<std::string, int>> server_args = PsServerChannelArgs();
   if (server_lookahead > 0) {
@@ -228,8 +235,9 @@ absl::StatusOr<PsPathResult> MeasurePsPath(
       Cluster::Start(*job, server_args, {}, early_apply, hold_first_term,
                      apply_terms_on_arrival, apply_in_blocks);
   if (!cluster.ok()) return cluster.status();
-  absl::StatusOr<Workers> w = Workers::Create((*cluster)->job(), workers, elems,
-                                              push_streams, worker_bdp_probe);
+  absl::StatusOr<Workers> w =
+      Workers::Create((*cluster)->job(), workers, elems, push_streams,
+                      worker_bdp_probe, push_message_bytes);
   if (!w.ok()) return w.status();
   std::vector<double> pull_steps, push_steps;
   CpuTimes pull_cpu, push_cpu;

@@ -15,12 +15,14 @@
 namespace pstrain::bench {
 
 // A sync job of one fp32 tensor of `elems` elements over `servers` shards
-// (4 MiB chunks) for `workers` workers, with optimizer `kind` (lr 0.01),
-// whose chunks travel as `wire_dtype` (network.wire_dtype).
+// (chunks of `chunk_bytes`, 0: kMaxChunkBytes, 4 MiB) for `workers`
+// workers, with optimizer `kind` (lr 0.01), whose chunks travel as
+// `wire_dtype` (network.wire_dtype).
 absl::StatusOr<pstrain::v1::JobSpec> OneTensorJob(
     uint64_t elems, int servers, int workers,
     pstrain::v1::OptimizerConfig::Kind kind,
-    pstrain::v1::DType wire_dtype = pstrain::v1::DTYPE_F32);
+    pstrain::v1::DType wire_dtype = pstrain::v1::DTYPE_F32,
+    uint64_t chunk_bytes = 0);
 
 // The warm steps every push and pull figure of ps_bench and ps_path_bench
 // is the median of (issue 26: a steady state, as a real job's steps are).
@@ -60,14 +62,17 @@ struct PsPathResult {
 // `server_lookahead` > 0: the servers' HTTP/2 stream lookahead
 // (grpc.http2.lookahead_bytes, a push stream's initial window) beside
 // PsServerChannelArgs(). `worker_bdp_probe` false: the workers' channels
-// with the HTTP/2 BDP probe off (a pull's receiver).
+// with the HTTP/2 BDP probe off (a pull's receiver). `chunk_bytes`: the
+// shard map's chunks (0: 4 MiB); `push_message_bytes`: the workers'
+// PsClientOptions.push_message_bytes (0: the default).
 absl::StatusOr<PsPathResult> MeasurePsPath(
     uint64_t elems, int servers, int workers, int steps,
     pstrain::v1::DType wire_dtype = pstrain::v1::DTYPE_F32,
     bool early_apply = true, bool hold_first_term = true,
     bool apply_terms_on_arrival = true, int push_streams = 0,
     bool apply_in_blocks = true, int server_lookahead = 0,
-    bool worker_bdp_probe = true);
+    bool worker_bdp_probe = true, uint64_t chunk_bytes = 0,
+    uint64_t push_message_bytes = 0);
 
 struct SparsePathResult {
   // All workers together, the median over the warm steps of each step's

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "tools/bench/stats.h"
 
@@ -40,6 +41,13 @@ ABSL_FLAG(int, compare_lookahead, 0,
 ABSL_FLAG(bool, compare_worker_bdp, false,
           "also measure every push/pull row with the workers' channels "
           "without the HTTP/2 BDP probe (rows tagged _wbdpoff)");
+ABSL_FLAG(int32_t, compare_push_message_kib, 0,
+          "also measure every push/pull row with the workers' push messages "
+          "at this many KiB (PsClientOptions.push_message_bytes; rows tagged "
+          "_pushmsg; 0: not; 1..4096)");
+ABSL_FLAG(int32_t, chunk_kib, 0,
+          "the shard map's chunks in KiB for every push/pull row (0: 4 MiB; "
+          "1..4096)");
 ABSL_FLAG(bool, compare_apply_block, false,
           "also measure every push/pull row with the shards' optimizer over "
           "whole chunks (ShardOptions.apply_block 0) instead of in blocks");
@@ -65,6 +73,17 @@ absl::StatusOr<PsPathBenchOptions> PsPathBenchOptionsFromFlags(
   r.compare_apply_block = absl::GetFlag(FLAGS_compare_apply_block);
   r.compare_lookahead = absl::GetFlag(FLAGS_compare_lookahead);
   r.compare_worker_bdp = absl::GetFlag(FLAGS_compare_worker_bdp);
+  r.compare_push_message_kib = absl::GetFlag(FLAGS_compare_push_message_kib);
+  r.chunk_kib = absl::GetFlag(FLAGS_chunk_kib);
+  if (r.compare_push_message_kib < 0 || r.compare_push_message_kib > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--compare_push_message_kib: must be in [0, 4096], got ",
+                     r.compare_push_message_kib));
+  }
+  if (r.chunk_kib < 0 || r.chunk_kib > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--chunk_kib: must be in [0, 4096], got ", r.chunk_kib));
+  }
   o.iperf3 = absl::GetFlag(FLAGS_iperf3);
   o.memory_params = absl::GetFlag(FLAGS_memory_params);
   PS_ASSIGN_OR_RETURN(

@@ -48,7 +48,8 @@ PsPathMeasures RealPsPathMeasures(Iperf3* iperf3, GrpcStream* stream) {
                          setting.hold_first_term,
                          setting.apply_terms_on_arrival, setting.push_streams,
                          setting.apply_in_blocks, setting.server_lookahead,
-                         setting.worker_bdp_probe);
+                         setting.worker_bdp_probe, setting.chunk_bytes,
+                         setting.push_message_bytes);
   };
   return m;
 }
@@ -86,6 +87,15 @@ std::vector<ShardSetting> ShardSettings(const PsPathRoundsOptions& options) {
     ShardSetting off{"_wbdpoff"};
     off.worker_bdp_probe = false;
     settings.push_back(off);
+  }
+  if (options.compare_push_message_kib > 0) {
+    ShardSetting msg{"_pushmsg"};
+    msg.push_message_bytes =
+        static_cast<uint64_t>(options.compare_push_message_kib) << 10;
+    settings.push_back(msg);
+  }
+  for (ShardSetting& s : settings) {
+    s.chunk_bytes = static_cast<uint64_t>(options.chunk_kib) << 10;
   }
   return settings;
 }
@@ -198,7 +208,8 @@ std::string PsPathReport(const PsPathRounds& rounds) {
       {"_noheld", "held term / not held"},
       {"_applier", "term applied on arrival / by the applier"},
       {"_1stream", "push split over streams / one stream"},
-      {"_wholechunk", "optimizer in blocks / whole chunks"}};
+      {"_wholechunk", "optimizer in blocks / whole chunks"},
+      {"_pushmsg", "shipped push messages / --compare_push_message_kib"}};
   for (const auto& [suffix, label] : kCompared) {
     for (const auto& [name, values] : rounds) {
       const auto other = rounds.find(name + suffix);

@@ -49,6 +49,11 @@ struct PsPathRoundsOptions {
   // And with the workers' channels without the HTTP/2 BDP probe (tagged
   // "_wbdpoff").
   bool compare_worker_bdp = false;
+  // And with the workers' push messages at this many KiB (tagged "_pushmsg";
+  // PsClientOptions.push_message_bytes; 0: not compared).
+  int compare_push_message_kib = 0;
+  // The shard map's chunks for every row, in KiB (0: 4 MiB, kMaxChunkBytes).
+  int chunk_kib = 0;
 };
 
 // A shard setting push/pull rows are measured under (ShardOptions).
@@ -61,6 +66,8 @@ struct ShardSetting {
   bool apply_in_blocks = true;   // false: ShardOptions.apply_block 0
   int server_lookahead = 0;      // > 0: the servers' HTTP/2 lookahead
   bool worker_bdp_probe = true;  // false: the workers' channels without it
+  uint64_t push_message_bytes = 0;  // > 0: PsClientOptions' (0: default)
+  uint64_t chunk_bytes = 0;         // > 0: the shard map's chunks (0: 4 MiB)
 };
 
 // The shipped setting, then each one the options compare it with.

@@ -162,6 +162,18 @@ TEST(ShardSettings, TheLinkSettingsAreComparedWithTheirTags) {
   EXPECT_FALSE(s[2].worker_bdp_probe);
 }
 
+TEST(ShardSettings, PushMessagesAreComparedAndChunksApplyToEveryRow) {
+  PsPathRoundsOptions o = OneRow(1);
+  o.compare_push_message_kib = 4096;
+  o.chunk_kib = 1024;
+  const std::vector<ShardSetting> s = ShardSettings(o);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].push_message_bytes, 0u);
+  EXPECT_EQ(s[1].suffix, "_pushmsg");
+  EXPECT_EQ(s[1].push_message_bytes, 4u << 20);
+  for (const ShardSetting& each : s) EXPECT_EQ(each.chunk_bytes, 1u << 20);
+}
+
 TEST(RunPsPathRounds, WithoutIperf3AndWithFailedPushesThereAreNoSuchRows) {
   const PsPathRoundsOptions o = OneRow(1);
   Fakes f;

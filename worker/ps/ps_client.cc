@@ -67,6 +67,12 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
         absl::StrCat("push_streams ", options.push_streams, " is outside [1, ",
                      kMaxPushStreams, "]"));
   }
+  if (options.push_message_bytes < 1024 ||
+      options.push_message_bytes > kMaxMessagePayloadBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("push_message_bytes ", options.push_message_bytes,
+                     " is outside [1024, ", kMaxMessagePayloadBytes, "]"));
+  }
   if (!push_channels.empty()) {
     bool sizes_ok = push_channels.size() == channels.size();
     for (const auto& lanes : push_channels) {
@@ -707,7 +713,7 @@ absl::Status PsClient::PushShardOnce(int shard, int part, int parts,
       const bool wait = gate != nullptr && !gate->IsOpen(idx);
       if ((frame.payload_bytes() > 0 || (wait && !header_sent)) &&
           (wait || frame.payload_bytes() + c.length() * element_bytes >
-                       kMaxMessagePayloadBytes)) {
+                       options_.push_message_bytes)) {
         if (!(stream_ok = write())) break;
         header_sent = true;
       }

@@ -27,6 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/sharding.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "proto/pstrain.grpc.pb.h"
 #include "worker/ps/tensor_gate.h"
@@ -76,6 +77,10 @@ struct PsClientOptions {
   // would send them, on its own connection where Create was given one.
   // At most one part per chunk. 1..kMaxPushStreams.
   int push_streams = 1;
+  // Chunk payload per push message (a chunk larger than this goes alone):
+  // kPushMessagePayloadBytes, so that the servers' sum of one message
+  // overlaps the receipt of the next. 1 KiB..kMaxMessagePayloadBytes.
+  uint64_t push_message_bytes = kPushMessagePayloadBytes;
 };
 
 inline constexpr int kMaxPushStreams = 8;

@@ -230,6 +230,41 @@ TEST_P(PsClientTest, PushSendsTheGradientsAsProtobufReadsThem) {
   EXPECT_EQ(got, want);
 }
 
+// PsClientOptions.push_message_bytes: chunks share a message up to the
+// budget (a chunk larger than it goes alone), so the 4 KiB chunks here go
+// two to a message at 8 KiB, one at 4 KiB, all three at 4 MiB; a budget
+// outside [1 KiB, 4 MiB] is refused.
+TEST_P(PsClientTest, PushMessagesHoldChunksUpToTheBudget) {
+  for (const auto& [budget, messages] :
+       std::vector<std::pair<uint64_t, size_t>>{
+           {8 << 10, 2}, {4 << 10, 3}, {4 << 20, 1}, {1 << 10, 3}}) {
+    PsClientOptions options;
+    options.max_attempts = 1;
+    options.wire_dtype = pstrain::v1::DTYPE_F32;
+    options.push_message_bytes = budget;
+    auto client = PsClient::Create(map_, {MakeChannel(address_)}, options);
+    ASSERT_TRUE(client.ok()) << client.status();
+    TensorList grads = {values_};
+    auto op = (*client)->StartPush(0, 3, 16, grads, {ShardRead{2, 1}});
+    ASSERT_TRUE(op->Wait().ok());
+    ASSERT_EQ(op->reads().size(), 1u);
+    EXPECT_EQ(op->reads()[0].version, 1u);  // the fake's answer
+    absl::MutexLock lock(&fake_.mu);
+    EXPECT_EQ(fake_.pushed.size(), messages) << budget;
+    size_t chunks = 0;
+    for (const PushRequest& m : fake_.pushed) chunks += m.chunks_size();
+    EXPECT_EQ(chunks, 3u) << budget;
+  }
+  for (uint64_t bad : {uint64_t{1023}, uint64_t{(4 << 20) + 1}}) {
+    PsClientOptions options;
+    options.push_message_bytes = bad;
+    auto client = PsClient::Create(map_, {MakeChannel(address_)}, options);
+    EXPECT_EQ(client.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(client.status().message().find("push_message_bytes"),
+              std::string::npos);
+  }
+}
+
 // worker.overlap's units are the shard map's chunks: a pull with a gate
 // opens each chunk as soon as it is decoded, while the rest of the same
 // tensor is still on its way.
