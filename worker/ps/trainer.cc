@@ -90,6 +90,27 @@ absl::StatusOr<std::vector<RowSet>> Trainer::TakeRowGradients() {
   return grads;
 }
 
+absl::StatusOr<Trainer::StepBuffers> Trainer::AllocateStepBuffers() const {
+  // The pull decodes the weights straight into `pulled` and the push encodes
+  // its chunks straight from `pushed`, which the gradient is downloaded
+  // into: both pinned on CUDA, so each crossing is one DMA, no staging copy.
+  ComputeBackend* backend = model_->backend();
+  const int64_t total = model_->num_dense_params();
+  StepBuffers b;
+  PS_ASSIGN_OR_RETURN(b.pulled, backend->AllocateHost(total));
+  PS_ASSIGN_OR_RETURN(b.pushed, backend->AllocateHost(total));
+  int64_t offset = 0;
+  for (const pstrain::v1::TensorSpec& spec : model_->params()) {
+    // Row-sparse tensors are not in these buffers (their views are empty).
+    const int64_t n = spec.row_sparse() ? 0 : NumElements(spec);
+    b.pull_into.emplace_back(b.pulled.data() + offset, n);
+    b.weights.emplace_back(b.pulled.data() + offset, n);
+    b.grads.emplace_back(b.pushed.data() + offset, n);
+    offset += n;
+  }
+  return b;
+}
+
 absl::Status Trainer::Run(const StepCallback& on_step,
                           const std::function<bool()>& should_stop) {
   const JobConfig& c = options_.config;
@@ -99,24 +120,13 @@ absl::Status Trainer::Run(const StepCallback& on_step,
   }
   const uint32_t rank = options_.rank;
   LocalStep local(c, rank, model_, data_);
-  // The pull decodes the weights straight into `pulled` and the push encodes
-  // its chunks straight from `pushed`, which the gradient is downloaded
-  // into: both pinned on CUDA, so each crossing is one DMA, no staging copy.
   ComputeBackend* backend = model_->backend();
-  // Row-sparse tensors are not in these buffers (their views are empty).
   const int64_t total = model_->num_dense_params();
-  PS_ASSIGN_OR_RETURN(HostBuffer pulled, backend->AllocateHost(total));
-  PS_ASSIGN_OR_RETURN(HostBuffer pushed, backend->AllocateHost(total));
-  MutableTensorViews pull_into;
-  TensorViews weights, grads;
-  int64_t offset = 0;
-  for (const pstrain::v1::TensorSpec& spec : model_->params()) {
-    const int64_t n = spec.row_sparse() ? 0 : NumElements(spec);
-    pull_into.emplace_back(pulled.data() + offset, n);
-    weights.emplace_back(pulled.data() + offset, n);
-    grads.emplace_back(pushed.data() + offset, n);
-    offset += n;
-  }
+  PS_ASSIGN_OR_RETURN(StepBuffers buffers, AllocateStepBuffers());
+  HostBuffer& pushed = buffers.pushed;
+  const MutableTensorViews& pull_into = buffers.pull_into;
+  const TensorViews& weights = buffers.weights;
+  const TensorViews& grads = buffers.grads;
   // Overlap needs emulated compute to spread over the layers (the backend
   // computes the whole gradient in one call).
   const bool overlap = c.worker().overlap() && sparse_.empty() &&
@@ -234,18 +244,11 @@ absl::Status Trainer::RunModelClock(const StepCallback& on_step,
   LocalStep local(c, rank, model_, data_);
   ComputeBackend* backend = model_->backend();
   const int64_t total = model_->num_dense_params();
-  PS_ASSIGN_OR_RETURN(HostBuffer pulled, backend->AllocateHost(total));
-  PS_ASSIGN_OR_RETURN(HostBuffer pushed, backend->AllocateHost(total));
-  MutableTensorViews pull_into;
-  TensorViews weights, grads;
-  int64_t offset = 0;
-  for (const pstrain::v1::TensorSpec& spec : model_->params()) {
-    const int64_t n = NumElements(spec);
-    pull_into.emplace_back(pulled.data() + offset, n);
-    weights.emplace_back(pulled.data() + offset, n);
-    grads.emplace_back(pushed.data() + offset, n);
-    offset += n;
-  }
+  PS_ASSIGN_OR_RETURN(StepBuffers buffers, AllocateStepBuffers());
+  HostBuffer& pushed = buffers.pushed;
+  const MutableTensorViews& pull_into = buffers.pull_into;
+  const TensorViews& weights = buffers.weights;
+  const TensorViews& grads = buffers.grads;
   const uint64_t workers = c.job().workers();
   const uint64_t steps = static_cast<uint64_t>(c.training().steps());
   const uint64_t done_at = workers * steps;  // pushes the model takes

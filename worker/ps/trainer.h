@@ -121,6 +121,16 @@ class Trainer : public GenerationTrainer {
   const TensorList& final_params() const override { return params_; }
 
  private:
+  // A step's host buffers: the pull decodes into `pulled` (`pull_into`,
+  // read as `weights`), the gradient is downloaded into `pushed` (`grads`),
+  // views by tensor in model_->params() order.
+  struct StepBuffers {
+    HostBuffer pulled, pushed;
+    MutableTensorViews pull_into;
+    TensorViews weights, grads;
+  };
+  absl::StatusOr<StepBuffers> AllocateStepBuffers() const;
+
   // training.clock model in async (see the top of this file).
   absl::Status RunModelClock(const StepCallback& on_step,
                              const std::function<bool()>& should_stop);
