@@ -103,18 +103,34 @@ void EncodeChunk(const std::string& tensor, uint32_t index, const float* values,
   NoteF16Saturation(tensor, saturated);
 }
 
+ChunkFields FieldsOf(const pstrain::v1::ChunkData& chunk) {
+  ChunkFields f;
+  f.tensor = chunk.tensor();
+  f.index = chunk.index();
+  f.dtype = chunk.dtype();
+  f.shape = absl::MakeConstSpan(chunk.shape().data(), chunk.shape_size());
+  f.data = chunk.data().data();
+  f.data_size = chunk.data().size();
+  return f;
+}
+
 absl::Status CheckChunk(const pstrain::v1::ChunkData& chunk,
                         uint64_t expected_len, bool require_finite,
                         DType dtype) {
+  return CheckChunk(FieldsOf(chunk), expected_len, require_finite, dtype);
+}
+
+absl::Status CheckChunk(const ChunkFields& chunk, uint64_t expected_len,
+                        bool require_finite, DType dtype) {
   auto where = [&] {
-    return absl::StrCat("tensor '", EchoClientText(chunk.tensor()), "' chunk ",
-                        chunk.index());
+    return absl::StrCat("tensor '", EchoClientText(chunk.tensor), "' chunk ",
+                        chunk.index);
   };
-  if (chunk.dtype() != dtype) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where(), ": dtype ", DtypeName(chunk.dtype()),
-                     " does not match the job's wire dtype ",
-                     pstrain::v1::DType_Name(dtype), " (network.wire_dtype)"));
+  if (chunk.dtype != dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where(), ": dtype ", DtypeName(static_cast<DType>(chunk.dtype)),
+        " does not match the job's wire dtype ", pstrain::v1::DType_Name(dtype),
+        " (network.wire_dtype)"));
   }
   const uint64_t element_bytes = WireElementBytes(dtype);
   if (element_bytes == 0) {
@@ -122,29 +138,29 @@ absl::Status CheckChunk(const pstrain::v1::ChunkData& chunk,
         absl::StrCat(where(), ": dtype ", pstrain::v1::DType_Name(dtype),
                      " cannot travel on the wire"));
   }
-  if (chunk.shape_size() != 1 ||
-      static_cast<uint64_t>(chunk.shape(0)) != expected_len) {
+  if (chunk.shape.size() != 1 ||
+      static_cast<uint64_t>(chunk.shape[0]) != expected_len) {
     // At most 8 dimensions are quoted: a hostile shape list of 100,000
     // entries must not make an error too large for gRPC's metadata.
     std::string got;
-    for (int i = 0; i < chunk.shape_size() && i < 8; ++i) {
-      absl::StrAppend(&got, i == 0 ? "" : ",", chunk.shape(i));
+    for (size_t i = 0; i < chunk.shape.size() && i < 8; ++i) {
+      absl::StrAppend(&got, i == 0 ? "" : ",", chunk.shape[i]);
     }
-    if (chunk.shape_size() > 8) {
-      absl::StrAppend(&got, ",...(", chunk.shape_size(), " dimensions)");
+    if (chunk.shape.size() > 8) {
+      absl::StrAppend(&got, ",...(", chunk.shape.size(), " dimensions)");
     }
     return absl::InvalidArgumentError(absl::StrCat(
         where(), ": shape [", got, "] does not match [", expected_len, "]"));
   }
-  if (chunk.data().size() != expected_len * element_bytes) {
+  if (chunk.data_size != expected_len * element_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
-        where(), ": ", chunk.data().size(), " bytes for ", expected_len, " ",
+        where(), ": ", chunk.data_size, " bytes for ", expected_len, " ",
         pstrain::v1::DType_Name(dtype), " elements"));
   }
   if (require_finite) {
     // A value is NaN or Inf exactly when its exponent bits are all ones; the
     // slow path finds the element.
-    const char* p = chunk.data().data();
+    const char* p = chunk.data;
     bool bad;
     switch (dtype) {
       case pstrain::v1::DTYPE_BF16:

@@ -10,6 +10,8 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "proto/pstrain.pb.h"
 
 namespace pstrain {
@@ -38,6 +40,24 @@ void EncodeChunk(const std::string& tensor, uint32_t index, const float* values,
 // tensor, chunk and element; a wrong dtype names both dtypes). Copies nothing.
 absl::Status CheckChunk(const pstrain::v1::ChunkData& chunk,
                         uint64_t expected_len, bool require_finite,
+                        pstrain::v1::DType dtype = pstrain::v1::DTYPE_F32);
+
+// What CheckChunk reads of a chunk, wherever its fields lie (a ChunkData, or
+// a frame parsed in place: server/push_frame.h). `data` may be null when
+// only the layout is checked (require_finite false); `data_size` is the
+// payload's byte size either way.
+struct ChunkFields {
+  absl::string_view tensor;
+  uint32_t index = 0;
+  int dtype = 0;  // v1::DType, open enum as in proto3
+  absl::Span<const int64_t> shape;
+  const char* data = nullptr;
+  uint64_t data_size = 0;
+};
+ChunkFields FieldsOf(const pstrain::v1::ChunkData& chunk);
+// CheckChunk of those fields: the same checks and messages.
+absl::Status CheckChunk(const ChunkFields& chunk, uint64_t expected_len,
+                        bool require_finite,
                         pstrain::v1::DType dtype = pstrain::v1::DTYPE_F32);
 
 // CheckChunk, then decodes the `expected_len` values to fp32 in `out`.

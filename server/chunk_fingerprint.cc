@@ -144,6 +144,126 @@ __attribute__((target("sse4.2"))) Parts Sse42ScanImpl(const char* data,
 }
 #endif
 
+// Bytes of `pieces` from a position on, copied out in order.
+class PieceReader {
+ public:
+  PieceReader(absl::Span<const absl::string_view> pieces, size_t pos)
+      : pieces_(pieces) {
+    while (piece_ < pieces_.size() && pos >= pieces_[piece_].size()) {
+      pos -= pieces_[piece_].size();
+      ++piece_;
+    }
+    offset_ = pos;
+  }
+
+  // The next `n` bytes to `dst` (the pieces must hold them).
+  void Copy(char* dst, size_t n) {
+    while (n > 0) {
+      const absl::string_view p = pieces_[piece_];
+      const size_t take = std::min(n, p.size() - offset_);
+      std::memcpy(dst, p.data() + offset_, take);
+      dst += take;
+      n -= take;
+      offset_ += take;
+      while (piece_ < pieces_.size() && offset_ == pieces_[piece_].size()) {
+        offset_ = 0;
+        ++piece_;
+      }
+    }
+  }
+
+ private:
+  absl::Span<const absl::string_view> pieces_;
+  size_t piece_ = 0;
+  size_t offset_ = 0;
+};
+
+// Bytes of each part copied to `dst` at a time, then scanned from L1 (three
+// parts: 12 KiB).
+constexpr size_t kStageBytes = 4096;
+
+#if defined(__x86_64__)
+// Sse42ScanImpl over bytes gathered from `pieces` into `dst` a stage at a
+// time: the parts' CRCs run over the same 8-byte words in the same order,
+// and the largest |x| over the same floats, so the result is Sse42ScanImpl's
+// on the gathered bytes.
+__attribute__((target("sse4.2"))) Parts Sse42GatherScanImpl(
+    absl::Span<const absl::string_view> pieces, size_t len, char* dst,
+    uint32_t* max_abs_bits) {
+  const size_t third = Third(len);
+  char* p[3] = {dst, dst + third, dst + 2 * third};
+  PieceReader readers[3] = {PieceReader(pieces, 0), PieceReader(pieces, third),
+                            PieceReader(pieces, 2 * third)};
+  uint64_t c[3] = {0xffffffffu, 0xffffffffu, 0xffffffffu};
+  const __m128i abs_mask = _mm_set1_epi32(0x7fffffff);
+  __m128i m[3] = {_mm_setzero_si128(), _mm_setzero_si128(),
+                  _mm_setzero_si128()};
+  uint32_t max_bits = 0;
+  auto scan = [&max_bits](uint64_t w) {
+    const uint32_t lo = static_cast<uint32_t>(w) & 0x7fffffffu;
+    const uint32_t hi = static_cast<uint32_t>(w >> 32) & 0x7fffffffu;
+    max_bits = std::max(max_bits, std::max(lo, hi));
+  };
+  size_t i = 0;
+  while (i < third) {
+    const size_t end = std::min(third, i + kStageBytes);
+    for (int l = 0; l < 3; ++l) readers[l].Copy(p[l] + i, end - i);
+    for (; i + 32 <= end; i += 32) {
+      for (int l = 0; l < 3; ++l) {
+        const char* q = p[l] + i;
+        const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+        const __m128i b =
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16));
+        m[l] = _mm_max_epu32(m[l], _mm_and_si128(a, abs_mask));
+        m[l] = _mm_max_epu32(m[l], _mm_and_si128(b, abs_mask));
+        for (int j = 0; j < 4; ++j) {
+          uint64_t w;
+          std::memcpy(&w, q + 8 * j, 8);
+          c[l] = _mm_crc32_u64(c[l], w);
+        }
+      }
+    }
+    for (; i < end; i += 8) {  // a stage's last words (the parts' last ones)
+      for (int l = 0; l < 3; ++l) {
+        uint64_t w;
+        std::memcpy(&w, p[l] + i, 8);
+        c[l] = _mm_crc32_u64(c[l], w);
+        scan(w);
+      }
+    }
+  }
+  uint32_t lanes[4];
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(lanes),
+                   _mm_max_epu32(m[0], _mm_max_epu32(m[1], m[2])));
+  max_bits = std::max(max_bits, std::max(std::max(lanes[0], lanes[1]),
+                                         std::max(lanes[2], lanes[3])));
+  char* q = dst + 3 * third;  // the rest of part 2
+  size_t rest = len - 3 * third;
+  readers[2].Copy(q, rest);
+  for (; rest >= 8; rest -= 8, q += 8) {
+    uint64_t w;
+    std::memcpy(&w, q, 8);
+    c[2] = _mm_crc32_u64(c[2], w);
+    scan(w);
+  }
+  uint32_t c2 = static_cast<uint32_t>(c[2]);
+  if (rest >= 4) {
+    uint32_t w;
+    std::memcpy(&w, q, 4);
+    c2 = _mm_crc32_u32(c2, w);
+    max_bits = std::max(max_bits, w & 0x7fffffffu);
+    rest -= 4;
+    q += 4;
+  }
+  for (; rest > 0; --rest, ++q) {
+    c2 = _mm_crc32_u8(c2, static_cast<uint8_t>(*q));
+  }
+  *max_abs_bits = max_bits;
+  return Parts{
+      {~static_cast<uint32_t>(c[0]), ~static_cast<uint32_t>(c[1]), ~c2}};
+}
+#endif
+
 }  // namespace
 
 bool HasSse42() {
@@ -212,6 +332,24 @@ uint64_t ScanFingerprint(const char* data, size_t len, uint32_t* max_abs_bits) {
       len, crc32c::HasSse42()
                ? crc32c::Sse42ScanParts(data, len, max_abs_bits)
                : crc32c::PortableScanParts(data, len, max_abs_bits));
+}
+
+void GatherPieces(absl::Span<const absl::string_view> pieces, size_t len,
+                  char* dst) {
+  crc32c::PieceReader(pieces, 0).Copy(dst, len);
+}
+
+uint64_t GatherScanFingerprint(absl::Span<const absl::string_view> pieces,
+                               size_t len, char* dst, uint32_t* max_abs_bits) {
+#if defined(__x86_64__)
+  if (crc32c::HasSse42()) {
+    return crc32c::FromParts(
+        len, crc32c::Sse42GatherScanImpl(pieces, len, dst, max_abs_bits));
+  }
+#endif
+  GatherPieces(pieces, len, dst);
+  return crc32c::FromParts(len,
+                           crc32c::PortableScanParts(dst, len, max_abs_bits));
 }
 
 }  // namespace pstrain

@@ -41,6 +41,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
 namespace pstrain {
 
 // The 64-bit fingerprint of the `len` bytes at `data` (any alignment).
@@ -52,6 +55,18 @@ uint64_t PayloadFingerprint(const char* data, size_t len);
 // (kNonFiniteBits or more: a NaN or an Inf). Bytes past the last whole
 // float are fingerprinted, not scanned.
 uint64_t ScanFingerprint(const char* data, size_t len, uint32_t* max_abs_bits);
+
+// ScanFingerprint of the `len` bytes that `pieces` hold in order (their
+// sizes sum to `len`; empty pieces allowed), which the same loop copies to
+// `dst` (`len` bytes, not overlapping them): a payload left in gRPC's
+// slices is read from them once, and the fingerprint and *max_abs_bits are
+// what ScanFingerprint(dst, len, ...) gives. A float may straddle pieces.
+uint64_t GatherScanFingerprint(absl::Span<const absl::string_view> pieces,
+                               size_t len, char* dst, uint32_t* max_abs_bits);
+
+// Copies the `len` bytes that `pieces` hold, in order, to `dst`.
+void GatherPieces(absl::Span<const absl::string_view> pieces, size_t len,
+                  char* dst);
 
 namespace crc32c {
 

@@ -3,7 +3,9 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <vector>
 
+#include "absl/strings/string_view.h"
 #include "gtest/gtest.h"
 #include "server/fixed_point_kernels.h"
 
@@ -91,6 +93,50 @@ TEST(ScanFingerprintTest, SameFingerprintAndLargestAsTheSeparatePasses) {
           EXPECT_EQ(sse, want) << "floats " << floats << " offset " << offset;
           for (int i = 0; i < 3; ++i) EXPECT_EQ(p.crc[i], q.crc[i]);
         }
+      }
+    }
+  }
+}
+
+// Cuts `s` into pieces at random places (sizes 0 to `max_piece`, so a
+// float or an 8-byte word often straddles two), as gRPC's slices may.
+std::vector<absl::string_view> RandomPieces(const std::string& s,
+                                            size_t max_piece, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<absl::string_view> pieces;
+  size_t at = 0;
+  while (at < s.size()) {
+    const size_t n = std::min(s.size() - at, rng() % (max_piece + 1));
+    pieces.push_back(absl::string_view(s).substr(at, n));
+    at += n;
+  }
+  if (rng() % 2 == 0) pieces.push_back(absl::string_view());
+  return pieces;
+}
+
+TEST(GatherScanFingerprintTest, SameAsScanFingerprintOfTheGatheredBytes) {
+  for (bool specials : {false, true}) {
+    const std::string big = RandomFloats((1 << 18) + 16, 8, specials);
+    for (size_t floats : {0, 1, 2, 5, 6, 7, 8, 23, 24, 25, 97, 1000, 1024,
+                          3 * 1024 + 7, (1 << 18) + 3}) {
+      const std::string s = big.substr(0, floats * 4 + floats % 3);
+      for (size_t max_piece : {1, 3, 64, 4099, 65536, 1 << 22}) {
+        const std::vector<absl::string_view> pieces =
+            RandomPieces(s, max_piece, floats + max_piece);
+        std::string dst(s.size() + 8, '\x5a');
+        uint32_t got = 0xdeadbeef;
+        const uint64_t fp =
+            GatherScanFingerprint(pieces, s.size(), dst.data() + 1, &got);
+        uint32_t want = 0xdeadbeef;
+        EXPECT_EQ(fp, ScanFingerprint(s.data(), s.size(), &want))
+            << "bytes " << s.size() << " pieces of at most " << max_piece;
+        EXPECT_EQ(got, want) << "bytes " << s.size();
+        EXPECT_EQ(dst.substr(1, s.size()), s) << "bytes " << s.size();
+        EXPECT_EQ(dst[0], '\x5a');  // nothing written outside
+        EXPECT_EQ(dst.substr(s.size() + 1), std::string(7, '\x5a'));
+        std::string copy(s.size(), '\0');
+        GatherPieces(pieces, s.size(), copy.data());
+        EXPECT_EQ(copy, s);
       }
     }
   }

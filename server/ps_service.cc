@@ -21,6 +21,8 @@
 #include "common/sparse_rows.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
+#include "server/chunk_fingerprint.h"
+#include "server/push_frame.h"
 #include "server/shard_checkpoint.h"
 
 namespace pstrain {
@@ -244,6 +246,8 @@ std::shared_ptr<WorkerSessions> ParameterServerService::sessions() const {
 // client half-closes, then the whole push goes to the shard at once.
 // Deletes itself in OnDone.
 class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+  struct Frame;  // a message slot parsed in place (below)
+
  public:
   PushReactor(ParameterServerService* service, std::shared_ptr<Shard> shard,
               std::shared_ptr<WorkerSessions> sessions,
@@ -257,6 +261,7 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         response_(response),
         start_(absl::Now()),
         on_arrival_(shard_->sums_on_arrival()),
+        in_place_(on_arrival_ && service_->options_.parse_pushes_in_place),
         watch_(std::make_shared<Watch>()) {
     watch_->context = context;
     alarm_.Set(absl::ToChronoTime(start_ + service_->options_.push_timeout),
@@ -286,9 +291,12 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
             watch->context->TryCancel();
           }
         });
-    messages_ = service_->TakePushBuffers();
+    buffers_ = service_->TakePushBuffers();
+    messages_ = &buffers_->messages;
     if (on_arrival_) {
-      while (messages_->size() < 2) messages_->emplace_back();
+      if (!in_place_) {
+        while (messages_->size() < 2) messages_->emplace_back();
+      }
       absl::MutexLock lock(&pipe_mu_);
       free_ = {1, 0};
     }
@@ -395,10 +403,7 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       }
       ++count_;
     }
-    if (!failure.has_value() &&
-        !grpc::SerializationTraits<PushRequest>::Deserialize(
-             &frame_, &(*messages_)[slot])
-             .ok()) {
+    if (!failure.has_value() && !ParseInto(slot)) {
       failure = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                              absl::StrCat("push message ", count_ - 1,
                                           " is not a valid PushRequest; "
@@ -450,7 +455,12 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         slot = parsed_.front();
         parsed_.pop_front();
       }
-      absl::Status st = SumMessage((*messages_)[slot]);
+      absl::Status st;
+      if (in_place_) {
+        st = SumView(frames_[slot]);
+      } else {
+        st = SumMessage((*messages_)[slot]);
+      }
       bool read_next = false;
       {
         absl::MutexLock lock(&pipe_mu_);
@@ -476,16 +486,78 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     }
   }
 
+  // Parses the frame just read into message slot `slot`: in place (its
+  // slices kept, the payloads left in them) or into a PushRequest.
+  bool ParseInto(size_t slot) {
+    if (!in_place_) {
+      return grpc::SerializationTraits<PushRequest>::Deserialize(
+                 &frame_, &(*messages_)[slot])
+          .ok();
+    }
+    Frame& f = frames_[slot];
+    f.slices.clear();
+    if (!frame_.Dump(&f.slices).ok()) return false;
+    f.pieces.clear();
+    for (const grpc::Slice& slice : f.slices) {
+      f.pieces.emplace_back(reinterpret_cast<const char*>(slice.begin()),
+                            slice.size());
+    }
+    if (!ParsePushFrame(f.pieces, &f.view).ok()) return false;
+    // Every payload gathered from the slices into the slot's buffer, each
+    // at a 16-byte boundary; an fp32 one in the loop that also takes its
+    // fingerprint and largest |x| (what IncomingPush::Add would scan), so
+    // the summer only sums. Then the slices go back to gRPC.
+    size_t total = 0;
+    for (const ChunkView& c : f.view.chunks) {
+      total += (c.data_size + 15) / 16 * 16;
+    }
+    std::string& buffer = buffers_->gathered[slot];
+    if (buffer.size() < total) buffer.resize(total);
+    const bool fp32 = shard_->wire_dtype() == pstrain::v1::DTYPE_F32;
+    f.scanned.resize(f.view.chunks.size());
+    size_t at = 0;
+    for (size_t i = 0; i < f.view.chunks.size(); ++i) {
+      ChunkView& c = f.view.chunks[i];
+      char* dst = buffer.data() + at;
+      at += (c.data_size + 15) / 16 * 16;
+      if (fp32) {
+        f.scanned[i].fingerprint = GatherScanFingerprint(
+            c.data, c.data_size, dst, &f.scanned[i].max_abs_bits);
+      } else {
+        GatherPieces(c.data, c.data_size, dst);
+      }
+      c.data.assign(1, absl::string_view(dst, c.data_size));
+    }
+    f.slices.clear();
+    return true;
+  }
+
   // The first message's header opens the shard's IncomingPush (after the
   // session and generation checks); every chunk goes to it.
   absl::Status SumMessage(const PushRequest& message) {
+    PS_RETURN_IF_ERROR(Open(message.has_header(), message.header()));
+    for (const pstrain::v1::ChunkData& c : message.chunks()) {
+      if (absl::Status st = incoming_->Add(c); !st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
+  absl::Status SumView(const Frame& f) {
+    PS_RETURN_IF_ERROR(Open(f.view.has_header, f.view.header));
+    const bool fp32 = shard_->wire_dtype() == pstrain::v1::DTYPE_F32;
+    for (size_t i = 0; i < f.view.chunks.size(); ++i) {
+      absl::Status st =
+          incoming_->Add(f.view.chunks[i], fp32 ? &f.scanned[i] : nullptr);
+      if (!st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Open(bool has_header, const pstrain::v1::PushHeader& h) {
     if (!first_seen_) {
       first_seen_ = true;
-      if (!message.has_header()) {
+      if (!has_header) {
         return absl::InvalidArgumentError(
             "the first push message must carry a header");
       }
-      const pstrain::v1::PushHeader& h = message.header();
       PS_RETURN_IF_ERROR(MatchesSession(h));
       absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> incoming =
           shard_->BeginPush(h);
@@ -496,9 +568,6 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     if (incoming_ == nullptr) {
       return absl::InvalidArgumentError(
           "the first push message must carry a header");
-    }
-    for (const pstrain::v1::ChunkData& c : message.chunks()) {
-      if (absl::Status st = incoming_->Add(c); !st.ok()) return st;
     }
     return absl::OkStatus();
   }
@@ -568,8 +637,9 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   }
 
   void ReturnBuffers() {
-    if (messages_ != nullptr) {
-      service_->ReturnPushBuffers(std::move(messages_));
+    if (buffers_ != nullptr) {
+      messages_ = nullptr;
+      service_->ReturnPushBuffers(std::move(buffers_));
     }
   }
 
@@ -652,11 +722,24 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   grpc::ByteBuffer frame_;
   // Messages [0, count_) of this push, in objects reused across pushes
   // (null until admitted).
-  std::unique_ptr<std::vector<PushRequest>> messages_;
+  std::unique_ptr<PushBuffers> buffers_;
+  std::vector<PushRequest>* messages_ = nullptr;  // buffers_->messages
   size_t count_ = 0;
   uint64_t bytes_ = 0;
   bool admitted_ = false;
   const bool on_arrival_;  // Shard::sums_on_arrival()
+  const bool in_place_;    // on arrival, parse_pushes_in_place
+  // Summing on arrival in place: a message slot is the frame's slices
+  // while it is parsed, their bytes in order, what was parsed (each
+  // payload then one piece of buffers_->gathered[slot]) and each fp32
+  // payload's fingerprint and largest |x|.
+  struct Frame {
+    std::vector<grpc::Slice> slices;
+    std::vector<absl::string_view> pieces;
+    PushFrameView view;
+    std::vector<Shard::IncomingPush::Scanned> scanned;
+  };
+  Frame frames_[2];
   // Summing on arrival: the shard's push (after the first message), its
   // header's generation, and the pipeline between reads and the summer.
   std::unique_ptr<Shard::IncomingPush> incoming_;
@@ -677,19 +760,16 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   grpc::Alarm first_alarm_;  // options.first_message_timeout after Begin
 };
 
-std::unique_ptr<std::vector<PushRequest>>
-ParameterServerService::TakePushBuffers() {
+std::unique_ptr<PushBuffers> ParameterServerService::TakePushBuffers() {
   absl::MutexLock lock(&push_mu_);
-  if (push_buffers_.empty()) {
-    return std::make_unique<std::vector<PushRequest>>();
-  }
-  std::unique_ptr<std::vector<PushRequest>> b = std::move(push_buffers_.back());
+  if (push_buffers_.empty()) return std::make_unique<PushBuffers>();
+  std::unique_ptr<PushBuffers> b = std::move(push_buffers_.back());
   push_buffers_.pop_back();
   return b;
 }
 
 void ParameterServerService::ReturnPushBuffers(
-    std::unique_ptr<std::vector<PushRequest>> buffers) {
+    std::unique_ptr<PushBuffers> buffers) {
   absl::MutexLock lock(&push_mu_);
   // As many sets as pushes may be read at once; the rest are freed.
   if (push_buffers_.size() <

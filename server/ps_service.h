@@ -101,6 +101,9 @@ inline constexpr int kMaxPushStreamsPerWorker = 8;
 inline constexpr int kPullThreadsPerWorker = 4;
 inline constexpr int kMinPullThreads = 16;
 
+// PsServiceOptions::parse_pushes_in_place's default.
+inline constexpr bool kParsePushesInPlace = false;
+
 struct PsServiceOptions {
   absl::Duration barrier_timeout = absl::Minutes(5);  // longest blocked pull
   // Where to publish pstrain_server_* metrics; may be null. Must outlive the
@@ -133,9 +136,28 @@ struct PsServiceOptions {
   // threads busy"), which clients retry with backoff. 0: from the job
   // (SetShard), kPullThreadsPerWorker per worker, at least kMinPullThreads.
   int max_concurrent_pulls = 0;
+  // true: a shard that sums on arrival parses each push message where
+  // gRPC's slices hold it (ParsePushFrame), and the reading thread gathers
+  // every payload from them in the loop that takes its fingerprint and
+  // largest |x| (GatherScanFingerprint), so the summer only sums. false
+  // (kParsePushesInPlace): each message is parsed into a PushRequest (a
+  // copy of every payload) and the summer scans it. Results are the same
+  // bits either way; in place measured no faster (docs/performance.md,
+  // "Parsing pushes in place: wired, measured, not the default"), so it is
+  // an option, compared by ps_path_bench --compare_parse. Pushes to a shard
+  // that buffers them always take the PushRequest.
+  bool parse_pushes_in_place = kParsePushesInPlace;
 };
 
 class PushReactor;  // ps_service.cc: one push stream
+
+// One push stream's buffers, reused across pushes (TakePushBuffers): the
+// messages parsed into PushRequests, or, parsed in place, each of the two
+// message slots' payloads gathered contiguous (strings keep their size).
+struct PushBuffers {
+  std::vector<pstrain::v1::PushRequest> messages;
+  std::string gathered[2];
+};
 class PullReactor;  // ps_service.cc: one pull stream
 
 // Thread-safe. Until SetShard() is called every RPC fails with UNAVAILABLE
@@ -293,9 +315,8 @@ class ParameterServerService final
   // strings keep their capacity); at most max(1, either concurrency limit)
   // sets are kept, each holding up to one push (Shard::max_push_bytes()),
   // or one message on a shard that sums on arrival.
-  std::unique_ptr<std::vector<pstrain::v1::PushRequest>> TakePushBuffers();
-  void ReturnPushBuffers(
-      std::unique_ptr<std::vector<pstrain::v1::PushRequest>> buffers);
+  std::unique_ptr<PushBuffers> TakePushBuffers();
+  void ReturnPushBuffers(std::unique_ptr<PushBuffers> buffers);
 
   // Null when options.metrics is null.
   struct Metrics {
@@ -342,8 +363,8 @@ class ParameterServerService final
   std::deque<PushReactor*> waiting_pushes_ ABSL_GUARDED_BY(push_mu_);
   std::map<uint32_t, int> push_streams_ ABSL_GUARDED_BY(push_mu_);
   int active_row_pushes_ ABSL_GUARDED_BY(push_mu_) = 0;
-  std::vector<std::unique_ptr<std::vector<pstrain::v1::PushRequest>>>
-      push_buffers_ ABSL_GUARDED_BY(push_mu_);
+  std::vector<std::unique_ptr<PushBuffers>> push_buffers_
+      ABSL_GUARDED_BY(push_mu_);
   std::atomic<uint64_t> bytes_in_{0};
   std::atomic<uint64_t> bytes_out_{0};
   // Last: destroyed (its threads joined) before the members its pulls use.

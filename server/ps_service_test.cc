@@ -305,11 +305,29 @@ class OnArrivalServiceTest : public ::testing::Test {
   std::unique_ptr<v1::ParameterServer::Stub> stub_;
 };
 
+// The push tests below run with each way of parsing a push message:
+// in place from gRPC's slices (the default) and into a PushRequest
+// (PsServiceOptions::parse_pushes_in_place false).
+class PushParseServiceTest : public OnArrivalServiceTest,
+                             public ::testing::WithParamInterface<bool> {
+ protected:
+  void SetUp() override {
+    options_.parse_pushes_in_place = GetParam();
+    OnArrivalServiceTest::SetUp();
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(InPlaceAndCopied, PushParseServiceTest,
+                         ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "InPlace" : "Copied";
+                         });
+
 // Streams that fail after some messages were summed (an undecodable frame,
 // a non-finite chunk, a cancel) change nothing observable; the worker's
 // full push afterwards and the other worker's give exactly the shard's
 // result without the failures.
-TEST_F(OnArrivalServiceTest, PushFailingAfterSummedMessagesChangesNothing) {
+TEST_P(PushParseServiceTest, PushFailingAfterSummedMessagesChangesNothing) {
   const std::vector<float> g0 = RandomGrad(1), g1 = RandomGrad(2);
   const std::vector<std::string> frames = Frames(0, 0, g0);
   const Observed before = Observe(*shard_);
@@ -385,7 +403,7 @@ TEST_F(OnArrivalServiceTest, SumFailingWhileReadingEndsTheCallOnce) {
 
 // Both workers stream their pushes at once, one chunk per message, over
 // several steps: the result is the shard's own, bit for bit.
-TEST_F(OnArrivalServiceTest, ConcurrentManyMessagePushesAreExact) {
+TEST_P(PushParseServiceTest, ConcurrentManyMessagePushesAreExact) {
   std::shared_ptr<Shard> reference = MakeShard();
   for (uint64_t step = 0; step < 10; ++step) {
     std::vector<std::vector<float>> g = {RandomGrad(10 * step + 3),

@@ -300,27 +300,33 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(ShardOptions options) {
 absl::Status Shard::ValidateChunk(const ChunkData& c,
                                   const std::vector<bool>& seen, int* local,
                                   bool check_finite) const {
-  auto owners = chunk_owner_.find(c.tensor());
+  return ValidateChunk(FieldsOf(c), seen, local, check_finite);
+}
+
+absl::Status Shard::ValidateChunk(const ChunkFields& c,
+                                  const std::vector<bool>& seen, int* local,
+                                  bool check_finite) const {
+  auto owners = chunk_owner_.find(c.tensor);
   if (owners == chunk_owner_.end()) {
     return absl::NotFoundError(
-        absl::StrCat("unknown tensor '", EchoClientText(c.tensor()), "'"));
+        absl::StrCat("unknown tensor '", EchoClientText(c.tensor), "'"));
   }
-  if (c.index() >= owners->second.size()) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "tensor '", EchoClientText(c.tensor()), "' chunk ", c.index(),
-        " out of range [0, ", owners->second.size(), ")"));
+  if (c.index >= owners->second.size()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("tensor '", EchoClientText(c.tensor), "' chunk ", c.index,
+                     " out of range [0, ", owners->second.size(), ")"));
   }
-  auto it = local_index_.find({c.tensor(), c.index()});
+  auto it = local_index_.find({std::string(c.tensor), c.index});
   if (it == local_index_.end()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("tensor '", EchoClientText(c.tensor()), "' chunk ",
-                     c.index(), " is held by shard ", owners->second[c.index()],
+        absl::StrCat("tensor '", EchoClientText(c.tensor), "' chunk ", c.index,
+                     " is held by shard ", owners->second[c.index],
                      ", not shard ", shard_id()));
   }
   if (seen[it->second]) {
     return absl::InvalidArgumentError(
-        absl::StrCat("tensor '", EchoClientText(c.tensor()), "' chunk ",
-                     c.index(), " sent twice"));
+        absl::StrCat("tensor '", EchoClientText(c.tensor), "' chunk ", c.index,
+                     " sent twice"));
   }
   PS_RETURN_IF_ERROR(
       CheckChunk(c, chunks_[it->second].length, check_finite, wire_dtype()));
@@ -513,29 +519,98 @@ Shard::IncomingPush::IncomingPush(Shard* shard, const PushHeader& header,
       seen_(shard->chunks_.size(), false) {}
 
 Shard::IncomingPush::~IncomingPush() {
-  if (term_g_.empty()) return;
+  if (term_g_.empty() && gathered_.empty()) return;
   absl::MutexLock lock(&shard_->spare_mu_);
-  shard_->spare_g_.push_back(std::move(term_g_));
+  for (std::vector<float>* v : {&term_g_, &gathered_}) {
+    if (!v->empty()) shard_->spare_g_.push_back(std::move(*v));
+  }
+}
+
+std::vector<float> Shard::IncomingPush::TakeSpare() {
+  std::vector<float> v;
+  {
+    absl::MutexLock lock(&shard_->spare_mu_);
+    if (!shard_->spare_g_.empty()) {
+      v = std::move(shard_->spare_g_.back());
+      shard_->spare_g_.pop_back();
+    }
+  }
+  v.resize(shard_->max_chunk_length_);
+  return v;
 }
 
 absl::Status Shard::IncomingPush::Add(const ChunkData& c) {
+  ChunkFields f = FieldsOf(c);
+  f.data = nullptr;
+  const absl::string_view data = c.data();
+  return AddPieces(f, absl::MakeConstSpan(&data, 1), nullptr);
+}
+
+absl::Status Shard::IncomingPush::Add(const ChunkView& c,
+                                      const Scanned* scanned) {
+  ChunkFields f;
+  f.tensor = c.tensor;
+  f.index = c.index;
+  f.dtype = c.dtype;
+  f.shape = c.shape;
+  f.data_size = c.data_size;
+  return AddPieces(f, c.data, scanned);
+}
+
+absl::Status Shard::IncomingPush::AddPieces(
+    ChunkFields c, absl::Span<const absl::string_view> pieces,
+    const Scanned* scanned) {
   int k = 0;
+  // The layout first, reading no value.
+  PS_RETURN_IF_ERROR(
+      shard_->ValidateChunk(c, seen_, &k, /*check_finite=*/false));
+  const LocalChunk& lc = shard_->chunks_[k];
   // An fp32 chunk that is summed is checked for NaN and Inf below, by the
   // loop that also fingerprints it (ScanFloats); every other chunk here.
   const bool check_later =
       summing_ && shard_->wire_dtype() == pstrain::v1::DTYPE_F32;
-  PS_RETURN_IF_ERROR(shard_->ValidateChunk(c, seen_, &k, !check_later));
+  // The payload where it lies (one piece, aligned as a heap buffer), or
+  // gathered from its pieces: a summed fp32 one by the loop that also
+  // fingerprints and scans it.
+  std::optional<ChunkScan> scan;
+  if (check_later && scanned != nullptr) {
+    // Of exactly these bytes, which the layout check found lc.length floats.
+    scan = ChunkScan{scanned->max_abs_bits, absl::HashOf(static_cast<size_t>(k),
+                                                         scanned->fingerprint)};
+  }
+  if (pieces.size() == 1 &&
+      reinterpret_cast<uintptr_t>(pieces[0].data()) % 16 == 0) {
+    c.data = pieces[0].data();
+  } else if (c.data_size == 0) {
+    c.data = "";
+  } else {
+    if (gathered_.empty()) gathered_ = TakeSpare();
+    char* dst = reinterpret_cast<char*>(gathered_.data());
+    if (check_later) {
+      ChunkScan s;
+      s.hash = absl::HashOf(
+          static_cast<size_t>(k),
+          GatherScanFingerprint(pieces, c.data_size, dst, &s.max_bits));
+      scan = s;
+    } else {
+      GatherPieces(pieces, c.data_size, dst);
+    }
+    c.data = dst;
+  }
+  if (!check_later) {
+    PS_RETURN_IF_ERROR(CheckChunk(c, lc.length, /*require_finite=*/true,
+                                  shard_->wire_dtype()));
+  }
   seen_[k] = true;
   ++seen_count_;
-  const LocalChunk& lc = shard_->chunks_[k];
-  const char* src = c.data().data();
+  const char* src = c.data;
   // A summed fp32 chunk is read once for its hash, its largest |x| and
   // NaN/Inf (ScanFloats); the sum or apply below takes that largest |x|.
   std::optional<uint32_t> max_bits;
   uint64_t hash = 0;
   if (check_later) {
-    const ChunkScan scan = ScanFloats(k, src, lc.length);
-    if (scan.max_bits >= kNonFiniteBits) {
+    if (!scan.has_value()) scan = ScanFloats(k, src, lc.length);
+    if (scan->max_bits >= kNonFiniteBits) {
       // CheckChunk's error names the element.
       absl::Status st = CheckChunk(c, lc.length, /*require_finite=*/true,
                                    shard_->wire_dtype());
@@ -544,10 +619,10 @@ absl::Status Shard::IncomingPush::Add(const ChunkData& c) {
                            " has a value that is not finite"))
                      : st;
     }
-    max_bits = scan.max_bits;
-    hash = scan.hash;
+    max_bits = scan->max_bits;
+    hash = scan->hash;
   } else {
-    hash = ChunkHash(k, c.data());
+    hash = ChunkHash(k, absl::string_view(src, c.data_size));
   }
   hashes_[k] = hash;
   if (!summing_) return absl::OkStatus();
@@ -565,21 +640,12 @@ absl::Status Shard::IncomingPush::Add(const ChunkData& c) {
   // One worker applying on arrival: the chunk's term is its step's only
   // one, applied here rather than held for the applier, under the shard's
   // mutex shared as the applier's apply is (taken before the chunk's).
-  if (term_g_.size() < lc.length) {
-    {
-      absl::MutexLock lock(&shard_->spare_mu_);
-      if (!shard_->spare_g_.empty()) {
-        term_g_ = std::move(shard_->spare_g_.back());
-        shard_->spare_g_.pop_back();
-      }
-    }
-    term_g_.resize(shard_->max_chunk_length_);
-  }
+  if (term_g_.size() < lc.length) term_g_ = TakeSpare();
   absl::ReaderMutexLock shard_lock(&shard_->mu_);
   return SumLocked(c, k, src, hash, !shard_->closed_, max_bits);
 }
 
-absl::Status Shard::IncomingPush::SumLocked(const ChunkData& c, size_t k,
+absl::Status Shard::IncomingPush::SumLocked(const ChunkFields& c, size_t k,
                                             const char* src, uint64_t hash,
                                             bool apply,
                                             std::optional<uint32_t> max_bits)

@@ -222,8 +222,10 @@
 #include "absl/time/time.h"
 #include "checkpoint/state.h"
 #include "common/optimizer.h"
+#include "common/tensor_codec.h"
 #include "proto/pstrain.pb.h"
 #include "server/consistency_rule.h"
+#include "server/push_frame.h"
 #include "server/sparse_shard.h"
 
 namespace pstrain {
@@ -397,6 +399,19 @@ class Shard {
     // sum (or finds it there already, above). An error changes nothing
     // observable; the stream must then be abandoned.
     absl::Status Add(const pstrain::v1::ChunkData& c);
+    // The same for a chunk parsed in place (ParsePushFrame): its payload
+    // is read from the frame's pieces. A payload in several pieces is
+    // gathered into a buffer of the shard's spares in the loop that
+    // fingerprints and scans it (GatherScanFingerprint), so it is read from
+    // gRPC's slices once; one 16-byte-aligned piece is used where it lies.
+    // `scanned`: GatherScanFingerprint's results for exactly these bytes,
+    // when the caller gathered them (then not scanned again). Same checks,
+    // errors, sums and fingerprints as Add(ChunkData).
+    struct Scanned {
+      uint64_t fingerprint = 0;
+      uint32_t max_abs_bits = 0;
+    };
+    absl::Status Add(const ChunkView& c, const Scanned* scanned = nullptr);
     // Every chunk added: commits the push (or answers a retry of the last
     // accepted one), as Push would. INVALID_ARGUMENT when chunks are
     // missing (a part: `pending` while another part's chunks are, and the
@@ -422,13 +437,22 @@ class Shard {
     // A term applied as it arrives (ApplyTermLocked): its gradient, from
     // the shard's spares (returned by the destructor).
     std::vector<float> term_g_;
+    // A payload gathered from pieces (Add(ChunkView)), from the same spares.
+    std::vector<float> gathered_;
+
+    // Both Adds: `c`'s payload is `pieces` (data null in `c`).
+    absl::Status AddPieces(ChunkFields c,
+                           absl::Span<const absl::string_view> pieces,
+                           const Scanned* scanned);
+    // A vector of the shard's spares of max_chunk_length_ floats.
+    std::vector<float> TakeSpare();
 
     // Add's part under chunk k's sum mutex, for values at `src` known to
     // be finite (checked by ValidateChunk or Add's scan); `apply`: the
     // caller holds the shard's mutex shared and the term may be applied at
     // once; `max_bits`: the bits of the largest |x| when Add scanned them.
-    absl::Status SumLocked(const pstrain::v1::ChunkData& c, size_t k,
-                           const char* src, uint64_t hash, bool apply,
+    absl::Status SumLocked(const ChunkFields& c, size_t k, const char* src,
+                           uint64_t hash, bool apply,
                            std::optional<uint32_t> max_bits);
   };
   // Starts a push stream (sums_on_arrival() only, else FAILED_PRECONDITION):
@@ -487,6 +511,9 @@ class Shard {
   // Without `check_finite` the values are not read (the caller finds a NaN
   // or Inf itself: SumChunk).
   absl::Status ValidateChunk(const pstrain::v1::ChunkData& c,
+                             const std::vector<bool>& seen, int* local,
+                             bool check_finite = true) const;
+  absl::Status ValidateChunk(const ChunkFields& c,
                              const std::vector<bool>& seen, int* local,
                              bool check_finite = true) const;
   // Stateless checks (nothing is copied); on success `ordered[i]` is the

@@ -12,6 +12,8 @@
 #include <iterator>
 #include <limits>
 #include <memory>
+#include <random>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -26,6 +28,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/pstrain.pb.h"
+#include "server/chunk_fingerprint.h"
 
 namespace pstrain {
 namespace {
@@ -2653,6 +2656,147 @@ TEST(PartsModesTest, ShardsThatBufferPushesRefuseParts) {
     EXPECT_TRUE(BitIdentical(Weights(*shard), before));
     EXPECT_EQ(shard->Stats().pushes(), 0u);
   }
+}
+
+// ---- Chunks parsed in place (Add(ChunkView), server/push_frame.h) --------
+
+// `c` as ParsePushFrame returns it when its payload lies in gRPC's slices:
+// the payload cut at random places into pieces of at most `max_piece` bytes
+// (0: one piece at an odd address, copied to `backing`), pointing into `c`.
+ChunkView ViewOf(const ChunkData& c, size_t max_piece, uint32_t seed,
+                 std::string* backing) {
+  ChunkView v;
+  v.tensor = c.tensor();
+  v.index = c.index();
+  v.dtype = c.dtype();
+  v.shape.assign(c.shape().begin(), c.shape().end());
+  v.data_size = c.data().size();
+  if (max_piece == 0) {
+    *backing = "x" + c.data();
+    v.data.push_back(absl::string_view(*backing).substr(1));
+    return v;
+  }
+  std::mt19937 rng(seed);
+  const absl::string_view all = c.data();
+  for (size_t at = 0; at < all.size();) {
+    const size_t n = std::min(all.size() - at, 1 + rng() % max_piece);
+    v.data.push_back(all.substr(at, n));
+    at += n;
+  }
+  return v;
+}
+
+// Pushes `grad` through an IncomingPush, every chunk as a view in pieces;
+// `gathered`: as the service does, each payload gathered by
+// GatherScanFingerprint first and added with its results (fp32).
+absl::Status StreamViews(Shard& shard, const PushHeader& h,
+                         const std::vector<float>& grad, size_t max_piece,
+                         uint32_t seed, pstrain::v1::DType dtype,
+                         bool gathered = false) {
+  std::vector<ChunkData> data(shard.chunks().size());
+  absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> p = shard.BeginPush(h);
+  if (!p.ok()) return p.status();
+  for (size_t i = 0; i < data.size(); ++i) {
+    const LocalChunk& lc = shard.chunks()[i];
+    EncodeChunk(lc.tensor, lc.index, grad.data() + lc.local_offset, lc.length,
+                &data[i], dtype);
+    std::string backing;
+    ChunkView v = ViewOf(data[i], max_piece, seed + i, &backing);
+    Shard::IncomingPush::Scanned scanned;
+    std::string buffer(v.data_size, '\0');
+    if (gathered) {
+      scanned.fingerprint = GatherScanFingerprint(
+          v.data, v.data_size, buffer.data(), &scanned.max_abs_bits);
+      v.data.assign(1, buffer);
+    }
+    absl::Status added = (*p)->Add(
+        v, gathered && dtype == pstrain::v1::DTYPE_F32 ? &scanned : nullptr);
+    if (!added.ok()) return added;
+  }
+  return (*p)->Finish().status();
+}
+
+// 1 or 2 workers (1: each term applied where it is summed), fp32 or bf16 on
+// the wire (bf16: decoded, not scanned), Adam: a shard fed views in pieces
+// of every size (one byte, straddling floats, 64 KiB like gRPC's reads, one
+// misaligned piece) ends each step bit-identical to one fed whole
+// ChunkData, and a retry of a push in the other form is known as the same
+// push (the fingerprints agree).
+class InPlaceChunkTest
+    : public ::testing::TestWithParam<std::tuple<int, pstrain::v1::DType>> {};
+
+TEST_P(InPlaceChunkTest, PiecesSumAndFingerprintAsWholeChunks) {
+  const auto [workers, dtype] = GetParam();
+  JobConfig config = SmallConfig(pstrain::v1::MODE_SYNC, workers, 0);
+  config.mutable_training()->mutable_optimizer()->set_kind(
+      pstrain::v1::OptimizerConfig::ADAM);
+  config.mutable_training()->mutable_optimizer()->set_base_lr(0.01);
+  config.mutable_network()->set_wire_dtype(dtype);
+  std::unique_ptr<Shard> a = MakeShard(config);
+  std::unique_ptr<Shard> b = MakeShard(config);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(a->sums_on_arrival());
+  const size_t kPieces[] = {1, 3, 7, 4099, 65536, 0};
+  for (uint64_t clock = 0; clock < 6; ++clock) {
+    for (uint32_t w = 0; w < static_cast<uint32_t>(workers); ++w) {
+      const std::vector<float> g =
+          RandomGrad(a->num_elements(), 10 * clock + w + 1);
+      const PushHeader h = Header(w, clock, 3 + w);
+      ASSERT_TRUE(StreamViews(*a, h, g, kPieces[clock], 100 * clock + w, dtype,
+                              /*gathered=*/clock % 2 == 1)
+                      .ok())
+          << "clock " << clock << " worker " << w;
+      ASSERT_TRUE(PushGrad(*b, w, clock, clock, 3 + w, g, dtype).ok());
+      // The same push again, whole: a retry, not a different push.
+      absl::StatusOr<PushResult> again =
+          PushGrad(*a, w, clock, clock, 3 + w, g, dtype);
+      ASSERT_TRUE(again.ok()) << again.status();
+    }
+    ASSERT_TRUE(BitIdentical(Weights(*a), Weights(*b))) << "clock " << clock;
+  }
+  // A different push for an accepted clock, in pieces: refused.
+  const std::vector<float> other = RandomGrad(a->num_elements(), 999);
+  EXPECT_EQ(StreamViews(*a, Header(0, 5, 3), other, 5, 1, dtype).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    WorkersAndWire, InPlaceChunkTest,
+    testing::Combine(testing::Values(1, 2),
+                     testing::Values(pstrain::v1::DTYPE_F32,
+                                     pstrain::v1::DTYPE_BF16)));
+
+// A NaN, an Inf or a wrong size in a chunk in pieces (the bad float
+// straddling two pieces) gets the error the whole chunk gets, and changes
+// nothing.
+TEST_F(OnArrivalTest, BadChunkInPiecesFailsAsTheWholeChunk) {
+  const Observable before = Observe(*a_);
+  for (uint32_t bits : {0x7fc00000u, 0xff800000u}) {
+    ChunkData bad = data_[0][1];
+    std::memcpy(bad.mutable_data()->data() + 8, &bits, sizeof(bits));
+    absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> whole =
+        a_->BeginPush(Header(0, 0, 4));
+    ASSERT_TRUE(whole.ok());
+    const absl::Status want = (*whole)->Add(bad);
+    ASSERT_EQ(want.code(), absl::StatusCode::kInvalidArgument);
+    absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> pieces =
+        a_->BeginPush(Header(0, 0, 4));
+    ASSERT_TRUE(pieces.ok());
+    std::string backing;
+    ChunkView v = ViewOf(bad, 1, 3, &backing);  // the float in 4 pieces
+    EXPECT_EQ((*pieces)->Add(v), want);
+  }
+  ChunkData shortened = data_[0][0];
+  shortened.mutable_data()->resize(shortened.data().size() - 4);
+  absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> p =
+      a_->BeginPush(Header(0, 0, 4));
+  ASSERT_TRUE(p.ok());
+  std::string backing;
+  const absl::Status st = (*p)->Add(ViewOf(shortened, 100, 4, &backing));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), testing::HasSubstr("bytes for"));
+  ExpectSame(Observe(*a_), before);
 }
 
 }  // namespace

@@ -221,7 +221,7 @@ absl::StatusOr<PsPathResult> MeasurePsPath(
     pstrain::v1::DType wire_dtype, bool early_apply, bool hold_first_term,
     bool apply_terms_on_arrival, int push_streams, bool apply_in_blocks,
     int server_lookahead, bool worker_bdp_probe, uint64_t chunk_bytes,
-    uint64_t push_message_bytes) {
+    uint64_t push_message_bytes, bool parse_in_place) {
   absl::StatusOr<JobSpec> job =
       OneTensorJob(elems, servers, workers, pstrain::v1::OptimizerConfig::SGD,
                    wire_dtype, chunk_bytes);
@@ -231,9 +231,11 @@ absl::StatusOr<PsPathResult> MeasurePsPath(
     server_args.push_back(
         {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, server_lookahead});
   }
+  PsServiceOptions service_options;
+  service_options.parse_pushes_in_place = parse_in_place;
   absl::StatusOr<std::unique_ptr<Cluster>> cluster =
-      Cluster::Start(*job, server_args, {}, early_apply, hold_first_term,
-                     apply_terms_on_arrival, apply_in_blocks);
+      Cluster::Start(*job, server_args, service_options, early_apply,
+                     hold_first_term, apply_terms_on_arrival, apply_in_blocks);
   if (!cluster.ok()) return cluster.status();
   absl::StatusOr<Workers> w =
       Workers::Create((*cluster)->job(), workers, elems, push_streams,

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/pstrain.pb.h"
+#include "server/ps_service.h"
 
 namespace pstrain::bench {
 
@@ -64,7 +65,8 @@ struct PsPathResult {
 // PsServerChannelArgs(). `worker_bdp_probe` false: the workers' channels
 // with the HTTP/2 BDP probe off (a pull's receiver). `chunk_bytes`: the
 // shard map's chunks (0: 4 MiB); `push_message_bytes`: the workers'
-// PsClientOptions.push_message_bytes (0: the default).
+// PsClientOptions.push_message_bytes (0: the default). `parse_in_place`:
+// the servers' PsServiceOptions::parse_pushes_in_place.
 absl::StatusOr<PsPathResult> MeasurePsPath(
     uint64_t elems, int servers, int workers, int steps,
     pstrain::v1::DType wire_dtype = pstrain::v1::DTYPE_F32,
@@ -72,7 +74,7 @@ absl::StatusOr<PsPathResult> MeasurePsPath(
     bool apply_terms_on_arrival = true, int push_streams = 0,
     bool apply_in_blocks = true, int server_lookahead = 0,
     bool worker_bdp_probe = true, uint64_t chunk_bytes = 0,
-    uint64_t push_message_bytes = 0);
+    uint64_t push_message_bytes = 0, bool parse_in_place = kParsePushesInPlace);
 
 struct SparsePathResult {
   // All workers together, the median over the warm steps of each step's

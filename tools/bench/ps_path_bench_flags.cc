@@ -45,6 +45,10 @@ ABSL_FLAG(int32_t, compare_push_message_kib, 0,
           "also measure every push/pull row with the workers' push messages "
           "at this many KiB (PsClientOptions.push_message_bytes; rows tagged "
           "_pushmsg; 0: not; 1..4096)");
+ABSL_FLAG(bool, compare_parse, false,
+          "also measure every push/pull row with the servers parsing push "
+          "messages the other way than shipped: in place from gRPC's slices "
+          "(rows tagged _inplace) or into a PushRequest (_parsecopy)");
 ABSL_FLAG(int32_t, chunk_kib, 0,
           "the shard map's chunks in KiB for every push/pull row (0: 4 MiB; "
           "1..4096)");
@@ -74,6 +78,7 @@ absl::StatusOr<PsPathBenchOptions> PsPathBenchOptionsFromFlags(
   r.compare_lookahead = absl::GetFlag(FLAGS_compare_lookahead);
   r.compare_worker_bdp = absl::GetFlag(FLAGS_compare_worker_bdp);
   r.compare_push_message_kib = absl::GetFlag(FLAGS_compare_push_message_kib);
+  r.compare_parse = absl::GetFlag(FLAGS_compare_parse);
   r.chunk_kib = absl::GetFlag(FLAGS_chunk_kib);
   if (r.compare_push_message_kib < 0 || r.compare_push_message_kib > 4096) {
     return absl::InvalidArgumentError(

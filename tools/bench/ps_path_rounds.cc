@@ -49,7 +49,7 @@ PsPathMeasures RealPsPathMeasures(Iperf3* iperf3, GrpcStream* stream) {
                          setting.apply_terms_on_arrival, setting.push_streams,
                          setting.apply_in_blocks, setting.server_lookahead,
                          setting.worker_bdp_probe, setting.chunk_bytes,
-                         setting.push_message_bytes);
+                         setting.push_message_bytes, setting.parse_in_place);
   };
   return m;
 }
@@ -93,6 +93,11 @@ std::vector<ShardSetting> ShardSettings(const PsPathRoundsOptions& options) {
     msg.push_message_bytes =
         static_cast<uint64_t>(options.compare_push_message_kib) << 10;
     settings.push_back(msg);
+  }
+  if (options.compare_parse) {
+    ShardSetting other{kParsePushesInPlace ? "_parsecopy" : "_inplace"};
+    other.parse_in_place = !kParsePushesInPlace;
+    settings.push_back(other);
   }
   for (ShardSetting& s : settings) {
     s.chunk_bytes = static_cast<uint64_t>(options.chunk_kib) << 10;
@@ -209,7 +214,9 @@ std::string PsPathReport(const PsPathRounds& rounds) {
       {"_applier", "term applied on arrival / by the applier"},
       {"_1stream", "push split over streams / one stream"},
       {"_wholechunk", "optimizer in blocks / whole chunks"},
-      {"_pushmsg", "shipped push messages / --compare_push_message_kib"}};
+      {"_pushmsg", "shipped push messages / --compare_push_message_kib"},
+      {"_parsecopy", "parsed in place / into a PushRequest"},
+      {"_inplace", "parsed into a PushRequest / in place"}};
   for (const auto& [suffix, label] : kCompared) {
     for (const auto& [name, values] : rounds) {
       const auto other = rounds.find(name + suffix);

@@ -52,6 +52,10 @@ struct PsPathRoundsOptions {
   // And with the workers' push messages at this many KiB (tagged "_pushmsg";
   // PsClientOptions.push_message_bytes; 0: not compared).
   int compare_push_message_kib = 0;
+  // And with the servers parsing push messages the other way than shipped
+  // (PsServiceOptions::parse_pushes_in_place: tagged "_inplace" when the
+  // shipped parse is into a PushRequest, "_parsecopy" otherwise).
+  bool compare_parse = false;
   // The shard map's chunks for every row, in KiB (0: 4 MiB, kMaxChunkBytes).
   int chunk_kib = 0;
 };
@@ -68,6 +72,7 @@ struct ShardSetting {
   bool worker_bdp_probe = true;  // false: the workers' channels without it
   uint64_t push_message_bytes = 0;  // > 0: PsClientOptions' (0: default)
   uint64_t chunk_bytes = 0;         // > 0: the shard map's chunks (0: 4 MiB)
+  bool parse_in_place = kParsePushesInPlace;  // PsServiceOptions'
 };
 
 // The shipped setting, then each one the options compare it with.

@@ -174,6 +174,16 @@ TEST(ShardSettings, PushMessagesAreComparedAndChunksApplyToEveryRow) {
   for (const ShardSetting& each : s) EXPECT_EQ(each.chunk_bytes, 1u << 20);
 }
 
+TEST(ShardSettings, TheOtherParseIsComparedWithItsTag) {
+  PsPathRoundsOptions o = OneRow(1);
+  o.compare_parse = true;
+  const std::vector<ShardSetting> s = ShardSettings(o);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].parse_in_place, kParsePushesInPlace);
+  EXPECT_EQ(s[1].suffix, kParsePushesInPlace ? "_parsecopy" : "_inplace");
+  EXPECT_EQ(s[1].parse_in_place, !kParsePushesInPlace);
+}
+
 TEST(RunPsPathRounds, WithoutIperf3AndWithFailedPushesThereAreNoSuchRows) {
   const PsPathRoundsOptions o = OneRow(1);
   Fakes f;
