@@ -12,6 +12,8 @@ namespace pstrain {
 namespace {
 // glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit systems.
 constexpr int64_t kMaxMmapThreshold = int64_t{32} << 20;
+// The largest trim threshold taken (mallopt takes an int).
+constexpr int64_t kMaxTrimThreshold = int64_t{1} << 30;
 // Sanitizers bring their own allocator (their mallopt does nothing).
 #if defined(ABSL_HAVE_ADDRESS_SANITIZER) || \
     defined(ABSL_HAVE_THREAD_SANITIZER) || defined(ABSL_HAVE_MEMORY_SANITIZER)
@@ -34,6 +36,12 @@ absl::Status ConfigureProcessMemory(const ProcessMemoryOptions& options) {
                      "] (0: glibc's dynamic threshold), got ",
                      options.mmap_threshold_bytes));
   }
+  if (options.trim_threshold_bytes < 0 ||
+      options.trim_threshold_bytes > kMaxTrimThreshold) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("trim_threshold_bytes must be in [0, ", kMaxTrimThreshold,
+                     "] (0: glibc's), got ", options.trim_threshold_bytes));
+  }
   if (kGlibcMalloc && options.malloc_arena_max > 0 &&
       mallopt(M_ARENA_MAX, options.malloc_arena_max) == 0) {
     return absl::InternalError(absl::StrCat(
@@ -44,6 +52,13 @@ absl::Status ConfigureProcessMemory(const ProcessMemoryOptions& options) {
               static_cast<int>(options.mmap_threshold_bytes)) == 0) {
     return absl::InternalError(absl::StrCat("mallopt(M_MMAP_THRESHOLD, ",
                                             options.mmap_threshold_bytes,
+                                            ") failed"));
+  }
+  if (kGlibcMalloc && options.trim_threshold_bytes > 0 &&
+      mallopt(M_TRIM_THRESHOLD,
+              static_cast<int>(options.trim_threshold_bytes)) == 0) {
+    return absl::InternalError(absl::StrCat("mallopt(M_TRIM_THRESHOLD, ",
+                                            options.trim_threshold_bytes,
                                             ") failed"));
   }
   const char* current = getenv("GRPC_EXPERIMENTS");

@@ -428,6 +428,7 @@ std::vector<ServerVariant> ServerVariants() {
   shipped.name = "as shipped";
   shipped.bdp_probe = shipped_bdp;
   shipped.mmap_threshold = process.mmap_threshold_bytes;
+  shipped.trim_threshold = process.trim_threshold_bytes;
   shipped.malloc_arena_max = process.malloc_arena_max;
   shipped.grpc_tcp_read_chunks = process.grpc_tcp_read_chunks;
   std::vector<ServerVariant> v = {shipped};
@@ -441,8 +442,11 @@ std::vector<ServerVariant> ServerVariants() {
       [&](ServerVariant& x) { x.bdp_probe = !shipped_bdp; });
   add("glibc malloc defaults", [](ServerVariant& x) {
     x.mmap_threshold = 0;
+    x.trim_threshold = 0;
     x.malloc_arena_max = 0;
   });
+  add("glibc trim threshold (128 KiB)",
+      [](ServerVariant& x) { x.trim_threshold = 0; });
   add("2 malloc arenas", [](ServerVariant& x) { x.malloc_arena_max = 2; });
   add(absl::StrCat("gRPC read buffers ",
                    process.grpc_tcp_read_chunks ? "bounded" : "unbounded",
@@ -460,6 +464,7 @@ std::vector<ServerVariant> ServerVariants() {
   add("BDP probe off only (the server before)", [](ServerVariant& x) {
     x.bdp_probe = false;
     x.mmap_threshold = 0;
+    x.trim_threshold = 0;
     x.malloc_arena_max = 0;
     x.grpc_tcp_read_chunks = true;
   });
@@ -470,6 +475,7 @@ int ServeShardMain(uint64_t elems, int workers, const ServerVariant& variant) {
   // First: before any thread and any gRPC call.
   ProcessMemoryOptions process;
   process.mmap_threshold_bytes = variant.mmap_threshold;
+  process.trim_threshold_bytes = variant.trim_threshold;
   process.malloc_arena_max = variant.malloc_arena_max;
   process.grpc_tcp_read_chunks = variant.grpc_tcp_read_chunks;
   if (absl::Status st = ConfigureProcessMemory(process); !st.ok()) {
@@ -517,6 +523,7 @@ absl::StatusOr<ServerMemory> MeasureServerMemory(const std::string& self,
        absl::StrCat("--workers=", workers),
        absl::StrCat("--bdp_probe=", variant.bdp_probe ? "true" : "false"),
        absl::StrCat("--mmap_threshold=", variant.mmap_threshold),
+       absl::StrCat("--trim_threshold=", variant.trim_threshold),
        absl::StrCat("--max_concurrent_pushes=", variant.max_concurrent_pushes),
        absl::StrCat("--malloc_arena_max=", variant.malloc_arena_max),
        absl::StrCat("--grpc_tcp_read_chunks=",

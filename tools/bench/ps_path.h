@@ -124,6 +124,10 @@ struct ServerVariant {
   // glibc's M_MMAP_THRESHOLD in bytes (0: glibc's dynamic default): with a
   // fixed threshold, freed large buffers go back to the kernel at once.
   int64_t mmap_threshold = 0;
+  // glibc's M_TRIM_THRESHOLD in bytes (0: glibc's; 128 KiB once the mmap
+  // threshold is fixed): free heap at the top beyond it goes back to the
+  // kernel at once.
+  int64_t trim_threshold = 0;
   // PsServiceOptions.max_concurrent_pushes (push streams summed at once);
   // -1: the service's default.
   int max_concurrent_pushes = -1;

@@ -12,6 +12,8 @@ ABSL_FLAG(int, workers, 1, "internal: --serve_shard number of workers");
 ABSL_FLAG(bool, bdp_probe, true, "internal: --serve_shard HTTP/2 BDP probe");
 ABSL_FLAG(int64_t, mmap_threshold, 0,
           "internal: --serve_shard glibc M_MMAP_THRESHOLD (0: default)");
+ABSL_FLAG(int64_t, trim_threshold, 0,
+          "internal: --serve_shard glibc M_TRIM_THRESHOLD (0: default)");
 ABSL_FLAG(int, max_concurrent_pushes, -1,
           "internal: --serve_shard push streams summed at once (-1: default)");
 ABSL_FLAG(int, malloc_arena_max, 0,
@@ -27,6 +29,7 @@ int ServeShardFromFlags() {
   ServerVariant variant;
   variant.bdp_probe = absl::GetFlag(FLAGS_bdp_probe);
   variant.mmap_threshold = absl::GetFlag(FLAGS_mmap_threshold);
+  variant.trim_threshold = absl::GetFlag(FLAGS_trim_threshold);
   variant.max_concurrent_pushes = absl::GetFlag(FLAGS_max_concurrent_pushes);
   variant.malloc_arena_max = absl::GetFlag(FLAGS_malloc_arena_max);
   variant.grpc_tcp_read_chunks = absl::GetFlag(FLAGS_grpc_tcp_read_chunks);
