@@ -1,8 +1,9 @@
 // Parses one PushRequest frame as it lies in gRPC's slices, without copying
 // the chunks' payloads: each ChunkData's `data` is returned as the pieces
-// of the input that hold it (it may span slices). Issue 26, part 2: the
-// parser only; the push path (PushReactor, Shard::IncomingPush::Add) still
-// deserializes into PushRequest and does not use it yet.
+// of the input that hold it (it may span slices). PushReactor uses it when
+// PsServiceOptions::parse_pushes_in_place is set (not the default: measured
+// no faster, docs/performance.md), handing the views to
+// Shard::IncomingPush::Add(ChunkView).
 #ifndef PSTRAIN_SERVER_PUSH_FRAME_H_
 #define PSTRAIN_SERVER_PUSH_FRAME_H_
 

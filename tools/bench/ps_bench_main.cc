@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "tools/bench/bench.h"
+#include "tools/bench/ps_path.h"
 #include "tools/bench/serve_shard_flags.h"
 
 ABSL_FLAG(bool, quick, false, "small sizes (CI): a minute or two");
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
   if (pstrain::bench::ServeShardRequested()) {
     return pstrain::bench::ServeShardFromFlags();
   }
+  pstrain::bench::KeepBenchHeapForReuse("ps_bench");
   pstrain::bench::BenchOptions o;
   o.quick = absl::GetFlag(FLAGS_quick);
   o.rounds = absl::GetFlag(FLAGS_rounds);

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/flags/parse.h"
+#include "tools/bench/ps_path.h"
 #include "tools/bench/ps_path_bench_flags.h"
 #include "tools/bench/ps_path_rounds.h"
 #include "tools/bench/serve_shard_flags.h"
@@ -20,6 +21,7 @@ int main(int argc, char** argv) {
   if (pstrain::bench::ServeShardRequested()) {
     return pstrain::bench::ServeShardFromFlags();
   }
+  pstrain::bench::KeepBenchHeapForReuse("ps_path_bench");
   absl::StatusOr<pstrain::bench::PsPathBenchOptions> options =
       pstrain::bench::PsPathBenchOptionsFromFlags(argv[0]);
   if (!options.ok()) {
