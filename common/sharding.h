@@ -16,6 +16,11 @@ namespace pstrain {
 inline constexpr uint64_t kMaxChunkBytes = 4u << 20;
 // Budget of chunk payload per streamed message.
 inline constexpr uint64_t kMaxMessagePayloadBytes = 4u << 20;
+// The worker's push messages (PsClientOptions::push_message_bytes): smaller,
+// so that a server summing on arrival sums one message while the next is
+// received (a chunk larger than this travels alone). docs/performance.md,
+// "Push messages of 1 MiB".
+inline constexpr uint64_t kPushMessagePayloadBytes = 1u << 20;
 
 // Picks elements per chunk when the config says "automatic" (chunk_bytes 0):
 // about eight chunks per shard so that small models still use every shard,
