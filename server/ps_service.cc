@@ -240,10 +240,11 @@ std::shared_ptr<WorkerSessions> ParameterServerService::sessions() const {
 }
 
 // One push stream. On a shard that sums on arrival (plain sync) each frame
-// is parsed into one reused message and its chunks go to the shard's
-// IncomingPush at once; the push commits at the clean half-close. Otherwise
-// (async, backup workers) frames are parsed and kept (bounded) until the
-// client half-closes, then the whole push goes to the shard at once.
+// is parsed into one of two reused message slots (a PushRequest, or in
+// place: PsServiceOptions::parse_pushes_in_place) and its chunks go to the
+// shard's IncomingPush at once; the push commits at the clean half-close.
+// Otherwise (async, backup workers) frames are parsed and kept (bounded) until
+// the client half-closes, then the whole push goes to the shard at once.
 // Deletes itself in OnDone.
 class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   struct Frame;  // a message slot parsed in place (below)

@@ -569,9 +569,10 @@ absl::Status Shard::IncomingPush::AddPieces(
   // loop that also fingerprints it (ScanFloats); every other chunk here.
   const bool check_later =
       summing_ && shard_->wire_dtype() == pstrain::v1::DTYPE_F32;
-  // The payload where it lies (one piece, aligned as a heap buffer), or
-  // gathered from its pieces: a summed fp32 one by the loop that also
-  // fingerprints and scans it.
+  // The payload where it lies (one piece aligned for its floats: a
+  // ChunkData's string, heap or inline), or gathered from its pieces into a
+  // spare: a summed fp32 one by the loop that also fingerprints and scans
+  // it.
   std::optional<ChunkScan> scan;
   if (check_later && scanned != nullptr) {
     // Of exactly these bytes, which the layout check found lc.length floats.
@@ -579,7 +580,7 @@ absl::Status Shard::IncomingPush::AddPieces(
                                                          scanned->fingerprint)};
   }
   if (pieces.size() == 1 &&
-      reinterpret_cast<uintptr_t>(pieces[0].data()) % 16 == 0) {
+      reinterpret_cast<uintptr_t>(pieces[0].data()) % alignof(float) == 0) {
     c.data = pieces[0].data();
   } else if (c.data_size == 0) {
     c.data = "";

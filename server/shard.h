@@ -403,7 +403,7 @@ class Shard {
     // is read from the frame's pieces. A payload in several pieces is
     // gathered into a buffer of the shard's spares in the loop that
     // fingerprints and scans it (GatherScanFingerprint), so it is read from
-    // gRPC's slices once; one 16-byte-aligned piece is used where it lies.
+    // gRPC's slices once; one piece aligned for floats is used where it lies.
     // `scanned`: GatherScanFingerprint's results for exactly these bytes,
     // when the caller gathered them (then not scanned again). Same checks,
     // errors, sums and fingerprints as Add(ChunkData).
