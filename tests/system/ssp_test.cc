@@ -15,7 +15,6 @@
 #include <thread>
 #include <vector>
 
-#include "absl/base/config.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -24,6 +23,7 @@
 #include "common/job_config.h"
 #include "gtest/gtest.h"
 #include "proto/pstrain.pb.h"
+#include "tests/harness/sanitizer.h"
 #include "tests/harness/test_cluster.h"
 #include "tests/harness/training_harness.h"
 #include "worker/data/data.h"
@@ -36,17 +36,6 @@ namespace {
 constexpr int kWorkers = 4;
 constexpr uint64_t kSteps = 30;
 constexpr int64_t kLocalBatch = 8;
-
-// Sanitizers slow every call several times over (a TSan CI run answered a
-// pull too late with 200 ms to spare), so time-outs this test relies on are
-// scaled up under them.
-#if defined(ABSL_HAVE_THREAD_SANITIZER) ||  \
-    defined(ABSL_HAVE_ADDRESS_SANITIZER) || \
-    defined(ABSL_HAVE_MEMORY_SANITIZER)
-constexpr int64_t kSanitizerScale = 5;
-#else
-constexpr int64_t kSanitizerScale = 1;
-#endif
 
 JobConfig SspConfig(int workers, int64_t staleness) {
   return SmallSoftmaxJob(pstrain::v1::MODE_ASYNC, staleness, workers,
@@ -206,8 +195,8 @@ TEST(SspBlockingTest, WorkerMoreThanSAheadBlocksUntilSlowestCatchesUp) {
   // ServerDeadline): 2 s leave 200 ms for the answer; under a sanitizer 10 s
   // leave 1 s.
   PsClientOptions short_options;
-  short_options.barrier_timeout = absl::Seconds(kSanitizerScale);
-  short_options.rpc_timeout = absl::Seconds(kSanitizerScale);
+  short_options.barrier_timeout = absl::Seconds(kSanitizerSlowdown);
+  short_options.rpc_timeout = absl::Seconds(kSanitizerSlowdown);
   PsClientOptions long_options;
   long_options.barrier_timeout = absl::Seconds(20);
   long_options.rpc_timeout = absl::Seconds(10);
@@ -243,7 +232,7 @@ TEST(SspBlockingTest, WorkerMoreThanSAheadBlocksUntilSlowestCatchesUp) {
     // behind (worker 1 at clock 0).
     EXPECT_NE(status.message().find("1@0"), std::string::npos) << status;
     EXPECT_GE(took, absl::Milliseconds(150));
-    EXPECT_LT(took, absl::Seconds(5 * kSanitizerScale));
+    EXPECT_LT(took, absl::Seconds(5 * kSanitizerSlowdown));
   }
 
   // Now block for real, and release the pull with worker 1's first step.

@@ -29,13 +29,13 @@
 #include <utility>
 #include <vector>
 
-#include "absl/base/config.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/sync_generic_call.h"
 #include "gtest/gtest.h"
+#include "tests/harness/sanitizer.h"
 #include "worker/allreduce/mailbox.h"
 #include "worker/allreduce/ring_allreduce.h"
 #include "worker/allreduce/segment_wire.h"
@@ -49,12 +49,6 @@ namespace {
 // second; the bound is generous for a loaded machine and scaled under
 // sanitizers (a TSan run measured 1.9 s), and still far below the tests' 60 s
 // deadlines, so only the cancel can meet it (and the status says CANCELLED).
-#if defined(ABSL_HAVE_ADDRESS_SANITIZER) || \
-    defined(ABSL_HAVE_THREAD_SANITIZER) || defined(ABSL_HAVE_MEMORY_SANITIZER)
-constexpr int kSanitizerSlowdown = 5;
-#else
-constexpr int kSanitizerSlowdown = 1;
-#endif
 // "Ended by the cancel, not by the 60 s deadline": a bound far below the
 // deadline and far above any delay of a loaded machine or a sanitizer (3 s,
 // the bound before, measured 3.04 s on a loaded 2-core machine); the
