@@ -894,8 +894,8 @@ const std::vector<Key>& KeyTable() {
       Row("server", "chunk_bytes", IntCodec<int64_t>(), 0,
           PS_FIELD(server, chunk_bytes),
           "Bytes per chunk, the unit tensors are sharded, pushed and pulled "
-          "in: 0 (automatic: about eight chunks per shard) or a multiple of "
-          "4 in [64, 4 MiB]."),
+          "in: 0 (automatic: about eight chunks per shard, at most 1 MiB) or a "
+          "multiple of 4 in [64, 4 MiB]."),
       Row("server", "sparse_max_rows", IntCodec<int64_t>(), 0,
           PS_FIELD(server, sparse_max_rows),
           "Row-sparse tensors: rows of each table one shard stores at most "

@@ -21,7 +21,7 @@ uint64_t AutoChunkElems(const std::vector<TensorSpec>& tensors,
     if (!t.row_sparse()) total += NumElements(t);
   }
   const uint64_t min_elems = 1024 / sizeof(float);
-  const uint64_t max_elems = kMaxChunkBytes / sizeof(float);
+  const uint64_t max_elems = kAutoMaxChunkBytes / sizeof(float);
   uint64_t target =
       total / (8 * static_cast<uint64_t>(std::max(num_shards, 1)));
   return std::clamp(target, min_elems, max_elems);

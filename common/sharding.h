@@ -22,9 +22,16 @@ inline constexpr uint64_t kMaxMessagePayloadBytes = 4u << 20;
 // "Push messages of 1 MiB".
 inline constexpr uint64_t kPushMessagePayloadBytes = 1u << 20;
 
+// Largest chunk the automatic choice makes. A shard that sums on arrival
+// scans and applies a chunk only once it is whole, so the chunk is the
+// grain of the pipeline between the wire and the apply: at 4 MiB the last
+// chunk's apply (about 1.5 ms here) ran after the transfer and a 16 MB push
+// had four stages. docs/performance.md, "Chunks of at most 1 MiB".
+inline constexpr uint64_t kAutoMaxChunkBytes = 1u << 20;
+
 // Picks elements per chunk when the config says "automatic" (chunk_bytes 0):
 // about eight chunks per shard so that small models still use every shard,
-// between 1 KiB and kMaxChunkBytes. Row-sparse tensors do not count.
+// between 1 KiB and kAutoMaxChunkBytes. Row-sparse tensors do not count.
 uint64_t AutoChunkElems(const std::vector<pstrain::v1::TensorSpec>& tensors,
                         int num_shards);
 

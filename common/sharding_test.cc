@@ -64,6 +64,22 @@ TEST(ShardingTest, AutoChunkUsesEveryShardForSmallModels) {
   for (uint64_t b : BytesPerShard(*map, 4)) EXPECT_GT(b, 0u);
 }
 
+// Large models get chunks of kAutoMaxChunkBytes (a shard sums and applies a
+// chunk once it is whole: the chunk is the pipeline's grain), smaller ones
+// about eight per shard; an explicit size may be larger than the automatic
+// cap.
+TEST(ShardingTest, AutoChunksAreAtMostOneMiB) {
+  static_assert(kAutoMaxChunkBytes == (1u << 20));
+  static_assert(kAutoMaxChunkBytes <= kMaxChunkBytes);
+  std::vector<v1::TensorSpec> big = {Tensor("w", {16 << 20})};  // 64 MiB
+  EXPECT_EQ(AutoChunkElems(big, 1), kAutoMaxChunkBytes / sizeof(float));
+  EXPECT_EQ(AutoChunkElems(big, 2), kAutoMaxChunkBytes / sizeof(float));
+  std::vector<v1::TensorSpec> small = {Tensor("w", {1 << 20})};  // 4 MiB
+  EXPECT_EQ(AutoChunkElems(small, 1), (1u << 20) / 8);           // 512 KiB
+  EXPECT_EQ(AutoChunkElems(small, 2), (1u << 20) / 16);
+  EXPECT_TRUE(BuildShardMap(big, 1, kMaxChunkBytes / sizeof(float)).ok());
+}
+
 // A row-sparse table of 10^8 rows is listed but gets no chunks and does not
 // count towards the automatic chunk size.
 TEST(ShardingTest, RowSparseTablesGetNoChunks) {

@@ -222,9 +222,12 @@ absl::StatusOr<JobSpec> OneTensorJob(uint64_t elems, int servers, int workers,
   t.add_shape(static_cast<int64_t>(elems));
   t.set_dtype(pstrain::v1::DTYPE_F32);
   t.mutable_init()->set_kind(pstrain::v1::InitRule::ZEROS);
-  absl::StatusOr<pstrain::v1::ShardMap> map = BuildShardMap(
-      {t}, servers,
-      (chunk_bytes > 0 ? chunk_bytes : kMaxChunkBytes) / sizeof(float));
+  // By default the chunks a real job of this tensor gets (coordinator/
+  // job_spec.cc: AutoChunkElems).
+  absl::StatusOr<pstrain::v1::ShardMap> map =
+      BuildShardMap({t}, servers,
+                    chunk_bytes > 0 ? chunk_bytes / sizeof(float)
+                                    : AutoChunkElems({t}, servers));
   if (!map.ok()) return map.status();
   *job.mutable_shard_map() = std::move(*map);
   return job;

@@ -27,7 +27,7 @@ namespace pstrain::bench {
 void KeepBenchHeapForReuse(const char* who);
 
 // A sync job of one fp32 tensor of `elems` elements over `servers` shards
-// (chunks of `chunk_bytes`, 0: kMaxChunkBytes, 4 MiB) for `workers`
+// (chunks of `chunk_bytes`; 0: AutoChunkElems, a real job's) for `workers`
 // workers, with optimizer `kind` (lr 0.01), whose chunks travel as
 // `wire_dtype` (network.wire_dtype).
 absl::StatusOr<pstrain::v1::JobSpec> OneTensorJob(

@@ -50,8 +50,8 @@ ABSL_FLAG(bool, compare_parse, false,
           "messages the other way than shipped: in place from gRPC's slices "
           "(rows tagged _inplace) or into a PushRequest (_parsecopy)");
 ABSL_FLAG(int32_t, chunk_kib, 0,
-          "the shard map's chunks in KiB for every push/pull row (0: 4 MiB; "
-          "1..4096)");
+          "the shard map's chunks in KiB for every push/pull row (0: a real "
+          "job's automatic size, at most 1 MiB; 1..4096)");
 ABSL_FLAG(bool, compare_apply_block, false,
           "also measure every push/pull row with the shards' optimizer over "
           "whole chunks (ShardOptions.apply_block 0) instead of in blocks");

@@ -56,7 +56,8 @@ struct PsPathRoundsOptions {
   // (PsServiceOptions::parse_pushes_in_place: tagged "_inplace" when the
   // shipped parse is into a PushRequest, "_parsecopy" otherwise).
   bool compare_parse = false;
-  // The shard map's chunks for every row, in KiB (0: 4 MiB, kMaxChunkBytes).
+  // The shard map's chunks for every row, in KiB (0: a real job's,
+  // AutoChunkElems: about eight per shard, at most 1 MiB).
   int chunk_kib = 0;
 };
 
