@@ -55,6 +55,26 @@ std::vector<GrpcArgsVariant> GrpcArgsVariants() {
   };
 }
 
+std::vector<GrpcArgsVariant> GrpcTransportVariants() {
+  const Args bdp_off = {{GRPC_ARG_HTTP2_BDP_PROBE, 0}};
+  const int kMaxFrame = (1 << 24) - 1;  // HTTP/2's largest
+  auto both = [](const Args& a) { return GrpcStreamOptions{a, a}; };
+  return {
+      {"BDP off", both(bdp_off)},
+      {"BDP off + max frame 16 MiB",
+       both(With(bdp_off, GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kMaxFrame))},
+      {"BDP off + write buffer 4 MiB",
+       both(With(bdp_off, GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 4 << 20))},
+      {"BDP off + read chunks 1 MiB",
+       both(With(With(With(bdp_off, GRPC_ARG_TCP_READ_CHUNK_SIZE, 1 << 20),
+                      GRPC_ARG_TCP_MIN_READ_CHUNK_SIZE, 1 << 20),
+                 GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 4 << 20))},
+      {"BDP off + TX zerocopy",
+       both(With(bdp_off, GRPC_ARG_TCP_TX_ZEROCOPY_ENABLED, 1))},
+      {"BDP off + 4 MiB messages", {bdp_off, bdp_off, 4 << 20}},
+  };
+}
+
 absl::StatusOr<std::string> RunGrpcArgsBench(
     const GrpcArgsBenchOptions& options,
     const std::vector<GrpcArgsVariant>& variants) {

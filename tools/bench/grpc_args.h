@@ -26,6 +26,11 @@ struct GrpcArgsVariant {
 // frames, smaller messages.
 std::vector<GrpcArgsVariant> GrpcArgsVariants();
 
+// The transport's own settings on a stream without the BDP probe (the
+// first, the ratios' base): HTTP/2's largest frame, a larger write buffer,
+// TCP reads of 1 MiB, MSG_ZEROCOPY sends, 4 MiB messages.
+std::vector<GrpcArgsVariant> GrpcTransportVariants();
+
 struct GrpcArgsBenchOptions {
   int rounds = 3;
   int steps = 20;

@@ -2,6 +2,7 @@
 // changed at a time (tools/bench/grpc_args.h).
 //
 //   bazel run -c opt //tools/bench:grpc_args_bench -- --rounds 5 --steps 20
+//   ... -- --set transport   (frames, write buffer, TCP reads, zerocopy)
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -17,6 +18,10 @@ ABSL_FLAG(int, steps, 20, "warm transfers per variant and size per round");
 ABSL_FLAG(std::string, sizes_mb, "4,16,64", "transfer sizes in decimal MB");
 ABSL_FLAG(bool, download, false,
           "downloads (server to client) instead of uploads");
+ABSL_FLAG(std::string, set, "http2",
+          "which variants: http2 (gRPC's defaults first, then the BDP probe, "
+          "lookaheads, frames, messages) or transport (the BDP probe off "
+          "first, then frames, write buffer, TCP reads, zerocopy, messages)");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -37,8 +42,17 @@ int main(int argc, char** argv) {
     }
     options.sizes_mb.push_back(mb);
   }
+  const std::string set = absl::GetFlag(FLAGS_set);
+  if (set != "http2" && set != "transport") {
+    std::fprintf(stderr,
+                 "grpc_args_bench: --set: '%s' is neither http2 nor "
+                 "transport\n",
+                 set.c_str());
+    return 2;
+  }
   absl::StatusOr<std::string> table = pstrain::bench::RunGrpcArgsBench(
-      options, pstrain::bench::GrpcArgsVariants());
+      options, set == "http2" ? pstrain::bench::GrpcArgsVariants()
+                              : pstrain::bench::GrpcTransportVariants());
   if (!table.ok()) {
     std::fprintf(stderr, "grpc_args_bench: %s\n",
                  table.status().ToString().c_str());
