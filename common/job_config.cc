@@ -954,7 +954,8 @@ const std::vector<Key>& KeyTable() {
           PS_FIELD(network, push_streams),
           "Streams (each its own connection) a worker splits each shard's "
           "push over: 1 to 8, or 0: 2 in mode sync without backup workers "
-          "with one worker, else 1; more than 1 only in mode sync without "
+          "with one worker and one server, else 1; more than 1 only in mode "
+          "sync without "
           "backup workers ([one push over several "
           "streams](architecture.md#one-push-over-several-streams))."),
       Row("network", "tls_cert", StringCodec(), "", PS_FIELD(network, tls_cert),
@@ -1771,7 +1772,7 @@ int PushStreams(const JobConfig& config) {
   }
   const v1::TrainingConfig& t = config.training();
   return t.mode() == v1::MODE_SYNC && t.backup_workers() == 0 &&
-                 config.job().workers() == 1
+                 config.job().workers() == 1 && config.job().servers() <= 1
              ? kDefaultPushStreams
              : 1;
 }

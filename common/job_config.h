@@ -92,11 +92,12 @@ inline constexpr int kDefaultPushStreams = 2;
 
 // The streams a worker splits each shard's push over (PushHeader.parts):
 // network.push_streams, or for 0 kDefaultPushStreams in plain sync (mode
-// sync, no backup workers) with one worker, and 1 otherwise. Splitting uses
-// the cores a server's single push stream leaves idle; with several
-// workers each server already receives several streams at once, and a
-// split measured slower (docs/architecture.md, "One push over several
-// streams").
+// sync, no backup workers) with one worker and one server, and 1
+// otherwise. Splitting uses the cores a single push stream leaves idle;
+// with several workers each server already receives several streams at
+// once, and with several servers the worker already sends several, and a
+// split measured slower in both (docs/architecture.md, "One push over
+// several streams").
 int PushStreams(const JobConfig& config);
 
 // Serialises back to YAML (round-trips through ParseJobConfig). Used to hand

@@ -1138,8 +1138,8 @@ TEST(JobConfigTest, Fp16WireIsAWarning) {
 }
 
 // network.push_streams: 0 (the default) picks 2 in plain sync with one
-// worker and 1 elsewhere; more than 1 only in plain sync; at most 8; errors
-// name the key (and the file and line when parsed).
+// worker and one server and 1 elsewhere; more than 1 only in plain sync; at
+// most 8; errors name the key (and the file and line when parsed).
 TEST(JobConfigTest, PushStreams) {
   JobConfig c = DefaultJobConfig();
   EXPECT_EQ(c.network().push_streams(), 0);
@@ -1147,6 +1147,10 @@ TEST(JobConfigTest, PushStreams) {
   ASSERT_EQ(c.job().workers(), 2);
   EXPECT_EQ(PushStreams(c), 1);
   c.mutable_job()->set_workers(1);
+  c.mutable_job()->set_servers(2);
+  FinalizeJobConfig(&c);
+  EXPECT_EQ(PushStreams(c), 1);  // the worker already sends two streams
+  c.mutable_job()->set_servers(1);
   FinalizeJobConfig(&c);
   EXPECT_EQ(PushStreams(c), kDefaultPushStreams);
   JobConfig async = c;

@@ -207,6 +207,7 @@ absl::StatusOr<JobSpec> OneTensorJob(uint64_t elems, int servers, int workers,
   job.mutable_config()->mutable_job()->set_name("bench");
   job.mutable_config()->mutable_training()->set_mode(pstrain::v1::MODE_SYNC);
   job.mutable_config()->mutable_job()->set_workers(workers);
+  job.mutable_config()->mutable_job()->set_servers(servers);
   job.mutable_config()->mutable_network()->set_wire_dtype(wire_dtype);
   job.set_num_servers(servers);
   job.mutable_config()->mutable_training()->set_steps(1000);
