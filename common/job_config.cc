@@ -1766,6 +1766,10 @@ absl::Status ApplyFlagOverrides(const std::vector<FlagOverride>& overrides,
   return valid;
 }
 
+uint64_t PushSplitMinBytes(const JobConfig& config) {
+  return config.network().push_streams() > 0 ? 0 : kDefaultSplitMinPushBytes;
+}
+
 int PushStreams(const JobConfig& config) {
   if (config.network().push_streams() > 0) {
     return config.network().push_streams();

@@ -89,6 +89,11 @@ inline constexpr int64_t kCriteoCategorical = 26;
 // network.push_streams: at most this many; 0 picks PushStreams' default.
 inline constexpr int kMaxPushStreamsConfig = 8;
 inline constexpr int kDefaultPushStreams = 2;
+// With network.push_streams 0, a shard's push smaller than this goes as one
+// stream (PsClientOptions::split_min_bytes): measured on one worker and one
+// server, a 4 MB push was faster as one stream and a 16 MB one as two
+// (docs/performance.md, "One stream per shard with several servers").
+inline constexpr uint64_t kDefaultSplitMinPushBytes = uint64_t{8} << 20;
 
 // The streams a worker splits each shard's push over (PushHeader.parts):
 // network.push_streams, or for 0 kDefaultPushStreams in plain sync (mode
@@ -99,6 +104,10 @@ inline constexpr int kDefaultPushStreams = 2;
 // split measured slower in both (docs/architecture.md, "One push over
 // several streams").
 int PushStreams(const JobConfig& config);
+// The smallest shard push the worker splits (PsClientOptions::
+// split_min_bytes): kDefaultSplitMinPushBytes when network.push_streams is
+// 0, else 0 (a number of streams the job asks for is always used).
+uint64_t PushSplitMinBytes(const JobConfig& config);
 
 // Serialises back to YAML (round-trips through ParseJobConfig). Used to hand
 // the effective config (after flag overrides) to every process.

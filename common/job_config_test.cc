@@ -1165,6 +1165,9 @@ TEST(JobConfigTest, PushStreams) {
       ParseJobConfig("network:\n  push_streams: 4\n", "job.yaml");
   ASSERT_TRUE(four.ok()) << four.status();
   EXPECT_EQ(PushStreams(*four), 4);
+  // The default's split only for large pushes; an asked-for number always.
+  EXPECT_EQ(PushSplitMinBytes(c), kDefaultSplitMinPushBytes);
+  EXPECT_EQ(PushSplitMinBytes(*four), 0u);
   EXPECT_TRUE(ValidateJobConfig(*four).ok()) << ValidateJobConfig(*four);
   EXPECT_THAT(JobConfigToYaml(*four), HasSubstr("push_streams: 4"));
   absl::StatusOr<JobConfig> negative =

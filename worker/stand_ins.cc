@@ -17,6 +17,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> ConnectShards(
     const std::shared_ptr<grpc::ChannelCredentials>& creds,
     PsClientOptions options) {
   options.push_streams = PushStreams(config);
+  options.split_min_bytes = PushSplitMinBytes(config);
   return PsClient::Connect(
       job.shard_map(),
       [&creds](const std::string& address, int connection) {

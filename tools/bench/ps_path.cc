@@ -111,8 +111,9 @@ class Cluster {
 absl::StatusOr<std::unique_ptr<PsClient>> NewClient(
     const pstrain::v1::ShardMap& map, uint32_t rank,
     pstrain::v1::DType wire_dtype, int push_streams, bool bdp_probe = true,
-    uint64_t push_message_bytes = 0) {
+    uint64_t push_message_bytes = 0, uint64_t split_min_bytes = 0) {
   PsClientOptions options;
+  options.split_min_bytes = split_min_bytes;
   options.rpc_timeout = absl::Seconds(300);
   options.session_id = rank + 1;
   options.wire_dtype = wire_dtype;
@@ -141,11 +142,17 @@ class Workers {
                                         bool bdp_probe = true,
                                         uint64_t push_message_bytes = 0) {
     Workers w;
-    if (push_streams <= 0) push_streams = PushStreams(job.config());
+    // The job's streams as a worker picks them (worker/stand_ins.cc), or
+    // exactly `push_streams`.
+    uint64_t split_min_bytes = 0;
+    if (push_streams <= 0) {
+      push_streams = PushStreams(job.config());
+      split_min_bytes = PushSplitMinBytes(job.config());
+    }
     for (int i = 0; i < workers; ++i) {
-      absl::StatusOr<std::unique_ptr<PsClient>> c =
-          NewClient(job.shard_map(), i, job.config().network().wire_dtype(),
-                    push_streams, bdp_probe, push_message_bytes);
+      absl::StatusOr<std::unique_ptr<PsClient>> c = NewClient(
+          job.shard_map(), i, job.config().network().wire_dtype(), push_streams,
+          bdp_probe, push_message_bytes, split_min_bytes);
       if (!c.ok()) return c.status();
       w.clients_.push_back(std::move(*c));
     }

@@ -361,9 +361,15 @@ absl::Status PsClient::PushShard(int shard, uint32_t worker, uint64_t clock,
                                  uint64_t num_samples, const TensorViews& grads,
                                  const ShardRead& read, TensorGate* gate,
                                  uint64_t* version) {
-  const int parts =
+  int parts =
       std::max(1, std::min(options_.push_streams,
                            static_cast<int>(shard_chunks_[shard].size())));
+  if (parts > 1 && options_.split_min_bytes > 0) {
+    uint64_t bytes = 0;
+    for (int idx : shard_chunks_[shard]) bytes += map_.chunks(idx).length();
+    bytes *= WireElementBytes(options_.wire_dtype);
+    if (bytes < options_.split_min_bytes) parts = 1;
+  }
   std::vector<absl::Status> statuses(parts);
   std::vector<pstrain::v1::PushResponse> responses(parts);
   auto run_part = [&](int p) {

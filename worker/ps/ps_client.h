@@ -77,6 +77,10 @@ struct PsClientOptions {
   // would send them, on its own connection where Create was given one.
   // At most one part per chunk. 1..kMaxPushStreams.
   int push_streams = 1;
+  // A shard's push of fewer bytes than this (its chunks on the wire) goes as
+  // one stream whatever push_streams says (PushSplitMinBytes: the default's
+  // split only pays for large pushes). 0: always split.
+  uint64_t split_min_bytes = 0;
   // Chunk payload per push message (a chunk larger than this goes alone),
   // 1 KiB..kMaxMessagePayloadBytes: kPushMessagePayloadBytes, so that a
   // server that sums on arrival sums one message while the next arrives

@@ -415,6 +415,42 @@ TEST_P(PsClientTest, PushSplitsTheShardsChunksOverStreams) {
   EXPECT_EQ(got, want);
 }
 
+// split_min_bytes: a shard's push of fewer bytes on the wire goes as one
+// stream (no parts in its header); at that many bytes it is split.
+TEST_P(PsClientTest, PushBelowTheSplitMinimumGoesAsOneStream) {
+  const uint64_t bytes = kElems * WireElementBytes(GetParam());
+  for (uint64_t min : {bytes + 1, bytes}) {
+    {
+      absl::MutexLock lock(&fake_.mu);
+      fake_.streams.clear();
+    }
+    PsClientOptions options;
+    options.max_attempts = 1;
+    options.wire_dtype = GetParam();
+    options.push_streams = 3;
+    options.split_min_bytes = min;
+    auto client = PsClient::Create(map_, {MakeChannel(address_)}, options,
+                                   {{MakeChannel(address_, nullptr, 1),
+                                     MakeChannel(address_, nullptr, 2)}});
+    ASSERT_TRUE(client.ok()) << client.status();
+    TensorList grads = {values_};
+    const absl::Status pushed =
+        (*client)->StartPush(0, 3, 16, grads, {ShardRead{2, 1}})->Wait();
+    ASSERT_TRUE(pushed.ok()) << pushed;
+    absl::MutexLock lock(&fake_.mu);
+    const size_t want_streams = min > bytes ? 1 : 3;
+    ASSERT_EQ(fake_.streams.size(), want_streams) << "min " << min;
+    size_t chunks = 0;
+    for (const std::vector<PushRequest>& stream : fake_.streams) {
+      ASSERT_FALSE(stream.empty());
+      EXPECT_EQ(stream[0].header().parts(),
+                want_streams == 1 ? 0u : want_streams);
+      for (const PushRequest& m : stream) chunks += m.chunks_size();
+    }
+    EXPECT_EQ(chunks, static_cast<size_t>(map_.chunks_size()));
+  }
+}
+
 // Every part answered "pending" (the shard never saw the push complete):
 // the push fails with UNAVAILABLE saying so.
 TEST_P(PsClientTest, PushWhosePartsAllPendFails) {
