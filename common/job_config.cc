@@ -954,9 +954,9 @@ const std::vector<Key>& KeyTable() {
           PS_FIELD(network, push_streams),
           "Streams (each its own connection) a worker splits each shard's "
           "push over: 1 to 8, or 0: 2 in mode sync without backup workers "
-          "with one worker and one server, else 1; more than 1 only in mode "
-          "sync without "
-          "backup workers ([one push over several "
+          "with one worker and one server for shard pushes of at least 8 "
+          "MiB, else 1; more than 1 only in mode sync without backup workers "
+          "([one push over several "
           "streams](architecture.md#one-push-over-several-streams))."),
       Row("network", "tls_cert", StringCodec(), "", PS_FIELD(network, tls_cert),
           "PEM certificate of every gRPC server (with `tls_key`): TLS on "
