@@ -49,6 +49,9 @@ ABSL_FLAG(bool, compare_parse, false,
           "also measure every push/pull row with the servers parsing push "
           "messages the other way than shipped: in place from gRPC's slices "
           "(rows tagged _inplace) or into a PushRequest (_parsecopy)");
+ABSL_FLAG(int32_t, compare_chunk_kib, 0,
+          "also measure every push/pull row with the shard map's chunks at "
+          "this many KiB (rows tagged _chunks; 0: not; 1..4096)");
 ABSL_FLAG(int32_t, chunk_kib, 0,
           "the shard map's chunks in KiB for every push/pull row (0: a real "
           "job's automatic size, at most 1 MiB; 1..4096)");
@@ -80,10 +83,16 @@ absl::StatusOr<PsPathBenchOptions> PsPathBenchOptionsFromFlags(
   r.compare_push_message_kib = absl::GetFlag(FLAGS_compare_push_message_kib);
   r.compare_parse = absl::GetFlag(FLAGS_compare_parse);
   r.chunk_kib = absl::GetFlag(FLAGS_chunk_kib);
+  r.compare_chunk_kib = absl::GetFlag(FLAGS_compare_chunk_kib);
   if (r.compare_push_message_kib < 0 || r.compare_push_message_kib > 4096) {
     return absl::InvalidArgumentError(
         absl::StrCat("--compare_push_message_kib: must be in [0, 4096], got ",
                      r.compare_push_message_kib));
+  }
+  if (r.compare_chunk_kib < 0 || r.compare_chunk_kib > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--compare_chunk_kib: must be in [0, 4096], got ",
+                     r.compare_chunk_kib));
   }
   if (r.chunk_kib < 0 || r.chunk_kib > 4096) {
     return absl::InvalidArgumentError(

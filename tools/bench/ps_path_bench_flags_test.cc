@@ -13,6 +13,7 @@ ABSL_DECLARE_FLAG(std::string, mb);
 ABSL_DECLARE_FLAG(bool, compare_apply_terms);
 ABSL_DECLARE_FLAG(bool, compare_push_streams);
 ABSL_DECLARE_FLAG(bool, compare_apply_block);
+ABSL_DECLARE_FLAG(int32_t, compare_chunk_kib);
 
 namespace pstrain::bench {
 namespace {
@@ -24,6 +25,7 @@ class PsPathBenchFlagsTest : public ::testing::Test {
     absl::SetFlag(&FLAGS_compare_apply_terms, false);
     absl::SetFlag(&FLAGS_compare_push_streams, false);
     absl::SetFlag(&FLAGS_compare_apply_block, false);
+    absl::SetFlag(&FLAGS_compare_chunk_kib, 0);
   }
 };
 
@@ -55,6 +57,21 @@ TEST_F(PsPathBenchFlagsTest, ABadListNamesItsFlag) {
   EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(o.status().message(),
             "--mb: expected positive integers, got '16,0'");
+}
+
+TEST_F(PsPathBenchFlagsTest, CompareChunkKibIsTakenAndBoundedByName) {
+  absl::StatusOr<PsPathBenchOptions> o = PsPathBenchOptionsFromFlags("self");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->rounds.compare_chunk_kib, 0);
+  absl::SetFlag(&FLAGS_compare_chunk_kib, 4096);
+  o = PsPathBenchOptionsFromFlags("self");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->rounds.compare_chunk_kib, 4096);
+  absl::SetFlag(&FLAGS_compare_chunk_kib, 4097);
+  o = PsPathBenchOptionsFromFlags("self");
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().message(),
+            "--compare_chunk_kib: must be in [0, 4096], got 4097");
 }
 
 }  // namespace

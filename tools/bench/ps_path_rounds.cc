@@ -102,6 +102,11 @@ std::vector<ShardSetting> ShardSettings(const PsPathRoundsOptions& options) {
   for (ShardSetting& s : settings) {
     s.chunk_bytes = static_cast<uint64_t>(options.chunk_kib) << 10;
   }
+  if (options.compare_chunk_kib > 0) {  // the one row with other chunks
+    ShardSetting chunks{"_chunks"};
+    chunks.chunk_bytes = static_cast<uint64_t>(options.compare_chunk_kib) << 10;
+    settings.push_back(chunks);
+  }
   return settings;
 }
 
@@ -215,6 +220,7 @@ std::string PsPathReport(const PsPathRounds& rounds) {
       {"_1stream", "push split over streams / one stream"},
       {"_wholechunk", "optimizer in blocks / whole chunks"},
       {"_pushmsg", "shipped push messages / --compare_push_message_kib"},
+      {"_chunks", "--chunk_kib chunks / --compare_chunk_kib"},
       {"_parsecopy", "parsed in place / into a PushRequest"},
       {"_inplace", "parsed into a PushRequest / in place"}};
   for (const auto& [suffix, label] : kCompared) {

@@ -56,6 +56,9 @@ struct PsPathRoundsOptions {
   // (PsServiceOptions::parse_pushes_in_place: tagged "_inplace" when the
   // shipped parse is into a PushRequest, "_parsecopy" otherwise).
   bool compare_parse = false;
+  // And with the shard map's chunks at this many KiB (tagged "_chunks";
+  // 0: not compared).
+  int compare_chunk_kib = 0;
   // The shard map's chunks for every row, in KiB (0: a real job's,
   // AutoChunkElems: about eight per shard, at most 1 MiB).
   int chunk_kib = 0;

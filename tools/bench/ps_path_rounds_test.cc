@@ -174,6 +174,18 @@ TEST(ShardSettings, PushMessagesAreComparedAndChunksApplyToEveryRow) {
   for (const ShardSetting& each : s) EXPECT_EQ(each.chunk_bytes, 1u << 20);
 }
 
+TEST(ShardSettings, OtherChunksAreComparedInTheirOwnRowOnly) {
+  PsPathRoundsOptions o = OneRow(1);
+  o.compare_chunk_kib = 4096;
+  o.compare_push_streams = true;
+  const std::vector<ShardSetting> s = ShardSettings(o);
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[0].chunk_bytes, 0u);  // a real job's automatic size
+  EXPECT_EQ(s[1].chunk_bytes, 0u);
+  EXPECT_EQ(s[2].suffix, "_chunks");
+  EXPECT_EQ(s[2].chunk_bytes, 4u << 20);
+}
+
 TEST(ShardSettings, TheOtherParseIsComparedWithItsTag) {
   PsPathRoundsOptions o = OneRow(1);
   o.compare_parse = true;
