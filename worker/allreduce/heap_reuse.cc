@@ -2,19 +2,27 @@
 
 #include <malloc.h>
 
+#include "absl/base/config.h"
+
 namespace pstrain {
 
 absl::Status KeepFreedHeapForReuse() {
+#if defined(ABSL_HAVE_ADDRESS_SANITIZER) || \
+    defined(ABSL_HAVE_THREAD_SANITIZER) || defined(ABSL_HAVE_MEMORY_SANITIZER)
+  return absl::OkStatus();  // the sanitizer's allocator, not glibc's
+#else
   // Setting M_MMAP_THRESHOLD also turns off glibc's dynamic adjustment of
   // both thresholds, so the values stay as set.
   if (mallopt(M_MMAP_THRESHOLD, static_cast<int>(kRingMmapThresholdBytes)) !=
           1 ||
       mallopt(M_TRIM_THRESHOLD, static_cast<int>(kRingTrimThresholdBytes)) !=
-          1) {
+          1 ||
+      mallopt(M_ARENA_MAX, kHeapReuseArenas) != 1) {
     return absl::InternalError(
-        "mallopt refused M_MMAP_THRESHOLD or M_TRIM_THRESHOLD");
+        "mallopt refused M_MMAP_THRESHOLD, M_TRIM_THRESHOLD or M_ARENA_MAX");
   }
   return absl::OkStatus();
+#endif
 }
 
 }  // namespace pstrain
