@@ -28,7 +28,8 @@ ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
           "allreduce: host name the left neighbour dials (the pod's DNS name)");
 ABSL_FLAG(std::string, check_config, "", "check job FILE (data, fit); exit");
 ABSL_FLAG(bool, heap_reuse, true,
-          "keep freed heap mapped for reuse (worker/allreduce/heap_reuse.h); "
+          "keep freed heap mapped for reuse, in one malloc arena "
+          "(worker/allreduce/heap_reuse.h); "
           "false: glibc's defaults, for comparison (a ring's links still "
           "set it)");
 ABSL_FLAG(int, compute_threads, 0,

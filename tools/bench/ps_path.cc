@@ -38,8 +38,9 @@ void KeepBenchHeapForReuse(const char* who) {
   }
   std::printf(
       "%s: freed heap kept for reuse, as ps_worker does (mmap threshold %zu "
-      "MiB, trim threshold %zu MiB)\n",
-      who, kRingMmapThresholdBytes >> 20, kRingTrimThresholdBytes >> 20);
+      "MiB, trim threshold %zu MiB, %d malloc arena(s))\n",
+      who, kRingMmapThresholdBytes >> 20, kRingTrimThresholdBytes >> 20,
+      kHeapReuseArenas);
   std::fflush(stdout);
 }
 namespace {
