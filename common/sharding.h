@@ -21,6 +21,10 @@ inline constexpr uint64_t kMaxMessagePayloadBytes = 4u << 20;
 // received (a chunk larger than this travels alone). docs/performance.md,
 // "Push messages of 1 MiB".
 inline constexpr uint64_t kPushMessagePayloadBytes = 1u << 20;
+// The server's pull messages (PsServiceOptions::pull_message_bytes), for the
+// same reason the other way: the worker decodes one message while the next
+// is received. docs/performance.md, "Pull messages of 1 MiB".
+inline constexpr uint64_t kPullMessagePayloadBytes = 1u << 20;
 
 // Largest chunk the automatic choice makes. A shard that sums on arrival
 // scans and applies a chunk only once it is whole, so the chunk is the

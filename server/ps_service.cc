@@ -892,10 +892,11 @@ void ParameterServerService::ReleasePushStream(uint32_t worker) {
 
 // One pull stream. Run (on a pull thread) does what may block: the
 // checks, a session refresh and the wait for the consistency rule; it then
-// writes the head message. Every completed write (OnWriteDone, on a gRPC
-// thread) builds and starts the next message, at most
-// kMaxMessagePayloadBytes of chunks, so at most one message beyond what
-// gRPC holds is built at a time. Deletes itself in OnDone.
+// writes the first message: the head and the first chunks. Every completed
+// write (OnWriteDone, on a gRPC thread) builds and starts the next message,
+// at most PsServiceOptions::pull_message_bytes of chunks, so at most one
+// message beyond what gRPC holds is built at a time. Deletes itself in
+// OnDone.
 class PullReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   PullReactor(ParameterServerService* service,
@@ -914,6 +915,7 @@ class PullReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     head.set_min_clock(weights_.min_clock);
     ChunkFrame frame(/*chunk_field=*/3);
     frame.AddFields(head);
+    AddChunks(&frame);
     Write(frame.Release());
   }
 
@@ -922,23 +924,8 @@ class PullReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
       return;
     }
-    // Every fp32 payload slice points into a chunk buffer and holds its
-    // own pin (PulledWeights::Pin) until gRPC has sent it, so the buffer
-    // is neither freed nor updated in place meanwhile (copy-on-write).
-    const auto& chunks = shard_->chunks();
-    const uint64_t element_bytes = WireElementBytes(shard_->wire_dtype());
     ChunkFrame frame(/*chunk_field=*/3);
-    for (; next_chunk_ < chunks.size(); ++next_chunk_) {
-      const LocalChunk& c = chunks[next_chunk_];
-      if (frame.payload_bytes() > 0 &&
-          frame.payload_bytes() + c.length * element_bytes >
-              kMaxMessagePayloadBytes) {
-        break;
-      }
-      frame.AddChunk(c.tensor, c.index, weights_.chunk(next_chunk_), c.length,
-                     shard_->wire_dtype(), /*keepalive=*/nullptr,
-                     weights_.Pin(next_chunk_));
-    }
+    AddChunks(&frame);
     if (!frame.empty()) {
       Write(frame.Release());
       return;
@@ -1005,6 +992,26 @@ class PullReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     weights_ = *std::move(result);
     shard_ = std::move(s);
     return grpc::Status::OK;
+  }
+
+  // The next chunks, up to the message budget (at least one chunk if any
+  // is left). Every fp32 payload slice points into a chunk buffer and
+  // holds its own pin (PulledWeights::Pin) until gRPC has sent it, so the
+  // buffer is neither freed nor updated in place meanwhile (copy-on-write).
+  void AddChunks(ChunkFrame* frame) {
+    const auto& chunks = shard_->chunks();
+    const uint64_t element_bytes = WireElementBytes(shard_->wire_dtype());
+    const uint64_t budget = service_->pull_message_bytes();
+    for (; next_chunk_ < chunks.size(); ++next_chunk_) {
+      const LocalChunk& c = chunks[next_chunk_];
+      if (frame->payload_bytes() > 0 &&
+          frame->payload_bytes() + c.length * element_bytes > budget) {
+        break;
+      }
+      frame->AddChunk(c.tensor, c.index, weights_.chunk(next_chunk_), c.length,
+                      shard_->wire_dtype(), /*keepalive=*/nullptr,
+                      weights_.Pin(next_chunk_));
+    }
   }
 
   void Write(grpc::ByteBuffer message) {

@@ -61,6 +61,7 @@
 #ifndef PSTRAIN_SERVER_PS_SERVICE_H_
 #define PSTRAIN_SERVER_PS_SERVICE_H_
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <functional>
@@ -77,6 +78,7 @@
 #include "checkpoint/env.h"
 #include "common/job_token.h"
 #include "common/metrics.h"
+#include "common/sharding.h"
 #include "proto/pstrain.grpc.pb.h"
 #include "server/call_pool.h"
 #include "server/shard.h"
@@ -147,6 +149,10 @@ struct PsServiceOptions {
   // an option, compared by ps_path_bench --compare_parse. Pushes to a shard
   // that buffers them always take the PushRequest.
   bool parse_pushes_in_place = kParsePushesInPlace;
+  // Chunk payload per pull message (kPullMessagePayloadBytes; at most
+  // kMaxMessagePayloadBytes is taken); a larger chunk travels alone. The
+  // first message carries the head (version, min_clock) with its chunks.
+  uint64_t pull_message_bytes = kPullMessagePayloadBytes;
 };
 
 class PushReactor;  // ps_service.cc: one push stream
@@ -285,6 +291,11 @@ class ParameterServerService final
   friend class PushReactor;
   friend class PullReactor;
   std::shared_ptr<Shard> shard() const;
+  // options_.pull_message_bytes, at most kMaxMessagePayloadBytes.
+  uint64_t pull_message_bytes() const {
+    return std::min<uint64_t>(options_.pull_message_bytes,
+                              kMaxMessagePayloadBytes);
+  }
   // How long a pull may wait on `s`'s barrier (see SetBarrierTimeout).
   absl::Duration BarrierTimeout(const Shard& s) const;
   std::shared_ptr<WorkerSessions> sessions() const;

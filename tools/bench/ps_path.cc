@@ -247,7 +247,8 @@ absl::StatusOr<PsPathResult> MeasurePsPath(
     pstrain::v1::DType wire_dtype, bool early_apply, bool hold_first_term,
     bool apply_terms_on_arrival, int push_streams, bool apply_in_blocks,
     int server_lookahead, bool worker_bdp_probe, uint64_t chunk_bytes,
-    uint64_t push_message_bytes, bool parse_in_place) {
+    uint64_t push_message_bytes, bool parse_in_place,
+    uint64_t pull_message_bytes) {
   absl::StatusOr<JobSpec> job =
       OneTensorJob(elems, servers, workers, pstrain::v1::OptimizerConfig::SGD,
                    wire_dtype, chunk_bytes);
@@ -259,6 +260,9 @@ absl::StatusOr<PsPathResult> MeasurePsPath(
   }
   PsServiceOptions service_options;
   service_options.parse_pushes_in_place = parse_in_place;
+  if (pull_message_bytes > 0) {
+    service_options.pull_message_bytes = pull_message_bytes;
+  }
   absl::StatusOr<std::unique_ptr<Cluster>> cluster =
       Cluster::Start(*job, server_args, service_options, early_apply,
                      hold_first_term, apply_terms_on_arrival, apply_in_blocks);

@@ -77,7 +77,9 @@ struct PsPathResult {
 // with the HTTP/2 BDP probe off (a pull's receiver). `chunk_bytes`: the
 // shard map's chunks (0: 4 MiB); `push_message_bytes`: the workers'
 // PsClientOptions.push_message_bytes (0: the default). `parse_in_place`:
-// the servers' PsServiceOptions::parse_pushes_in_place.
+// the servers' PsServiceOptions::parse_pushes_in_place;
+// `pull_message_bytes`: their PsServiceOptions::pull_message_bytes (0: the
+// default).
 absl::StatusOr<PsPathResult> MeasurePsPath(
     uint64_t elems, int servers, int workers, int steps,
     pstrain::v1::DType wire_dtype = pstrain::v1::DTYPE_F32,
@@ -85,7 +87,8 @@ absl::StatusOr<PsPathResult> MeasurePsPath(
     bool apply_terms_on_arrival = true, int push_streams = 0,
     bool apply_in_blocks = true, int server_lookahead = 0,
     bool worker_bdp_probe = true, uint64_t chunk_bytes = 0,
-    uint64_t push_message_bytes = 0, bool parse_in_place = kParsePushesInPlace);
+    uint64_t push_message_bytes = 0, bool parse_in_place = kParsePushesInPlace,
+    uint64_t pull_message_bytes = 0);
 
 struct SparsePathResult {
   // All workers together, the median over the warm steps of each step's

@@ -45,6 +45,10 @@ ABSL_FLAG(int32_t, compare_push_message_kib, 0,
           "also measure every push/pull row with the workers' push messages "
           "at this many KiB (PsClientOptions.push_message_bytes; rows tagged "
           "_pushmsg; 0: not; 1..4096)");
+ABSL_FLAG(int32_t, compare_pull_message_kib, 0,
+          "also measure every push/pull row with the servers' pull messages "
+          "at this many KiB (PsServiceOptions::pull_message_bytes; rows "
+          "tagged _pullmsg; 0: not; 1..4096)");
 ABSL_FLAG(bool, compare_parse, false,
           "also measure every push/pull row with the servers parsing push "
           "messages the other way than shipped: in place from gRPC's slices "
@@ -81,6 +85,7 @@ absl::StatusOr<PsPathBenchOptions> PsPathBenchOptionsFromFlags(
   r.compare_lookahead = absl::GetFlag(FLAGS_compare_lookahead);
   r.compare_worker_bdp = absl::GetFlag(FLAGS_compare_worker_bdp);
   r.compare_push_message_kib = absl::GetFlag(FLAGS_compare_push_message_kib);
+  r.compare_pull_message_kib = absl::GetFlag(FLAGS_compare_pull_message_kib);
   r.compare_parse = absl::GetFlag(FLAGS_compare_parse);
   r.chunk_kib = absl::GetFlag(FLAGS_chunk_kib);
   r.compare_chunk_kib = absl::GetFlag(FLAGS_compare_chunk_kib);
@@ -88,6 +93,11 @@ absl::StatusOr<PsPathBenchOptions> PsPathBenchOptionsFromFlags(
     return absl::InvalidArgumentError(
         absl::StrCat("--compare_push_message_kib: must be in [0, 4096], got ",
                      r.compare_push_message_kib));
+  }
+  if (r.compare_pull_message_kib < 0 || r.compare_pull_message_kib > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--compare_pull_message_kib: must be in [0, 4096], got ",
+                     r.compare_pull_message_kib));
   }
   if (r.compare_chunk_kib < 0 || r.compare_chunk_kib > 4096) {
     return absl::InvalidArgumentError(

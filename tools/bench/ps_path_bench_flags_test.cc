@@ -14,6 +14,7 @@ ABSL_DECLARE_FLAG(bool, compare_apply_terms);
 ABSL_DECLARE_FLAG(bool, compare_push_streams);
 ABSL_DECLARE_FLAG(bool, compare_apply_block);
 ABSL_DECLARE_FLAG(int32_t, compare_chunk_kib);
+ABSL_DECLARE_FLAG(int32_t, compare_pull_message_kib);
 
 namespace pstrain::bench {
 namespace {
@@ -26,6 +27,7 @@ class PsPathBenchFlagsTest : public ::testing::Test {
     absl::SetFlag(&FLAGS_compare_push_streams, false);
     absl::SetFlag(&FLAGS_compare_apply_block, false);
     absl::SetFlag(&FLAGS_compare_chunk_kib, 0);
+    absl::SetFlag(&FLAGS_compare_pull_message_kib, 0);
   }
 };
 
@@ -72,6 +74,21 @@ TEST_F(PsPathBenchFlagsTest, CompareChunkKibIsTakenAndBoundedByName) {
   ASSERT_FALSE(o.ok());
   EXPECT_EQ(o.status().message(),
             "--compare_chunk_kib: must be in [0, 4096], got 4097");
+}
+
+TEST_F(PsPathBenchFlagsTest, ComparePullMessageKibIsTakenAndBoundedByName) {
+  absl::StatusOr<PsPathBenchOptions> o = PsPathBenchOptionsFromFlags("self");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->rounds.compare_pull_message_kib, 0);
+  absl::SetFlag(&FLAGS_compare_pull_message_kib, 4096);
+  o = PsPathBenchOptionsFromFlags("self");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->rounds.compare_pull_message_kib, 4096);
+  absl::SetFlag(&FLAGS_compare_pull_message_kib, -1);
+  o = PsPathBenchOptionsFromFlags("self");
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().message(),
+            "--compare_pull_message_kib: must be in [0, 4096], got -1");
 }
 
 }  // namespace

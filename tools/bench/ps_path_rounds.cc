@@ -49,7 +49,8 @@ PsPathMeasures RealPsPathMeasures(Iperf3* iperf3, GrpcStream* stream) {
                          setting.apply_terms_on_arrival, setting.push_streams,
                          setting.apply_in_blocks, setting.server_lookahead,
                          setting.worker_bdp_probe, setting.chunk_bytes,
-                         setting.push_message_bytes, setting.parse_in_place);
+                         setting.push_message_bytes, setting.parse_in_place,
+                         setting.pull_message_bytes);
   };
   return m;
 }
@@ -92,6 +93,12 @@ std::vector<ShardSetting> ShardSettings(const PsPathRoundsOptions& options) {
     ShardSetting msg{"_pushmsg"};
     msg.push_message_bytes =
         static_cast<uint64_t>(options.compare_push_message_kib) << 10;
+    settings.push_back(msg);
+  }
+  if (options.compare_pull_message_kib > 0) {
+    ShardSetting msg{"_pullmsg"};
+    msg.pull_message_bytes =
+        static_cast<uint64_t>(options.compare_pull_message_kib) << 10;
     settings.push_back(msg);
   }
   if (options.compare_parse) {
@@ -220,6 +227,7 @@ std::string PsPathReport(const PsPathRounds& rounds) {
       {"_1stream", "push split over streams / one stream"},
       {"_wholechunk", "optimizer in blocks / whole chunks"},
       {"_pushmsg", "shipped push messages / --compare_push_message_kib"},
+      {"_pullmsg", "shipped pull messages / --compare_pull_message_kib"},
       {"_chunks", "--chunk_kib chunks / --compare_chunk_kib"},
       {"_parsecopy", "parsed in place / into a PushRequest"},
       {"_inplace", "parsed into a PushRequest / in place"}};

@@ -52,6 +52,9 @@ struct PsPathRoundsOptions {
   // And with the workers' push messages at this many KiB (tagged "_pushmsg";
   // PsClientOptions.push_message_bytes; 0: not compared).
   int compare_push_message_kib = 0;
+  // And with the servers' pull messages at this many KiB (tagged
+  // "_pullmsg"; PsServiceOptions::pull_message_bytes; 0: not compared).
+  int compare_pull_message_kib = 0;
   // And with the servers parsing push messages the other way than shipped
   // (PsServiceOptions::parse_pushes_in_place: tagged "_inplace" when the
   // shipped parse is into a PushRequest, "_parsecopy" otherwise).
@@ -75,6 +78,7 @@ struct ShardSetting {
   int server_lookahead = 0;      // > 0: the servers' HTTP/2 lookahead
   bool worker_bdp_probe = true;  // false: the workers' channels without it
   uint64_t push_message_bytes = 0;  // > 0: PsClientOptions' (0: default)
+  uint64_t pull_message_bytes = 0;  // > 0: PsServiceOptions' (0: default)
   uint64_t chunk_bytes = 0;         // > 0: the shard map's chunks (0: 4 MiB)
   bool parse_in_place = kParsePushesInPlace;  // PsServiceOptions'
 };

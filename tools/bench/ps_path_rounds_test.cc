@@ -174,6 +174,17 @@ TEST(ShardSettings, PushMessagesAreComparedAndChunksApplyToEveryRow) {
   for (const ShardSetting& each : s) EXPECT_EQ(each.chunk_bytes, 1u << 20);
 }
 
+TEST(ShardSettings, PullMessagesAreCompared) {
+  PsPathRoundsOptions o = OneRow(1);
+  o.compare_pull_message_kib = 4096;
+  const std::vector<ShardSetting> s = ShardSettings(o);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].pull_message_bytes, 0u);
+  EXPECT_EQ(s[1].suffix, "_pullmsg");
+  EXPECT_EQ(s[1].pull_message_bytes, 4u << 20);
+  EXPECT_EQ(s[1].push_message_bytes, 0u);
+}
+
 TEST(ShardSettings, OtherChunksAreComparedInTheirOwnRowOnly) {
   PsPathRoundsOptions o = OneRow(1);
   o.compare_chunk_kib = 4096;
