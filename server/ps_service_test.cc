@@ -804,7 +804,9 @@ TEST_F(SmallPullMessageServiceTest, PullMessagesHoldChunksUpToTheBudget) {
   EXPECT_EQ(messages[0].min_clock(), 1u);
   int next = 0;
   for (size_t m = 0; m < messages.size(); ++m) {
-    if (m > 0) EXPECT_EQ(messages[m].version(), 0u) << m;  // no head
+    if (m > 0) {
+      EXPECT_EQ(messages[m].version(), 0u) << m;  // no head
+    }
     ASSERT_EQ(messages[m].chunks_size(), 2) << m;
     for (const v1::ChunkData& c : messages[m].chunks()) {
       EXPECT_EQ(c.index(), static_cast<uint32_t>(next++));
