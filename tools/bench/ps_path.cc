@@ -166,11 +166,14 @@ class Workers {
   }
 
   // One sync step at `clock`: all pulls, then all pushes. Seconds of each.
-  // One step; adds each phase's CPU time to *pull_cpu and *push_cpu.
+  // One step; adds each phase's CPU time to *pull_cpu and *push_cpu and its
+  // minor page faults to *pull_faults and *push_faults.
   absl::Status Step(uint64_t clock, double* pull_s, double* push_s,
-                    CpuTimes* pull_cpu, CpuTimes* push_cpu) {
+                    CpuTimes* pull_cpu, CpuTimes* push_cpu,
+                    uint64_t* pull_faults, uint64_t* push_faults) {
     const int n = static_cast<int>(clients_.size());
     std::vector<std::unique_ptr<PsOp>> ops(n);
+    uint64_t faults = ReadMinorFaults();
     CpuTimes cpu = ReadCpuTimes();
     absl::Time start = absl::Now();
     for (int i = 0; i < n; ++i) {
@@ -185,6 +188,9 @@ class Workers {
     CpuTimes now = ReadCpuTimes();
     *pull_cpu = AddCpuDelta(*pull_cpu, cpu, now);
     cpu = now;
+    const uint64_t faults_now = ReadMinorFaults();
+    *pull_faults += faults_now - faults;
+    faults = faults_now;
     start = absl::Now();
     for (int i = 0; i < n; ++i) {
       ops[i] = clients_[i]->StartPush(i, clock, 1, grad_, reads_[i]);
@@ -195,6 +201,7 @@ class Workers {
     }
     *push_s = absl::ToDoubleSeconds(absl::Now() - start);
     *push_cpu = AddCpuDelta(*push_cpu, cpu, ReadCpuTimes());
+    *push_faults += ReadMinorFaults() - faults;
     return absl::OkStatus();
   }
 
@@ -273,11 +280,17 @@ absl::StatusOr<PsPathResult> MeasurePsPath(
   if (!w.ok()) return w.status();
   std::vector<double> pull_steps, push_steps;
   CpuTimes pull_cpu, push_cpu;
+  uint64_t pull_faults = 0, push_faults = 0;
   for (int step = 0; step <= steps; ++step) {
-    // The cold step's CPU time (connections, first-touch pages) is dropped.
-    if (step == 1) pull_cpu = push_cpu = CpuTimes{};
+    // The cold step's CPU time and faults (connections, first-touch pages)
+    // are dropped.
+    if (step == 1) {
+      pull_cpu = push_cpu = CpuTimes{};
+      pull_faults = push_faults = 0;
+    }
     double pull_s = 0, push_s = 0;
-    absl::Status s = w->Step(step, &pull_s, &push_s, &pull_cpu, &push_cpu);
+    absl::Status s = w->Step(step, &pull_s, &push_s, &pull_cpu, &push_cpu,
+                             &pull_faults, &push_faults);
     if (!s.ok()) return s;
     pull_steps.push_back(pull_s);
     push_steps.push_back(push_s);
@@ -293,6 +306,10 @@ absl::StatusOr<PsPathResult> MeasurePsPath(
   result.warm_steps = push.warm_steps;
   result.push_cpu_busy = BusyShare(push_cpu);
   result.pull_cpu_busy = BusyShare(pull_cpu);
+  if (steps > 0) {
+    result.push_faults_per_step = static_cast<double>(push_faults) / steps;
+    result.pull_faults_per_step = static_cast<double>(pull_faults) / steps;
+  }
   return result;
 }
 
@@ -577,9 +594,11 @@ absl::StatusOr<ServerMemory> MeasureServerMemory(const std::string& self,
     if (!w.ok()) return w.status();
     double pull_s, push_s;
     CpuTimes unused_pull_cpu, unused_push_cpu;
+    uint64_t unused_pull_faults = 0, unused_push_faults = 0;
     for (int step = 0; step < steps; ++step) {
       absl::Status s =
-          w->Step(step, &pull_s, &push_s, &unused_pull_cpu, &unused_push_cpu);
+          w->Step(step, &pull_s, &push_s, &unused_pull_cpu, &unused_push_cpu,
+                  &unused_pull_faults, &unused_push_faults);
       if (!s.ok()) return s;
       if (step == 0) continue;  // warm-up
       pull_total += pull_s;

@@ -55,6 +55,11 @@ struct PsPathResult {
   // bound the rate. NaN when not measured.
   double push_cpu_busy = __builtin_nan("");
   double pull_cpu_busy = __builtin_nan("");
+  // This process's minor page faults per warm step during the push (pull)
+  // phases (ReadMinorFaults): buffers landing in fresh pages. NaN when not
+  // measured.
+  double push_faults_per_step = __builtin_nan("");
+  double pull_faults_per_step = __builtin_nan("");
 };
 
 // Starts the shards and the workers' connections once, then runs 1 + `steps`

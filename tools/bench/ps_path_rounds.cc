@@ -127,11 +127,17 @@ PsPathRounds RunPsPathRounds(const PsPathRoundsOptions& options,
     s.resize(options.rounds, kNaN);
     s[round] = *bytes_per_s / 1e9;
   };
-  auto set_cpu = [&](const std::string& name, int round, double busy) {
-    if (busy != busy) return;  // not measured
-    std::vector<double>& s = v["cpu_" + name];
+  // A figure beside row `name` under prefix + name ("cpu_": the CPUs'
+  // busy share, "flt_": page faults per warm step).
+  auto set_beside = [&](const std::string& prefix, const std::string& name,
+                        int round, double value) {
+    if (value != value) return;  // not measured
+    std::vector<double>& s = v[prefix + name];
     s.resize(options.rounds, kNaN);
-    s[round] = busy;
+    s[round] = value;
+  };
+  auto set_cpu = [&](const std::string& name, int round, double busy) {
+    set_beside("cpu_", name, round, busy);
   };
   // Measures the bare stream's `name` row, with the CPUs' busy share.
   auto stream_row = [&](const std::string& name, int round,
@@ -173,6 +179,8 @@ PsPathRounds RunPsPathRounds(const PsPathRoundsOptions& options,
             set("pull_" + tag, round, ps->pull_bytes_per_s);
             set_cpu("push_" + tag, round, ps->push_cpu_busy);
             set_cpu("pull_" + tag, round, ps->pull_cpu_busy);
+            set_beside("flt_", "push_" + tag, round, ps->push_faults_per_step);
+            set_beside("flt_", "pull_" + tag, round, ps->pull_faults_per_step);
           }
         }
       }
@@ -184,7 +192,9 @@ PsPathRounds RunPsPathRounds(const PsPathRoundsOptions& options,
 std::string PsPathReport(const PsPathRounds& rounds) {
   std::string out;
   for (const auto& [name, values] : rounds) {
-    if (absl::StartsWith(name, "cpu_")) continue;
+    if (absl::StartsWith(name, "cpu_") || absl::StartsWith(name, "flt_")) {
+      continue;
+    }
     absl::StrAppendFormat(&out, "%-24s median %6.3f GB/s  rounds:", name,
                           Median(values));
     for (double x : values) absl::StrAppendFormat(&out, " %.3f", x);
@@ -217,6 +227,11 @@ std::string PsPathReport(const PsPathRounds& rounds) {
                               Median(bare_cpu->second));
       }
     }
+    const auto faults = rounds.find("flt_" + name);
+    if (faults != rounds.end()) {
+      absl::StrAppendFormat(&out, "   faults/step %.0f",
+                            Median(faults->second));
+    }
     out += "\n";
   }
   // The shipped setting over each compared one, within each round.
@@ -234,7 +249,10 @@ std::string PsPathReport(const PsPathRounds& rounds) {
   for (const auto& [suffix, label] : kCompared) {
     for (const auto& [name, values] : rounds) {
       const auto other = rounds.find(name + suffix);
-      if (other == rounds.end() || absl::StartsWith(name, "cpu_")) continue;
+      if (other == rounds.end() || absl::StartsWith(name, "cpu_") ||
+          absl::StartsWith(name, "flt_")) {
+        continue;
+      }
       std::vector<double> ratio;
       for (size_t r = 0; r < values.size(); ++r) {
         ratio.push_back(values[r] / other->second[r]);

@@ -109,7 +109,8 @@ PsPathMeasures RealPsPathMeasures(Iperf3* iperf3, GrpcStream* stream);
 // "iperf3", "grpc_upload_16MB", "grpc_download_16MB", "push_16MB_2s_4w",
 // "pull_16MB_2s_4w" (and "push_16MB_2s_4w_atcommit", "..._noheld"); and
 // for each measured row but iperf3 the share of the CPUs busy while it ran
-// (PsPathResult, BusyShare), as "cpu_" + its name.
+// (PsPathResult, BusyShare), as "cpu_" + its name; and for each push and
+// pull row this process's page faults per warm step, as "flt_" + its name.
 using PsPathRounds = std::map<std::string, std::vector<double>>;
 
 // Runs options.rounds rounds; in each, iperf3, then for every size the
@@ -128,7 +129,8 @@ PsPathRounds RunPsPathRounds(const PsPathRoundsOptions& options,
 // term / not held", "term applied on arrival / by the applier") and their
 // median. The ratio lines end with the median
 // share of the CPUs busy during the row and during its bare stream
-// ("CPUs busy 0.98 (bare stream 0.97)") where they were measured.
+// ("CPUs busy 0.98 (bare stream 0.97)") and the median page faults per
+// warm step ("faults/step 12") where they were measured.
 std::string PsPathReport(const PsPathRounds& rounds);
 
 // The line of one server memory measurement: peak RSS against its bound,

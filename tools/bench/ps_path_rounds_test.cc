@@ -233,6 +233,7 @@ TEST(RunPsPathRounds, CpuBusyRowsBesideTheMeasuredOnes) {
     if (r.ok()) {
       r->push_cpu_busy = 0.5 + 0.25 * f.round;
       r->pull_cpu_busy = 0.25;
+      r->pull_faults_per_step = 300 * f.round;
     }
     return r;
   };
@@ -252,8 +253,13 @@ TEST(RunPsPathRounds, CpuBusyRowsBesideTheMeasuredOnes) {
   EXPECT_EQ(rounds.at("cpu_push_1MB_1s_1w"), (std::vector<double>{0.5, 0.75}));
   EXPECT_EQ(rounds.at("cpu_pull_1MB_1s_1w"), (std::vector<double>{0.25, 0.25}));
   EXPECT_EQ(rounds.count("cpu_iperf3"), 0u);
+  // Page faults per warm step beside the pull; the push measured none.
+  EXPECT_EQ(rounds.at("flt_pull_1MB_1s_1w"), (std::vector<double>{0, 300}));
+  EXPECT_EQ(rounds.count("flt_push_1MB_1s_1w"), 0u);
 }
 
+// The CPUs' busy shares and the page faults per step end the ratio lines
+// and get no lines of their own.
 TEST(PsPathReport, CpuBusySharesEndTheRatioLinesOnly) {
   const PsPathRounds rounds = {
       {"grpc_upload_16MB", {2, 2}},
@@ -262,15 +268,17 @@ TEST(PsPathReport, CpuBusySharesEndTheRatioLinesOnly) {
       {"cpu_push_16MB_1s_1w", {0.96, 1.0}},
       {"push_16MB_1s_1w_noheld", {0.5, 0.5}},
       {"cpu_push_16MB_1s_1w_noheld", {0.5, 0.5}},
+      {"flt_push_16MB_1s_1w", {10, 30}},
+      {"flt_push_16MB_1s_1w_noheld", {0, 0}},
   };
   EXPECT_EQ(PsPathReport(rounds),
             "grpc_upload_16MB         median  2.000 GB/s  rounds: 2.000 2.000\n"
             "push_16MB_1s_1w          median  1.000 GB/s  rounds: 1.000 1.000\n"
             "push_16MB_1s_1w_noheld   median  0.500 GB/s  rounds: 0.500 0.500\n"
             "push_16MB_1s_1w          / iperf3 nan   / bare gRPC stream 0.50"
-            "   CPUs busy 0.98 (bare stream 0.95)\n"
+            "   CPUs busy 0.98 (bare stream 0.95)   faults/step 20\n"
             "push_16MB_1s_1w_noheld   / iperf3 nan   / bare gRPC stream 0.25"
-            "   CPUs busy 0.50 (bare stream 0.95)\n"
+            "   CPUs busy 0.50 (bare stream 0.95)   faults/step 0\n"
             "push_16MB_1s_1w          held term / not held 2.00  rounds: 2.00 "
             "2.00\n");
 }

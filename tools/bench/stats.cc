@@ -87,6 +87,12 @@ CpuTimes ReadChildrenCpuTimes() {
   return WithCpusTime(Nanos(usage.ru_utime) + Nanos(usage.ru_stime));
 }
 
+uint64_t ReadMinorFaults() {
+  rusage usage;
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return static_cast<uint64_t>(usage.ru_minflt);
+}
+
 CpuTimes AddCpuDelta(const CpuTimes& sum, const CpuTimes& a,
                      const CpuTimes& b) {
   if (b.total < a.total || b.busy < a.busy) return sum;

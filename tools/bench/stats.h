@@ -49,6 +49,11 @@ CpuTimes ReadCpuTimes();
 // the difference over a job whose processes were started and waited for in
 // between is the CPU time of the job's processes.
 CpuTimes ReadChildrenCpuTimes();
+// Minor page faults of this process so far (getrusage RUSAGE_SELF
+// ru_minflt; 0 if unknown). A fault per 4 KiB where a buffer lands in fresh
+// pages: the difference over a phase shows it (docs/performance.md, "One
+// malloc arena in every worker").
+uint64_t ReadMinorFaults();
 // `sum` + (b - a).
 CpuTimes AddCpuDelta(const CpuTimes& sum, const CpuTimes& a, const CpuTimes& b);
 // The share of the CPUs' time that was busy in `t` (1: every core busy all

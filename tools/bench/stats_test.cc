@@ -3,6 +3,7 @@
 #include "tools/bench/stats.h"
 
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -87,6 +88,23 @@ TEST(CpuTimes, AWaitedChildsSpinCountsAsChildrenTime) {
   const double share = BusyShare(AddCpuDelta({}, before, after));
   EXPECT_GT(share, 0.0);
   EXPECT_LE(share, 1.0);
+}
+
+// Touching fresh anonymous pages faults once per page.
+TEST(MinorFaults, FreshPagesCountOncePerPage) {
+  constexpr size_t kPages = 256;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* p = mmap(nullptr, kPages * page, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  const uint64_t before = ReadMinorFaults();
+  for (size_t i = 0; i < kPages; ++i) static_cast<char*>(p)[i * page] = 1;
+  const uint64_t touched = ReadMinorFaults() - before;
+  for (size_t i = 0; i < kPages; ++i) static_cast<char*>(p)[i * page] = 2;
+  const uint64_t again = ReadMinorFaults() - before - touched;
+  munmap(p, kPages * page);
+  EXPECT_GE(touched, kPages / 2);  // the kernel may map some pages ahead
+  EXPECT_LT(again, kPages / 8);
 }
 
 TEST(ParseProcStat, CountsFieldsFromTheLastParenthesis) {
