@@ -24,6 +24,12 @@ std::vector<double> Row(const PsPathRounds& rounds, const std::string& name,
   return it == rounds.end() ? std::vector<double>(n, kNaN) : it->second;
 }
 
+// A figure kept beside a measured row (RunPsPathRounds' set_beside), not a
+// row of its own.
+bool BesideARow(const std::string& name) {
+  return absl::StartsWith(name, "cpu_") || absl::StartsWith(name, "flt_");
+}
+
 }  // namespace
 
 PsPathMeasures RealPsPathMeasures(Iperf3* iperf3, GrpcStream* stream) {
@@ -192,9 +198,7 @@ PsPathRounds RunPsPathRounds(const PsPathRoundsOptions& options,
 std::string PsPathReport(const PsPathRounds& rounds) {
   std::string out;
   for (const auto& [name, values] : rounds) {
-    if (absl::StartsWith(name, "cpu_") || absl::StartsWith(name, "flt_")) {
-      continue;
-    }
+    if (BesideARow(name)) continue;
     absl::StrAppendFormat(&out, "%-24s median %6.3f GB/s  rounds:", name,
                           Median(values));
     for (double x : values) absl::StrAppendFormat(&out, " %.3f", x);
@@ -249,10 +253,7 @@ std::string PsPathReport(const PsPathRounds& rounds) {
   for (const auto& [suffix, label] : kCompared) {
     for (const auto& [name, values] : rounds) {
       const auto other = rounds.find(name + suffix);
-      if (other == rounds.end() || absl::StartsWith(name, "cpu_") ||
-          absl::StartsWith(name, "flt_")) {
-        continue;
-      }
+      if (other == rounds.end() || BesideARow(name)) continue;
       std::vector<double> ratio;
       for (size_t r = 0; r < values.size(); ++r) {
         ratio.push_back(values[r] / other->second[r]);
