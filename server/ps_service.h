@@ -76,11 +76,11 @@
 #include "absl/time/time.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/env.h"
+#include "common/call_pool.h"
 #include "common/job_token.h"
 #include "common/metrics.h"
 #include "common/sharding.h"
 #include "proto/pstrain.grpc.pb.h"
-#include "server/call_pool.h"
 #include "server/shard.h"
 #include "server/worker_sessions.h"
 
@@ -133,7 +133,7 @@ struct PsServiceOptions {
   // Must outlive the service.
   CheckpointEnv* checkpoint_env = nullptr;
   // Pull calls handled at once, each on a thread of the service's pool
-  // (server/call_pool.h) while it checks its session and waits for the
+  // (common/call_pool.h) while it checks its session and waits for the
   // consistency rule; a pull beyond it is UNAVAILABLE at once ("pull
   // threads busy"), which clients retry with backoff. 0: from the job
   // (SetShard), kPullThreadsPerWorker per worker, at least kMinPullThreads.

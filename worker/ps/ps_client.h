@@ -27,6 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/call_pool.h"
 #include "common/sharding.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "proto/pstrain.grpc.pb.h"
@@ -90,6 +91,10 @@ struct PsClientOptions {
 };
 
 inline constexpr int kMaxPushStreams = 8;
+// Reused threads a client keeps for its operations' shard tasks at most;
+// tasks beyond (more shards or operations at once) run on threads of their
+// own (TaskGroup), so nothing waits.
+inline constexpr int kOpThreadLimit = 64;
 
 // Some rows of one row-sparse tensor (TensorSpec.row_sparse): `values` holds
 // ids.size() rows of the tensor's width, row after row (empty in a pull
@@ -106,9 +111,11 @@ struct ShardRead {
   uint64_t min_clock = 0;
 };
 
-// One in-flight pull or push over all shards. Wait() joins it and returns the
-// first error (prefixed with the shard); it must be called before the
-// operation is destroyed or its buffers are touched. Not thread-safe.
+// One in-flight pull or push over all shards, each shard's share on a
+// thread of the client's (PsClient: reused, so a step starts no thread).
+// Wait() waits for it and returns the first error (prefixed with the
+// shard); it must be called before the operation is destroyed or its
+// buffers are touched. Not thread-safe.
 class PsOp {
  public:
   ~PsOp();
@@ -120,13 +127,13 @@ class PsOp {
 
  private:
   friend class PsClient;
-  PsOp() = default;
-  std::vector<std::thread> threads_;
+  explicit PsOp(CallPool* threads) : tasks_(threads) {}
+  TaskGroup tasks_;  // one task per shard
   std::vector<absl::Status> statuses_;
   std::vector<ShardRead> reads_;
   TensorViews views_;          // a push's gradients
   MutableTensorViews pulled_;  // a pull's destination
-  bool joined_ = false;
+  bool waited_ = false;
 };
 
 // Thread-safe for concurrent operations as long as their buffers differ.
@@ -243,6 +250,8 @@ class PsClient {
 
   uint64_t bytes_pushed() const { return bytes_pushed_.load(); }
   uint64_t bytes_pulled() const { return bytes_pulled_.load(); }
+  // The reused threads operations run on (started so far, busy now).
+  CallPool::Counts op_threads() const { return op_threads_.counts(); }
 
   // How long a pull started now may wait on a barrier: barrier_timeout, plus
   // startup_timeout until every worker has completed a step (see options).
@@ -350,6 +359,12 @@ class PsClient {
   std::atomic<uint64_t> bytes_pulled_{0};
   std::atomic<uint64_t> start_min_clock_{UINT64_MAX};  // first pull's
   std::atomic<bool> started_{false};  // a later pull read a greater one
+  // The threads every operation's shard tasks (and a split push's parts)
+  // run on, started on demand and reused: a thread started per operation
+  // cost about 0.07 ms of a step on this project's 2-core machine
+  // (docs/performance.md, "Shard operations on reused threads"). Last, so
+  // that it is destroyed (joining tasks still running) first.
+  mutable CallPool op_threads_{kOpThreadLimit};
 };
 
 }  // namespace pstrain

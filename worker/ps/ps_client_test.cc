@@ -147,6 +147,32 @@ TEST_P(PsClientTest, PullDecodesEveryChunk) {
                                          fake_.pull_messages[1].ByteSizeLong());
 }
 
+// Every shard task of an operation runs on a thread the client keeps: one
+// pull and push after another reuse the same one, and a pull and a push at
+// once take two, kept for the next steps (no thread is started per step).
+TEST_P(PsClientTest, OperationsRunOnThreadsTheClientReuses) {
+  ServeValues();
+  EXPECT_EQ(client_->op_threads().threads, 0);
+  TensorList params;
+  TensorList grads = {values_};
+  for (uint64_t clock = 0; clock < 5; ++clock) {
+    std::vector<ShardRead> reads;
+    ASSERT_TRUE(Pull(&params, &reads).ok());
+    auto push = client_->StartPush(0, clock, 1, grads, reads);
+    ASSERT_TRUE(push->Wait().ok());
+    EXPECT_EQ(client_->op_threads().threads, 1) << "clock " << clock;
+  }
+  TensorList params2;
+  for (int i = 0; i < 3; ++i) {
+    auto pull = client_->StartPull(0, 0, &params2);
+    auto push = client_->StartPush(0, 5, 1, grads, {ShardRead{}});
+    ASSERT_TRUE(pull->Wait().ok());
+    ASSERT_TRUE(push->Wait().ok());
+    EXPECT_LE(client_->op_threads().threads, 2);
+  }
+  EXPECT_EQ(client_->op_threads().busy, 0);
+}
+
 // A stand-in's announcement is a pull with session_only, answered with no
 // message; a shard that sends weights instead (one that ignores the field)
 // is an error, not a silent read.

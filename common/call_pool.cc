@@ -1,4 +1,4 @@
-#include "server/call_pool.h"
+#include "common/call_pool.h"
 
 #include <algorithm>
 #include <system_error>
@@ -18,7 +18,8 @@ CallPool::~CallPool() {
   for (std::thread& t : threads) t.join();
 }
 
-CallPool::Admission CallPool::TryRun(std::function<void()> task) {
+CallPool::Admission CallPool::TryRun(std::function<void()> task,
+                                     std::function<void()> then) {
   absl::MutexLock lock(&mu_);
   if (stop_) return Admission::kStopped;
   if (busy_ >= limit_) return Admission::kFull;
@@ -31,7 +32,7 @@ CallPool::Admission CallPool::TryRun(std::function<void()> task) {
     }
     ++live_;
   }
-  ready_.push_back(std::move(task));
+  ready_.push_back(Task{std::move(task), std::move(then)});
   ++busy_;
   return Admission::kRunning;
 }
@@ -63,7 +64,7 @@ void CallPool::Loop() {
     return stop_ || !ready_.empty();
   };
   while (true) {
-    std::function<void()> task;
+    Task task;
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(&wake));
@@ -74,11 +75,54 @@ void CallPool::Loop() {
       task = std::move(ready_.front());
       ready_.pop_front();
     }
-    task();
-    task = nullptr;  // what it captured goes before the task counts as done
-    absl::MutexLock lock(&mu_);
-    --busy_;
+    task.run();
+    task.run = nullptr;  // what it captured goes before it counts as done
+    {
+      absl::MutexLock lock(&mu_);
+      --busy_;
+    }
+    if (task.then) {
+      task.then();
+      task.then = nullptr;
+    }
   }
+}
+
+void TaskGroup::Run(std::function<void()> task) {
+  auto shared = std::make_shared<std::function<void()>>(std::move(task));
+  if (pool_ != nullptr) {
+    {
+      absl::MutexLock lock(&state_->mu);
+      ++state_->pending;
+    }
+    // Counted done only once the pool counts its thread idle again, so
+    // that a task started when Wait returns reuses that thread.
+    const CallPool::Admission admitted = pool_->TryRun(
+        [shared]() mutable {
+          (*shared)();
+          shared.reset();  // what the task captured goes first
+        },
+        [state = state_] {
+          absl::MutexLock lock(&state->mu);
+          --state->pending;
+        });
+    if (admitted == CallPool::Admission::kRunning) return;
+    absl::MutexLock lock(&state_->mu);
+    --state_->pending;
+  }
+  ++unpooled_;
+  threads_.emplace_back([shared] { (*shared)(); });
+}
+
+void TaskGroup::Wait() {
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+  State* const state = state_.get();
+  auto done = [state]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state->mu) {
+    return state->pending == 0;
+  };
+  absl::MutexLock lock(&state->mu);
+  state->mu.Await(absl::Condition(&done));
 }
 
 }  // namespace pstrain

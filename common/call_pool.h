@@ -1,6 +1,8 @@
-// Threads for RPC handlers that may block (the raw Pull's checks and its
-// wait for the consistency rule, server/ps_service.h), so that they never
-// run on gRPC's callback threads and never number more than a limit.
+// Threads for tasks that may block, started once and reused: the server's
+// RPC handlers that may block (the raw Pull's checks and its wait for the
+// consistency rule, server/ps_service.h), so that they never run on gRPC's
+// callback threads and never number more than a limit; the worker client's
+// shard operations (worker/ps/ps_client.h), so that a step starts no thread.
 //
 // Admission, not a queue. TryRun either hands the task at once to a thread
 // of its own (an idle one, or a new one while fewer than the limit exist)
@@ -21,11 +23,12 @@
 // destructor stops the pool and joins every thread, so it waits for the tasks
 // running: a task must be bounded (every pull's wait is, by its call deadline
 // and the barrier timeout).
-#ifndef PSTRAIN_SERVER_CALL_POOL_H_
-#define PSTRAIN_SERVER_CALL_POOL_H_
+#ifndef PSTRAIN_COMMON_CALL_POOL_H_
+#define PSTRAIN_COMMON_CALL_POOL_H_
 
 #include <deque>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -49,8 +52,12 @@ class CallPool {
     kStopped,  // Stop was called
   };
   // Runs `task` on a thread of its own, or refuses it; a refused task is
-  // dropped without running.
-  Admission TryRun(std::function<void()> task);
+  // dropped without running. `then`, if given, runs on the same thread after
+  // the task, once the thread counts as idle again: a task started upon it
+  // (TaskGroup::Wait returning) finds this thread free instead of starting
+  // another.
+  Admission TryRun(std::function<void()> task,
+                   std::function<void()> then = nullptr);
 
   // The most tasks run at once from now on (>= 1).
   void SetLimit(int max_threads);
@@ -77,11 +84,47 @@ class CallPool {
   int live_ ABSL_GUARDED_BY(mu_) = 0;  // threads whose Loop has not returned
   // Admitted tasks no thread has taken yet; never more than the idle
   // threads, so none waits for a busy one.
-  std::deque<std::function<void()>> ready_ ABSL_GUARDED_BY(mu_);
+  struct Task {
+    std::function<void()> run;
+    std::function<void()> then;
+  };
+  std::deque<Task> ready_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// Tasks started together and waited for together: each runs at once on a
+// thread of `pool` (CallPool::TryRun) or, when the pool refuses it (full,
+// stopped, or null), on a thread of its own, so no task ever waits for
+// another to start and the group cannot deadlock whatever the pool's limit.
+// Wait() returns once every task started so far has returned; the
+// destructor waits too. Run and Wait are for one thread at a time (a task
+// may start a group of its own). The pool must outlive the group's tasks.
+class TaskGroup {
+ public:
+  explicit TaskGroup(CallPool* pool) : pool_(pool) {}
+  ~TaskGroup() { Wait(); }
+  TaskGroup(const TaskGroup&) = delete;
+  TaskGroup& operator=(const TaskGroup&) = delete;
+
+  void Run(std::function<void()> task);
+  void Wait();
+  // Tasks that ran on threads of their own (the pool refused them).
+  int unpooled() const { return unpooled_; }
+
+ private:
+  // Shared with the pooled tasks, which may still hold it for an instant
+  // after Wait() returned and the group is gone.
+  struct State {
+    absl::Mutex mu;
+    int pending ABSL_GUARDED_BY(mu) = 0;
+  };
+  CallPool* const pool_;
+  const std::shared_ptr<State> state_ = std::make_shared<State>();
+  std::vector<std::thread> threads_;  // the refused tasks'
+  int unpooled_ = 0;
+};
+
 }  // namespace pstrain
 
-#endif  // PSTRAIN_SERVER_CALL_POOL_H_
+#endif  // PSTRAIN_COMMON_CALL_POOL_H_
