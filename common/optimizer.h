@@ -74,6 +74,30 @@ class Optimizer {
                 slots, n, slot_stride == 0 ? n : slot_stride);
   }
 
+  // A step's only gradient term, held as the floats it arrived as
+  // (server/shard.cc, one worker applying on arrival): element i's gradient
+  // is float(double(round(n * x[i] * to_fixed)) * scale), x the unaligned
+  // floats at `src`, what server/fixed_point_kernels.h HeldToFloat writes
+  // when `samples` is a power of two (scale = from_fixed / samples, normal).
+  struct HeldGradient {
+    const char* src = nullptr;
+    double n = 1;         // the term's samples
+    double to_fixed = 1;  // 2^-lsb
+    double scale = 1;     // from_fixed / samples
+  };
+  // Apply with the gradient computed from `held` as each element is
+  // updated, in one pass: bit for bit HeldToFloat into a buffer then Apply
+  // (optimizer_test checks it). False, with nothing done, for a rule
+  // without a one-pass form (SGD and momentum have one). Needs every
+  // |n * x[i] * to_fixed| below 2^51, as HeldToFloat does.
+  bool ApplyHeld(uint64_t step, uint64_t update_count, float* w,
+                 const HeldGradient& held, float* slots, size_t n,
+                 double lr_scale = 1.0, size_t slot_stride = 0) const {
+    return ApplyHeldWithLr(LearningRate(config_, step) * lr_scale, update_count,
+                           w, held, slots, n,
+                           slot_stride == 0 ? n : slot_stride);
+  }
+
   // The validated config, with defaults filled in.
   const pstrain::v1::OptimizerConfig& config() const { return config_; }
 
@@ -87,6 +111,11 @@ class Optimizer {
   virtual void ApplyWithLr(double lr, uint64_t update_count, float* w,
                            const float* g, float* slots, size_t n,
                            size_t slot_stride) const = 0;
+  // ApplyHeld's rule at `lr`; false: no one-pass form.
+  virtual bool ApplyHeldWithLr(double, uint64_t, float*, const HeldGradient&,
+                               float*, size_t, size_t) const {
+    return false;
+  }
 
   // Initial value of every slot (only AdaGrad's accumulator is not 0).
   virtual float initial_slot_value() const { return 0.0f; }

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "common/optimizer.h"
 #include "gtest/gtest.h"
 
 namespace pstrain {
@@ -233,6 +234,76 @@ TEST(FixedPointKernelsTest, HeldToFloatIsAddThenConvertAndBuildsAgree) {
       }
     }
   }
+}
+
+// Optimizer::ApplyHeld (the rule's pass computing each element's held
+// gradient as HeldToFloat does) leaves the weights and momentum that
+// HeldToFloat into a buffer and then Apply leave, bit for bit, at every
+// length around the vector widths, for SGD and momentum with and without
+// weight decay and Nesterov; a rule without a one-pass form refuses and
+// changes nothing.
+TEST(FixedPointKernelsTest, OptimizerApplyHeldEqualsHeldToFloatThenApply) {
+  std::mt19937_64 rng(11);
+  struct Rule {
+    pstrain::v1::OptimizerConfig::Kind kind;
+    double weight_decay;
+    bool nesterov;
+  };
+  for (const Rule& rule :
+       {Rule{pstrain::v1::OptimizerConfig::SGD, 0, false},
+        Rule{pstrain::v1::OptimizerConfig::SGD, 0.01, false},
+        Rule{pstrain::v1::OptimizerConfig::MOMENTUM, 0, false},
+        Rule{pstrain::v1::OptimizerConfig::MOMENTUM, 0.01, true},
+        Rule{pstrain::v1::OptimizerConfig::MOMENTUM, 0, true}}) {
+    pstrain::v1::OptimizerConfig config;
+    config.set_kind(rule.kind);
+    config.set_base_lr(0.05);
+    config.set_momentum(0.9);
+    config.set_weight_decay(rule.weight_decay);
+    config.set_nesterov(rule.nesterov);
+    absl::StatusOr<std::unique_ptr<Optimizer>> opt = Optimizer::Create(config);
+    ASSERT_TRUE(opt.ok()) << opt.status();
+    for (double samples : {1.0, 4.0, 64.0}) {
+      for (uint64_t len : kLengths) {
+        Floats f = RandomFloats(rng, len, 19);
+        const int exponent = 20 + static_cast<int>(rng() % 8);
+        const double to_fixed = std::ldexp(1.0, 47 - exponent);
+        const double from_fixed = std::ldexp(1.0, exponent - 47);
+        Floats w0 = RandomFloats(rng, len, 3);
+        Floats b0 = RandomFloats(rng, len, 3);
+        std::vector<float> w1(len), w2(len), b1(len), b2(len);
+        for (uint64_t i = 0; i < len; ++i) {
+          w1[i] = w2[i] = w0.at(i);
+          b1[i] = b2[i] = b0.at(i);
+        }
+        const std::vector<float> before = w1;
+        std::vector<float> g(len);
+        HeldToFloat(f.bytes(), len, samples, to_fixed, from_fixed, samples,
+                    g.data());
+        (*opt)->Apply(3, 3, w2.data(), g.data(), b2.data(), len);
+        ASSERT_TRUE((*opt)->ApplyHeld(
+            3, 3, w1.data(),
+            Optimizer::HeldGradient{f.bytes(), samples, to_fixed,
+                                    from_fixed / samples},
+            b1.data(), len));
+        EXPECT_EQ(Bits(w1), Bits(w2))
+            << "len " << len << " samples " << samples << " kind " << rule.kind;
+        EXPECT_EQ(Bits(b1), Bits(b2)) << "len " << len;
+        if (len >= 16) EXPECT_NE(Bits(w1), Bits(before));  // it applied
+      }
+    }
+  }
+  pstrain::v1::OptimizerConfig adam;
+  adam.set_kind(pstrain::v1::OptimizerConfig::ADAM);
+  adam.set_base_lr(0.05);
+  absl::StatusOr<std::unique_ptr<Optimizer>> opt = Optimizer::Create(adam);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  std::vector<float> w(16, 1.0f), slots(32, 0.0f);
+  Floats f = RandomFloats(rng, 16, 3);
+  EXPECT_FALSE((*opt)->ApplyHeld(0, 0, w.data(),
+                                 Optimizer::HeldGradient{f.bytes(), 1, 1, 1},
+                                 slots.data(), 16));
+  EXPECT_EQ(w, std::vector<float>(16, 1.0f));
 }
 
 TEST(FixedPointKernelsTest, FreeFunctionsUseTheBuildThisCpuRuns) {

@@ -998,14 +998,27 @@ Shard::TermOutcome Shard::ApplyTermLocked(
   }
   *max_abs = std::max(*max_abs, chunk_max);
   // ApplySumLocked of the held term with ApplyOnArrival's numbers (one
-  // contribution: its num_samples and largest |x|).
+  // contribution: its num_samples and largest |x|). In one pass where the
+  // rule has one (SGD, momentum) and HeldToFloat multiplies by
+  // from_fixed / num_samples (a power of two): the same bits, one pass over
+  // the chunk fewer.
   const double from_fixed = std::ldexp(1.0, lsb);
-  ApplyInBlocksLocked(
-      k, version_, 1.0, g,
-      [&](uint64_t offset, uint64_t n, const float*, float* out) {
-        HeldToFloat(src + offset * sizeof(float), n, num_samples, to_fixed,
-                    from_fixed, num_samples, out);
-      });
+  const double scale = from_fixed / num_samples;
+  int e = 0;
+  const bool one_pass = std::frexp(num_samples, &e) == 0.5 &&
+                        scale >= DBL_MIN && options_.apply_held_in_one_pass;
+  if (!one_pass ||
+      !optimizer_->ApplyHeld(
+          version_, version_, MutableChunkLocked(k),
+          Optimizer::HeldGradient{src, num_samples, to_fixed, scale},
+          slots_[k].data(), lc.length, /*lr_scale=*/1.0, lc.length)) {
+    ApplyInBlocksLocked(
+        k, version_, 1.0, g,
+        [&](uint64_t offset, uint64_t n, const float*, float* out) {
+          HeldToFloat(src + offset * sizeof(float), n, num_samples, to_fixed,
+                      from_fixed, num_samples, out);
+        });
+  }
   sum.exponent = NextExponent(*max_abs, sum.exponent);
   sum.applied = true;
   chunks_applied_early_.fetch_add(1, std::memory_order_relaxed);

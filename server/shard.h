@@ -267,6 +267,12 @@ struct ShardOptions {
   // core's cache when the rule reads it; 0: the whole chunk at once. A
   // multiple of 16 (whole vectors). Results are the same bit for bit.
   uint64_t apply_block = 8192;
+  // One worker applying a term on arrival: the held term's conversion
+  // (HeldToFloat) done inside the rule's pass where the rule has a one-pass
+  // form (Optimizer::ApplyHeld: SGD, momentum) rather than in a pass of its
+  // own first. Results are the same bit for bit; false only for tests and
+  // benchmarks that compare the two.
+  bool apply_held_in_one_pass = true;
   // Row-sparse tensors of the map (server/sparse_shard.h): rows of each
   // table this shard stores at most (server.sparse_max_rows; 0: no bound)
   // and what happens at the bound (server.sparse_on_full).

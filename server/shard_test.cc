@@ -2361,6 +2361,95 @@ INSTANTIATE_TEST_SUITE_P(
                                             : "AsyncBf16");
     });
 
+// One worker's term applied on arrival in one pass (the held conversion
+// inside the rule's loop, Optimizer::ApplyHeld: SGD and momentum, with and
+// without weight decay and Nesterov) gives the weights and momentum of the
+// two passes (HeldToFloat, then the rule) bit for bit, over several steps;
+// as do the rules without a one-pass form and a num_samples that is not a
+// power of two (both take the two passes either way).
+struct HeldCase {
+  pstrain::v1::OptimizerConfig::Kind kind;
+  double weight_decay;
+  bool nesterov;
+  uint64_t num_samples;
+};
+class ApplyHeldTest : public ::testing::TestWithParam<HeldCase> {};
+
+std::unique_ptr<Shard> MakeHeldShard(const HeldCase& c, bool one_pass) {
+  JobConfig config = SmallConfig(pstrain::v1::MODE_SYNC, 1, 0);
+  config.mutable_model()->set_input_dim(2000);
+  config.mutable_model()->set_num_classes(5);
+  config.mutable_data()->set_num_features(2000);
+  config.mutable_data()->set_num_classes(5);
+  config.mutable_server()->set_chunk_bytes(16384);  // 4096 elements
+  auto* opt = config.mutable_training()->mutable_optimizer();
+  opt->set_kind(c.kind);
+  opt->set_base_lr(0.01);
+  opt->set_momentum(0.9);
+  opt->set_nesterov(c.nesterov);
+  opt->set_weight_decay(c.weight_decay);
+  absl::StatusOr<pstrain::v1::JobSpec> job = MakeJobSpec(config);
+  EXPECT_TRUE(job.ok()) << job.status();
+  if (!job.ok()) return nullptr;
+  ShardOptions options = ShardOptionsFromJob(*job, 0);
+  options.apply_held_in_one_pass = one_pass;
+  absl::StatusOr<std::unique_ptr<Shard>> shard =
+      Shard::Create(std::move(options));
+  EXPECT_TRUE(shard.ok()) << shard.status();
+  return shard.ok() ? *std::move(shard) : nullptr;
+}
+
+TEST_P(ApplyHeldTest, OnePassEqualsTwoPasses) {
+  const HeldCase& c = GetParam();
+  std::unique_ptr<Shard> one = MakeHeldShard(c, /*one_pass=*/true);
+  std::unique_ptr<Shard> two = MakeHeldShard(c, /*one_pass=*/false);
+  ASSERT_NE(one, nullptr);
+  ASSERT_NE(two, nullptr);
+  for (uint64_t step = 0; step < 4; ++step) {
+    std::vector<float> g = RandomGrad(one->num_elements(), 7 * step + 1);
+    // Magnitudes far apart, so that some terms round in fixed point.
+    for (size_t i = 0; i < g.size(); i += 3) g[i] *= 1e-6f;
+    for (size_t i = 1; i < g.size(); i += 5) g[i] *= 300.0f;
+    for (Shard* shard : {one.get(), two.get()}) {
+      // Streamed, as the service sums on arrival: each chunk's term is
+      // applied when it is added.
+      absl::StatusOr<std::unique_ptr<Shard::IncomingPush>> p =
+          shard->BeginPush(Header(0, step, c.num_samples));
+      ASSERT_TRUE(p.ok()) << p.status();
+      for (const ChunkData& chunk : EncodeAll(*shard, g)) {
+        ASSERT_TRUE((*p)->Add(chunk).ok());
+      }
+      // Every chunk was applied as it was added (the path under test).
+      EXPECT_EQ(shard->chunks_applied_early(), shard->chunks().size());
+      ASSERT_TRUE((*p)->Finish().ok());
+    }
+    ASSERT_TRUE(BitIdentical(Weights(*one), Weights(*two))) << "step " << step;
+  }
+  EXPECT_EQ(one->Stats().version(), 4u);
+  // The steps changed the weights.
+  EXPECT_FALSE(BitIdentical(Weights(*one), Weights(*MakeHeldShard(c, true))));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    RulesAndSamples, ApplyHeldTest,
+    ::testing::Values(
+        HeldCase{pstrain::v1::OptimizerConfig::SGD, 0, false, 1},
+        HeldCase{pstrain::v1::OptimizerConfig::SGD, 0, false, 64},
+        HeldCase{pstrain::v1::OptimizerConfig::SGD, 0.01, false, 4},
+        HeldCase{pstrain::v1::OptimizerConfig::SGD, 0, false, 3},
+        HeldCase{pstrain::v1::OptimizerConfig::MOMENTUM, 0, false, 2},
+        HeldCase{pstrain::v1::OptimizerConfig::MOMENTUM, 0.01, false, 8},
+        HeldCase{pstrain::v1::OptimizerConfig::MOMENTUM, 0, true, 16},
+        HeldCase{pstrain::v1::OptimizerConfig::MOMENTUM, 0.01, true, 1},
+        HeldCase{pstrain::v1::OptimizerConfig::ADAM, 0, false, 4}),
+    [](const auto& info) {
+      const HeldCase& c = info.param;
+      return absl::StrCat(pstrain::v1::OptimizerConfig::Kind_Name(c.kind),
+                          c.weight_decay != 0 ? "Decay" : "",
+                          c.nesterov ? "Nesterov" : "", "Samples",
+                          c.num_samples);
+    });
+
 TEST(ApplyBlockTest, CreateRefusesABlockOfPartVectors) {
   absl::StatusOr<pstrain::v1::JobSpec> job =
       MakeJobSpec(SmallConfig(pstrain::v1::MODE_SYNC, 1, 0));
