@@ -87,7 +87,8 @@ class Optimizer {
   };
   // Apply with the gradient computed from `held` as each element is
   // updated, in one pass: bit for bit HeldToFloat into a buffer then Apply
-  // (optimizer_test checks it). False, with nothing done, for a rule
+  // (server:fixed_point_kernels_test and server:shard_test check it).
+  // False, with nothing done, for a rule
   // without a one-pass form (SGD and momentum have one). Needs every
   // |n * x[i] * to_fixed| below 2^51, as HeldToFloat does.
   bool ApplyHeld(uint64_t step, uint64_t update_count, float* w,

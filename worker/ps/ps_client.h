@@ -359,8 +359,9 @@ class PsClient {
   std::atomic<uint64_t> bytes_pulled_{0};
   std::atomic<uint64_t> start_min_clock_{UINT64_MAX};  // first pull's
   std::atomic<bool> started_{false};  // a later pull read a greater one
-  // The threads every operation's shard tasks (and a split push's parts)
-  // run on, started on demand and reused: a thread started per operation
+  // The threads every operation's shard tasks run on, started on demand
+  // and reused (a split push's other parts get threads of their own,
+  // PushShard): a thread started per operation
   // cost about 0.07 ms of a step on this project's 2-core machine
   // (docs/performance.md, "Shard operations on reused threads"). Last, so
   // that it is destroyed (joining tasks still running) first.
