@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/held_term.h"
 #include "common/status_macros.h"
 
 namespace pstrain {
@@ -98,27 +99,40 @@ absl::Status Validate(const OptimizerConfig& c) {
 // pointers, and the weight-decay term only when the decay is not 0, so a
 // weight at +-inf stays there instead of turning into NaN via 0 * w.
 
+// One element of SGD and of momentum, shared by the loops over a gradient
+// array and the one-pass loops over a held term (below), so that both
+// compute the same floats.
+template <bool kDecay>
+inline __attribute__((always_inline)) void SgdElement(float g, float lr,
+                                                      float wd, float& w) {
+  const float gi = kDecay ? g + wd * w : g;
+  w -= lr * gi;
+}
+
+template <bool kDecay, bool kNesterov>
+inline __attribute__((always_inline)) void MomentumElement(float g, float lr,
+                                                           float wd, float mu,
+                                                           float& w,
+                                                           float& buf) {
+  const float gi = kDecay ? g + wd * w : g;
+  const float b = mu * buf + gi;
+  buf = b;
+  w -= lr * (kNesterov ? gi + mu * b : b);
+}
+
 template <bool kDecay>
 void SgdLoop(float lr, float wd, float* __restrict w, const float* __restrict g,
              size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    const float gi = kDecay ? g[i] + wd * w[i] : g[i];
-    w[i] -= lr * gi;
-  }
+  for (size_t i = 0; i < n; ++i) SgdElement<kDecay>(g[i], lr, wd, w[i]);
 }
 
-// 1.5 * 2^52: adding it to a double below 2^51 in magnitude rounds it to an
-// integer (to nearest, ties to even), as server/fixed_point_kernels.cc does.
-constexpr double kMagic = 6755399441055744.0;
-
-// Element i of a held gradient (Optimizer::HeldGradient): HeldToFloat's
-// operations on the same doubles, so the same float.
+// Element i of a held gradient (Optimizer::HeldGradient), as HeldToFloat
+// gives it (common/held_term.h).
 inline __attribute__((always_inline)) float HeldElement(
     const Optimizer::HeldGradient& h, size_t i) {
   float x;
   std::memcpy(&x, h.src + i * sizeof(float), sizeof(float));
-  const double r = h.n * static_cast<double>(x) * h.to_fixed + kMagic;
-  return static_cast<float>((r - kMagic) * h.scale);
+  return HeldTermElement(x, h.n, h.to_fixed, h.scale);
 }
 
 // The one-pass loops: SgdLoop and MomentumLoop with g[i] computed in place.
@@ -127,9 +141,7 @@ inline __attribute__((always_inline)) void SgdHeldBody(
     float lr, float wd, float* __restrict w, const Optimizer::HeldGradient& h,
     size_t n) {
   for (size_t i = 0; i < n; ++i) {
-    const float g = HeldElement(h, i);
-    const float gi = kDecay ? g + wd * w[i] : g;
-    w[i] -= lr * gi;
+    SgdElement<kDecay>(HeldElement(h, i), lr, wd, w[i]);
   }
 }
 
@@ -138,11 +150,8 @@ inline __attribute__((always_inline)) void MomentumHeldBody(
     float lr, float wd, float mu, float* __restrict w,
     const Optimizer::HeldGradient& h, float* __restrict buf, size_t n) {
   for (size_t i = 0; i < n; ++i) {
-    const float g = HeldElement(h, i);
-    const float gi = kDecay ? g + wd * w[i] : g;
-    const float b = mu * buf[i] + gi;
-    buf[i] = b;
-    w[i] -= lr * (kNesterov ? gi + mu * b : b);
+    MomentumElement<kDecay, kNesterov>(HeldElement(h, i), lr, wd, mu, w[i],
+                                       buf[i]);
   }
 }
 
@@ -205,10 +214,7 @@ template <bool kDecay, bool kNesterov>
 void MomentumLoop(float lr, float wd, float mu, float* __restrict w,
                   const float* __restrict g, float* __restrict buf, size_t n) {
   for (size_t i = 0; i < n; ++i) {
-    const float gi = kDecay ? g[i] + wd * w[i] : g[i];
-    const float b = mu * buf[i] + gi;
-    buf[i] = b;
-    w[i] -= lr * (kNesterov ? gi + mu * b : b);
+    MomentumElement<kDecay, kNesterov>(g[i], lr, wd, mu, w[i], buf[i]);
   }
 }
 

@@ -4,13 +4,15 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/held_term.h"
+
 namespace pstrain {
 namespace fixed_point {
 namespace {
 
 // See the header for the conversions' argument; each *Body is inlined into
 // a baseline and an AVX2 function, so one source gives both builds.
-constexpr double kMagic = 6755399441055744.0;  // 1.5 * 2^52
+constexpr double kMagic = kRoundToIntegerMagic;  // 1.5 * 2^52
 int64_t MagicBits() {
   int64_t bits;
   std::memcpy(&bits, &kMagic, sizeof(bits));
@@ -127,8 +129,7 @@ inline __attribute__((always_inline)) void HeldToFloatBody(
     for (uint64_t i = 0; i < len; ++i) {
       float x;
       std::memcpy(&x, src + i * sizeof(float), sizeof(float));
-      const double r = n * static_cast<double>(x) * to_fixed + kMagic;
-      g[i] = static_cast<float>((r - kMagic) * scale);
+      g[i] = HeldTermElement(x, n, to_fixed, scale);
     }
     return;
   }
