@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/cpu_features.h"
 #include "common/held_term.h"
 #include "common/status_macros.h"
 
@@ -179,14 +180,6 @@ PSTRAIN_HELD_LOOPS(Baseline, )
 PSTRAIN_HELD_LOOPS(Avx2, __attribute__((target("avx2"))))
 #undef PSTRAIN_HELD_LOOPS
 
-bool HasAvx2() {
-  static const bool avx2 = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-  }();
-  return avx2;
-}
-
 class Sgd : public Optimizer {
  public:
   using Optimizer::Optimizer;
@@ -205,7 +198,7 @@ class Sgd : public Optimizer {
                        float*, size_t n, size_t) const override {
     const float lr = static_cast<float>(lr_d);
     const float wd = static_cast<float>(config().weight_decay());
-    (HasAvx2() ? SgdHeldAvx2 : SgdHeldBaseline)(wd != 0, lr, wd, w, h, n);
+    (CpuHasAvx2() ? SgdHeldAvx2 : SgdHeldBaseline)(wd != 0, lr, wd, w, h, n);
     return true;
   }
 };
@@ -241,7 +234,7 @@ class Momentum : public Optimizer {
     const float lr = static_cast<float>(lr_d);
     const float wd = static_cast<float>(config().weight_decay());
     const float mu = static_cast<float>(config().momentum());
-    (HasAvx2() ? MomentumHeldAvx2 : MomentumHeldBaseline)(
+    (CpuHasAvx2() ? MomentumHeldAvx2 : MomentumHeldBaseline)(
         wd != 0, config().nesterov(), lr, wd, mu, w, h, buf, n);
     return true;
   }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/cpu_features.h"
 #include "common/held_term.h"
 
 namespace pstrain {
@@ -175,13 +176,7 @@ constexpr Kernels kAvx2 = {MaxAbsBitsAvx2, AddFixedFastAvx2, FixedFitsFastAvx2,
 
 }  // namespace
 
-bool HasAvx2() {
-  static const bool avx2 = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-  }();
-  return avx2;
-}
+bool HasAvx2() { return CpuHasAvx2(); }
 
 const Kernels& BaselineKernels() { return kBaseline; }
 const Kernels& Avx2Kernels() { return kAvx2; }
