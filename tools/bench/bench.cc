@@ -278,8 +278,10 @@ void RunRound(const Plan& plan, int round, Iperf3* iperf, GrpcStream* stream,
   // figures above (same round): model bytes per second.
   for (uint64_t bytes : plan.ps_bytes) {
     if (StopRequested()) return;
-    absl::StatusOr<PsPathResult> ps = MeasurePsPath(
-        bytes / sizeof(float), 1, 1, plan.ps_steps, pstrain::v1::DTYPE_BF16);
+    PsPathSetting bf16;
+    bf16.wire_dtype = pstrain::v1::DTYPE_BF16;
+    absl::StatusOr<PsPathResult> ps =
+        MeasurePsPath(bytes / sizeof(float), 1, 1, plan.ps_steps, bf16);
     if (!ps.ok()) {
       errors->Add(PsName("pstrain bf16", bytes, 1, 1), ps.status());
       continue;
@@ -293,10 +295,10 @@ void RunRound(const Plan& plan, int round, Iperf3* iperf, GrpcStream* stream,
   // beside the shipped split (kDefaultPushStreams streams; same round).
   for (uint64_t bytes : plan.ps_bytes) {
     if (StopRequested()) return;
-    absl::StatusOr<PsPathResult> ps = MeasurePsPath(
-        bytes / sizeof(float), 1, 1, plan.ps_steps, pstrain::v1::DTYPE_F32,
-        /*early_apply=*/true, /*hold_first_term=*/true,
-        /*apply_terms_on_arrival=*/true, /*push_streams=*/1);
+    PsPathSetting one_stream;
+    one_stream.push_streams = 1;
+    absl::StatusOr<PsPathResult> ps =
+        MeasurePsPath(bytes / sizeof(float), 1, 1, plan.ps_steps, one_stream);
     if (!ps.ok()) {
       errors->Add(PsName("pstrain one stream", bytes, 1, 1), ps.status());
       continue;

@@ -54,9 +54,7 @@ class Cluster {
       JobSpec job,
       const std::vector<std::pair<std::string, int>>& int_args =
           PsServerChannelArgs(),
-      const PsServiceOptions& options = {}, bool early_apply = true,
-      bool hold_first_term = true, bool apply_terms_on_arrival = true,
-      bool apply_in_blocks = true) {
+      const PsServiceOptions& options = {}, const PsPathSetting& setting = {}) {
     std::unique_ptr<Cluster> c(new Cluster);
     job.mutable_shard_map()->clear_server_addresses();
     for (uint32_t i = 0; i < job.num_servers(); ++i) {
@@ -71,10 +69,11 @@ class Cluster {
     }
     for (uint32_t i = 0; i < job.num_servers(); ++i) {
       ShardOptions shard_options = ShardOptionsFromJob(job, i);
-      shard_options.early_apply = early_apply;
-      shard_options.hold_first_term = hold_first_term;
-      shard_options.apply_terms_on_arrival = apply_terms_on_arrival;
-      if (!apply_in_blocks) shard_options.apply_block = 0;
+      shard_options.early_apply = setting.early_apply;
+      shard_options.hold_first_term = setting.hold_first_term;
+      shard_options.apply_terms_on_arrival = setting.apply_terms_on_arrival;
+      shard_options.apply_held_in_one_pass = setting.apply_held_in_one_pass;
+      if (!setting.apply_in_blocks) shard_options.apply_block = 0;
       absl::StatusOr<std::unique_ptr<Shard>> shard =
           Shard::Create(std::move(shard_options));
       if (!shard.ok()) return shard.status();
@@ -108,19 +107,24 @@ class Cluster {
 
 // A client over its own connections (a local subchannel pool), like a
 // separate worker process.
-// `push_streams` parts per push, each part on a connection of its own.
+// `push_streams` parts per push, each part on a connection of its own;
+// the rest as `setting` says (its push_streams aside).
 absl::StatusOr<std::unique_ptr<PsClient>> NewClient(
     const pstrain::v1::ShardMap& map, uint32_t rank,
-    pstrain::v1::DType wire_dtype, int push_streams, bool bdp_probe = true,
-    uint64_t push_message_bytes = 0, uint64_t split_min_bytes = 0) {
+    pstrain::v1::DType wire_dtype, int push_streams,
+    const PsPathSetting& setting = {}, uint64_t split_min_bytes = 0) {
   PsClientOptions options;
   options.split_min_bytes = split_min_bytes;
   options.rpc_timeout = absl::Seconds(300);
   options.session_id = rank + 1;
   options.wire_dtype = wire_dtype;
   options.push_streams = push_streams;
-  if (push_message_bytes > 0) options.push_message_bytes = push_message_bytes;
+  if (setting.push_message_bytes > 0) {
+    options.push_message_bytes = setting.push_message_bytes;
+  }
+  options.reuse_op_threads = setting.reuse_op_threads;
   // Every channel has a local subchannel pool: a connection of its own.
+  const bool bdp_probe = setting.worker_bdp_probe;
   return PsClient::Connect(
       map,
       [bdp_probe](const std::string& address, int) {
@@ -136,24 +140,24 @@ absl::StatusOr<std::unique_ptr<PsClient>> NewClient(
 // `workers` clients driving sync steps together; Step() times each phase.
 class Workers {
  public:
-  // `push_streams` 0: the job's (PushStreams).
+  // The workers' side of `setting` (push_streams 0: the job's,
+  // PushStreams).
   static absl::StatusOr<Workers> Create(const pstrain::v1::JobSpec& job,
                                         int workers, uint64_t elems,
-                                        int push_streams = 0,
-                                        bool bdp_probe = true,
-                                        uint64_t push_message_bytes = 0) {
+                                        const PsPathSetting& setting = {}) {
     Workers w;
     // The job's streams as a worker picks them (worker/stand_ins.cc), or
-    // exactly `push_streams`.
+    // exactly setting.push_streams.
     uint64_t split_min_bytes = 0;
+    int push_streams = setting.push_streams;
     if (push_streams <= 0) {
       push_streams = PushStreams(job.config());
       split_min_bytes = PushSplitMinBytes(job.config());
     }
     for (int i = 0; i < workers; ++i) {
-      absl::StatusOr<std::unique_ptr<PsClient>> c = NewClient(
-          job.shard_map(), i, job.config().network().wire_dtype(), push_streams,
-          bdp_probe, push_message_bytes, split_min_bytes);
+      absl::StatusOr<std::unique_ptr<PsClient>> c =
+          NewClient(job.shard_map(), i, job.config().network().wire_dtype(),
+                    push_streams, setting, split_min_bytes);
       if (!c.ok()) return c.status();
       w.clients_.push_back(std::move(*c));
     }
@@ -249,34 +253,28 @@ absl::StatusOr<JobSpec> OneTensorJob(uint64_t elems, int servers, int workers,
   return job;
 }
 
-absl::StatusOr<PsPathResult> MeasurePsPath(
-    uint64_t elems, int servers, int workers, int steps,
-    pstrain::v1::DType wire_dtype, bool early_apply, bool hold_first_term,
-    bool apply_terms_on_arrival, int push_streams, bool apply_in_blocks,
-    int server_lookahead, bool worker_bdp_probe, uint64_t chunk_bytes,
-    uint64_t push_message_bytes, bool parse_in_place,
-    uint64_t pull_message_bytes) {
+absl::StatusOr<PsPathResult> MeasurePsPath(uint64_t elems, int servers,
+                                           int workers, int steps,
+                                           const PsPathSetting& setting) {
   absl::StatusOr<JobSpec> job =
       OneTensorJob(elems, servers, workers, pstrain::v1::OptimizerConfig::SGD,
-                   wire_dtype, chunk_bytes);
+                   setting.wire_dtype, setting.chunk_bytes);
   if (!job.ok()) return job.status();
   std::vector<std::pair<std::string, int>> server_args = PsServerChannelArgs();
-  if (server_lookahead > 0) {
+  if (setting.server_lookahead > 0) {
     server_args.push_back(
-        {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, server_lookahead});
+        {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, setting.server_lookahead});
   }
   PsServiceOptions service_options;
-  service_options.parse_pushes_in_place = parse_in_place;
-  if (pull_message_bytes > 0) {
-    service_options.pull_message_bytes = pull_message_bytes;
+  service_options.parse_pushes_in_place = setting.parse_in_place;
+  if (setting.pull_message_bytes > 0) {
+    service_options.pull_message_bytes = setting.pull_message_bytes;
   }
   absl::StatusOr<std::unique_ptr<Cluster>> cluster =
-      Cluster::Start(*job, server_args, service_options, early_apply,
-                     hold_first_term, apply_terms_on_arrival, apply_in_blocks);
+      Cluster::Start(*job, server_args, service_options, setting);
   if (!cluster.ok()) return cluster.status();
   absl::StatusOr<Workers> w =
-      Workers::Create((*cluster)->job(), workers, elems, push_streams,
-                      worker_bdp_probe, push_message_bytes);
+      Workers::Create((*cluster)->job(), workers, elems, setting);
   if (!w.ok()) return w.status();
   std::vector<double> pull_steps, push_steps;
   CpuTimes pull_cpu, push_cpu;

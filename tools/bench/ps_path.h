@@ -62,38 +62,52 @@ struct PsPathResult {
   double pull_faults_per_step = __builtin_nan("");
 };
 
+// How a push/pull measurement's shards, servers and workers are set up:
+// every field's default is what a real job of the tensor gets.
+struct PsPathSetting {
+  // network.wire_dtype: bytes are counted as the fp32 model whatever this
+  // carries them as (a bf16 wire moving the model twice as fast shows twice
+  // the rate).
+  pstrain::v1::DType wire_dtype = pstrain::v1::DTYPE_F32;
+  // ShardOptions of every shard: early_apply (chunks applied as they become
+  // final, or the whole step at its commit), hold_first_term,
+  // apply_terms_on_arrival, apply_held_in_one_pass; apply_in_blocks false:
+  // apply_block 0 (the optimizer over whole chunks).
+  bool early_apply = true;
+  bool hold_first_term = true;
+  bool apply_terms_on_arrival = true;
+  bool apply_held_in_one_pass = true;
+  bool apply_in_blocks = true;
+  // PsClientOptions.push_streams of every worker, each part on a connection
+  // of its own (0: the job's default, PushStreams in common/job_config.h).
+  int push_streams = 0;
+  // > 0: the servers' HTTP/2 stream lookahead (grpc.http2.lookahead_bytes,
+  // a push stream's initial window) beside PsServerChannelArgs().
+  int server_lookahead = 0;
+  // false: the workers' channels with the HTTP/2 BDP probe off (a pull's
+  // receiver).
+  bool worker_bdp_probe = true;
+  // > 0: the workers' PsClientOptions.push_message_bytes (0: the default).
+  uint64_t push_message_bytes = 0;
+  // > 0: the servers' PsServiceOptions::pull_message_bytes (0: the default).
+  uint64_t pull_message_bytes = 0;
+  // > 0: the shard map's chunks (0: AutoChunkElems, a real job's).
+  uint64_t chunk_bytes = 0;
+  // The servers' PsServiceOptions::parse_pushes_in_place.
+  bool parse_in_place = kParsePushesInPlace;
+  // The workers' PsClientOptions.reuse_op_threads.
+  bool reuse_op_threads = true;
+};
+
 // Starts the shards and the workers' connections once, then runs 1 + `steps`
 // sync steps on them: every worker pulls (concurrently; the pull phase is
 // timed), then every worker pushes its gradient (timed). Step 0 is the cold
 // step, reported apart; the figures are medians over the `steps` warm ones
 // (SteadyRateOf, stats.h), and the share of the CPUs busy in their phases.
-// Bytes are counted as the fp32 model (elems * 4 per worker) whatever
-// `wire_dtype` carries them: a bf16 wire moving the same model twice as
-// fast shows twice the rate. `early_apply`: ShardOptions.early_apply of
-// every shard (chunks applied as they become final, or the whole step at
-// its commit); `hold_first_term` and `apply_terms_on_arrival`: those
-// ShardOptions of every shard; `push_streams`: PsClientOptions.push_streams
-// of every worker, each part on a connection of its own (0: the job's
-// default, PushStreams in common/job_config.h); `apply_in_blocks` false:
-// ShardOptions.apply_block 0 (the optimizer over whole chunks).
-// `server_lookahead` > 0: the servers' HTTP/2 stream lookahead
-// (grpc.http2.lookahead_bytes, a push stream's initial window) beside
-// PsServerChannelArgs(). `worker_bdp_probe` false: the workers' channels
-// with the HTTP/2 BDP probe off (a pull's receiver). `chunk_bytes`: the
-// shard map's chunks (0: 4 MiB); `push_message_bytes`: the workers'
-// PsClientOptions.push_message_bytes (0: the default). `parse_in_place`:
-// the servers' PsServiceOptions::parse_pushes_in_place;
-// `pull_message_bytes`: their PsServiceOptions::pull_message_bytes (0: the
-// default).
-absl::StatusOr<PsPathResult> MeasurePsPath(
-    uint64_t elems, int servers, int workers, int steps,
-    pstrain::v1::DType wire_dtype = pstrain::v1::DTYPE_F32,
-    bool early_apply = true, bool hold_first_term = true,
-    bool apply_terms_on_arrival = true, int push_streams = 0,
-    bool apply_in_blocks = true, int server_lookahead = 0,
-    bool worker_bdp_probe = true, uint64_t chunk_bytes = 0,
-    uint64_t push_message_bytes = 0, bool parse_in_place = kParsePushesInPlace,
-    uint64_t pull_message_bytes = 0);
+// Bytes are counted as the fp32 model (elems * 4 per worker).
+absl::StatusOr<PsPathResult> MeasurePsPath(uint64_t elems, int servers,
+                                           int workers, int steps,
+                                           const PsPathSetting& setting = {});
 
 struct SparsePathResult {
   // All workers together, the median over the warm steps of each step's

@@ -62,6 +62,14 @@ ABSL_FLAG(int32_t, chunk_kib, 0,
 ABSL_FLAG(bool, compare_apply_block, false,
           "also measure every push/pull row with the shards' optimizer over "
           "whole chunks (ShardOptions.apply_block 0) instead of in blocks");
+ABSL_FLAG(bool, compare_held_one_pass, false,
+          "also measure every push/pull row with a one-worker term applied "
+          "in two passes (ShardOptions.apply_held_in_one_pass off; rows "
+          "tagged _twopass)");
+ABSL_FLAG(bool, compare_op_threads, false,
+          "also measure every push/pull row with each operation's shard "
+          "tasks on threads started for it (PsClientOptions.reuse_op_threads "
+          "off; rows tagged _ownthreads)");
 
 namespace pstrain::bench {
 
@@ -82,6 +90,8 @@ absl::StatusOr<PsPathBenchOptions> PsPathBenchOptionsFromFlags(
   r.compare_apply_terms = absl::GetFlag(FLAGS_compare_apply_terms);
   r.compare_push_streams = absl::GetFlag(FLAGS_compare_push_streams);
   r.compare_apply_block = absl::GetFlag(FLAGS_compare_apply_block);
+  r.compare_held_one_pass = absl::GetFlag(FLAGS_compare_held_one_pass);
+  r.compare_op_threads = absl::GetFlag(FLAGS_compare_op_threads);
   r.compare_lookahead = absl::GetFlag(FLAGS_compare_lookahead);
   r.compare_worker_bdp = absl::GetFlag(FLAGS_compare_worker_bdp);
   r.compare_push_message_kib = absl::GetFlag(FLAGS_compare_push_message_kib);

@@ -3,7 +3,8 @@
 // prints: tools/bench/ps_path_rounds.h). --compare_early_apply,
 // --compare_hold_first_term and --compare_apply_terms add rows with that
 // ShardOptions setting off, --compare_push_streams rows with every push as
-// one stream, in the same rounds. Flags
+// one stream, and the other --compare_* flags (ps_path_bench_flags.cc) rows
+// with their setting, in the same rounds. Flags
 // (ps_path_bench_flags.h) -> PsPathBenchOptions -> RunPsPathBench -> exit;
 // as the child of the memory run (--serve_shard, serve_shard_flags.h) it
 // serves one shard instead.

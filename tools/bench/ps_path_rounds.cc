@@ -50,76 +50,62 @@ PsPathMeasures RealPsPathMeasures(Iperf3* iperf3, GrpcStream* stream) {
   m.push_pull = [](uint64_t bytes, int servers, int workers,
                    const ShardSetting& setting) {
     return MeasurePsPath(bytes / sizeof(float), servers, workers, kSteadySteps,
-                         pstrain::v1::DTYPE_F32, setting.early_apply,
-                         setting.hold_first_term,
-                         setting.apply_terms_on_arrival, setting.push_streams,
-                         setting.apply_in_blocks, setting.server_lookahead,
-                         setting.worker_bdp_probe, setting.chunk_bytes,
-                         setting.push_message_bytes, setting.parse_in_place,
-                         setting.pull_message_bytes);
+                         setting);
   };
   return m;
 }
 
 std::vector<ShardSetting> ShardSettings(const PsPathRoundsOptions& options) {
   std::vector<ShardSetting> settings = {ShardSetting{}};
-  if (options.compare_early_apply) {
-    settings.push_back({"_atcommit", /*early_apply=*/false});
-  }
-  if (options.compare_hold_first_term) {
-    settings.push_back(
-        {"_noheld", /*early_apply=*/true, /*hold_first_term=*/false});
-  }
-  if (options.compare_apply_terms) {
-    settings.push_back({"_applier", /*early_apply=*/true,
-                        /*hold_first_term=*/true,
-                        /*apply_terms_on_arrival=*/false});
-  }
-  if (options.compare_push_streams) {
-    settings.push_back({"_1stream", /*early_apply=*/true,
-                        /*hold_first_term=*/true,
-                        /*apply_terms_on_arrival=*/true, /*push_streams=*/1});
-  }
-  if (options.compare_apply_block) {
-    ShardSetting whole{"_wholechunk"};
-    whole.apply_in_blocks = false;
-    settings.push_back(whole);
-  }
-  if (options.compare_lookahead > 0) {
-    ShardSetting lookahead{"_lookahead"};
-    lookahead.server_lookahead = options.compare_lookahead;
-    settings.push_back(lookahead);
-  }
-  if (options.compare_worker_bdp) {
-    ShardSetting off{"_wbdpoff"};
-    off.worker_bdp_probe = false;
-    settings.push_back(off);
-  }
-  if (options.compare_push_message_kib > 0) {
-    ShardSetting msg{"_pushmsg"};
-    msg.push_message_bytes =
-        static_cast<uint64_t>(options.compare_push_message_kib) << 10;
-    settings.push_back(msg);
-  }
-  if (options.compare_pull_message_kib > 0) {
-    ShardSetting msg{"_pullmsg"};
-    msg.pull_message_bytes =
-        static_cast<uint64_t>(options.compare_pull_message_kib) << 10;
-    settings.push_back(msg);
-  }
-  if (options.compare_parse) {
-    ShardSetting other{kParsePushesInPlace ? "_parsecopy" : "_inplace"};
-    other.parse_in_place = !kParsePushesInPlace;
-    settings.push_back(other);
-  }
+  // A setting of its own, tagged `suffix`, changed from the shipped one by
+  // `change`.
+  auto compare = [&](bool on, const char* suffix,
+                     const std::function<void(ShardSetting*)>& change) {
+    if (!on) return;
+    ShardSetting s;
+    s.suffix = suffix;
+    change(&s);
+    settings.push_back(std::move(s));
+  };
+  compare(options.compare_early_apply, "_atcommit",
+          [](ShardSetting* s) { s->early_apply = false; });
+  compare(options.compare_hold_first_term, "_noheld",
+          [](ShardSetting* s) { s->hold_first_term = false; });
+  compare(options.compare_apply_terms, "_applier",
+          [](ShardSetting* s) { s->apply_terms_on_arrival = false; });
+  compare(options.compare_push_streams, "_1stream",
+          [](ShardSetting* s) { s->push_streams = 1; });
+  compare(options.compare_apply_block, "_wholechunk",
+          [](ShardSetting* s) { s->apply_in_blocks = false; });
+  compare(options.compare_lookahead > 0, "_lookahead", [&](ShardSetting* s) {
+    s->server_lookahead = options.compare_lookahead;
+  });
+  compare(options.compare_worker_bdp, "_wbdpoff",
+          [](ShardSetting* s) { s->worker_bdp_probe = false; });
+  compare(options.compare_push_message_kib > 0, "_pushmsg",
+          [&](ShardSetting* s) {
+            s->push_message_bytes =
+                static_cast<uint64_t>(options.compare_push_message_kib) << 10;
+          });
+  compare(options.compare_pull_message_kib > 0, "_pullmsg",
+          [&](ShardSetting* s) {
+            s->pull_message_bytes =
+                static_cast<uint64_t>(options.compare_pull_message_kib) << 10;
+          });
+  compare(options.compare_parse,
+          kParsePushesInPlace ? "_parsecopy" : "_inplace",
+          [](ShardSetting* s) { s->parse_in_place = !kParsePushesInPlace; });
+  compare(options.compare_held_one_pass, "_twopass",
+          [](ShardSetting* s) { s->apply_held_in_one_pass = false; });
+  compare(options.compare_op_threads, "_ownthreads",
+          [](ShardSetting* s) { s->reuse_op_threads = false; });
   for (ShardSetting& s : settings) {
     s.chunk_bytes = static_cast<uint64_t>(options.chunk_kib) << 10;
   }
-  if (options.compare_chunk_kib > 0) {  // the one row with other chunks
-    ShardSetting chunks{"_chunks"};
-    chunks.chunk_bytes = static_cast<uint64_t>(options.compare_chunk_kib) << 10;
-    settings.push_back(chunks);
-  }
+  // The one row with other chunks.
+  compare(options.compare_chunk_kib > 0, "_chunks", [&](ShardSetting* s) {
+    s->chunk_bytes = static_cast<uint64_t>(options.compare_chunk_kib) << 10;
+  });
   return settings;
 }
 
@@ -249,7 +235,9 @@ std::string PsPathReport(const PsPathRounds& rounds) {
       {"_pullmsg", "shipped pull messages / --compare_pull_message_kib"},
       {"_chunks", "--chunk_kib chunks / --compare_chunk_kib"},
       {"_parsecopy", "parsed in place / into a PushRequest"},
-      {"_inplace", "parsed into a PushRequest / in place"}};
+      {"_inplace", "parsed into a PushRequest / in place"},
+      {"_twopass", "one-worker term in one pass / two passes"},
+      {"_ownthreads", "shard tasks on reused threads / threads of their own"}};
   for (const auto& [suffix, label] : kCompared) {
     for (const auto& [name, values] : rounds) {
       const auto other = rounds.find(name + suffix);

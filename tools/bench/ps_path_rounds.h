@@ -59,6 +59,13 @@ struct PsPathRoundsOptions {
   // (PsServiceOptions::parse_pushes_in_place: tagged "_inplace" when the
   // shipped parse is into a PushRequest, "_parsecopy" otherwise).
   bool compare_parse = false;
+  // And with a one-worker term applied in two passes, converted to a float
+  // gradient and then applied (tagged "_twopass":
+  // ShardOptions.apply_held_in_one_pass off).
+  bool compare_held_one_pass = false;
+  // And with each operation's shard tasks on threads started for it (tagged
+  // "_ownthreads": PsClientOptions.reuse_op_threads off).
+  bool compare_op_threads = false;
   // And with the shard map's chunks at this many KiB (tagged "_chunks";
   // 0: not compared).
   int compare_chunk_kib = 0;
@@ -67,20 +74,10 @@ struct PsPathRoundsOptions {
   int chunk_kib = 0;
 };
 
-// A shard setting push/pull rows are measured under (ShardOptions).
-struct ShardSetting {
-  std::string suffix;  // of the row names: "" (shipped), "_atcommit", ...
-  bool early_apply = true;
-  bool hold_first_term = true;
-  bool apply_terms_on_arrival = true;
-  int push_streams = 0;          // PsClientOptions.push_streams; 0: the job's
-  bool apply_in_blocks = true;   // false: ShardOptions.apply_block 0
-  int server_lookahead = 0;      // > 0: the servers' HTTP/2 lookahead
-  bool worker_bdp_probe = true;  // false: the workers' channels without it
-  uint64_t push_message_bytes = 0;  // > 0: PsClientOptions' (0: default)
-  uint64_t pull_message_bytes = 0;  // > 0: PsServiceOptions' (0: default)
-  uint64_t chunk_bytes = 0;         // > 0: the shard map's chunks (0: 4 MiB)
-  bool parse_in_place = kParsePushesInPlace;  // PsServiceOptions'
+// A setting push/pull rows are measured under, and the suffix of their
+// names: "" (shipped), "_atcommit", ...
+struct ShardSetting : PsPathSetting {
+  std::string suffix;
 };
 
 // The shipped setting, then each one the options compare it with.

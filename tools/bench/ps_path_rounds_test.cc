@@ -52,7 +52,9 @@ struct Fakes {
                            (setting.hold_first_term ? 1 : 0.25) *
                            (setting.apply_terms_on_arrival ? 1 : 0.8) *
                            (setting.push_streams == 1 ? 0.5 : 1) *
-                           (setting.apply_in_blocks ? 1 : 0.9) * (round + 1);
+                           (setting.apply_in_blocks ? 1 : 0.9) *
+                           (setting.apply_held_in_one_pass ? 1 : 0.8) *
+                           (setting.reuse_op_threads ? 1 : 0.5) * (round + 1);
       r.pull_bytes_per_s = 2 * r.push_bytes_per_s;
       return r;
     };
@@ -205,6 +207,39 @@ TEST(ShardSettings, TheOtherParseIsComparedWithItsTag) {
   EXPECT_EQ(s[0].parse_in_place, kParsePushesInPlace);
   EXPECT_EQ(s[1].suffix, kParsePushesInPlace ? "_parsecopy" : "_inplace");
   EXPECT_EQ(s[1].parse_in_place, !kParsePushesInPlace);
+}
+
+TEST(ShardSettings, TheOnePassTermAndReusedThreadsAreComparedWithTheirTags) {
+  PsPathRoundsOptions o = OneRow(1);
+  o.compare_held_one_pass = true;
+  o.compare_op_threads = true;
+  const std::vector<ShardSetting> s = ShardSettings(o);
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_TRUE(s[0].apply_held_in_one_pass);
+  EXPECT_TRUE(s[0].reuse_op_threads);
+  EXPECT_EQ(s[1].suffix, "_twopass");
+  EXPECT_FALSE(s[1].apply_held_in_one_pass);
+  EXPECT_TRUE(s[1].reuse_op_threads);
+  EXPECT_EQ(s[2].suffix, "_ownthreads");
+  EXPECT_TRUE(s[2].apply_held_in_one_pass);
+  EXPECT_FALSE(s[2].reuse_op_threads);
+}
+
+TEST(RunPsPathRounds, TheOnePassTermAndReusedThreadsPrintTheirRatios) {
+  PsPathRoundsOptions o = OneRow(2);
+  o.compare_held_one_pass = true;
+  o.compare_op_threads = true;
+  Fakes f;
+  const std::string report = PsPathReport(RunPsPathRounds(o, f.Measures()));
+  EXPECT_NE(report.find("push_1MB_1s_1w           one-worker term in one "
+                        "pass / two passes 1.25  rounds: 1.25 1.25\n"),
+            std::string::npos)
+      << report;
+  EXPECT_NE(report.find("pull_1MB_1s_1w           shard tasks on reused "
+                        "threads / threads of their own 2.00  rounds: 2.00 "
+                        "2.00\n"),
+            std::string::npos)
+      << report;
 }
 
 TEST(RunPsPathRounds, WithoutIperf3AndWithFailedPushesThereAreNoSuchRows) {

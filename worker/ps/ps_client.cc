@@ -182,7 +182,7 @@ std::unique_ptr<PsOp> PsClient::StartPull(uint32_t worker, uint64_t clock,
 std::unique_ptr<PsOp> PsClient::StartPull(uint32_t worker, uint64_t clock,
                                           MutableTensorViews views,
                                           TensorGate* arrived) {
-  std::unique_ptr<PsOp> op(new PsOp(&op_threads_));
+  std::unique_ptr<PsOp> op(new PsOp(OpPool()));
   op->pulled_ = std::move(views);
   MutableTensorViews* params = &op->pulled_;
   const int n = num_shards();
@@ -236,7 +236,7 @@ std::unique_ptr<PsOp> PsClient::StartPush(uint32_t worker, uint64_t clock,
                                           TensorViews views,
                                           const std::vector<ShardRead>& reads,
                                           TensorGate* ready) {
-  std::unique_ptr<PsOp> op(new PsOp(&op_threads_));
+  std::unique_ptr<PsOp> op(new PsOp(OpPool()));
   op->views_ = std::move(views);
   const TensorViews& grads = op->views_;
   const int n = num_shards();
@@ -777,7 +777,7 @@ absl::StatusOr<int64_t> PsClient::RowDim(const std::string& tensor) const {
 std::unique_ptr<PsOp> PsClient::StartPullRows(
     uint32_t worker, uint64_t clock, const std::vector<RowSet>& requests,
     std::vector<RowSet>* out) {
-  std::unique_ptr<PsOp> op(new PsOp(&op_threads_));
+  std::unique_ptr<PsOp> op(new PsOp(OpPool()));
   const int n = num_shards();
   op->statuses_.resize(n);
   op->reads_.resize(n);
@@ -943,7 +943,7 @@ absl::Status PsClient::PullRowsShard(int shard, uint32_t worker, uint64_t clock,
 std::unique_ptr<PsOp> PsClient::StartPushRows(
     uint32_t worker, uint64_t clock, uint64_t num_samples,
     const std::vector<RowSet>& grads, const std::vector<ShardRead>& reads) {
-  std::unique_ptr<PsOp> op(new PsOp(&op_threads_));
+  std::unique_ptr<PsOp> op(new PsOp(OpPool()));
   const int n = num_shards();
   op->statuses_.resize(n);
   if (reads.size() != static_cast<size_t>(n)) {

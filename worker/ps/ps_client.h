@@ -88,6 +88,11 @@ struct PsClientOptions {
   // (real jobs: push x0.89-0.92 against 4 MiB; docs/performance.md, "Push
   // messages of 1 MiB").
   uint64_t push_message_bytes = kPushMessagePayloadBytes;
+  // Each operation's shard tasks on threads the client keeps (at most
+  // kOpThreadLimit at once); false: on threads started for the operation
+  // and ended with it, as before those were kept (ps_path_bench
+  // --compare_op_threads measures the two side by side).
+  bool reuse_op_threads = true;
 };
 
 inline constexpr int kMaxPushStreams = 8;
@@ -260,6 +265,11 @@ class PsClient {
  private:
   // A pull's read of the servers' min_clock (see BarrierTimeout).
   void NoteMinClock(uint64_t min_clock);
+  // The pool a new operation's shard tasks run on: op_threads_, or none
+  // (threads of their own) without options_.reuse_op_threads.
+  CallPool* OpPool() const {
+    return options_.reuse_op_threads ? &op_threads_ : nullptr;
+  }
 
   PsClient(pstrain::v1::ShardMap map, PsClientOptions options)
       : map_(std::move(map)), options_(options) {}

@@ -173,6 +173,30 @@ TEST_P(PsClientTest, OperationsRunOnThreadsTheClientReuses) {
   EXPECT_EQ(client_->op_threads().busy, 0);
 }
 
+// Without reuse_op_threads every operation's shard tasks run on threads
+// started for it: the client keeps none, and the pull reads the same values.
+TEST_P(PsClientTest, WithoutReusedThreadsOperationsKeepNone) {
+  ServeValues();
+  PsClientOptions options;
+  options.max_attempts = 1;
+  options.wire_dtype = GetParam();
+  options.reuse_op_threads = false;
+  auto client = PsClient::Create(map_, {MakeChannel(address_)}, options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  TensorList grads = {values_};
+  for (uint64_t clock = 0; clock < 3; ++clock) {
+    TensorList params;
+    auto pull = (*client)->StartPull(0, clock, &params);
+    ASSERT_TRUE(pull->Wait().ok());
+    std::vector<float> want = values_;
+    RoundToWire(GetParam(), want.data(), want.size());
+    EXPECT_EQ(params[0], want);
+    auto push = (*client)->StartPush(0, clock, 1, grads, pull->reads());
+    ASSERT_TRUE(push->Wait().ok());
+    EXPECT_EQ((*client)->op_threads().threads, 0) << "clock " << clock;
+  }
+}
+
 // A stand-in's announcement is a pull with session_only, answered with no
 // message; a shard that sends weights instead (one that ignores the field)
 // is an error, not a silent read.
