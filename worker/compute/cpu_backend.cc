@@ -21,6 +21,16 @@
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
 
+// OpenBLAS functions not in cblas.h (driver/others: the variables it read
+// from the environment, reading them again, ending its threads); weak, so
+// that another BLAS links too.
+extern "C" {
+int openblas_thread_timeout(void) __attribute__((weak));
+void openblas_read_env(void) __attribute__((weak));
+int blas_thread_shutdown_(void) __attribute__((weak));
+int blas_thread_init(void) __attribute__((weak));
+}
+
 namespace pstrain {
 namespace {
 
@@ -356,6 +366,33 @@ int UsableCpus() {
     path = slash == std::string::npos ? "" : path.substr(0, slash);
   }
   return std::max(1, cpus);
+}
+
+absl::StatusOr<int> LimitOpenBlasSpin() {
+  if (openblas_thread_timeout == nullptr || openblas_read_env == nullptr ||
+      blas_thread_shutdown_ == nullptr || blas_thread_init == nullptr) {
+    return absl::FailedPreconditionError(
+        "the BLAS linked does not export openblas_thread_timeout, "
+        "openblas_read_env, blas_thread_shutdown_ and blas_thread_init (not "
+        "OpenBLAS's pthread build): its idle threads keep their own timeout");
+  }
+  constexpr char kVar[] = "OPENBLAS_THREAD_TIMEOUT";
+  const char* env = std::getenv(kVar);
+  int wanted = kOpenBlasThreadTimeout;
+  if (env == nullptr) {
+    setenv(kVar, absl::StrCat(kOpenBlasThreadTimeout).c_str(), 1);
+  } else if (!absl::SimpleAtoi(env, &wanted)) {
+    wanted = -1;  // OpenBLAS reads it with atoi: let it
+  }
+  if (openblas_thread_timeout() != wanted) {
+    openblas_read_env();
+    // Started again at once, as at load (blas_thread_init reads the
+    // timeout), so that threads openblas_set_num_threads adds later get it
+    // too.
+    blas_thread_shutdown_();
+    blas_thread_init();
+  }
+  return openblas_thread_timeout();
 }
 
 int SetCpuComputeThreads(int threads) {

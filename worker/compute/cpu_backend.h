@@ -34,6 +34,28 @@ int UsableCpus();
 // and the servers. Returns the number set.
 int SetCpuComputeThreads(int threads);
 
+// OpenBLAS's threads (Debian's pthread build) spin, calling sched_yield,
+// for 2^OPENBLAS_THREAD_TIMEOUT TSC cycles after each product before they
+// sleep: 2^28 (about 0.1 s) by default, longer than a step's pull and push,
+// so one core spun through every step's communication and the gRPC threads
+// (and, on one machine, the servers) ran on what was left: a real 64 MB
+// job's pull + push 0.71 of the time with 2^20 (docs/performance.md,
+// "OpenBLAS threads that stop spinning"). 2^20 cycles (about 0.35 ms)
+// still covers the gaps between one step's products.
+inline constexpr int kOpenBlasThreadTimeout = 20;
+
+// Has OpenBLAS's idle threads sleep after 2^OPENBLAS_THREAD_TIMEOUT
+// cycles as the environment says now, kOpenBlasThreadTimeout where it says
+// nothing (the variable is set then). OpenBLAS reads its variables and
+// starts its threads when it is loaded, before main; unless it read this
+// value then, this has it read them again (openblas_read_env) and starts
+// its threads again (blas_thread_shutdown_, as its own fork handler does,
+// then blas_thread_init, which reads the timeout). Call before any product
+// and before other threads use OpenBLAS. Returns the exponent OpenBLAS
+// uses now; FAILED_PRECONDITION where the OpenBLAS linked does not export
+// those functions (then nothing changed).
+absl::StatusOr<int> LimitOpenBlasSpin();
+
 }  // namespace pstrain
 
 #endif  // PSTRAIN_WORKER_COMPUTE_CPU_BACKEND_H_
