@@ -11,6 +11,7 @@
 #include "absl/flags/usage.h"
 #include "common/job_config.h"
 #include "common/logging.h"
+#include "common/mutex_mode.h"
 #include "common/process.h"
 #include "common/signals.h"
 #include "coordinator/coordinator_flags.h"
@@ -54,6 +55,7 @@ int Main() {
 }  // namespace pstrain
 
 int main(int argc, char** argv) {
+  pstrain::SetMutexChecksForThisBuild();  // first: before any thread
   absl::SetProgramUsageMessage(
       "pstrain coordinator: registers servers and workers, publishes the shard "
       "map, aggregates metrics.\nUsage: ps_coordinator [--config job.yaml] "

@@ -6,6 +6,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "common/logging.h"
+#include "common/mutex_mode.h"
 #include "common/process.h"
 #include "common/signals.h"
 #include "server/process_memory.h"
@@ -42,6 +43,7 @@ int Main() {
 }  // namespace pstrain
 
 int main(int argc, char** argv) {
+  pstrain::SetMutexChecksForThisBuild();  // first: before any thread
   absl::SetProgramUsageMessage(
       "pstrain parameter-server shard.\nUsage: ps_server --coordinator "
       "HOST:PORT [flags]; --helpfull lists them");

@@ -7,6 +7,7 @@
 
 #include "absl/flags/parse.h"
 #include "common/logging.h"
+#include "common/mutex_mode.h"
 #include "common/process.h"
 #include "common/signals.h"
 #include "worker/allreduce/heap_reuse.h"
@@ -65,6 +66,7 @@ int Main() {
 }  // namespace pstrain
 
 int main(int argc, char** argv) {
+  pstrain::SetMutexChecksForThisBuild();  // first: before any thread
   absl::ParseCommandLine(argc, argv);
   return pstrain::Main();
 }

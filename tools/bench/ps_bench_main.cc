@@ -4,6 +4,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "common/mutex_mode.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/ps_path.h"
 #include "tools/bench/serve_shard_flags.h"
@@ -27,6 +28,7 @@ ABSL_FLAG(std::string, work_dir, "/tmp",
 // Child role (--serve_shard ...): tools/bench/serve_shard_flags.h.
 
 int main(int argc, char** argv) {
+  pstrain::SetMutexChecksForThisBuild();  // first: before any thread
   absl::ParseCommandLine(argc, argv);
   if (pstrain::bench::ServeShardRequested()) {
     return pstrain::bench::ServeShardFromFlags();

@@ -12,12 +12,14 @@
 #include <string>
 
 #include "absl/flags/parse.h"
+#include "common/mutex_mode.h"
 #include "tools/bench/ps_path.h"
 #include "tools/bench/ps_path_bench_flags.h"
 #include "tools/bench/ps_path_rounds.h"
 #include "tools/bench/serve_shard_flags.h"
 
 int main(int argc, char** argv) {
+  pstrain::SetMutexChecksForThisBuild();  // first: before any thread
   absl::ParseCommandLine(argc, argv);
   if (pstrain::bench::ServeShardRequested()) {
     return pstrain::bench::ServeShardFromFlags();

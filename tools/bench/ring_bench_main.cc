@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/flags/parse.h"
+#include "common/mutex_mode.h"
 #include "common/signals.h"
 #include "tools/bench/ring_bench_flags.h"
 #include "tools/bench/ring_rounds.h"
@@ -48,6 +49,7 @@ int Main() {
 }  // namespace pstrain::bench
 
 int main(int argc, char** argv) {
+  pstrain::SetMutexChecksForThisBuild();  // first: before any thread
   absl::ParseCommandLine(argc, argv);
   return pstrain::bench::Main();
 }
