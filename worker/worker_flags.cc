@@ -37,6 +37,10 @@ ABSL_FLAG(int, compute_threads, 0,
           "OPENBLAS_NUM_THREADS if set, else the CPUs this process may use "
           "(affinity, capped by its cgroup's CPU quota); psctl run gives each "
           "of its workers max(1, cores / workers)");
+ABSL_FLAG(int, openblas_thread_timeout, 0,
+          "the CPU backend's idle OpenBLAS threads sleep after 2^N cycles, "
+          "4..30; 0: OPENBLAS_THREAD_TIMEOUT if set, else 20 (OpenBLAS's own "
+          "default, 28, spins about 0.1 s after every product)");
 
 namespace pstrain {
 
@@ -72,6 +76,17 @@ absl::StatusOr<int> ComputeThreadsFlag() {
         "--compute_threads: expected 0 (automatic) to 1024, got ", threads));
   }
   return threads;
+}
+
+absl::StatusOr<int> OpenBlasThreadTimeoutFlag() {
+  const int n = absl::GetFlag(FLAGS_openblas_thread_timeout);
+  if (n != 0 && (n < 4 || n > 30)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--openblas_thread_timeout: expected 0 (the environment's or 20) or "
+        "4 to 30, got ",
+        n));
+  }
+  return n;
 }
 
 }  // namespace pstrain

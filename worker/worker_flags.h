@@ -30,6 +30,10 @@ bool HeapReuseFlag();
 // flag outside [0, 1024].
 absl::StatusOr<int> ComputeThreadsFlag();
 
+// --openblas_thread_timeout (LimitOpenBlasSpin's argument); an error naming
+// the flag unless 0 or in [4, 30].
+absl::StatusOr<int> OpenBlasThreadTimeoutFlag();
+
 }  // namespace pstrain
 
 #endif  // PSTRAIN_WORKER_WORKER_FLAGS_H_

@@ -29,10 +29,14 @@ int Main() {
   if (!options.ok()) return FailStartup("ps_worker", options.status());
   const absl::StatusOr<int> threads = ComputeThreadsFlag();
   if (!threads.ok()) return FailStartup("ps_worker", threads.status());
+  const absl::StatusOr<int> blas_timeout = OpenBlasThreadTimeoutFlag();
+  if (!blas_timeout.ok()) {
+    return FailStartup("ps_worker", blas_timeout.status());
+  }
   // Before any backend is created: OpenBLAS's idle threads sleep soon
   // after a step's last product instead of spinning through its pull and
   // push (cpu_backend.h).
-  const absl::StatusOr<int> timeout = LimitOpenBlasSpin();
+  const absl::StatusOr<int> timeout = LimitOpenBlasSpin(*blas_timeout);
   const int blas_threads = SetCpuComputeThreads(*threads);
   if (timeout.ok()) {
     PS_LOG_INFO(

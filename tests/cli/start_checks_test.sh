@@ -4,7 +4,8 @@
 #   - a second coordinator or server on a port a pstrain process already
 #     holds exits 2 naming the address (SO_REUSEPORT is off);
 #   - an advertised host that is not a host name (a literal `$(POD_NAME).ps`)
-#     makes ps_server and ps_worker exit 2 at start, naming the flag;
+#     makes ps_server and ps_worker exit 2 at start, naming the flag, and
+#     so does a ps_worker --openblas_thread_timeout out of range;
 #   - secure by default: a coordinator, server or worker without a token
 #     refuses to start (exit 2) unless the job file sets security.insecure;
 #     a coordinator refuses a server with another token (it cannot
@@ -60,6 +61,14 @@ if [[ $rc -eq 2 && "$out" == *"--advertise_host"* ]]; then
   ok "worker with a bad advertise_host exits 2"
 else
   fail "worker with a bad advertise_host: exit $rc, output: $out"
+fi
+# ... and an OpenBLAS idle time outside OpenBLAS's range.
+run "$WORKER" --coordinator="127.0.0.1:$port" --openblas_thread_timeout=31 \
+  --token_file="$JOB_TOKEN"
+if [[ $rc -eq 2 && "$out" == *"--openblas_thread_timeout: expected 0"*"got 31"* ]]; then
+  ok "worker with --openblas_thread_timeout=31 exits 2"
+else
+  fail "worker with a bad --openblas_thread_timeout: exit $rc, output: $out"
 fi
 procs_cleanup
 

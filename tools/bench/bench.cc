@@ -425,8 +425,25 @@ void RunWholeJobRound(const std::vector<WholeJobModel>& jobs, const Plan& plan,
     const int s = job.servers, w = job.workers;
     fprintf(stderr, "ps_bench: real job %s, %d worker(s), %d server(s)\n",
             SizeName(bytes).c_str(), w, s);
+    // With one worker and one server, the same job again with OpenBLAS's
+    // own idle time (kOpenBlasSpinFlag), first in odd rounds.
+    const bool spin_too = w == 1 && s == 1;
+    auto spinning = [&] {
+      absl::StatusOr<RealJobComm> spin =
+          MeasureRealJobComm(bytes, plan.real_job_steps, w, s, o.bin_dir,
+                             o.work_dir, {kOpenBlasSpinFlag});
+      if (!spin.ok()) {
+        errors->Add(RealName("real job, OpenBLAS spinning", bytes, s, w),
+                    spin.status());
+        return;
+      }
+      r->Set(RealName("real_comm_blasspin", bytes, s, w), "ms", round,
+             (spin->pull_s + spin->push_s) * 1e3);
+    };
+    if (spin_too && round % 2 == 1) spinning();
     absl::StatusOr<RealJobComm> c = MeasureRealJobComm(
         bytes, plan.real_job_steps, w, s, o.bin_dir, o.work_dir);
+    if (spin_too && round % 2 == 0) spinning();
     if (!c.ok()) {
       errors->Add(RealName("real job", bytes, s, w), c.status());
       continue;
@@ -588,6 +605,17 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
                       Fmt(r.Median(steady)), " ms)"),
          Fmt(r.Median(real)) + " ms", RatioMedian(r, R, real, steady),
          "<=", 1.3});
+    if (w != 1 || s != 1) continue;
+    const std::string spin = RealName("real_comm_blasspin", job.bytes, s, w);
+    goals.push_back(
+        {absl::StrCat(
+             "real job ", SizeName(job.bytes),
+             " MLP, 1 worker, 1 server: communication per step with "
+             "OpenBLAS's idle threads spinning 2^28 cycles (ps_worker ",
+             kOpenBlasSpinFlag, ", OpenBLAS's default) / as shipped (",
+             Fmt(r.Median(real)), " ms)"),
+         Fmt(r.Median(spin)) + " ms", RatioMedian(r, R, spin, real), "", 0,
+         "no goal"});
   }
   // The low-precision wire: no goal (it pays where the link is the limit;
   // on loopback the conversion competes with a fast wire), the ratio only.

@@ -256,10 +256,10 @@ absl::StatusOr<RealJobComm> RealJobCommFromRows(
   return c;
 }
 
-absl::StatusOr<RealJobComm> MeasureRealJobComm(uint64_t bytes, int steps,
-                                               int workers, int servers,
-                                               const std::string& bin_dir,
-                                               const std::string& work_dir) {
+absl::StatusOr<RealJobComm> MeasureRealJobComm(
+    uint64_t bytes, int steps, int workers, int servers,
+    const std::string& bin_dir, const std::string& work_dir,
+    const std::vector<std::string>& worker_flags) {
   if (steps <= kRealJobFirstStep) {
     return absl::InvalidArgumentError(absl::StrCat(
         "real job: steps ", steps, " must be > ", kRealJobFirstStep));
@@ -279,6 +279,7 @@ absl::StatusOr<RealJobComm> MeasureRealJobComm(uint64_t bytes, int steps,
   o.workers = workers;
   o.servers = servers;
   o.steps = steps;
+  o.worker_flags = worker_flags;
   o.timeout = absl::Seconds(300);
   absl::StatusOr<JobRunResult> run = RunJobProcesses(o);
   if (!run.ok()) return run.status();

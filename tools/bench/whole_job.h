@@ -106,13 +106,18 @@ WholeJobModel RealJobModel(uint64_t bytes, int steps, int workers = 1,
 absl::StatusOr<RealJobComm> RealJobCommFromRows(
     const std::vector<MetricsRow>& rows, int first, int steps,
     const std::string& source);
-// Runs the job under work_dir with the binaries of bin_dir; errors name the
-// job's folder and logs. steps >= kRealJobFirstStep + 1; workers, servers
-// >= 1.
-absl::StatusOr<RealJobComm> MeasureRealJobComm(uint64_t bytes, int steps,
-                                               int workers, int servers,
-                                               const std::string& bin_dir,
-                                               const std::string& work_dir);
+// Runs the job under work_dir with the binaries of bin_dir, every ps_worker
+// also given `worker_flags`; errors name the job's folder and logs. steps >=
+// kRealJobFirstStep + 1; workers, servers >= 1.
+absl::StatusOr<RealJobComm> MeasureRealJobComm(
+    uint64_t bytes, int steps, int workers, int servers,
+    const std::string& bin_dir, const std::string& work_dir,
+    const std::vector<std::string>& worker_flags = {});
+
+// The ps_worker flag of the real job measured beside the shipped one (no
+// goal): OpenBLAS's own idle time, 2^28 cycles, where the worker's default
+// is 2^20 (worker/compute/cpu_backend.h, LimitOpenBlasSpin).
+inline constexpr char kOpenBlasSpinFlag[] = "--openblas_thread_timeout=28";
 
 struct WholeJobGoal {
   std::string figure;

@@ -368,7 +368,7 @@ int UsableCpus() {
   return std::max(1, cpus);
 }
 
-absl::StatusOr<int> LimitOpenBlasSpin() {
+absl::StatusOr<int> LimitOpenBlasSpin(int exponent) {
   if (openblas_thread_timeout == nullptr || openblas_read_env == nullptr ||
       blas_thread_shutdown_ == nullptr || blas_thread_init == nullptr) {
     return absl::FailedPreconditionError(
@@ -377,6 +377,7 @@ absl::StatusOr<int> LimitOpenBlasSpin() {
         "OpenBLAS's pthread build): its idle threads keep their own timeout");
   }
   constexpr char kVar[] = "OPENBLAS_THREAD_TIMEOUT";
+  if (exponent > 0) setenv(kVar, absl::StrCat(exponent).c_str(), 1);
   const char* env = std::getenv(kVar);
   int wanted = kOpenBlasThreadTimeout;
   if (env == nullptr) {

@@ -44,17 +44,18 @@ int SetCpuComputeThreads(int threads);
 // still covers the gaps between one step's products.
 inline constexpr int kOpenBlasThreadTimeout = 20;
 
-// Has OpenBLAS's idle threads sleep after 2^OPENBLAS_THREAD_TIMEOUT
-// cycles as the environment says now, kOpenBlasThreadTimeout where it says
-// nothing (the variable is set then). OpenBLAS reads its variables and
-// starts its threads when it is loaded, before main; unless it read this
-// value then, this has it read them again (openblas_read_env) and starts
-// its threads again (blas_thread_shutdown_, as its own fork handler does,
-// then blas_thread_init, which reads the timeout). Call before any product
-// and before other threads use OpenBLAS. Returns the exponent OpenBLAS
+// Has OpenBLAS's idle threads sleep after 2^`exponent` cycles (> 0; the
+// variable OPENBLAS_THREAD_TIMEOUT is set to it), else after
+// 2^OPENBLAS_THREAD_TIMEOUT as the environment says now, else after
+// 2^kOpenBlasThreadTimeout (the variable is set then). OpenBLAS reads its
+// variables and starts its threads when it is loaded, before main; unless it
+// read this value then, this has it read them again (openblas_read_env) and
+// starts its threads again (blas_thread_shutdown_, as its own fork handler
+// does, then blas_thread_init, which reads the timeout). Call before any
+// product and before other threads use OpenBLAS. Returns the exponent OpenBLAS
 // uses now; FAILED_PRECONDITION where the OpenBLAS linked does not export
 // those functions (then nothing changed).
-absl::StatusOr<int> LimitOpenBlasSpin();
+absl::StatusOr<int> LimitOpenBlasSpin(int exponent = 0);
 
 }  // namespace pstrain
 

@@ -86,6 +86,13 @@ TEST(LimitOpenBlasSpin, SetsTheDefaultOrReadsTheEnvironments) {
   EXPECT_EQ(*LimitOpenBlasSpin(), 7);
   unsetenv("OPENBLAS_THREAD_TIMEOUT");
   EXPECT_EQ(*LimitOpenBlasSpin(), kOpenBlasThreadTimeout);
+  // An exponent given (ps_worker --openblas_thread_timeout) wins over the
+  // environment and is left in it.
+  setenv("OPENBLAS_THREAD_TIMEOUT", "7", 1);
+  EXPECT_EQ(*LimitOpenBlasSpin(24), 24);
+  EXPECT_EQ(std::string(getenv("OPENBLAS_THREAD_TIMEOUT")), "24");
+  unsetenv("OPENBLAS_THREAD_TIMEOUT");
+  EXPECT_EQ(*LimitOpenBlasSpin(), kOpenBlasThreadTimeout);
 }
 
 // CPU seconds this process uses in the 0.3 s after three products of
@@ -112,8 +119,7 @@ double IdleCpuAfterProducts() {
 // within a millisecond. A loaded machine can only lower a spinning thread's
 // share, never raise a sleeping one's, so the bound holds under load.
 TEST(LimitOpenBlasSpin, IdleThreadsSleepSoonAfterAProduct) {
-  setenv("OPENBLAS_THREAD_TIMEOUT", "28", 1);
-  ASSERT_EQ(*LimitOpenBlasSpin(), 28);
+  ASSERT_EQ(*LimitOpenBlasSpin(28), 28);
   const double spinning = IdleCpuAfterProducts();
   unsetenv("OPENBLAS_THREAD_TIMEOUT");
   ASSERT_EQ(*LimitOpenBlasSpin(), kOpenBlasThreadTimeout);
