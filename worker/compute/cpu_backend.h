@@ -39,7 +39,7 @@ int SetCpuComputeThreads(int threads);
 // sleep: 2^28 (about 0.1 s) by default, longer than a step's pull and push,
 // so one core spun through every step's communication and the gRPC threads
 // (and, on one machine, the servers) ran on what was left: a real 64 MB
-// job's pull + push 0.71 of the time with 2^20 (docs/performance.md,
+// job's pull + push took 0.73 of the time with 2^20 (docs/performance.md,
 // "OpenBLAS threads that stop spinning"). 2^20 cycles (about 0.35 ms)
 // still covers the gaps between one step's products.
 inline constexpr int kOpenBlasThreadTimeout = 20;
