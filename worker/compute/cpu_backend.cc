@@ -376,6 +376,14 @@ absl::StatusOr<int> LimitOpenBlasSpin(int exponent) {
         "openblas_read_env, blas_thread_shutdown_ and blas_thread_init (not "
         "OpenBLAS's pthread build): its idle threads keep their own timeout");
   }
+  if (openblas_get_parallel() != OPENBLAS_THREAD) {
+    // Sequential, or OpenMP's threads, whose idle time OMP_WAIT_POLICY and
+    // GOMP_SPINCOUNT set.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "OpenBLAS is not its pthread build (openblas_get_parallel() = ",
+        openblas_get_parallel(),
+        "): OPENBLAS_THREAD_TIMEOUT does not apply, left alone"));
+  }
   constexpr char kVar[] = "OPENBLAS_THREAD_TIMEOUT";
   if (exponent > 0) setenv(kVar, absl::StrCat(exponent).c_str(), 1);
   const char* env = std::getenv(kVar);

@@ -53,8 +53,8 @@ inline constexpr int kOpenBlasThreadTimeout = 20;
 // starts its threads again (blas_thread_shutdown_, as its own fork handler
 // does, then blas_thread_init, which reads the timeout). Call before any
 // product and before other threads use OpenBLAS. Returns the exponent OpenBLAS
-// uses now; FAILED_PRECONDITION where the OpenBLAS linked does not export
-// those functions (then nothing changed).
+// uses now; FAILED_PRECONDITION where the BLAS linked is not OpenBLAS's
+// pthread build or does not export those functions (then nothing changed).
 absl::StatusOr<int> LimitOpenBlasSpin(int exponent = 0);
 
 }  // namespace pstrain
