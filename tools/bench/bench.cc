@@ -158,6 +158,10 @@ std::string PsName(const char* op, uint64_t bytes, int servers, int workers) {
 
 // A real-job series: "real_comm_4MB" for 1 server and 1 worker (the layer
 // table's rows), "real_comm_4MB_2s_4w" for other layouts.
+// Whether the 1-server, 1-worker push of a `bytes` tensor goes over
+// kDefaultPushStreams streams as shipped (PushSplitMinBytes).
+bool PushIsSplit(uint64_t bytes) { return bytes >= kDefaultSplitMinPushBytes; }
+
 std::string RealName(const char* what, uint64_t bytes, int servers,
                      int workers) {
   return servers == 1 && workers == 1 ? absl::StrCat(what, "_", SizeName(bytes))
@@ -293,8 +297,20 @@ void RunRound(const Plan& plan, int round, Iperf3* iperf, GrpcStream* stream,
   }
   // 2c. The same push as one stream per shard (network.push_streams 1),
   // beside the shipped split (kDefaultPushStreams streams; same round).
+  // Below kDefaultSplitMinPushBytes the shipped push is one stream too:
+  // nothing to compare (said once, in the first round).
   for (uint64_t bytes : plan.ps_bytes) {
     if (StopRequested()) return;
+    if (!PushIsSplit(bytes)) {
+      if (round == 0) {
+        fprintf(stderr,
+                "ps_bench: push %s as one stream not measured: the shipped "
+                "push is one stream below %d MiB as well\n",
+                SizeName(bytes).c_str(),
+                static_cast<int>(kDefaultSplitMinPushBytes >> 20));
+      }
+      continue;
+    }
     PsPathSetting one_stream;
     one_stream.push_streams = 1;
     absl::StatusOr<PsPathResult> ps =
@@ -652,8 +668,10 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
            RatioMedian(r, R, bytes, dense), "", 0, "no goal"});
     }
   }
-  // One push over several streams: no goal, the ratio to one stream.
+  // One push over several streams: no goal, the ratio to one stream
+  // (sizes the shipped push splits).
   for (uint64_t bytes : plan.ps_bytes) {
+    if (!PushIsSplit(bytes)) continue;
     const std::string split = PsName("push", bytes, 1, 1);
     const std::string one = PsName("push_1stream", bytes, 1, 1);
     goals.push_back({absl::StrCat("push ", SizeName(bytes),
