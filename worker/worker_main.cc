@@ -2,7 +2,6 @@
 // (worker_flags.cc) -> Run. Exit 0: its share of the job is done; 1: failure
 // (the coordinator is told why); 2: bad flags or a job that cannot run; 3:
 // job already over.
-#include <algorithm>
 #include <string>
 
 #include "absl/flags/parse.h"
@@ -42,7 +41,7 @@ int Main() {
     PS_LOG_INFO(
         "OpenBLAS: %d threads; idle ones sleep after 2^%d cycles "
         "(OPENBLAS_THREAD_TIMEOUT)",
-        blas_threads, *timeout <= 0 ? 28 : std::clamp(*timeout, 4, 30));
+        blas_threads, *timeout);
   } else {
     PS_LOG_WARN("%s", timeout.status().ToString());
   }

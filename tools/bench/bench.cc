@@ -158,9 +158,15 @@ std::string PsName(const char* op, uint64_t bytes, int servers, int workers) {
 
 // A real-job series: "real_comm_4MB" for 1 server and 1 worker (the layer
 // table's rows), "real_comm_4MB_2s_4w" for other layouts.
-// Whether the 1-server, 1-worker push of a `bytes` tensor goes over
-// kDefaultPushStreams streams as shipped (PushSplitMinBytes).
-bool PushIsSplit(uint64_t bytes) { return bytes >= kDefaultSplitMinPushBytes; }
+// Whether the 1-server, 1-worker push of a `bytes` tensor is split as
+// shipped: the job's PushStreams, from its PushSplitMinBytes on (as
+// MeasurePsPath's workers pick them).
+bool PushIsSplit(uint64_t bytes) {
+  absl::StatusOr<pstrain::v1::JobSpec> job = OneTensorJob(
+      bytes / sizeof(float), 1, 1, pstrain::v1::OptimizerConfig::SGD);
+  return job.ok() && PushStreams(job->config()) > 1 &&
+         bytes >= PushSplitMinBytes(job->config());
+}
 
 std::string RealName(const char* what, uint64_t bytes, int servers,
                      int workers) {
@@ -297,17 +303,16 @@ void RunRound(const Plan& plan, int round, Iperf3* iperf, GrpcStream* stream,
   }
   // 2c. The same push as one stream per shard (network.push_streams 1),
   // beside the shipped split (kDefaultPushStreams streams; same round).
-  // Below kDefaultSplitMinPushBytes the shipped push is one stream too:
-  // nothing to compare (said once, in the first round).
+  // Below PushSplitMinBytes the shipped push is one stream too: nothing to
+  // compare (said once, in the first round).
   for (uint64_t bytes : plan.ps_bytes) {
     if (StopRequested()) return;
     if (!PushIsSplit(bytes)) {
       if (round == 0) {
         fprintf(stderr,
                 "ps_bench: push %s as one stream not measured: the shipped "
-                "push is one stream below %d MiB as well\n",
-                SizeName(bytes).c_str(),
-                static_cast<int>(kDefaultSplitMinPushBytes >> 20));
+                "push is one stream at this size as well\n",
+                SizeName(bytes).c_str());
       }
       continue;
     }

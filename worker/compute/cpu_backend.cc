@@ -401,7 +401,9 @@ absl::StatusOr<int> LimitOpenBlasSpin(int exponent) {
     blas_thread_shutdown_();
     blas_thread_init();
   }
-  return openblas_thread_timeout();
+  // What blas_thread_init made of it: 0 (unset) keeps OpenBLAS's own.
+  const int read = openblas_thread_timeout();
+  return read <= 0 ? kOpenBlasOwnThreadTimeout : std::clamp(read, 4, 30);
 }
 
 int SetCpuComputeThreads(int threads) {

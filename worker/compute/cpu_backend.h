@@ -43,6 +43,8 @@ int SetCpuComputeThreads(int threads);
 // "OpenBLAS threads that stop spinning"). 2^20 cycles (about 0.35 ms)
 // still covers the gaps between one step's products.
 inline constexpr int kOpenBlasThreadTimeout = 20;
+// OpenBLAS's own, where nothing sets the variable.
+inline constexpr int kOpenBlasOwnThreadTimeout = 28;
 
 // Has OpenBLAS's idle threads sleep after 2^`exponent` cycles (> 0; the
 // variable OPENBLAS_THREAD_TIMEOUT is set to it), else after
@@ -53,7 +55,8 @@ inline constexpr int kOpenBlasThreadTimeout = 20;
 // starts its threads again (blas_thread_shutdown_, as its own fork handler
 // does, then blas_thread_init, which reads the timeout). Call before any
 // product and before other threads use OpenBLAS. Returns the exponent OpenBLAS
-// uses now; FAILED_PRECONDITION where the BLAS linked is not OpenBLAS's
+// uses now (its own 28 for an unset or 0 variable, others clamped to 4..30 as
+// it does); FAILED_PRECONDITION where the BLAS linked is not OpenBLAS's
 // pthread build or does not export those functions (then nothing changed).
 absl::StatusOr<int> LimitOpenBlasSpin(int exponent = 0);
 

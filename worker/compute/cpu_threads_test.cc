@@ -84,6 +84,12 @@ TEST(LimitOpenBlasSpin, SetsTheDefaultOrReadsTheEnvironments) {
   EXPECT_EQ(*LimitOpenBlasSpin(), kOpenBlasThreadTimeout);  // again: same
   setenv("OPENBLAS_THREAD_TIMEOUT", "7", 1);
   EXPECT_EQ(*LimitOpenBlasSpin(), 7);
+  // What OpenBLAS makes of values outside its range: its own for 0, the
+  // nearest bound otherwise.
+  setenv("OPENBLAS_THREAD_TIMEOUT", "0", 1);
+  EXPECT_EQ(*LimitOpenBlasSpin(), kOpenBlasOwnThreadTimeout);
+  setenv("OPENBLAS_THREAD_TIMEOUT", "2", 1);
+  EXPECT_EQ(*LimitOpenBlasSpin(), 4);
   unsetenv("OPENBLAS_THREAD_TIMEOUT");
   EXPECT_EQ(*LimitOpenBlasSpin(), kOpenBlasThreadTimeout);
   // An exponent given (ps_worker --openblas_thread_timeout) wins over the
@@ -119,7 +125,8 @@ double IdleCpuAfterProducts() {
 // within a millisecond. A loaded machine can only lower a spinning thread's
 // share, never raise a sleeping one's, so the bound holds under load.
 TEST(LimitOpenBlasSpin, IdleThreadsSleepSoonAfterAProduct) {
-  ASSERT_EQ(*LimitOpenBlasSpin(28), 28);
+  ASSERT_EQ(*LimitOpenBlasSpin(kOpenBlasOwnThreadTimeout),
+            kOpenBlasOwnThreadTimeout);
   const double spinning = IdleCpuAfterProducts();
   unsetenv("OPENBLAS_THREAD_TIMEOUT");
   ASSERT_EQ(*LimitOpenBlasSpin(), kOpenBlasThreadTimeout);
