@@ -958,6 +958,14 @@ const std::vector<Key>& KeyTable() {
           "MiB, else 1; more than 1 only in mode sync without backup workers "
           "([one push over several "
           "streams](architecture.md#one-push-over-several-streams))."),
+      Row("network", "pull_streams", IntCodec<int32_t>(), 0,
+          PS_FIELD(network, pull_streams),
+          "Streams (the push's connections) a worker splits each shard's "
+          "pull over, each part reading the weights on its own (parts that "
+          "read different versions are pulled again as one stream): 1 to 8; "
+          "0 is 1 (measured slower in real jobs on 2 cores: [one pull over "
+          "several streams](architecture.md#one-pull-over-several-"
+          "streams))."),
       Row("network", "tls_cert", StringCodec(), "", PS_FIELD(network, tls_cert),
           "PEM certificate of every gRPC server (with `tls_key`): TLS on "
           "every connection; `--tls_cert` overrides."),
@@ -1530,6 +1538,12 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
                     "backup workers only (the servers sum it on arrival); "
                     "other modes take it as one stream: use 1 or 0");
   }
+  PS_RETURN_IF_ERROR(AtLeast("network.pull_streams", n.pull_streams(), 0));
+  if (n.pull_streams() > kMaxPushStreamsConfig) {
+    return KeyError("network.pull_streams",
+                    absl::StrCat("must be <= ", kMaxPushStreamsConfig, ", got ",
+                                 n.pull_streams()));
+  }
   // Mode allreduce: the gRPC ring sends fp32 or bf16
   // (worker/allreduce/ring_allreduce.h); fp16 partial sums could overflow,
   // and NCCL reduces in fp32 only here.
@@ -1779,6 +1793,10 @@ int PushStreams(const JobConfig& config) {
                  config.job().workers() == 1 && config.job().servers() <= 1
              ? kDefaultPushStreams
              : 1;
+}
+
+int PullStreams(const JobConfig& config) {
+  return std::max(config.network().pull_streams(), 1);
 }
 
 }  // namespace pstrain

@@ -109,6 +109,13 @@ int PushStreams(const JobConfig& config);
 // 0, else 0 (a number of streams the job asks for is always used).
 uint64_t PushSplitMinBytes(const JobConfig& config);
 
+// The streams a worker splits each shard's pull over (PullRequest.parts):
+// network.pull_streams, 1 for 0. Not split by default: on one worker and
+// one server, real jobs pulled 1.05-1.12x slower over two streams, though
+// in-process pulls were faster (docs/performance.md, "One pull over several
+// streams").
+int PullStreams(const JobConfig& config);
+
 // Serialises back to YAML (round-trips through ParseJobConfig). Used to hand
 // the effective config (after flag overrides) to every process.
 std::string JobConfigToYaml(const JobConfig& config);

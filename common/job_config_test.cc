@@ -1191,6 +1191,39 @@ TEST(JobConfigTest, PushStreams) {
   }
 }
 
+// network.pull_streams: 0 (the default) is one stream in every layout; an
+// asked-for number in any mode (parts that read different versions are
+// pulled again as one stream); at most 8; errors name the key (file and
+// line).
+TEST(JobConfigTest, PullStreams) {
+  JobConfig c = DefaultJobConfig();
+  EXPECT_EQ(c.network().pull_streams(), 0);
+  EXPECT_EQ(PullStreams(c), 1);
+  c.mutable_job()->set_workers(1);
+  c.mutable_job()->set_servers(1);
+  FinalizeJobConfig(&c);
+  EXPECT_EQ(PullStreams(c), 1);
+  JobConfig async = c;
+  async.mutable_training()->set_mode(v1::MODE_ASYNC);
+  async.mutable_network()->set_pull_streams(3);
+  EXPECT_TRUE(ValidateJobConfig(async).ok()) << ValidateJobConfig(async);
+  EXPECT_EQ(PullStreams(async), 3);
+  absl::StatusOr<JobConfig> two =
+      ParseJobConfig("network:\n  pull_streams: 2\n", "job.yaml");
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(PullStreams(*two), 2);
+  EXPECT_THAT(JobConfigToYaml(*two), HasSubstr("pull_streams: 2"));
+  absl::StatusOr<JobConfig> negative =
+      ParseJobConfig("network:\n  pull_streams: -1\n", "job.yaml");
+  ASSERT_FALSE(negative.ok());
+  EXPECT_THAT(std::string(negative.status().message()),
+              HasSubstr("job.yaml:2: network.pull_streams"));
+  JobConfig many = c;
+  many.mutable_network()->set_pull_streams(9);
+  EXPECT_THAT(std::string(ValidateJobConfig(many).message()),
+              HasSubstr("network.pull_streams: must be <= 8, got 9"));
+}
+
 TEST(ConfigOverrideTest, SetsTypedValues) {
   JobConfig c = DefaultJobConfig();
   ASSERT_TRUE(ApplyConfigOverride("training.staleness", "inf", &c).ok());

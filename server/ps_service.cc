@@ -977,6 +977,16 @@ class PullReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       return ToGrpcStatus(st);
     }
     if (request.session_only()) return grpc::Status::OK;  // the session known
+    if (request.parts() > kMaxPullParts ||
+        request.part() >= std::max<uint32_t>(request.parts(), 1)) {
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("pull part ", request.part(), " of ", request.parts(),
+                       " (PullRequest.part, parts): parts must be at most ",
+                       kMaxPullParts, " and part below parts"));
+    }
+    stride_ = std::max<uint32_t>(request.parts(), 1);
+    next_chunk_ = request.part();
     {
       absl::MutexLock lock(&cancel_mu_);
       waiting_on_ = s;
@@ -1002,7 +1012,7 @@ class PullReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     const auto& chunks = shard_->chunks();
     const uint64_t element_bytes = WireElementBytes(shard_->wire_dtype());
     const uint64_t budget = service_->pull_message_bytes();
-    for (; next_chunk_ < chunks.size(); ++next_chunk_) {
+    for (; next_chunk_ < chunks.size(); next_chunk_ += stride_) {
       const LocalChunk& c = chunks[next_chunk_];
       if (frame->payload_bytes() > 0 &&
           frame->payload_bytes() + c.length * element_bytes > budget) {
@@ -1025,7 +1035,8 @@ class PullReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   absl::Time start_;
   std::shared_ptr<Shard> shard_;  // null until the weights are read
   PulledWeights weights_;
-  size_t next_chunk_ = 0;
+  size_t next_chunk_ = 0;     // the next of this stream's chunks
+  size_t stride_ = 1;         // PullRequest.parts, at least 1
   grpc::ByteBuffer message_;  // the write in flight
   uint64_t bytes_ = 0;
   // Set by OnCancel; read by the shard's wait (Shard::PullWeights).

@@ -94,6 +94,9 @@ std::vector<std::pair<std::string, int>> PsServerChannelArgs();
 // at once: a push uses up to network.push_streams (at most 8) of them.
 inline constexpr int kMaxPushStreamsPerWorker = 8;
 
+// Streams a pull may be split over at most (PullRequest.parts).
+inline constexpr uint32_t kMaxPullParts = 8;
+
 // Pulls handled at once on a shard, by default (PsServiceOptions::
 // max_concurrent_pulls = 0): kPullThreadsPerWorker per worker of the job,
 // at least kMinPullThreads. A worker has one pull per shard in flight; the

@@ -814,6 +814,58 @@ TEST_F(SmallPullMessageServiceTest, PullMessagesHoldChunksUpToTheBudget) {
   }
 }
 
+// A pull split over parts (PullRequest.part, parts): part p carries the
+// chunks at positions p, p + parts, ..., each part with its own head; a
+// part beyond parts, or more than kMaxPullParts, is INVALID_ARGUMENT.
+TEST_F(SmallPullMessageServiceTest, PullPartsCarryEveryPartsthChunk) {
+  ASSERT_TRUE(PushFrames(Frames(0, 0, RandomGrad(1))).ok());
+  ASSERT_TRUE(PushFrames(Frames(1, 0, RandomGrad(2))).ok());
+  auto pull = [&](uint32_t part, uint32_t parts,
+                  std::vector<v1::PullResponse>* messages) {
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, absl::Seconds(30));
+    v1::PullRequest req;
+    req.set_worker(0);
+    req.set_clock(1);
+    req.set_session_id(SessionOf(0));
+    req.set_part(part);
+    req.set_parts(parts);
+    auto reader = stub_->Pull(&ctx, req);
+    v1::PullResponse msg;
+    while (reader->Read(&msg)) messages->push_back(msg);
+    return reader->Finish();
+  };
+  constexpr uint32_t kParts = 3;
+  std::vector<int> seen(kChunks, 0);
+  for (uint32_t part = 0; part < kParts; ++part) {
+    std::vector<v1::PullResponse> messages;
+    const grpc::Status st = pull(part, kParts, &messages);
+    ASSERT_TRUE(st.ok()) << st.error_code() << ": " << st.error_message();
+    ASSERT_FALSE(messages.empty()) << part;
+    EXPECT_EQ(messages[0].version(), 1u) << part;
+    EXPECT_EQ(messages[0].min_clock(), 1u) << part;
+    uint32_t next = part;
+    for (const v1::PullResponse& m : messages) {
+      for (const v1::ChunkData& c : m.chunks()) {
+        EXPECT_EQ(c.index(), next) << part;
+        next += kParts;
+        if (c.index() < static_cast<uint32_t>(kChunks)) ++seen[c.index()];
+      }
+    }
+  }
+  EXPECT_EQ(seen, std::vector<int>(kChunks, 1));
+  for (auto [part, parts] : std::vector<std::pair<uint32_t, uint32_t>>{
+           {2, 2}, {0, kMaxPullParts + 1}, {1, 0}}) {
+    std::vector<v1::PullResponse> messages;
+    const grpc::Status st = pull(part, parts, &messages);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << part << " of " << parts;
+    EXPECT_NE(st.error_message().find("PullRequest.part"), std::string::npos)
+        << st.error_message();
+    EXPECT_TRUE(messages.empty());
+  }
+}
+
 class SmallPullPoolServiceTest : public OnArrivalServiceTest {
  protected:
   void SetUp() override {

@@ -1090,6 +1090,7 @@ float* Shard::MutableChunkLocked(size_t i) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   // touches chunk i.
   if (weights_[i]->readers.load(std::memory_order_acquire) != 0) {
     // A pull still reads this buffer: give the update a fresh copy.
+    copied_on_write_.fetch_add(1, std::memory_order_relaxed);
     auto fresh = std::make_shared<ChunkBuffer>();
     fresh->values = weights_[i]->values;
     weights_[i] = std::move(fresh);
@@ -1301,6 +1302,8 @@ pstrain::v1::ShardStats Shard::DenseStats() const {
     s.add_staleness_histogram(staleness_hist_[i]);
   s.set_num_elements(num_elements_);
   s.set_barrier_wait_s(absl::ToDoubleSeconds(barrier_wait_));
+  s.set_chunks_copied_on_write(
+      copied_on_write_.load(std::memory_order_relaxed));
   return s;
 }
 

@@ -710,6 +710,8 @@ class Shard {
   uint64_t staleness_max_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<uint64_t> staleness_hist_ ABSL_GUARDED_BY(mu_);
   absl::Duration barrier_wait_ ABSL_GUARDED_BY(mu_);
+  // MutableChunkLocked's copies of a buffer a pull held (ShardStats).
+  std::atomic<uint64_t> copied_on_write_{0};
 
   // ---- Checkpoints: state export and import -------------------------------
   //

@@ -1203,11 +1203,17 @@ TEST(DataPathTest, ChunkPinOutlivesThePull) {
   EXPECT_TRUE(BitIdentical(
       std::vector<float>(pinned, pinned + shard->chunks()[0].length), before));
   EXPECT_EQ(Weights(*shard)[0], before[0] - 0.5f);
+  // Only the pinned chunk was copied (ShardStats counts it).
+  EXPECT_EQ(shard->Stats().chunks_copied_on_write(), 1u);
   pin.reset();
   absl::StatusOr<PulledWeights> next =
       shard->PullWeights(0, 1, absl::Now() + kLongWait);
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(next->chunk(0)[0], before[0] - 0.5f);
+  next = PulledWeights();  // nothing held: the next update copies nothing
+  ASSERT_TRUE(PushGrad(*shard, 0, 1, 1, 1, Constant(*shard, 0.5f)).ok());
+  EXPECT_EQ(Weights(*shard)[0], before[0] - 1.0f);
+  EXPECT_EQ(shard->Stats().chunks_copied_on_write(), 1u);
 }
 
 // A pull's wait ends CANCELLED once its `cancelled` flag is set and

@@ -18,6 +18,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> ConnectShards(
     PsClientOptions options) {
   options.push_streams = PushStreams(config);
   options.split_min_bytes = PushSplitMinBytes(config);
+  options.pull_streams = PullStreams(config);
   return PsClient::Connect(
       job.shard_map(),
       [&creds](const std::string& address, int connection) {

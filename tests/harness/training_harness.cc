@@ -60,6 +60,7 @@ absl::StatusOr<std::vector<TensorList>> RunParameterServerJob(
       absl::Seconds(config.network().barrier_timeout_s());
   client_options.push_streams = PushStreams(config);  // as workers do
   client_options.split_min_bytes = PushSplitMinBytes(config);
+  client_options.pull_streams = PullStreams(config);
   std::vector<TensorList> finals(config.job().workers());
   PS_RETURN_IF_ERROR(
       OnThreads(config.job().workers(), [&](int r) -> absl::Status {

@@ -96,6 +96,12 @@ class Cluster {
     }
   }
   const JobSpec& job() const { return job_; }
+  // ShardStats.chunks_copied_on_write, summed over the shards.
+  uint64_t ChunksCopiedOnWrite() const {
+    uint64_t n = 0;
+    for (const auto& s : shards_) n += s->Stats().chunks_copied_on_write();
+    return n;
+  }
 
  private:
   Cluster() = default;
@@ -106,19 +112,25 @@ class Cluster {
 };
 
 // A client over its own connections (a local subchannel pool), like a
-// separate worker process.
-// `push_streams` parts per push, each part on a connection of its own;
-// the rest as `setting` says (its push_streams aside).
+// separate worker process of `config`: its wire dtype and its push and pull
+// streams as a worker picks them (worker/stand_ins.cc), except where
+// `setting` names its own (setting.push_streams, pull_streams: at any
+// size); the rest as `setting` says.
 absl::StatusOr<std::unique_ptr<PsClient>> NewClient(
-    const pstrain::v1::ShardMap& map, uint32_t rank,
-    pstrain::v1::DType wire_dtype, int push_streams,
-    const PsPathSetting& setting = {}, uint64_t split_min_bytes = 0) {
+    const pstrain::v1::ShardMap& map, uint32_t rank, const JobConfig& config,
+    const PsPathSetting& setting = {}) {
   PsClientOptions options;
-  options.split_min_bytes = split_min_bytes;
   options.rpc_timeout = absl::Seconds(300);
   options.session_id = rank + 1;
-  options.wire_dtype = wire_dtype;
-  options.push_streams = push_streams;
+  options.wire_dtype = config.network().wire_dtype();
+  options.push_streams = PushStreams(config);
+  options.split_min_bytes = PushSplitMinBytes(config);
+  if (setting.push_streams > 0) {
+    options.push_streams = setting.push_streams;
+    options.split_min_bytes = 0;
+  }
+  options.pull_streams = PullStreams(config);
+  if (setting.pull_streams > 0) options.pull_streams = setting.pull_streams;
   if (setting.push_message_bytes > 0) {
     options.push_message_bytes = setting.push_message_bytes;
   }
@@ -140,24 +152,14 @@ absl::StatusOr<std::unique_ptr<PsClient>> NewClient(
 // `workers` clients driving sync steps together; Step() times each phase.
 class Workers {
  public:
-  // The workers' side of `setting` (push_streams 0: the job's,
-  // PushStreams).
+  // The workers' side of `setting` (NewClient).
   static absl::StatusOr<Workers> Create(const pstrain::v1::JobSpec& job,
                                         int workers, uint64_t elems,
                                         const PsPathSetting& setting = {}) {
     Workers w;
-    // The job's streams as a worker picks them (worker/stand_ins.cc), or
-    // exactly setting.push_streams.
-    uint64_t split_min_bytes = 0;
-    int push_streams = setting.push_streams;
-    if (push_streams <= 0) {
-      push_streams = PushStreams(job.config());
-      split_min_bytes = PushSplitMinBytes(job.config());
-    }
     for (int i = 0; i < workers; ++i) {
       absl::StatusOr<std::unique_ptr<PsClient>> c =
-          NewClient(job.shard_map(), i, job.config().network().wire_dtype(),
-                    push_streams, setting, split_min_bytes);
+          NewClient(job.shard_map(), i, job.config(), setting);
       if (!c.ok()) return c.status();
       w.clients_.push_back(std::move(*c));
     }
@@ -278,13 +280,14 @@ absl::StatusOr<PsPathResult> MeasurePsPath(uint64_t elems, int servers,
   if (!w.ok()) return w.status();
   std::vector<double> pull_steps, push_steps;
   CpuTimes pull_cpu, push_cpu;
-  uint64_t pull_faults = 0, push_faults = 0;
+  uint64_t pull_faults = 0, push_faults = 0, copies_before = 0;
   for (int step = 0; step <= steps; ++step) {
     // The cold step's CPU time and faults (connections, first-touch pages)
     // are dropped.
     if (step == 1) {
       pull_cpu = push_cpu = CpuTimes{};
       pull_faults = push_faults = 0;
+      copies_before = (*cluster)->ChunksCopiedOnWrite();
     }
     double pull_s = 0, push_s = 0;
     absl::Status s = w->Step(step, &pull_s, &push_s, &pull_cpu, &push_cpu,
@@ -307,6 +310,9 @@ absl::StatusOr<PsPathResult> MeasurePsPath(uint64_t elems, int servers,
   if (steps > 0) {
     result.push_faults_per_step = static_cast<double>(push_faults) / steps;
     result.pull_faults_per_step = static_cast<double>(pull_faults) / steps;
+    result.copies_per_step =
+        static_cast<double>((*cluster)->ChunksCopiedOnWrite() - copies_before) /
+        steps;
   }
   return result;
 }
@@ -368,8 +374,7 @@ absl::StatusOr<SparsePathResult> MeasureSparsePath(uint64_t unique_rows,
   std::vector<std::unique_ptr<PsClient>> clients;
   for (int i = 0; i < workers; ++i) {
     absl::StatusOr<std::unique_ptr<PsClient>> c =
-        NewClient((*cluster)->job().shard_map(), i, pstrain::v1::DTYPE_F32,
-                  PushStreams(job->config()));
+        NewClient((*cluster)->job().shard_map(), i, job->config());
     if (!c.ok()) return c.status();
     clients.push_back(std::move(*c));
   }

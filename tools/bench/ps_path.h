@@ -60,6 +60,10 @@ struct PsPathResult {
   // measured.
   double push_faults_per_step = __builtin_nan("");
   double pull_faults_per_step = __builtin_nan("");
+  // Chunk buffers the servers copied per warm step because a pull still
+  // held them when the step's update came (ShardStats.
+  // chunks_copied_on_write). NaN when not measured.
+  double copies_per_step = __builtin_nan("");
 };
 
 // How a push/pull measurement's shards, servers and workers are set up:
@@ -81,6 +85,9 @@ struct PsPathSetting {
   // PsClientOptions.push_streams of every worker, each part on a connection
   // of its own (0: the job's default, PushStreams in common/job_config.h).
   int push_streams = 0;
+  // > 0: PsClientOptions.pull_streams of every worker, split at any size
+  // (0: the job's, PullStreams in common/job_config.h).
+  int pull_streams = 0;
   // > 0: the servers' HTTP/2 stream lookahead (grpc.http2.lookahead_bytes,
   // a push stream's initial window) beside PsServerChannelArgs().
   int server_lookahead = 0;

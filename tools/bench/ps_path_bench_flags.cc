@@ -35,6 +35,10 @@ ABSL_FLAG(bool, compare_push_streams, false,
           "it: one worker in plain sync; rows with several workers push one "
           "stream anyway and measure the same setting twice)");
 
+ABSL_FLAG(int, compare_pull_streams, 0,
+          "also measure every push/pull row with each pull over this many "
+          "streams at any size (PsClientOptions.pull_streams; rows tagged "
+          "_pullstreams; 0: not; at most 8)");
 ABSL_FLAG(int, compare_lookahead, 0,
           "also measure every push/pull row with the servers' HTTP/2 stream "
           "lookahead at this many bytes (rows tagged _lookahead; 0: not)");
@@ -93,6 +97,12 @@ absl::StatusOr<PsPathBenchOptions> PsPathBenchOptionsFromFlags(
   r.compare_held_one_pass = absl::GetFlag(FLAGS_compare_held_one_pass);
   r.compare_op_threads = absl::GetFlag(FLAGS_compare_op_threads);
   r.compare_lookahead = absl::GetFlag(FLAGS_compare_lookahead);
+  r.compare_pull_streams = absl::GetFlag(FLAGS_compare_pull_streams);
+  if (r.compare_pull_streams < 0 || r.compare_pull_streams > 8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--compare_pull_streams: must be in [0, 8], got ",
+                     r.compare_pull_streams));
+  }
   r.compare_worker_bdp = absl::GetFlag(FLAGS_compare_worker_bdp);
   r.compare_push_message_kib = absl::GetFlag(FLAGS_compare_push_message_kib);
   r.compare_pull_message_kib = absl::GetFlag(FLAGS_compare_pull_message_kib);

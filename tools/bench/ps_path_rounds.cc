@@ -27,7 +27,8 @@ std::vector<double> Row(const PsPathRounds& rounds, const std::string& name,
 // A figure kept beside a measured row (RunPsPathRounds' set_beside), not a
 // row of its own.
 bool BesideARow(const std::string& name) {
-  return absl::StartsWith(name, "cpu_") || absl::StartsWith(name, "flt_");
+  return absl::StartsWith(name, "cpu_") || absl::StartsWith(name, "flt_") ||
+         absl::StartsWith(name, "cow_");
 }
 
 }  // namespace
@@ -75,6 +76,9 @@ std::vector<ShardSetting> ShardSettings(const PsPathRoundsOptions& options) {
           [](ShardSetting* s) { s->apply_terms_on_arrival = false; });
   compare(options.compare_push_streams, "_1stream",
           [](ShardSetting* s) { s->push_streams = 1; });
+  compare(
+      options.compare_pull_streams > 0, "_pullstreams",
+      [&](ShardSetting* s) { s->pull_streams = options.compare_pull_streams; });
   compare(options.compare_apply_block, "_wholechunk",
           [](ShardSetting* s) { s->apply_in_blocks = false; });
   compare(options.compare_lookahead > 0, "_lookahead", [&](ShardSetting* s) {
@@ -120,7 +124,8 @@ PsPathRounds RunPsPathRounds(const PsPathRoundsOptions& options,
     s[round] = *bytes_per_s / 1e9;
   };
   // A figure beside row `name` under prefix + name ("cpu_": the CPUs'
-  // busy share, "flt_": page faults per warm step).
+  // busy share, "flt_": page faults per warm step, "cow_": chunks the
+  // servers copied on write per warm step).
   auto set_beside = [&](const std::string& prefix, const std::string& name,
                         int round, double value) {
     if (value != value) return;  // not measured
@@ -173,6 +178,7 @@ PsPathRounds RunPsPathRounds(const PsPathRoundsOptions& options,
             set_cpu("pull_" + tag, round, ps->pull_cpu_busy);
             set_beside("flt_", "push_" + tag, round, ps->push_faults_per_step);
             set_beside("flt_", "pull_" + tag, round, ps->pull_faults_per_step);
+            set_beside("cow_", "push_" + tag, round, ps->copies_per_step);
           }
         }
       }
@@ -222,6 +228,11 @@ std::string PsPathReport(const PsPathRounds& rounds) {
       absl::StrAppendFormat(&out, "   faults/step %.0f",
                             Median(faults->second));
     }
+    const auto copies = rounds.find("cow_" + name);
+    if (copies != rounds.end()) {
+      absl::StrAppendFormat(&out, "   chunks copied/step %.1f",
+                            Median(copies->second));
+    }
     out += "\n";
   }
   // The shipped setting over each compared one, within each round.
@@ -237,7 +248,8 @@ std::string PsPathReport(const PsPathRounds& rounds) {
       {"_parsecopy", "parsed in place / into a PushRequest"},
       {"_inplace", "parsed into a PushRequest / in place"},
       {"_twopass", "one-worker term in one pass / two passes"},
-      {"_ownthreads", "shard tasks on reused threads / threads of their own"}};
+      {"_ownthreads", "shard tasks on reused threads / threads of their own"},
+      {"_pullstreams", "shipped pull streams / --compare_pull_streams"}};
   for (const auto& [suffix, label] : kCompared) {
     for (const auto& [name, values] : rounds) {
       const auto other = rounds.find(name + suffix);

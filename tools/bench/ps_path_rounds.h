@@ -40,6 +40,9 @@ struct PsPathRoundsOptions {
   // And with every push as one stream (tagged "_1stream": PsClientOptions.
   // push_streams 1, where the job's default splits it).
   bool compare_push_streams = false;
+  // And with every pull over this many streams at any size (tagged
+  // "_pullstreams"; PsClientOptions.pull_streams; 0: not compared).
+  int compare_pull_streams = 0;
   // And with the optimizer over whole chunks (tagged "_wholechunk":
   // ShardOptions.apply_block 0, where the shipped shard goes in blocks).
   bool compare_apply_block = false;

@@ -67,6 +67,11 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
         absl::StrCat("push_streams ", options.push_streams, " is outside [1, ",
                      kMaxPushStreams, "]"));
   }
+  if (options.pull_streams < 1 || options.pull_streams > kMaxPushStreams) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pull_streams ", options.pull_streams, " is outside [1, ",
+                     kMaxPushStreams, "]"));
+  }
   if (options.push_message_bytes < 1024 ||
       options.push_message_bytes > kMaxMessagePayloadBytes) {
     return absl::InvalidArgumentError(
@@ -74,15 +79,18 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
                      " is outside [1024, ", kMaxMessagePayloadBytes, "]"));
   }
   if (!push_channels.empty()) {
+    const int lanes_wanted =
+        std::max(options.push_streams, options.pull_streams) - 1;
     bool sizes_ok = push_channels.size() == channels.size();
     for (const auto& lanes : push_channels) {
-      sizes_ok = sizes_ok &&
-                 static_cast<int>(lanes.size()) == options.push_streams - 1;
+      sizes_ok = sizes_ok && static_cast<int>(lanes.size()) == lanes_wanted;
     }
     if (!sizes_ok) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "push channels: want ", options.push_streams - 1,
-          " per shard (push_streams - 1) for ", channels.size(), " shards"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("part channels: want ", lanes_wanted,
+                       " per shard (the larger of push_streams and "
+                       "pull_streams, less one) for ",
+                       channels.size(), " shards"));
     }
   }
   if (options.wire_dtype == pstrain::v1::DTYPE_UNSPECIFIED) {
@@ -141,8 +149,10 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
   client->channels_ = std::move(channels);
   for (auto& lanes : push_channels) {
     client->part_stubs_.emplace_back();
+    client->part_pull_stubs_.emplace_back();
     for (auto& ch : lanes) {
       client->part_stubs_.back().push_back(std::make_unique<PushStub>(ch));
+      client->part_pull_stubs_.back().push_back(std::make_unique<PullStub>(ch));
     }
   }
   client->part_channels_ = std::move(push_channels);
@@ -157,7 +167,8 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
   for (const std::string& address : map.server_addresses()) {
     channels.push_back(make_channel(address, 0));
     push_channels.emplace_back();
-    for (int c = 1; c < options.push_streams; ++c) {
+    for (int c = 1; c < std::max(options.push_streams, options.pull_streams);
+         ++c) {
       push_channels.back().push_back(make_channel(address, c));
     }
   }
@@ -346,29 +357,72 @@ void PsClient::NoteMinClock(uint64_t min_clock) {
   if (min_clock > start) started_.store(true, std::memory_order_relaxed);
 }
 
+int PsClient::StreamParts(int shard, int streams, uint64_t min_bytes) const {
+  int parts = std::max(
+      1, std::min(streams, static_cast<int>(shard_chunks_[shard].size())));
+  if (parts > 1 && min_bytes > 0) {
+    uint64_t bytes = 0;
+    for (int idx : shard_chunks_[shard]) bytes += map_.chunks(idx).length();
+    bytes *= WireElementBytes(options_.wire_dtype);
+    if (bytes < min_bytes) parts = 1;
+  }
+  return parts;
+}
+
 absl::Status PsClient::PullShard(int shard, uint32_t worker, uint64_t clock,
                                  MutableTensorViews* params, ShardRead* read,
                                  PsOp* op, TensorGate* gate) {
-  absl::Status st = WithRetries(shard, /*push=*/false, [&] {
-    return PullShardOnce(shard, worker, clock, params, read, op, gate);
-  });
-  if (st.ok()) NoteMinClock(read->min_clock);
-  return st;
+  const int parts = StreamParts(shard, options_.pull_streams, /*min_bytes=*/0);
+  std::vector<absl::Status> statuses(parts);
+  std::vector<ShardRead> reads(parts);
+  auto run_part = [&](int p) {
+    statuses[p] = WithRetries(shard, /*push=*/false, [&] {
+      return PullShardOnce(shard, p, parts, worker, clock, params, &reads[p],
+                           op, gate);
+    });
+  };
+  {
+    // As PushShard's parts: the others on threads started for them.
+    TaskGroup others(/*pool=*/nullptr);
+    for (int p = 1; p < parts; ++p) others.Run([&run_part, p] { run_part(p); });
+    run_part(0);
+  }  // waits for the other parts
+  absl::Status st;
+  for (int p = 0; p < parts && st.ok(); ++p) {
+    if (!statuses[p].ok() && parts > 1) {
+      st = absl::Status(
+          statuses[p].code(),
+          absl::StrCat("part ", p, " of ", parts, ": ", statuses[p].message()));
+    } else {
+      st = statuses[p];
+    }
+  }
+  if (!st.ok()) return st;
+  *read = reads[0];
+  bool torn = false;
+  for (int p = 1; p < parts; ++p) {
+    torn = torn || reads[p].version != read->version ||
+           reads[p].min_clock != read->min_clock;
+  }
+  if (torn) {
+    // A push committed between the parts' reads (async, or a stand-in's):
+    // the weights are of two versions, so the whole shard again, as one
+    // stream, which reads them once.
+    st = WithRetries(shard, /*push=*/false, [&] {
+      return PullShardOnce(shard, 0, 1, worker, clock, params, read, op, gate);
+    });
+    if (!st.ok()) return st;
+  }
+  NoteMinClock(read->min_clock);
+  return absl::OkStatus();
 }
 
 absl::Status PsClient::PushShard(int shard, uint32_t worker, uint64_t clock,
                                  uint64_t num_samples, const TensorViews& grads,
                                  const ShardRead& read, TensorGate* gate,
                                  uint64_t* version) {
-  int parts =
-      std::max(1, std::min(options_.push_streams,
-                           static_cast<int>(shard_chunks_[shard].size())));
-  if (parts > 1 && options_.split_min_bytes > 0) {
-    uint64_t bytes = 0;
-    for (int idx : shard_chunks_[shard]) bytes += map_.chunks(idx).length();
-    bytes *= WireElementBytes(options_.wire_dtype);
-    if (bytes < options_.split_min_bytes) parts = 1;
-  }
+  const int parts =
+      StreamParts(shard, options_.push_streams, options_.split_min_bytes);
   std::vector<absl::Status> statuses(parts);
   std::vector<pstrain::v1::PushResponse> responses(parts);
   auto run_part = [&](int p) {
@@ -454,7 +508,8 @@ absl::Status PsClient::AnnounceSession(uint32_t worker) {
   return absl::OkStatus();
 }
 
-absl::Status PsClient::PullShardOnce(int shard, uint32_t worker, uint64_t clock,
+absl::Status PsClient::PullShardOnce(int shard, int part, int parts,
+                                     uint32_t worker, uint64_t clock,
                                      MutableTensorViews* params,
                                      ShardRead* read, PsOp* op,
                                      TensorGate* gate) {
@@ -466,10 +521,19 @@ absl::Status PsClient::PullShardOnce(int shard, uint32_t worker, uint64_t clock,
   request.set_clock(clock);
   request.set_session_id(options_.session_id);
   request.set_generation(options_.generation);
+  if (parts > 1) {
+    request.set_part(part);
+    request.set_parts(parts);
+  }
+  const bool own_channel =
+      part > 0 && static_cast<size_t>(shard) < part_pull_stubs_.size() &&
+      static_cast<size_t>(part - 1) < part_pull_stubs_[shard].size();
+  PullStub* stub = own_channel ? part_pull_stubs_[shard][part - 1].get()
+                               : pull_stubs_[shard].get();
   // Raw messages: each one is decoded straight from gRPC's receive buffers
   // into the destination (DecodePullMessage), with no protobuf copy.
   SyncGenericCall<pstrain::v1::PullRequest, grpc::ByteBuffer> call(
-      pull_stubs_[shard].get(), &context, kPullMethod,
+      stub, &context, kPullMethod,
       SyncGenericCall<pstrain::v1::PullRequest,
                       grpc::ByteBuffer>::Open::kWithFirstMessage);
   const bool sent = call.WriteLast(request);
@@ -491,10 +555,12 @@ absl::Status PsClient::PullShardOnce(int shard, uint32_t worker, uint64_t clock,
   bytes_pulled_ += bytes;
   PS_RETURN_IF_ERROR(FromGrpcStatus(call.Finish()));
   PS_RETURN_IF_ERROR(status);
-  if (received != shard_chunks_[shard].size()) {
-    return absl::InternalError(absl::StrCat("pull returned ", received, " of ",
-                                            shard_chunks_[shard].size(),
-                                            " chunks"));
+  // This part's chunks: those at positions part, part + parts, ...
+  const size_t expected =
+      (shard_chunks_[shard].size() + parts - 1 - part) / parts;
+  if (received != expected) {
+    return absl::InternalError(
+        absl::StrCat("pull returned ", received, " of ", expected, " chunks"));
   }
   return absl::OkStatus();
 }

@@ -82,6 +82,13 @@ struct PsClientOptions {
   // one stream whatever push_streams says (PushSplitMinBytes: the default's
   // split only pays for large pushes). 0: always split.
   uint64_t split_min_bytes = 0;
+  // Streams each shard's pull is split over, at once: part p carries the
+  // shard's chunks at positions p, p + n, ... (PullRequest.part, parts),
+  // on the push's part-p connection where Create was given one. Each part
+  // reads the weights on its own; parts that read different versions (a
+  // push committed between them) are pulled again as one stream. At most
+  // one part per chunk. 1..kMaxPushStreams.
+  int pull_streams = 1;
   // Chunk payload per push message (a chunk larger than this goes alone),
   // 1 KiB..kMaxMessagePayloadBytes: kPushMessagePayloadBytes, so that a
   // server that sums on arrival sums one message while the next arrives
@@ -146,19 +153,19 @@ class PsOp {
 class PsClient {
  public:
   // `channels[i]` reaches shard i. Validates the map (every chunk inside its
-  // tensor, shard ids below channels.size()) and options.push_streams.
-  // `push_channels[i]`, if given, holds options.push_streams - 1 more
-  // channels to shard i (each its own connection, MakeChannel's
-  // `connection`) for parts 1, 2, ... of its pushes; without them every
-  // part shares channels[i].
+  // tensor, shard ids below channels.size()), options.push_streams and
+  // options.pull_streams. `push_channels[i]`, if given, holds the larger of
+  // push_streams and pull_streams, less one, more channels to shard i (each
+  // its own connection, MakeChannel's `connection`) for parts 1, 2, ... of
+  // its pushes and pulls; without them every part shares channels[i].
   static absl::StatusOr<std::unique_ptr<PsClient>> Create(
       const pstrain::v1::ShardMap& map,
       std::vector<std::shared_ptr<grpc::Channel>> channels,
       PsClientOptions options,
       std::vector<std::vector<std::shared_ptr<grpc::Channel>>> push_channels =
           {});
-  // A channel to `address`; `connection` 0 for a shard's pulls and the
-  // first part of its pushes, 1, 2, ... for the other parts, each to be a
+  // A channel to `address`; `connection` 0 for the first part of a shard's
+  // pulls and pushes, 1, 2, ... for the other parts, each to be a
   // connection of its own (MakeChannel's `connection`).
   using ChannelFactory = std::function<std::shared_ptr<grpc::Channel>(
       const std::string& address, int connection)>;
@@ -296,9 +303,13 @@ class PsClient {
                          uint64_t num_samples, const TensorViews& grads,
                          const ShardRead& read, TensorGate* gate,
                          uint64_t* version);
-  absl::Status PullShardOnce(int shard, uint32_t worker, uint64_t clock,
-                             MutableTensorViews* params, ShardRead* read,
-                             PsOp* op, TensorGate* gate);
+  // Part `part` of `parts` (PsClientOptions::pull_streams).
+  absl::Status PullShardOnce(int shard, int part, int parts, uint32_t worker,
+                             uint64_t clock, MutableTensorViews* params,
+                             ShardRead* read, PsOp* op, TensorGate* gate);
+  // The streams a shard's push or pull of `streams` is split over: at most
+  // one per chunk, one below `min_bytes` (0: no minimum).
+  int StreamParts(int shard, int streams, uint64_t min_bytes) const;
   // Part `part` of `parts` (PsClientOptions::push_streams); `response`
   // gets the shard's answer.
   absl::Status PushShardOnce(int shard, int part, int parts, uint32_t worker,
@@ -357,6 +368,7 @@ class PsClient {
   // Per shard: parts 1, 2, ... of a push (empty: on channels_).
   std::vector<std::vector<std::shared_ptr<grpc::Channel>>> part_channels_;
   std::vector<std::vector<std::unique_ptr<PushStub>>> part_stubs_;
+  std::vector<std::vector<std::unique_ptr<PullStub>>> part_pull_stubs_;
   std::vector<std::vector<int>> shard_chunks_;   // shard -> indices into chunks
   std::vector<std::vector<int>> tensor_chunks_;  // tensor -> (offset order)
   std::vector<uint64_t> tensor_sizes_;

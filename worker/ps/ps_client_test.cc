@@ -46,7 +46,23 @@ class FakeShard final : public pstrain::v1::ParameterServer::Service {
       if (i == hold_pull_at && hold != nullptr) {
         hold->WaitForNotificationWithTimeout(absl::Seconds(10));
       }
-      writer->Write(pull_messages[i]);
+      if (request->parts() <= 1) {
+        writer->Write(pull_messages[i]);
+        continue;
+      }
+      // A part: the chunks at its positions (one tensor: a chunk's index is
+      // its position), and its head's version from split_versions.
+      PullResponse m = pull_messages[i];
+      m.clear_chunks();
+      for (const ChunkData& c : pull_messages[i].chunks()) {
+        if (c.index() % request->parts() == request->part()) {
+          *m.add_chunks() = c;
+        }
+      }
+      if (i == 0 && request->part() < split_versions.size()) {
+        m.set_version(split_versions[request->part()]);
+      }
+      writer->Write(m);
     }
     return grpc::Status::OK;
   }
@@ -69,6 +85,9 @@ class FakeShard final : public pstrain::v1::ParameterServer::Service {
     return grpc::Status::OK;
   }
   std::vector<PullResponse> pull_messages;
+  // Pulls split over parts: part p's head says version split_versions[p]
+  // (where given).
+  std::vector<uint64_t> split_versions;
   // Set: message hold_pull_at is sent only once notified.
   std::shared_ptr<absl::Notification> hold_pull;
   size_t hold_pull_at = 0;
@@ -465,6 +484,55 @@ TEST_P(PsClientTest, PushSplitsTheShardsChunksOverStreams) {
   EXPECT_EQ(got, want);
 }
 
+// pull_streams 3: three pulls at once, part p on part connection p (the
+// larger of push_streams and pull_streams sets how many), each asking for its
+// part (PullRequest.part, parts) and every chunk decoded once; parts that read
+// different versions are pulled again as one stream, whose read is the one
+// reported.
+TEST_P(PsClientTest, PullSplitsOverStreamsAndRereadsATornOne) {
+  ServeValues();
+  for (bool torn : {false, true}) {
+    {
+      absl::MutexLock lock(&fake_.mu);
+      fake_.pull_requests.clear();
+    }
+    fake_.split_versions =
+        torn ? std::vector<uint64_t>{7, 8, 7} : std::vector<uint64_t>{};
+    PsClientOptions options;
+    options.max_attempts = 1;
+    options.wire_dtype = GetParam();
+    options.push_streams = 2;
+    options.pull_streams = 3;
+    auto client = PsClient::Create(map_, {MakeChannel(address_)}, options,
+                                   {{MakeChannel(address_, nullptr, 1),
+                                     MakeChannel(address_, nullptr, 2)}});
+    ASSERT_TRUE(client.ok()) << client.status();
+    TensorList params;
+    auto op = (*client)->StartPull(0, 4, &params);
+    ASSERT_TRUE(op->Wait().ok()) << op->Wait();
+    std::vector<float> want = values_;
+    RoundToWire(GetParam(), want.data(), want.size());
+    EXPECT_EQ(params[0], want) << "torn " << torn;
+    EXPECT_EQ(op->reads()[0].version, 7u);
+    EXPECT_EQ(op->reads()[0].min_clock, 5u);
+    absl::MutexLock lock(&fake_.mu);
+    std::vector<int> parts_seen(3, 0);
+    int whole = 0;
+    for (const pstrain::v1::PullRequest& r : fake_.pull_requests) {
+      EXPECT_EQ(r.clock(), 4u);
+      if (r.parts() == 0) {
+        ++whole;
+        continue;
+      }
+      ASSERT_EQ(r.parts(), 3u);
+      ASSERT_LT(r.part(), 3u);
+      ++parts_seen[r.part()];
+    }
+    EXPECT_EQ(parts_seen, std::vector<int>(3, 1)) << "torn " << torn;
+    EXPECT_EQ(whole, torn ? 1 : 0);
+  }
+}
+
 // split_min_bytes: a shard's push of fewer bytes on the wire goes as one
 // stream (no parts in its header); at that many bytes it is split.
 TEST_P(PsClientTest, PushBelowTheSplitMinimumGoesAsOneStream) {
@@ -530,6 +598,11 @@ TEST_P(PsClientTest, CreateChecksPushStreams) {
     auto c = PsClient::Create(map_, {MakeChannel(address_)}, options);
     EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(c.status().message().find("push_streams"), std::string::npos);
+    PsClientOptions pulls;
+    pulls.pull_streams = streams;
+    c = PsClient::Create(map_, {MakeChannel(address_)}, pulls);
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(c.status().message().find("pull_streams"), std::string::npos);
   }
   PsClientOptions options;
   options.push_streams = 3;
