@@ -961,11 +961,10 @@ const std::vector<Key>& KeyTable() {
       Row("network", "pull_streams", IntCodec<int32_t>(), 0,
           PS_FIELD(network, pull_streams),
           "Streams (the push's connections) a worker splits each shard's "
-          "pull over, each part reading the weights on its own (parts that "
-          "read different versions are pulled again as one stream): 1 to 8; "
-          "0 is 1 (measured slower in real jobs on 2 cores: [one pull over "
-          "several streams](architecture.md#one-pull-over-several-"
-          "streams))."),
+          "pull over, each part reading the weights on its own: 1 to 8; 0 "
+          "is 1 (measured slower in real jobs on 2 cores); more than 1 only "
+          "in mode sync without backup workers ([one pull over several "
+          "streams](architecture.md#one-pull-over-several-streams))."),
       Row("network", "tls_cert", StringCodec(), "", PS_FIELD(network, tls_cert),
           "PEM certificate of every gRPC server (with `tls_key`): TLS on "
           "every connection; `--tls_cert` overrides."),
@@ -1543,6 +1542,13 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
     return KeyError("network.pull_streams",
                     absl::StrCat("must be <= ", kMaxPushStreamsConfig, ", got ",
                                  n.pull_streams()));
+  }
+  if (n.pull_streams() > 1 &&
+      (t.mode() != v1::MODE_SYNC || t.backup_workers() > 0)) {
+    return KeyError("network.pull_streams",
+                    "a pull splits over several streams in mode sync without "
+                    "backup workers only (where every part reads the same "
+                    "step); use 1 or 0");
   }
   // Mode allreduce: the gRPC ring sends fp32 or bf16
   // (worker/allreduce/ring_allreduce.h); fp16 partial sums could overflow,

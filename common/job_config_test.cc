@@ -1191,10 +1191,9 @@ TEST(JobConfigTest, PushStreams) {
   }
 }
 
-// network.pull_streams: 0 (the default) is one stream in every layout; an
-// asked-for number in any mode (parts that read different versions are
-// pulled again as one stream); at most 8; errors name the key (file and
-// line).
+// network.pull_streams: 0 (the default) is one stream in every layout;
+// more than 1 only in plain sync (where every part reads the same step); at
+// most 8; errors name the key (file and line).
 TEST(JobConfigTest, PullStreams) {
   JobConfig c = DefaultJobConfig();
   EXPECT_EQ(c.network().pull_streams(), 0);
@@ -1203,11 +1202,25 @@ TEST(JobConfigTest, PullStreams) {
   c.mutable_job()->set_servers(1);
   FinalizeJobConfig(&c);
   EXPECT_EQ(PullStreams(c), 1);
-  JobConfig async = c;
+  JobConfig three = c;
+  three.mutable_network()->set_pull_streams(3);
+  EXPECT_TRUE(ValidateJobConfig(three).ok()) << ValidateJobConfig(three);
+  EXPECT_EQ(PullStreams(three), 3);
+  JobConfig async = three;
   async.mutable_training()->set_mode(v1::MODE_ASYNC);
-  async.mutable_network()->set_pull_streams(3);
-  EXPECT_TRUE(ValidateJobConfig(async).ok()) << ValidateJobConfig(async);
-  EXPECT_EQ(PullStreams(async), 3);
+  JobConfig backup = three;
+  backup.mutable_job()->set_workers(3);
+  backup.mutable_training()->set_backup_workers(1);
+  FinalizeJobConfig(&backup);
+  for (JobConfig other : {async, backup}) {
+    const absl::Status st = ValidateJobConfig(other);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(st.message()),
+                HasSubstr("network.pull_streams: a pull splits over several "
+                          "streams in mode sync without backup workers only"));
+    other.mutable_network()->set_pull_streams(1);
+    EXPECT_TRUE(ValidateJobConfig(other).ok()) << ValidateJobConfig(other);
+  }
   absl::StatusOr<JobConfig> two =
       ParseJobConfig("network:\n  pull_streams: 2\n", "job.yaml");
   ASSERT_TRUE(two.ok()) << two.status();

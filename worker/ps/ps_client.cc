@@ -405,9 +405,9 @@ absl::Status PsClient::PullShard(int shard, uint32_t worker, uint64_t clock,
            reads[p].min_clock != read->min_clock;
   }
   if (torn) {
-    // A push committed between the parts' reads (async, or a stand-in's):
-    // the weights are of two versions, so the whole shard again, as one
-    // stream, which reads them once.
+    // The weights changed between the parts' reads (a restore; in plain
+    // sync no step can commit before this worker's push): the whole shard
+    // again, as one stream, which reads one version.
     st = WithRetries(shard, /*push=*/false, [&] {
       return PullShardOnce(shard, 0, 1, worker, clock, params, read, op, gate);
     });

@@ -84,10 +84,12 @@ struct PsClientOptions {
   uint64_t split_min_bytes = 0;
   // Streams each shard's pull is split over, at once: part p carries the
   // shard's chunks at positions p, p + n, ... (PullRequest.part, parts),
-  // on the push's part-p connection where Create was given one. Each part
-  // reads the weights on its own; parts that read different versions (a
-  // push committed between them) are pulled again as one stream. At most
-  // one part per chunk. 1..kMaxPushStreams.
+  // on part connection p where Create was given one. Each part reads the
+  // weights on its own; parts that read different versions (a step
+  // committed between them, or a restore) are pulled again as one stream,
+  // but a `gate`'s chunks are opened as they arrive, so split only where
+  // every part reads the same step: plain sync (the config allows no
+  // other). At most one part per chunk. 1..kMaxPushStreams.
   int pull_streams = 1;
   // Chunk payload per push message (a chunk larger than this goes alone),
   // 1 KiB..kMaxMessagePayloadBytes: kPushMessagePayloadBytes, so that a
