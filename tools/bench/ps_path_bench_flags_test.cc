@@ -15,6 +15,7 @@ ABSL_DECLARE_FLAG(bool, compare_push_streams);
 ABSL_DECLARE_FLAG(bool, compare_apply_block);
 ABSL_DECLARE_FLAG(int32_t, compare_chunk_kib);
 ABSL_DECLARE_FLAG(int32_t, compare_pull_message_kib);
+ABSL_DECLARE_FLAG(int32_t, compare_pull_streams);
 
 namespace pstrain::bench {
 namespace {
@@ -28,6 +29,7 @@ class PsPathBenchFlagsTest : public ::testing::Test {
     absl::SetFlag(&FLAGS_compare_apply_block, false);
     absl::SetFlag(&FLAGS_compare_chunk_kib, 0);
     absl::SetFlag(&FLAGS_compare_pull_message_kib, 0);
+    absl::SetFlag(&FLAGS_compare_pull_streams, 0);
   }
 };
 
@@ -89,6 +91,21 @@ TEST_F(PsPathBenchFlagsTest, ComparePullMessageKibIsTakenAndBoundedByName) {
   ASSERT_FALSE(o.ok());
   EXPECT_EQ(o.status().message(),
             "--compare_pull_message_kib: must be in [0, 4096], got -1");
+}
+
+TEST_F(PsPathBenchFlagsTest, ComparePullStreamsIsTakenAndBoundedByName) {
+  absl::StatusOr<PsPathBenchOptions> o = PsPathBenchOptionsFromFlags("self");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->rounds.compare_pull_streams, 0);
+  absl::SetFlag(&FLAGS_compare_pull_streams, 2);
+  o = PsPathBenchOptionsFromFlags("self");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->rounds.compare_pull_streams, 2);
+  absl::SetFlag(&FLAGS_compare_pull_streams, 9);
+  o = PsPathBenchOptionsFromFlags("self");
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().message(),
+            "--compare_pull_streams: must be in [0, 8], got 9");
 }
 
 }  // namespace

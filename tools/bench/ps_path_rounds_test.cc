@@ -269,6 +269,7 @@ TEST(RunPsPathRounds, CpuBusyRowsBesideTheMeasuredOnes) {
       r->push_cpu_busy = 0.5 + 0.25 * f.round;
       r->pull_cpu_busy = 0.25;
       r->pull_faults_per_step = 300 * f.round;
+      r->copies_per_step = 2 * f.round;
     }
     return r;
   };
@@ -291,6 +292,24 @@ TEST(RunPsPathRounds, CpuBusyRowsBesideTheMeasuredOnes) {
   // Page faults per warm step beside the pull; the push measured none.
   EXPECT_EQ(rounds.at("flt_pull_1MB_1s_1w"), (std::vector<double>{0, 300}));
   EXPECT_EQ(rounds.count("flt_push_1MB_1s_1w"), 0u);
+  // Chunks copied on write per warm step, beside the push only; the report
+  // ends its ratio line with them and gives them no line of their own.
+  EXPECT_EQ(rounds.at("cow_push_1MB_1s_1w"), (std::vector<double>{0, 2}));
+  EXPECT_EQ(rounds.count("cow_pull_1MB_1s_1w"), 0u);
+  const std::string report = PsPathReport(rounds);
+  EXPECT_NE(report.find("chunks copied/step 1.0\n"), std::string::npos)
+      << report;
+  EXPECT_EQ(report.find("cow_"), std::string::npos) << report;
+}
+
+TEST(ShardSettings, PullStreamsAreComparedWithTheirTag) {
+  PsPathRoundsOptions o = OneRow(1);
+  o.compare_pull_streams = 2;
+  const std::vector<ShardSetting> s = ShardSettings(o);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].pull_streams, 0);  // the job's
+  EXPECT_EQ(s[1].suffix, "_pullstreams");
+  EXPECT_EQ(s[1].pull_streams, 2);
 }
 
 // The CPUs' busy shares and the page faults per step end the ratio lines
