@@ -1088,6 +1088,19 @@ absl::Status InRange(const std::string& key, double value, double lo, double hi,
                                     hi_inclusive ? "]" : ")", ", got ", value));
 }
 
+// network.push_streams and pull_streams: 0..kMaxPushStreamsConfig, and
+// more than 1 only where `split_ok` (else `why`).
+absl::Status StreamsKey(const std::string& key, int64_t value, bool split_ok,
+                        const char* why) {
+  PS_RETURN_IF_ERROR(AtLeast(key, value, 0));
+  if (value > kMaxPushStreamsConfig) {
+    return KeyError(key, absl::StrCat("must be <= ", kMaxPushStreamsConfig,
+                                      ", got ", value));
+  }
+  if (value > 1 && !split_ok) return KeyError(key, why);
+  return absl::OkStatus();
+}
+
 absl::Status Positive(const std::string& key, double value) {
   if (value > 0 && std::isfinite(value)) return absl::OkStatus();
   return KeyError(key, absl::StrCat("must be > 0, got ", value));
@@ -1524,32 +1537,16 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   PS_RETURN_IF_ERROR(Positive("network.lease_s", n.lease_s()));
   PS_RETURN_IF_ERROR(
       Known("network.wire_dtype", WireDtypeNames(), n.wire_dtype()));
-  PS_RETURN_IF_ERROR(AtLeast("network.push_streams", n.push_streams(), 0));
-  if (n.push_streams() > kMaxPushStreamsConfig) {
-    return KeyError("network.push_streams",
-                    absl::StrCat("must be <= ", kMaxPushStreamsConfig, ", got ",
-                                 n.push_streams()));
-  }
-  if (n.push_streams() > 1 &&
-      (t.mode() != v1::MODE_SYNC || t.backup_workers() > 0)) {
-    return KeyError("network.push_streams",
-                    "a push splits over several streams in mode sync without "
-                    "backup workers only (the servers sum it on arrival); "
-                    "other modes take it as one stream: use 1 or 0");
-  }
-  PS_RETURN_IF_ERROR(AtLeast("network.pull_streams", n.pull_streams(), 0));
-  if (n.pull_streams() > kMaxPushStreamsConfig) {
-    return KeyError("network.pull_streams",
-                    absl::StrCat("must be <= ", kMaxPushStreamsConfig, ", got ",
-                                 n.pull_streams()));
-  }
-  if (n.pull_streams() > 1 &&
-      (t.mode() != v1::MODE_SYNC || t.backup_workers() > 0)) {
-    return KeyError("network.pull_streams",
-                    "a pull splits over several streams in mode sync without "
-                    "backup workers only (where every part reads the same "
-                    "step); use 1 or 0");
-  }
+  const bool plain_sync = t.mode() == v1::MODE_SYNC && t.backup_workers() == 0;
+  PS_RETURN_IF_ERROR(StreamsKey(
+      "network.push_streams", n.push_streams(), plain_sync,
+      "a push splits over several streams in mode sync without backup "
+      "workers only (the servers sum it on arrival); other modes take it as "
+      "one stream: use 1 or 0"));
+  PS_RETURN_IF_ERROR(StreamsKey(
+      "network.pull_streams", n.pull_streams(), plain_sync,
+      "a pull splits over several streams in mode sync without backup "
+      "workers only (where every part reads the same step); use 1 or 0"));
   // Mode allreduce: the gRPC ring sends fp32 or bf16
   // (worker/allreduce/ring_allreduce.h); fp16 partial sums could overflow,
   // and NCCL reduces in fp32 only here.

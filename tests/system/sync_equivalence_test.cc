@@ -166,6 +166,21 @@ TEST(SyncEquivalenceControlTest, DifferentGlobalBatchDiffers) {
   }
 }
 
+// Runs `one` and `split` (the same job over more streams): every worker of
+// `split` ends with the same weights, equal bit for bit to `one`'s, and
+// training moved them.
+void ExpectSplitTrainsTheSameWeights(const JobConfig& one,
+                                     const JobConfig& split) {
+  ASSERT_TRUE(ValidateJobConfig(split).ok()) << ValidateJobConfig(split);
+  absl::StatusOr<std::vector<TensorList>> a = RunParameterServerJob(one);
+  ASSERT_TRUE(a.ok()) << a.status();
+  absl::StatusOr<std::vector<TensorList>> b = RunParameterServerJob(split);
+  ASSERT_TRUE(b.ok()) << b.status();
+  ExpectWorkersIdentical(*b);
+  EXPECT_EQ((*b)[0], (*a)[0]);
+  EXPECT_GT(MaxAbsDiff((*b)[0], *InitialParams(one.model())), 1e-3);
+}
+
 // network.push_streams splits each shard's push over that many streams
 // (connections) at once; the shards sum each chunk once and commit the
 // push with its last chunk, so the weights are those of one stream per
@@ -177,32 +192,18 @@ TEST(SyncPushStreamsTest, SplitPushesTrainTheSameWeightsBitForBit) {
   JobConfig split = one;
   split.mutable_network()->set_push_streams(3);
   ASSERT_EQ(PushStreams(split), 3);
-  absl::StatusOr<std::vector<TensorList>> a = RunParameterServerJob(one);
-  ASSERT_TRUE(a.ok()) << a.status();
-  absl::StatusOr<std::vector<TensorList>> b = RunParameterServerJob(split);
-  ASSERT_TRUE(b.ok()) << b.status();
-  ExpectWorkersIdentical(*b);
-  EXPECT_EQ((*b)[0], (*a)[0]);
-  EXPECT_GT(MaxAbsDiff((*b)[0], *InitialParams(one.model())), 1e-3);
+  ExpectSplitTrainsTheSameWeights(one, split);
 }
 
 // Pulls split over streams (network.pull_streams; each part reads the
-// weights on its own) train the same weights as single-stream pulls (sync,
-// 3 workers, 2 servers).
+// weights on its own) train the same weights as single-stream pulls.
 TEST(SyncPushStreamsTest, SplitPullsTrainTheSameWeightsBitForBit) {
   const OptimizerCase opt{"adam", OptimizerConfig::ADAM, 0.01, false};
   JobConfig one = MakeConfig(opt, /*workers=*/3, /*servers=*/2, kLocalBatch, 1);
   JobConfig split = one;
   split.mutable_network()->set_pull_streams(3);
   ASSERT_EQ(PullStreams(split), 3);
-  ASSERT_TRUE(ValidateJobConfig(split).ok()) << ValidateJobConfig(split);
-  absl::StatusOr<std::vector<TensorList>> a = RunParameterServerJob(one);
-  ASSERT_TRUE(a.ok()) << a.status();
-  absl::StatusOr<std::vector<TensorList>> b = RunParameterServerJob(split);
-  ASSERT_TRUE(b.ok()) << b.status();
-  ExpectWorkersIdentical(*b);
-  EXPECT_EQ((*b)[0], (*a)[0]);
-  EXPECT_GT(MaxAbsDiff((*b)[0], *InitialParams(one.model())), 1e-3);
+  ExpectSplitTrainsTheSameWeights(one, split);
 }
 
 }  // namespace
