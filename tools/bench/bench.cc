@@ -43,7 +43,8 @@ struct Plan {
   std::vector<int> ps_servers = {1, 2};
   std::vector<int> ps_workers = {1, 4};
   // Warm steps of every push/pull figure (and of the raw TCP and bare gRPC
-  // ones) after one cold step, on one cluster (connection).
+  // ones) after one cold step and the settling ones (StepsTimed, stats.h),
+  // on one cluster (connection).
   int ps_steps = kSteadySteps;
   // The real-job rows (whole_job.h, MeasureRealJobComm): layout and model
   // size of each, and their steps. Every layout must be one of ps_servers x
@@ -228,12 +229,13 @@ void RunRound(const Plan& plan, int round, Iperf3* iperf, GrpcStream* stream,
     }
     const double b = static_cast<double>(bytes / sizeof(float) * 4);
     r->Set("raw_push_" + SizeName(bytes), "GB/s", round,
-           SteadyRateOf(b, raw->push_s, 1).warm_bytes_per_s / 1e9);
+           SettledRateOf(b, raw->push_s).warm_bytes_per_s / 1e9);
     r->Set("raw_pull_" + SizeName(bytes), "GB/s", round,
-           SteadyRateOf(b, raw->pull_s, 1).warm_bytes_per_s / 1e9);
+           SettledRateOf(b, raw->pull_s).warm_bytes_per_s / 1e9);
   }
   // The bare gRPC stream, warm: medians of plan.ps_steps transfers on its
-  // one long-lived connection after one more.
+  // one long-lived connection after a cold one and the settling ones
+  // (StepsTimed, stats.h).
   for (uint64_t bytes : plan.ps_bytes) {
     if (stream == nullptr || StopRequested()) break;
     // The share of the CPUs' time used during each stream (BusyShare).
@@ -797,9 +799,10 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
 void PrintLayers(const Plan& plan, const Results& r) {
   printf(
       "\nLayers, 1 server, 1 worker unless a row says (GB/s, medians over "
-      "rounds; warm: %d steps on one connection after a cold one)\n\n"
+      "rounds; warm: %d steps on one connection after a cold one and %d "
+      "settling ones)\n\n"
       "| layer |",
-      plan.ps_steps);
+      plan.ps_steps, kSettleSteps);
   for (uint64_t b : plan.ps_bytes) printf(" %s |", SizeName(b).c_str());
   printf("\n|---|");
   for (size_t i = 0; i < plan.ps_bytes.size(); ++i) printf("--:|");

@@ -3,14 +3,14 @@
 // raw-TCP PS of the same bytes (raw_tcp.h, the transport floor), a warm bare
 // gRPC stream of the same bytes, pstrain push and pull (sizes x servers x
 // workers; medians of kSteadySteps warm steps on one cluster, the cold first
-// step apart), the optimizer against a STREAM triad, the ring all-reduce
-// against MPI_Allreduce, then the real one-worker jobs and the whole jobs
-// (whole_job.h: ps_worker/ps_server processes, needs --bin_dir); /proc/loadavg
-// is read at the start of every round. Ratios are taken within a round and
-// reported as medians over rounds. The server's and the worker's peak memory
-// are measured once, after the rounds. Prints one table (every goal: measured
-// value, ratio, goal, met or NOT MET) and the per-round values, and writes the
-// same as JSON (--out).
+// step apart, the settling steps in no figure: stats.h), the optimizer against
+// a STREAM triad, the ring all-reduce against MPI_Allreduce, then the real
+// one-worker jobs and the whole jobs (whole_job.h: ps_worker/ps_server
+// processes, needs --bin_dir); /proc/loadavg is read at the start of every
+// round. Ratios are taken within a round and reported as medians over rounds.
+// The server's and the worker's peak memory are measured once, after the
+// rounds. Prints one table (every goal: measured value, ratio, goal, met or NOT
+// MET) and the per-round values, and writes the same as JSON (--out).
 //
 //   ps_bench [--quick] [--rounds R] [--out bench.json] [--iperf3 iperf3]
 //            [--mpirun mpirun --mpi_program PATH] [--bin_dir DIR

@@ -2,8 +2,9 @@
 // bare stream (tools/bench/wire.h) with one setting changed at a time, every
 // variant in every round (interleaved), warm: each variant keeps one
 // long-lived stream, and each figure is the median of `steps` transfers
-// after one apart (GrpcStream::UploadSteady). A measuring instrument for
-// docs/performance.md ("What gRPC's settings move"), not a product path.
+// after a cold one and the settling ones (GrpcStream::UploadSteady). A
+// measuring instrument for docs/performance.md ("What gRPC's settings
+// move"), not a product path.
 #ifndef PSTRAIN_TOOLS_BENCH_GRPC_ARGS_H_
 #define PSTRAIN_TOOLS_BENCH_GRPC_ARGS_H_
 

@@ -281,10 +281,10 @@ absl::StatusOr<PsPathResult> MeasurePsPath(uint64_t elems, int servers,
   std::vector<double> pull_steps, push_steps;
   CpuTimes pull_cpu, push_cpu;
   uint64_t pull_faults = 0, push_faults = 0, copies_before = 0;
-  for (int step = 0; step <= steps; ++step) {
-    // The cold step's CPU time and faults (connections, first-touch pages)
-    // are dropped.
-    if (step == 1) {
+  for (int step = 0; step < StepsTimed(steps); ++step) {
+    // The cold and settling steps' CPU time and faults (connections,
+    // first-touch pages, a growing heap) are dropped.
+    if (step == 1 + kSettleSteps) {
       pull_cpu = push_cpu = CpuTimes{};
       pull_faults = push_faults = 0;
       copies_before = (*cluster)->ChunksCopiedOnWrite();
@@ -297,8 +297,8 @@ absl::StatusOr<PsPathResult> MeasurePsPath(uint64_t elems, int servers,
     push_steps.push_back(push_s);
   }
   const double bytes = static_cast<double>(elems) * sizeof(float) * workers;
-  const SteadyRate push = SteadyRateOf(bytes, push_steps, 1);
-  const SteadyRate pull = SteadyRateOf(bytes, pull_steps, 1);
+  const SteadyRate push = SettledRateOf(bytes, push_steps);
+  const SteadyRate pull = SettledRateOf(bytes, pull_steps);
   PsPathResult result;
   result.push_bytes_per_s = push.warm_bytes_per_s;
   result.pull_bytes_per_s = pull.warm_bytes_per_s;
@@ -380,7 +380,7 @@ absl::StatusOr<SparsePathResult> MeasureSparsePath(uint64_t unique_rows,
   }
   // Every step's ids, drawn before anything is timed.
   std::mt19937_64 rng(17);
-  std::vector<std::vector<std::vector<int64_t>>> ids(steps + 1);
+  std::vector<std::vector<std::vector<int64_t>>> ids(StepsTimed(steps));
   for (auto& step : ids) {
     for (int i = 0; i < workers; ++i) {
       step.push_back(ZipfIds(unique_rows, table_rows, &rng));
@@ -391,7 +391,7 @@ absl::StatusOr<SparsePathResult> MeasureSparsePath(uint64_t unique_rows,
   std::vector<std::unique_ptr<PsOp>> ops(workers);
   std::vector<std::vector<RowSet>> pulled(workers);
   std::vector<std::vector<ShardRead>> reads(workers);
-  for (int step = 0; step <= steps; ++step) {
+  for (int step = 0; step < StepsTimed(steps); ++step) {
     absl::Time start = absl::Now();
     for (int i = 0; i < workers; ++i) {
       ops[i] = clients[i]->StartPullRows(
@@ -418,8 +418,8 @@ absl::StatusOr<SparsePathResult> MeasureSparsePath(uint64_t unique_rows,
     push_steps.push_back(absl::ToDoubleSeconds(absl::Now() - start));
   }
   const double rows = static_cast<double>(unique_rows) * workers;
-  const SteadyRate push = SteadyRateOf(rows, push_steps, 1);
-  const SteadyRate pull = SteadyRateOf(rows, pull_steps, 1);
+  const SteadyRate push = SettledRateOf(rows, push_steps);
+  const SteadyRate pull = SettledRateOf(rows, pull_steps);
   SparsePathResult result;
   result.push_rows_per_s = push.warm_bytes_per_s;
   result.pull_rows_per_s = pull.warm_bytes_per_s;

@@ -106,11 +106,12 @@ struct PsPathSetting {
   bool reuse_op_threads = true;
 };
 
-// Starts the shards and the workers' connections once, then runs 1 + `steps`
-// sync steps on them: every worker pulls (concurrently; the pull phase is
-// timed), then every worker pushes its gradient (timed). Step 0 is the cold
-// step, reported apart; the figures are medians over the `steps` warm ones
-// (SteadyRateOf, stats.h), and the share of the CPUs busy in their phases.
+// Starts the shards and the workers' connections once, then runs
+// StepsTimed(`steps`) sync steps on them: every worker pulls (concurrently;
+// the pull phase is timed), then every worker pushes its gradient (timed).
+// Step 0 is the cold step, reported apart, the next kSettleSteps count
+// nowhere; the figures are medians over the `steps` warm ones
+// (SettledRateOf, stats.h), and the share of the CPUs busy in their phases.
 // Bytes are counted as the fp32 model (elems * 4 per worker).
 absl::StatusOr<PsPathResult> MeasurePsPath(uint64_t elems, int servers,
                                            int workers, int steps,
@@ -129,12 +130,12 @@ struct SparsePathResult {
 
 // Row-sparse tensors (docs/sparse.md) on the same path: a sync job of one
 // row-sparse table [table_rows, dim] (SGD) over `servers` shards for
-// `workers` workers, started once; then 1 + `steps` steps, in each of which
-// every worker pulls (PsClient::StartPullRows, concurrently; timed) and then
-// pushes the gradient of (StartPushRows; timed) `unique_rows` distinct row
+// `workers` workers, started once; then StepsTimed(`steps`) steps, in each of
+// which every worker pulls (PsClient::StartPullRows, concurrently; timed) and
+// then pushes the gradient of (StartPushRows; timed) `unique_rows` distinct row
 // ids drawn from a Zipf law of exponent 1.1 over the table (hot ids
 // repeat, so a step's ids differ per worker and step but overlap). Step 0
-// is cold and dropped. fp32 wire.
+// and the settling steps are dropped (SettledRateOf). fp32 wire.
 absl::StatusOr<SparsePathResult> MeasureSparsePath(uint64_t unique_rows,
                                                    int dim, int servers,
                                                    int workers, int steps,

@@ -211,7 +211,7 @@ absl::StatusOr<RawTcpSeconds> MeasureRawTcpPs(uint64_t elems, int steps) {
   const std::vector<float> grad(elems, 1e-3f);
   std::vector<float> weights;
   RawTcpSeconds out;
-  for (int step = 0; step <= steps; ++step) {
+  for (int step = 0; step < StepsTimed(steps); ++step) {
     absl::Time start = absl::Now();
     absl::Status s = (*ps)->Pull(&weights);
     if (!s.ok()) {

@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/optimizer.h"
+#include "tools/bench/stats.h"
 
 namespace pstrain::bench {
 
@@ -74,8 +75,9 @@ class RawTcpPs {
 };
 
 // Seconds of one raw-TCP pull and push per step over one connection:
-// `steps` + 1 steps (pull then push, as the ps_path benchmark), step 0 the
-// cold one. Errors name the step.
+// StepsTimed(`steps`) steps (pull then push, as the ps_path benchmark), step
+// 0 the cold one, then kSettleSteps (SettledRateOf, stats.h). Errors name
+// the step.
 struct RawTcpSeconds {
   std::vector<double> pull_s, push_s;  // index: step
 };

@@ -24,11 +24,16 @@ double Median(std::vector<double> values) {
 }
 
 SteadyRate SteadyRateOf(double bytes, const std::vector<double>& seconds,
-                        int cold) {
+                        int cold, int settle) {
   std::vector<double> c, w;
   for (size_t i = 0; i < seconds.size(); ++i) {
     const double rate = seconds[i] > 0 ? bytes / seconds[i] : __builtin_nan("");
-    (static_cast<int>(i) < cold ? c : w).push_back(rate);
+    const int step = static_cast<int>(i);
+    if (step < cold) {
+      c.push_back(rate);
+    } else if (step >= cold + settle) {
+      w.push_back(rate);
+    }
   }
   SteadyRate r;
   r.cold_bytes_per_s = Median(c);

@@ -16,17 +16,33 @@ namespace pstrain::bench {
 double Median(std::vector<double> values);
 
 // Steady state of a transfer timed step by step: the first `cold` steps'
-// seconds (connections, first-touch pages) apart, the rest warm.
-// warm_bytes_per_s is the median over the warm steps of bytes / seconds
-// (NaN when no warm step has a positive time); cold_bytes_per_s the same
-// over the cold steps.
+// seconds (connections, first-touch pages) apart, the next `settle` steps
+// in neither figure, the rest warm. warm_bytes_per_s is the median over the
+// warm steps of bytes / seconds (NaN when no warm step has a positive
+// time); cold_bytes_per_s the same over the cold steps.
 struct SteadyRate {
   double cold_bytes_per_s = __builtin_nan("");
   double warm_bytes_per_s = __builtin_nan("");
   int warm_steps = 0;
 };
 SteadyRate SteadyRateOf(double bytes, const std::vector<double>& seconds,
-                        int cold);
+                        int cold, int settle);
+
+// The steps after a steady figure's cold first one that count in neither
+// figure: in them a fresh cluster's heap and gRPC's read buffers still grow
+// (page faults, each dear in this VM), and a 4 MB pull took 14-23 ms where
+// it takes 1-2 ms from the fifth step on (docs/performance.md, "Three
+// settling steps"). The real-job rows skip the same steps
+// (kRealJobFirstStep).
+inline constexpr int kSettleSteps = 3;
+// The steps a steady figure of `warm` warm steps times: the cold one, the
+// settling ones, then the warm ones.
+constexpr int StepsTimed(int warm) { return 1 + kSettleSteps + warm; }
+// SteadyRateOf of such steps.
+inline SteadyRate SettledRateOf(double bytes,
+                                const std::vector<double>& seconds) {
+  return SteadyRateOf(bytes, seconds, 1, kSettleSteps);
+}
 
 // The three load averages of /proc/loadavg, e.g. "1.69 1.99 2.61".
 std::string LoadAverage();

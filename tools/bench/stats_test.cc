@@ -31,13 +31,25 @@ TEST(Median, SkipsNaNAndAveragesTheMiddleTwo) {
 
 TEST(SteadyRate, ColdStepsApartMedianOfTheWarmOnes) {
   // 10 bytes: a cold step of 1 s, then warm steps of 0.5, 0.1, 0.2 s.
-  const SteadyRate r = SteadyRateOf(10, {1.0, 0.5, 0.1, 0.2}, 1);
+  const SteadyRate r = SteadyRateOf(10, {1.0, 0.5, 0.1, 0.2}, 1, 0);
   EXPECT_DOUBLE_EQ(r.cold_bytes_per_s, 10);
   EXPECT_DOUBLE_EQ(r.warm_bytes_per_s, 50);  // median of 20, 100, 50
   EXPECT_EQ(r.warm_steps, 3);
-  const SteadyRate none = SteadyRateOf(10, {1.0}, 1);
+  const SteadyRate none = SteadyRateOf(10, {1.0}, 1, 0);
   EXPECT_TRUE(std::isnan(none.warm_bytes_per_s));
   EXPECT_EQ(none.warm_steps, 0);
+}
+
+TEST(SteadyRate, SettlingStepsCountInNeitherFigure) {
+  // A cold step of 1 s, two settling steps of 2 and 5 s, then 0.5, 0.1, 0.2.
+  const SteadyRate r = SteadyRateOf(10, {1.0, 2.0, 5.0, 0.5, 0.1, 0.2}, 1, 2);
+  EXPECT_DOUBLE_EQ(r.cold_bytes_per_s, 10);
+  EXPECT_DOUBLE_EQ(r.warm_bytes_per_s, 50);
+  EXPECT_EQ(r.warm_steps, 3);
+  // The bench's layout: StepsTimed(w) steps leave w warm ones.
+  const std::vector<double> timed(StepsTimed(4), 0.5);
+  EXPECT_EQ(SettledRateOf(10, timed).warm_steps, 4);
+  EXPECT_DOUBLE_EQ(SettledRateOf(10, timed).warm_bytes_per_s, 20);
 }
 
 TEST(CpuTimes, BusyShareOfTheTicksBetweenReads) {

@@ -173,17 +173,18 @@ absl::StatusOr<double> GrpcStream::Download(uint64_t bytes) {
 
 namespace {
 
-// 1 + steps transfers of `bytes` timed one by one (seconds = bytes / rate).
+// StepsTimed(steps) transfers of `bytes` timed one by one (seconds = bytes /
+// rate).
 absl::StatusOr<SteadyRate> Steady(
     uint64_t bytes, int steps,
     const std::function<absl::StatusOr<double>(uint64_t)>& once) {
   std::vector<double> seconds;
-  for (int i = 0; i <= steps; ++i) {
+  for (int i = 0; i < StepsTimed(steps); ++i) {
     absl::StatusOr<double> rate = once(bytes);
     if (!rate.ok()) return rate.status();
     seconds.push_back(bytes / *rate);
   }
-  return SteadyRateOf(bytes, seconds, 1);
+  return SettledRateOf(bytes, seconds);
 }
 
 }  // namespace

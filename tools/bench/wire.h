@@ -61,10 +61,11 @@ class GrpcStream {
   // server -> client (Download), options.message_bytes per message.
   absl::StatusOr<double> Upload(uint64_t bytes);
   absl::StatusOr<double> Download(uint64_t bytes);
-  // The steady state on the stream's one long-lived connection: 1 + `steps`
-  // uploads (downloads) of `bytes` one after the other, the first apart
-  // (cold the first time the stream is used, warm after), the median of
-  // the `steps` others (SteadyRateOf, stats.h). The first error ends it.
+  // The steady state on the stream's one long-lived connection:
+  // StepsTimed(`steps`) uploads (downloads) of `bytes` one after the other,
+  // the first apart (cold the first time the stream is used, warm after),
+  // then kSettleSteps in no figure, the median of the `steps` others
+  // (SettledRateOf, stats.h). The first error ends it.
   absl::StatusOr<SteadyRate> UploadSteady(uint64_t bytes, int steps);
   absl::StatusOr<SteadyRate> DownloadSteady(uint64_t bytes, int steps);
 
