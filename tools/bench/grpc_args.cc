@@ -75,6 +75,20 @@ std::vector<GrpcArgsVariant> GrpcTransportVariants() {
   };
 }
 
+std::vector<GrpcArgsVariant> GrpcServerApiVariants() {
+  auto api = [](GrpcServerApi a) {
+    GrpcStreamOptions o;
+    o.server_api = a;
+    return o;
+  };
+  return {
+      {"synchronous handler (the anchor)", api(GrpcServerApi::kSync)},
+      {"callback reactor (as ps_server)", api(GrpcServerApi::kCallback)},
+      {"completion queue, one polling thread",
+       api(GrpcServerApi::kCompletionQueue)},
+  };
+}
+
 absl::StatusOr<std::string> RunGrpcArgsBench(
     const GrpcArgsBenchOptions& options,
     const std::vector<GrpcArgsVariant>& variants) {

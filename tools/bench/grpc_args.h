@@ -32,6 +32,12 @@ std::vector<GrpcArgsVariant> GrpcArgsVariants();
 // TCP reads of 1 MiB, MSG_ZEROCOPY sends, 4 MiB messages.
 std::vector<GrpcArgsVariant> GrpcTransportVariants();
 
+// gRPC's server APIs with gRPC's default settings, the synchronous one
+// first (the bench's anchor, the ratios' base), then the callback API (as
+// ps_server's push and pull) and the completion-queue API with one polling
+// thread of its own (GrpcServerApi, tools/bench/wire.h).
+std::vector<GrpcArgsVariant> GrpcServerApiVariants();
+
 struct GrpcArgsBenchOptions {
   int rounds = 3;
   int steps = 20;

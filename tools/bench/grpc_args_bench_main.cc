@@ -3,6 +3,7 @@
 //
 //   bazel run -c opt //tools/bench:grpc_args_bench -- --rounds 5 --steps 20
 //   ... -- --set transport   (frames, write buffer, TCP reads, zerocopy)
+//   ... -- --set server_api  (synchronous, callback, completion queue)
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "tools/bench/grpc_args.h"
+#include "worker/allreduce/heap_reuse.h"
 
 ABSL_FLAG(int, rounds, 3, "interleaved rounds (every variant once each)");
 ABSL_FLAG(int, steps, 20, "warm transfers per variant and size per round");
@@ -20,11 +22,26 @@ ABSL_FLAG(bool, download, false,
           "downloads (server to client) instead of uploads");
 ABSL_FLAG(std::string, set, "http2",
           "which variants: http2 (gRPC's defaults first, then the BDP probe, "
-          "lookaheads, frames, messages) or transport (the BDP probe off "
-          "first, then frames, write buffer, TCP reads, zerocopy, messages)");
+          "lookaheads, frames, messages), transport (the BDP probe off "
+          "first, then frames, write buffer, TCP reads, zerocopy, messages) "
+          "or server_api (the synchronous handler first, then a callback "
+          "reactor and a completion queue with one polling thread)");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  // As ps_bench and ps_path_bench (and ps_worker): freed heap kept mapped
+  // for reuse, so that the streams' read buffers do not land in fresh pages
+  // on every transfer (tools/bench/ps_path.h KeepBenchHeapForReuse).
+  if (absl::Status st = pstrain::KeepFreedHeapForReuse(); !st.ok()) {
+    std::fprintf(stderr, "grpc_args_bench: %s; glibc's malloc defaults stay\n",
+                 st.ToString().c_str());
+  } else {
+    std::printf(
+        "grpc_args_bench: freed heap kept for reuse, as ps_worker does (mmap "
+        "threshold %zu MiB, trim threshold %zu MiB, %d malloc arena(s))\n",
+        pstrain::kRingMmapThresholdBytes >> 20,
+        pstrain::kRingTrimThresholdBytes >> 20, pstrain::kHeapReuseArenas);
+  }
   pstrain::bench::GrpcArgsBenchOptions options;
   options.rounds = absl::GetFlag(FLAGS_rounds);
   options.steps = absl::GetFlag(FLAGS_steps);
@@ -43,16 +60,22 @@ int main(int argc, char** argv) {
     options.sizes_mb.push_back(mb);
   }
   const std::string set = absl::GetFlag(FLAGS_set);
-  if (set != "http2" && set != "transport") {
+  std::vector<pstrain::bench::GrpcArgsVariant> variants;
+  if (set == "http2") {
+    variants = pstrain::bench::GrpcArgsVariants();
+  } else if (set == "transport") {
+    variants = pstrain::bench::GrpcTransportVariants();
+  } else if (set == "server_api") {
+    variants = pstrain::bench::GrpcServerApiVariants();
+  } else {
     std::fprintf(stderr,
-                 "grpc_args_bench: --set: '%s' is neither http2 nor "
-                 "transport\n",
+                 "grpc_args_bench: --set: '%s' is none of http2, transport "
+                 "and server_api\n",
                  set.c_str());
     return 2;
   }
-  absl::StatusOr<std::string> table = pstrain::bench::RunGrpcArgsBench(
-      options, set == "http2" ? pstrain::bench::GrpcArgsVariants()
-                              : pstrain::bench::GrpcTransportVariants());
+  absl::StatusOr<std::string> table =
+      pstrain::bench::RunGrpcArgsBench(options, variants);
   if (!table.ok()) {
     std::fprintf(stderr, "grpc_args_bench: %s\n",
                  table.status().ToString().c_str());

@@ -45,6 +45,43 @@ TEST(GrpcTransportVariants, TheBaseIsBdpOffAndEveryOtherAddsOneSetting) {
   }
 }
 
+// The server-API set differs only in the API: gRPC's defaults, 1 MiB
+// messages, the synchronous handler first.
+TEST(GrpcServerApiVariants, TheBaseIsTheSynchronousHandler) {
+  const std::vector<GrpcArgsVariant> v = GrpcServerApiVariants();
+  ASSERT_EQ(v.size(), 3u);
+  EXPECT_EQ(v[0].stream.server_api, GrpcServerApi::kSync);
+  EXPECT_EQ(v[1].stream.server_api, GrpcServerApi::kCallback);
+  EXPECT_EQ(v[2].stream.server_api, GrpcServerApi::kCompletionQueue);
+  for (const GrpcArgsVariant& x : v) {
+    EXPECT_TRUE(x.stream.server_args.empty()) << x.name;
+    EXPECT_TRUE(x.stream.client_args.empty()) << x.name;
+    EXPECT_EQ(x.stream.message_bytes, GrpcStreamOptions{}.message_bytes);
+  }
+}
+
+// Each server API serves whole transfers both ways: the upload's answer
+// counts every byte sent, the download delivers exactly what was asked for
+// (GrpcStream::Upload and Download fail otherwise), including a last short
+// message, an empty transfer and many streams one after the other.
+TEST(GrpcStream, EveryServerApiCarriesExactlyTheBytesAskedFor) {
+  for (const GrpcArgsVariant& v : GrpcServerApiVariants()) {
+    GrpcStreamOptions o = v.stream;
+    o.message_bytes = 1000;
+    absl::StatusOr<std::unique_ptr<GrpcStream>> s = GrpcStream::Start(o);
+    ASSERT_TRUE(s.ok()) << v.name << ": " << s.status();
+    for (uint64_t bytes : {uint64_t{0}, uint64_t{1}, uint64_t{999},
+                           uint64_t{1000}, uint64_t{12345}}) {
+      EXPECT_TRUE((*s)->Upload(bytes).ok()) << v.name << " up " << bytes;
+      EXPECT_TRUE((*s)->Download(bytes).ok()) << v.name << " down " << bytes;
+    }
+    absl::StatusOr<SteadyRate> up = (*s)->UploadSteady(100000, 3);
+    ASSERT_TRUE(up.ok()) << v.name << ": " << up.status();
+    absl::StatusOr<SteadyRate> down = (*s)->DownloadSteady(100000, 3);
+    ASSERT_TRUE(down.ok()) << v.name << ": " << down.status();
+  }
+}
+
 // Every variant really carries bytes both ways (a setting that broke the
 // stream would fail the run, naming the variant).
 TEST(RunGrpcArgsBench, EveryVariantHasARowInBothDirections) {
@@ -55,6 +92,10 @@ TEST(RunGrpcArgsBench, EveryVariantHasARowInBothDirections) {
   std::vector<GrpcArgsVariant> variants = GrpcArgsVariants();
   for (GrpcArgsVariant& v : GrpcTransportVariants()) {
     v.name = "transport: " + v.name;
+    variants.push_back(std::move(v));
+  }
+  for (GrpcArgsVariant& v : GrpcServerApiVariants()) {
+    v.name = "server API: " + v.name;
     variants.push_back(std::move(v));
   }
   for (bool download : {false, true}) {

@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <thread>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
 
@@ -89,19 +92,289 @@ class GrpcStream::Service final
   }
 };
 
+// The same two methods on the callback API: each call is a reactor that
+// starts its next read (write) from the reaction to the last one.
+class GrpcStream::ReactorService final
+    : public pstrain::bench::v1::BlobStream::CallbackService {
+ public:
+  grpc::ServerReadReactor<Blob>* Upload(grpc::CallbackServerContext*,
+                                        UploadResponse* response) override {
+    return new UploadReactor(response);
+  }
+  grpc::ServerWriteReactor<Blob>* Download(
+      grpc::CallbackServerContext*, const DownloadRequest* request) override {
+    return new DownloadReactor(*request);
+  }
+
+ private:
+  class UploadReactor : public grpc::ServerReadReactor<Blob> {
+   public:
+    explicit UploadReactor(UploadResponse* response) : response_(response) {
+      StartRead(&blob_);
+    }
+    void OnReadDone(bool ok) override {
+      if (!ok) {  // the half-close (or a broken stream: Finish is ignored)
+        response_->set_bytes(bytes_);
+        Finish(grpc::Status::OK);
+        return;
+      }
+      bytes_ += blob_.data().size();
+      StartRead(&blob_);
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    UploadResponse* const response_;
+    Blob blob_;
+    uint64_t bytes_ = 0;
+  };
+
+  class DownloadReactor : public grpc::ServerWriteReactor<Blob> {
+   public:
+    explicit DownloadReactor(const DownloadRequest& request)
+        : total_(request.total_bytes()),
+          message_(std::clamp<uint64_t>(request.message_bytes(), 1,
+                                        kMaxGrpcMessageBytes / 2)) {
+      blob_.mutable_data()->assign(message_, '\x5a');
+      Next();
+    }
+    void OnWriteDone(bool ok) override {
+      if (!ok) {
+        Finish(grpc::Status::CANCELLED);
+        return;
+      }
+      Next();
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    void Next() {
+      if (sent_ >= total_) {
+        Finish(grpc::Status::OK);
+        return;
+      }
+      const uint64_t n = std::min(message_, total_ - sent_);
+      if (blob_.data().size() != n) blob_.mutable_data()->resize(n);
+      sent_ += n;
+      StartWrite(&blob_);
+    }
+
+    const uint64_t total_;
+    const uint64_t message_;
+    uint64_t sent_ = 0;
+    Blob blob_;  // unchanged while a write is in flight
+  };
+};
+
+// The same two methods on the completion-queue API, served by one thread
+// that polls the queue and runs each call's next step. Every call object is
+// the tag of its one operation in flight and deletes itself at its end.
+class GrpcStream::QueueServer {
+ public:
+  pstrain::bench::v1::BlobStream::AsyncService service;
+  std::unique_ptr<grpc::ServerCompletionQueue> queue;
+
+  // Asks for the first call of each method and starts the thread; after
+  // the server started.
+  void Run() {
+    {
+      absl::MutexLock lock(&mu_);
+      new UploadCall(this);
+      new DownloadCall(this);
+    }
+    thread_ = std::thread([this] {
+      void* tag = nullptr;
+      bool ok = false;
+      while (queue->Next(&tag, &ok)) static_cast<Call*>(tag)->Proceed(ok);
+    });
+  }
+
+  // After the server's Shutdown and before the server is destroyed: no new
+  // call is asked for, the queue shuts down, and the thread (or this, if
+  // Run never started it) drains it, every call's last event, and exits.
+  void Stop() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_ || queue == nullptr) return;
+      stopping_ = true;
+      queue->Shutdown();
+    }
+    if (thread_.joinable()) {
+      thread_.join();
+      return;
+    }
+    void* tag = nullptr;
+    bool ok = false;
+    while (queue->Next(&tag, &ok)) static_cast<Call*>(tag)->Proceed(ok);
+  }
+  ~QueueServer() { Stop(); }
+
+ private:
+  struct Call {
+    virtual ~Call() = default;
+    virtual void Proceed(bool ok) = 0;
+  };
+
+  // A matched call asks for the next one, unless the server is stopping (a
+  // request on a shut-down queue is an error).
+  template <class C>
+  void AskForAnother() {
+    absl::MutexLock lock(&mu_);
+    if (!stopping_) new C(this);
+  }
+
+  class UploadCall : public Call {
+   public:
+    explicit UploadCall(QueueServer* server) : server_(server) {
+      server->service.RequestUpload(&context_, &reader_, server->queue.get(),
+                                    server->queue.get(), this);
+    }
+    void Proceed(bool ok) override {
+      switch (state_) {
+        case State::kAsked:
+          if (!ok) break;  // the server is shutting down
+          server_->AskForAnother<UploadCall>();
+          state_ = State::kReading;
+          reader_.Read(&blob_, this);
+          return;
+        case State::kReading:
+          if (ok) {
+            bytes_ += blob_.data().size();
+            reader_.Read(&blob_, this);
+            return;
+          }
+          response_.set_bytes(bytes_);
+          state_ = State::kFinishing;
+          reader_.Finish(response_, grpc::Status::OK, this);
+          return;
+        case State::kFinishing:
+          break;
+      }
+      delete this;
+    }
+
+   private:
+    enum class State { kAsked, kReading, kFinishing };
+    QueueServer* const server_;
+    grpc::ServerContext context_;
+    grpc::ServerAsyncReader<UploadResponse, Blob> reader_{&context_};
+    State state_ = State::kAsked;
+    Blob blob_;
+    uint64_t bytes_ = 0;
+    UploadResponse response_;
+  };
+
+  class DownloadCall : public Call {
+   public:
+    explicit DownloadCall(QueueServer* server) : server_(server) {
+      server->service.RequestDownload(&context_, &request_, &writer_,
+                                      server->queue.get(), server->queue.get(),
+                                      this);
+    }
+    void Proceed(bool ok) override {
+      switch (state_) {
+        case State::kAsked:
+          if (!ok) break;
+          server_->AskForAnother<DownloadCall>();
+          total_ = request_.total_bytes();
+          message_ = std::clamp<uint64_t>(request_.message_bytes(), 1,
+                                          kMaxGrpcMessageBytes / 2);
+          blob_.mutable_data()->assign(message_, '\x5a');
+          state_ = State::kWriting;
+          Next();
+          return;
+        case State::kWriting:
+          if (ok) {
+            Next();
+          } else {
+            state_ = State::kFinishing;
+            writer_.Finish(grpc::Status::CANCELLED, this);
+          }
+          return;
+        case State::kFinishing:
+          break;
+      }
+      delete this;
+    }
+
+   private:
+    enum class State { kAsked, kWriting, kFinishing };
+    void Next() {
+      if (sent_ >= total_) {
+        state_ = State::kFinishing;
+        writer_.Finish(grpc::Status::OK, this);
+        return;
+      }
+      const uint64_t n = std::min(message_, total_ - sent_);
+      if (blob_.data().size() != n) blob_.mutable_data()->resize(n);
+      sent_ += n;
+      writer_.Write(blob_, this);
+    }
+
+    QueueServer* const server_;
+    grpc::ServerContext context_;
+    DownloadRequest request_;
+    grpc::ServerAsyncWriter<Blob> writer_{&context_};
+    State state_ = State::kAsked;
+    uint64_t total_ = 0;
+    uint64_t message_ = 1;
+    uint64_t sent_ = 0;
+    Blob blob_;  // unchanged while a write is in flight
+  };
+
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
 GrpcStream::GrpcStream(GrpcStreamOptions options)
     : options_(std::move(options)) {}
+
+// StartGrpcServer's settings (common/grpc_util.h) with a completion queue,
+// which it does not offer.
+absl::Status GrpcStream::StartQueueServer(int* port) {
+  queue_ = std::make_unique<QueueServer>();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           port);
+  builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  for (const auto& [key, value] : options_.server_args) {
+    builder.AddChannelArgument(key, value);
+  }
+  builder.RegisterService(&queue_->service);
+  queue_->queue = builder.AddCompletionQueue();
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || *port == 0) {
+    if (server_ != nullptr) server_->Shutdown();
+    queue_->Stop();
+    return absl::UnavailableError("cannot listen on 127.0.0.1:0");
+  }
+  queue_->Run();
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<GrpcStream>> GrpcStream::Start(
     GrpcStreamOptions options) {
   std::unique_ptr<GrpcStream> s(new GrpcStream(std::move(options)));
-  s->service_ = std::make_unique<Service>();
-  absl::StatusOr<StartedServer> started =
-      StartGrpcServer("127.0.0.1", 0, grpc::InsecureServerCredentials(),
-                      {s->service_.get()}, s->options_.server_args);
-  if (!started.ok()) return started.status();
-  s->server_ = std::move(started->server);
-  const std::string address = absl::StrCat("127.0.0.1:", started->port);
+  int port = 0;
+  if (s->options_.server_api == GrpcServerApi::kCompletionQueue) {
+    if (absl::Status st = s->StartQueueServer(&port); !st.ok()) return st;
+  } else {
+    if (s->options_.server_api == GrpcServerApi::kCallback) {
+      s->service_ = std::make_unique<ReactorService>();
+    } else {
+      s->service_ = std::make_unique<Service>();
+    }
+    absl::StatusOr<StartedServer> started =
+        StartGrpcServer("127.0.0.1", 0, grpc::InsecureServerCredentials(),
+                        {s->service_.get()}, s->options_.server_args);
+    if (!started.ok()) return started.status();
+    s->server_ = std::move(started->server);
+    port = started->port;
+  }
+  const std::string address = absl::StrCat("127.0.0.1:", port);
   std::shared_ptr<grpc::Channel> channel;
   if (s->options_.client_args.empty()) {
     channel = MakeChannel(address);
@@ -122,6 +395,11 @@ GrpcStream::~GrpcStream() {
   if (server_) {
     server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
   }
+  // The queue drained after the server's Shutdown and before the server
+  // goes, and destroyed after it.
+  if (queue_) queue_->Stop();
+  server_.reset();
+  queue_.reset();
 }
 
 absl::StatusOr<double> GrpcStream::Upload(uint64_t bytes) {

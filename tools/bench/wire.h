@@ -41,13 +41,31 @@ class Iperf3 {
   Child server_;
 };
 
-// A bare stream's HTTP/2 settings and message size. The defaults are the
-// bench's anchor: gRPC's own settings, 1 MiB messages, the process's shared
-// connection to the address (common/grpc_util.h MakeChannel).
+// Which of gRPC's server APIs serves a bare stream. The client is the same
+// for all three (the synchronous generated stub).
+enum class GrpcServerApi {
+  // The bench's anchor: a generated synchronous handler, one gRPC thread per
+  // call blocking in ServerReader::Read / ServerWriter::Write.
+  kSync,
+  // The callback API, as ps_server's push and pull (server/ps_service.h): a
+  // reactor whose OnReadDone / OnWriteDone starts the next read or write,
+  // run on gRPC's callback threads.
+  kCallback,
+  // The completion-queue (async) API: one thread of the stream's own polls
+  // a ServerCompletionQueue and runs every call's next step where its event
+  // arrives.
+  kCompletionQueue,
+};
+
+// A bare stream's HTTP/2 settings, message size and server API. The
+// defaults are the bench's anchor: gRPC's own settings, 1 MiB messages, the
+// process's shared connection to the address (common/grpc_util.h
+// MakeChannel), the synchronous API.
 struct GrpcStreamOptions {
   std::vector<std::pair<std::string, int>> server_args;  // upload's receiver
   std::vector<std::pair<std::string, int>> client_args;  // download's receiver
   uint64_t message_bytes = 1 << 20;
+  GrpcServerApi server_api = GrpcServerApi::kSync;
 };
 
 // A BlobStream service on 127.0.0.1:0 and a client channel to it (with
@@ -70,10 +88,14 @@ class GrpcStream {
   absl::StatusOr<SteadyRate> DownloadSteady(uint64_t bytes, int steps);
 
  private:
-  class Service;
+  class Service;         // kSync
+  class ReactorService;  // kCallback
+  class QueueServer;     // kCompletionQueue: its service, queue and thread
   explicit GrpcStream(GrpcStreamOptions options);
+  absl::Status StartQueueServer(int* port);
   const GrpcStreamOptions options_;
-  std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Service> service_;
+  std::unique_ptr<QueueServer> queue_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<pstrain::bench::v1::BlobStream::Stub> stub_;
 };
