@@ -12,8 +12,8 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "tools/bench/bench_heap.h"
 #include "tools/bench/grpc_args.h"
-#include "worker/allreduce/heap_reuse.h"
 
 ABSL_FLAG(int, rounds, 3, "interleaved rounds (every variant once each)");
 ABSL_FLAG(int, steps, 20, "warm transfers per variant and size per round");
@@ -29,19 +29,7 @@ ABSL_FLAG(std::string, set, "http2",
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  // As ps_bench and ps_path_bench (and ps_worker): freed heap kept mapped
-  // for reuse, so that the streams' read buffers do not land in fresh pages
-  // on every transfer (tools/bench/ps_path.h KeepBenchHeapForReuse).
-  if (absl::Status st = pstrain::KeepFreedHeapForReuse(); !st.ok()) {
-    std::fprintf(stderr, "grpc_args_bench: %s; glibc's malloc defaults stay\n",
-                 st.ToString().c_str());
-  } else {
-    std::printf(
-        "grpc_args_bench: freed heap kept for reuse, as ps_worker does (mmap "
-        "threshold %zu MiB, trim threshold %zu MiB, %d malloc arena(s))\n",
-        pstrain::kRingMmapThresholdBytes >> 20,
-        pstrain::kRingTrimThresholdBytes >> 20, pstrain::kHeapReuseArenas);
-  }
+  pstrain::bench::KeepBenchHeapForReuse("grpc_args_bench");
   pstrain::bench::GrpcArgsBenchOptions options;
   options.rounds = absl::GetFlag(FLAGS_rounds);
   options.steps = absl::GetFlag(FLAGS_steps);

@@ -6,6 +6,7 @@
 #include "absl/flags/parse.h"
 #include "common/mutex_mode.h"
 #include "tools/bench/bench.h"
+#include "tools/bench/bench_heap.h"
 #include "tools/bench/ps_path.h"
 #include "tools/bench/serve_shard_flags.h"
 

@@ -25,24 +25,10 @@
 #include "server/shard.h"
 #include "tools/bench/stats.h"
 #include "tools/bench/subprocess.h"
-#include "worker/allreduce/heap_reuse.h"
 #include "worker/ps/ps_client.h"
 
 namespace pstrain::bench {
 
-void KeepBenchHeapForReuse(const char* who) {
-  if (absl::Status st = KeepFreedHeapForReuse(); !st.ok()) {
-    std::fprintf(stderr, "%s: %s; glibc's malloc defaults stay\n", who,
-                 st.ToString().c_str());
-    return;
-  }
-  std::printf(
-      "%s: freed heap kept for reuse, as ps_worker does (mmap threshold %zu "
-      "MiB, trim threshold %zu MiB, %d malloc arena(s))\n",
-      who, kRingMmapThresholdBytes >> 20, kRingTrimThresholdBytes >> 20,
-      kHeapReuseArenas);
-  std::fflush(stdout);
-}
 namespace {
 
 using pstrain::v1::JobSpec;

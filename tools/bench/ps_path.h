@@ -15,17 +15,6 @@
 
 namespace pstrain::bench {
 
-// The measuring process's malloc settings, as ps_worker's: freed heap kept
-// mapped for reuse (worker/allreduce/heap_reuse.h). ps_bench and
-// ps_path_bench call it first (not as the --serve_shard child, which takes
-// its variant's settings), so that their in-process rows (pstrain's push
-// and pull, the bare gRPC stream, the raw-TCP PS) do not measure glibc
-// trimming a cold heap and faulting it in again: with glibc's dynamic
-// thresholds the first transfers of a process ran up to 5x slower
-// (docs/performance.md, "The server's trim threshold"). Prints a line
-// saying so; on failure says why and goes on with glibc's defaults.
-void KeepBenchHeapForReuse(const char* who);
-
 // A sync job of one fp32 tensor of `elems` elements over `servers` shards
 // (chunks of `chunk_bytes`; 0: AutoChunkElems, a real job's) for `workers`
 // workers, with optimizer `kind` (lr 0.01), whose chunks travel as

@@ -13,6 +13,7 @@
 
 #include "absl/flags/parse.h"
 #include "common/mutex_mode.h"
+#include "tools/bench/bench_heap.h"
 #include "tools/bench/ps_path.h"
 #include "tools/bench/ps_path_bench_flags.h"
 #include "tools/bench/ps_path_rounds.h"

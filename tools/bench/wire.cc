@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -63,6 +64,38 @@ absl::StatusOr<double> Iperf3::Run(const std::vector<std::string>& args,
   return j["end"]["sum_received"]["bits_per_second"].get<double>() / 8;
 }
 
+namespace {
+
+// A download's messages: request.total_bytes() in messages of
+// request.message_bytes() (clamped to what gRPC sends), the last one
+// shorter, all served from one reused Blob.
+class DownloadMessages {
+ public:
+  explicit DownloadMessages(const DownloadRequest& request)
+      : total_(request.total_bytes()),
+        message_(std::clamp<uint64_t>(request.message_bytes(), 1,
+                                      kMaxGrpcMessageBytes / 2)) {
+    blob_.mutable_data()->assign(message_, '\x5a');
+  }
+  // The next message, or null once every byte was handed out; it stays
+  // unchanged until the next call (a write in flight may still read it).
+  const Blob* Next() {
+    if (sent_ >= total_) return nullptr;
+    const uint64_t n = std::min(message_, total_ - sent_);
+    if (blob_.data().size() != n) blob_.mutable_data()->resize(n);
+    sent_ += n;
+    return &blob_;
+  }
+
+ private:
+  const uint64_t total_;
+  const uint64_t message_;
+  uint64_t sent_ = 0;
+  Blob blob_;
+};
+
+}  // namespace
+
 class GrpcStream::Service final
     : public pstrain::bench::v1::BlobStream::Service {
  public:
@@ -77,16 +110,10 @@ class GrpcStream::Service final
   grpc::Status Download(grpc::ServerContext* context,
                         const DownloadRequest* request,
                         grpc::ServerWriter<Blob>* writer) override {
-    const uint64_t msg = std::clamp<uint64_t>(request->message_bytes(), 1,
-                                              kMaxGrpcMessageBytes / 2);
-    Blob blob;
-    blob.mutable_data()->assign(msg, '\x5a');
-    for (uint64_t sent = 0; sent < request->total_bytes(); sent += msg) {
+    DownloadMessages messages(*request);
+    while (const Blob* blob = messages.Next()) {
       if (context->IsCancelled()) return grpc::Status::CANCELLED;
-      if (request->total_bytes() - sent < msg) {
-        blob.mutable_data()->resize(request->total_bytes() - sent);
-      }
-      if (!writer->Write(blob)) return grpc::Status::CANCELLED;
+      if (!writer->Write(*blob)) return grpc::Status::CANCELLED;
     }
     return grpc::Status::OK;
   }
@@ -132,10 +159,7 @@ class GrpcStream::ReactorService final
   class DownloadReactor : public grpc::ServerWriteReactor<Blob> {
    public:
     explicit DownloadReactor(const DownloadRequest& request)
-        : total_(request.total_bytes()),
-          message_(std::clamp<uint64_t>(request.message_bytes(), 1,
-                                        kMaxGrpcMessageBytes / 2)) {
-      blob_.mutable_data()->assign(message_, '\x5a');
+        : messages_(request) {
       Next();
     }
     void OnWriteDone(bool ok) override {
@@ -149,20 +173,14 @@ class GrpcStream::ReactorService final
 
    private:
     void Next() {
-      if (sent_ >= total_) {
+      if (const Blob* blob = messages_.Next()) {
+        StartWrite(blob);
+      } else {
         Finish(grpc::Status::OK);
-        return;
       }
-      const uint64_t n = std::min(message_, total_ - sent_);
-      if (blob_.data().size() != n) blob_.mutable_data()->resize(n);
-      sent_ += n;
-      StartWrite(&blob_);
     }
 
-    const uint64_t total_;
-    const uint64_t message_;
-    uint64_t sent_ = 0;
-    Blob blob_;  // unchanged while a write is in flight
+    DownloadMessages messages_;
   };
 };
 
@@ -276,10 +294,7 @@ class GrpcStream::QueueServer {
         case State::kAsked:
           if (!ok) break;
           server_->AskForAnother<DownloadCall>();
-          total_ = request_.total_bytes();
-          message_ = std::clamp<uint64_t>(request_.message_bytes(), 1,
-                                          kMaxGrpcMessageBytes / 2);
-          blob_.mutable_data()->assign(message_, '\x5a');
+          messages_.emplace(request_);
           state_ = State::kWriting;
           Next();
           return;
@@ -300,15 +315,12 @@ class GrpcStream::QueueServer {
    private:
     enum class State { kAsked, kWriting, kFinishing };
     void Next() {
-      if (sent_ >= total_) {
+      if (const Blob* blob = messages_->Next()) {
+        writer_.Write(*blob, this);
+      } else {
         state_ = State::kFinishing;
         writer_.Finish(grpc::Status::OK, this);
-        return;
       }
-      const uint64_t n = std::min(message_, total_ - sent_);
-      if (blob_.data().size() != n) blob_.mutable_data()->resize(n);
-      sent_ += n;
-      writer_.Write(blob_, this);
     }
 
     QueueServer* const server_;
@@ -316,10 +328,7 @@ class GrpcStream::QueueServer {
     DownloadRequest request_;
     grpc::ServerAsyncWriter<Blob> writer_{&context_};
     State state_ = State::kAsked;
-    uint64_t total_ = 0;
-    uint64_t message_ = 1;
-    uint64_t sent_ = 0;
-    Blob blob_;  // unchanged while a write is in flight
+    std::optional<DownloadMessages> messages_;  // once the request is in
   };
 
   absl::Mutex mu_;
