@@ -1358,8 +1358,9 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   }
   PS_RETURN_IF_ERROR(ValidateSparse(m, d));
   if (m.type() == ModelConfig::WIDE_DEEP) {
-    // What row-sparse tables do not support yet (docs/sparse.md, "Limits"),
-    // refused before anything starts rather than by a process mid-run.
+    // What row-sparse tables do not support yet (docs/sparse.md, "Parameter
+    // server vs all-reduce on the sparse model"), refused before anything
+    // starts rather than by a process mid-run.
     // Mode allreduce keeps a replica of the table on every worker
     // (worker/allreduce/allreduce_trainer.h); its checkpoints and rollbacks
     // hold dense tensors only.

@@ -42,7 +42,8 @@ absl::Status CheckRingRollback(const JobConfig& c, absl::string_view name) {
   }
   // Mode allreduce keeps a replica of a row-sparse table on every worker
   // (worker/allreduce/allreduce_trainer.h); its checkpoints and rollbacks
-  // hold dense tensors only (docs/sparse.md, "Limits").
+  // hold dense tensors only (docs/sparse.md, "Parameter server vs all-reduce
+  // on the sparse model").
   if (WideDeep(c)) {
     return OnFailureError(absl::StrCat(name,
                                        " in mode allreduce needs checkpoints, "

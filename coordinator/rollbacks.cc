@@ -95,7 +95,8 @@ bool Rollbacks::Finish(uint64_t generation, const std::string& checkpoint,
   }
   recovery_.Done(step);
   // Every worker did the steps below `step`; unreported records of them
-  // never come (docs/failures-and-recovery.md, "What is lost").
+  // never come (docs/failures-and-recovery.md, "training.on_failure:
+  // restart": what is lost).
   step_log_.RolledBack(step);
   job_.set_resume_from(checkpoint);
   job_.set_start_step(step);

@@ -1,4 +1,4 @@
-// A stranger at a job's ports (docs/security.md, "Stranger"): for a bounded
+// A stranger at a job's ports (docs/security.md, "Threat model"): for a bounded
 // time it opens idle and junk streams and sends valid-looking but made-up
 // requests to every target, and counts what each call returned. Written from
 // proto/pstrain.proto and gRPC's public API only (generated stubs for the
