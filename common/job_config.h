@@ -92,7 +92,7 @@ inline constexpr int kDefaultPushStreams = 2;
 // With network.push_streams 0, a shard's push smaller than this goes as one
 // stream (PsClientOptions::split_min_bytes): measured on one worker and one
 // server, a 4 MB push was faster as one stream and a 16 MB one as two
-// (docs/performance.md, "One stream per shard with several servers").
+// (docs/performance-log.md, "One stream per shard with several servers").
 inline constexpr uint64_t kDefaultSplitMinPushBytes = uint64_t{8} << 20;
 
 // The streams a worker splits each shard's push over (PushHeader.parts):
@@ -112,7 +112,7 @@ uint64_t PushSplitMinBytes(const JobConfig& config);
 // The streams a worker splits each shard's pull over (PullRequest.parts):
 // network.pull_streams, 1 for 0. Not split by default: on one worker and
 // one server, real jobs pulled 1.05-1.12x slower over two streams, though
-// in-process pulls were faster (docs/performance.md, "One pull over several
+// in-process pulls were faster (docs/performance-log.md, "One pull over several
 // streams").
 int PullStreams(const JobConfig& config);
 

@@ -9,7 +9,7 @@ namespace pstrain {
 // NDEBUG. Debian's Abseil was (a lock order inverted in a test binary aborts
 // with "dying due to potential deadlock"), so every binary that links it
 // paid for it whatever its own build: 90 ns instead of 26 for a pair of
-// uncontended locks, behind one global lock (docs/performance.md, "Abseil's
+// uncontended locks, behind one global lock (docs/performance-log.md, "Abseil's
 // lock-order graph off in opt builds"). In a binary built with NDEBUG
 // (psctl's --config=opt) this turns the check off, as an Abseil built for
 // release has it; in other builds (tests, bazel's default fastbuild) it does

@@ -23,14 +23,14 @@ inline constexpr uint64_t kMaxMessagePayloadBytes = 4u << 20;
 inline constexpr uint64_t kPushMessagePayloadBytes = 1u << 20;
 // The server's pull messages (PsServiceOptions::pull_message_bytes), for the
 // same reason the other way: the worker decodes one message while the next
-// is received. docs/performance.md, "Pull messages of 1 MiB".
+// is received. docs/performance-log.md, "Pull messages of 1 MiB".
 inline constexpr uint64_t kPullMessagePayloadBytes = 1u << 20;
 
 // Largest chunk the automatic choice makes. A shard that sums on arrival
 // scans and applies a chunk only once it is whole, so the chunk is the
 // grain of the pipeline between the wire and the apply: at 4 MiB the last
 // chunk's apply (about 1.5 ms here) ran after the transfer and a 16 MB push
-// had four stages. docs/performance.md, "Chunks of at most 1 MiB".
+// had four stages. docs/performance-log.md, "Chunks of at most 1 MiB".
 inline constexpr uint64_t kAutoMaxChunkBytes = 1u << 20;
 
 // Picks elements per chunk when the config says "automatic" (chunk_bytes 0):

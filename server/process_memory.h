@@ -34,7 +34,7 @@ struct ProcessMemoryOptions {
   // receive path: 16 MiB keeps that much freed heap mapped for reuse,
   // which does not raise the peak. Measured in real jobs (1 worker, 1
   // server, psctl run): push time 50.2 -> 33.6 ms per step at 64 MB, 12.1
-  // -> 10.6 at 16 MB, 4.1 -> 3.6 at 4 MB (docs/performance.md, "The
+  // -> 10.6 at 16 MB, 4.1 -> 3.6 at 4 MB (docs/performance-log.md, "The
   // server's trim threshold"). At most 1 GiB.
   int64_t trim_threshold_bytes = 16 << 20;
   // gRPC's "tcp_read_chunks" experiment (on by default in gRPC 1.51): each

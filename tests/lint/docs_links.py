@@ -10,9 +10,9 @@ usage: docs_links.py ROOT
   "-2" ... after repeats).
 - Every docs/<name>.md that a source file (.cc, .h, .py, .sh, .proto, .yaml,
   BUILD, psctl) names exists, and where it is followed by a quoted heading
-  (docs/performance.md, "Three settling steps") a heading of that file
+  (docs/performance-log.md, "Three settling steps") a heading of that file
   begins with the quoted words (a quote that runs on past the line is
-  checked up to the line's end).
+  joined with the next line's text, its comment marker dropped).
 
 Prints each broken reference as FILE:LINE: what is wrong, and exits 1 if
 there is any; exits 0 and prints a count otherwise.
@@ -30,6 +30,7 @@ FENCE = re.compile(r"^\s*(```|~~~)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 INLINE_CODE = re.compile(r"`[^`\n]*`")
 LINK = re.compile(r"\[([^\]]*)\]\(([^)\s]+)\)")
+COMMENT_MARKER = re.compile(r"^\s*(//+|#+|\*+)?\s*")
 DOC_REF = re.compile(r"\bdocs/([A-Za-z0-9_.-]+\.md)(?:, \"([^\"\n]*))?")
 
 
@@ -125,7 +126,14 @@ def check_source(root, path, errors):
             if not os.path.exists(doc):
                 errors.append(f"{where}: docs/{m.group(1)}: no such file")
                 continue
-            quoted = (m.group(2) or "").strip()
+            quoted = m.group(2)
+            if quoted is None:
+                continue
+            closed = line[m.end() :].startswith('"')
+            if not closed and i < len(lines):
+                rest = COMMENT_MARKER.sub("", lines[i]).split('"')[0]
+                quoted = f"{quoted} {rest}"
+            quoted = " ".join(quoted.split())
             if not quoted:
                 continue
             _, texts = headings(doc)

@@ -40,13 +40,18 @@ MD
   echo "[the second]($d/topic.md#again-1), [a folder]($d/) and"
   echo '[the web](https://example.org/x#y). `[not a link](nowhere.md)`'
 } > "$plant/README.md"
-echo "// $d/topic.md, \"What gRPC's settings move\"" > "$plant/server/a.cc"
+{
+  echo "// $d/topic.md, \"What gRPC's settings move\""
+  echo "# ($d/topic.md, \"What gRPC's"
+  echo "# settings move\")"
+} > "$plant/server/a.cc"
 out="$("$py" "$check" "$plant")" || fail "a sound tree is refused: $out"
 
 echo "A [heading wrongly named](#not-here) and [a code line]($d/topic.md#not-a-heading)." >> "$plant/README.md"
 echo "Read [it]($d/gone.md)." >> "$plant/README.md"
 echo "// $d/topic.md, \"Settings\"" > "$plant/server/b.cc"
 echo "// see $d/missing.md" > "$plant/server/c.cc"
+printf '%s\n' "  // ($d/topic.md, \"What" "  // nothing\")." > "$plant/server/d.cc"
 if out="$("$py" "$check" "$plant")"; then
   fail "broken references pass: $out"
 fi
@@ -55,7 +60,8 @@ for want in "README.md:4: link to #not-here" \
             "README.md:5: link to $d/gone.md: no such file" \
             "server/b.cc:1: $d/topic.md, \"Settings...\": no heading" \
             "server/c.cc:1: $d/missing.md: no such file" \
-            "5 broken reference(s)"; do
+            "server/d.cc:1: $d/topic.md, \"What nothing...\": no heading" \
+            "6 broken reference(s)"; do
   grep -qF -- "$want" <<<"$out" || fail "not reported: '$want' in: $out"
 done
 

@@ -12,7 +12,7 @@ namespace pstrain::bench {
 // that their in-process rows (pstrain's push and pull, the bare gRPC
 // stream, the raw-TCP PS) do not measure glibc trimming a cold heap and
 // faulting it in again: with glibc's dynamic thresholds the first transfers
-// of a process ran up to 5x slower (docs/performance.md, "The server's trim
+// of a process ran up to 5x slower (docs/performance-log.md, "The server's trim
 // threshold"), and grpc_args_bench's streams ran at 0.36-1.4 GB/s instead of
 // 1.8-3.2 ("What gRPC's settings move"). Prints a line saying so, naming
 // `who`; on failure says why and goes on with glibc's defaults.

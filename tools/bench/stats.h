@@ -31,7 +31,7 @@ SteadyRate SteadyRateOf(double bytes, const std::vector<double>& seconds,
 // The steps after a steady figure's cold first one that count in neither
 // figure: in them a fresh cluster's heap and gRPC's read buffers still grow
 // (page faults, each dear in this VM), and a 4 MB pull took 14-23 ms where
-// it takes 1-2 ms a step or two later (docs/performance.md, "Three
+// it takes 1-2 ms a step or two later (docs/performance-log.md, "Three
 // settling steps"). The real-job rows skip the same steps
 // (kRealJobFirstStep).
 inline constexpr int kSettleSteps = 3;
@@ -67,7 +67,7 @@ CpuTimes ReadCpuTimes();
 CpuTimes ReadChildrenCpuTimes();
 // Minor page faults of this process so far (getrusage RUSAGE_SELF
 // ru_minflt; 0 if unknown). A fault per 4 KiB where a buffer lands in fresh
-// pages: the difference over a phase shows it (docs/performance.md, "One
+// pages: the difference over a phase shows it (docs/performance-log.md, "One
 // malloc arena in every worker").
 uint64_t ReadMinorFaults();
 // `sum` + (b - a).

@@ -11,8 +11,8 @@
 // arena: gRPC reads on whichever of its threads polls, and with glibc's
 // default arenas (8 per core) each thread's arena grew to a step's buffers on
 // its own, so reads still landed in fresh pages for many steps (a 4 MB pull
-// with about 900 faults took 15-20 ms instead of 2; docs/performance.md, "One
-// malloc arena"). The cost: the process keeps up to the trim threshold of
+// with about 900 faults took 15-20 ms instead of 2; docs/performance-log.md,
+// "One malloc arena"). The cost: the process keeps up to the trim threshold of
 // freed heap mapped (its RSS stays near its peak instead of falling back),
 // and its threads share one arena's lock. ps_worker calls it at start-up in
 // every mode: a parameter-server step's pulls and pushes go through gRPC's

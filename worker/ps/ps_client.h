@@ -94,7 +94,7 @@ struct PsClientOptions {
   // Chunk payload per push message (a chunk larger than this goes alone),
   // 1 KiB..kMaxMessagePayloadBytes: kPushMessagePayloadBytes, so that a
   // server that sums on arrival sums one message while the next arrives
-  // (real jobs: push x0.89-0.92 against 4 MiB; docs/performance.md, "Push
+  // (real jobs: push x0.89-0.92 against 4 MiB; docs/performance-log.md, "Push
   // messages of 1 MiB").
   uint64_t push_message_bytes = kPushMessagePayloadBytes;
   // Each operation's shard tasks on threads the client keeps (at most
@@ -387,7 +387,7 @@ class PsClient {
   // and reused (a split push's other parts get threads of their own,
   // PushShard): a thread started per operation
   // cost about 0.07 ms of a step on this project's 2-core machine
-  // (docs/performance.md, "Shard operations on reused threads"). Last, so
+  // (docs/performance-log.md, "Shard operations on reused threads"). Last, so
   // that it is destroyed (joining tasks still running) first.
   mutable CallPool op_threads_{kOpThreadLimit};
 };
