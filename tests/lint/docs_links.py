@@ -18,6 +18,7 @@ Prints each broken reference as FILE:LINE: what is wrong, and exits 1 if
 there is any; exits 0 and prints a count otherwise.
 """
 
+import functools
 import os
 import re
 import sys
@@ -64,24 +65,23 @@ def without_code(lines):
     return out
 
 
-def headings(path, cache={}):
+@functools.lru_cache(maxsize=None)
+def headings(path):
     """(anchors, heading texts) of a Markdown file."""
-    if path not in cache:
-        with open(path, encoding="utf-8") as f:
-            lines = without_code(f.read().split("\n"))
-        anchors, texts, seen = set(), [], {}
-        for line in lines:
-            m = HEADING.match(line)
-            if not m:
-                continue
-            text = m.group(2)
-            texts.append(text.replace("`", ""))
-            base = slug(text)
-            n = seen.get(base, 0)
-            seen[base] = n + 1
-            anchors.add(base if n == 0 else f"{base}-{n}")
-        cache[path] = (anchors, texts)
-    return cache[path]
+    with open(path, encoding="utf-8") as f:
+        lines = without_code(f.read().split("\n"))
+    anchors, texts, seen = set(), [], {}
+    for line in lines:
+        m = HEADING.match(line)
+        if not m:
+            continue
+        text = m.group(2)
+        texts.append(text.replace("`", ""))
+        base = slug(text)
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        anchors.add(base if n == 0 else f"{base}-{n}")
+    return anchors, texts
 
 
 def check_markdown(root, path, errors):
