@@ -14,10 +14,12 @@ TRAIN="training: {mode: async, staleness: 2, optimizer: momentum, base_lr: 0.1, 
 py_job "$TMP/job.yaml" "$EXT" "$TRAIN" "evaluation: {every_steps: 50}" \
   "network: {lease_s: 2, startup_timeout_s: 180}"
 
-# 0.5 s a step: 200 s of training, time for a replacement to start PyTorch
-# and rejoin on a loaded machine.
+# 0.5 s a step until the replacement has pushed its first step (it creates
+# $TMP/rejoined then), full speed after: up to 200 s of training for a
+# replacement to start PyTorch and rejoin on a loaded machine, and no more
+# than the rejoin takes on a quiet one.
 psctl_run 900 "$TMP/run" "$TMP/run.log" --config "$TMP/job.yaml" \
-  --worker-cmd "env PSTRAIN_TEST_DIE_AT=10 PSTRAIN_TEST_MARKER=$TMP/died PSTRAIN_TEST_STEP_SLEEP=0.5 $LINEAR_CMD"
+  --worker-cmd "env PSTRAIN_TEST_DIE_AT=10 PSTRAIN_TEST_MARKER=$TMP/died PSTRAIN_TEST_REJOINED=$TMP/rejoined PSTRAIN_TEST_STEP_SLEEP=0.5 $LINEAR_CMD"
 # user-facing message check: psctl says it starts worker-1 again (no file
 # records psctl's restarts).
 if ((rc == 0)) && [[ -e "$TMP/died" ]] &&
@@ -29,9 +31,12 @@ if has_note "$TMP/run" "dropped worker 1 from step [0-9]+"; then
   ok "the job went on without worker 1"
 else cat "$TMP/run/supervision.txt"; fail "supervision.txt notes no departure of worker 1"; fi
 joined="$(noted "$TMP/run" "rejoined worker 1 from step [0-9]+" | head -n 1)"
-if [[ -n "$joined" ]]; then
+if [[ -n "$joined" && -e "$TMP/rejoined" ]]; then
   ok "the replacement rejoined: $joined"
-else cat "$TMP/run/supervision.txt" "$TMP/run/logs/worker-1.log"; fail "the replacement did not rejoin rank 1"; fi
+else
+  cat "$TMP/run/supervision.txt" "$TMP/run/logs/worker-1.log"
+  fail "the replacement did not rejoin rank 1 and train a step (note '$joined'; $TMP/rejoined $([[ -e "$TMP/rejoined" ]] || echo "not ")created)"
+fi
 acc="$(json "$TMP/run" final_accuracy)"
 if [[ "$(json "$TMP/run" failed)" == false ]] && ge "$acc" 0.7; then
   ok "final accuracy $acc"

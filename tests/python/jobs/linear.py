@@ -5,6 +5,10 @@ PSTRAIN_TEST_DIE_AT=STEP: rank 1 of a first process kills itself with
 SIGKILL at that step (the restart test); its replacement trains on.
 PSTRAIN_TEST_STEP_SLEEP=S: sleep S seconds before each step (a job long
 enough for a replacement to rejoin it).
+PSTRAIN_TEST_REJOINED=FILE (with PSTRAIN_TEST_DIE_AT and _MARKER): the
+replacement of rank 1 creates FILE once its first step is pushed, and no
+worker sleeps PSTRAIN_TEST_STEP_SLEEP before a step once FILE exists: the
+job is slow only until the rejoin, however long that takes.
 PSTRAIN_TEST_HOLD_STAND_IN=1 (elastic sync): a worker standing in for a
 rank waits before each of its own batches until a new worker asks for the
 rank back, so the handover happens however slowly the replacement starts."""
@@ -28,6 +32,9 @@ with pst.init() as ctx:
     marker = os.environ.get("PSTRAIN_TEST_MARKER", "")
     pause = float(os.environ.get("PSTRAIN_TEST_STEP_SLEEP", "0"))
     hold = os.environ.get("PSTRAIN_TEST_HOLD_STAND_IN", "") == "1"
+    rejoined = os.environ.get("PSTRAIN_TEST_REJOINED", "")
+    # The first rank-1 process creates the marker just before it dies.
+    replacement = ctx.rank == 1 and bool(marker) and os.path.exists(marker)
 
     def wanted_back():  # a test hook: reads the stand-ins' heartbeats
         return any(s.session.liveness is not None and
@@ -35,7 +42,8 @@ with pst.init() as ctx:
                    for s in ctx._stand_ins.values())
 
     for x, y in pst.shard(data, ctx):
-        time.sleep(pause)
+        if not (rejoined and os.path.exists(rejoined)):
+            time.sleep(pause)
         # At its own batch: no pull in flight that a long wait could time out.
         while (hold and ctx.batch_rank == ctx.rank and ctx.stand_in_ranks and
                not wanted_back()):
@@ -48,3 +56,5 @@ with pst.init() as ctx:
         loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step(samples=len(y), loss=loss.item())
+        if replacement and rejoined and not os.path.exists(rejoined):
+            open(rejoined, "w").close()
