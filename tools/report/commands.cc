@@ -88,6 +88,18 @@ int StudyArgsFailed(StudyArgsError e, const std::string& error) {
   return e == StudyArgsError::kUsage ? Usage(error) : Error(error);
 }
 
+// A study's verdicts on stdout, a line each: "VERDICT: ID: EVIDENCE".
+const char* Verdict(bool supported) {
+  return supported ? "supported" : "not supported";
+}
+template <typename Claim>
+void PrintClaims(const std::vector<Claim>& claims) {
+  for (const Claim& c : claims) {
+    std::printf("%s: %s: %s\n", Verdict(c.supported), c.id.c_str(),
+                c.evidence.c_str());
+  }
+}
+
 int DataExportMain(int argc, char** argv) {
   std::string spec, yaml, rank_text, steps_text, out, error;
   const bool parsed = Options(argc, argv, &error,
@@ -319,10 +331,7 @@ int StudyStragglersMain(int argc, char** argv) {
       !e.empty()) {
     return Error(e);
   }
-  for (const ClaimVerdict& c : claims) {
-    std::printf("%s: %s: %s\n", c.supported ? "supported" : "not supported",
-                c.id.c_str(), c.evidence.c_str());
-  }
+  PrintClaims(claims);
   return 0;
 }
 
@@ -425,10 +434,7 @@ int StudySparseMain(int argc, char** argv) {
       !e.empty()) {
     return Error(e);
   }
-  for (const SparseClaim& c : claims) {
-    std::printf("%s: %s: %s\n", c.supported ? "supported" : "not supported",
-                c.id.c_str(), c.evidence.c_str());
-  }
+  PrintClaims(claims);
   if (!plots.made) std::printf("plots: none (%s)\n", plots.why_not.c_str());
   return 0;
 }
@@ -573,10 +579,7 @@ int StudyScalingMain(int argc, char** argv) {
       !e.empty()) {
     return Error(e);
   }
-  for (const ScalingClaim& c : claims) {
-    std::printf("%s: %s: %s\n", c.supported ? "supported" : "not supported",
-                c.id.c_str(), c.evidence.c_str());
-  }
+  PrintClaims(claims);
   return 0;
 }
 
