@@ -88,6 +88,8 @@ int StudyArgsFailed(StudyArgsError e, const std::string& error) {
   return e == StudyArgsError::kUsage ? Usage(error) : Error(error);
 }
 
+namespace {
+
 // A study's verdicts on stdout, a line each: "VERDICT: ID: EVIDENCE".
 const char* Verdict(bool supported) {
   return supported ? "supported" : "not supported";
@@ -99,6 +101,8 @@ void PrintClaims(const std::vector<Claim>& claims) {
                 c.evidence.c_str());
   }
 }
+
+}  // namespace
 
 int DataExportMain(int argc, char** argv) {
   std::string spec, yaml, rank_text, steps_text, out, error;
