@@ -24,6 +24,7 @@
 #include "tools/bench/stats.h"
 #include "tools/bench/whole_job.h"
 #include "tools/bench/wire.h"
+#include "tools/bench/zmq_ps.h"
 
 namespace pstrain::bench {
 namespace {
@@ -232,6 +233,22 @@ void RunRound(const Plan& plan, int round, Iperf3* iperf, GrpcStream* stream,
            SettledRateOf(b, raw->push_s).warm_bytes_per_s / 1e9);
     r->Set("raw_pull_" + SizeName(bytes), "GB/s", round,
            SettledRateOf(b, raw->pull_s).warm_bytes_per_s / 1e9);
+  }
+  // The classic design's transport: ps-lite's push and pull over ZeroMQ,
+  // the same bytes and SGD apply.
+  for (uint64_t bytes : plan.ps_bytes) {
+    if (StopRequested()) return;
+    absl::StatusOr<ZmqSeconds> zmq =
+        MeasureZmqPs(bytes / sizeof(float), plan.ps_steps);
+    if (!zmq.ok()) {
+      errors->Add("ZMQ PS " + SizeName(bytes), zmq.status());
+      continue;
+    }
+    const double b = static_cast<double>(bytes / sizeof(float) * 4);
+    r->Set("zmq_push_" + SizeName(bytes), "GB/s", round,
+           SettledRateOf(b, zmq->push_s).warm_bytes_per_s / 1e9);
+    r->Set("zmq_pull_" + SizeName(bytes), "GB/s", round,
+           SettledRateOf(b, zmq->pull_s).warm_bytes_per_s / 1e9);
   }
   // The bare gRPC stream, warm: medians of plan.ps_steps transfers on its
   // one long-lived connection after a cold one and the settling ones
@@ -592,8 +609,9 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
     }
   }
   // The layers below pstrain, no goal: the raw-TCP PS (the same bytes and
-  // SGD apply over one plain connection) against iperf3, and pstrain's
-  // cold first step against its warm median.
+  // SGD apply over one plain connection) and the ZMQ PS (ZeroMQ in ps-lite's layout)
+  // against iperf3, pstrain against the ZMQ PS, and pstrain's cold first
+  // step against its warm median.
   for (const char* op : {"push", "pull"}) {
     for (uint64_t bytes : plan.ps_bytes) {
       const std::string raw = absl::StrCat("raw_", op, "_", SizeName(bytes));
@@ -602,6 +620,17 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
                        Fmt(r.Median(raw)) + " GB/s",
                        RatioMedian(r, R, raw, "iperf3"), "", 0, "no goal"});
       const std::string warm = PsName(op, bytes, 1, 1);
+      const std::string zmq = absl::StrCat("zmq_", op, "_", SizeName(bytes));
+      goals.push_back({absl::StrCat("ZMQ PS (ZeroMQ, ps-lite's layout) ", op,
+                                    " ", SizeName(bytes), " / iperf3"),
+                       Fmt(r.Median(zmq)) + " GB/s",
+                       RatioMedian(r, R, zmq, "iperf3"), "", 0, "no goal"});
+      goals.push_back({absl::StrCat(op, " ", SizeName(bytes),
+                                    ", 1 server, 1 worker / ZMQ PS "
+                                    "(ZeroMQ, ps-lite's layout, ",
+                                    Fmt(r.Median(zmq)), " GB/s)"),
+                       Fmt(r.Median(warm)) + " GB/s",
+                       RatioMedian(r, R, warm, zmq), "", 0, "no goal"});
       const std::string cold =
           PsName(absl::StrCat(op, "_cold").c_str(), bytes, 1, 1);
       goals.push_back({absl::StrCat(op, " ", SizeName(bytes),
@@ -824,6 +853,9 @@ void PrintLayers(const Plan& plan, const Results& r) {
       [](uint64_t) { return std::string("iperf3"); });
   row("raw TCP PS push (POSIX sockets + SGD apply)", sized("raw_push_"));
   row("raw TCP PS pull", sized("raw_pull_"));
+  row("ZMQ PS push (ZeroMQ in ps-lite's layout + SGD apply)",
+      sized("zmq_push_"));
+  row("ZMQ PS pull", sized("zmq_pull_"));
   row("bare gRPC upload (1 MiB messages)", sized("grpc_upload_"));
   row("bare gRPC download", sized("grpc_download_"));
   row("pstrain push, warm", ps("push"));
