@@ -219,36 +219,30 @@ void RunRound(const Plan& plan, int round, Iperf3* iperf, GrpcStream* stream,
       errors->Add("iperf3", bps.status());
     }
   }
-  // The transport floor: a raw-TCP PS of the same bytes and SGD apply.
-  for (uint64_t bytes : plan.ps_bytes) {
-    if (StopRequested()) return;
-    absl::StatusOr<RawTcpSeconds> raw =
-        MeasureRawTcpPs(bytes / sizeof(float), plan.ps_steps);
-    if (!raw.ok()) {
-      errors->Add("raw TCP PS " + SizeName(bytes), raw.status());
-      continue;
+  // The layers below gRPC, the same bytes and SGD apply: a raw-TCP PS (the
+  // transport floor) and a ZMQ PS (the classic design's transport: ps-lite's
+  // layout over ZeroMQ).
+  struct Floor {
+    const char* name;    // for errors
+    const char* series;  // series prefix: <series>_push_<size>
+    absl::StatusOr<PullPushSeconds> (*measure)(uint64_t elems, int steps);
+  };
+  for (const Floor& floor : {Floor{"raw TCP PS", "raw", MeasureRawTcpPs},
+                             Floor{"ZMQ PS", "zmq", MeasureZmqPs}}) {
+    for (uint64_t bytes : plan.ps_bytes) {
+      if (StopRequested()) return;
+      absl::StatusOr<PullPushSeconds> s =
+          floor.measure(bytes / sizeof(float), plan.ps_steps);
+      if (!s.ok()) {
+        errors->Add(absl::StrCat(floor.name, " ", SizeName(bytes)), s.status());
+        continue;
+      }
+      const double b = static_cast<double>(bytes / sizeof(float) * 4);
+      r->Set(absl::StrCat(floor.series, "_push_", SizeName(bytes)), "GB/s",
+             round, SettledRateOf(b, s->push_s).warm_bytes_per_s / 1e9);
+      r->Set(absl::StrCat(floor.series, "_pull_", SizeName(bytes)), "GB/s",
+             round, SettledRateOf(b, s->pull_s).warm_bytes_per_s / 1e9);
     }
-    const double b = static_cast<double>(bytes / sizeof(float) * 4);
-    r->Set("raw_push_" + SizeName(bytes), "GB/s", round,
-           SettledRateOf(b, raw->push_s).warm_bytes_per_s / 1e9);
-    r->Set("raw_pull_" + SizeName(bytes), "GB/s", round,
-           SettledRateOf(b, raw->pull_s).warm_bytes_per_s / 1e9);
-  }
-  // The classic design's transport: ps-lite's push and pull over ZeroMQ,
-  // the same bytes and SGD apply.
-  for (uint64_t bytes : plan.ps_bytes) {
-    if (StopRequested()) return;
-    absl::StatusOr<ZmqSeconds> zmq =
-        MeasureZmqPs(bytes / sizeof(float), plan.ps_steps);
-    if (!zmq.ok()) {
-      errors->Add("ZMQ PS " + SizeName(bytes), zmq.status());
-      continue;
-    }
-    const double b = static_cast<double>(bytes / sizeof(float) * 4);
-    r->Set("zmq_push_" + SizeName(bytes), "GB/s", round,
-           SettledRateOf(b, zmq->push_s).warm_bytes_per_s / 1e9);
-    r->Set("zmq_pull_" + SizeName(bytes), "GB/s", round,
-           SettledRateOf(b, zmq->pull_s).warm_bytes_per_s / 1e9);
   }
   // The bare gRPC stream, warm: medians of plan.ps_steps transfers on its
   // one long-lived connection after a cold one and the settling ones
@@ -609,9 +603,9 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
     }
   }
   // The layers below pstrain, no goal: the raw-TCP PS (the same bytes and
-  // SGD apply over one plain connection) and the ZMQ PS (ZeroMQ in ps-lite's layout)
-  // against iperf3, pstrain against the ZMQ PS, and pstrain's cold first
-  // step against its warm median.
+  // SGD apply over one plain connection) and the ZMQ PS (ZeroMQ in ps-lite's
+  // layout) against iperf3, pstrain against the ZMQ PS, and pstrain's cold
+  // first step against its warm median.
   for (const char* op : {"push", "pull"}) {
     for (uint64_t bytes : plan.ps_bytes) {
       const std::string raw = absl::StrCat("raw_", op, "_", SizeName(bytes));

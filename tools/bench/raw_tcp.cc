@@ -13,7 +13,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 
 namespace pstrain::bench {
 namespace {
@@ -204,30 +203,12 @@ absl::Status RawTcpPs::Push(const std::vector<float>& grad) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<RawTcpSeconds> MeasureRawTcpPs(uint64_t elems, int steps) {
-  absl::StatusOr<std::unique_ptr<RawTcpPs>> ps = RawTcpPs::Start(elems);
-  if (!ps.ok()) return ps.status();
+absl::StatusOr<PullPushSeconds> MeasureRawTcpPs(uint64_t elems, int steps) {
   // Small and finite, as the ps_path benchmark's gradient.
   const std::vector<float> grad(elems, 1e-3f);
-  std::vector<float> weights;
-  RawTcpSeconds out;
-  for (int step = 0; step < StepsTimed(steps); ++step) {
-    absl::Time start = absl::Now();
-    absl::Status s = (*ps)->Pull(&weights);
-    if (!s.ok()) {
-      return absl::Status(s.code(),
-                          absl::StrCat("step ", step, " pull: ", s.message()));
-    }
-    out.pull_s.push_back(absl::ToDoubleSeconds(absl::Now() - start));
-    start = absl::Now();
-    s = (*ps)->Push(grad);
-    if (!s.ok()) {
-      return absl::Status(s.code(),
-                          absl::StrCat("step ", step, " push: ", s.message()));
-    }
-    out.push_s.push_back(absl::ToDoubleSeconds(absl::Now() - start));
-  }
-  return out;
+  absl::StatusOr<std::unique_ptr<RawTcpPs>> ps = RawTcpPs::Start(elems);
+  if (!ps.ok()) return ps.status();
+  return TimePullPushSteps(**ps, grad, steps);
 }
 
 }  // namespace pstrain::bench

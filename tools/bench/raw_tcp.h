@@ -25,7 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/optimizer.h"
-#include "tools/bench/stats.h"
+#include "tools/bench/pull_push_steps.h"
 
 namespace pstrain::bench {
 
@@ -74,14 +74,9 @@ class RawTcpPs {
   std::thread server_;
 };
 
-// Seconds of one raw-TCP pull and push per step over one connection:
-// StepsTimed(`steps`) steps (pull then push, as the ps_path benchmark), step
-// 0 the cold one, then kSettleSteps (SettledRateOf, stats.h). Errors name
-// the step.
-struct RawTcpSeconds {
-  std::vector<double> pull_s, push_s;  // index: step
-};
-absl::StatusOr<RawTcpSeconds> MeasureRawTcpPs(uint64_t elems, int steps);
+// Seconds of one raw-TCP pull and push per step over one connection
+// (TimePullPushSteps, pull_push_steps.h).
+absl::StatusOr<PullPushSeconds> MeasureRawTcpPs(uint64_t elems, int steps);
 
 }  // namespace pstrain::bench
 

@@ -52,7 +52,7 @@ TEST(RawTcpPsTest, RejectsBadSizesAndChangesNothing) {
 // One cold step, the settling ones and `steps` warm ones, each pull and push
 // timed.
 TEST(RawTcpPsTest, MeasureTimesEveryStep) {
-  absl::StatusOr<RawTcpSeconds> s = MeasureRawTcpPs(1 << 16, 4);
+  absl::StatusOr<PullPushSeconds> s = MeasureRawTcpPs(1 << 16, 4);
   ASSERT_TRUE(s.ok()) << s.status();
   ASSERT_EQ(s->pull_s.size(), 1u + kSettleSteps + 4u);
   ASSERT_EQ(s->push_s.size(), 1u + kSettleSteps + 4u);

@@ -9,8 +9,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
-#include "tools/bench/stats.h"
 
 namespace pstrain::bench {
 namespace {
@@ -253,31 +251,13 @@ absl::Status ZmqPs::Push(const std::vector<float>& grad) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ZmqSeconds> MeasureZmqPs(uint64_t elems, int steps) {
+absl::StatusOr<PullPushSeconds> MeasureZmqPs(uint64_t elems, int steps) {
   // Before the server: a push that fails may leave ZeroMQ still reading it
   // until the ZmqPs is gone.
   const std::vector<float> grad(elems, 1e-3f);
   absl::StatusOr<std::unique_ptr<ZmqPs>> ps = ZmqPs::Start(elems);
   if (!ps.ok()) return ps.status();
-  std::vector<float> weights;
-  ZmqSeconds out;
-  for (int step = 0; step < StepsTimed(steps); ++step) {
-    absl::Time start = absl::Now();
-    absl::Status s = (*ps)->Pull(&weights);
-    if (!s.ok()) {
-      return absl::Status(s.code(),
-                          absl::StrCat("step ", step, " pull: ", s.message()));
-    }
-    out.pull_s.push_back(absl::ToDoubleSeconds(absl::Now() - start));
-    start = absl::Now();
-    s = (*ps)->Push(grad);
-    if (!s.ok()) {
-      return absl::Status(s.code(),
-                          absl::StrCat("step ", step, " push: ", s.message()));
-    }
-    out.push_s.push_back(absl::ToDoubleSeconds(absl::Now() - start));
-  }
-  return out;
+  return TimePullPushSteps(**ps, grad, steps);
 }
 
 }  // namespace pstrain::bench

@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/optimizer.h"
+#include "tools/bench/pull_push_steps.h"
 
 namespace pstrain::bench {
 
@@ -79,13 +80,9 @@ class ZmqPs {
   std::thread server_;
 };
 
-// Seconds of one ZeroMQ pull and push per step: StepsTimed(`steps`) steps
-// (pull then push, as the ps_path benchmark), step 0 the cold one, then
-// kSettleSteps (SettledRateOf, stats.h). Errors name the step.
-struct ZmqSeconds {
-  std::vector<double> pull_s, push_s;  // index: step
-};
-absl::StatusOr<ZmqSeconds> MeasureZmqPs(uint64_t elems, int steps);
+// Seconds of one ZeroMQ pull and push per step (TimePullPushSteps,
+// pull_push_steps.h).
+absl::StatusOr<PullPushSeconds> MeasureZmqPs(uint64_t elems, int steps);
 
 }  // namespace pstrain::bench
 

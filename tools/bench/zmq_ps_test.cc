@@ -52,7 +52,7 @@ TEST(ZmqPsTest, RejectsBadSizesAndChangesNothing) {
 // One cold step, the settling ones and `steps` warm ones, each pull and push
 // timed.
 TEST(ZmqPsTest, MeasureTimesEveryStep) {
-  absl::StatusOr<ZmqSeconds> s = MeasureZmqPs(1 << 16, 4);
+  absl::StatusOr<PullPushSeconds> s = MeasureZmqPs(1 << 16, 4);
   ASSERT_TRUE(s.ok()) << s.status();
   ASSERT_EQ(s->pull_s.size(), 1u + kSettleSteps + 4u);
   ASSERT_EQ(s->push_s.size(), 1u + kSettleSteps + 4u);
