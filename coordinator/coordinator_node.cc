@@ -214,6 +214,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Create(
   }
   service_options.progress = options.progress;
   service_options.wait_cap = options.wait_cap;
+  service_options.signal_stop_grace = options.signal_stop_grace;
   service_options.metrics = &node->metrics_;
   if (!options.out.empty())
     service_options.metrics_csv = options.out + "/metrics.csv";

@@ -48,6 +48,8 @@ struct CoordinatorNodeOptions {
   bool keep_serving_after_job = false;
   // How long the service's waiting RPCs may block.
   absl::Duration wait_cap = absl::Seconds(30);
+  // CoordinatorOptions::signal_stop_grace.
+  absl::Duration signal_stop_grace = absl::Seconds(1);
   // --resume: "" (a fresh job), "latest" or a directory
   // (coordinator/checkpoint_orderer.h, ResolveResume).
   std::string resume;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -22,7 +23,8 @@ namespace {
 class CoordinatorNodeTest : public ::testing::Test {
  protected:
   void StartNode(const std::string& name, bool fail_on_divergence,
-                 const std::string& termination_log = "") {
+                 const std::string& termination_log = "",
+                 absl::Duration signal_stop_grace = absl::Seconds(1)) {
     out_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
     CoordinatorNodeOptions o;
     o.config = DefaultJobConfig();
@@ -30,16 +32,30 @@ class CoordinatorNodeTest : public ::testing::Test {
     o.config.mutable_job()->set_workers(1);
     o.config.mutable_training()->set_steps(2);
     o.config.mutable_training()->set_fail_on_divergence(fail_on_divergence);
+    // The grace is at most a quarter lease.
+    o.config.mutable_network()->set_lease_s(
+        std::max(5.0, 4 * absl::ToDoubleSeconds(signal_stop_grace)));
     FinalizeJobConfig(&o.config);
     o.out = out_;
     o.progress = false;
     o.termination_log = termination_log;
+    o.signal_stop_grace = signal_stop_grace;
     auto node = CoordinatorNode::Create(o);
     ASSERT_TRUE(node.ok()) << node.status();
     node_ = std::move(*node);
     ASSERT_GT(node_->port(), 0);
-    runner_ = std::thread(
-        [this] { result_ = node_->Run([this] { return stop_.load(); }); });
+    runner_ = std::thread([this] {
+      result_ = node_->Run([this] {
+        polled_ = true;
+        return stop_.load();
+      });
+    });
+    // Run has begun (it polls its stop): a stop report waits for that stop
+    // only once Run has handed it to the service.
+    for (int i = 0; i < 6000 && !polled_; ++i) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    ASSERT_TRUE(polled_) << "Run did not poll its stop within 60 s";
     stub_ = v1::Coordinator::NewStub(
         MakeChannel(absl::StrCat("127.0.0.1:", node_->port())));
     grpc::ClientContext ctx;
@@ -94,6 +110,7 @@ class CoordinatorNodeTest : public ::testing::Test {
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   uint64_t session_id_ = 0;  // worker 0's, from its registration
   std::atomic<bool> stop_{false};
+  std::atomic<bool> polled_{false};  // Run has called its stop()
   std::thread runner_;
   absl::Status result_;
 };
@@ -233,6 +250,30 @@ TEST_F(CoordinatorNodeTest, WorkerStoppedWithTheCoordinatorIsNotTheCause) {
   ASSERT_TRUE(Report(0, 2.0, false).ok());
   stop_ = true;  // the coordinator's signal, then at once the worker's report
   const grpc::Status reported = ReportStopped();
+  Join();
+  EXPECT_EQ(result_.code(), absl::StatusCode::kAborted);
+  absl::StatusOr<std::string> text = ReadFileText(out_ + "/summary.json");
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(*SummaryValue(*text, "failure.process", "s"), "coordinator")
+      << *text << " (the worker's report: " << reported.error_message() << ")";
+  EXPECT_EQ(*SummaryValue(*text, "failure.message", "s"),
+            std::string(kCoordinatorStopped));
+}
+
+// The same Ctrl-C, with the worker's report handled before the
+// coordinator's signal handler runs (a loaded machine; CI saw "worker:
+// stopped by signal" recorded): the report waits for the coordinator's stop
+// (signal_stop_grace, long here so a slow machine cannot outlast it; a
+// lease of 4 minutes).
+TEST_F(CoordinatorNodeTest,
+       WorkerStoppedJustBeforeTheCoordinatorIsNotTheCause) {
+  StartNode("ctrl-c-late", true, "", absl::Seconds(60));
+  ASSERT_TRUE(Report(0, 2.0, false).ok());
+  grpc::Status reported;
+  std::thread worker([&] { reported = ReportStopped(); });
+  absl::SleepFor(absl::Milliseconds(200));  // the report is under way
+  stop_ = true;
+  worker.join();
   Join();
   EXPECT_EQ(result_.code(), absl::StatusCode::kAborted);
   absl::StatusOr<std::string> text = ReadFileText(out_ + "/summary.json");

@@ -370,6 +370,14 @@ void CoordinatorService::QueueRowsLocked() {
 grpc::Status CoordinatorService::Report(
     ServerContext* context, const pstrain::v1::ReportRequest* request,
     pstrain::v1::ReportResponse* response) {
+  if (request->stopped() && !request->error().empty()) {
+    AwaitOwnStop([this, request]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return members_
+          .CheckWorkerSession(request->worker(), request->session_id(),
+                              "Report")
+          .ok();
+    });
+  }
   absl::Status st;
   {
     absl::MutexLock lock(&mu_);
@@ -550,6 +558,13 @@ grpc::Status CoordinatorService::JobStatus(
       !st.ok()) {
     return ToGrpcStatus(st);
   }
+  if (request->process() == "server" && !request->stopping().empty()) {
+    AwaitOwnStop([this, request]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return members_
+          .CheckServerSession(request->id(), request->session_id(), "JobStatus")
+          .ok();
+    });
+  }
   absl::MutexLock lock(&mu_);
   if (request->process() == "server" || request->process() == "worker") {
     const bool server = request->process() == "server";
@@ -652,6 +667,25 @@ void CoordinatorService::SetStopRequested(
     std::function<bool()> stop_requested) {
   absl::MutexLock lock(&mu_);
   stop_requested_ = std::move(stop_requested);
+}
+
+void CoordinatorService::AwaitOwnStop(const std::function<bool()>& session_ok) {
+  std::function<bool()> stop;
+  {
+    absl::MutexLock lock(&mu_);
+    if (ended_ || !stop_requested_ || !session_ok()) return;
+    stop = stop_requested_;
+  }
+  // The flag is set by a signal handler: polled, as Run polls it. At most a
+  // quarter lease: a process heartbeats every quarter lease at least, so
+  // its lease cannot run out (another cause) before its report is read.
+  const absl::Time deadline =
+      absl::Now() +
+      std::min(options_.signal_stop_grace,
+               absl::Seconds(options_.config.network().lease_s()) / 4);
+  while (!stop() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
 }
 
 RunFailure CoordinatorService::SignalStopCauseLocked(RunFailure own) const {

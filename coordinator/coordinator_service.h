@@ -127,6 +127,13 @@ struct CoordinatorOptions {
   // exits because of it).
   std::string supervision_file;
   absl::Duration wait_cap = absl::Seconds(30);  // longest a waiting RPC blocks
+  // A worker's or server's "stopped by a signal" waits up to this long for
+  // the coordinator's own stop (SetStopRequested) before it is recorded as
+  // the cause: Ctrl-C signals every process of the job at once, and a
+  // loaded machine may run the worker's report before the coordinator's
+  // signal handler. A process stopped alone is recorded this much later.
+  // At most a quarter of network.lease_s.
+  absl::Duration signal_stop_grace = absl::Seconds(1);
   bool progress = true;  // log a progress line about every second
   // Steps that may wait for reports at once (StepLogOptions).
   int64_t max_pending_steps = 1 << 16;
@@ -263,6 +270,11 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   // that is under way too (SetStopRequested).
   RunFailure SignalStopCauseLocked(RunFailure own) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Before a stop report of a process holding its session (`session_ok`,
+  // called with mu_ held) is recorded: waits up to
+  // options_.signal_stop_grace for the coordinator's own stop, without mu_.
+  void AwaitOwnStop(const std::function<bool()>& session_ok)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // A GetJob waiting for generation `generation` (absl::Condition, called
   // with mu_ held).
   struct GenerationWait {
