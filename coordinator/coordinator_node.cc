@@ -214,7 +214,6 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Create(
   }
   service_options.progress = options.progress;
   service_options.wait_cap = options.wait_cap;
-  service_options.signal_stop_grace = options.signal_stop_grace;
   service_options.metrics = &node->metrics_;
   if (!options.out.empty())
     service_options.metrics_csv = options.out + "/metrics.csv";
@@ -332,6 +331,14 @@ absl::Status CoordinatorNode::Run(const std::function<bool()>& stop) {
                         config.network().startup_timeout_s(), "s")});
       break;
     }
+  }
+  if (service_->FailedOnAStopReport()) {
+    // The same Ctrl-C may not have shown here yet (signal_stop_grace).
+    const absl::Time until = absl::Now() + options_.signal_stop_grace;
+    while (!stop() && absl::Now() < until) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    if (stop()) service_->CoordinatorStoppedToo();
   }
   if (orderer_ != nullptr) {
     // After a successful job the final checkpoint (cut training.steps) is

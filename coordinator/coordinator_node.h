@@ -48,7 +48,10 @@ struct CoordinatorNodeOptions {
   bool keep_serving_after_job = false;
   // How long the service's waiting RPCs may block.
   absl::Duration wait_cap = absl::Seconds(30);
-  // CoordinatorOptions::signal_stop_grace.
+  // A job that failed on a worker's or server's "stopped by signal" waits
+  // this long for the coordinator's own stop before the record names that
+  // process: Ctrl-C signals every process at once, and a loaded machine may
+  // read the worker's report before the coordinator's signal handler runs.
   absl::Duration signal_stop_grace = absl::Seconds(1);
   // --resume: "" (a fresh job), "latest" or a directory
   // (coordinator/checkpoint_orderer.h, ResolveResume).

@@ -370,14 +370,6 @@ void CoordinatorService::QueueRowsLocked() {
 grpc::Status CoordinatorService::Report(
     ServerContext* context, const pstrain::v1::ReportRequest* request,
     pstrain::v1::ReportResponse* response) {
-  if (request->stopped() && !request->error().empty()) {
-    AwaitOwnStop([this, request]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return members_
-          .CheckWorkerSession(request->worker(), request->session_id(),
-                              "Report")
-          .ok();
-    });
-  }
   absl::Status st;
   {
     absl::MutexLock lock(&mu_);
@@ -451,8 +443,11 @@ absl::Status CoordinatorService::ReportLocked(
   }
   if (!request.error().empty()) {
     RunFailure failure = WorkerErrorFailure(worker, request.error());
-    FailLocked(request.stopped() ? SignalStopCauseLocked(std::move(failure))
-                                 : failure);
+    if (request.stopped()) {
+      FailOnStopLocked(std::move(failure));
+    } else {
+      FailLocked(failure);
+    }
   }
   // A final report may carry no step records (they went out in the batch
   // before), so the sender is named by `worker`, not by its records.
@@ -558,13 +553,6 @@ grpc::Status CoordinatorService::JobStatus(
       !st.ok()) {
     return ToGrpcStatus(st);
   }
-  if (request->process() == "server" && !request->stopping().empty()) {
-    AwaitOwnStop([this, request]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return members_
-          .CheckServerSession(request->id(), request->session_id(), "JobStatus")
-          .ok();
-    });
-  }
   absl::MutexLock lock(&mu_);
   if (request->process() == "server" || request->process() == "worker") {
     const bool server = request->process() == "server";
@@ -610,15 +598,15 @@ grpc::Status CoordinatorService::JobStatus(
       PS_LOG_ERROR("server shard %d is stopping: %s", request->id(), why);
       const bool rolls_back =
           policy_->OnLost(LeaseHolder::kServer) == LossResponse::kRollBack;
-      const RunFailure cause = SignalStopCauseLocked(
-          {"server", -1, request->id(),
-           absl::StrCat(
-               "stopped: ", why,
-               rolls_back ? "" : policy_->FailureNote(LeaseHolder::kServer))});
-      if (rolls_back && cause.process == "server") {
-        rollbacks_->Lose(LeaseHolder::kServer, request->id(), cause.message);
+      RunFailure own{
+          "server", -1, request->id(),
+          absl::StrCat(
+              "stopped: ", why,
+              rolls_back ? "" : policy_->FailureNote(LeaseHolder::kServer))};
+      if (rolls_back && SignalStopCauseLocked(own).process == "server") {
+        rollbacks_->Lose(LeaseHolder::kServer, request->id(), own.message);
       } else {
-        FailLocked(cause);
+        FailOnStopLocked(std::move(own));
       }
       response->set_finished(ended_);
       response->set_failed(outcome_.failed());
@@ -669,23 +657,26 @@ void CoordinatorService::SetStopRequested(
   stop_requested_ = std::move(stop_requested);
 }
 
-void CoordinatorService::AwaitOwnStop(const std::function<bool()>& session_ok) {
-  std::function<bool()> stop;
-  {
-    absl::MutexLock lock(&mu_);
-    if (ended_ || !stop_requested_ || !session_ok()) return;
-    stop = stop_requested_;
-  }
-  // The flag is set by a signal handler: polled, as Run polls it. At most a
-  // quarter lease: a process heartbeats every quarter lease at least, so
-  // its lease cannot run out (another cause) before its report is read.
-  const absl::Time deadline =
-      absl::Now() +
-      std::min(options_.signal_stop_grace,
-               absl::Seconds(options_.config.network().lease_s()) / 4);
-  while (!stop() && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+void CoordinatorService::FailOnStopLocked(RunFailure own) {
+  const RunFailure cause = SignalStopCauseLocked(std::move(own));
+  const bool first = !outcome_.failed();
+  FailLocked(cause);
+  if (first && cause.process != "coordinator") failed_on_stop_report_ = true;
+}
+
+bool CoordinatorService::FailedOnAStopReport() const {
+  absl::MutexLock lock(&mu_);
+  return failed_on_stop_report_;
+}
+
+void CoordinatorService::CoordinatorStoppedToo() {
+  absl::MutexLock lock(&mu_);
+  if (!failed_on_stop_report_) return;
+  PS_LOG_ERROR("%s too: the job's cause is the coordinator's stop",
+               kCoordinatorStopped);
+  outcome_.Reattribute(
+      {"coordinator", -1, -1, std::string(kCoordinatorStopped)});
+  failed_on_stop_report_ = false;
 }
 
 RunFailure CoordinatorService::SignalStopCauseLocked(RunFailure own) const {

@@ -127,13 +127,6 @@ struct CoordinatorOptions {
   // exits because of it).
   std::string supervision_file;
   absl::Duration wait_cap = absl::Seconds(30);  // longest a waiting RPC blocks
-  // A worker's or server's "stopped by a signal" waits up to this long for
-  // the coordinator's own stop (SetStopRequested) before it is recorded as
-  // the cause: Ctrl-C signals every process of the job at once, and a
-  // loaded machine may run the worker's report before the coordinator's
-  // signal handler. A process stopped alone is recorded this much later.
-  // At most a quarter of network.lease_s.
-  absl::Duration signal_stop_grace = absl::Seconds(1);
   bool progress = true;  // log a progress line about every second
   // Steps that may wait for reports at once (StepLogOptions).
   int64_t max_pending_steps = 1 << 16;
@@ -205,6 +198,13 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   // Ctrl-C reaches every process at once, and the failure recorded is then
   // the coordinator's stop (kCoordinatorStopped), whoever reports first.
   void SetStopRequested(std::function<bool()> stop_requested);
+  // True when the job failed on such a stop (a worker's or server's, read
+  // before the coordinator's own stop showed): Ctrl-C on a loaded machine
+  // may run the worker's report before the coordinator's signal handler.
+  bool FailedOnAStopReport() const;
+  // The coordinator was stopped too (after FailedOnAStopReport): the record
+  // names the coordinator's stop (kCoordinatorStopped) instead.
+  void CoordinatorStoppedToo();
   // After a failed job: waits until every worker that held a lease when the
   // job failed (but the one the failure names) has asked JobStatus since,
   // i.e. has learned the end, or until `deadline`; true if all did. A
@@ -270,11 +270,9 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   // that is under way too (SetStopRequested).
   RunFailure SignalStopCauseLocked(RunFailure own) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Before a stop report of a process holding its session (`session_ok`,
-  // called with mu_ held) is recorded: waits up to
-  // options_.signal_stop_grace for the coordinator's own stop, without mu_.
-  void AwaitOwnStop(const std::function<bool()>& session_ok)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // FailLocked(SignalStopCauseLocked(own)), noting a failure on `own`
+  // (FailedOnAStopReport).
+  void FailOnStopLocked(RunFailure own) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A GetJob waiting for generation `generation` (absl::Condition, called
   // with mu_ held).
   struct GenerationWait {
@@ -362,6 +360,7 @@ class CoordinatorService final : public pstrain::v1::Coordinator::Service {
   JobOutcomeRecorder outcome_ ABSL_GUARDED_BY(mu_);
   SupervisionNotes notes_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool failed_on_stop_report_ ABSL_GUARDED_BY(mu_) = false;
   // training.on_failure (coordinator/failure_policy.h): what a loss and a
   // registration for a held slot do.
   const std::unique_ptr<const FailurePolicy> policy_;

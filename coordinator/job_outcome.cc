@@ -33,6 +33,12 @@ bool JobOutcomeRecorder::Fail(const RunFailure& failure, absl::Time now) {
   return true;
 }
 
+void JobOutcomeRecorder::Reattribute(const RunFailure& failure) {
+  if (!outcome_.failed) return;
+  outcome_.failure = failure;
+  outcome_.message = DescribeFailure(failure);
+}
+
 bool JobOutcomeRecorder::Diverged() {
   if (outcome_.diverged) return false;
   outcome_.diverged = true;

@@ -57,6 +57,9 @@ class JobOutcomeRecorder {
   // failure (kept, with DescribeFailure's message); later ones change
   // nothing and return false.
   bool Fail(const RunFailure& failure, absl::Time now);
+  // A failed job's cause was another: `failure` replaces the recorded one
+  // (the time of the failure stays). No-op while the job has not failed.
+  void Reattribute(const RunFailure& failure);
   // Some loss diverged: true the first time.
   bool Diverged();
   // Worker `rank`'s byte counters so far (each report carries its totals).
