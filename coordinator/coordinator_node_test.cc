@@ -86,6 +86,20 @@ class CoordinatorNodeTest : public ::testing::Test {
   void Join() {
     if (runner_.joinable()) runner_.join();
   }
+
+  // After a Ctrl-C: the job failed, and its record names the coordinator's
+  // stop (`reported`: the worker's stop report's answer).
+  void ExpectTheCoordinatorsStop(const grpc::Status& reported) {
+    Join();
+    EXPECT_EQ(result_.code(), absl::StatusCode::kAborted);
+    absl::StatusOr<std::string> text = ReadFileText(out_ + "/summary.json");
+    ASSERT_TRUE(text.ok());
+    EXPECT_EQ(*SummaryValue(*text, "failure.process", "s"), "coordinator")
+        << *text << " (the worker's report: " << reported.error_message()
+        << ")";
+    EXPECT_EQ(*SummaryValue(*text, "failure.message", "s"),
+              std::string(kCoordinatorStopped));
+  }
   void TearDown() override {
     stop_ = true;
     Join();
@@ -235,38 +249,22 @@ TEST_F(CoordinatorNodeTest, WorkerStoppedWithTheCoordinatorIsNotTheCause) {
   ASSERT_TRUE(Report(0, 2.0, false).ok());
   stop_ = true;  // the coordinator's signal, then at once the worker's report
   const grpc::Status reported = ReportStopped();
-  Join();
-  EXPECT_EQ(result_.code(), absl::StatusCode::kAborted);
-  absl::StatusOr<std::string> text = ReadFileText(out_ + "/summary.json");
-  ASSERT_TRUE(text.ok());
-  EXPECT_EQ(*SummaryValue(*text, "failure.process", "s"), "coordinator")
-      << *text << " (the worker's report: " << reported.error_message() << ")";
-  EXPECT_EQ(*SummaryValue(*text, "failure.message", "s"),
-            std::string(kCoordinatorStopped));
+  ExpectTheCoordinatorsStop(reported);
 }
 
 // The same Ctrl-C, with the worker's report handled before the
 // coordinator's signal handler runs (a loaded machine; CI saw "worker:
 // stopped by signal" recorded): the job ends on the report, and the
 // coordinator waits for its own stop before it writes the record
-// (signal_stop_grace, long here so a slow machine cannot outlast it).
+// (signal_stop_grace, long here so a slow machine cannot outlast it; the
+// stop comes only after the report was answered).
 TEST_F(CoordinatorNodeTest,
        WorkerStoppedJustBeforeTheCoordinatorIsNotTheCause) {
   StartNode("ctrl-c-late", true, "", absl::Seconds(60));
   ASSERT_TRUE(Report(0, 2.0, false).ok());
-  grpc::Status reported;
-  std::thread worker([&] { reported = ReportStopped(); });
-  absl::SleepFor(absl::Milliseconds(200));  // the report is under way
-  stop_ = true;
-  worker.join();
-  Join();
-  EXPECT_EQ(result_.code(), absl::StatusCode::kAborted);
-  absl::StatusOr<std::string> text = ReadFileText(out_ + "/summary.json");
-  ASSERT_TRUE(text.ok());
-  EXPECT_EQ(*SummaryValue(*text, "failure.process", "s"), "coordinator")
-      << *text << " (the worker's report: " << reported.error_message() << ")";
-  EXPECT_EQ(*SummaryValue(*text, "failure.message", "s"),
-            std::string(kCoordinatorStopped));
+  const grpc::Status reported = ReportStopped();  // read: the job ended
+  stop_ = true;                                   // then the signal shows
+  ExpectTheCoordinatorsStop(reported);
 }
 
 // ... while a worker stopped alone (SIGTERM to it only) is the cause.
