@@ -37,6 +37,24 @@ TEST(JobOutcomeRecorderTest, KeepsTheFirstFailureOnly) {
   EXPECT_EQ(o.message, r.message());
 }
 
+// A Ctrl-C read in the wrong order (coordinator_service.h,
+// CoordinatorStoppedToo): the cause changes, the time of the failure stays;
+// a job that has not failed has no cause to replace.
+TEST(JobOutcomeRecorderTest, ReattributeReplacesTheCauseOnly) {
+  JobOutcomeRecorder r(1);
+  r.Reattribute({"coordinator", -1, -1, "stopped"});
+  EXPECT_FALSE(r.failed());
+  ASSERT_TRUE(r.Fail({"worker", 0, -1, "stopped by signal"},
+                     kStart + absl::Seconds(3)));
+  r.Reattribute({"coordinator", -1, -1, "stopped"});
+  EXPECT_EQ(r.message(), DescribeFailure({"coordinator", -1, -1, "stopped"}));
+  const JobOutcome o = r.Summary(Totals(1), kStart);
+  ASSERT_TRUE(o.failure.has_value());
+  EXPECT_EQ(o.failure->process, "coordinator");
+  EXPECT_EQ(o.message, r.message());
+  EXPECT_DOUBLE_EQ(o.wall_s, 3);  // until the failure, as before
+}
+
 TEST(JobOutcomeRecorderTest, AFailedJobRanUntilItFailed) {
   JobOutcomeRecorder r(1);
   ASSERT_TRUE(r.Fail({"worker", 0, -1, "hung"}, kStart + absl::Seconds(70)));
