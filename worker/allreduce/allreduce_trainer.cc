@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
@@ -132,6 +133,10 @@ absl::Status AllReduceTrainer::Run(const StepCallback& on_step,
   // Dense tensors only: a row-sparse table's rows are in rows_.
   const int64_t total = model_->num_dense_params();
   ComputeBackend* backend = model_->backend();
+  // The model computes on weights_ where they are on the CPU backend
+  // (Model::ShareParams): released before they are replaced or freed.
+  model_->ReleaseSharedParams();
+  absl::Cleanup release = [this] { model_->ReleaseSharedParams(); };
   PS_ASSIGN_OR_RETURN(weights_, backend->AllocateHost(total));
   PS_ASSIGN_OR_RETURN(reduced_, backend->AllocateHost(total + 1));
   TensorViews weights;
@@ -152,8 +157,9 @@ absl::Status AllReduceTrainer::Run(const StepCallback& on_step,
     m.set_worker(options_.rank);
     m.set_step(step);
     // This step's weights cross once, for the evaluation and every
-    // micro-batch.
-    PS_RETURN_IF_ERROR(model_->SetParams(weights));
+    // micro-batch (none cross on the CPU backend: nothing changes them
+    // before ExchangeAndApply, after the step's compute).
+    PS_RETURN_IF_ERROR(model_->ShareParams(weights));
     if (c.evaluation().every_steps() > 0 && step > 0 &&
         step % c.evaluation().every_steps() == 0) {
       if (!rows_->empty()) PS_RETURN_IF_ERROR(rows_->SetTestRows(&local));
@@ -191,7 +197,7 @@ absl::Status AllReduceTrainer::Run(const StepCallback& on_step,
   for (size_t t = 0; t < params_.size(); ++t) {
     std::copy(weights[t].begin(), weights[t].end(), params_[t].begin());
   }
-  PS_RETURN_IF_ERROR(model_->SetParams(weights));
+  PS_RETURN_IF_ERROR(model_->ShareParams(weights));
   if (!rows_->empty()) PS_RETURN_IF_ERROR(rows_->SetTestRows(&local));
   PS_RETURN_IF_ERROR(local.Evaluate(&m));
   m.set_end_unix_s(UnixSeconds());

@@ -5,8 +5,9 @@
 // optimizer locally, report. At the end evaluate this rank's test slice.
 //
 // What crosses between host and backend per step: the weights in once from
-// pinned memory (Model::SetParams, num_params floats, for the evaluation and
-// every micro-batch), the micro-batches in, and the all-reduced gradient out
+// pinned memory (Model::ShareParams, num_params floats, for the evaluation
+// and every micro-batch; on the CPU backend the model computes on them where
+// they are, no copy), the micro-batches in, and the all-reduced gradient out
 // once (num_params + 1 floats, into pinned memory on CUDA, so one DMA). The
 // gradient is accumulated and weighted on the backend; with a reducer that
 // sums on the device (NCCL) it is reduced in place there, where only the

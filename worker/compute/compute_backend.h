@@ -145,6 +145,23 @@ class ComputeBackend {
   // E.g. "cpu (OpenBLAS, 8 threads)" or "cuda (NVIDIA H200, cuBLAS)".
   virtual std::string name() const = 0;
 
+  // True when the backend's buffers are ordinary host memory (the CPU
+  // backend): a buffer may then be a view of host memory the caller owns
+  // (ViewOfHost), so that a model computes on parameters where they are.
+  virtual bool host_memory() const { return false; }
+
+  // A non-owning buffer over the `n` floats at `data`, on a backend whose
+  // memory is the host's; empty on any other (operations on it then fail
+  // their size checks). Only for operands that operations read (a Gemm's a
+  // and b, a bias): nothing may write through it. It must not outlive the
+  // memory it views.
+  DeviceBuffer ViewOfHost(const float* data, int64_t n) {
+    if (!host_memory() || n < 0 || (data == nullptr && n > 0)) {
+      return DeviceBuffer(nullptr, nullptr, 0);
+    }
+    return DeviceBuffer(nullptr, const_cast<float*>(data), n);
+  }
+
   // A buffer of `size` >= 0 uninitialised floats. RESOURCE_EXHAUSTED when
   // the memory is not available.
   absl::StatusOr<DeviceBuffer> Allocate(int64_t size) {

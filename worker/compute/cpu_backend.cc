@@ -86,6 +86,8 @@ class CpuBackend : public ComputeBackend {
                         " threads)");
   }
 
+  bool host_memory() const override { return true; }
+
   absl::Status CopyToDevice(const float* src, int64_t n,
                             DeviceBuffer* dst) override {
     PS_RETURN_IF_ERROR(CheckSize("CopyToDevice", "dst", *dst, n));

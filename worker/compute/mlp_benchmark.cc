@@ -10,9 +10,11 @@
 //   host:     Model::LossAndGradient: weights in, gradient out into pageable
 //             vectors, one copy per tensor (on CUDA through the staging
 //             halves): the path before the device-resident trainer;
-//   ps:       the parameter-server step: weights in from a pinned
-//             HostBuffer (the pull buffer), the gradient out once into
-//             another (the push buffer);
+//   ps:       the parameter-server step as the trainer takes it: weights
+//             in from a pinned HostBuffer (the pull buffer), the gradient out
+//             once into another (the push buffer); on the CPU backend
+//             neither is copied (Model::ShareParams, and the push encodes
+//             from the model's gradient);
 //   resident: the gradient only, weights already on the backend, nothing
 //             out (the all-reduce on the device; the optimizer's copies not
 //             included).
@@ -237,8 +239,9 @@ absl::Status RunSize(ComputeBackend* backend, const Size& s,
            }},
           {"ps",
            [&]() -> absl::Status {
-             PS_RETURN_IF_ERROR(model->SetParams(weights));
+             PS_RETURN_IF_ERROR(model->ShareParams(weights));
              PS_RETURN_IF_ERROR(model->ComputeGradient(batch, false).status());
+             if (backend->host_memory()) return absl::OkStatus();
              return backend->CopyToHost(*model->gradient(), total,
                                         pushed.data());
            }},

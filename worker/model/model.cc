@@ -180,15 +180,16 @@ class DenseModel : public Model {
 
   using Model::SetParams;
   absl::Status SetParams(const TensorViews& params) override {
-    PS_RETURN_IF_ERROR(CheckParams(specs_, params));
-    has_params_ = false;  // until every tensor is there
-    for (size_t t = 0; t < params.size(); ++t) {
-      PS_RETURN_IF_ERROR(Reserve(&params_[t], params[t].size()));
-      PS_RETURN_IF_ERROR(backend_->CopyToDevice(params[t].data(),
-                                                params[t].size(), &params_[t]));
-    }
-    has_params_ = true;
-    return absl::OkStatus();
+    return MakeResident(params, /*share=*/false);
+  }
+  absl::Status ShareParams(const TensorViews& params) override {
+    return MakeResident(params, /*share=*/true);
+  }
+  void ReleaseSharedParams() override {
+    if (!shared_) return;
+    for (DeviceBuffer& p : params_) p = DeviceBuffer();
+    shared_ = false;
+    has_params_ = false;
   }
 
   absl::StatusOr<double> ComputeGradient(const Batch& batch,
@@ -266,6 +267,15 @@ class DenseModel : public Model {
     return absl::FailedPreconditionError("the model has no parameters yet");
   }
 
+  absl::Status MakeResident(const TensorViews& params, bool share) {
+    PS_RETURN_IF_ERROR(CheckParams(specs_, params));
+    has_params_ = false;  // until every tensor is there
+    PS_RETURN_IF_ERROR(MakeParamsResident(backend_, specs_, params, share,
+                                          &params_, &shared_));
+    has_params_ = true;
+    return absl::OkStatus();
+  }
+
   // Scratch grows to the largest batch seen and is then reused.
   absl::Status Reserve(DeviceBuffer* buffer, int64_t n) {
     if (buffer->size() >= n) return absl::OkStatus();
@@ -325,6 +335,7 @@ class DenseModel : public Model {
   std::vector<int64_t> offsets_;  // of each tensor in the flat gradient
   int64_t total_ = 0;             // floats in all tensors
   bool has_params_ = false;
+  bool shared_ = false;  // params_ view the caller's memory (ShareParams)
   // On the backend, reused across calls: the resident parameters and
   // gradient (total_ + 1 floats, see Model::gradient), the micro-batch
   // gradient being accumulated, the batch, per-layer pre-activations and
@@ -386,6 +397,37 @@ absl::Status CheckParamViews(const std::vector<TensorSpec>& specs,
                                 : ""));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status MakeParamsResident(ComputeBackend* backend,
+                                const std::vector<TensorSpec>& specs,
+                                const TensorViews& params, bool share,
+                                std::vector<DeviceBuffer>* resident,
+                                bool* shared) {
+  PS_RETURN_IF_ERROR(CheckParamViews(specs, params));
+  resident->resize(specs.size());
+  share = share && backend->host_memory();
+  if (*shared) {
+    // Views of the caller's memory: never copied into.
+    for (DeviceBuffer& b : *resident) b = DeviceBuffer();
+    *shared = false;
+  }
+  for (size_t t = 0; t < specs.size(); ++t) {
+    if (specs[t].row_sparse()) continue;
+    DeviceBuffer& b = (*resident)[t];
+    const int64_t n = static_cast<int64_t>(params[t].size());
+    if (share) {
+      b = backend->ViewOfHost(params[t].data(), n);
+      continue;
+    }
+    if (b.size() < n) {
+      b = DeviceBuffer();  // free first: lower peak memory
+      PS_ASSIGN_OR_RETURN(b, backend->Allocate(n));
+    }
+    PS_RETURN_IF_ERROR(backend->CopyToDevice(params[t].data(), n, &b));
+  }
+  *shared = share;
   return absl::OkStatus();
 }
 

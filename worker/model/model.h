@@ -112,6 +112,21 @@ class Model {
   virtual absl::Status SetParams(const TensorViews& params) = 0;
   absl::Status SetParams(const std::vector<std::vector<float>>& params);
 
+  // Like SetParams, but where the backend's memory is the host's
+  // (ComputeBackend::host_memory: the CPU backend) the dense tensors stay
+  // where they are and the model computes on them there, with no copy. The
+  // caller keeps that memory alive and unchanged until the next SetParams,
+  // ShareParams or ReleaseSharedParams. On other backends, and in models
+  // without their own (the default), it is SetParams.
+  virtual absl::Status ShareParams(const TensorViews& params) {
+    return SetParams(params);
+  }
+  // Forgets parameters ShareParams left in the caller's memory: the model
+  // then has none (FAILED_PRECONDITION) until the next SetParams or
+  // ShareParams. Parameters the model holds a copy of are kept. For a caller
+  // about to free or reuse that memory.
+  virtual void ReleaseSharedParams() {}
+
   // Gradient of the mean loss over `batch` (n >= 1) at the resident
   // parameters into gradient(): it replaces the gradient, or with
   // `accumulate` is added to it (ComputeBackend::Add). Returns the mean
@@ -178,6 +193,18 @@ class Model {
 // (empty for a row-sparse spec), naming the tensor.
 absl::Status CheckParamViews(const std::vector<pstrain::v1::TensorSpec>& specs,
                              const TensorViews& params);
+
+// The dense tensors of `params` made a model's resident parameters
+// `resident` (one buffer per spec; a row-sparse spec's stays empty), for
+// SetParams and ShareParams: with `share` on a backend whose memory is the
+// host's, views of `params` where they are; otherwise copied into buffers of
+// `backend`, each reused when it is large enough and is not a view. `*shared`
+// then says whether `resident` holds views. Checks `params` first
+// (CheckParamViews): on an error nothing changes.
+absl::Status MakeParamsResident(
+    ComputeBackend* backend, const std::vector<pstrain::v1::TensorSpec>& specs,
+    const TensorViews& params, bool share, std::vector<DeviceBuffer>* resident,
+    bool* shared);
 
 // Examples of `y` (class ids) whose row of `logits` (y.size() rows of `out`
 // scores) has its largest score at the label: an evaluation's `correct`.

@@ -285,6 +285,92 @@ TEST(ModelTest, ComputesThroughTheGivenBackend) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// The mean loss and the whole gradient at the resident parameters.
+struct Computed {
+  double loss = 0;
+  std::vector<float> grad;
+};
+absl::StatusOr<Computed> Compute(Model* model, const Batch& batch) {
+  Computed c;
+  absl::StatusOr<double> loss = model->ComputeGradient(batch, false);
+  if (!loss.ok()) return loss.status();
+  c.loss = *loss;
+  c.grad.resize(model->num_dense_params());
+  absl::Status st = model->backend()->CopyToHost(
+      *model->gradient(), model->num_dense_params(), c.grad.data());
+  if (!st.ok()) return st;
+  return c;
+}
+
+TensorViews ViewsOf(const Params& params) {
+  TensorViews views;
+  for (const std::vector<float>& p : params) views.emplace_back(p);
+  return views;
+}
+
+// On the CPU backend ShareParams computes on the caller's memory itself
+// (a change there shows in the next gradient), bit for bit as SetParams's
+// copy does, and nothing writes that memory: not the step, not a later
+// SetParams.
+TEST(ModelTest, SharedParamsAreReadWhereTheyAreAndNeverWritten) {
+  auto cpu = CreateCpuBackend();
+  ASSERT_TRUE(cpu.ok());
+  ASSERT_TRUE((*cpu)->host_memory());
+  auto model = Model::Create(Config(ModelConfig::MLP, 3), cpu->get());
+  ASSERT_TRUE(model.ok());
+  std::mt19937 rng(5);
+  const Params params = RandomParams(**model, &rng);
+  const Params other = RandomParams(**model, &rng);
+  const Batch batch = RandomBatch(6, 5, 3, &rng);
+
+  ASSERT_TRUE((*model)->SetParams(ViewsOf(params)).ok());
+  absl::StatusOr<Computed> copied = Compute(model->get(), batch);
+  ASSERT_TRUE(copied.ok()) << copied.status();
+
+  Params memory = params;
+  ASSERT_TRUE((*model)->ShareParams(ViewsOf(memory)).ok());
+  absl::StatusOr<Computed> shared = Compute(model->get(), batch);
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  EXPECT_EQ(shared->loss, copied->loss);
+  EXPECT_EQ(shared->grad, copied->grad);
+  EXPECT_EQ(memory, params);  // the step only read it
+
+  memory[0][0] += 1.0f;  // the model sees it: no copy was taken
+  absl::StatusOr<Computed> moved = Compute(model->get(), batch);
+  ASSERT_TRUE(moved.ok());
+  EXPECT_NE(moved->grad, copied->grad);
+  memory[0][0] = params[0][0];
+
+  // Wrong sizes change nothing: the shared parameters stay resident.
+  Params shorter = params;
+  shorter[1].pop_back();
+  EXPECT_EQ((*model)->ShareParams(ViewsOf(shorter)).code(),
+            absl::StatusCode::kInvalidArgument);
+  shared = Compute(model->get(), batch);
+  ASSERT_TRUE(shared.ok());
+  EXPECT_EQ(shared->grad, copied->grad);
+
+  // A copy after a share goes to buffers of the model's own.
+  ASSERT_TRUE((*model)->SetParams(ViewsOf(other)).ok());
+  EXPECT_EQ(memory, params);
+  absl::StatusOr<Computed> at_other = Compute(model->get(), batch);
+  ASSERT_TRUE(at_other.ok());
+  memory[0][0] += 1.0f;
+  absl::StatusOr<Computed> again = Compute(model->get(), batch);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->grad, at_other->grad);
+  memory[0][0] = params[0][0];
+  // ...and releasing keeps a copy.
+  (*model)->ReleaseSharedParams();
+  ASSERT_TRUE(Compute(model->get(), batch).ok());
+
+  // Released shared parameters are gone: no read of freed memory.
+  ASSERT_TRUE((*model)->ShareParams(ViewsOf(memory)).ok());
+  (*model)->ReleaseSharedParams();
+  EXPECT_EQ(Compute(model->get(), batch).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(ModelTest, BadInputsAreInvalidArgument) {
   auto model = Model::Create(Config(ModelConfig::MLP, 3));
   ASSERT_TRUE(model.ok());

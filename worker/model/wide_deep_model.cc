@@ -69,16 +69,16 @@ class WideDeepModel : public Model {
 
   using Model::SetParams;
   absl::Status SetParams(const TensorViews& params) override {
-    PS_RETURN_IF_ERROR(CheckParamViews(specs_, params));
-    has_params_ = false;  // until every tensor is there
-    for (size_t t = 0; t < params.size(); ++t) {
-      if (specs_[t].row_sparse()) continue;
-      PS_RETURN_IF_ERROR(Reserve(&params_[t], params[t].size()));
-      PS_RETURN_IF_ERROR(backend_->CopyToDevice(params[t].data(),
-                                                params[t].size(), &params_[t]));
-    }
-    has_params_ = true;
-    return absl::OkStatus();
+    return MakeResident(params, /*share=*/false);
+  }
+  absl::Status ShareParams(const TensorViews& params) override {
+    return MakeResident(params, /*share=*/true);
+  }
+  void ReleaseSharedParams() override {
+    if (!shared_) return;
+    for (DeviceBuffer& p : params_) p = DeviceBuffer();
+    shared_ = false;
+    has_params_ = false;
   }
 
   absl::StatusOr<std::vector<int64_t>> RowIds(
@@ -450,6 +450,15 @@ class WideDeepModel : public Model {
     return out;
   }
 
+  absl::Status MakeResident(const TensorViews& params, bool share) {
+    PS_RETURN_IF_ERROR(CheckParamViews(specs_, params));
+    has_params_ = false;  // until every tensor is there
+    PS_RETURN_IF_ERROR(MakeParamsResident(backend_, specs_, params, share,
+                                          &params_, &shared_));
+    has_params_ = true;
+    return absl::OkStatus();
+  }
+
   absl::Status Reserve(DeviceBuffer* buffer, int64_t n) {
     if (buffer->size() >= n) return absl::OkStatus();
     *buffer = DeviceBuffer();
@@ -475,6 +484,7 @@ class WideDeepModel : public Model {
   std::vector<int64_t> offsets_;        // of each tensor in the flat gradient
   int64_t total_ = 0;                   // floats in the dense tensors
   bool has_params_ = false;
+  bool shared_ = false;  // params_ view the caller's memory (ShareParams)
   bool has_row_gradient_ = false;
   // Host: the resident rows of the table, the row gradient, and the current
   // batch's unique rows, index, inverse and rows.

@@ -334,6 +334,44 @@ TEST(WideDeepModelTest, AccumulatesRowGradientsAsAUnion) {
   }
 }
 
+// ShareParams (the dense tensors computed on where they are, the table's
+// view empty) gives SetParams's gradients bit for bit, and reads the
+// caller's memory itself.
+TEST(WideDeepModelTest, SharedDenseParamsMatchCopiedOnes) {
+  auto model = Model::Create(SmallConfig(ModelConfig::SUM, 2));
+  ASSERT_TRUE(model.ok());
+  Model& m = **model;
+  ASSERT_TRUE(m.backend()->host_memory());
+  std::mt19937 rng(6);
+  const Params params = InitialParams(m, &rng);
+  const Batch batch = MakeBatch(6, 3, 2, 3, &rng);
+  ASSERT_TRUE(m.SetRows(0, TableRows(m.params()[0], *m.RowIds(0, batch))).ok());
+  auto gradient = [&](std::vector<float>* dense) {
+    ASSERT_TRUE(m.ComputeGradient(batch, false).ok());
+    dense->resize(m.num_dense_params());
+    ASSERT_TRUE(m.backend()
+                    ->CopyToHost(*m.gradient(), dense->size(), dense->data())
+                    .ok());
+  };
+  std::vector<float> copied, shared, moved;
+  ASSERT_TRUE(m.SetParams(params).ok());
+  gradient(&copied);
+  const SparseRows rows_copied = *m.row_gradient(0);
+  Params memory = params;
+  TensorViews views(memory.begin(), memory.end());
+  ASSERT_TRUE(m.ShareParams(views).ok());
+  gradient(&shared);
+  EXPECT_EQ(shared, copied);
+  EXPECT_EQ(m.row_gradient(0)->values, rows_copied.values);
+  EXPECT_EQ(memory, params);
+  memory.back()[0] += 1.0f;  // the top layer's bias, read in place
+  gradient(&moved);
+  EXPECT_NE(moved, copied);
+  m.ReleaseSharedParams();
+  EXPECT_EQ(m.ComputeGradient(batch, false).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 // A table of 4e9 rows x 16 (256 GB as a dense buffer) trains: nothing the
 // size of the table is ever allocated.
 TEST(WideDeepModelTest, HugeTableNeedsOnlyTheBatchRows) {

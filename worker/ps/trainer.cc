@@ -5,6 +5,7 @@
 #include <future>
 #include <iterator>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
@@ -111,6 +112,31 @@ absl::StatusOr<Trainer::StepBuffers> Trainer::AllocateStepBuffers() const {
   return b;
 }
 
+absl::StatusOr<TensorViews> Trainer::GradientToPush(const TensorViews& grads,
+                                                    float* pushed,
+                                                    bool in_place) const {
+  ComputeBackend* backend = model_->backend();
+  const int64_t total = model_->num_dense_params();
+  const DeviceBuffer* gradient = model_->gradient();
+  if (gradient == nullptr || gradient->size() < total) {
+    return absl::InternalError(absl::StrCat(
+        "the model holds ", gradient == nullptr ? 0 : gradient->size(),
+        " gradient floats after the step's compute, needs ", total));
+  }
+  if (!in_place || !backend->host_memory()) {
+    PS_RETURN_IF_ERROR(backend->CopyToHost(*gradient, total, pushed));
+    return grads;
+  }
+  // The same layout as `grads`: the dense tensors back to back.
+  TensorViews views;
+  const float* at = gradient->data();
+  for (absl::Span<const float> g : grads) {
+    views.emplace_back(at, g.size());
+    at += g.size();
+  }
+  return views;
+}
+
 absl::Status Trainer::Run(const StepCallback& on_step,
                           const std::function<bool()>& should_stop) {
   const JobConfig& c = options_.config;
@@ -120,13 +146,19 @@ absl::Status Trainer::Run(const StepCallback& on_step,
   }
   const uint32_t rank = options_.rank;
   LocalStep local(c, rank, model_, data_);
-  ComputeBackend* backend = model_->backend();
-  const int64_t total = model_->num_dense_params();
   PS_ASSIGN_OR_RETURN(StepBuffers buffers, AllocateStepBuffers());
+  // Before `buffers` go: the model may compute on them (ShareParams).
+  absl::Cleanup release = [this] { model_->ReleaseSharedParams(); };
   HostBuffer& pushed = buffers.pushed;
   const MutableTensorViews& pull_into = buffers.pull_into;
   const TensorViews& weights = buffers.weights;
   const TensorViews& grads = buffers.grads;
+  // Where the backend's memory is the host's, the model computes on the
+  // pulled weights where the pull wrote them (Model::ShareParams), as
+  // nothing writes them before the next step's pull. Not with stand-ins:
+  // AwaitPull computes a stand-in's gradient on the weights of the step
+  // before while the next pull writes that buffer.
+  const bool share_weights = !options_.adopt;
   // Overlap needs emulated compute to spread over the layers (the backend
   // computes the whole gradient in one call).
   const bool overlap = c.worker().overlap() && sparse_.empty() &&
@@ -170,8 +202,9 @@ absl::Status Trainer::Run(const StepCallback& on_step,
     PS_RETURN_IF_ERROR(AwaitPull(pull.get(), pull_rows.get(), held, held_reads,
                                  grads, pushed.data()));
     // The pulled weights cross to the backend once, for the evaluation and
-    // every micro-batch of the step.
-    PS_RETURN_IF_ERROR(model_->SetParams(weights));
+    // every micro-batch of the step (on the CPU backend, not at all).
+    PS_RETURN_IF_ERROR(share_weights ? model_->ShareParams(weights)
+                                     : model_->SetParams(weights));
     if (!sparse_.empty()) PS_RETURN_IF_ERROR(SetPulledRows(&rows));
     m.set_pull_s(absl::ToDoubleSeconds(absl::Now() - t0));
     if (step == c.training().steps()) {  // final weights: evaluate and finish
@@ -195,8 +228,8 @@ absl::Status Trainer::Run(const StepCallback& on_step,
 
     t0 = absl::Now();
     PS_ASSIGN_OR_RETURN(double loss_sum, local.Gradient(step));
-    PS_RETURN_IF_ERROR(
-        backend->CopyToHost(*model_->gradient(), total, pushed.data()));
+    PS_ASSIGN_OR_RETURN(const TensorViews to_push,
+                        GradientToPush(grads, pushed.data(), share_weights));
     m.set_compute_s(absl::ToDoubleSeconds(absl::Now() - t0));
     m.set_loss(loss_sum / local.slice());
     m.set_samples(local.slice());
@@ -208,7 +241,7 @@ absl::Status Trainer::Run(const StepCallback& on_step,
 
     t0 = absl::Now();
     std::unique_ptr<PsOp> push =
-        client_->StartPush(rank, step, local.slice(), grads, pull->reads());
+        client_->StartPush(rank, step, local.slice(), to_push, pull->reads());
     std::unique_ptr<PsOp> push_rows;
     if (!sparse_.empty()) {
       push_rows = client_->StartPushRows(rank, step, local.slice(), row_grads,
@@ -242,9 +275,8 @@ absl::Status Trainer::RunModelClock(const StepCallback& on_step,
         "worker.overlap or a resumed start step");
   }
   LocalStep local(c, rank, model_, data_);
-  ComputeBackend* backend = model_->backend();
-  const int64_t total = model_->num_dense_params();
   PS_ASSIGN_OR_RETURN(StepBuffers buffers, AllocateStepBuffers());
+  absl::Cleanup release = [this] { model_->ReleaseSharedParams(); };
   HostBuffer& pushed = buffers.pushed;
   const MutableTensorViews& pull_into = buffers.pull_into;
   const TensorViews& weights = buffers.weights;
@@ -267,7 +299,7 @@ absl::Status Trainer::RunModelClock(const StepCallback& on_step,
     absl::Time t0 = absl::Now();
     std::unique_ptr<PsOp> pull = client_->StartPull(rank, step, pull_into);
     PS_RETURN_IF_ERROR(pull->Wait());
-    PS_RETURN_IF_ERROR(model_->SetParams(weights));
+    PS_RETURN_IF_ERROR(model_->ShareParams(weights));  // no stand-ins here
     m.set_pull_s(absl::ToDoubleSeconds(absl::Now() - t0));
     // Every push reaches every shard, so the smallest version is the number
     // of pushes the whole model has taken.
@@ -297,14 +329,14 @@ absl::Status Trainer::RunModelClock(const StepCallback& on_step,
     }
     t0 = absl::Now();
     PS_ASSIGN_OR_RETURN(double loss_sum, local.Gradient(step));
-    PS_RETURN_IF_ERROR(
-        backend->CopyToHost(*model_->gradient(), total, pushed.data()));
+    PS_ASSIGN_OR_RETURN(const TensorViews to_push,
+                        GradientToPush(grads, pushed.data(), true));
     m.set_compute_s(absl::ToDoubleSeconds(absl::Now() - t0));
     m.set_loss(loss_sum / local.slice());
     m.set_samples(local.slice());
     t0 = absl::Now();
     std::unique_ptr<PsOp> push =
-        client_->StartPush(rank, step, local.slice(), grads, pull->reads());
+        client_->StartPush(rank, step, local.slice(), to_push, pull->reads());
     PS_RETURN_IF_ERROR(push->Wait());
     m.set_push_s(absl::ToDoubleSeconds(absl::Now() - t0));
     // The first shard's answer orders every push: version v is the v-th.
@@ -491,7 +523,7 @@ absl::Status Trainer::OverlappedStep(int64_t step, LocalStep* local,
   PS_RETURN_IF_ERROR(pull->Wait());
   const absl::Time all_in = arrived_->last_open();
   m->set_pull_s(absl::ToDoubleSeconds(std::max(all_in, t0) - t0));
-  PS_RETURN_IF_ERROR(model_->SetParams(weights));
+  PS_RETURN_IF_ERROR(model_->ShareParams(weights));  // overlap: no stand-ins
   if (c.evaluation().every_steps() > 0 && step > 0 &&
       step % c.evaluation().every_steps() == 0) {
     PS_RETURN_IF_ERROR(local->Evaluate(m));
@@ -503,8 +535,8 @@ absl::Status Trainer::OverlappedStep(int64_t step, LocalStep* local,
   // overlap: only when each goes out changes.
   const absl::Time math_start = absl::Now();
   PS_ASSIGN_OR_RETURN(double loss_sum, local->Gradient(step, false));
-  PS_RETURN_IF_ERROR(
-      model_->backend()->CopyToHost(*model_->gradient(), total, pushed));
+  PS_ASSIGN_OR_RETURN(const TensorViews to_push,
+                      GradientToPush(grads, pushed, true));
   const absl::Duration math = absl::Now() - math_start;
   compute += math;
   const absl::Duration backward =
@@ -512,7 +544,7 @@ absl::Status Trainer::OverlappedStep(int64_t step, LocalStep* local,
   ready_->Reset();
   const absl::Time push_start = absl::Now();
   std::unique_ptr<PsOp> push = client_->StartPush(
-      rank, step, local->slice(), grads, pull->reads(), ready_.get());
+      rank, step, local->slice(), to_push, pull->reads(), ready_.get());
   clock = std::max(clock, absl::Now());
   for (int i = n - 1; i >= 0; --i) {
     for (int chunk : client_->tensor_chunks(i)) {

@@ -7,7 +7,12 @@
 // into a HostBuffer (pinned on CUDA), which goes to the backend once
 // (Model::SetParams); the micro-batches go in; the gradient is accumulated
 // on the backend and comes out once, into a second HostBuffer that the push
-// encodes its chunks from. No staging copies for weights or gradients.
+// encodes its chunks from. No staging copies for weights or gradients. On
+// the CPU backend neither crosses: the model computes on the pulled buffer
+// where it is (Model::ShareParams) and the push encodes from the model's own
+// gradient, except while standing in for a dead rank (a stand-in computes on
+// the weights of the step before while the next pull writes that buffer, and
+// pushes from the second buffer).
 //
 // With worker.overlap and emulated compute (worker.compute_ms), a step
 // overlaps communication and computation chunk by chunk (the shard map's
@@ -130,6 +135,13 @@ class Trainer : public GenerationTrainer {
     TensorViews weights, grads;
   };
   absl::StatusOr<StepBuffers> AllocateStepBuffers() const;
+  // The gradient the step's push encodes, after its compute: with `in_place`
+  // on a backend whose memory is the host's, views of the model's own
+  // (Model::gradient; nothing writes it before the next step's compute);
+  // otherwise downloaded into `pushed` (pinned on CUDA), which `grads` view.
+  absl::StatusOr<TensorViews> GradientToPush(const TensorViews& grads,
+                                             float* pushed,
+                                             bool in_place) const;
 
   // training.clock model in async (see the top of this file).
   absl::Status RunModelClock(const StepCallback& on_step,
