@@ -154,11 +154,13 @@ absl::Status Trainer::Run(const StepCallback& on_step,
   const TensorViews& weights = buffers.weights;
   const TensorViews& grads = buffers.grads;
   // Where the backend's memory is the host's, the model computes on the
-  // pulled weights where the pull wrote them (Model::ShareParams), as
-  // nothing writes them before the next step's pull. Not with stand-ins:
-  // AwaitPull computes a stand-in's gradient on the weights of the step
-  // before while the next pull writes that buffer.
-  const bool share_weights = !options_.adopt;
+  // pulled weights where the pull wrote them (Model::ShareParams) and the
+  // push encodes from the model's own gradient (GradientToPush): nothing
+  // writes either before the next step's pull and compute. Not with
+  // stand-ins: AwaitPull computes a stand-in's gradient on the weights of
+  // the step before while the next pull writes that buffer, and stand-ins
+  // push from `pushed`.
+  const bool in_place = !options_.adopt;
   // Overlap needs emulated compute to spread over the layers (the backend
   // computes the whole gradient in one call).
   const bool overlap = c.worker().overlap() && sparse_.empty() &&
@@ -203,8 +205,8 @@ absl::Status Trainer::Run(const StepCallback& on_step,
                                  grads, pushed.data()));
     // The pulled weights cross to the backend once, for the evaluation and
     // every micro-batch of the step (on the CPU backend, not at all).
-    PS_RETURN_IF_ERROR(share_weights ? model_->ShareParams(weights)
-                                     : model_->SetParams(weights));
+    PS_RETURN_IF_ERROR(in_place ? model_->ShareParams(weights)
+                                : model_->SetParams(weights));
     if (!sparse_.empty()) PS_RETURN_IF_ERROR(SetPulledRows(&rows));
     m.set_pull_s(absl::ToDoubleSeconds(absl::Now() - t0));
     if (step == c.training().steps()) {  // final weights: evaluate and finish
@@ -229,7 +231,7 @@ absl::Status Trainer::Run(const StepCallback& on_step,
     t0 = absl::Now();
     PS_ASSIGN_OR_RETURN(double loss_sum, local.Gradient(step));
     PS_ASSIGN_OR_RETURN(const TensorViews to_push,
-                        GradientToPush(grads, pushed.data(), share_weights));
+                        GradientToPush(grads, pushed.data(), in_place));
     m.set_compute_s(absl::ToDoubleSeconds(absl::Now() - t0));
     m.set_loss(loss_sum / local.slice());
     m.set_samples(local.slice());
