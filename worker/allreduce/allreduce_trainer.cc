@@ -87,11 +87,11 @@ AllReduceTrainer::AllReduceTrainer(TrainerOptions options, AllReducer* reducer,
   }
 }
 
-void AllReduceTrainer::ApplyOptimizer(int64_t step) {
+void AllReduceTrainer::ApplyOptimizer(int64_t step, const float* mean) {
   // As a sync shard: the schedule step and the update count are both the
   // step (one update per step). The optimizer is chunking-independent, so
   // updating whole tensors equals the shards' per-chunk updates.
-  const float* grad = reduced_.data();
+  const float* grad = mean;
   float* w = weights_.data();
   for (size_t t = 0; t < params_.size(); ++t) {
     if (params_[t].empty()) continue;  // a row-sparse table (rows_)
@@ -205,20 +205,23 @@ absl::Status AllReduceTrainer::Run(const StepCallback& on_step,
 }
 
 absl::Status AllReduceTrainer::ExchangeAndApply(int64_t step, int64_t samples) {
+  const float* mean = reduced_.data();
   if (rows_->empty()) {
-    PS_RETURN_IF_ERROR(AllReduceWeightedMeanOfModel(reducer_, step, samples,
-                                                    model_, &reduced_));
+    PS_ASSIGN_OR_RETURN(mean, AllReduceWeightedMeanOfModel(
+                                  reducer_, step, samples, model_, &reduced_));
   } else {
     // The dense mean into reduced_ and the rows updated (row_replicas.h).
     PS_RETURN_IF_ERROR(rows_->Exchange(reducer_, step, samples, &reduced_));
   }
-  ApplyOptimizer(step);
+  ApplyOptimizer(step, mean);
   return absl::OkStatus();
 }
 
-absl::Status AllReduceWeightedMeanOfModel(AllReducer* reducer, uint64_t step,
-                                          uint64_t samples, Model* model,
-                                          HostBuffer* host) {
+absl::StatusOr<const float*> AllReduceWeightedMeanOfModel(AllReducer* reducer,
+                                                          uint64_t step,
+                                                          uint64_t samples,
+                                                          Model* model,
+                                                          HostBuffer* host) {
   ComputeBackend* backend = model->backend();
   DeviceBuffer* grad = model->gradient();
   const int64_t total = model->num_dense_params();
@@ -230,25 +233,30 @@ absl::Status AllReduceWeightedMeanOfModel(AllReducer* reducer, uint64_t step,
   }
   const float n = static_cast<float>(samples);
   PS_RETURN_IF_ERROR(backend->Scale(total, n, grad));
+  float* out = host->data();
   if (reducer->sums_on_device()) {
     DeviceBuffer count = grad->View(total, 1);
     PS_RETURN_IF_ERROR(backend->CopyToDevice(&n, 1, &count));
     PS_RETURN_IF_ERROR(reducer->SumInPlaceOnDevice(step, grad, total + 1));
-    PS_RETURN_IF_ERROR(backend->CopyToHost(*grad, total + 1, host->data()));
+    PS_RETURN_IF_ERROR(backend->CopyToHost(*grad, total + 1, out));
   } else {
-    PS_RETURN_IF_ERROR(backend->CopyToHost(*grad, total, host->data()));
-    host->data()[total] = n;
+    // On the CPU backend the gradient is host memory: summed where it is.
+    if (backend->host_memory()) {
+      out = grad->data();
+    } else {
+      PS_RETURN_IF_ERROR(backend->CopyToHost(*grad, total, out));
+    }
+    out[total] = n;
     PS_RETURN_IF_ERROR(
-        reducer->SumInPlace(step, absl::MakeSpan(host->data(), total + 1)));
+        reducer->SumInPlace(step, absl::MakeSpan(out, total + 1)));
   }
-  float* out = host->data();
   const float all = out[total];
   if (!(all > 0)) {
     return absl::InternalError(
         absl::StrCat("all-reduced sample count is ", all));
   }
   for (int64_t k = 0; k < total; ++k) out[k] /= all;
-  return absl::OkStatus();
+  return out;
 }
 
 absl::Status AllReduceWeightedMean(AllReducer* reducer, uint64_t step,

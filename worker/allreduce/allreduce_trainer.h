@@ -12,7 +12,8 @@
 // gradient is accumulated and weighted on the backend; with a reducer that
 // sums on the device (NCCL) it is reduced in place there, where only the
 // sample count (one float) goes in; with the ring it is downloaded first and
-// reduced in that host buffer. The optimizer runs on the host
+// reduced in that host buffer, except on the CPU backend, where the ring
+// reduces the model's gradient where it is. The optimizer runs on the host
 // (common/optimizer, shared with the shards so the modes are bit-equivalent),
 // which is why the reduced gradient comes out and the new weights go back
 // in; an optimizer on the device would remove both.
@@ -107,9 +108,10 @@ class AllReduceTrainer : public GenerationTrainer {
   // returns its directory ("" when it was already complete on disk).
   absl::StatusOr<std::string> SaveCheckpoint(uint64_t cut);
 
-  // weights_ -= optimizer update with the mean gradient in reduced_, at
-  // schedule step `step`.
-  void ApplyOptimizer(int64_t step);
+  // weights_ -= optimizer update with the mean gradient at `mean`
+  // (num_dense_params floats, tensors back to back), at schedule step
+  // `step`.
+  void ApplyOptimizer(int64_t step, const float* mean);
 
   const TrainerOptions options_;
   AllReducer* const reducer_;
@@ -121,7 +123,8 @@ class AllReduceTrainer : public GenerationTrainer {
   TensorList params_;  // initial, then final weights (Run copies them back)
   std::vector<std::vector<float>> slots_;  // per tensor, Optimizer layout
   // On the host, pinned on CUDA, during Run: the replica's weights
-  // (num_params floats) and the reduced gradient (num_params + 1).
+  // (num_params floats) and the reduced gradient (num_params + 1; not used
+  // for a dense model on the CPU backend, reduced in the model's gradient).
   HostBuffer weights_, reduced_;
 };
 
@@ -138,14 +141,18 @@ absl::Status AllReduceWeightedMean(AllReducer* reducer, uint64_t step,
 // The same for the model's gradient where it lies (Model::gradient(), the
 // mean gradient of this rank's `samples` > 0 examples): weighted by the
 // sample count and, with the count in the spare float, summed over all
-// ranks, on the device when `reducer` sums there, else in `host` after one
-// download. On success `host` (num_dense_params + 1 floats, from the model's
-// backend) holds the sample-weighted mean gradient, tensors back to back, and
-// the total sample count last. With the CPU backend the numbers are those of
-// the host version above, bit for bit.
-absl::Status AllReduceWeightedMeanOfModel(AllReducer* reducer, uint64_t step,
-                                          uint64_t samples, Model* model,
-                                          HostBuffer* host);
+// ranks: on the device when `reducer` sums there, then downloaded into
+// `host`; on a backend whose memory is the host's (the CPU backend) in the
+// gradient itself; else in `host` after one download. Returns where the
+// sample-weighted mean gradient then lies (tensors back to back, the total
+// sample count last): `host` (num_dense_params + 1 floats, from the model's
+// backend) or the model's gradient. With the CPU backend the numbers are
+// those of the host version above, bit for bit.
+absl::StatusOr<const float*> AllReduceWeightedMeanOfModel(AllReducer* reducer,
+                                                          uint64_t step,
+                                                          uint64_t samples,
+                                                          Model* model,
+                                                          HostBuffer* host);
 
 // FNV-1a of every weight's bytes, in tensor order: replicas that agree bit
 // for bit have equal fingerprints (logged by each worker at the end).
