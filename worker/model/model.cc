@@ -150,7 +150,7 @@ class ScalarModel : public Model {
 // arithmetic runs on the backend; the host only moves parameters in, the
 // batch in, and counts correct predictions.
 
-class DenseModel : public Model {
+class DenseModel : public ResidentParamsModel {
  public:
   DenseModel(std::vector<TensorSpec> specs, Activation act, bool softmax_head,
              ComputeBackend* backend, std::unique_ptr<ComputeBackend> owned)
@@ -169,7 +169,6 @@ class DenseModel : public Model {
       offset += NumElements(spec);
     }
     total_ = offset;
-    params_.resize(specs_.size());
     z_.resize(num_layers());
     a_.resize(num_layers());
   }
@@ -178,24 +177,10 @@ class DenseModel : public Model {
   bool is_classifier() const override { return num_outputs() >= 2; }
   ComputeBackend* backend() const override { return backend_; }
 
-  using Model::SetParams;
-  absl::Status SetParams(const TensorViews& params) override {
-    return MakeResident(params, /*share=*/false);
-  }
-  absl::Status ShareParams(const TensorViews& params) override {
-    return MakeResident(params, /*share=*/true);
-  }
-  void ReleaseSharedParams() override {
-    if (!shared_) return;
-    for (DeviceBuffer& p : params_) p = DeviceBuffer();
-    shared_ = false;
-    has_params_ = false;
-  }
-
   absl::StatusOr<double> ComputeGradient(const Batch& batch,
                                          bool accumulate) override {
     PS_RETURN_IF_ERROR(CheckBatch(batch, widths_[0], num_outputs()));
-    if (!has_params_) return NoParams();
+    if (!params_.has()) return NoParams();
     if (batch.n == 0) return absl::InvalidArgumentError("empty batch");
     if (accumulate && grad_.size() == 0) {
       return absl::FailedPreconditionError(
@@ -237,7 +222,7 @@ class DenseModel : public Model {
 
   absl::StatusOr<EvalResult> EvaluateResident(const Batch& batch) override {
     PS_RETURN_IF_ERROR(CheckBatch(batch, widths_[0], num_outputs()));
-    if (!has_params_) return NoParams();
+    if (!params_.has()) return NoParams();
     EvalResult r;
     r.total = batch.n;
     if (batch.n == 0) return r;
@@ -267,14 +252,7 @@ class DenseModel : public Model {
     return absl::FailedPreconditionError("the model has no parameters yet");
   }
 
-  absl::Status MakeResident(const TensorViews& params, bool share) {
-    PS_RETURN_IF_ERROR(CheckParams(specs_, params));
-    has_params_ = false;  // until every tensor is there
-    PS_RETURN_IF_ERROR(MakeParamsResident(backend_, specs_, params, share,
-                                          &params_, &shared_));
-    has_params_ = true;
-    return absl::OkStatus();
-  }
+  ResidentParams& resident_params() override { return params_; }
 
   // Scratch grows to the largest batch seen and is then reused.
   absl::Status Reserve(DeviceBuffer* buffer, int64_t n) {
@@ -334,13 +312,12 @@ class DenseModel : public Model {
   std::vector<int64_t> widths_;   // input, hidden..., outputs
   std::vector<int64_t> offsets_;  // of each tensor in the flat gradient
   int64_t total_ = 0;             // floats in all tensors
-  bool has_params_ = false;
-  bool shared_ = false;  // params_ view the caller's memory (ShareParams)
-  // On the backend, reused across calls: the resident parameters and
-  // gradient (total_ + 1 floats, see Model::gradient), the micro-batch
-  // gradient being accumulated, the batch, per-layer pre-activations and
-  // activations, deltas, per-example losses.
-  std::vector<DeviceBuffer> params_, z_, a_;
+  // On the backend, reused across calls: the resident parameters (or views
+  // of the caller's, ShareParams) and gradient (total_ + 1 floats, see
+  // Model::gradient), the micro-batch gradient being accumulated, the batch,
+  // per-layer pre-activations and activations, deltas, per-example losses.
+  ResidentParams params_;
+  std::vector<DeviceBuffer> z_, a_;
   DeviceBuffer grad_, micro_, x_, labels_, delta_, prev_delta_, losses_;
   std::vector<float> logits_;  // host copy for Evaluate's argmax
 };
@@ -400,22 +377,20 @@ absl::Status CheckParamViews(const std::vector<TensorSpec>& specs,
   return absl::OkStatus();
 }
 
-absl::Status MakeParamsResident(ComputeBackend* backend,
-                                const std::vector<TensorSpec>& specs,
-                                const TensorViews& params, bool share,
-                                std::vector<DeviceBuffer>* resident,
-                                bool* shared) {
+absl::Status ResidentParams::Set(ComputeBackend* backend,
+                                 const std::vector<TensorSpec>& specs,
+                                 const TensorViews& params, bool share) {
   PS_RETURN_IF_ERROR(CheckParamViews(specs, params));
-  resident->resize(specs.size());
+  has_ = false;  // until every tensor is there
+  buffers_.resize(specs.size());
   share = share && backend->host_memory();
-  if (*shared) {
-    // Views of the caller's memory: never copied into.
-    for (DeviceBuffer& b : *resident) b = DeviceBuffer();
-    *shared = false;
+  if (shared_) {
+    for (DeviceBuffer& b : buffers_) b = DeviceBuffer();
+    shared_ = false;
   }
   for (size_t t = 0; t < specs.size(); ++t) {
     if (specs[t].row_sparse()) continue;
-    DeviceBuffer& b = (*resident)[t];
+    DeviceBuffer& b = buffers_[t];
     const int64_t n = static_cast<int64_t>(params[t].size());
     if (share) {
       b = backend->ViewOfHost(params[t].data(), n);
@@ -427,8 +402,16 @@ absl::Status MakeParamsResident(ComputeBackend* backend,
     }
     PS_RETURN_IF_ERROR(backend->CopyToDevice(params[t].data(), n, &b));
   }
-  *shared = share;
+  shared_ = share;
+  has_ = true;
   return absl::OkStatus();
+}
+
+void ResidentParams::ReleaseShared() {
+  if (!shared_) return;
+  for (DeviceBuffer& b : buffers_) b = DeviceBuffer();
+  shared_ = false;
+  has_ = false;
 }
 
 absl::StatusOr<std::vector<int64_t>> Model::RowIds(int tensor,

@@ -194,17 +194,54 @@ class Model {
 absl::Status CheckParamViews(const std::vector<pstrain::v1::TensorSpec>& specs,
                              const TensorViews& params);
 
-// The dense tensors of `params` made a model's resident parameters
-// `resident` (one buffer per spec; a row-sparse spec's stays empty), for
-// SetParams and ShareParams: with `share` on a backend whose memory is the
-// host's, views of `params` where they are; otherwise copied into buffers of
-// `backend`, each reused when it is large enough and is not a view. `*shared`
-// then says whether `resident` holds views. Checks `params` first
-// (CheckParamViews): on an error nothing changes.
-absl::Status MakeParamsResident(
-    ComputeBackend* backend, const std::vector<pstrain::v1::TensorSpec>& specs,
-    const TensorViews& params, bool share, std::vector<DeviceBuffer>* resident,
-    bool* shared);
+// The dense parameters a model keeps resident, one buffer per tensor of its
+// specs (a row-sparse tensor's stays empty): copied into buffers of the
+// backend (SetParams), or, on a backend whose memory is the host's, views of
+// the caller's memory (ShareParams). A model declares it after whatever owns
+// its backend, so that the buffers go first.
+class ResidentParams {
+ public:
+  // Checks `params` against `specs` (CheckParamViews: on an error nothing
+  // changes), then makes them resident: with `share` on a backend whose
+  // memory is the host's, views of them where they are; otherwise copies in
+  // buffers of `backend`, each reused when it is large enough and is not a
+  // view (a view is never copied into).
+  absl::Status Set(ComputeBackend* backend,
+                   const std::vector<pstrain::v1::TensorSpec>& specs,
+                   const TensorViews& params, bool share);
+  // Drops views of the caller's memory: nothing is resident until the next
+  // Set. Copies stay.
+  void ReleaseShared();
+
+  // False before the first Set, after a failed one, and after ReleaseShared
+  // of views.
+  bool has() const { return has_; }
+  DeviceBuffer& operator[](size_t t) { return buffers_[t]; }
+  const DeviceBuffer& operator[](size_t t) const { return buffers_[t]; }
+
+ private:
+  std::vector<DeviceBuffer> buffers_;
+  bool has_ = false;
+  bool shared_ = false;  // buffers_ view the caller's memory
+};
+
+// A model whose dense parameters are a ResidentParams (resident_params()):
+// SetParams copies them onto the backend, ShareParams views them where they
+// are on the CPU backend.
+class ResidentParamsModel : public Model {
+ public:
+  using Model::SetParams;
+  absl::Status SetParams(const TensorViews& params) final {
+    return resident_params().Set(backend(), this->params(), params, false);
+  }
+  absl::Status ShareParams(const TensorViews& params) final {
+    return resident_params().Set(backend(), this->params(), params, true);
+  }
+  void ReleaseSharedParams() final { resident_params().ReleaseShared(); }
+
+ protected:
+  virtual ResidentParams& resident_params() = 0;
+};
 
 // Examples of `y` (class ids) whose row of `logits` (y.size() rows of `out`
 // scores) has its largest score at the label: an evaluation's `correct`.

@@ -29,7 +29,7 @@ Activation ToActivation(ModelConfig::Activation act) {
                                     : Activation::kGelu;
 }
 
-class WideDeepModel : public Model {
+class WideDeepModel : public ResidentParamsModel {
  public:
   WideDeepModel(const ModelConfig& config, std::vector<TensorSpec> specs,
                 ComputeBackend* backend, std::unique_ptr<ComputeBackend> owned)
@@ -56,7 +56,6 @@ class WideDeepModel : public Model {
       if (!spec.row_sparse()) offset += NumElements(spec);
     }
     total_ = offset;
-    params_.resize(specs_.size());
     bottom_z_.resize(bottom_layers_);
     bottom_a_.resize(bottom_layers_);
     top_z_.resize(top_layers_);
@@ -66,20 +65,6 @@ class WideDeepModel : public Model {
   const std::vector<TensorSpec>& params() const override { return specs_; }
   bool is_classifier() const override { return true; }
   ComputeBackend* backend() const override { return backend_; }
-
-  using Model::SetParams;
-  absl::Status SetParams(const TensorViews& params) override {
-    return MakeResident(params, /*share=*/false);
-  }
-  absl::Status ShareParams(const TensorViews& params) override {
-    return MakeResident(params, /*share=*/true);
-  }
-  void ReleaseSharedParams() override {
-    if (!shared_) return;
-    for (DeviceBuffer& p : params_) p = DeviceBuffer();
-    shared_ = false;
-    has_params_ = false;
-  }
 
   absl::StatusOr<std::vector<int64_t>> RowIds(
       int tensor, const Batch& batch) const override {
@@ -121,7 +106,7 @@ class WideDeepModel : public Model {
   absl::StatusOr<double> ComputeGradient(const Batch& batch,
                                          bool accumulate) override {
     PS_RETURN_IF_ERROR(CheckBatch(batch));
-    if (!has_params_) return NoParams();
+    if (!params_.has()) return NoParams();
     if (batch.n == 0) return absl::InvalidArgumentError("empty batch");
     if (accumulate && grad_.size() == 0) {
       return absl::FailedPreconditionError(
@@ -223,7 +208,7 @@ class WideDeepModel : public Model {
 
   absl::StatusOr<EvalResult> EvaluateResident(const Batch& batch) override {
     PS_RETURN_IF_ERROR(CheckBatch(batch));
-    if (!has_params_) return NoParams();
+    if (!params_.has()) return NoParams();
     EvalResult r;
     r.total = batch.n;
     if (batch.n == 0) return r;
@@ -450,14 +435,7 @@ class WideDeepModel : public Model {
     return out;
   }
 
-  absl::Status MakeResident(const TensorViews& params, bool share) {
-    PS_RETURN_IF_ERROR(CheckParamViews(specs_, params));
-    has_params_ = false;  // until every tensor is there
-    PS_RETURN_IF_ERROR(MakeParamsResident(backend_, specs_, params, share,
-                                          &params_, &shared_));
-    has_params_ = true;
-    return absl::OkStatus();
-  }
+  ResidentParams& resident_params() override { return params_; }
 
   absl::Status Reserve(DeviceBuffer* buffer, int64_t n) {
     if (buffer->size() >= n) return absl::OkStatus();
@@ -483,8 +461,6 @@ class WideDeepModel : public Model {
   std::vector<int64_t> top_widths_;     // B + C*dim, hidden..., classes
   std::vector<int64_t> offsets_;        // of each tensor in the flat gradient
   int64_t total_ = 0;                   // floats in the dense tensors
-  bool has_params_ = false;
-  bool shared_ = false;  // params_ view the caller's memory (ShareParams)
   bool has_row_gradient_ = false;
   // Host: the resident rows of the table, the row gradient, and the current
   // batch's unique rows, index, inverse and rows.
@@ -493,8 +469,9 @@ class WideDeepModel : public Model {
   std::vector<float> host_index_, host_starts_, host_entries_, host_rows_;
   std::vector<float> logits_;
   // On the backend, reused across calls (params_[0], the table, stays
-  // empty).
-  std::vector<DeviceBuffer> params_, bottom_z_, bottom_a_, top_z_, top_a_;
+  // empty; the others may view the caller's memory, ShareParams).
+  ResidentParams params_;
+  std::vector<DeviceBuffer> bottom_z_, bottom_a_, top_z_, top_a_;
   DeviceBuffer grad_, micro_, x_, labels_, index_, starts_, entries_,
       rows_device_, emb_, d_emb_, d_rows_, delta_, prev_delta_, losses_;
 };
