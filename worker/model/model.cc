@@ -384,10 +384,7 @@ absl::Status ResidentParams::Set(ComputeBackend* backend,
   has_ = false;  // until every tensor is there
   buffers_.resize(specs.size());
   share = share && backend->host_memory();
-  if (shared_) {
-    for (DeviceBuffer& b : buffers_) b = DeviceBuffer();
-    shared_ = false;
-  }
+  ReleaseShared();  // a view is never copied into
   for (size_t t = 0; t < specs.size(); ++t) {
     if (specs[t].row_sparse()) continue;
     DeviceBuffer& b = buffers_[t];

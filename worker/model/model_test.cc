@@ -303,9 +303,7 @@ absl::StatusOr<Computed> Compute(Model* model, const Batch& batch) {
 }
 
 TensorViews ViewsOf(const Params& params) {
-  TensorViews views;
-  for (const std::vector<float>& p : params) views.emplace_back(p);
-  return views;
+  return TensorViews(params.begin(), params.end());
 }
 
 // On the CPU backend ShareParams computes on the caller's memory itself
