@@ -256,10 +256,7 @@ class DenseModel : public ResidentParamsModel {
 
   // Scratch grows to the largest batch seen and is then reused.
   absl::Status Reserve(DeviceBuffer* buffer, int64_t n) {
-    if (buffer->size() >= n) return absl::OkStatus();
-    *buffer = DeviceBuffer();  // free first: lower peak memory
-    PS_ASSIGN_OR_RETURN(*buffer, backend_->Allocate(n));
-    return absl::OkStatus();
+    return ReserveBuffer(backend_, n, buffer);
   }
 
   absl::Status Upload(const std::vector<float>& host, DeviceBuffer* buffer) {
@@ -377,6 +374,14 @@ absl::Status CheckParamViews(const std::vector<TensorSpec>& specs,
   return absl::OkStatus();
 }
 
+absl::Status ReserveBuffer(ComputeBackend* backend, int64_t n,
+                           DeviceBuffer* buffer) {
+  if (buffer->size() >= n) return absl::OkStatus();
+  *buffer = DeviceBuffer();  // free first: lower peak memory
+  PS_ASSIGN_OR_RETURN(*buffer, backend->Allocate(n));
+  return absl::OkStatus();
+}
+
 absl::Status ResidentParams::Set(ComputeBackend* backend,
                                  const std::vector<TensorSpec>& specs,
                                  const TensorViews& params, bool share) {
@@ -393,10 +398,7 @@ absl::Status ResidentParams::Set(ComputeBackend* backend,
       b = backend->ViewOfHost(params[t].data(), n);
       continue;
     }
-    if (b.size() < n) {
-      b = DeviceBuffer();  // free first: lower peak memory
-      PS_ASSIGN_OR_RETURN(b, backend->Allocate(n));
-    }
+    PS_RETURN_IF_ERROR(ReserveBuffer(backend, n, &b));
     PS_RETURN_IF_ERROR(backend->CopyToDevice(params[t].data(), n, &b));
   }
   shared_ = share;

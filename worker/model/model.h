@@ -194,6 +194,11 @@ class Model {
 absl::Status CheckParamViews(const std::vector<pstrain::v1::TensorSpec>& specs,
                              const TensorViews& params);
 
+// Makes `buffer` hold at least `n` floats of `backend`: kept when it does,
+// else freed first (a lower peak) and allocated anew, uninitialised.
+absl::Status ReserveBuffer(ComputeBackend* backend, int64_t n,
+                           DeviceBuffer* buffer);
+
 // The dense parameters a model keeps resident, one buffer per tensor of its
 // specs (a row-sparse tensor's stays empty): copied into buffers of the
 // backend (SetParams), or, on a backend whose memory is the host's, views of

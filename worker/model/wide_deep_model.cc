@@ -438,10 +438,7 @@ class WideDeepModel : public ResidentParamsModel {
   ResidentParams& resident_params() override { return params_; }
 
   absl::Status Reserve(DeviceBuffer* buffer, int64_t n) {
-    if (buffer->size() >= n) return absl::OkStatus();
-    *buffer = DeviceBuffer();
-    PS_ASSIGN_OR_RETURN(*buffer, backend_->Allocate(n));
-    return absl::OkStatus();
+    return ReserveBuffer(backend_, n, buffer);
   }
 
   absl::Status Upload(const std::vector<float>& host, DeviceBuffer* buffer) {
