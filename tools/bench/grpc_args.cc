@@ -89,6 +89,30 @@ std::vector<GrpcArgsVariant> GrpcServerApiVariants() {
   };
 }
 
+std::vector<GrpcArgsVariant> GrpcSessionVariants() {
+  auto make = [](GrpcServerApi api, bool session, Args server_args) {
+    GrpcStreamOptions o;
+    o.server_api = api;
+    o.session = session;
+    o.server_args = std::move(server_args);
+    return o;
+  };
+  const Args shipped = PsServerChannelArgs();
+  return {
+      {"a call per transfer (the anchor)",
+       make(GrpcServerApi::kSync, false, {})},
+      {"one call across transfers", make(GrpcServerApi::kSync, true, {}), 0},
+      {"callback: a call per transfer",
+       make(GrpcServerApi::kCallback, false, {})},
+      {"callback: one call across transfers",
+       make(GrpcServerApi::kCallback, true, {}), 2},
+      {"callback, ps_server's: a call per transfer",
+       make(GrpcServerApi::kCallback, false, shipped)},
+      {"callback, ps_server's: one call across",
+       make(GrpcServerApi::kCallback, true, shipped), 4},
+  };
+}
+
 absl::StatusOr<std::string> RunGrpcArgsBench(
     const GrpcArgsBenchOptions& options,
     const std::vector<GrpcArgsVariant>& variants) {
@@ -96,15 +120,37 @@ absl::StatusOr<std::string> RunGrpcArgsBench(
     return absl::InvalidArgumentError(
         "grpc_args_bench: needs variants, rounds >= 1 and steps >= 1");
   }
+  bool paired = false;
+  for (size_t i = 0; i < variants.size(); ++i) {
+    if (variants[i].base > i) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("grpc_args_bench: ", variants[i].name, "'s base ",
+                       variants[i].base, " is not an earlier variant"));
+    }
+    paired = paired || variants[i].base != 0;
+  }
   std::vector<std::unique_ptr<GrpcStream>> streams;
   for (const GrpcArgsVariant& v : variants) {
     absl::StatusOr<std::unique_ptr<GrpcStream>> s = GrpcStream::Start(v.stream);
     if (!s.ok()) return s.status();
     streams.push_back(std::move(*s));
   }
+  std::unique_ptr<Iperf3> iperf3;
+  if (!options.iperf3.empty()) {
+    absl::StatusOr<std::unique_ptr<Iperf3>> started =
+        Iperf3::Start(options.iperf3);
+    if (!started.ok()) return started.status();
+    iperf3 = std::move(*started);
+  }
+  std::vector<double> iperf3_gbps;  // per round
   // (variant, size) -> per-round warm median, GB/s.
   std::map<std::pair<size_t, int>, std::vector<double>> gbps;
   for (int r = 0; r < options.rounds; ++r) {
+    if (iperf3 != nullptr) {
+      absl::StatusOr<double> rate = iperf3->Measure(2);
+      if (!rate.ok()) return rate.status();
+      iperf3_gbps.push_back(*rate / 1e9);
+    }
     for (int mb : options.sizes_mb) {
       const uint64_t bytes = uint64_t{1000000} * mb;
       for (size_t i = 0; i < variants.size(); ++i) {
@@ -126,7 +172,9 @@ absl::StatusOr<std::string> RunGrpcArgsBench(
       "gRPC %s, warm, %d rounds x %d steps, load %.2f %.2f %.2f\n",
       options.download ? "download" : "upload", options.rounds, options.steps,
       load[0], load[1], load[2]);
-  absl::StrAppendFormat(&out, "%-42s", "variant: GB/s (/ the first)");
+  absl::StrAppendFormat(
+      &out, "%-42s",
+      paired ? "variant: GB/s (/ its base)" : "variant: GB/s (/ the first)");
   for (int mb : options.sizes_mb) {
     absl::StrAppendFormat(&out, " %16s", absl::StrCat(mb, " MB"));
   }
@@ -135,11 +183,32 @@ absl::StatusOr<std::string> RunGrpcArgsBench(
     absl::StrAppendFormat(&out, "%-42s", variants[i].name);
     for (int mb : options.sizes_mb) {
       const std::vector<double>& v = gbps[{i, mb}];
-      const std::vector<double>& base = gbps[{0, mb}];
+      const std::vector<double>& base = gbps[{variants[i].base, mb}];
       std::vector<double> ratio;
       for (size_t r = 0; r < v.size(); ++r) ratio.push_back(v[r] / base[r]);
       absl::StrAppendFormat(&out, "    %5.2f (%4.2fx)", Median(v),
                             Median(ratio));
+    }
+    out += "\n";
+  }
+  if (iperf3 == nullptr) return out;
+  absl::StrAppendFormat(
+      &out, "iperf3 -l 1M: median %.2f GB/s, rounds:", Median(iperf3_gbps));
+  for (double g : iperf3_gbps) absl::StrAppendFormat(&out, " %.2f", g);
+  absl::StrAppendFormat(&out, "\n%-42s", "variant / iperf3 (per-round ratios)");
+  for (int mb : options.sizes_mb) {
+    absl::StrAppendFormat(&out, " %16s", absl::StrCat(mb, " MB"));
+  }
+  out += "\n";
+  for (size_t i = 0; i < variants.size(); ++i) {
+    absl::StrAppendFormat(&out, "%-42s", variants[i].name);
+    for (int mb : options.sizes_mb) {
+      const std::vector<double>& v = gbps[{i, mb}];
+      std::vector<double> ratio;
+      for (size_t r = 0; r < v.size(); ++r) {
+        ratio.push_back(v[r] / iperf3_gbps[r]);
+      }
+      absl::StrAppendFormat(&out, " %16.2f", Median(ratio));
     }
     out += "\n";
   }

@@ -19,6 +19,9 @@ namespace pstrain::bench {
 struct GrpcArgsVariant {
   std::string name;
   GrpcStreamOptions stream;
+  // The variant this one's ratios are to (an index into the same list, at
+  // most its own): the first unless a set pairs its variants.
+  size_t base = 0;
 };
 
 // gRPC's defaults first (the ratios' base), then one change each: the BDP
@@ -38,16 +41,27 @@ std::vector<GrpcArgsVariant> GrpcTransportVariants();
 // thread of its own (GrpcServerApi, tools/bench/wire.h).
 std::vector<GrpcArgsVariant> GrpcServerApiVariants();
 
+// A call per transfer against one call across transfers (a session,
+// GrpcStreamOptions::session), on the synchronous handler (the first, the
+// ratios' base) and on the callback API, the latter also with ps_server's
+// settings: what a push or pull whose call spans steps would save. Each
+// session's ratios are to its call-per-transfer twin, the one before it.
+std::vector<GrpcArgsVariant> GrpcSessionVariants();
+
 struct GrpcArgsBenchOptions {
   int rounds = 3;
   int steps = 20;
   std::vector<int> sizes_mb = {4, 16, 64};
   bool download = false;  // server -> client instead of client -> server
+  // An iperf3 binary: each round also measures iperf3 -l 1M on loopback
+  // (2 s), and the table adds every variant's ratio to it. Empty: none.
+  std::string iperf3;
 };
 
 // Runs the rounds over `variants` (the first is the base) and returns the
 // table: per variant and size the median GB/s over rounds and the median
-// of the per-round ratios to the base, with the load average.
+// of the per-round ratios to the base (and to iperf3, with
+// options.iperf3), with the load average.
 absl::StatusOr<std::string> RunGrpcArgsBench(
     const GrpcArgsBenchOptions& options,
     const std::vector<GrpcArgsVariant>& variants);

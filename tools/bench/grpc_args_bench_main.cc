@@ -4,6 +4,8 @@
 //   bazel run -c opt //tools/bench:grpc_args_bench -- --rounds 5 --steps 20
 //   ... -- --set transport   (frames, write buffer, TCP reads, zerocopy)
 //   ... -- --set server_api  (synchronous, callback, completion queue)
+//   ... -- --set session --iperf3 iperf3  (a call per transfer or one call
+//                                          across transfers, / iperf3)
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -24,8 +26,14 @@ ABSL_FLAG(std::string, set, "http2",
           "which variants: http2 (gRPC's defaults first, then the BDP probe, "
           "lookaheads, frames, messages), transport (the BDP probe off "
           "first, then frames, write buffer, TCP reads, zerocopy, messages) "
-          "or server_api (the synchronous handler first, then a callback "
-          "reactor and a completion queue with one polling thread)");
+          "server_api (the synchronous handler first, then a callback "
+          "reactor and a completion queue with one polling thread) or "
+          "session (a call per transfer first, then one call across "
+          "transfers, on the synchronous and callback APIs)");
+ABSL_FLAG(std::string, iperf3, "",
+          "an iperf3 binary: each round also measures iperf3 -l 1M on "
+          "loopback and the table adds every variant's ratio to it (empty: "
+          "none)");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -34,6 +42,7 @@ int main(int argc, char** argv) {
   options.rounds = absl::GetFlag(FLAGS_rounds);
   options.steps = absl::GetFlag(FLAGS_steps);
   options.download = absl::GetFlag(FLAGS_download);
+  options.iperf3 = absl::GetFlag(FLAGS_iperf3);
   options.sizes_mb.clear();
   for (absl::string_view s :
        absl::StrSplit(absl::GetFlag(FLAGS_sizes_mb), ',')) {
@@ -55,10 +64,12 @@ int main(int argc, char** argv) {
     variants = pstrain::bench::GrpcTransportVariants();
   } else if (set == "server_api") {
     variants = pstrain::bench::GrpcServerApiVariants();
+  } else if (set == "session") {
+    variants = pstrain::bench::GrpcSessionVariants();
   } else {
     std::fprintf(stderr,
-                 "grpc_args_bench: --set: '%s' is none of http2, transport "
-                 "and server_api\n",
+                 "grpc_args_bench: --set: '%s' is none of http2, transport, "
+                 "server_api and session\n",
                  set.c_str());
     return 2;
   }

@@ -2,7 +2,10 @@
 
 #include <grpc/grpc.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,12 +63,47 @@ TEST(GrpcServerApiVariants, TheBaseIsTheSynchronousHandler) {
   }
 }
 
+// The session set alternates a call per transfer and one call across
+// transfers, the first a call per transfer on the synchronous handler; each
+// pair differs in the session alone, and a session's ratios are to its
+// twin.
+TEST(GrpcSessionVariants, EachPairDiffersInTheSessionAlone) {
+  const std::vector<GrpcArgsVariant> v = GrpcSessionVariants();
+  ASSERT_EQ(v.size() % 2, 0u);
+  ASSERT_GE(v.size(), 4u);
+  EXPECT_EQ(v[0].stream.server_api, GrpcServerApi::kSync);
+  for (size_t i = 0; i < v.size(); i += 2) {
+    EXPECT_FALSE(v[i].stream.session) << v[i].name;
+    EXPECT_TRUE(v[i + 1].stream.session) << v[i + 1].name;
+    EXPECT_EQ(v[i].base, 0u) << v[i].name;
+    EXPECT_EQ(v[i + 1].base, i) << v[i + 1].name;
+    EXPECT_EQ(v[i].stream.server_api, v[i + 1].stream.server_api);
+    EXPECT_EQ(v[i].stream.server_args, v[i + 1].stream.server_args);
+    EXPECT_EQ(v[i].stream.client_args, v[i + 1].stream.client_args);
+    EXPECT_EQ(v[i].stream.message_bytes, v[i + 1].stream.message_bytes);
+  }
+}
+
+TEST(GrpcStream, ASessionOnTheCompletionQueueIsRefusedBeforeItStarts) {
+  GrpcStreamOptions o;
+  o.session = true;
+  o.server_api = GrpcServerApi::kCompletionQueue;
+  EXPECT_EQ(GrpcStream::Start(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 // Each server API serves whole transfers both ways: the upload's answer
 // counts every byte sent, the download delivers exactly what was asked for
 // (GrpcStream::Upload and Download fail otherwise), including a last short
-// message, an empty transfer and many streams one after the other.
+// message, an empty transfer and many streams one after the other; and so
+// does one call across transfers (a session), where each transfer's end is
+// its message marked last.
 TEST(GrpcStream, EveryServerApiCarriesExactlyTheBytesAskedFor) {
-  for (const GrpcArgsVariant& v : GrpcServerApiVariants()) {
+  std::vector<GrpcArgsVariant> variants = GrpcServerApiVariants();
+  for (GrpcArgsVariant& v : GrpcSessionVariants()) {
+    if (v.stream.session) variants.push_back(std::move(v));
+  }
+  for (const GrpcArgsVariant& v : variants) {
     GrpcStreamOptions o = v.stream;
     o.message_bytes = 1000;
     absl::StatusOr<std::unique_ptr<GrpcStream>> s = GrpcStream::Start(o);
@@ -98,6 +136,10 @@ TEST(RunGrpcArgsBench, EveryVariantHasARowInBothDirections) {
     v.name = "server API: " + v.name;
     variants.push_back(std::move(v));
   }
+  for (GrpcArgsVariant& v : GrpcSessionVariants()) {
+    v.name = "session: " + v.name;
+    variants.push_back(std::move(v));
+  }
   for (bool download : {false, true}) {
     o.download = download;
     absl::StatusOr<std::string> table = RunGrpcArgsBench(o, variants);
@@ -111,6 +153,41 @@ TEST(RunGrpcArgsBench, EveryVariantHasARowInBothDirections) {
   }
 }
 
+// With an iperf3 binary every round measures it once and the table adds a
+// row of it and each variant's ratio to it. A stand-in iperf3 (a script
+// answering 8 Gbit/s as iperf3 -J does) keeps the test off the wire's
+// speed; a binary that cannot run fails the bench, naming it.
+TEST(RunGrpcArgsBench, AnIperf3AnchorAddsItsRowAndTheRatiosToIt) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  ASSERT_NE(tmp, nullptr);
+  const std::string fake = std::string(tmp) + "/fake_iperf3";
+  {
+    std::ofstream f(fake);
+    f << "#!/bin/sh\n"
+         "case \" $* \" in *' -s '*) exec sleep 600;; esac\n"
+         "echo '{\"end\": {\"sum_received\": {\"bits_per_second\": 8e9}}}'\n";
+  }
+  ASSERT_EQ(chmod(fake.c_str(), 0755), 0);
+  GrpcArgsBenchOptions o;
+  o.rounds = 2;
+  o.steps = 1;
+  o.sizes_mb = {1};
+  o.iperf3 = fake;
+  absl::StatusOr<std::string> table =
+      RunGrpcArgsBench(o, GrpcSessionVariants());
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_NE(table->find("iperf3 -l 1M: median 1.00 GB/s, rounds: 1.00 1.00"),
+            std::string::npos)
+      << *table;
+  const size_t ratios = table->find("variant / iperf3 (per-round ratios)");
+  ASSERT_NE(ratios, std::string::npos) << *table;
+  for (const GrpcArgsVariant& v : GrpcSessionVariants()) {
+    EXPECT_NE(table->find(v.name, ratios), std::string::npos) << v.name;
+  }
+  o.iperf3 = std::string(tmp) + "/no_such_iperf3";
+  EXPECT_FALSE(RunGrpcArgsBench(o, GrpcSessionVariants()).ok());
+}
+
 TEST(RunGrpcArgsBench, BadOptionsAreRefusedBeforeAnythingStarts) {
   GrpcArgsBenchOptions o;
   o.rounds = 0;
@@ -118,6 +195,11 @@ TEST(RunGrpcArgsBench, BadOptionsAreRefusedBeforeAnythingStarts) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(RunGrpcArgsBench(GrpcArgsBenchOptions{}, {}).status().code(),
             absl::StatusCode::kInvalidArgument);
+  std::vector<GrpcArgsVariant> later_base = GrpcSessionVariants();
+  later_base[1].base = 2;
+  EXPECT_EQ(
+      RunGrpcArgsBench(GrpcArgsBenchOptions{}, later_base).status().code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <optional>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
@@ -68,29 +69,38 @@ namespace {
 
 // A download's messages: request.total_bytes() in messages of
 // request.message_bytes() (clamped to what gRPC sends), the last one
-// shorter, all served from one reused Blob.
+// shorter, all served from one reused Blob. In a session (DownloadSession)
+// the last message is marked last, and an empty transfer is one empty
+// message so marked.
 class DownloadMessages {
  public:
-  explicit DownloadMessages(const DownloadRequest& request)
+  DownloadMessages(const DownloadRequest& request, bool session = false)
       : total_(request.total_bytes()),
         message_(std::clamp<uint64_t>(request.message_bytes(), 1,
-                                      kMaxGrpcMessageBytes / 2)) {
+                                      kMaxGrpcMessageBytes / 2)),
+        session_(session) {
     blob_.mutable_data()->assign(message_, '\x5a');
   }
   // The next message, or null once every byte was handed out; it stays
   // unchanged until the next call (a write in flight may still read it).
   const Blob* Next() {
-    if (sent_ >= total_) return nullptr;
+    if (sent_ >= total_ && !(session_ && total_ == 0 && !any_sent_)) {
+      return nullptr;
+    }
     const uint64_t n = std::min(message_, total_ - sent_);
     if (blob_.data().size() != n) blob_.mutable_data()->resize(n);
     sent_ += n;
+    any_sent_ = true;
+    if (session_ && sent_ == total_) blob_.set_last(true);
     return &blob_;
   }
 
  private:
   const uint64_t total_;
   const uint64_t message_;
+  const bool session_;
   uint64_t sent_ = 0;
+  bool any_sent_ = false;
   Blob blob_;
 };
 
@@ -117,6 +127,34 @@ class GrpcStream::Service final
     }
     return grpc::Status::OK;
   }
+  grpc::Status UploadSession(
+      grpc::ServerContext*,
+      grpc::ServerReaderWriter<UploadResponse, Blob>* stream) override {
+    Blob blob;
+    UploadResponse ack;
+    uint64_t bytes = 0;
+    while (stream->Read(&blob)) {
+      bytes += blob.data().size();
+      if (!blob.last()) continue;
+      ack.set_bytes(bytes);
+      bytes = 0;
+      if (!stream->Write(ack)) return grpc::Status::CANCELLED;
+    }
+    return grpc::Status::OK;
+  }
+  grpc::Status DownloadSession(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<Blob, DownloadRequest>* stream) override {
+    DownloadRequest request;
+    while (stream->Read(&request)) {
+      DownloadMessages messages(request, /*session=*/true);
+      while (const Blob* blob = messages.Next()) {
+        if (context->IsCancelled()) return grpc::Status::CANCELLED;
+        if (!stream->Write(*blob)) return grpc::Status::CANCELLED;
+      }
+    }
+    return grpc::Status::OK;
+  }
 };
 
 // The same two methods on the callback API: each call is a reactor that
@@ -131,6 +169,14 @@ class GrpcStream::ReactorService final
   grpc::ServerWriteReactor<Blob>* Download(
       grpc::CallbackServerContext*, const DownloadRequest* request) override {
     return new DownloadReactor(*request);
+  }
+  grpc::ServerBidiReactor<Blob, UploadResponse>* UploadSession(
+      grpc::CallbackServerContext*) override {
+    return new UploadSessionReactor();
+  }
+  grpc::ServerBidiReactor<DownloadRequest, Blob>* DownloadSession(
+      grpc::CallbackServerContext*) override {
+    return new DownloadSessionReactor();
   }
 
  private:
@@ -181,6 +227,99 @@ class GrpcStream::ReactorService final
     }
 
     DownloadMessages messages_;
+  };
+
+  // Reads run on while an answer is written: the answers wait in a queue
+  // (one write in flight), and the call finishes once the reads ended and
+  // no write is left.
+  class UploadSessionReactor
+      : public grpc::ServerBidiReactor<Blob, UploadResponse> {
+   public:
+    UploadSessionReactor() { StartRead(&blob_); }
+    void OnReadDone(bool ok) override {
+      if (!ok) {  // the half-close, or a broken stream
+        absl::MutexLock lock(&mu_);
+        reads_done_ = true;
+        MaybeFinish();
+        return;
+      }
+      bytes_ += blob_.data().size();
+      if (blob_.last()) {
+        absl::MutexLock lock(&mu_);
+        answers_.push_back(bytes_);
+        if (!writing_) WriteNext();
+        bytes_ = 0;
+      }
+      StartRead(&blob_);
+    }
+    void OnWriteDone(bool ok) override {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      if (!ok) answers_.clear();  // the stream broke: the reads end too
+      WriteNext();
+      MaybeFinish();
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    void WriteNext() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (answers_.empty()) return;
+      answer_.set_bytes(answers_.front());
+      answers_.erase(answers_.begin());
+      writing_ = true;
+      StartWrite(&answer_);
+    }
+    void MaybeFinish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (reads_done_ && !writing_ && !finished_) {
+        finished_ = true;
+        Finish(grpc::Status::OK);
+      }
+    }
+
+    Blob blob_;  // the reads' (one at a time)
+    uint64_t bytes_ = 0;
+    absl::Mutex mu_;
+    std::vector<uint64_t> answers_ ABSL_GUARDED_BY(mu_);
+    UploadResponse answer_ ABSL_GUARDED_BY(mu_);
+    bool writing_ ABSL_GUARDED_BY(mu_) = false;
+    bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
+    bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  };
+
+  // One request at a time: its messages are written one after the other,
+  // and the next request is read once the last was written.
+  class DownloadSessionReactor
+      : public grpc::ServerBidiReactor<DownloadRequest, Blob> {
+   public:
+    DownloadSessionReactor() { StartRead(&request_); }
+    void OnReadDone(bool ok) override {
+      if (!ok) {
+        Finish(grpc::Status::OK);
+        return;
+      }
+      messages_.emplace(request_, /*session=*/true);
+      Next();
+    }
+    void OnWriteDone(bool ok) override {
+      if (!ok) {
+        Finish(grpc::Status::CANCELLED);
+        return;
+      }
+      Next();
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    void Next() {
+      if (const Blob* blob = messages_->Next()) {
+        StartWrite(blob);
+      } else {
+        StartRead(&request_);
+      }
+    }
+
+    DownloadRequest request_;
+    std::optional<DownloadMessages> messages_;  // the request's
   };
 };
 
@@ -366,6 +505,12 @@ absl::Status GrpcStream::StartQueueServer(int* port) {
 
 absl::StatusOr<std::unique_ptr<GrpcStream>> GrpcStream::Start(
     GrpcStreamOptions options) {
+  if (options.session &&
+      options.server_api == GrpcServerApi::kCompletionQueue) {
+    return absl::InvalidArgumentError(
+        "a bare stream's sessions are served by the synchronous and callback "
+        "APIs only, not the completion queue");
+  }
   std::unique_ptr<GrpcStream> s(new GrpcStream(std::move(options)));
   int port = 0;
   if (s->options_.server_api == GrpcServerApi::kCompletionQueue) {
@@ -401,6 +546,22 @@ absl::StatusOr<std::unique_ptr<GrpcStream>> GrpcStream::Start(
 }
 
 GrpcStream::~GrpcStream() {
+  // The sessions end first (half-close, the server's end), so the server's
+  // shutdown waits for no call.
+  if (upload_session_ != nullptr) {
+    upload_session_->WritesDone();
+    UploadResponse rest;
+    while (upload_session_->Read(&rest)) {
+    }
+    upload_session_->Finish().ok();
+  }
+  if (download_session_ != nullptr) {
+    download_session_->WritesDone();
+    Blob rest;
+    while (download_session_->Read(&rest)) {
+    }
+    download_session_->Finish().ok();
+  }
   if (server_) {
     server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
   }
@@ -412,6 +573,7 @@ GrpcStream::~GrpcStream() {
 }
 
 absl::StatusOr<double> GrpcStream::Upload(uint64_t bytes) {
+  if (options_.session) return UploadInSession(bytes);
   Blob blob;
   const uint64_t message_bytes = options_.message_bytes;
   blob.mutable_data()->assign(message_bytes, '\x5a');
@@ -437,6 +599,7 @@ absl::StatusOr<double> GrpcStream::Upload(uint64_t bytes) {
 }
 
 absl::StatusOr<double> GrpcStream::Download(uint64_t bytes) {
+  if (options_.session) return DownloadInSession(bytes);
   DownloadRequest request;
   request.set_total_bytes(bytes);
   request.set_message_bytes(options_.message_bytes);
@@ -454,6 +617,79 @@ absl::StatusOr<double> GrpcStream::Download(uint64_t bytes) {
     return absl::UnavailableError(
         absl::StrCat("gRPC download: ", status.error_message(), " (", got,
                      " of ", bytes, " bytes)"));
+  }
+  return bytes / s;
+}
+
+// A session's one call is bounded as a whole: far longer than any bench
+// keeps it, so only a stalled server ends it.
+constexpr absl::Duration kSessionLimit = absl::Hours(1);
+
+absl::StatusOr<double> GrpcStream::UploadInSession(uint64_t bytes) {
+  if (upload_session_ == nullptr) {
+    upload_context_ = std::make_unique<grpc::ClientContext>();
+    SetTimeout(upload_context_.get(), kSessionLimit);
+    upload_session_ = stub_->UploadSession(upload_context_.get());
+  }
+  Blob blob;
+  const uint64_t message_bytes = options_.message_bytes;
+  blob.mutable_data()->assign(std::min(message_bytes, bytes), '\x5a');
+  UploadResponse answer;
+  const absl::Time start = absl::Now();
+  bool ok = true;
+  uint64_t sent = 0;
+  do {
+    const uint64_t n = std::min(message_bytes, bytes - sent);
+    if (blob.data().size() != n) blob.mutable_data()->resize(n);
+    sent += n;
+    blob.set_last(sent == bytes);
+    ok = upload_session_->Write(blob);
+  } while (ok && sent < bytes);
+  ok = ok && upload_session_->Read(&answer);
+  const double s = absl::ToDoubleSeconds(absl::Now() - start);
+  if (!ok || answer.bytes() != bytes) {
+    upload_session_->WritesDone();
+    UploadResponse rest;
+    while (upload_session_->Read(&rest)) {
+    }
+    const grpc::Status status = upload_session_->Finish();
+    upload_session_.reset();
+    return absl::UnavailableError(
+        absl::StrCat("gRPC upload session: ", status.error_message(), " (",
+                     ok ? answer.bytes() : 0, " of ", bytes, " bytes)"));
+  }
+  return bytes / s;
+}
+
+absl::StatusOr<double> GrpcStream::DownloadInSession(uint64_t bytes) {
+  if (download_session_ == nullptr) {
+    download_context_ = std::make_unique<grpc::ClientContext>();
+    SetTimeout(download_context_.get(), kSessionLimit);
+    download_session_ = stub_->DownloadSession(download_context_.get());
+  }
+  DownloadRequest request;
+  request.set_total_bytes(bytes);
+  request.set_message_bytes(options_.message_bytes);
+  Blob blob;
+  uint64_t got = 0;
+  const absl::Time start = absl::Now();
+  bool ok = download_session_->Write(request);
+  bool last = false;
+  while (ok && !last) {
+    ok = download_session_->Read(&blob);
+    got += ok ? blob.data().size() : 0;
+    last = ok && blob.last();
+  }
+  const double s = absl::ToDoubleSeconds(absl::Now() - start);
+  if (!ok || got != bytes) {
+    download_session_->WritesDone();
+    while (ok && download_session_->Read(&blob)) {
+    }
+    const grpc::Status status = download_session_->Finish();
+    download_session_.reset();
+    return absl::UnavailableError(
+        absl::StrCat("gRPC download session: ", status.error_message(), " (",
+                     got, " of ", bytes, " bytes)"));
   }
   return bytes / s;
 }

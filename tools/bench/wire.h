@@ -66,6 +66,11 @@ struct GrpcStreamOptions {
   std::vector<std::pair<std::string, int>> client_args;  // download's receiver
   uint64_t message_bytes = 1 << 20;
   GrpcServerApi server_api = GrpcServerApi::kSync;
+  // Every upload (download) on one call that outlives it (UploadSession,
+  // DownloadSession in bench.proto) instead of a call of its own: what a
+  // push or pull protocol whose call spans steps would save. Not with the
+  // completion-queue API.
+  bool session = false;
 };
 
 // A BlobStream service on 127.0.0.1:0 and a client channel to it (with
@@ -76,7 +81,9 @@ class GrpcStream {
       GrpcStreamOptions options = {});
   ~GrpcStream();
   // Bytes per second of `bytes` sent client -> server (Upload) and
-  // server -> client (Download), options.message_bytes per message.
+  // server -> client (Download), options.message_bytes per message; with
+  // options.session, from the first message to the server's answer (the
+  // last message) on the session's call.
   absl::StatusOr<double> Upload(uint64_t bytes);
   absl::StatusOr<double> Download(uint64_t bytes);
   // The steady state on the stream's one long-lived connection:
@@ -93,11 +100,23 @@ class GrpcStream {
   class QueueServer;     // kCompletionQueue: its service, queue and thread
   explicit GrpcStream(GrpcStreamOptions options);
   absl::Status StartQueueServer(int* port);
+  // Upload and Download with options_.session: the session's call opened by
+  // the first, a failure ends it (the next opens another).
+  absl::StatusOr<double> UploadInSession(uint64_t bytes);
+  absl::StatusOr<double> DownloadInSession(uint64_t bytes);
   const GrpcStreamOptions options_;
   std::unique_ptr<grpc::Service> service_;
   std::unique_ptr<QueueServer> queue_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<pstrain::bench::v1::BlobStream::Stub> stub_;
+  std::unique_ptr<grpc::ClientContext> upload_context_;
+  std::unique_ptr<grpc::ClientReaderWriter<pstrain::bench::v1::Blob,
+                                           pstrain::bench::v1::UploadResponse>>
+      upload_session_;
+  std::unique_ptr<grpc::ClientContext> download_context_;
+  std::unique_ptr<grpc::ClientReaderWriter<pstrain::bench::v1::DownloadRequest,
+                                           pstrain::bench::v1::Blob>>
+      download_session_;
 };
 
 }  // namespace pstrain::bench
