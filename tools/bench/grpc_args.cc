@@ -7,8 +7,10 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "server/ps_service.h"
 #include "tools/bench/stats.h"
 
@@ -111,6 +113,30 @@ std::vector<GrpcArgsVariant> GrpcSessionVariants() {
       {"callback, ps_server's: one call across",
        make(GrpcServerApi::kCallback, true, shipped), 4},
   };
+}
+
+absl::StatusOr<std::vector<GrpcArgsVariant>> GrpcArgsVariantSet(
+    absl::string_view name) {
+  if (name == "http2") return GrpcArgsVariants();
+  if (name == "transport") return GrpcTransportVariants();
+  if (name == "server_api") return GrpcServerApiVariants();
+  if (name == "session") return GrpcSessionVariants();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--set: '", name,
+                   "' is none of http2, transport, server_api and session"));
+}
+
+absl::StatusOr<std::vector<int>> ParseSizesMb(absl::string_view list) {
+  std::vector<int> sizes;
+  for (absl::string_view s : absl::StrSplit(list, ',')) {
+    int mb = 0;
+    if (!absl::SimpleAtoi(s, &mb) || mb < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--sizes_mb: '", s, "' is not a positive number of MB"));
+    }
+    sizes.push_back(mb);
+  }
+  return sizes;
 }
 
 absl::StatusOr<std::string> RunGrpcArgsBench(

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "tools/bench/wire.h"
 
 namespace pstrain::bench {
@@ -47,6 +48,16 @@ std::vector<GrpcArgsVariant> GrpcServerApiVariants();
 // settings: what a push or pull whose call spans steps would save. Each
 // session's ratios are to its call-per-transfer twin, the one before it.
 std::vector<GrpcArgsVariant> GrpcSessionVariants();
+
+// The variants of grpc_args_bench's --set `name`: http2
+// (GrpcArgsVariants), transport, server_api or session; any other name is
+// InvalidArgument naming the flag and the names it takes.
+absl::StatusOr<std::vector<GrpcArgsVariant>> GrpcArgsVariantSet(
+    absl::string_view name);
+
+// "4,16,64" -> {4, 16, 64}: --sizes_mb, decimal MB, each at least 1; an
+// error names the flag and the bad item.
+absl::StatusOr<std::vector<int>> ParseSizesMb(absl::string_view list);
 
 struct GrpcArgsBenchOptions {
   int rounds = 3;

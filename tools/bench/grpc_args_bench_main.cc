@@ -12,8 +12,6 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "tools/bench/bench_heap.h"
 #include "tools/bench/grpc_args.h"
 
@@ -35,6 +33,16 @@ ABSL_FLAG(std::string, iperf3, "",
           "loopback and the table adds every variant's ratio to it (empty: "
           "none)");
 
+namespace {
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "grpc_args_bench: %s\n",
+               std::string(status.message()).c_str());
+  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   pstrain::bench::KeepBenchHeapForReuse("grpc_args_bench");
@@ -43,43 +51,16 @@ int main(int argc, char** argv) {
   options.steps = absl::GetFlag(FLAGS_steps);
   options.download = absl::GetFlag(FLAGS_download);
   options.iperf3 = absl::GetFlag(FLAGS_iperf3);
-  options.sizes_mb.clear();
-  for (absl::string_view s :
-       absl::StrSplit(absl::GetFlag(FLAGS_sizes_mb), ',')) {
-    int mb = 0;
-    if (!absl::SimpleAtoi(s, &mb) || mb < 1) {
-      std::fprintf(stderr,
-                   "grpc_args_bench: --sizes_mb: '%s' is not a positive "
-                   "number of MB\n",
-                   std::string(s).c_str());
-      return 2;
-    }
-    options.sizes_mb.push_back(mb);
-  }
-  const std::string set = absl::GetFlag(FLAGS_set);
-  std::vector<pstrain::bench::GrpcArgsVariant> variants;
-  if (set == "http2") {
-    variants = pstrain::bench::GrpcArgsVariants();
-  } else if (set == "transport") {
-    variants = pstrain::bench::GrpcTransportVariants();
-  } else if (set == "server_api") {
-    variants = pstrain::bench::GrpcServerApiVariants();
-  } else if (set == "session") {
-    variants = pstrain::bench::GrpcSessionVariants();
-  } else {
-    std::fprintf(stderr,
-                 "grpc_args_bench: --set: '%s' is none of http2, transport, "
-                 "server_api and session\n",
-                 set.c_str());
-    return 2;
-  }
+  absl::StatusOr<std::vector<int>> sizes =
+      pstrain::bench::ParseSizesMb(absl::GetFlag(FLAGS_sizes_mb));
+  if (!sizes.ok()) return Fail(sizes.status());
+  options.sizes_mb = *sizes;
+  absl::StatusOr<std::vector<pstrain::bench::GrpcArgsVariant>> variants =
+      pstrain::bench::GrpcArgsVariantSet(absl::GetFlag(FLAGS_set));
+  if (!variants.ok()) return Fail(variants.status());
   absl::StatusOr<std::string> table =
-      pstrain::bench::RunGrpcArgsBench(options, variants);
-  if (!table.ok()) {
-    std::fprintf(stderr, "grpc_args_bench: %s\n",
-                 table.status().ToString().c_str());
-    return table.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
-  }
+      pstrain::bench::RunGrpcArgsBench(options, *variants);
+  if (!table.ok()) return Fail(table.status());
   std::fputs(table->c_str(), stdout);
   return 0;
 }

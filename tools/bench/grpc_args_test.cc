@@ -188,6 +188,29 @@ TEST(RunGrpcArgsBench, AnIperf3AnchorAddsItsRowAndTheRatiosToIt) {
   EXPECT_FALSE(RunGrpcArgsBench(o, GrpcSessionVariants()).ok());
 }
 
+TEST(GrpcArgsVariantSet, EachNameGivesItsSetAndAnOtherNameIsRefused) {
+  EXPECT_EQ(GrpcArgsVariantSet("http2")->size(), GrpcArgsVariants().size());
+  EXPECT_EQ(GrpcArgsVariantSet("transport")->size(),
+            GrpcTransportVariants().size());
+  EXPECT_EQ(GrpcArgsVariantSet("server_api")->size(),
+            GrpcServerApiVariants().size());
+  EXPECT_EQ(GrpcArgsVariantSet("session")->size(),
+            GrpcSessionVariants().size());
+  absl::StatusOr<std::vector<GrpcArgsVariant>> bad = GrpcArgsVariantSet("tcp");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("--set: 'tcp'"), std::string::npos);
+}
+
+TEST(ParseSizesMb, PositiveWholeMbOnlyAndTheErrorNamesTheItem) {
+  EXPECT_EQ(*ParseSizesMb("4,16,64"), (std::vector<int>{4, 16, 64}));
+  EXPECT_EQ(*ParseSizesMb("1"), (std::vector<int>{1}));
+  for (const char* bad : {"", "4,,16", "0", "-4", "4.5", "4,x"}) {
+    absl::StatusOr<std::vector<int>> s = ParseSizesMb(bad);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.status().message().find("--sizes_mb"), std::string::npos);
+  }
+}
+
 TEST(RunGrpcArgsBench, BadOptionsAreRefusedBeforeAnythingStarts) {
   GrpcArgsBenchOptions o;
   o.rounds = 0;
