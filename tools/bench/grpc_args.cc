@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <utility>
@@ -198,46 +199,41 @@ absl::StatusOr<std::string> RunGrpcArgsBench(
       "gRPC %s, warm, %d rounds x %d steps, load %.2f %.2f %.2f\n",
       options.download ? "download" : "upload", options.rounds, options.steps,
       load[0], load[1], load[2]);
-  absl::StrAppendFormat(
-      &out, "%-42s",
-      paired ? "variant: GB/s (/ its base)" : "variant: GB/s (/ the first)");
-  for (int mb : options.sizes_mb) {
-    absl::StrAppendFormat(&out, " %16s", absl::StrCat(mb, " MB"));
-  }
-  out += "\n";
-  for (size_t i = 0; i < variants.size(); ++i) {
-    absl::StrAppendFormat(&out, "%-42s", variants[i].name);
+  // A header of the sizes, then a row per variant of cell(variant, size).
+  auto table = [&](const char* title,
+                   const std::function<std::string(size_t, int)>& cell) {
+    absl::StrAppendFormat(&out, "%-42s", title);
     for (int mb : options.sizes_mb) {
-      const std::vector<double>& v = gbps[{i, mb}];
-      const std::vector<double>& base = gbps[{variants[i].base, mb}];
-      std::vector<double> ratio;
-      for (size_t r = 0; r < v.size(); ++r) ratio.push_back(v[r] / base[r]);
-      absl::StrAppendFormat(&out, "    %5.2f (%4.2fx)", Median(v),
-                            Median(ratio));
+      absl::StrAppendFormat(&out, " %16s", absl::StrCat(mb, " MB"));
     }
     out += "\n";
-  }
+    for (size_t i = 0; i < variants.size(); ++i) {
+      absl::StrAppendFormat(&out, "%-42s", variants[i].name);
+      for (int mb : options.sizes_mb) out += cell(i, mb);
+      out += "\n";
+    }
+  };
+  // The medians of variant i's per-round rates divided by `by`'s.
+  auto median_ratio = [](const std::vector<double>& v,
+                         const std::vector<double>& by) {
+    std::vector<double> ratio;
+    for (size_t r = 0; r < v.size(); ++r) ratio.push_back(v[r] / by[r]);
+    return Median(ratio);
+  };
+  table(paired ? "variant: GB/s (/ its base)" : "variant: GB/s (/ the first)",
+        [&](size_t i, int mb) {
+          const std::vector<double>& v = gbps[{i, mb}];
+          return absl::StrFormat("    %5.2f (%4.2fx)", Median(v),
+                                 median_ratio(v, gbps[{variants[i].base, mb}]));
+        });
   if (iperf3 == nullptr) return out;
   absl::StrAppendFormat(
       &out, "iperf3 -l 1M: median %.2f GB/s, rounds:", Median(iperf3_gbps));
   for (double g : iperf3_gbps) absl::StrAppendFormat(&out, " %.2f", g);
-  absl::StrAppendFormat(&out, "\n%-42s", "variant / iperf3 (per-round ratios)");
-  for (int mb : options.sizes_mb) {
-    absl::StrAppendFormat(&out, " %16s", absl::StrCat(mb, " MB"));
-  }
   out += "\n";
-  for (size_t i = 0; i < variants.size(); ++i) {
-    absl::StrAppendFormat(&out, "%-42s", variants[i].name);
-    for (int mb : options.sizes_mb) {
-      const std::vector<double>& v = gbps[{i, mb}];
-      std::vector<double> ratio;
-      for (size_t r = 0; r < v.size(); ++r) {
-        ratio.push_back(v[r] / iperf3_gbps[r]);
-      }
-      absl::StrAppendFormat(&out, " %16.2f", Median(ratio));
-    }
-    out += "\n";
-  }
+  table("variant / iperf3 (per-round ratios)", [&](size_t i, int mb) {
+    return absl::StrFormat(" %16.2f", median_ratio(gbps[{i, mb}], iperf3_gbps));
+  });
   return out;
 }
 
