@@ -1,7 +1,10 @@
 #include "tools/bench/grpc_args.h"
 
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -12,8 +15,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "server/process_memory.h"
 #include "server/ps_service.h"
 #include "tools/bench/stats.h"
+#include "tools/bench/subprocess.h"
 
 namespace pstrain::bench {
 
@@ -140,6 +147,109 @@ absl::StatusOr<std::vector<int>> ParseSizesMb(absl::string_view list) {
   return sizes;
 }
 
+std::string ServerSpec(const GrpcStreamOptions& options) {
+  std::string spec = options.server_api == GrpcServerApi::kCallback ? "callback"
+                     : options.server_api == GrpcServerApi::kCompletionQueue
+                         ? "queue"
+                         : "sync";
+  for (const auto& [key, value] : options.server_args) {
+    absl::StrAppend(&spec, ";", key, "=", value);
+  }
+  return spec;
+}
+
+absl::StatusOr<GrpcStreamOptions> ParseServerSpec(absl::string_view spec) {
+  std::vector<absl::string_view> parts = absl::StrSplit(spec, ';');
+  GrpcStreamOptions o;
+  if (parts[0] == "callback") {
+    o.server_api = GrpcServerApi::kCallback;
+  } else if (parts[0] == "queue") {
+    o.server_api = GrpcServerApi::kCompletionQueue;
+  } else if (parts[0] != "sync") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--serve: '", parts[0],
+                     "' is none of the server APIs sync, callback and queue"));
+  }
+  for (size_t i = 1; i < parts.size(); ++i) {
+    std::pair<absl::string_view, absl::string_view> kv =
+        absl::StrSplit(parts[i], absl::MaxSplits('=', 1));
+    int value = 0;
+    if (kv.first.empty() || !absl::SimpleAtoi(kv.second, &value)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--serve: '", parts[i], "' is not a channel argument key=integer"));
+    }
+    o.server_args.push_back({std::string(kv.first), value});
+  }
+  return o;
+}
+
+int ServeBareStream(absl::string_view spec) {
+  absl::StatusOr<GrpcStreamOptions> options = ParseServerSpec(spec);
+  if (!options.ok()) {
+    std::fprintf(stderr, "grpc_args_bench: %s\n",
+                 std::string(options.status().message()).c_str());
+    return 2;
+  }
+  // As ps_server's main does, before any thread and gRPC call: its malloc
+  // settings, and gRPC's tcp_read_chunks experiment off where the spec
+  // bounds the read chunks as ps_server's settings do (without that bound,
+  // reads with the experiment off measured 0.2 GB/s: a 4 MB upload took
+  // 20 ms).
+  ProcessMemoryOptions memory;
+  memory.grpc_tcp_read_chunks = true;
+  for (const auto& [key, value] : options->server_args) {
+    if (key == GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE) {
+      memory.grpc_tcp_read_chunks = false;
+    }
+  }
+  if (absl::Status st = ConfigureProcessMemory(memory); !st.ok()) {
+    std::fprintf(stderr, "grpc_args_bench: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<GrpcStream>> stream =
+      GrpcStream::Serve(*options);
+  if (!stream.ok()) {
+    std::fprintf(stderr, "grpc_args_bench: %s\n",
+                 stream.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("port %d\n", (*stream)->port());
+  std::fflush(stdout);
+  char buffer[256];
+  while (true) {  // until the bench closes our stdin
+    const ssize_t n = read(STDIN_FILENO, buffer, sizeof(buffer));
+    if (n == 0 || (n < 0 && errno != EINTR)) break;
+  }
+  return 0;
+}
+
+namespace {
+
+// Starts `binary --serve ServerSpec(options)` and points `options` at the
+// port it prints (bounded: 30 s).
+absl::Status ServeInChild(const std::string& binary, GrpcStreamOptions* options,
+                          std::vector<Child>* children) {
+  absl::StatusOr<Child> child =
+      Child::Start({binary, "--serve", ServerSpec(*options)},
+                   /*pipe_stdio=*/true);
+  if (!child.ok()) return child.status();
+  absl::StatusOr<std::string> line =
+      child->ReadLine(absl::Now() + absl::Seconds(30));
+  int port = 0;
+  absl::string_view rest = line.ok() ? absl::string_view(*line) : "";
+  if (!line.ok() || !absl::ConsumePrefix(&rest, "port ") ||
+      !absl::SimpleAtoi(rest, &port) || port <= 0) {
+    return absl::UnavailableError(absl::StrCat(
+        binary, " --serve ", ServerSpec(*options),
+        " printed no port: ", line.ok() ? *line : line.status().ToString()));
+  }
+  options->server_address = absl::StrCat("127.0.0.1:", port);
+  children->push_back(std::move(*child));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> RunGrpcArgsBench(
     const GrpcArgsBenchOptions& options,
     const std::vector<GrpcArgsVariant>& variants) {
@@ -156,9 +266,21 @@ absl::StatusOr<std::string> RunGrpcArgsBench(
     }
     paired = paired || variants[i].base != 0;
   }
+  // The servers' processes outlive the streams (declared first): a
+  // session's end waits for its server's answer.
+  std::vector<Child> children;
   std::vector<std::unique_ptr<GrpcStream>> streams;
   for (const GrpcArgsVariant& v : variants) {
-    absl::StatusOr<std::unique_ptr<GrpcStream>> s = GrpcStream::Start(v.stream);
+    GrpcStreamOptions stream_options = v.stream;
+    if (!options.server_binary.empty()) {
+      if (absl::Status st =
+              ServeInChild(options.server_binary, &stream_options, &children);
+          !st.ok()) {
+        return st;
+      }
+    }
+    absl::StatusOr<std::unique_ptr<GrpcStream>> s =
+        GrpcStream::Start(stream_options);
     if (!s.ok()) return s.status();
     streams.push_back(std::move(*s));
   }
@@ -196,8 +318,11 @@ absl::StatusOr<std::string> RunGrpcArgsBench(
   double load[3] = {0, 0, 0};
   getloadavg(load, 3);
   std::string out = absl::StrFormat(
-      "gRPC %s, warm, %d rounds x %d steps, load %.2f %.2f %.2f\n",
+      "gRPC %s, warm, %d rounds x %d steps, servers %s, load %.2f %.2f "
+      "%.2f\n",
       options.download ? "download" : "upload", options.rounds, options.steps,
+      options.server_binary.empty() ? "in this process"
+                                    : "in processes of their own",
       load[0], load[1], load[2]);
   // A header of the sizes, then a row per variant of cell(variant, size).
   auto table = [&](const char* title,

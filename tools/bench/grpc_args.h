@@ -59,6 +59,21 @@ absl::StatusOr<std::vector<GrpcArgsVariant>> GrpcArgsVariantSet(
 // error names the flag and the bad item.
 absl::StatusOr<std::vector<int>> ParseSizesMb(absl::string_view list);
 
+// A stream's server side as one argument ("callback;key=value;..."): its
+// API (sync, callback or queue) and server_args, for a server in a process
+// of its own; ParseServerSpec reads it back (InvalidArgument naming the bad
+// part).
+std::string ServerSpec(const GrpcStreamOptions& options);
+absl::StatusOr<GrpcStreamOptions> ParseServerSpec(absl::string_view spec);
+
+// grpc_args_bench --serve SPEC: serves a bare stream (GrpcStream::Serve) as
+// SPEC says, in a process set up as ps_server's (its malloc settings; gRPC's
+// tcp_read_chunks off where SPEC bounds the read chunks as ps_server's
+// settings do, PsServerChannelArgs), prints "port N"
+// on stdout, and serves until stdin closes (or a signal ends the process);
+// the exit code (2: a bad SPEC). Call first in main.
+int ServeBareStream(absl::string_view spec);
+
 struct GrpcArgsBenchOptions {
   int rounds = 3;
   int steps = 20;
@@ -66,7 +81,11 @@ struct GrpcArgsBenchOptions {
   bool download = false;  // server -> client instead of client -> server
   // An iperf3 binary: each round also measures iperf3 -l 1M on loopback
   // (2 s), and the table adds every variant's ratio to it. Empty: none.
-  std::string iperf3;
+  std::string iperf3;  // A binary answering --serve SPEC (ServeBareStream;
+                       // grpc_args_bench):
+  // each variant's server then runs in a process of its own, as ps_server
+  // does, instead of in this one. Empty: in this process.
+  std::string server_binary;
 };
 
 // Runs the rounds over `variants` (the first is the base) and returns the

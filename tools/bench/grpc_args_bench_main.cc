@@ -4,8 +4,8 @@
 //   bazel run -c opt //tools/bench:grpc_args_bench -- --rounds 5 --steps 20
 //   ... -- --set transport   (frames, write buffer, TCP reads, zerocopy)
 //   ... -- --set server_api  (synchronous, callback, completion queue)
-//   ... -- --set session --iperf3 iperf3  (a call per transfer or one call
-//                                          across transfers, / iperf3)
+//   ... -- --set session --iperf3 iperf3   (a call per transfer or one call
+//            [--separate_processes]         across transfers, / iperf3)
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -28,6 +28,12 @@ ABSL_FLAG(std::string, set, "http2",
           "reactor and a completion queue with one polling thread) or "
           "session (a call per transfer first, then one call across "
           "transfers, on the synchronous and callback APIs)");
+ABSL_FLAG(bool, separate_processes, false,
+          "each variant's server in a process of its own (this binary with "
+          "--serve), as ps_server runs apart from ps_worker");
+ABSL_FLAG(std::string, serve, "",
+          "internal (--separate_processes): serve one bare stream as this "
+          "spec says, print its port, serve until stdin closes");
 ABSL_FLAG(std::string, iperf3, "",
           "an iperf3 binary: each round also measures iperf3 -l 1M on "
           "loopback and the table adds every variant's ratio to it (empty: "
@@ -45,12 +51,18 @@ int Fail(const absl::Status& status) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  if (!absl::GetFlag(FLAGS_serve).empty()) {
+    return pstrain::bench::ServeBareStream(absl::GetFlag(FLAGS_serve));
+  }
   pstrain::bench::KeepBenchHeapForReuse("grpc_args_bench");
   pstrain::bench::GrpcArgsBenchOptions options;
   options.rounds = absl::GetFlag(FLAGS_rounds);
   options.steps = absl::GetFlag(FLAGS_steps);
   options.download = absl::GetFlag(FLAGS_download);
   options.iperf3 = absl::GetFlag(FLAGS_iperf3);
+  if (absl::GetFlag(FLAGS_separate_processes)) {
+    options.server_binary = "/proc/self/exe";
+  }
   absl::StatusOr<std::vector<int>> sizes =
       pstrain::bench::ParseSizesMb(absl::GetFlag(FLAGS_sizes_mb));
   if (!sizes.ok()) return Fail(sizes.status());

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 namespace pstrain::bench {
 namespace {
 
@@ -209,6 +211,76 @@ TEST(ParseSizesMb, PositiveWholeMbOnlyAndTheErrorNamesTheItem) {
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(s.status().message().find("--sizes_mb"), std::string::npos);
   }
+}
+
+// Every variant's server side survives the trip to a server process and
+// back; a bad spec is refused, naming the flag.
+TEST(ServerSpec, EveryVariantsServerSideReadsBackAndBadSpecsAreRefused) {
+  std::vector<GrpcArgsVariant> all = GrpcArgsVariants();
+  for (auto* set :
+       {&GrpcTransportVariants, &GrpcServerApiVariants, &GrpcSessionVariants}) {
+    for (GrpcArgsVariant& v : (*set)()) all.push_back(std::move(v));
+  }
+  for (const GrpcArgsVariant& v : all) {
+    absl::StatusOr<GrpcStreamOptions> back =
+        ParseServerSpec(ServerSpec(v.stream));
+    ASSERT_TRUE(back.ok()) << v.name << ": " << back.status();
+    EXPECT_EQ(back->server_api, v.stream.server_api) << v.name;
+    EXPECT_EQ(back->server_args, v.stream.server_args) << v.name;
+  }
+  for (const char* bad :
+       {"", "epoll", "sync;x", "sync;=1", "callback;a=b", "queue;grpc.x=1.5"}) {
+    absl::StatusOr<GrpcStreamOptions> o = ParseServerSpec(bad);
+    EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(o.status().message().find("--serve"), std::string::npos);
+  }
+}
+
+// A served stream (Serve) answers a client that Start points at it, calls
+// and sessions alike; the server-only stream has no client of its own.
+TEST(GrpcStream, AServedStreamCarriesAnotherStreamsTransfers) {
+  for (const GrpcArgsVariant& v : GrpcSessionVariants()) {
+    absl::StatusOr<std::unique_ptr<GrpcStream>> server =
+        GrpcStream::Serve(v.stream);
+    ASSERT_TRUE(server.ok()) << v.name << ": " << server.status();
+    ASSERT_GT((*server)->port(), 0);
+    EXPECT_EQ((*server)->Upload(10).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+    GrpcStreamOptions client = v.stream;
+    client.message_bytes = 1000;
+    client.server_address = absl::StrCat("127.0.0.1:", (*server)->port());
+    absl::StatusOr<std::unique_ptr<GrpcStream>> s = GrpcStream::Start(client);
+    ASSERT_TRUE(s.ok()) << v.name << ": " << s.status();
+    for (uint64_t bytes : {uint64_t{0}, uint64_t{999}, uint64_t{12345}}) {
+      EXPECT_TRUE((*s)->Upload(bytes).ok()) << v.name << " up " << bytes;
+      EXPECT_TRUE((*s)->Download(bytes).ok()) << v.name << " down " << bytes;
+    }
+  }
+}
+
+// With a server binary every variant's server is a process of its own
+// (grpc_args_bench --serve), and the table says so.
+TEST(RunGrpcArgsBench, ServersInProcessesOfTheirOwn) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  ASSERT_NE(srcdir, nullptr);
+  GrpcArgsBenchOptions o;
+  o.rounds = 1;
+  o.steps = 1;
+  o.sizes_mb = {1};
+  o.server_binary =
+      std::string(srcdir) + "/pstrain/tools/bench/grpc_args_bench";
+  for (bool download : {false, true}) {
+    o.download = download;
+    absl::StatusOr<std::string> table =
+        RunGrpcArgsBench(o, GrpcSessionVariants());
+    ASSERT_TRUE(table.ok()) << table.status();
+    EXPECT_NE(table->find("servers in processes of their own"),
+              std::string::npos)
+        << *table;
+  }
+  o.server_binary = "/bin/true";  // prints no port
+  EXPECT_EQ(RunGrpcArgsBench(o, GrpcSessionVariants()).status().code(),
+            absl::StatusCode::kUnavailable);
 }
 
 TEST(RunGrpcArgsBench, BadOptionsAreRefusedBeforeAnythingStarts) {

@@ -503,32 +503,45 @@ absl::Status GrpcStream::StartQueueServer(int* port) {
   return absl::OkStatus();
 }
 
+absl::Status GrpcStream::StartServer() {
+  if (options_.server_api == GrpcServerApi::kCompletionQueue) {
+    return StartQueueServer(&port_);
+  }
+  if (options_.server_api == GrpcServerApi::kCallback) {
+    service_ = std::make_unique<ReactorService>();
+  } else {
+    service_ = std::make_unique<Service>();
+  }
+  absl::StatusOr<StartedServer> started =
+      StartGrpcServer("127.0.0.1", 0, grpc::InsecureServerCredentials(),
+                      {service_.get()}, options_.server_args);
+  if (!started.ok()) return started.status();
+  server_ = std::move(started->server);
+  port_ = started->port;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<GrpcStream>> GrpcStream::Serve(
+    GrpcStreamOptions options) {
+  std::unique_ptr<GrpcStream> s(new GrpcStream(std::move(options)));
+  if (absl::Status st = s->StartServer(); !st.ok()) return st;
+  return s;
+}
+
 absl::StatusOr<std::unique_ptr<GrpcStream>> GrpcStream::Start(
     GrpcStreamOptions options) {
-  if (options.session &&
+  if (options.session && options.server_address.empty() &&
       options.server_api == GrpcServerApi::kCompletionQueue) {
     return absl::InvalidArgumentError(
         "a bare stream's sessions are served by the synchronous and callback "
         "APIs only, not the completion queue");
   }
   std::unique_ptr<GrpcStream> s(new GrpcStream(std::move(options)));
-  int port = 0;
-  if (s->options_.server_api == GrpcServerApi::kCompletionQueue) {
-    if (absl::Status st = s->StartQueueServer(&port); !st.ok()) return st;
-  } else {
-    if (s->options_.server_api == GrpcServerApi::kCallback) {
-      s->service_ = std::make_unique<ReactorService>();
-    } else {
-      s->service_ = std::make_unique<Service>();
-    }
-    absl::StatusOr<StartedServer> started =
-        StartGrpcServer("127.0.0.1", 0, grpc::InsecureServerCredentials(),
-                        {s->service_.get()}, s->options_.server_args);
-    if (!started.ok()) return started.status();
-    s->server_ = std::move(started->server);
-    port = started->port;
+  std::string address = s->options_.server_address;
+  if (address.empty()) {
+    if (absl::Status st = s->StartServer(); !st.ok()) return st;
+    address = absl::StrCat("127.0.0.1:", s->port_);
   }
-  const std::string address = absl::StrCat("127.0.0.1:", port);
   std::shared_ptr<grpc::Channel> channel;
   if (s->options_.client_args.empty()) {
     channel = MakeChannel(address);
@@ -573,6 +586,9 @@ GrpcStream::~GrpcStream() {
 }
 
 absl::StatusOr<double> GrpcStream::Upload(uint64_t bytes) {
+  if (stub_ == nullptr) {
+    return absl::FailedPreconditionError("a served stream has no client");
+  }
   if (options_.session) return UploadInSession(bytes);
   Blob blob;
   const uint64_t message_bytes = options_.message_bytes;
@@ -599,6 +615,9 @@ absl::StatusOr<double> GrpcStream::Upload(uint64_t bytes) {
 }
 
 absl::StatusOr<double> GrpcStream::Download(uint64_t bytes) {
+  if (stub_ == nullptr) {
+    return absl::FailedPreconditionError("a served stream has no client");
+  }
   if (options_.session) return DownloadInSession(bytes);
   DownloadRequest request;
   request.set_total_bytes(bytes);

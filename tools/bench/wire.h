@@ -71,6 +71,10 @@ struct GrpcStreamOptions {
   // push or pull protocol whose call spans steps would save. Not with the
   // completion-queue API.
   bool session = false;
+  // Non-empty: the stream's server runs elsewhere (host:port; e.g. a process
+  // of its own started with GrpcStream::Serve), and Start starts none and
+  // connects there; server_api and server_args are that server's.
+  std::string server_address;
 };
 
 // A BlobStream service on 127.0.0.1:0 and a client channel to it (with
@@ -79,6 +83,11 @@ class GrpcStream {
  public:
   static absl::StatusOr<std::unique_ptr<GrpcStream>> Start(
       GrpcStreamOptions options = {});
+  // The server alone (options' server side) on 127.0.0.1:port(), with no
+  // client: a bare stream whose client is in another process.
+  static absl::StatusOr<std::unique_ptr<GrpcStream>> Serve(
+      GrpcStreamOptions options);
+  int port() const { return port_; }
   ~GrpcStream();
   // Bytes per second of `bytes` sent client -> server (Upload) and
   // server -> client (Download), options.message_bytes per message; with
@@ -99,6 +108,7 @@ class GrpcStream {
   class ReactorService;  // kCallback
   class QueueServer;     // kCompletionQueue: its service, queue and thread
   explicit GrpcStream(GrpcStreamOptions options);
+  absl::Status StartServer();  // options_' server on 127.0.0.1:port_
   absl::Status StartQueueServer(int* port);
   // Upload and Download with options_.session: the session's call opened by
   // the first, a failure ends it (the next opens another).
@@ -108,7 +118,9 @@ class GrpcStream {
   std::unique_ptr<grpc::Service> service_;
   std::unique_ptr<QueueServer> queue_;
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<pstrain::bench::v1::BlobStream::Stub> stub_;
+  std::unique_ptr<pstrain::bench::v1::BlobStream::Stub>
+      stub_;      // null in Serve's
+  int port_ = 0;  // the server's, when this process runs it
   std::unique_ptr<grpc::ClientContext> upload_context_;
   std::unique_ptr<grpc::ClientReaderWriter<pstrain::bench::v1::Blob,
                                            pstrain::bench::v1::UploadResponse>>
