@@ -92,6 +92,9 @@ TEST(GrpcStream, ASessionOnTheCompletionQueueIsRefusedBeforeItStarts) {
   o.server_api = GrpcServerApi::kCompletionQueue;
   EXPECT_EQ(GrpcStream::Start(o).status().code(),
             absl::StatusCode::kInvalidArgument);
+  o.server_address = "127.0.0.1:1";  // its server elsewhere: the same
+  EXPECT_EQ(GrpcStream::Start(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // Each server API serves whole transfers both ways: the upload's answer

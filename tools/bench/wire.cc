@@ -530,7 +530,8 @@ absl::StatusOr<std::unique_ptr<GrpcStream>> GrpcStream::Serve(
 
 absl::StatusOr<std::unique_ptr<GrpcStream>> GrpcStream::Start(
     GrpcStreamOptions options) {
-  if (options.session && options.server_address.empty() &&
+  // A served stream (server_address) is told its server's API too.
+  if (options.session &&
       options.server_api == GrpcServerApi::kCompletionQueue) {
     return absl::InvalidArgumentError(
         "a bare stream's sessions are served by the synchronous and callback "
