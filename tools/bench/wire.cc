@@ -475,6 +475,25 @@ class GrpcStream::QueueServer {
   std::thread thread_;
 };
 
+namespace {
+
+// Ends a session's call, if one is open: the half-close, the server's
+// answers still on their way read and dropped, then its status.
+template <class W, class R>
+grpc::Status EndSession(
+    std::unique_ptr<grpc::ClientReaderWriter<W, R>>* session) {
+  if (*session == nullptr) return grpc::Status::OK;
+  (*session)->WritesDone();
+  R rest;
+  while ((*session)->Read(&rest)) {
+  }
+  const grpc::Status status = (*session)->Finish();
+  session->reset();
+  return status;
+}
+
+}  // namespace
+
 GrpcStream::GrpcStream(GrpcStreamOptions options)
     : options_(std::move(options)) {}
 
@@ -562,20 +581,8 @@ absl::StatusOr<std::unique_ptr<GrpcStream>> GrpcStream::Start(
 GrpcStream::~GrpcStream() {
   // The sessions end first (half-close, the server's end), so the server's
   // shutdown waits for no call.
-  if (upload_session_ != nullptr) {
-    upload_session_->WritesDone();
-    UploadResponse rest;
-    while (upload_session_->Read(&rest)) {
-    }
-    upload_session_->Finish().ok();
-  }
-  if (download_session_ != nullptr) {
-    download_session_->WritesDone();
-    Blob rest;
-    while (download_session_->Read(&rest)) {
-    }
-    download_session_->Finish().ok();
-  }
+  EndSession(&upload_session_);
+  EndSession(&download_session_);
   if (server_) {
     server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
   }
@@ -668,12 +675,7 @@ absl::StatusOr<double> GrpcStream::UploadInSession(uint64_t bytes) {
   ok = ok && upload_session_->Read(&answer);
   const double s = absl::ToDoubleSeconds(absl::Now() - start);
   if (!ok || answer.bytes() != bytes) {
-    upload_session_->WritesDone();
-    UploadResponse rest;
-    while (upload_session_->Read(&rest)) {
-    }
-    const grpc::Status status = upload_session_->Finish();
-    upload_session_.reset();
+    const grpc::Status status = EndSession(&upload_session_);
     return absl::UnavailableError(
         absl::StrCat("gRPC upload session: ", status.error_message(), " (",
                      ok ? answer.bytes() : 0, " of ", bytes, " bytes)"));
@@ -702,11 +704,7 @@ absl::StatusOr<double> GrpcStream::DownloadInSession(uint64_t bytes) {
   }
   const double s = absl::ToDoubleSeconds(absl::Now() - start);
   if (!ok || got != bytes) {
-    download_session_->WritesDone();
-    while (ok && download_session_->Read(&blob)) {
-    }
-    const grpc::Status status = download_session_->Finish();
-    download_session_.reset();
+    const grpc::Status status = EndSession(&download_session_);
     return absl::UnavailableError(
         absl::StrCat("gRPC download session: ", status.error_message(), " (",
                      got, " of ", bytes, " bytes)"));
