@@ -21,6 +21,7 @@
 #include "server/ps_service.h"
 #include "tools/bench/stats.h"
 #include "tools/bench/subprocess.h"
+#include "worker/allreduce/heap_reuse.h"
 
 namespace pstrain::bench {
 
@@ -183,6 +184,19 @@ absl::StatusOr<GrpcStreamOptions> ParseServerSpec(absl::string_view spec) {
   return o;
 }
 
+ProcessMemoryOptions BareServerMemory(const GrpcStreamOptions& server) {
+  ProcessMemoryOptions memory;
+  memory.mmap_threshold_bytes = kRingMmapThresholdBytes;
+  memory.trim_threshold_bytes = kRingTrimThresholdBytes;
+  memory.grpc_tcp_read_chunks = true;
+  for (const auto& [key, value] : server.server_args) {
+    if (key == GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE) {
+      memory.grpc_tcp_read_chunks = false;
+    }
+  }
+  return memory;
+}
+
 int ServeBareStream(absl::string_view spec) {
   absl::StatusOr<GrpcStreamOptions> options = ParseServerSpec(spec);
   if (!options.ok()) {
@@ -190,18 +204,8 @@ int ServeBareStream(absl::string_view spec) {
                  std::string(options.status().message()).c_str());
     return 2;
   }
-  // As ps_server's main does, before any thread and gRPC call: its malloc
-  // settings, and gRPC's tcp_read_chunks experiment off where the spec
-  // bounds the read chunks as ps_server's settings do (without that bound,
-  // reads with the experiment off measured 0.2 GB/s: a 4 MB upload took
-  // 20 ms).
-  ProcessMemoryOptions memory;
-  memory.grpc_tcp_read_chunks = true;
-  for (const auto& [key, value] : options->server_args) {
-    if (key == GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE) {
-      memory.grpc_tcp_read_chunks = false;
-    }
-  }
+  // Before any thread and gRPC call, as ps_server's main does.
+  const ProcessMemoryOptions memory = BareServerMemory(*options);
   if (absl::Status st = ConfigureProcessMemory(memory); !st.ok()) {
     std::fprintf(stderr, "grpc_args_bench: %s\n", st.ToString().c_str());
     return 1;

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "server/process_memory.h"
 #include "tools/bench/wire.h"
 
 namespace pstrain::bench {
@@ -66,10 +67,22 @@ absl::StatusOr<std::vector<int>> ParseSizesMb(absl::string_view list);
 std::string ServerSpec(const GrpcStreamOptions& options);
 absl::StatusOr<GrpcStreamOptions> ParseServerSpec(absl::string_view spec);
 
+// The process settings of a bare stream's server in a process of its own,
+// as ps_server's (server/process_memory.h) but for two: gRPC's
+// tcp_read_chunks experiment is off only where `server` bounds the read
+// chunks as ps_server's settings do (PsServerChannelArgs; without that bound,
+// reads with the experiment off measured 0.2 GB/s), and freed heap stays
+// mapped for reuse (worker/allreduce/heap_reuse.h's thresholds, not
+// ps_server's 1 MiB mmap threshold): the bare server allocates a message's
+// buffer per call (a Blob's payload read, a download's serialized message),
+// where ps_server reads pushes into buffers kept from earlier pushes and
+// sends pulls from the weights in place, so with ps_server's threshold every
+// call faulted fresh pages in (a 4 MB transfer at 0.2-0.9 GB/s instead of
+// about 3; docs/performance-log.md, "One call across steps").
+ProcessMemoryOptions BareServerMemory(const GrpcStreamOptions& server);
+
 // grpc_args_bench --serve SPEC: serves a bare stream (GrpcStream::Serve) as
-// SPEC says, in a process set up as ps_server's (its malloc settings; gRPC's
-// tcp_read_chunks off where SPEC bounds the read chunks as ps_server's
-// settings do, PsServerChannelArgs), prints "port N"
+// SPEC says, in a process set up by BareServerMemory, prints "port N"
 // on stdout, and serves until stdin closes (or a signal ends the process);
 // the exit code (2: a bad SPEC). Call first in main.
 int ServeBareStream(absl::string_view spec);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "worker/allreduce/heap_reuse.h"
 
 namespace pstrain::bench {
 namespace {
@@ -237,6 +238,31 @@ TEST(ServerSpec, EveryVariantsServerSideReadsBackAndBadSpecsAreRefused) {
     EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(o.status().message().find("--serve"), std::string::npos);
   }
+}
+
+// A bare server in a process of its own keeps ps_server's arena but its freed
+// heap mapped for reuse (it allocates per call what ps_server reuses), and
+// turns tcp_read_chunks off exactly where its spec carries ps_server's read
+// bound.
+TEST(BareServerMemory, HeapKeptForReuseAndReadChunksOffOnlyWithTheReadBound) {
+  int with_bound = 0;
+  for (const GrpcArgsVariant& v : GrpcSessionVariants()) {
+    const ProcessMemoryOptions m = BareServerMemory(v.stream);
+    EXPECT_EQ(m.mmap_threshold_bytes,
+              static_cast<int64_t>(kRingMmapThresholdBytes))
+        << v.name;
+    EXPECT_EQ(m.trim_threshold_bytes,
+              static_cast<int64_t>(kRingTrimThresholdBytes))
+        << v.name;
+    EXPECT_EQ(m.malloc_arena_max, ProcessMemoryOptions().malloc_arena_max);
+    bool bound = false;
+    for (const auto& [key, value] : v.stream.server_args) {
+      bound = bound || key == GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE;
+    }
+    with_bound += bound;
+    EXPECT_EQ(m.grpc_tcp_read_chunks, !bound) << v.name;
+  }
+  EXPECT_GT(with_bound, 0);  // the set has ps_server's settings
 }
 
 // A served stream (Serve) answers a client that Start points at it, calls
