@@ -21,6 +21,7 @@
 #include "common/sparse_rows.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
+#include "common/timeline.h"
 #include "server/chunk_fingerprint.h"
 #include "server/push_frame.h"
 #include "server/shard_checkpoint.h"
@@ -264,6 +265,7 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         on_arrival_(shard_->sums_on_arrival()),
         in_place_(on_arrival_ && service_->options_.parse_pushes_in_place),
         watch_(std::make_shared<Watch>()) {
+    TimelineMark("srv.push.opened");
     watch_->context = context;
     alarm_.Set(absl::ToChronoTime(start_ + service_->options_.push_timeout),
                [watch = watch_](bool expired) {
@@ -313,6 +315,8 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   }
 
   void OnReadDone(bool ok) override {
+    TimelineMark(ok ? "srv.push.read" : "srv.push.half_closed",
+                 ok ? static_cast<int64_t>(frame_.Length()) : -1);
     if (!first_read_) {
       first_read_ = true;  // reads never overlap: no lock for this flag
       absl::MutexLock lock(&watch_->mu);
@@ -404,11 +408,15 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       }
       ++count_;
     }
-    if (!failure.has_value() && !ParseInto(slot)) {
-      failure = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                             absl::StrCat("push message ", count_ - 1,
-                                          " is not a valid PushRequest; "
-                                          "nothing applied"));
+    if (!failure.has_value()) {
+      const bool parsed = ParseInto(slot);
+      TimelineMark("srv.push.parsed");
+      if (!parsed) {
+        failure = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                               absl::StrCat("push message ", count_ - 1,
+                                            " is not a valid PushRequest; "
+                                            "nothing applied"));
+      }
     }
     bool read_next = false;
     bool become_summer = false;
@@ -457,11 +465,13 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         parsed_.pop_front();
       }
       absl::Status st;
+      TimelineMark("srv.push.sum");
       if (in_place_) {
         st = SumView(frames_[slot]);
       } else {
         st = SumMessage((*messages_)[slot]);
       }
+      TimelineMark("srv.push.summed");
       bool read_next = false;
       {
         absl::MutexLock lock(&pipe_mu_);
@@ -627,6 +637,7 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     // Before Finish: the client may open its next stream as soon as it has
     // the status (OnDone may come later).
     ReleaseStream();
+    TimelineMark("srv.push.finish");
     Finish(status);
   }
 
@@ -664,6 +675,7 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       // is gone, and the generation check answers.
       const absl::Status generation =
           service_->CheckGeneration(header_generation_, "push");
+      TimelineMark("srv.push.commit");
       Reply(generation.ok() ? incoming_->Finish()
                             : absl::StatusOr<PushResult>(generation));
       return;

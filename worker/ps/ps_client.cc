@@ -19,6 +19,7 @@
 #include "common/status_macros.h"
 #include "common/sync_generic_call.h"
 #include "common/tensor_codec.h"
+#include "common/timeline.h"
 
 namespace pstrain {
 
@@ -43,6 +44,7 @@ absl::Status PsOp::Wait() {
   if (!waited_) {
     tasks_.Wait();
     waited_ = true;
+    TimelineMark("op.waited");
   }
   for (size_t i = 0; i < statuses_.size(); ++i) {
     if (!statuses_[i].ok()) {
@@ -247,6 +249,7 @@ std::unique_ptr<PsOp> PsClient::StartPush(uint32_t worker, uint64_t clock,
                                           TensorViews views,
                                           const std::vector<ShardRead>& reads,
                                           TensorGate* ready) {
+  TimelineMark("push.start", static_cast<int64_t>(clock));
   std::unique_ptr<PsOp> op(new PsOp(OpPool()));
   op->views_ = std::move(views);
   const TensorViews& grads = op->views_;
@@ -726,6 +729,7 @@ absl::Status PsClient::PushShardOnce(int shard, int part, int parts,
                                      const TensorViews& grads,
                                      const ShardRead& read, TensorGate* gate,
                                      pstrain::v1::PushResponse* response) {
+  TimelineMark("push.shard", shard);
   // fp32 payloads are sent from the gradients in place (ChunkFrame): gRPC
   // references them until `keepalive` says it is done, before we return.
   Keepalive keepalive;
@@ -763,6 +767,7 @@ absl::Status PsClient::PushShardOnce(int shard, int part, int parts,
         stub, &context, kPushMethod,
         SyncGenericCall<grpc::ByteBuffer,
                         pstrain::v1::PushResponse>::Open::kNow);
+    TimelineMark("push.opened");
     pstrain::v1::PushRequest fields;
     auto* h = fields.mutable_header();
     h->set_worker(worker);
@@ -782,7 +787,9 @@ absl::Status PsClient::PushShardOnce(int shard, int part, int parts,
     auto write = [&] {
       grpc::ByteBuffer buffer = frame.Release();
       bytes += buffer.Length();
-      return call.Write(buffer);
+      const bool written = call.Write(buffer);
+      TimelineMark("push.written", buffer.Length());
+      return written;
     };
     bool header_sent = false;
     for (int idx : order) {
@@ -812,8 +819,10 @@ absl::Status PsClient::PushShardOnce(int shard, int part, int parts,
     if (gate_status.ok() && stream_ok && !frame.empty()) stream_ok = write();
     frame.Release();  // drops what a broken stream left unsent
     if (gate_status.ok() && stream_ok) call.WritesDone();
+    TimelineMark("push.half_closed");
     bytes_pushed_ += bytes;
     status = FromGrpcStatus(call.FinishWithResponse(response));
+    TimelineMark("push.answered");
     if (!gate_status.ok()) {
       // Not retried: the gradient will not become ready by trying again.
       status = absl::AbortedError(absl::StrCat(
