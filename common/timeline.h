@@ -1,6 +1,7 @@
-// Timelines of pushes for performance work (docs/performance-log.md, "Where
-// a 4 MB push's time goes"): with PSTRAIN_TIMELINE=PREFIX in a process's
-// environment, every TimelineMark appends one line
+// Timelines of pushes and pulls for performance work (docs/performance.md,
+// "timeline.py"; docs/performance-log.md, "Where a 4 MB push's time goes"):
+// with PSTRAIN_TIMELINE=PREFIX in a process's environment, every
+// TimelineMark appends one line
 //
 //   <CLOCK_REALTIME seconds.nanoseconds> <thread id> <tag> <arg>
 //

@@ -916,7 +916,9 @@ class PullReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       : service_(service), context_(context) {}
 
   void Run(const pstrain::v1::PullRequest& request) {
+    TimelineMark("srv.pull.run");
     grpc::Status status = Prepare(request);
+    TimelineMark("srv.pull.ready");
     // An error, or a session-only pull (OK with no message).
     if (!status.ok() || shard_ == nullptr) {
       Finish(status);
@@ -932,6 +934,7 @@ class PullReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   }
 
   void OnWriteDone(bool ok) override {
+    TimelineMark("srv.pull.written");
     if (!ok) {
       Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
       return;
@@ -948,6 +951,7 @@ class PullReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
           absl::ToDoubleSeconds(absl::Now() - start_));
       service_->metrics_->barrier_wait_seconds->Observe(weights_.wait_seconds);
     }
+    TimelineMark("srv.pull.finish");
     Finish(grpc::Status::OK);
   }
 

@@ -195,6 +195,7 @@ std::unique_ptr<PsOp> PsClient::StartPull(uint32_t worker, uint64_t clock,
 std::unique_ptr<PsOp> PsClient::StartPull(uint32_t worker, uint64_t clock,
                                           MutableTensorViews views,
                                           TensorGate* arrived) {
+  TimelineMark("pull.start", static_cast<int64_t>(clock));
   std::unique_ptr<PsOp> op(new PsOp(OpPool()));
   op->pulled_ = std::move(views);
   MutableTensorViews* params = &op->pulled_;
@@ -516,6 +517,7 @@ absl::Status PsClient::PullShardOnce(int shard, int part, int parts,
                                      MutableTensorViews* params,
                                      ShardRead* read, PsOp* op,
                                      TensorGate* gate) {
+  TimelineMark("pull.shard", shard);
   grpc::ClientContext context;
   SetTimeout(&context, BarrierTimeout());
   ActiveCall active(this, &context);
@@ -547,16 +549,20 @@ absl::Status PsClient::PullShardOnce(int shard, int part, int parts,
   std::string scratch;
   absl::Status status;
   while (sent && call.Read(&msg)) {
+    TimelineMark("pull.read", msg.Length());
     bytes += msg.Length();
     if (status.ok()) {
       status = DecodePullMessage(shard, &msg, head, read, params, &received,
                                  &scratch, op, gate);
     }
+    TimelineMark("pull.decoded");
     head = false;
     msg.Clear();
   }
   bytes_pulled_ += bytes;
-  PS_RETURN_IF_ERROR(FromGrpcStatus(call.Finish()));
+  const grpc::Status finished = call.Finish();
+  TimelineMark("pull.finished");
+  PS_RETURN_IF_ERROR(FromGrpcStatus(finished));
   PS_RETURN_IF_ERROR(status);
   // This part's chunks: those at positions part, part + parts, ...
   const size_t expected =
