@@ -1064,6 +1064,7 @@ class PullReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* ParameterServerService::Pull(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
+  TimelineMark("srv.pull.called");
   auto* reactor = new PullReactor(this, context);
   pstrain::v1::PullRequest message;
   grpc::ByteBuffer bytes(*request);  // shares the slices; no copy

@@ -13,12 +13,15 @@ each mark by its occurrence within its segment (srv.push.read#2 is the
 second message the server read), and prints, in order, each mark's median
 offset from the anchor in microseconds over the segments after the first
 SKIP (warm steps), with the number of segments that had it and the median
-gap from the mark before. Meant for one worker and one server: with several,
+gap from the mark before; marks found in fewer than MIN_SHARE of the
+segments (a rare second operation inside one, at an evaluation or the end)
+are left out and counted. Meant for one worker and one server: with several,
 their segments interleave. Exit status 2 on bad arguments or no marks.
 """
 
 import argparse
 import glob
+import signal
 import statistics
 import sys
 
@@ -78,9 +81,14 @@ def main(argv):
                    help="the mark each segment starts at (push.start)")
     p.add_argument("--skip", type=int, default=100,
                    help="segments left out at the start (cold steps)")
+    p.add_argument("--min_share", type=float, default=0.5,
+                   help="leave out marks in fewer than this share of the "
+                        "segments (0..1; 0.5)")
     args = p.parse_args(argv)
     if args.skip < 0:
         p.error("--skip must be >= 0")
+    if not 0 <= args.min_share <= 1:
+        p.error("--min_share must be in [0, 1]")
     paths = sorted(glob.glob(glob.escape(args.prefix) + ".*"))
     if not paths:
         print(f"timeline: no files {args.prefix}.*", file=sys.stderr)
@@ -96,10 +104,15 @@ def main(argv):
               f"{args.skip} in {len(paths)} files", file=sys.stderr)
         return 2
     table = offsets(segs)
+    rare = [k for k, v in table.items() if len(v) < args.min_share * len(segs)]
+    for k in rare:
+        del table[k]
     print(f"{len(segs)} segments from '{args.anchor}' ({len(paths)} files"
           + (f", {truncated} ending in a cut-off line, left out"
              if truncated else "")
-          + "); median microseconds from the anchor, and from the mark before")
+          + "); median microseconds from the anchor, and from the mark before"
+          + (f"; {len(rare)} marks in fewer than {args.min_share:g} of the "
+             "segments left out" if rare else ""))
     before = 0.0
     for key, values in table.items():
         at = statistics.median(values)
@@ -110,4 +123,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends it quietly
     sys.exit(main(sys.argv[1:]))

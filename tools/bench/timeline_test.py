@@ -68,6 +68,21 @@ class TimelineTest(unittest.TestCase):
         self.assertEqual(len(answered), 1)
         self.assertIn(" 115.0 ", answered[0])  # median of 110 and 120 us
 
+    def test_marks_in_few_segments_are_left_out_and_counted(self):
+        with open(self.prefix + ".20", "a") as f:
+            f.write("102.000090000 3 srv.push.commit -1\n")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(timeline.main([self.prefix, "--skip", "0"]), 0)
+        self.assertIn("1 marks in fewer than 0.5 of the segments left out",
+                      out.getvalue())
+        self.assertNotIn("srv.push.commit", out.getvalue())
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(timeline.main([self.prefix, "--skip", "0",
+                                            "--min_share", "0"]), 0)
+        self.assertIn("srv.push.commit", out.getvalue())
+
     def test_a_cut_off_last_line_is_left_out_and_counted(self):
         with open(self.prefix + ".20", "a") as f:
             f.write("103.000000001 3 srv.pu")

@@ -542,6 +542,7 @@ absl::Status PsClient::PullShardOnce(int shard, int part, int parts,
       SyncGenericCall<pstrain::v1::PullRequest,
                       grpc::ByteBuffer>::Open::kWithFirstMessage);
   const bool sent = call.WriteLast(request);
+  TimelineMark("pull.sent");
   grpc::ByteBuffer msg;
   bool head = true;
   size_t received = 0;
