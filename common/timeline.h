@@ -7,9 +7,11 @@
 //
 // to the file PREFIX.<pid>, so that the marks of a worker and a server on the
 // same machine merge into one timeline (tools/bench/timeline.py). Without the
-// variable a mark costs one load of a flag. A process writes at most
+// variable a mark costs a call and a flag check. A process writes at most
 // kMaxTimelineMarks lines (then says so on stderr and stops), buffered, and
-// flushed at exit and every 4096 marks.
+// flushed every 4096 marks and at a normal exit; a process that ends
+// otherwise (a signal) leaves its last lines out, and timeline.py says so
+// where a file ends in a cut-off line.
 #ifndef PSTRAIN_COMMON_TIMELINE_H_
 #define PSTRAIN_COMMON_TIMELINE_H_
 
@@ -30,7 +32,7 @@ class Timeline {
   // Writes to `path` (created or truncated); empty: off. If the file cannot
   // be opened, says why on stderr and stays off.
   explicit Timeline(const std::string& path);
-  ~Timeline();  // flushes and closes
+  ~Timeline();  // closes (and so flushes) the file
   Timeline(const Timeline&) = delete;
   Timeline& operator=(const Timeline&) = delete;
 
