@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/retry.h"
+#include "common/timeline.h"
 
 namespace pstrain {
 
@@ -110,6 +111,7 @@ int ExitCodeFor(const absl::Status& status) {
 void ExitNow(int code) {
   std::fflush(stdout);
   std::fflush(stderr);
+  ProcessTimeline().Flush();  // _Exit runs no atexit handler
   std::_Exit(code);
 }
 

@@ -63,13 +63,13 @@ bool IsJobOver(const absl::Status& status);
 int ExitCodeFor(const absl::Status& status);
 
 // Ends the process with `code` at once, for a node's main once Run has
-// returned (everything the node writes is written by then): stdout and
-// stderr are flushed, and nothing else runs (no destructors, no atexit
-// handlers). The node's destructors would start gRPC's own shutdown, which
-// in gRPC 1.51 can wait up to 10 s for a TCP backup poller after large
-// writes. That was seen at the end of 25 M-parameter jobs: a server still
-// exiting 8 s after the job had ended, which psctl (10 s) and orchestrators
-// count as a hang.
+// returned (everything the node writes is written by then): stdout,
+// stderr and the process's timeline (common/timeline.h) are flushed, and
+// nothing else runs (no destructors, no atexit handlers). The node's
+// destructors would start gRPC's own shutdown, which in gRPC 1.51 can wait
+// up to 10 s for a TCP backup poller after large writes. That was seen at
+// the end of 25 M-parameter jobs: a server still exiting 8 s after the job
+// had ended, which psctl (10 s) and orchestrators count as a hang.
 [[noreturn]] void ExitNow(int code);
 
 // A node's start-up failure: prints "program: message" to stderr and returns

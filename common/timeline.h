@@ -9,9 +9,10 @@
 // same machine merge into one timeline (tools/bench/timeline.py). Without the
 // variable a mark costs a call and a flag check. A process writes at most
 // kMaxTimelineMarks lines (then says so on stderr and stops), buffered, and
-// flushed every 4096 marks and at a normal exit; a process that ends
-// otherwise (a signal) leaves its last lines out, and timeline.py says so
-// where a file ends in a cut-off line.
+// flushed every 4096 marks, at a normal exit and by ExitNow
+// (common/process.h, how ps_worker and ps_server end); a process killed by
+// a signal leaves its last lines out, and timeline.py says so where a file
+// ends in a cut-off line.
 #ifndef PSTRAIN_COMMON_TIMELINE_H_
 #define PSTRAIN_COMMON_TIMELINE_H_
 

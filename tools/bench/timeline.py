@@ -7,10 +7,10 @@ then
 
   tools/bench/timeline.py [--anchor push.start] [--skip 100] PREFIX
 
-merges every PREFIX.* file by time (one machine, one clock), cuts the merged
-marks at each anchor mark into one segment per operation (a push), numbers
-each mark by its occurrence within its segment (srv.push.read#2 is the
-second message the server read), and prints, in order, each mark's median
+merges every PREFIX.<pid> file by time (one machine, one clock), cuts the
+merged marks at each anchor mark into one segment per operation (a push),
+numbers each mark by its occurrence within its segment (srv.push.read#2 is
+the second message the server read), and prints, in order, each mark's median
 offset from the anchor in microseconds over the segments after the first
 SKIP (warm steps), with the number of segments that had it and the median
 gap from the mark before; marks found in fewer than MIN_SHARE of the
@@ -89,7 +89,9 @@ def main(argv):
         p.error("--skip must be >= 0")
     if not 0 <= args.min_share <= 1:
         p.error("--min_share must be in [0, 1]")
-    paths = sorted(glob.glob(glob.escape(args.prefix) + ".*"))
+    # PREFIX.<pid> only (not, say, a job file named PREFIX.yaml).
+    paths = sorted(p for p in glob.glob(glob.escape(args.prefix) + ".*")
+                   if p.rsplit(".", 1)[-1].isdigit())
     if not paths:
         print(f"timeline: no files {args.prefix}.*", file=sys.stderr)
         return 2

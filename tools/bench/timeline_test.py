@@ -68,6 +68,14 @@ class TimelineTest(unittest.TestCase):
         self.assertEqual(len(answered), 1)
         self.assertIn(" 115.0 ", answered[0])  # median of 110 and 120 us
 
+    def test_only_files_named_prefix_dot_pid_are_read(self):
+        with open(self.prefix + ".yaml", "w") as f:
+            f.write("job:\n  name: x\n")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(timeline.main([self.prefix, "--skip", "0"]), 0)
+        self.assertIn("3 segments from 'push.start' (2 files)", out.getvalue())
+
     def test_marks_in_few_segments_are_left_out_and_counted(self):
         with open(self.prefix + ".20", "a") as f:
             f.write("102.000090000 3 srv.push.commit -1\n")
