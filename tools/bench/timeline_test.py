@@ -39,6 +39,13 @@ class TimelineTest(unittest.TestCase):
     def tearDown(self):
         self.dir.cleanup()
 
+    def printed(self, *args):
+        """What timeline.main prints for PREFIX and `args` (status 0)."""
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(timeline.main([self.prefix, *args]), 0)
+        return out.getvalue()
+
     def test_marks_merge_by_time_and_number_within_a_segment(self):
         marks, truncated = timeline.read_marks([self.prefix + ".10",
                                                 self.prefix + ".20"])
@@ -58,10 +65,7 @@ class TimelineTest(unittest.TestCase):
                                110.0, places=3)
 
     def test_main_prints_every_mark_and_skips_cold_segments(self):
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            self.assertEqual(timeline.main([self.prefix, "--skip", "1"]), 0)
-        text = out.getvalue()
+        text = self.printed("--skip", "1")
         self.assertIn("2 segments from 'push.start' (2 files)", text)
         answered = [l for l in text.splitlines()
                     if l.startswith("push.answered")]
@@ -71,34 +75,24 @@ class TimelineTest(unittest.TestCase):
     def test_only_files_named_prefix_dot_pid_are_read(self):
         with open(self.prefix + ".yaml", "w") as f:
             f.write("job:\n  name: x\n")
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            self.assertEqual(timeline.main([self.prefix, "--skip", "0"]), 0)
-        self.assertIn("3 segments from 'push.start' (2 files)", out.getvalue())
+        self.assertIn("3 segments from 'push.start' (2 files)",
+                      self.printed("--skip", "0"))
 
     def test_marks_in_few_segments_are_left_out_and_counted(self):
         with open(self.prefix + ".20", "a") as f:
             f.write("102.000090000 3 srv.push.commit -1\n")
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            self.assertEqual(timeline.main([self.prefix, "--skip", "0"]), 0)
+        text = self.printed("--skip", "0")
         self.assertIn("1 marks in fewer than 0.5 of the segments left out",
-                      out.getvalue())
-        self.assertNotIn("srv.push.commit", out.getvalue())
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            self.assertEqual(timeline.main([self.prefix, "--skip", "0",
-                                            "--min_share", "0"]), 0)
-        self.assertIn("srv.push.commit", out.getvalue())
+                      text)
+        self.assertNotIn("srv.push.commit", text)
+        self.assertIn("srv.push.commit",
+                      self.printed("--skip", "0", "--min_share", "0"))
 
     def test_a_cut_off_last_line_is_left_out_and_counted(self):
         with open(self.prefix + ".20", "a") as f:
             f.write("103.000000001 3 srv.pu")
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            self.assertEqual(timeline.main([self.prefix, "--skip", "0"]), 0)
         self.assertIn("3 segments from 'push.start' (2 files, 1 ending in a "
-                      "cut-off line, left out)", out.getvalue())
+                      "cut-off line, left out)", self.printed("--skip", "0"))
 
     def test_bad_input_is_refused_with_status_2(self):
         err = io.StringIO()
