@@ -94,8 +94,8 @@ struct GrpcArgsBenchOptions {
   bool download = false;  // server -> client instead of client -> server
   // An iperf3 binary: each round also measures iperf3 -l 1M on loopback
   // (2 s), and the table adds every variant's ratio to it. Empty: none.
-  std::string iperf3;  // A binary answering --serve SPEC (ServeBareStream;
-                       // grpc_args_bench):
+  std::string iperf3;
+  // A binary answering --serve SPEC (ServeBareStream; grpc_args_bench):
   // each variant's server then runs in a process of its own, as ps_server
   // does, instead of in this one. Empty: in this process.
   std::string server_binary;
