@@ -17,6 +17,7 @@
 #include "common/job_config.h"
 #include "common/signals.h"
 #include "tools/bench/compute.h"
+#include "tools/bench/grpc_args.h"
 #include "tools/bench/job_processes.h"
 #include "tools/bench/ps_path.h"
 #include "tools/bench/raw_tcp.h"
@@ -207,9 +208,20 @@ class Errors {
   std::vector<std::string> list_;
 };
 
-void RunRound(const Plan& plan, int round, Iperf3* iperf, GrpcStream* stream,
-              const std::string& mpirun, const std::string& mpi_program,
-              Results* r, Errors* errors) {
+// The bare gRPC streams of a round: the table's anchor (client and server in
+// this process, the synchronous API; rows "grpc_upload_<size>") and the one
+// across processes (SeparateProcessAnchor: its server a child of this
+// binary; rows "grpc_apart_upload_<size>"). Either may be null (not
+// started; the error says why).
+struct BareStreams {
+  GrpcStream* in_process = nullptr;
+  GrpcStream* apart = nullptr;
+  pid_t apart_server = 0;  // the process of apart's server
+};
+
+void RunRound(const Plan& plan, int round, Iperf3* iperf,
+              const BareStreams& bare, const std::string& mpirun,
+              const std::string& mpi_program, Results* r, Errors* errors) {
   // 1. The wire anchors.
   if (iperf != nullptr) {
     absl::StatusOr<double> bps = iperf->Measure(plan.iperf_seconds);
@@ -244,32 +256,56 @@ void RunRound(const Plan& plan, int round, Iperf3* iperf, GrpcStream* stream,
              round, SettledRateOf(b, s->pull_s).warm_bytes_per_s / 1e9);
     }
   }
-  // The bare gRPC stream, warm: medians of plan.ps_steps transfers on its
-  // one long-lived connection after a cold one and the settling ones
-  // (StepsTimed, stats.h).
+  // The bare gRPC streams, warm: medians of plan.ps_steps transfers on each
+  // one's long-lived connection after a cold one and the settling ones
+  // (StepsTimed, stats.h); for each size the stream in this process first
+  // in even rounds, the one across processes first in odd ones.
+  struct Bare {
+    GrpcStream* stream;
+    const char* prefix;  // of its series: <prefix>upload_<size>
+    const char* what;    // for errors
+    pid_t server;        // its server's process when not this one (0)
+  };
+  std::vector<Bare> streams = {
+      {bare.in_process, "grpc_", "gRPC stream", 0},
+      {bare.apart, "grpc_apart_", "gRPC stream across processes",
+       bare.apart_server}};
+  if (round % 2 == 1) std::reverse(streams.begin(), streams.end());
   for (uint64_t bytes : plan.ps_bytes) {
-    if (stream == nullptr || StopRequested()) break;
-    // The share of the CPUs' time used during each stream (BusyShare).
-    const CpuTimes t0 = ReadCpuTimes();
-    absl::StatusOr<SteadyRate> up = stream->UploadSteady(bytes, plan.ps_steps);
-    const CpuTimes t1 = ReadCpuTimes();
-    absl::StatusOr<SteadyRate> down =
-        stream->DownloadSteady(bytes, plan.ps_steps);
-    const CpuTimes t2 = ReadCpuTimes();
-    if (up.ok()) {
-      r->Set("grpc_upload_" + SizeName(bytes), "GB/s", round,
-             up->warm_bytes_per_s / 1e9);
-      r->Set("cpu_grpc_upload_" + SizeName(bytes), "share", round,
-             BusyShare(AddCpuDelta({}, t0, t1)));
+    for (const Bare& b : streams) {
+      if (b.stream == nullptr) continue;
+      if (StopRequested()) return;
+      const std::string up_name = absl::StrCat(b.prefix, "upload_"),
+                        down_name = absl::StrCat(b.prefix, "download_");
+      // The share of the CPUs' time used during each stream (BusyShare),
+      // both its ends.
+      auto cpu = [&b] {
+        return b.server > 0 ? ReadCpuTimesWith(b.server) : ReadCpuTimes();
+      };
+      const CpuTimes t0 = cpu();
+      absl::StatusOr<SteadyRate> up =
+          b.stream->UploadSteady(bytes, plan.ps_steps);
+      const CpuTimes t1 = cpu();
+      absl::StatusOr<SteadyRate> down =
+          b.stream->DownloadSteady(bytes, plan.ps_steps);
+      const CpuTimes t2 = cpu();
+      if (up.ok()) {
+        r->Set(up_name + SizeName(bytes), "GB/s", round,
+               up->warm_bytes_per_s / 1e9);
+        r->Set("cpu_" + up_name + SizeName(bytes), "share", round,
+               BusyShare(AddCpuDelta({}, t0, t1)));
+      }
+      if (down.ok()) {
+        r->Set(down_name + SizeName(bytes), "GB/s", round,
+               down->warm_bytes_per_s / 1e9);
+        r->Set("cpu_" + down_name + SizeName(bytes), "share", round,
+               BusyShare(AddCpuDelta({}, t1, t2)));
+      }
+      if (!up.ok()) errors->Add(absl::StrCat(b.what, " upload"), up.status());
+      if (!down.ok()) {
+        errors->Add(absl::StrCat(b.what, " download"), down.status());
+      }
     }
-    if (down.ok()) {
-      r->Set("grpc_download_" + SizeName(bytes), "GB/s", round,
-             down->warm_bytes_per_s / 1e9);
-      r->Set("cpu_grpc_download_" + SizeName(bytes), "share", round,
-             BusyShare(AddCpuDelta({}, t1, t2)));
-    }
-    if (!up.ok()) errors->Add("gRPC stream upload", up.status());
-    if (!down.ok()) errors->Add("gRPC stream download", down.status());
   }
   // 2. pstrain push and pull.
   for (uint64_t bytes : plan.ps_bytes) {
@@ -635,6 +671,49 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
                        RatioMedian(r, R, cold, warm), "", 0, "no goal"});
     }
   }
+  // The bare stream with its server in a process of its own (callback API,
+  // ps_server's settings), no goal: what gRPC carries between two
+  // processes, as a worker and a server talk; the in-process stream above
+  // (the goals' anchor) carries less, its two ends sharing one process's
+  // heap and threads. Against it: the push and pull above (their server in
+  // this process) and the real jobs' (processes, 1 worker, 1 server).
+  for (const char* op : {"push", "pull"}) {
+    const bool push = std::string(op) == "push";
+    for (uint64_t bytes : plan.ps_bytes) {
+      const std::string apart =
+          absl::StrCat(push ? "grpc_apart_upload_" : "grpc_apart_download_",
+                       SizeName(bytes));
+      goals.push_back(
+          {absl::StrCat("bare gRPC ", push ? "upload " : "download ",
+                        SizeName(bytes),
+                        ", server in a process of its own (callback API, "
+                        "ps_server's settings) / iperf3"),
+           absl::StrCat(Fmt(r.Median(apart)), " GB/s, CPUs busy ",
+                        Fmt(r.Median("cpu_" + apart), "%.2f"),
+                        " (both processes)"),
+           RatioMedian(r, R, apart, "iperf3"), "", 0, "no goal"});
+      const std::string warm = PsName(op, bytes, 1, 1);
+      goals.push_back({absl::StrCat(op, " ", SizeName(bytes),
+                                    ", 1 server, 1 worker / that bare stream "
+                                    "across processes (",
+                                    Fmt(r.Median(apart)), " GB/s)"),
+                       Fmt(r.Median(warm)) + " GB/s",
+                       RatioMedian(r, R, warm, apart), "", 0, "no goal"});
+      bool real_job = false;
+      for (const Plan::RealJob& job : plan.real_jobs) {
+        real_job = real_job ||
+                   (job.servers == 1 && job.workers == 1 && job.bytes == bytes);
+      }
+      if (!real_job) continue;
+      const std::string real =
+          RealName(push ? "real_push" : "real_pull", bytes, 1, 1);
+      goals.push_back({absl::StrCat("real job ", op, " ", SizeName(bytes),
+                                    ", 1 worker, 1 server (metrics.csv) / "
+                                    "that bare stream across processes"),
+                       Fmt(r.Median(real)) + " GB/s",
+                       RatioMedian(r, R, real, apart), "", 0, "no goal"});
+    }
+  }
   // The real jobs: worker and server processes through the coordinator.
   for (const Plan::RealJob& job : plan.real_jobs) {
     const int s = job.servers, w = job.workers;
@@ -852,6 +931,11 @@ void PrintLayers(const Plan& plan, const Results& r) {
   row("ZMQ PS pull", sized("zmq_pull_"));
   row("bare gRPC upload (1 MiB messages)", sized("grpc_upload_"));
   row("bare gRPC download", sized("grpc_download_"));
+  row("bare gRPC upload, server in a process of its own (callback API, "
+      "ps_server's settings)",
+      sized("grpc_apart_upload_"));
+  row("bare gRPC download, server in a process of its own",
+      sized("grpc_apart_download_"));
   row("pstrain push, warm", ps("push"));
   row("pstrain pull, warm", ps("pull"));
   row("pstrain push, cold first step", ps("push_cold"));
@@ -900,6 +984,26 @@ int RunBench(const BenchOptions& o) {
   if (!iperf.ok()) errors.Add("iperf3 server", iperf.status());
   absl::StatusOr<std::unique_ptr<GrpcStream>> stream = GrpcStream::Start();
   if (!stream.ok()) errors.Add("gRPC stream server", stream.status());
+  // The bare stream across processes: its server a child of this binary
+  // (--serve), which outlives the stream (declared first).
+  std::vector<Child> apart_server;
+  absl::StatusOr<std::unique_ptr<GrpcStream>> apart =
+      absl::FailedPreconditionError("not started");
+  GrpcStreamOptions apart_options = SeparateProcessAnchor();
+  if (o.self_path.empty()) {
+    errors.Note(
+        "bare stream across processes skipped: no path of this binary to "
+        "start its server with");
+  } else if (absl::Status st =
+                 ServeInChild(o.self_path, &apart_options, &apart_server);
+             !st.ok()) {
+    errors.Add("gRPC stream server across processes", st);
+  } else {
+    apart = GrpcStream::Start(apart_options);
+    if (!apart.ok()) {
+      errors.Add("gRPC stream across processes", apart.status());
+    }
+  }
   const std::string mpi_program = o.mpi_program;
   if (mpi_program.empty()) {
     errors.Note(
@@ -911,12 +1015,16 @@ int RunBench(const BenchOptions& o) {
     fprintf(stderr, "ps_bench: round %d/%d (load average %s)\n", k + 1, rounds,
             loadavg.back().c_str());
     RunRound(plan, k, iperf.ok() ? iperf->get() : nullptr,
-             stream.ok() ? stream->get() : nullptr, o.mpirun, mpi_program, &r,
-             &errors);
+             {stream.ok() ? stream->get() : nullptr,
+              apart.ok() ? apart->get() : nullptr,
+              apart_server.empty() ? 0 : apart_server.front().pid()},
+             o.mpirun, mpi_program, &r, &errors);
     RunWholeJobRound(whole_jobs, plan, o, k, &r, &errors);
   }
   if (iperf.ok()) iperf->reset();
   if (stream.ok()) stream->reset();
+  if (apart.ok()) apart->reset();
+  apart_server.clear();
 
   // Server memory: every variant at each N, interleaved (N outer).
   const std::vector<ServerVariant> variants = ServerVariants();

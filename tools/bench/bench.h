@@ -37,7 +37,9 @@ struct BenchOptions {
   std::string bin_dir;             // empty: worker memory skipped
   std::string job_config = "configs/default.yaml";
   std::string work_dir = "/tmp";
-  std::string self_path;  // this binary, run as the shard-server child
+  // This binary, run as the shard-server child and the bare stream's server
+  // across processes.
+  std::string self_path;
 };
 
 // Runs the benchmark as described above; returns the exit status (0, 1 when

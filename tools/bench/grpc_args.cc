@@ -200,21 +200,20 @@ ProcessMemoryOptions BareServerMemory(const GrpcStreamOptions& server) {
 int ServeBareStream(absl::string_view spec) {
   absl::StatusOr<GrpcStreamOptions> options = ParseServerSpec(spec);
   if (!options.ok()) {
-    std::fprintf(stderr, "grpc_args_bench: %s\n",
+    std::fprintf(stderr, "--serve: %s\n",
                  std::string(options.status().message()).c_str());
     return 2;
   }
   // Before any thread and gRPC call, as ps_server's main does.
   const ProcessMemoryOptions memory = BareServerMemory(*options);
   if (absl::Status st = ConfigureProcessMemory(memory); !st.ok()) {
-    std::fprintf(stderr, "grpc_args_bench: %s\n", st.ToString().c_str());
+    std::fprintf(stderr, "--serve: %s\n", st.ToString().c_str());
     return 1;
   }
   absl::StatusOr<std::unique_ptr<GrpcStream>> stream =
       GrpcStream::Serve(*options);
   if (!stream.ok()) {
-    std::fprintf(stderr, "grpc_args_bench: %s\n",
-                 stream.status().ToString().c_str());
+    std::fprintf(stderr, "--serve: %s\n", stream.status().ToString().c_str());
     return 1;
   }
   std::printf("port %d\n", (*stream)->port());
@@ -227,10 +226,6 @@ int ServeBareStream(absl::string_view spec) {
   return 0;
 }
 
-namespace {
-
-// Starts `binary --serve ServerSpec(options)` and points `options` at the
-// port it prints (bounded: 30 s).
 absl::Status ServeInChild(const std::string& binary, GrpcStreamOptions* options,
                           std::vector<Child>* children) {
   absl::StatusOr<Child> child =
@@ -252,7 +247,12 @@ absl::Status ServeInChild(const std::string& binary, GrpcStreamOptions* options,
   return absl::OkStatus();
 }
 
-}  // namespace
+GrpcStreamOptions SeparateProcessAnchor() {
+  GrpcStreamOptions o;
+  o.server_api = GrpcServerApi::kCallback;
+  o.server_args = PsServerChannelArgs();
+  return o;
+}
 
 absl::StatusOr<std::string> RunGrpcArgsBench(
     const GrpcArgsBenchOptions& options,

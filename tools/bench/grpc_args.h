@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "server/process_memory.h"
+#include "tools/bench/subprocess.h"
 #include "tools/bench/wire.h"
 
 namespace pstrain::bench {
@@ -81,11 +82,26 @@ absl::StatusOr<GrpcStreamOptions> ParseServerSpec(absl::string_view spec);
 // about 3; docs/performance-log.md, "One call across steps").
 ProcessMemoryOptions BareServerMemory(const GrpcStreamOptions& server);
 
-// grpc_args_bench --serve SPEC: serves a bare stream (GrpcStream::Serve) as
-// SPEC says, in a process set up by BareServerMemory, prints "port N"
-// on stdout, and serves until stdin closes (or a signal ends the process);
-// the exit code (2: a bad SPEC). Call first in main.
+// grpc_args_bench --serve SPEC (and ps_bench --serve SPEC): serves a bare
+// stream (GrpcStream::Serve) as SPEC says, in a process set up by
+// BareServerMemory, prints "port N" on stdout, and serves until stdin closes
+// (or a signal ends the process); the exit code (2: a bad SPEC). Call first
+// in main.
 int ServeBareStream(absl::string_view spec);
+
+// Starts `binary --serve ServerSpec(*options)` (a binary whose main calls
+// ServeBareStream for --serve), points options->server_address at the port
+// it prints (waiting at most 30 s) and keeps the child in `children` (it
+// exits when its Child is destroyed: its stdin closes).
+absl::Status ServeInChild(const std::string& binary, GrpcStreamOptions* options,
+                          std::vector<Child>* children);
+
+// The bare stream a push and a pull are held against across processes: the
+// callback API with ps_server's channel arguments (PsServerChannelArgs) on
+// the server, gRPC's defaults on the client (as a worker's channel), 1 MiB
+// messages, a call per transfer; its server meant for a process of its own
+// (ServeInChild), as ps_server runs apart from ps_worker.
+GrpcStreamOptions SeparateProcessAnchor();
 
 struct GrpcArgsBenchOptions {
   int rounds = 3;

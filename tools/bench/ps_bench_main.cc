@@ -7,6 +7,7 @@
 #include "common/mutex_mode.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/bench_heap.h"
+#include "tools/bench/grpc_args.h"
 #include "tools/bench/ps_path.h"
 #include "tools/bench/serve_shard_flags.h"
 
@@ -26,6 +27,10 @@ ABSL_FLAG(std::string, job_config, "configs/default.yaml",
           "the small job whose worker memory is measured");
 ABSL_FLAG(std::string, work_dir, "/tmp",
           "scratch directory for the worker memory run's logs");
+ABSL_FLAG(std::string, serve, "",
+          "internal: serve one bare gRPC stream as this spec says (the "
+          "anchor across processes), print its port, serve until stdin "
+          "closes");
 // Child role (--serve_shard ...): tools/bench/serve_shard_flags.h.
 
 int main(int argc, char** argv) {
@@ -33,6 +38,9 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   if (pstrain::bench::ServeShardRequested()) {
     return pstrain::bench::ServeShardFromFlags();
+  }
+  if (!absl::GetFlag(FLAGS_serve).empty()) {
+    return pstrain::bench::ServeBareStream(absl::GetFlag(FLAGS_serve));
   }
   pstrain::bench::KeepBenchHeapForReuse("ps_bench");
   pstrain::bench::BenchOptions o;

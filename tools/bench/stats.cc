@@ -86,6 +86,17 @@ CpuTimes ReadCpuTimes() {
   return WithCpusTime(Nanos(cpu));
 }
 
+CpuTimes ReadCpuTimesWith(pid_t other) {
+  const CpuTimes self = ReadCpuTimes();
+  clockid_t clock;
+  timespec cpu;
+  if (self.total == 0 || clock_getcpuclockid(other, &clock) != 0 ||
+      clock_gettime(clock, &cpu) != 0) {
+    return {};
+  }
+  return CpuTimes{self.busy + Nanos(cpu), self.total};
+}
+
 CpuTimes ReadChildrenCpuTimes() {
   rusage usage;
   if (getrusage(RUSAGE_CHILDREN, &usage) != 0) return {};

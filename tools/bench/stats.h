@@ -2,6 +2,8 @@
 #ifndef PSTRAIN_TOOLS_BENCH_STATS_H_
 #define PSTRAIN_TOOLS_BENCH_STATS_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -60,6 +62,11 @@ struct CpuTimes {
   uint64_t total = 0;
 };
 CpuTimes ReadCpuTimes();
+// The same with the CPU time of process `other` added to this process's (a
+// server this process started, running meanwhile; its CPU-time clock,
+// clock_getcpuclockid: all its threads, in nanoseconds). Zero where either
+// clock cannot be read (e.g. `other` has been reaped).
+CpuTimes ReadCpuTimesWith(pid_t other);
 // The same for the children this process has waited for (getrusage
 // RUSAGE_CHILDREN, user and system, descendants they waited for included):
 // the difference over a job whose processes were started and waited for in

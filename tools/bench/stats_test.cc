@@ -3,6 +3,7 @@
 #include "tools/bench/stats.h"
 
 #include <sched.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -100,6 +101,38 @@ TEST(CpuTimes, AWaitedChildsSpinCountsAsChildrenTime) {
   const double share = BusyShare(AddCpuDelta({}, before, after));
   EXPECT_GT(share, 0.0);
   EXPECT_LE(share, 1.0);
+}
+
+TEST(CpuTimes, ARunningChildsSpinAddsToThisProcesssTime) {
+  int done[2];
+  ASSERT_EQ(pipe(done), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // spins for 50 ms of its own CPU time, says so, waits
+    close(done[0]);
+    timespec t;
+    do {
+      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    } while (t.tv_sec == 0 && t.tv_nsec < 50000000);
+    char c = 1;
+    (void)!write(done[1], &c, 1);
+    pause();
+    _exit(0);
+  }
+  close(done[1]);
+  char c = 0;
+  ASSERT_EQ(read(done[0], &c, 1), 1);
+  close(done[0]);
+  const CpuTimes self = ReadCpuTimes();
+  const CpuTimes both = ReadCpuTimesWith(child);
+  // The child's 50 ms on top of at least what this process had used.
+  EXPECT_GE(both.busy, self.busy + 50000000u);
+  EXPECT_GE(both.total, self.total);
+  ASSERT_EQ(kill(child, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  // Reaped: its clock is gone, and the read says it could not measure.
+  EXPECT_EQ(ReadCpuTimesWith(child).total, 0u);
 }
 
 // Touching fresh anonymous pages faults once per page.
