@@ -135,6 +135,19 @@ absl::StatusOr<std::vector<GrpcArgsVariant>> GrpcArgsVariantSet(
                    "' is none of http2, transport, server_api and session"));
 }
 
+absl::StatusOr<std::vector<GrpcArgsVariant>> OnlyVariant(
+    std::vector<GrpcArgsVariant> set, int k) {
+  if (k == -1) return set;
+  if (k < 0 || static_cast<size_t>(k) >= set.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--only: ", k, " is not a variant of the set (0..",
+                     static_cast<int>(set.size()) - 1, ", or -1 for all)"));
+  }
+  GrpcArgsVariant only = std::move(set[k]);
+  only.base = 0;
+  return std::vector<GrpcArgsVariant>{std::move(only)};
+}
+
 absl::StatusOr<std::vector<int>> ParseSizesMb(absl::string_view list) {
   std::vector<int> sizes;
   for (absl::string_view s : absl::StrSplit(list, ',')) {

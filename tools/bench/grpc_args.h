@@ -57,6 +57,13 @@ std::vector<GrpcArgsVariant> GrpcSessionVariants();
 absl::StatusOr<std::vector<GrpcArgsVariant>> GrpcArgsVariantSet(
     absl::string_view name);
 
+// grpc_args_bench's --only `k`: the variant k (0-based, in the set's order)
+// of `set` alone, its own base (e.g. for a timeline of that variant only,
+// PSTRAIN_TIMELINE); -1: the whole set. Any other k is InvalidArgument
+// naming the flag and the set's range.
+absl::StatusOr<std::vector<GrpcArgsVariant>> OnlyVariant(
+    std::vector<GrpcArgsVariant> set, int k);
+
 // "4,16,64" -> {4, 16, 64}: --sizes_mb, decimal MB, each at least 1; an
 // error names the flag and the bad item.
 absl::StatusOr<std::vector<int>> ParseSizesMb(absl::string_view list);

@@ -6,8 +6,11 @@
 //   ... -- --set server_api  (synchronous, callback, completion queue)
 //   ... -- --set session --iperf3 iperf3   (a call per transfer or one call
 //            [--separate_processes]         across transfers, / iperf3)
+//   PSTRAIN_TIMELINE=/tmp/tl/bare ... -- --set session --only 4
+//       --separate_processes   (one variant's marks: tools/bench/timeline.py)
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -28,6 +31,10 @@ ABSL_FLAG(std::string, set, "http2",
           "reactor and a completion queue with one polling thread) or "
           "session (a call per transfer first, then one call across "
           "transfers, on the synchronous and callback APIs)");
+ABSL_FLAG(int, only, -1,
+          "measure only the set's variant with this index (0-based, in the "
+          "order the table lists them), alone: e.g. for a timeline of it "
+          "(PSTRAIN_TIMELINE); -1: every variant");
 ABSL_FLAG(bool, separate_processes, false,
           "each variant's server in a process of its own (this binary with "
           "--serve), as ps_server runs apart from ps_worker");
@@ -69,6 +76,9 @@ int main(int argc, char** argv) {
   options.sizes_mb = *sizes;
   absl::StatusOr<std::vector<pstrain::bench::GrpcArgsVariant>> variants =
       pstrain::bench::GrpcArgsVariantSet(absl::GetFlag(FLAGS_set));
+  if (!variants.ok()) return Fail(variants.status());
+  variants = pstrain::bench::OnlyVariant(std::move(*variants),
+                                         absl::GetFlag(FLAGS_only));
   if (!variants.ok()) return Fail(variants.status());
   absl::StatusOr<std::string> table =
       pstrain::bench::RunGrpcArgsBench(options, *variants);

@@ -207,6 +207,24 @@ TEST(GrpcArgsVariantSet, EachNameGivesItsSetAndAnOtherNameIsRefused) {
   EXPECT_NE(bad.status().message().find("--set: 'tcp'"), std::string::npos);
 }
 
+TEST(OnlyVariant, OneVariantAloneItsOwnBaseOrTheWholeSet) {
+  const std::vector<GrpcArgsVariant> set = GrpcSessionVariants();
+  ASSERT_GT(set.size(), 5u);
+  ASSERT_NE(set[5].base, 0u);
+  absl::StatusOr<std::vector<GrpcArgsVariant>> one = OnlyVariant(set, 5);
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_EQ(one->size(), 1u);
+  EXPECT_EQ((*one)[0].name, set[5].name);
+  EXPECT_EQ((*one)[0].stream.session, set[5].stream.session);
+  EXPECT_EQ((*one)[0].base, 0u);
+  EXPECT_EQ(OnlyVariant(set, -1)->size(), set.size());
+  for (int bad : {-2, static_cast<int>(set.size())}) {
+    absl::StatusOr<std::vector<GrpcArgsVariant>> s = OnlyVariant(set, bad);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.status().message().find("--only"), std::string::npos);
+  }
+}
+
 TEST(ParseSizesMb, PositiveWholeMbOnlyAndTheErrorNamesTheItem) {
   EXPECT_EQ(*ParseSizesMb("4,16,64"), (std::vector<int>{4, 16, 64}));
   EXPECT_EQ(*ParseSizesMb("1"), (std::vector<int>{1}));

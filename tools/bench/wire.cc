@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
+#include "common/timeline.h"
 
 namespace pstrain::bench {
 
@@ -183,18 +184,24 @@ class GrpcStream::ReactorService final
   class UploadReactor : public grpc::ServerReadReactor<Blob> {
    public:
     explicit UploadReactor(UploadResponse* response) : response_(response) {
+      TimelineMark("bare.srv.opened");
       StartRead(&blob_);
     }
     void OnReadDone(bool ok) override {
       if (!ok) {  // the half-close (or a broken stream: Finish is ignored)
+        TimelineMark("bare.srv.half_closed");
         response_->set_bytes(bytes_);
         Finish(grpc::Status::OK);
         return;
       }
+      TimelineMark("bare.srv.read", blob_.data().size());
       bytes_ += blob_.data().size();
       StartRead(&blob_);
     }
-    void OnDone() override { delete this; }
+    void OnDone() override {
+      TimelineMark("bare.srv.done");
+      delete this;
+    }
 
    private:
     UploadResponse* const response_;
@@ -605,14 +612,20 @@ absl::StatusOr<double> GrpcStream::Upload(uint64_t bytes) {
   SetTimeout(&context, absl::Seconds(120));
   UploadResponse response;
   const absl::Time start = absl::Now();
+  TimelineMark("bare.up.start");
   std::unique_ptr<grpc::ClientWriter<Blob>> writer =
       stub_->Upload(&context, &response);
+  TimelineMark("bare.up.opened");
   for (uint64_t sent = 0; sent < bytes; sent += message_bytes) {
     if (bytes - sent < message_bytes) blob.mutable_data()->resize(bytes - sent);
-    if (!writer->Write(blob)) break;
+    const bool written = writer->Write(blob);
+    TimelineMark("bare.up.written", blob.data().size());
+    if (!written) break;
   }
   writer->WritesDone();
+  TimelineMark("bare.up.half_closed");
   grpc::Status status = writer->Finish();
+  TimelineMark("bare.up.answered");
   const double s = absl::ToDoubleSeconds(absl::Now() - start);
   if (!status.ok() || response.bytes() != bytes) {
     return absl::UnavailableError(
