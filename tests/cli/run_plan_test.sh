@@ -74,6 +74,28 @@ else
   cat "$TMP/fits.log"; fail "csv job with a fitting model"
 fi
 
+# Processes on cores (common/cpu_placement.h): the first log line says where
+# each runs. One worker with a compute thread per CPU stays free; the
+# server gets the last allowed CPU of its own (where there are two or more).
+cpus=$(/usr/bin/python3 -c 'import os; print(",".join(map(str, sorted(os.sched_getaffinity(0)))))')
+last=${cpus##*,}
+want_server="servers on CPUs $last, workers on CPUs unpinned"
+[[ "$cpus" == *,* ]] || want_server="servers on CPUs unpinned, workers on CPUs unpinned"
+if grep -qF -- "$want_server" "$TMP/fits.log"; then
+  ok "placement (CPUs $cpus): $want_server"
+else
+  cat "$TMP/fits.log"; fail "placement: no '$want_server' in the log (CPUs $cpus)"
+fi
+if psctl_run 120 "$TMP/unpinned" "$TMP/unpinned.log" --config "$TMP/fits.yaml" --steps 4 \
+    --pin-cores off &&
+    grep -qF "servers on CPUs unpinned, workers on CPUs unpinned" "$TMP/unpinned.log"; then
+  ok "--pin-cores off leaves every process to the scheduler"
+else
+  cat "$TMP/unpinned.log"; fail "--pin-cores off"
+fi
+expect_rejected "--pin-cores: expected on or off, got 'yes'" pin_bad --config "$TMP/fits.yaml" \
+  --pin-cores yes
+
 # #9: two runs without --out started together get two folders, both succeed.
 spawn_logged "$TMP/twin1.log" "$PSCTL" run --bin "$ROOT" --config "$TMP/fits.yaml"
 p1=$spawned

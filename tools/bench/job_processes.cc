@@ -13,7 +13,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/cpu_placement.h"
 #include "common/job_token.h"
 #include "common/signals.h"
 #include "tools/bench/stats.h"
@@ -141,16 +143,25 @@ absl::StatusOr<JobRunResult> RunJobProcesses(const JobRunOptions& o) {
   }
   const std::string address = absl::StrCat("127.0.0.1:", port);
   std::vector<Child> servers, workers;
+  const std::vector<int> allowed =
+      o.pin_cores ? AllowedCpus() : std::vector<int>{};
   for (int k = 0; k < o.servers; ++k) {
     absl::StatusOr<Child> s =
         Child::Start({o.bin_dir + "/server/ps_server", "--config=" + o.config,
                       "--coordinator=" + address, "--port=0",
                       absl::StrCat("--shard=", k), token_flag},
-                     false, "", absl::StrCat(dir, "/server-", k, ".log"));
+                     false, "", absl::StrCat(dir, "/server-", k, ".log"),
+                     ServerCpus(allowed, k));
     if (!s.ok()) return s.status();
     servers.push_back(std::move(*s));
   }
-  const int threads = WorkerComputeThreads(o.workers);
+  int threads = WorkerComputeThreads(o.workers);
+  for (const std::string& flag : o.worker_flags) {  // the last one counts
+    absl::string_view value = flag;
+    if (absl::ConsumePrefix(&value, "--compute_threads=")) {
+      absl::SimpleAtoi(value, &threads);
+    }
+  }
   for (int r = 0; r < o.workers; ++r) {
     std::vector<std::string> argv = {
         o.bin_dir + "/worker/ps_worker", "--config=" + o.config,
@@ -161,7 +172,8 @@ absl::StatusOr<JobRunResult> RunJobProcesses(const JobRunOptions& o) {
         "--report_interval_s=0"};
     argv.insert(argv.end(), o.worker_flags.begin(), o.worker_flags.end());
     absl::StatusOr<Child> w =
-        Child::Start(argv, false, "", absl::StrCat(dir, "/worker-", r, ".log"));
+        Child::Start(argv, false, "", absl::StrCat(dir, "/worker-", r, ".log"),
+                     WorkerCpus(allowed, r, threads));
     if (!w.ok()) return w.status();
     workers.push_back(std::move(*w));
   }

@@ -21,7 +21,11 @@ struct JobRunOptions {
   int workers = 1;
   int servers = 1;
   int steps = 50;
-  std::vector<std::string> worker_flags;        // extra ps_worker flags
+  std::vector<std::string> worker_flags;  // extra ps_worker flags
+  // Servers and workers on CPUs as psctl run places them
+  // (common/cpu_placement.h), a worker's share from its effective
+  // --compute_threads.
+  bool pin_cores = true;
   absl::Duration timeout = absl::Seconds(120);  // the whole job
 };
 

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/cpu_placement.h"
 
 namespace pstrain::bench {
 namespace {
@@ -45,7 +46,8 @@ int OpenOrNull(const std::string& path, int flags) {
 absl::StatusOr<Child> Child::Start(const std::vector<std::string>& argv,
                                    bool pipe_stdio,
                                    const std::string& stdout_file,
-                                   const std::string& stderr_file) {
+                                   const std::string& stderr_file,
+                                   const std::vector<int>& cpus) {
   if (argv.empty()) return absl::InvalidArgumentError("empty command");
   int in_pipe[2] = {-1, -1}, out_pipe[2] = {-1, -1};
   if (pipe_stdio &&
@@ -71,12 +73,14 @@ absl::StatusOr<Child> Child::Start(const std::vector<std::string>& argv,
   int exec_pipe[2];
   if (pipe2(exec_pipe, O_CLOEXEC) != 0)
     return absl::ErrnoToStatus(errno, "pipe");
+  const cpu_set_t cpu_set = CpuSetOf(cpus);
   const pid_t pid = fork();
   if (pid < 0) return absl::ErrnoToStatus(errno, "fork");
   if (pid == 0) {
     dup2(in_fd, 0);
     dup2(out_fd, 1);
     dup2(err_fd, 2);
+    if (!cpus.empty()) sched_setaffinity(0, sizeof(cpu_set), &cpu_set);
     execvp(args[0], args.data());
     _exit(127);
   }

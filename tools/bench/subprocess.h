@@ -31,11 +31,14 @@ class Child {
   // Starts argv[0] (searched in PATH) with argv. With `pipe_stdio`, the
   // child's stdin and stdout are pipes to us (ReadLine, CloseStdin);
   // otherwise stdin is /dev/null and stdout goes to `stdout_file` ("" =
-  // /dev/null). stderr goes to `stderr_file` ("" = /dev/null).
+  // /dev/null). stderr goes to `stderr_file` ("" = /dev/null). Non-empty
+  // `cpus`: the child runs on those CPUs only (sched_setaffinity before its
+  // exec; it runs unpinned if that fails).
   static absl::StatusOr<Child> Start(const std::vector<std::string>& argv,
                                      bool pipe_stdio,
                                      const std::string& stdout_file = "",
-                                     const std::string& stderr_file = "");
+                                     const std::string& stderr_file = "",
+                                     const std::vector<int>& cpus = {});
   Child(Child&& other) noexcept;
   Child& operator=(Child&& other) = delete;
   ~Child();

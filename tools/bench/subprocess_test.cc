@@ -2,7 +2,13 @@
 // child that overruns its deadline being killed with DEADLINE_EXCEEDED.
 #include "tools/bench/subprocess.h"
 
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/cpu_placement.h"
 #include "gtest/gtest.h"
 
 namespace pstrain::bench {
@@ -37,6 +43,31 @@ TEST(Child, MemoryIsTheChildsNotTheParents) {
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_GT(f->max_rss_bytes, 0);
   EXPECT_LT(f->max_rss_bytes, 64 << 20) << "parent touched " << int(big[7]);
+}
+
+// Started on given CPUs, the child runs on those only (read from its own
+// /proc/self/status); without them it keeps this process's.
+TEST(Child, RunsOnTheCpusItIsGiven) {
+  const std::vector<int> allowed = AllowedCpus();
+  ASSERT_FALSE(allowed.empty());
+  auto child_cpus = [](const std::vector<int>& cpus) -> std::string {
+    absl::StatusOr<Child> child = Child::Start(
+        {"/bin/sh", "-c", "grep '^Cpus_allowed_list:' /proc/self/status"}, true,
+        "", "", cpus);
+    if (!child.ok()) return child.status().ToString();
+    absl::StatusOr<std::string> line =
+        child->ReadLine(absl::Now() + absl::Seconds(30));
+    child->CloseStdin();
+    (void)child->Wait(absl::Now() + absl::Seconds(30));
+    return line.ok() ? *line : line.status().ToString();
+  };
+  const int last = allowed.back();
+  EXPECT_EQ(child_cpus({last}), absl::StrCat("Cpus_allowed_list:\t", last));
+  if (allowed.size() >= 2) {
+    EXPECT_NE(child_cpus({}), absl::StrCat("Cpus_allowed_list:\t", last));
+  } else {
+    std::printf("one allowed CPU: the unpinned case is not told apart\n");
+  }
 }
 
 TEST(RunCapture, CapturesStdout) {

@@ -30,6 +30,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/cpu_placement.h"
 #include "tools/launch/supervisor.h"
 
 namespace pstrain::launch {
@@ -80,8 +81,10 @@ bool Newer(const struct timespec& a, const struct timespec& b) {
 // Starts argv with stdin from /dev/null, stdout to `stdout_fd` (-1: ours)
 // and stderr to `stderr_fd`. The child gets the default signal mask and
 // SIGKILL when we die. Returns the pid, or -1 (errno set).
-pid_t Spawn(const std::vector<std::string>& argv, int stdout_fd,
-            int stderr_fd) {
+// `cpus`: the child's CPUs (sched_setaffinity before exec); null or empty:
+// this process's.
+pid_t Spawn(const std::vector<std::string>& argv, int stdout_fd, int stderr_fd,
+            const cpu_set_t* cpus = nullptr) {
   std::vector<char*> args;
   for (const std::string& a : argv)
     args.push_back(const_cast<char*>(a.c_str()));
@@ -99,6 +102,13 @@ pid_t Spawn(const std::vector<std::string>& argv, int stdout_fd,
   if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
   if (stdout_fd >= 0) dup2(stdout_fd, STDOUT_FILENO);
   if (stderr_fd >= 0) dup2(stderr_fd, STDERR_FILENO);
+  if (cpus != nullptr && CPU_COUNT(cpus) > 0 &&
+      sched_setaffinity(0, sizeof(*cpus), cpus) != 0) {
+    static const char kUnpinned[] =
+        "psctl: cannot pin to the planned CPUs (sched_setaffinity); runs "
+        "unpinned\n";
+    (void)!write(STDERR_FILENO, kUnpinned, sizeof(kUnpinned) - 1);
+  }
   execvp(args[0], args.data());
   static const char kFailed[] = "psctl: cannot execute ";
   (void)!write(STDERR_FILENO, kFailed, sizeof(kFailed) - 1);
@@ -173,7 +183,8 @@ class Job {
       : o_(options),
         logs_(options.out + "/logs"),
         supervision_(options.out + "/supervision.txt"),
-        supervisor_(plan, !options.worker_argv.empty()) {}
+        supervisor_(plan, !options.worker_argv.empty()),
+        allowed_cpus_(options.pin_cores ? AllowedCpus() : std::vector<int>{}) {}
 
   int Run();
 
@@ -195,6 +206,26 @@ class Job {
 
   std::string LogPath(Slot slot) const {
     return absl::StrCat(logs_, "/", slot.Name(), ".log");
+  }
+  // The CPUs `slot` is pinned to (common/cpu_placement.h); empty: unpinned
+  // (--pin_cores=false, a one-CPU host, a worker using every core, or a
+  // --worker-cmd worker, whose own threads we do not know).
+  std::vector<int> CpusOf(Slot slot) const {
+    if (slot.role == Role::kServer)
+      return ServerCpus(allowed_cpus_, slot.index);
+    if (slot.role != Role::kWorker || !o_.worker_argv.empty()) return {};
+    return WorkerCpus(allowed_cpus_, slot.index, o_.compute_threads);
+  }
+  // "servers on CPUs 1 | 0, workers on CPUs 0 | 1 | 0 | 1" (or "unpinned").
+  std::string PlacementText(int servers, int workers) const {
+    auto list = [&](Role role, int n) {
+      std::vector<std::string> parts;
+      for (int i = 0; i < n; ++i)
+        parts.push_back(CpuListText(CpusOf({role, i})));
+      return absl::StrJoin(parts, " | ");
+    };
+    return absl::StrCat("servers on CPUs ", list(Role::kServer, servers),
+                        ", workers on CPUs ", list(Role::kWorker, workers));
   }
   std::vector<std::string> Prefix(const std::string& name) const {
     auto it = o_.net.find(name);
@@ -241,6 +272,7 @@ class Job {
   int stop_signal_ = 0;
   std::string first_exit_, coord_fate_;
   double coord_wall_s_ = 0;
+  const std::vector<int> allowed_cpus_;  // empty: nothing is pinned
 };
 
 std::vector<std::string> Job::Argv(Slot slot) const {
@@ -290,7 +322,8 @@ pid_t Job::Start(Slot slot) {
     return -1;
   }
   const bool cmd = slot.role == Role::kWorker && !o_.worker_argv.empty();
-  const pid_t pid = Spawn(Argv(slot), cmd ? fd : -1, fd);
+  const cpu_set_t cpus = CpuSetOf(CpusOf(slot));
+  const pid_t pid = Spawn(Argv(slot), cmd ? fd : -1, fd, &cpus);
   const int spawn_errno = errno;
   close(fd);
   if (pid < 0) {
@@ -556,10 +589,11 @@ int Job::Run() {
   }
   if (stop_signal_ == 0) {
     const LaunchPlan& plan = supervisor_.plan();
-    Log(absl::StrCat("coordinator at ", addr_, "; starting ", plan.servers,
-                     " servers and ", plan.workers,
-                     " workers (matrix products on ", o_.compute_threads,
-                     " of the ", o_.cores, " cores each); output in ", o_.out));
+    Log(absl::StrCat(
+        "coordinator at ", addr_, "; starting ", plan.servers, " servers and ",
+        plan.workers, " workers (matrix products on ", o_.compute_threads,
+        " of the ", o_.cores, " cores each; ",
+        PlacementText(plan.servers, plan.workers), "); output in ", o_.out));
     for (int i = 0; i < plan.servers; ++i) {
       std::ofstream(LogPath({Role::kServer, i}), std::ios::trunc).flush();
       Start({Role::kServer, i});

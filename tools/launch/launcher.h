@@ -46,6 +46,9 @@ struct LaunchOptions {
   // By process name ("coordinator", "server-K", "worker-R"); empty: loopback.
   std::map<std::string, NetSlot> net;
   bool peer_flags = false;  // all-reduce workers take --peer_bind
+  // Each server and ps_worker pinned to CPUs of its own where the host has
+  // them (common/cpu_placement.h; the plan is in the log's first line).
+  bool pin_cores = true;
 };
 
 // Reads a shaped-network table: one line per process, tab-separated

@@ -3,7 +3,8 @@
 //
 //   ps_launch --run_dir=DIR --bin=BIN --config=FILE --token=FILE
 //       [--compute_threads=N] [--cores=C] [--worker_argv_file=FILE]
-//       [--net_table=FILE] [--peer_flags] -- COORDINATOR-JOB-ARGS...
+//       [--net_table=FILE] [--peer_flags] [--pin_cores=false]
+//       -- COORDINATOR-JOB-ARGS...
 //
 // Exit status: psctl run's (0, 1 the job failed, 2 it could not start,
 // 130 / 143 SIGINT / SIGTERM).
@@ -29,6 +30,9 @@ ABSL_FLAG(std::string, worker_argv_file, "",
           "{COORDINATOR} and {RANK} are replaced");
 ABSL_FLAG(std::string, net_table, "",
           "shaped links: NAME<tab>ADDRESS<tab>PREFIX-ARG... lines");
+ABSL_FLAG(bool, pin_cores, true,
+          "pin each server and ps_worker to CPUs of its own "
+          "(common/cpu_placement.h); false: the scheduler places them");
 ABSL_FLAG(bool, peer_flags, false,
           "ps_worker takes --peer_bind (all-reduce ring peers)");
 
@@ -45,6 +49,7 @@ int main(int argc, char** argv) {
   o.compute_threads = absl::GetFlag(FLAGS_compute_threads);
   o.cores = absl::GetFlag(FLAGS_cores);
   o.peer_flags = absl::GetFlag(FLAGS_peer_flags);
+  o.pin_cores = absl::GetFlag(FLAGS_pin_cores);
   o.coordinator_args.assign(rest.begin() + 1, rest.end());
   if (const absl::Status st = pstrain::launch::CompleteLaunchOptions(
           absl::GetFlag(FLAGS_worker_argv_file), absl::GetFlag(FLAGS_net_table),
