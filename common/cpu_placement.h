@@ -3,11 +3,11 @@
 // and each ps_worker on as many cores as it has compute threads, counted
 // from the first up, so that a server's receive, parse and apply stay on one
 // core's caches instead of following the scheduler's migrations between
-// cores. Measured on a 2-core machine (docs/performance.md, "Processes on
-// cores"): a 4 MB push 1.24x and pull 1.15x faster with one worker and one
-// server, push 1.06x and pull 1.20x with 4 workers and 2 servers, the
-// workers' compute unchanged. A worker with a compute thread for every
-// allowed CPU stays unpinned (its matrix products use them all), as does
+// cores. Measured on a 2-core machine (docs/performance-log.md, "Processes
+// on cores"): real 4 MB jobs pushed 1.27x and pulled 1.29x faster with one
+// worker and one server, 1.08x and 1.10x with 4 workers and 2 servers, and
+// every job's step was 1.02-1.22x faster. A worker with a compute thread for
+// every allowed CPU stays unpinned (its matrix products use them all), as does
 // every process on a one-CPU host.
 #ifndef PSTRAIN_COMMON_CPU_PLACEMENT_H_
 #define PSTRAIN_COMMON_CPU_PLACEMENT_H_
