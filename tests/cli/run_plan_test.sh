@@ -77,6 +77,7 @@ fi
 # Processes on cores (common/cpu_placement.h): the first log line says where
 # each runs. One worker with a compute thread per CPU stays free; the
 # server gets the last allowed CPU of its own (where there are two or more).
+# user-facing message check: psctl's plan line names each process's CPUs.
 cpus=$(/usr/bin/python3 -c 'import os; print(",".join(map(str, sorted(os.sched_getaffinity(0)))))')
 last=${cpus##*,}
 want_server="servers on CPUs $last, workers on CPUs unpinned"
@@ -86,6 +87,7 @@ if grep -qF -- "$want_server" "$TMP/fits.log"; then
 else
   cat "$TMP/fits.log"; fail "placement: no '$want_server' in the log (CPUs $cpus)"
 fi
+# user-facing message check: with --pin-cores off the plan line says so.
 if psctl_run 120 "$TMP/unpinned" "$TMP/unpinned.log" --config "$TMP/fits.yaml" --steps 4 \
     --pin-cores off &&
     grep -qF "servers on CPUs unpinned, workers on CPUs unpinned" "$TMP/unpinned.log"; then

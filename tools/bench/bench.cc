@@ -590,6 +590,18 @@ double RatioMedian(const Results& r, int rounds, const std::string& a,
   return tmp.Median("ratio");
 }
 
+// A row without a goal: `figure`, series `name`'s median in GB/s, and its
+// ratio to series `anchor` taken within each round.
+Goal NoGoalRatio(const Results& r, int rounds, std::string figure,
+                 const std::string& name, const std::string& anchor) {
+  return {std::move(figure),
+          Fmt(r.Median(name)) + " GB/s",
+          RatioMedian(r, rounds, name, anchor),
+          "",
+          0,
+          "no goal"};
+}
+
 std::vector<Goal> Goals(const Plan& plan, const Results& r,
                         const std::vector<ServerVariant>& variants,
                         const std::vector<std::map<int, ServerMemory>>& memory,
@@ -645,30 +657,33 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
   for (const char* op : {"push", "pull"}) {
     for (uint64_t bytes : plan.ps_bytes) {
       const std::string raw = absl::StrCat("raw_", op, "_", SizeName(bytes));
-      goals.push_back({absl::StrCat("raw TCP PS ", op, " ", SizeName(bytes),
-                                    " (transport floor) / iperf3"),
-                       Fmt(r.Median(raw)) + " GB/s",
-                       RatioMedian(r, R, raw, "iperf3"), "", 0, "no goal"});
+      goals.push_back(
+          NoGoalRatio(r, R,
+                      absl::StrCat("raw TCP PS ", op, " ", SizeName(bytes),
+                                   " (transport floor) / iperf3"),
+                      raw, "iperf3"));
       const std::string warm = PsName(op, bytes, 1, 1);
       const std::string zmq = absl::StrCat("zmq_", op, "_", SizeName(bytes));
-      goals.push_back({absl::StrCat("ZMQ PS (ZeroMQ, ps-lite's layout) ", op,
-                                    " ", SizeName(bytes), " / iperf3"),
-                       Fmt(r.Median(zmq)) + " GB/s",
-                       RatioMedian(r, R, zmq, "iperf3"), "", 0, "no goal"});
-      goals.push_back({absl::StrCat(op, " ", SizeName(bytes),
-                                    ", 1 server, 1 worker / ZMQ PS "
-                                    "(ZeroMQ, ps-lite's layout, ",
-                                    Fmt(r.Median(zmq)), " GB/s)"),
-                       Fmt(r.Median(warm)) + " GB/s",
-                       RatioMedian(r, R, warm, zmq), "", 0, "no goal"});
+      goals.push_back(
+          NoGoalRatio(r, R,
+                      absl::StrCat("ZMQ PS (ZeroMQ, ps-lite's layout) ", op,
+                                   " ", SizeName(bytes), " / iperf3"),
+                      zmq, "iperf3"));
+      goals.push_back(NoGoalRatio(
+          r, R,
+          absl::StrCat(op, " ", SizeName(bytes),
+                       ", 1 server, 1 worker / ZMQ PS (ZeroMQ, ps-lite's "
+                       "layout, ",
+                       Fmt(r.Median(zmq)), " GB/s)"),
+          warm, zmq));
       const std::string cold =
           PsName(absl::StrCat(op, "_cold").c_str(), bytes, 1, 1);
-      goals.push_back({absl::StrCat(op, " ", SizeName(bytes),
-                                    ", 1 server, 1 worker: cold first step / "
-                                    "warm median (",
-                                    Fmt(r.Median(warm)), " GB/s)"),
-                       Fmt(r.Median(cold)) + " GB/s",
-                       RatioMedian(r, R, cold, warm), "", 0, "no goal"});
+      goals.push_back(NoGoalRatio(
+          r, R,
+          absl::StrCat(op, " ", SizeName(bytes),
+                       ", 1 server, 1 worker: cold first step / warm median (",
+                       Fmt(r.Median(warm)), " GB/s)"),
+          cold, warm));
     }
   }
   // The bare stream with its server in a process of its own (callback API,
@@ -693,12 +708,13 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
                         " (both processes)"),
            RatioMedian(r, R, apart, "iperf3"), "", 0, "no goal"});
       const std::string warm = PsName(op, bytes, 1, 1);
-      goals.push_back({absl::StrCat(op, " ", SizeName(bytes),
-                                    ", 1 server, 1 worker / that bare stream "
-                                    "across processes (",
-                                    Fmt(r.Median(apart)), " GB/s)"),
-                       Fmt(r.Median(warm)) + " GB/s",
-                       RatioMedian(r, R, warm, apart), "", 0, "no goal"});
+      goals.push_back(NoGoalRatio(
+          r, R,
+          absl::StrCat(op, " ", SizeName(bytes),
+                       ", 1 server, 1 worker / that bare stream across "
+                       "processes (",
+                       Fmt(r.Median(apart)), " GB/s)"),
+          warm, apart));
       bool real_job = false;
       for (const Plan::RealJob& job : plan.real_jobs) {
         real_job = real_job ||
@@ -707,11 +723,12 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
       if (!real_job) continue;
       const std::string real =
           RealName(push ? "real_push" : "real_pull", bytes, 1, 1);
-      goals.push_back({absl::StrCat("real job ", op, " ", SizeName(bytes),
-                                    ", 1 worker, 1 server (metrics.csv) / "
-                                    "that bare stream across processes"),
-                       Fmt(r.Median(real)) + " GB/s",
-                       RatioMedian(r, R, real, apart), "", 0, "no goal"});
+      goals.push_back(NoGoalRatio(
+          r, R,
+          absl::StrCat("real job ", op, " ", SizeName(bytes),
+                       ", 1 worker, 1 server (metrics.csv) / that bare stream "
+                       "across processes"),
+          real, apart));
     }
   }
   // The real jobs: worker and server processes through the coordinator.

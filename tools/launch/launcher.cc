@@ -211,8 +211,9 @@ class Job {
   // (--pin_cores=false, a one-CPU host, a worker using every core, or a
   // --worker-cmd worker, whose own threads we do not know).
   std::vector<int> CpusOf(Slot slot) const {
-    if (slot.role == Role::kServer)
+    if (slot.role == Role::kServer) {
       return ServerCpus(allowed_cpus_, slot.index);
+    }
     if (slot.role != Role::kWorker || !o_.worker_argv.empty()) return {};
     return WorkerCpus(allowed_cpus_, slot.index, o_.compute_threads);
   }
@@ -220,8 +221,9 @@ class Job {
   std::string PlacementText(int servers, int workers) const {
     auto list = [&](Role role, int n) {
       std::vector<std::string> parts;
-      for (int i = 0; i < n; ++i)
+      for (int i = 0; i < n; ++i) {
         parts.push_back(CpuListText(CpusOf({role, i})));
+      }
       return absl::StrJoin(parts, " | ");
     };
     return absl::StrCat("servers on CPUs ", list(Role::kServer, servers),
