@@ -124,17 +124,6 @@ std::vector<GrpcArgsVariant> GrpcSessionVariants() {
   };
 }
 
-absl::StatusOr<std::vector<GrpcArgsVariant>> GrpcArgsVariantSet(
-    absl::string_view name) {
-  if (name == "http2") return GrpcArgsVariants();
-  if (name == "transport") return GrpcTransportVariants();
-  if (name == "server_api") return GrpcServerApiVariants();
-  if (name == "session") return GrpcSessionVariants();
-  return absl::InvalidArgumentError(
-      absl::StrCat("--set: '", name,
-                   "' is none of http2, transport, server_api and session"));
-}
-
 absl::StatusOr<std::vector<GrpcArgsVariant>> OnlyVariant(
     std::vector<GrpcArgsVariant> set, int k) {
   if (k == -1) return set;
@@ -146,6 +135,17 @@ absl::StatusOr<std::vector<GrpcArgsVariant>> OnlyVariant(
   GrpcArgsVariant only = std::move(set[k]);
   only.base = 0;
   return std::vector<GrpcArgsVariant>{std::move(only)};
+}
+
+absl::StatusOr<std::vector<GrpcArgsVariant>> GrpcArgsVariantSet(
+    absl::string_view name, int only) {
+  if (name == "http2") return OnlyVariant(GrpcArgsVariants(), only);
+  if (name == "transport") return OnlyVariant(GrpcTransportVariants(), only);
+  if (name == "server_api") return OnlyVariant(GrpcServerApiVariants(), only);
+  if (name == "session") return OnlyVariant(GrpcSessionVariants(), only);
+  return absl::InvalidArgumentError(
+      absl::StrCat("--set: '", name,
+                   "' is none of http2, transport, server_api and session"));
 }
 
 absl::StatusOr<std::vector<int>> ParseSizesMb(absl::string_view list) {

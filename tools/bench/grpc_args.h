@@ -53,9 +53,10 @@ std::vector<GrpcArgsVariant> GrpcSessionVariants();
 
 // The variants of grpc_args_bench's --set `name`: http2
 // (GrpcArgsVariants), transport, server_api or session; any other name is
-// InvalidArgument naming the flag and the names it takes.
+// InvalidArgument naming the flag and the names it takes. With --only
+// `only` >= 0, that variant alone (OnlyVariant).
 absl::StatusOr<std::vector<GrpcArgsVariant>> GrpcArgsVariantSet(
-    absl::string_view name);
+    absl::string_view name, int only = -1);
 
 // grpc_args_bench's --only `k`: the variant k (0-based, in the set's order)
 // of `set` alone, its own base (e.g. for a timeline of that variant only,

@@ -10,7 +10,6 @@
 //       --separate_processes   (one variant's marks: tools/bench/timeline.py)
 #include <cstdio>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -75,9 +74,7 @@ int main(int argc, char** argv) {
   if (!sizes.ok()) return Fail(sizes.status());
   options.sizes_mb = *sizes;
   absl::StatusOr<std::vector<pstrain::bench::GrpcArgsVariant>> variants =
-      pstrain::bench::GrpcArgsVariantSet(absl::GetFlag(FLAGS_set));
-  if (!variants.ok()) return Fail(variants.status());
-  variants = pstrain::bench::OnlyVariant(std::move(*variants),
+      pstrain::bench::GrpcArgsVariantSet(absl::GetFlag(FLAGS_set),
                                          absl::GetFlag(FLAGS_only));
   if (!variants.ok()) return Fail(variants.status());
   absl::StatusOr<std::string> table =

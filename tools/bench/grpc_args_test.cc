@@ -202,6 +202,9 @@ TEST(GrpcArgsVariantSet, EachNameGivesItsSetAndAnOtherNameIsRefused) {
             GrpcServerApiVariants().size());
   EXPECT_EQ(GrpcArgsVariantSet("session")->size(),
             GrpcSessionVariants().size());
+  EXPECT_EQ(GrpcArgsVariantSet("session", 5)->size(), 1u);
+  EXPECT_EQ(GrpcArgsVariantSet("session", 99).status().code(),
+            absl::StatusCode::kInvalidArgument);
   absl::StatusOr<std::vector<GrpcArgsVariant>> bad = GrpcArgsVariantSet("tcp");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("--set: 'tcp'"), std::string::npos);
