@@ -156,9 +156,12 @@ inline __attribute__((always_inline)) void MomentumHeldBody(
   }
 }
 
-// Each variant built twice, for AVX2 and for the baseline (the doubles take
-// half the lanes of the floats, so AVX2 is what makes one pass pay: real
-// pushes measured it against HeldToFloat's AVX2 loop then SgdLoop).
+// Each variant built three times, for AVX-512, AVX2 and the baseline (the
+// doubles take half the lanes of the floats, so AVX2 is what makes one pass
+// pay: real pushes measured it against HeldToFloat's AVX2 loop then SgdLoop;
+// 512-bit registers do a MiB in 0.6 of AVX2's time, docs/performance-log.md,
+// "AVX-512 kernels"). The file is built without contraction, so the AVX-512
+// build, whose target allows FMA, rounds every operation as the others do.
 #define PSTRAIN_HELD_LOOPS(suffix, attr)                                  \
   attr void SgdHeld##suffix(bool decay, float lr, float wd, float* w,     \
                             const Optimizer::HeldGradient& h, size_t n) { \
@@ -178,6 +181,8 @@ inline __attribute__((always_inline)) void MomentumHeldBody(
   }
 PSTRAIN_HELD_LOOPS(Baseline, )
 PSTRAIN_HELD_LOOPS(Avx2, __attribute__((target("avx2"))))
+PSTRAIN_HELD_LOOPS(
+    Avx512, __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"))))
 #undef PSTRAIN_HELD_LOOPS
 
 class Sgd : public Optimizer {
@@ -198,7 +203,9 @@ class Sgd : public Optimizer {
                        float*, size_t n, size_t) const override {
     const float lr = static_cast<float>(lr_d);
     const float wd = static_cast<float>(config().weight_decay());
-    (CpuHasAvx2() ? SgdHeldAvx2 : SgdHeldBaseline)(wd != 0, lr, wd, w, h, n);
+    (CpuHasAvx512() ? SgdHeldAvx512
+     : CpuHasAvx2() ? SgdHeldAvx2
+                    : SgdHeldBaseline)(wd != 0, lr, wd, w, h, n);
     return true;
   }
 };
@@ -234,8 +241,10 @@ class Momentum : public Optimizer {
     const float lr = static_cast<float>(lr_d);
     const float wd = static_cast<float>(config().weight_decay());
     const float mu = static_cast<float>(config().momentum());
-    (CpuHasAvx2() ? MomentumHeldAvx2 : MomentumHeldBaseline)(
-        wd != 0, config().nesterov(), lr, wd, mu, w, h, buf, n);
+    (CpuHasAvx512() ? MomentumHeldAvx512
+     : CpuHasAvx2() ? MomentumHeldAvx2
+                    : MomentumHeldBaseline)(wd != 0, config().nesterov(), lr,
+                                            wd, mu, w, h, buf, n);
     return true;
   }
 };

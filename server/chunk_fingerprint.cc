@@ -5,8 +5,10 @@
 #include <cstring>
 
 #include "absl/hash/hash.h"
+#include "common/cpu_features.h"
 
 #if defined(__x86_64__)
+#include <immintrin.h>  // AVX-512 and VPCLMULQDQ
 #include <nmmintrin.h>  // SSE4.2 (and SSE4.1's pmaxud)
 #endif
 
@@ -73,44 +75,18 @@ __attribute__((target("sse4.2"))) Parts Sse42Impl(const char* data,
   return Parts{{~static_cast<uint32_t>(c0), ~static_cast<uint32_t>(c1), ~c}};
 }
 
-// Sse42Impl with MaxAbsBits in the same loop: each 32 bytes of a part are
-// loaded once for the vector max and read again from L1 for the CRC.
-__attribute__((target("sse4.2"))) Parts Sse42ScanImpl(const char* data,
-                                                      size_t len,
-                                                      uint32_t* max_abs_bits) {
-  const size_t third = Third(len);
+// ScanImpl's words from offset `i` of each part on (a multiple of 8), with
+// the CRCs `c` and the largest |x| `max_bits` of the bytes before it.
+__attribute__((target("sse4.2"))) inline Parts ScanTail(
+    const char* data, size_t len, size_t third, size_t i, uint64_t c[3],
+    uint32_t max_bits, uint32_t* max_abs_bits) {
   const char* p[3] = {data, data + third, data + 2 * third};
-  uint64_t c[3] = {0xffffffffu, 0xffffffffu, 0xffffffffu};
-  const __m128i abs_mask = _mm_set1_epi32(0x7fffffff);
-  __m128i m[3] = {_mm_setzero_si128(), _mm_setzero_si128(),
-                  _mm_setzero_si128()};
-  size_t i = 0;
-  for (; i + 32 <= third; i += 32) {
-    for (int l = 0; l < 3; ++l) {
-      const char* q = p[l] + i;
-      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
-      const __m128i b =
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16));
-      m[l] = _mm_max_epu32(m[l], _mm_and_si128(a, abs_mask));
-      m[l] = _mm_max_epu32(m[l], _mm_and_si128(b, abs_mask));
-      for (int j = 0; j < 4; ++j) {
-        uint64_t w;
-        std::memcpy(&w, q + 8 * j, 8);
-        c[l] = _mm_crc32_u64(c[l], w);
-      }
-    }
-  }
-  uint32_t lanes[4];
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(lanes),
-                   _mm_max_epu32(m[0], _mm_max_epu32(m[1], m[2])));
-  uint32_t max_bits =
-      std::max(std::max(lanes[0], lanes[1]), std::max(lanes[2], lanes[3]));
   auto scan = [&max_bits](uint64_t w) {
     const uint32_t lo = static_cast<uint32_t>(w) & 0x7fffffffu;
     const uint32_t hi = static_cast<uint32_t>(w >> 32) & 0x7fffffffu;
     max_bits = std::max(max_bits, std::max(lo, hi));
   };
-  for (; i < third; i += 8) {  // the parts' last words (under 32 bytes)
+  for (; i < third; i += 8) {  // the parts' last words
     for (int l = 0; l < 3; ++l) {
       uint64_t w;
       std::memcpy(&w, p[l] + i, 8);
@@ -142,6 +118,107 @@ __attribute__((target("sse4.2"))) Parts Sse42ScanImpl(const char* data,
   return Parts{
       {~static_cast<uint32_t>(c[0]), ~static_cast<uint32_t>(c[1]), ~c2}};
 }
+
+// Sse42Impl with MaxAbsBits in the same loop: each 32 bytes of a part are
+// loaded once for the vector max and read again from L1 for the CRC.
+__attribute__((target("sse4.2"))) Parts Sse42ScanImpl(const char* data,
+                                                      size_t len,
+                                                      uint32_t* max_abs_bits) {
+  const size_t third = Third(len);
+  const char* p[3] = {data, data + third, data + 2 * third};
+  uint64_t c[3] = {0xffffffffu, 0xffffffffu, 0xffffffffu};
+  const __m128i abs_mask = _mm_set1_epi32(0x7fffffff);
+  __m128i m[3] = {_mm_setzero_si128(), _mm_setzero_si128(),
+                  _mm_setzero_si128()};
+  size_t i = 0;
+  for (; i + 32 <= third; i += 32) {
+    for (int l = 0; l < 3; ++l) {
+      const char* q = p[l] + i;
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+      const __m128i b =
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16));
+      m[l] = _mm_max_epu32(m[l], _mm_and_si128(a, abs_mask));
+      m[l] = _mm_max_epu32(m[l], _mm_and_si128(b, abs_mask));
+      for (int j = 0; j < 4; ++j) {
+        uint64_t w;
+        std::memcpy(&w, q + 8 * j, 8);
+        c[l] = _mm_crc32_u64(c[l], w);
+      }
+    }
+  }
+  uint32_t lanes[4];
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(lanes),
+                   _mm_max_epu32(m[0], _mm_max_epu32(m[1], m[2])));
+  const uint32_t max_bits =
+      std::max(std::max(lanes[0], lanes[1]), std::max(lanes[2], lanes[3]));
+  return ScanTail(data, len, third, i, c, max_bits, max_abs_bits);
+}
+
+// Sse42ScanImpl with the CRCs of each part's whole 64-byte blocks folded
+// with carry-less multiplies (VPCLMULQDQ on 512-bit registers: four 128-bit
+// lanes, each block folded into the running remainder 512 bits on), the
+// three parts' chains interleaved, then the crc32 instruction for the rest.
+// The folding keeps the remainder congruent to the part's bytes so far, so
+// the CRC of the final 128 bits is the part's CRC (Intel, "Fast CRC
+// Computation for Generic Polynomials Using PCLMULQDQ", 2009; the
+// constants are x^(D+32) and x^(D-32) mod the polynomial, bit-reflected and
+// shifted left by one, for fold distances D = 512 and 128).
+#define PSTRAIN_AVX512_CRC \
+  __attribute__((target("sse4.2,pclmul,avx512f,avx512vl,vpclmulqdq")))
+PSTRAIN_AVX512_CRC inline __m512i Fold512(__m512i acc, __m512i k,
+                                          __m512i data) {
+  return _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(acc, k, 0x00),
+                                   _mm512_clmulepi64_epi128(acc, k, 0x11), data,
+                                   0x96);  // a ^ b ^ c
+}
+
+PSTRAIN_AVX512_CRC inline uint64_t Reduce512(__m512i acc) {
+  const __m128i k = _mm_set_epi64x(0x14cd00bd6, 0xf20c0dfe);
+  __m128i x = _mm512_extracti32x4_epi32(acc, 0);
+  const __m128i lanes[3] = {_mm512_extracti32x4_epi32(acc, 1),
+                            _mm512_extracti32x4_epi32(acc, 2),
+                            _mm512_extracti32x4_epi32(acc, 3)};
+  for (const __m128i& lane : lanes) {
+    x = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00),
+                                    _mm_clmulepi64_si128(x, k, 0x11)),
+                      lane);
+  }
+  uint64_t crc = _mm_crc32_u64(0, static_cast<uint64_t>(_mm_cvtsi128_si64(x)));
+  return _mm_crc32_u64(crc, static_cast<uint64_t>(_mm_extract_epi64(x, 1)));
+}
+
+PSTRAIN_AVX512_CRC Parts Avx512ScanImpl(const char* data, size_t len,
+                                        uint32_t* max_abs_bits) {
+  const size_t third = Third(len);
+  const size_t blocks = third / 64;
+  if (blocks < 2) return Sse42ScanImpl(data, len, max_abs_bits);
+  const char* p[3] = {data, data + third, data + 2 * third};
+  const __m512i k =
+      _mm512_set_epi64(0x9e4addf8, 0x740eef02, 0x9e4addf8, 0x740eef02,
+                       0x9e4addf8, 0x740eef02, 0x9e4addf8, 0x740eef02);
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  // The initial CRC (all ones) xored into each part's first four bytes.
+  const __m512i init = _mm512_zextsi128_si512(_mm_cvtsi32_si128(-1));
+  __m512i acc[3];
+  __m512i m = _mm512_setzero_si512();
+  for (int l = 0; l < 3; ++l) {
+    const __m512i d = _mm512_loadu_si512(p[l]);
+    m = _mm512_max_epu32(m, _mm512_and_si512(d, abs_mask));
+    acc[l] = _mm512_xor_si512(d, init);
+  }
+  for (size_t b = 1; b < blocks; ++b) {
+    for (int l = 0; l < 3; ++l) {
+      const __m512i d = _mm512_loadu_si512(p[l] + 64 * b);
+      m = _mm512_max_epu32(m, _mm512_and_si512(d, abs_mask));
+      acc[l] = Fold512(acc[l], k, d);
+    }
+  }
+  uint64_t c[3];
+  for (int l = 0; l < 3; ++l) c[l] = Reduce512(acc[l]);
+  return ScanTail(data, len, third, 64 * blocks, c, _mm512_reduce_max_epu32(m),
+                  max_abs_bits);
+}
+#undef PSTRAIN_AVX512_CRC
 #endif
 
 // Bytes of `pieces` from a position on, copied out in order.
@@ -278,6 +355,20 @@ bool HasSse42() {
 #endif
 }
 
+bool HasAvx512Crc() {
+#if defined(__x86_64__)
+  static const bool avx512 = [] {
+    __builtin_cpu_init();
+    return CpuHasAvx512() && HasSse42() &&
+           __builtin_cpu_supports("pclmul") != 0 &&
+           __builtin_cpu_supports("vpclmulqdq") != 0;
+  }();
+  return avx512;
+#else
+  return false;
+#endif
+}
+
 uint32_t Crc32c(uint32_t crc, const char* data, size_t len) {
   return ~TableUpdate(~crc, data, len);
 }
@@ -315,6 +406,14 @@ Parts Sse42ScanParts(const char* data, size_t len, uint32_t* max_abs_bits) {
 #endif
 }
 
+Parts Avx512ScanParts(const char* data, size_t len, uint32_t* max_abs_bits) {
+#if defined(__x86_64__)
+  return Avx512ScanImpl(data, len, max_abs_bits);
+#else
+  return PortableScanParts(data, len, max_abs_bits);
+#endif
+}
+
 uint64_t FromParts(size_t len, const Parts& parts) {
   return absl::HashOf(len, parts.crc[0], parts.crc[1], parts.crc[2]);
 }
@@ -329,7 +428,9 @@ uint64_t PayloadFingerprint(const char* data, size_t len) {
 
 uint64_t ScanFingerprint(const char* data, size_t len, uint32_t* max_abs_bits) {
   return crc32c::FromParts(
-      len, crc32c::HasSse42()
+      len, crc32c::HasAvx512Crc()
+               ? crc32c::Avx512ScanParts(data, len, max_abs_bits)
+           : crc32c::HasSse42()
                ? crc32c::Sse42ScanParts(data, len, max_abs_bits)
                : crc32c::PortableScanParts(data, len, max_abs_bits));
 }

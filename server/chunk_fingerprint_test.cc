@@ -76,7 +76,8 @@ TEST(ScanFingerprintTest, SameFingerprintAndLargestAsTheSeparatePasses) {
   for (bool specials : {false, true}) {
     const std::string big = RandomFloats((1 << 18) + 16, 6, specials);
     for (size_t floats :
-         {0, 1, 2, 5, 6, 7, 8, 23, 24, 25, 97, 1000, 1024, (1 << 18) + 3}) {
+         {0,  1,  2,   5,   6,   7,   8,    23,   24,   25,           95,
+          96, 97, 100, 191, 192, 200, 1000, 1024, 4101, (1 << 18) + 3}) {
       for (size_t offset : {0, 1, 4}) {
         const char* d = big.data() + offset;
         const size_t len = floats * 4;
@@ -92,6 +93,16 @@ TEST(ScanFingerprintTest, SameFingerprintAndLargestAsTheSeparatePasses) {
           const crc32c::Parts q = crc32c::Sse42ScanParts(d, len, &sse);
           EXPECT_EQ(sse, want) << "floats " << floats << " offset " << offset;
           for (int i = 0; i < 3; ++i) EXPECT_EQ(p.crc[i], q.crc[i]);
+        }
+        if (crc32c::HasAvx512Crc()) {
+          uint32_t avx512 = 0xdeadbeef;
+          const crc32c::Parts q = crc32c::Avx512ScanParts(d, len, &avx512);
+          EXPECT_EQ(avx512, want)
+              << "floats " << floats << " offset " << offset;
+          for (int i = 0; i < 3; ++i) {
+            EXPECT_EQ(p.crc[i], q.crc[i])
+                << "floats " << floats << " offset " << offset;
+          }
         }
       }
     }

@@ -12,7 +12,9 @@ namespace fixed_point {
 namespace {
 
 // See the header for the conversions' argument; each *Body is inlined into
-// a baseline and an AVX2 function, so one source gives both builds.
+// a baseline, an AVX2 and an AVX-512 function, so one source gives all three
+// builds (compiled without contraction: the AVX-512 target allows FMA, and a
+// fused multiply-add would round differently).
 constexpr double kMagic = kRoundToIntegerMagic;  // 1.5 * 2^52
 int64_t MagicBits() {
   int64_t bits;
@@ -166,6 +168,8 @@ inline __attribute__((always_inline)) void HeldToFloatBody(
 
 PSTRAIN_KERNEL_BUILD(Baseline, )
 PSTRAIN_KERNEL_BUILD(Avx2, __attribute__((target("avx2"))))
+PSTRAIN_KERNEL_BUILD(Avx512, __attribute__((target("avx512f,avx512dq,avx512bw,"
+                                                   "avx512vl"))))
 #undef PSTRAIN_KERNEL_BUILD
 
 constexpr Kernels kBaseline = {MaxAbsBitsBaseline, AddFixedFastBaseline,
@@ -173,49 +177,49 @@ constexpr Kernels kBaseline = {MaxAbsBitsBaseline, AddFixedFastBaseline,
                                HeldToFloatBaseline};
 constexpr Kernels kAvx2 = {MaxAbsBitsAvx2, AddFixedFastAvx2, FixedFitsFastAvx2,
                            FixedToFloatAvx2, HeldToFloatAvx2};
+constexpr Kernels kAvx512 = {MaxAbsBitsAvx512, AddFixedFastAvx512,
+                             FixedFitsFastAvx512, FixedToFloatAvx512,
+                             HeldToFloatAvx512};
+
+// The build the free functions use, chosen once.
+const Kernels& Chosen() {
+  static const Kernels& chosen = CpuHasAvx512() ? kAvx512
+                                 : CpuHasAvx2() ? kAvx2
+                                                : kBaseline;
+  return chosen;
+}
 
 }  // namespace
 
 bool HasAvx2() { return CpuHasAvx2(); }
+bool HasAvx512() { return CpuHasAvx512(); }
 
 const Kernels& BaselineKernels() { return kBaseline; }
 const Kernels& Avx2Kernels() { return kAvx2; }
+const Kernels& Avx512Kernels() { return kAvx512; }
+const Kernels& ChosenKernels() { return Chosen(); }
 
 uint32_t MaxAbsBits(const char* src, uint64_t len, char* dst) {
-  return HasAvx2() ? MaxAbsBitsAvx2(src, len, dst)
-                   : MaxAbsBitsBaseline(src, len, dst);
+  return Chosen().max_abs_bits(src, len, dst);
 }
 
 void AddFixedFast(const char* src, uint64_t len, double n, double to_fixed,
                   int64_t* acc) {
-  if (HasAvx2()) {
-    AddFixedFastAvx2(src, len, n, to_fixed, acc);
-  } else {
-    AddFixedFastBaseline(src, len, n, to_fixed, acc);
-  }
+  Chosen().add_fixed_fast(src, len, n, to_fixed, acc);
 }
 
 bool FixedFitsFast(const int64_t* acc, uint64_t len) {
-  return HasAvx2() ? FixedFitsFastAvx2(acc, len)
-                   : FixedFitsFastBaseline(acc, len);
+  return Chosen().fixed_fits_fast(acc, len);
 }
 
 void FixedToFloat(int64_t* acc, uint64_t len, double from_fixed, double samples,
                   bool fast, float* g) {
-  if (HasAvx2()) {
-    FixedToFloatAvx2(acc, len, from_fixed, samples, fast, g);
-  } else {
-    FixedToFloatBaseline(acc, len, from_fixed, samples, fast, g);
-  }
+  Chosen().fixed_to_float(acc, len, from_fixed, samples, fast, g);
 }
 
 void HeldToFloat(const char* src, uint64_t len, double n, double to_fixed,
                  double from_fixed, double samples, float* g) {
-  if (HasAvx2()) {
-    HeldToFloatAvx2(src, len, n, to_fixed, from_fixed, samples, g);
-  } else {
-    HeldToFloatBaseline(src, len, n, to_fixed, from_fixed, samples, g);
-  }
+  Chosen().held_to_float(src, len, n, to_fixed, from_fixed, samples, g);
 }
 
 }  // namespace fixed_point

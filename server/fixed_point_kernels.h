@@ -73,12 +73,18 @@ struct Kernels {
                         float* g);
 };
 
-// Whether this CPU runs the AVX2 build (what the free functions use).
+// Whether this CPU runs the AVX2 / AVX-512 build (common/cpu_features.h:
+// PSTRAIN_MAX_CPU_ISA can cap it).
 bool HasAvx2();
+bool HasAvx512();
 // The baseline build (always runnable).
 const Kernels& BaselineKernels();
 // The AVX2 build; only to be called when HasAvx2().
 const Kernels& Avx2Kernels();
+// The AVX-512 build; only to be called when HasAvx512().
+const Kernels& Avx512Kernels();
+// The build the free functions above use: the widest this CPU runs.
+const Kernels& ChosenKernels();
 
 }  // namespace fixed_point
 }  // namespace pstrain

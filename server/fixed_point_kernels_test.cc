@@ -1,11 +1,17 @@
 #include "server/fixed_point_kernels.h"
 
+#include <unistd.h>
+
+#include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "common/cpu_features.h"
 #include "common/optimizer.h"
 #include "gtest/gtest.h"
 
@@ -13,10 +19,11 @@ namespace pstrain {
 namespace fixed_point {
 namespace {
 
-// Lengths around the vector widths (4 and 8 lanes, unrolled by the
+// Lengths around the vector widths (4, 8 and 16 lanes, unrolled by the
 // compiler): empty, shorter than a vector, odd tails, and a long run.
-const uint64_t kLengths[] = {0,  1,  2,  3,  5,  7,  8,   9,    15,   16,
-                             17, 31, 33, 63, 64, 65, 127, 1000, 1023, 4097};
+const uint64_t kLengths[] = {0,   1,   2,   3,   5,   7,    8,    9,
+                             15,  16,  17,  31,  33,  63,   64,   65,
+                             127, 128, 129, 255, 257, 1000, 1023, 4097};
 
 // Random floats with magnitudes over many binades and both signs, some
 // zeros and negative zeros, as bytes at an odd offset (payloads need not be
@@ -59,6 +66,7 @@ Floats RandomFloats(std::mt19937_64& rng, uint64_t len, int max_exp) {
 std::vector<const Kernels*> Builds() {
   std::vector<const Kernels*> builds = {&BaselineKernels()};
   if (HasAvx2()) builds.push_back(&Avx2Kernels());
+  if (HasAvx512()) builds.push_back(&Avx512Kernels());
   return builds;
 }
 
@@ -120,14 +128,15 @@ TEST(FixedPointKernelsTest, AddFixedFastIsLlrintAndBuildsAgreeBitExactly) {
     std::vector<int64_t> start(len);
     for (int64_t& a : start)
       a = static_cast<int64_t>(rng() % (1u << 30)) - (1 << 29);
-    std::vector<int64_t> want = start, base = start, avx2 = start;
+    std::vector<int64_t> want = start;
     for (uint64_t i = 0; i < len; ++i) {
       want[i] += std::llrint(n * static_cast<double>(f.at(i)) * to_fixed);
     }
-    BaselineKernels().add_fixed_fast(f.bytes(), len, n, to_fixed, base.data());
-    Avx2Kernels().add_fixed_fast(f.bytes(), len, n, to_fixed, avx2.data());
-    EXPECT_EQ(base, want) << len;
-    EXPECT_EQ(avx2, want) << len;
+    for (const Kernels* k : Builds()) {
+      std::vector<int64_t> acc = start;
+      k->add_fixed_fast(f.bytes(), len, n, to_fixed, acc.data());
+      EXPECT_EQ(acc, want) << len;
+    }
   }
 }
 
@@ -143,15 +152,16 @@ TEST(FixedPointKernelsTest, FixedFitsFastFindsALargeValueAnywhere) {
         acc[pos] = v;
         const bool want = v >= -limit && v < limit;
         // -2^51 fits: its double is exact and the fast path handles it.
-        EXPECT_EQ(BaselineKernels().fixed_fits_fast(acc.data(), len), want)
-            << len << " " << pos << " " << v;
-        EXPECT_EQ(Avx2Kernels().fixed_fits_fast(acc.data(), len), want)
-            << len << " " << pos << " " << v;
+        for (const Kernels* k : Builds()) {
+          EXPECT_EQ(k->fixed_fits_fast(acc.data(), len), want)
+              << len << " " << pos << " " << v;
+        }
       }
     }
   }
-  EXPECT_TRUE(BaselineKernels().fixed_fits_fast(nullptr, 0));
-  EXPECT_TRUE(Avx2Kernels().fixed_fits_fast(nullptr, 0));
+  for (const Kernels* k : Builds()) {
+    EXPECT_TRUE(k->fixed_fits_fast(nullptr, 0));
+  }
 }
 
 // Bits of a float vector, so that -0.0 and 0.0 (and NaN payloads) differ.
@@ -310,7 +320,10 @@ TEST(FixedPointKernelsTest, FreeFunctionsUseTheBuildThisCpuRuns) {
   std::mt19937_64 rng(6);
   const uint64_t len = 257;
   Floats f = RandomFloats(rng, len, 19);
-  const Kernels& k = HasAvx2() ? Avx2Kernels() : BaselineKernels();
+  const Kernels& k = HasAvx512() ? Avx512Kernels()
+                     : HasAvx2() ? Avx2Kernels()
+                                 : BaselineKernels();
+  EXPECT_EQ(&ChosenKernels(), &k);
   std::vector<int64_t> a(len, 0), b(len, 0);
   AddFixedFast(f.bytes(), len, 3.0, 1024.0, a.data());
   k.add_fixed_fast(f.bytes(), len, 3.0, 1024.0, b.data());
@@ -323,6 +336,33 @@ TEST(FixedPointKernelsTest, FreeFunctionsUseTheBuildThisCpuRuns) {
   HeldToFloat(f.bytes(), len, 3.0, 1024.0, 1.0 / 1024, 4.0, ga.data());
   k.held_to_float(f.bytes(), len, 3.0, 1024.0, 1.0 / 1024, 4.0, gb.data());
   EXPECT_EQ(Bits(ga), Bits(gb));
+}
+
+// The one-pass loops (Optimizer::ApplyHeld) and the free functions pick
+// their build once per process, the widest this CPU runs; the narrower
+// builds' paths are run here by this test binary run again with
+// PSTRAIN_MAX_CPU_ISA capping them (common/cpu_features.h).
+TEST(FixedPointKernelsTest, NarrowerBuildsPassTheDispatchedTests) {
+  if (std::getenv("PSTRAIN_MAX_CPU_ISA") != nullptr) {
+    GTEST_SKIP() << "a capped run of this binary: it does not start more";
+  }
+  char exe[PATH_MAX] = {};
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  ASSERT_GT(n, 0);
+  const CpuIsa detected = DetectedCpuIsa();
+  int runs = 0;
+  for (CpuIsa cap : {CpuIsa::kBaseline, CpuIsa::kAvx2}) {
+    if (cap >= detected) continue;
+    const std::string command =
+        std::string("PSTRAIN_MAX_CPU_ISA=") + CpuIsaName(cap) + " '" + exe +
+        "' --gtest_filter='FixedPointKernelsTest.OptimizerApplyHeld*:"
+        "FixedPointKernelsTest.FreeFunctions*'";
+    EXPECT_EQ(std::system(command.c_str()), 0) << command;
+    ++runs;
+  }
+  if (runs == 0) {
+    GTEST_SKIP() << "this CPU runs only the baseline build: nothing narrower";
+  }
 }
 
 }  // namespace

@@ -47,6 +47,15 @@ int RunChunkHashBench(const ChunkHashBenchOptions& o) {
          return absl::HashOf(k, pstrain::ScanFingerprint(d, n, &max_bits)) +
                 max_bits;
        }},
+      {"scan, SSE4.2 crc32",
+       [](const char* d, size_t n, size_t) {
+         uint32_t max_bits = 0;
+         const pstrain::crc32c::Parts p =
+             pstrain::crc32c::HasSse42()
+                 ? pstrain::crc32c::Sse42ScanParts(d, n, &max_bits)
+                 : pstrain::crc32c::PortableScanParts(d, n, &max_bits);
+         return pstrain::crc32c::FromParts(n, p) + max_bits;
+       }},
       {"absl_hash alone",
        [](const char* d, size_t n, size_t k) {
          return absl::HashOf(k, absl::string_view(d, n));
@@ -71,8 +80,18 @@ int RunChunkHashBench(const ChunkHashBenchOptions& o) {
                               pstrain::crc32c::PortableParts(d, n).crc[0]};
                         }});
   }
-  std::printf("crc32c: SSE4.2 %s\n",
-              pstrain::crc32c::HasSse42() ? "yes" : "no (table build)");
+  if (pstrain::crc32c::HasAvx512Crc()) {
+    variants.push_back(
+        {"scan, AVX-512 VPCLMULQDQ", [](const char* d, size_t n, size_t) {
+           uint32_t max_bits = 0;
+           const pstrain::crc32c::Parts p =
+               pstrain::crc32c::Avx512ScanParts(d, n, &max_bits);
+           return pstrain::crc32c::FromParts(n, p) + max_bits;
+         }});
+  }
+  std::printf("crc32c: SSE4.2 %s, AVX-512 VPCLMULQDQ %s\n",
+              pstrain::crc32c::HasSse42() ? "yes" : "no (table build)",
+              pstrain::crc32c::HasAvx512Crc() ? "yes" : "no");
   const size_t chunks = o.buffer / o.chunk;
   std::map<std::string, std::vector<double>> rate, ratio;
   uint64_t sink = 0;
