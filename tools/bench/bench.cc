@@ -747,6 +747,21 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
                       Fmt(r.Median(steady)), " ms)"),
          Fmt(r.Median(real)) + " ms", RatioMedian(r, R, real, steady),
          "<=", 1.3});
+    // The real job's push and pull against iperf3, no goal: the goals above
+    // take the in-process figures (one process holds the server and the
+    // workers); these are the same bytes between ps_worker and ps_server
+    // processes, as the issue first measured them.
+    for (const char* op : {"push", "pull"}) {
+      goals.push_back(NoGoalRatio(
+          r, R,
+          absl::StrCat("real job ", op, " ", SizeName(job.bytes), ", ", w,
+                       w == 1 ? " worker, " : " workers, ", s,
+                       s == 1 ? " server" : " servers",
+                       " (metrics.csv, all workers' bytes) / iperf3"),
+          RealName(std::string(op) == "push" ? "real_push" : "real_pull",
+                   job.bytes, s, w),
+          "iperf3"));
+    }
     if (w != 1 || s != 1) continue;
     const std::string spin = RealName("real_comm_blasspin", job.bytes, s, w);
     goals.push_back(
