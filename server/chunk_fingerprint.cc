@@ -75,6 +75,22 @@ __attribute__((target("sse4.2"))) Parts Sse42Impl(const char* data,
   return Parts{{~static_cast<uint32_t>(c0), ~static_cast<uint32_t>(c1), ~c}};
 }
 
+// 32 bytes of one part: their largest |x| into *m (the 32-bit lanes' max)
+// and their CRC into *c, loaded once for the max and read again from L1.
+__attribute__((target("sse4.2"))) inline void Scan32(const char* q,
+                                                     __m128i abs_mask,
+                                                     __m128i* m, uint64_t* c) {
+  const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16));
+  *m = _mm_max_epu32(*m, _mm_and_si128(a, abs_mask));
+  *m = _mm_max_epu32(*m, _mm_and_si128(b, abs_mask));
+  for (int j = 0; j < 4; ++j) {
+    uint64_t w;
+    std::memcpy(&w, q + 8 * j, 8);
+    *c = _mm_crc32_u64(*c, w);
+  }
+}
+
 // ScanImpl's words from offset `i` of each part on (a multiple of 8), with
 // the CRCs `c` and the largest |x| `max_bits` of the bytes before it.
 __attribute__((target("sse4.2"))) inline Parts ScanTail(
@@ -132,19 +148,7 @@ __attribute__((target("sse4.2"))) Parts Sse42ScanImpl(const char* data,
                   _mm_setzero_si128()};
   size_t i = 0;
   for (; i + 32 <= third; i += 32) {
-    for (int l = 0; l < 3; ++l) {
-      const char* q = p[l] + i;
-      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
-      const __m128i b =
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16));
-      m[l] = _mm_max_epu32(m[l], _mm_and_si128(a, abs_mask));
-      m[l] = _mm_max_epu32(m[l], _mm_and_si128(b, abs_mask));
-      for (int j = 0; j < 4; ++j) {
-        uint64_t w;
-        std::memcpy(&w, q + 8 * j, 8);
-        c[l] = _mm_crc32_u64(c[l], w);
-      }
-    }
+    for (int l = 0; l < 3; ++l) Scan32(p[l] + i, abs_mask, &m[l], &c[l]);
   }
   uint32_t lanes[4];
   _mm_storeu_si128(reinterpret_cast<__m128i*>(lanes),
@@ -286,19 +290,7 @@ __attribute__((target("sse4.2"))) Parts Sse42GatherScanImpl(
     const size_t end = std::min(third, i + kStageBytes);
     for (int l = 0; l < 3; ++l) readers[l].Copy(p[l] + i, end - i);
     for (; i + 32 <= end; i += 32) {
-      for (int l = 0; l < 3; ++l) {
-        const char* q = p[l] + i;
-        const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
-        const __m128i b =
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16));
-        m[l] = _mm_max_epu32(m[l], _mm_and_si128(a, abs_mask));
-        m[l] = _mm_max_epu32(m[l], _mm_and_si128(b, abs_mask));
-        for (int j = 0; j < 4; ++j) {
-          uint64_t w;
-          std::memcpy(&w, q + 8 * j, 8);
-          c[l] = _mm_crc32_u64(c[l], w);
-        }
-      }
+      for (int l = 0; l < 3; ++l) Scan32(p[l] + i, abs_mask, &m[l], &c[l]);
     }
     for (; i < end; i += 8) {  // a stage's last words (the parts' last ones)
       for (int l = 0; l < 3; ++l) {
