@@ -6,9 +6,10 @@
 //
 // PSTRAIN_MAX_CPU_ISA=baseline|avx2|avx512 caps the choice (as oneDNN's
 // ONEDNN_MAX_CPU_ISA does): for measuring one build against another in the
-// same binary, and for running the narrower builds' paths in tests on a CPU
-// that has the wider ones. A value that is not one of these is reported
-// once on stderr and ignored.
+// same binary, for running the narrower builds' paths in tests on a CPU
+// that has the wider ones, and for CPUs whose clock drops under 512-bit
+// work (Intel's first AVX-512 generations), where AVX2 may be faster. A
+// value that is not one of these is reported once on stderr and ignored.
 #ifndef PSTRAIN_COMMON_CPU_FEATURES_H_
 #define PSTRAIN_COMMON_CPU_FEATURES_H_
 
