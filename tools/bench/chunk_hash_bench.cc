@@ -80,6 +80,26 @@ int RunChunkHashBench(const ChunkHashBenchOptions& o) {
                               pstrain::crc32c::PortableParts(d, n).crc[0]};
                         }});
   }
+  // The one-worker held term's conversion (HeldToFloat: the term on the
+  // accumulator's grid, back to floats), per build: the arithmetic of the
+  // one-pass apply without the weights' update.
+  std::vector<float> held(o.chunk / sizeof(float));
+  auto held_variant = [&held](const char* name,
+                              const pstrain::fixed_point::Kernels& k) {
+    return Variant{name, [&held, &k](const char* d, size_t n, size_t) {
+                     k.held_to_float(d, n / sizeof(float), 1.0, 1.0, 1.0, 1.0,
+                                     held.data());
+                     return static_cast<uint64_t>(held[n / 8] != 0);
+                   }};
+  };
+  if (pstrain::fixed_point::HasAvx2()) {
+    variants.push_back(
+        held_variant("held term, AVX2", pstrain::fixed_point::Avx2Kernels()));
+  }
+  if (pstrain::fixed_point::HasAvx512()) {
+    variants.push_back(held_variant("held term, AVX-512",
+                                    pstrain::fixed_point::Avx512Kernels()));
+  }
   if (pstrain::crc32c::HasAvx512Crc()) {
     variants.push_back(
         {"scan, AVX-512 VPCLMULQDQ", [](const char* d, size_t n, size_t) {

@@ -1,4 +1,4 @@
-// chunk_hash_bench: the push fingerprint's kernels alone, before vs after
+// chunk_hash_bench: the push fingerprint's and held term's kernels alone
 // (tools/bench/chunk_hash_bench.h; docs/performance.md).
 #include <cstdio>
 

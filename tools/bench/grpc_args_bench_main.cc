@@ -1,13 +1,8 @@
 // grpc_args_bench: gRPC's bare upload or download with one HTTP/2 setting
-// changed at a time (tools/bench/grpc_args.h).
+// changed at a time (tools/bench/grpc_args.h; the variant sets under --set;
+// usage in docs/performance.md, "grpc_args_bench").
 //
 //   bazel run -c opt //tools/bench:grpc_args_bench -- --rounds 5 --steps 20
-//   ... -- --set transport   (frames, write buffer, TCP reads, zerocopy)
-//   ... -- --set server_api  (synchronous, callback, completion queue)
-//   ... -- --set session --iperf3 iperf3   (a call per transfer or one call
-//            [--separate_processes]         across transfers, / iperf3)
-//   PSTRAIN_TIMELINE=/tmp/tl/bare ... -- --set session --only 4
-//       --separate_processes   (one variant's marks: tools/bench/timeline.py)
 #include <cstdio>
 #include <string>
 #include <vector>
