@@ -13,8 +13,8 @@ namespace {
 
 // See the header for the conversions' argument; each *Body is inlined into
 // a baseline, an AVX2 and an AVX-512 function, so one source gives all three
-// builds (compiled without contraction: the AVX-512 target allows FMA, and a
-// fused multiply-add would round differently).
+// builds (compiled without contraction: the AVX-512 target allows FMA, and
+// every build must round each operation as the baseline does).
 constexpr double kMagic = kRoundToIntegerMagic;  // 1.5 * 2^52
 int64_t MagicBits() {
   int64_t bits;
