@@ -9,6 +9,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/hash/hash.h"
@@ -146,6 +147,22 @@ int RunChunkHashBench(const ChunkHashBenchOptions& o) {
         v.name, Median(rate[v.name]), Median(q),
         *std::min_element(q.begin(), q.end()),
         *std::max_element(q.begin(), q.end()));
+  }
+  // The wider builds against the narrower ones, within each round.
+  const std::pair<const char*, const char*> pairs[] = {
+      {"scan, AVX-512 VPCLMULQDQ", "scan, SSE4.2 crc32"},
+      {"held term, AVX-512", "held term, AVX2"}};
+  for (const auto& [wide, narrow] : pairs) {
+    const std::vector<double>& a = rate[wide];
+    const std::vector<double>& b = rate[narrow];
+    if (a.empty() || b.empty()) continue;  // a build this CPU cannot run
+    std::vector<double> q;
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+      q.push_back(a[i] / b[i]);
+    }
+    std::printf("%s / %s within a round: median %.2f (%.2f-%.2f)\n", wide,
+                narrow, Median(q), *std::min_element(q.begin(), q.end()),
+                *std::max_element(q.begin(), q.end()));
   }
   return sink == 42 ? 1 : 0;  // keeps the results alive
 }
