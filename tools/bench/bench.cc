@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/cpu_placement.h"
 #include "common/job_config.h"
 #include "common/signals.h"
 #include "tools/bench/compute.h"
@@ -48,6 +49,10 @@ struct Plan {
   // ones) after one cold step and the settling ones (StepsTimed, stats.h),
   // on one cluster (connection).
   int ps_steps = kSteadySteps;
+  // This binary: the push/pull rows' shards each run in a child process of
+  // their own (PsPathSetting::server_binary), placed as psctl run places
+  // ps_server; empty: in this process.
+  std::string server_binary;
   // The real-job rows (whole_job.h, MeasureRealJobComm): layout and model
   // size of each, and their steps. Every layout must be one of ps_servers x
   // ps_workers and every size one of ps_bytes: the steady push + pull of the
@@ -307,13 +312,17 @@ void RunRound(const Plan& plan, int round, Iperf3* iperf,
       }
     }
   }
-  // 2. pstrain push and pull.
+  // 2. pstrain push and pull: the shards in processes of their own, as a
+  // real job runs them (the goals), then in this process (rows "_inproc",
+  // no goal; against the in-process bare stream).
+  PsPathSetting apart;
+  apart.server_binary = plan.server_binary;
   for (uint64_t bytes : plan.ps_bytes) {
     for (int servers : plan.ps_servers) {
       for (int workers : plan.ps_workers) {
         if (StopRequested()) return;
         absl::StatusOr<PsPathResult> ps = MeasurePsPath(
-            bytes / sizeof(float), servers, workers, plan.ps_steps);
+            bytes / sizeof(float), servers, workers, plan.ps_steps, apart);
         if (!ps.ok()) {
           errors->Add(PsName("pstrain", bytes, servers, workers), ps.status());
           continue;
@@ -330,6 +339,18 @@ void RunRound(const Plan& plan, int round, Iperf3* iperf,
                ps->push_cpu_busy);
         r->Set(PsName("cpu_pull", bytes, servers, workers), "share", round,
                ps->pull_cpu_busy);
+        if (plan.server_binary.empty() || StopRequested()) continue;
+        absl::StatusOr<PsPathResult> in = MeasurePsPath(
+            bytes / sizeof(float), servers, workers, plan.ps_steps);
+        if (!in.ok()) {
+          errors->Add(PsName("pstrain in process", bytes, servers, workers),
+                      in.status());
+          continue;
+        }
+        r->Set(PsName("push_inproc", bytes, servers, workers), "GB/s", round,
+               in->push_bytes_per_s / 1e9);
+        r->Set(PsName("pull_inproc", bytes, servers, workers), "GB/s", round,
+               in->pull_bytes_per_s / 1e9);
       }
     }
   }
@@ -337,7 +358,7 @@ void RunRound(const Plan& plan, int round, Iperf3* iperf,
   // figures above (same round): model bytes per second.
   for (uint64_t bytes : plan.ps_bytes) {
     if (StopRequested()) return;
-    PsPathSetting bf16;
+    PsPathSetting bf16 = apart;
     bf16.wire_dtype = pstrain::v1::DTYPE_BF16;
     absl::StatusOr<PsPathResult> ps =
         MeasurePsPath(bytes / sizeof(float), 1, 1, plan.ps_steps, bf16);
@@ -365,7 +386,7 @@ void RunRound(const Plan& plan, int round, Iperf3* iperf,
       }
       continue;
     }
-    PsPathSetting one_stream;
+    PsPathSetting one_stream = apart;
     one_stream.push_streams = 1;
     absl::StatusOr<PsPathResult> ps =
         MeasurePsPath(bytes / sizeof(float), 1, 1, plan.ps_steps, one_stream);
@@ -626,20 +647,27 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
       }
     }
   }
+  // Against the warm bare stream placed as the push's shard is: its server
+  // in a process of its own on the CPU psctl run gives ps_server (with the
+  // shards in this process, the in-process stream).
+  const bool shards_apart = !plan.server_binary.empty();
   for (const char* op : {"push", "pull"}) {
+    const bool push = std::string(op) == "push";
     for (uint64_t bytes : plan.ps_bytes) {
       const std::string name = PsName(op, bytes, 1, 1);
       const std::string anchor = absl::StrCat(
-          std::string(op) == "push" ? "grpc_upload_" : "grpc_download_",
+          shards_apart ? (push ? "grpc_apart_upload_" : "grpc_apart_download_")
+                       : (push ? "grpc_upload_" : "grpc_download_"),
           SizeName(bytes));
       goals.push_back({absl::StrCat(op, " ", SizeName(bytes),
                                     ", 1 server, 1 worker / warm bare gRPC "
-                                    "stream (",
-                                    Fmt(r.Median(anchor)), " GB/s)"),
+                                    "stream",
+                                    shards_apart ? " across processes" : "",
+                                    " (", Fmt(r.Median(anchor)), " GB/s)"),
                        Fmt(r.Median(name)) + " GB/s",
                        RatioMedian(r, R, name, anchor), ">=", 0.9});
-      // How much of the machine's CPU time each used (both ends of both run
-      // in this process): near 1, the cores bound the rate, not the wire.
+      // How much of the machine's CPU time each used (both processes of
+      // each): near 1, the cores bound the rate, not the wire.
       const std::string cpu = "cpu_" + name, bare_cpu = "cpu_" + anchor;
       goals.push_back(
           {absl::StrCat(op, " ", SizeName(bytes),
@@ -648,6 +676,39 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
                         Fmt(r.Median(bare_cpu)), ")"),
            Fmt(r.Median(cpu)), RatioMedian(r, R, cpu, bare_cpu), "", 0,
            "no goal"});
+      if (!shards_apart) continue;
+      // The same with the shard and the bare stream's server in this
+      // process (no goal): what the goals measured before 2026-12-06.
+      const std::string inproc =
+          PsName(absl::StrCat(op, "_inproc").c_str(), bytes, 1, 1);
+      const std::string bare_in = absl::StrCat(
+          push ? "grpc_upload_" : "grpc_download_", SizeName(bytes));
+      goals.push_back(NoGoalRatio(
+          r, R,
+          absl::StrCat(op, " ", SizeName(bytes),
+                       ", 1 server, 1 worker, shard in the bench's process / "
+                       "the bare stream in one process (",
+                       Fmt(r.Median(bare_in)), " GB/s)"),
+          inproc, bare_in));
+    }
+  }
+  // Every layout's shards apart ÷ in the bench's process (no goal).
+  if (shards_apart) {
+    for (const char* op : {"push", "pull"}) {
+      for (uint64_t bytes : plan.ps_bytes) {
+        for (int s : plan.ps_servers) {
+          for (int w : plan.ps_workers) {
+            goals.push_back(NoGoalRatio(
+                r, R,
+                absl::StrCat(op, " ", SizeName(bytes), ", ", s, " server(s), ",
+                             w,
+                             " worker(s): shards in processes of their own "
+                             "/ in the bench's process"),
+                PsName(op, bytes, s, w),
+                PsName(absl::StrCat(op, "_inproc").c_str(), bytes, s, w)));
+          }
+        }
+      }
     }
   }
   // The layers below pstrain, no goal: the raw-TCP PS (the same bytes and
@@ -687,11 +748,11 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
     }
   }
   // The bare stream with its server in a process of its own (callback API,
-  // ps_server's settings), no goal: what gRPC carries between two
-  // processes, as a worker and a server talk; the in-process stream above
-  // (the goals' anchor) carries less, its two ends sharing one process's
-  // heap and threads. Against it: the push and pull above (their server in
-  // this process) and the real jobs' (processes, 1 worker, 1 server).
+  // ps_server's settings, on the CPU psctl run gives ps_server), no goal:
+  // what gRPC carries between two processes, as a worker and a server talk.
+  // Against it: the real jobs' push and pull (processes, 1 worker, 1
+  // server), and the push and pull above where their shard ran in this
+  // process (with shards apart that is the goal row above).
   for (const char* op : {"push", "pull"}) {
     const bool push = std::string(op) == "push";
     for (uint64_t bytes : plan.ps_bytes) {
@@ -707,14 +768,16 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
                         Fmt(r.Median("cpu_" + apart), "%.2f"),
                         " (both processes)"),
            RatioMedian(r, R, apart, "iperf3"), "", 0, "no goal"});
-      const std::string warm = PsName(op, bytes, 1, 1);
-      goals.push_back(NoGoalRatio(
-          r, R,
-          absl::StrCat(op, " ", SizeName(bytes),
-                       ", 1 server, 1 worker / that bare stream across "
-                       "processes (",
-                       Fmt(r.Median(apart)), " GB/s)"),
-          warm, apart));
+      if (!shards_apart) {
+        const std::string warm = PsName(op, bytes, 1, 1);
+        goals.push_back(NoGoalRatio(
+            r, R,
+            absl::StrCat(op, " ", SizeName(bytes),
+                         ", 1 server, 1 worker / that bare stream across "
+                         "processes (",
+                         Fmt(r.Median(apart)), " GB/s)"),
+            warm, apart));
+      }
       bool real_job = false;
       for (const Plan::RealJob& job : plan.real_jobs) {
         real_job = real_job ||
@@ -968,8 +1031,12 @@ void PrintLayers(const Plan& plan, const Results& r) {
       sized("grpc_apart_upload_"));
   row("bare gRPC download, server in a process of its own",
       sized("grpc_apart_download_"));
-  row("pstrain push, warm", ps("push"));
+  row("pstrain push, warm (shard in a process of its own, placed as psctl "
+      "run places ps_server)",
+      ps("push"));
   row("pstrain pull, warm", ps("pull"));
+  row("pstrain push, warm, shard in the bench's process", ps("push_inproc"));
+  row("pstrain pull, warm, shard in the bench's process", ps("pull_inproc"));
   row("pstrain push, cold first step", ps("push_cold"));
   row("pstrain pull, cold first step", ps("pull_cold"));
   row("real job push (ps_worker + ps_server, metrics.csv)",
@@ -1006,7 +1073,13 @@ int RunBench(const BenchOptions& o) {
   }
   InstallStopSignalHandlers();
   const bool quick = o.quick;
-  const Plan plan = MakePlan(quick, rounds);
+  Plan plan = MakePlan(quick, rounds);
+  plan.server_binary = o.self_path;
+  if (o.self_path.empty()) {
+    fprintf(stderr,
+            "ps_bench: push and pull measured with the shards in this "
+            "process: no path of this binary to start them apart with\n");
+  }
   Results r(rounds);
   Errors errors;
   std::vector<std::string> loadavg;
@@ -1027,7 +1100,8 @@ int RunBench(const BenchOptions& o) {
         "bare stream across processes skipped: no path of this binary to "
         "start its server with");
   } else if (absl::Status st =
-                 ServeInChild(o.self_path, &apart_options, &apart_server);
+                 ServeInChild(o.self_path, &apart_options, &apart_server,
+                              ServerCpus(AllowedCpus(), 0));
              !st.ok()) {
     errors.Add("gRPC stream server across processes", st);
   } else {

@@ -240,10 +240,12 @@ int ServeBareStream(absl::string_view spec) {
 }
 
 absl::Status ServeInChild(const std::string& binary, GrpcStreamOptions* options,
-                          std::vector<Child>* children) {
+                          std::vector<Child>* children,
+                          const std::vector<int>& cpus) {
   absl::StatusOr<Child> child =
       Child::Start({binary, "--serve", ServerSpec(*options)},
-                   /*pipe_stdio=*/true);
+                   /*pipe_stdio=*/true, /*stdout_file=*/"",
+                   /*stderr_file=*/"", cpus);
   if (!child.ok()) return child.status();
   absl::StatusOr<std::string> line =
       child->ReadLine(absl::Now() + absl::Seconds(30));

@@ -100,9 +100,11 @@ int ServeBareStream(absl::string_view spec);
 // Starts `binary --serve ServerSpec(*options)` (a binary whose main calls
 // ServeBareStream for --serve), points options->server_address at the port
 // it prints (waiting at most 30 s) and keeps the child in `children` (it
-// exits when its Child is destroyed: its stdin closes).
+// exits when its Child is destroyed: its stdin closes). Non-empty `cpus`:
+// the child runs on those CPUs only (Child::Start).
 absl::Status ServeInChild(const std::string& binary, GrpcStreamOptions* options,
-                          std::vector<Child>* children);
+                          std::vector<Child>* children,
+                          const std::vector<int>& cpus = {});
 
 // The bare stream a push and a pull are held against across processes: the
 // callback API with ps_server's channel arguments (PsServerChannelArgs) on

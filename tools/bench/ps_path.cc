@@ -2,11 +2,14 @@
 
 #include <grpcpp/grpcpp.h>
 #include <poll.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <utility>
 #include <vector>
@@ -14,6 +17,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/cpu_placement.h"
 #include "common/grpc_util.h"
 #include "common/job_config.h"
 #include "common/sharding.h"
@@ -36,14 +40,27 @@ using pstrain::v1::JobSpec;
 // Shards behind gRPC servers on loopback; everything stops in the destructor.
 class Cluster {
  public:
+  // Every shard of `job`, or only shard `only_shard` (>= 0; the cluster's
+  // job then has that shard's address alone).
   static absl::StatusOr<std::unique_ptr<Cluster>> Start(
       JobSpec job,
       const std::vector<std::pair<std::string, int>>& int_args =
           PsServerChannelArgs(),
-      const PsServiceOptions& options = {}, const PsPathSetting& setting = {}) {
+      const PsServiceOptions& options = {}, const PsPathSetting& setting = {},
+      int only_shard = -1) {
     std::unique_ptr<Cluster> c(new Cluster);
     job.mutable_shard_map()->clear_server_addresses();
+    std::vector<uint32_t> served;
     for (uint32_t i = 0; i < job.num_servers(); ++i) {
+      if (only_shard < 0 || i == static_cast<uint32_t>(only_shard)) {
+        served.push_back(i);
+      }
+    }
+    if (served.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shard ", only_shard, " of a job of ", job.num_servers()));
+    }
+    for (size_t k = 0; k < served.size(); ++k) {
       c->services_.push_back(std::make_unique<ParameterServerService>(options));
       absl::StatusOr<StartedServer> started =
           StartGrpcServer("127.0.0.1", 0, grpc::InsecureServerCredentials(),
@@ -53,7 +70,8 @@ class Cluster {
           absl::StrCat("127.0.0.1:", started->port));
       c->servers_.push_back(std::move(started->server));
     }
-    for (uint32_t i = 0; i < job.num_servers(); ++i) {
+    for (size_t k = 0; k < served.size(); ++k) {
+      const uint32_t i = served[k];
       ShardOptions shard_options = ShardOptionsFromJob(job, i);
       shard_options.early_apply = setting.early_apply;
       shard_options.hold_first_term = setting.hold_first_term;
@@ -69,7 +87,7 @@ class Cluster {
       for (uint32_t w = 0;
            w < static_cast<uint32_t>(job.config().job().workers()); ++w)
         sessions.push_back(w + 1);
-      c->services_[i]->SetShard(c->shards_[i],
+      c->services_[k]->SetShard(c->shards_[k],
                                 WorkerSessions::Fixed(std::move(sessions)));
     }
     c->job_ = std::move(job);
@@ -135,6 +153,14 @@ absl::StatusOr<std::unique_ptr<PsClient>> NewClient(
       options);
 }
 
+// What Workers::Step reads before and after each phase: the CPU time and
+// the minor page faults of the processes that take part (this one alone by
+// default).
+struct Probes {
+  std::function<CpuTimes()> cpu = ReadCpuTimes;
+  std::function<uint64_t()> faults = ReadMinorFaults;
+};
+
 // `workers` clients driving sync steps together; Step() times each phase.
 class Workers {
  public:
@@ -159,14 +185,16 @@ class Workers {
 
   // One sync step at `clock`: all pulls, then all pushes. Seconds of each.
   // One step; adds each phase's CPU time to *pull_cpu and *push_cpu and its
-  // minor page faults to *pull_faults and *push_faults.
+  // minor page faults to *pull_faults and *push_faults, as `probes` reads
+  // them.
   absl::Status Step(uint64_t clock, double* pull_s, double* push_s,
                     CpuTimes* pull_cpu, CpuTimes* push_cpu,
-                    uint64_t* pull_faults, uint64_t* push_faults) {
+                    uint64_t* pull_faults, uint64_t* push_faults,
+                    const Probes& probes = {}) {
     const int n = static_cast<int>(clients_.size());
     std::vector<std::unique_ptr<PsOp>> ops(n);
-    uint64_t faults = ReadMinorFaults();
-    CpuTimes cpu = ReadCpuTimes();
+    uint64_t faults = probes.faults();
+    CpuTimes cpu = probes.cpu();
     absl::Time start = absl::Now();
     for (int i = 0; i < n; ++i) {
       ops[i] = clients_[i]->StartPull(i, clock, &params_[i]);
@@ -177,11 +205,12 @@ class Workers {
       reads_[i] = ops[i]->reads();
     }
     *pull_s = absl::ToDoubleSeconds(absl::Now() - start);
-    CpuTimes now = ReadCpuTimes();
+    CpuTimes now = probes.cpu();
     *pull_cpu = AddCpuDelta(*pull_cpu, cpu, now);
     cpu = now;
-    const uint64_t faults_now = ReadMinorFaults();
-    *pull_faults += faults_now - faults;
+    const uint64_t faults_now = probes.faults();
+    // (A count that went back: a process gone, the step fails anyway.)
+    *pull_faults += faults_now >= faults ? faults_now - faults : 0;
     faults = faults_now;
     start = absl::Now();
     for (int i = 0; i < n; ++i) {
@@ -192,8 +221,9 @@ class Workers {
       if (!s.ok()) return s;
     }
     *push_s = absl::ToDoubleSeconds(absl::Now() - start);
-    *push_cpu = AddCpuDelta(*push_cpu, cpu, ReadCpuTimes());
-    *push_faults += ReadMinorFaults() - faults;
+    *push_cpu = AddCpuDelta(*push_cpu, cpu, probes.cpu());
+    const uint64_t faults_end = probes.faults();
+    *push_faults += faults_end >= faults ? faults_end - faults : 0;
     return absl::OkStatus();
   }
 
@@ -241,6 +271,68 @@ absl::StatusOr<JobSpec> OneTensorJob(uint64_t elems, int servers, int workers,
   return job;
 }
 
+namespace {
+
+// The shards of a job, each served by a --serve_shard child of its own
+// (ServeShardMain) placed on the CPUs psctl run gives ps_server
+// (ServerCpus, common/cpu_placement.h); the children stop in the
+// destructor.
+class ApartShards {
+ public:
+  // Starts shard 0..servers-1 of `spec` (spec.shard is set per child) and
+  // puts their addresses into *job's shard map.
+  static absl::StatusOr<ApartShards> Start(const std::string& binary,
+                                           ServeShardSpec spec, JobSpec* job) {
+    ApartShards a;
+    job->mutable_shard_map()->clear_server_addresses();
+    const std::vector<int> allowed = AllowedCpus();
+    for (int i = 0; i < spec.servers; ++i) {
+      spec.shard = i;
+      absl::StatusOr<Child> child = Child::Start(
+          ServeShardArgv(binary, spec), /*pipe_stdio=*/true,
+          /*stdout_file=*/"", /*stderr_file=*/"", ServerCpus(allowed, i));
+      if (!child.ok()) return child.status();
+      a.children_.push_back(std::move(*child));
+    }
+    for (Child& child : a.children_) {
+      absl::StatusOr<std::string> port =
+          child.ReadLine(absl::Now() + absl::Seconds(60));
+      if (!port.ok()) {
+        return absl::UnavailableError(absl::StrCat(
+            "shard server child ", child.pid(), ": ", port.status().message()));
+      }
+      job->mutable_shard_map()->add_server_addresses(
+          absl::StrCat("127.0.0.1:", *port));
+    }
+    return a;
+  }
+  ApartShards(ApartShards&&) = default;
+  ~ApartShards() {
+    for (Child& child : children_) child.CloseStdin();
+    for (Child& child : children_) {
+      absl::StatusOr<Finished> f = child.Wait(absl::Now() + absl::Seconds(30));
+      if (!f.ok()) child.Signal(SIGKILL);
+    }
+  }
+  std::vector<pid_t> pids() const {
+    std::vector<pid_t> p;
+    for (const Child& child : children_) p.push_back(child.pid());
+    return p;
+  }
+  // Every child's minor page faults so far.
+  uint64_t MinorFaults() const {
+    uint64_t n = 0;
+    for (const Child& child : children_) n += ReadMinorFaultsOf(child.pid());
+    return n;
+  }
+
+ private:
+  ApartShards() = default;
+  std::vector<Child> children_;
+};
+
+}  // namespace
+
 absl::StatusOr<PsPathResult> MeasurePsPath(uint64_t elems, int servers,
                                            int workers, int steps,
                                            const PsPathSetting& setting) {
@@ -248,36 +340,67 @@ absl::StatusOr<PsPathResult> MeasurePsPath(uint64_t elems, int servers,
       OneTensorJob(elems, servers, workers, pstrain::v1::OptimizerConfig::SGD,
                    setting.wire_dtype, setting.chunk_bytes);
   if (!job.ok()) return job.status();
-  std::vector<std::pair<std::string, int>> server_args = PsServerChannelArgs();
-  if (setting.server_lookahead > 0) {
-    server_args.push_back(
-        {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, setting.server_lookahead});
+  std::unique_ptr<Cluster> cluster;  // the shards in this process, or
+  std::optional<ApartShards> apart;  // each in a child process of its own
+  Probes probes;
+  if (setting.server_binary.empty()) {
+    std::vector<std::pair<std::string, int>> server_args =
+        PsServerChannelArgs();
+    if (setting.server_lookahead > 0) {
+      server_args.push_back(
+          {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, setting.server_lookahead});
+    }
+    PsServiceOptions service_options;
+    service_options.parse_pushes_in_place = setting.parse_in_place;
+    if (setting.pull_message_bytes > 0) {
+      service_options.pull_message_bytes = setting.pull_message_bytes;
+    }
+    absl::StatusOr<std::unique_ptr<Cluster>> started =
+        Cluster::Start(*job, server_args, service_options, setting);
+    if (!started.ok()) return started.status();
+    cluster = std::move(*started);
+    *job = cluster->job();
+  } else {
+    ServeShardSpec spec;
+    spec.elems = elems;
+    spec.workers = workers;
+    spec.servers = servers;
+    spec.optimizer = pstrain::v1::OptimizerConfig::SGD;
+    spec.setting = setting;
+    spec.variant = ServerVariants()[0];  // ps_server's process settings
+    absl::StatusOr<ApartShards> started =
+        ApartShards::Start(setting.server_binary, spec, &*job);
+    if (!started.ok()) return started.status();
+    apart.emplace(std::move(*started));
+    const std::vector<pid_t> pids = apart->pids();
+    probes.cpu = [pids] { return ReadCpuTimesWith(pids); };
+    probes.faults = [&apart] {
+      return ReadMinorFaults() + apart->MinorFaults();
+    };
   }
-  PsServiceOptions service_options;
-  service_options.parse_pushes_in_place = setting.parse_in_place;
-  if (setting.pull_message_bytes > 0) {
-    service_options.pull_message_bytes = setting.pull_message_bytes;
-  }
-  absl::StatusOr<std::unique_ptr<Cluster>> cluster =
-      Cluster::Start(*job, server_args, service_options, setting);
-  if (!cluster.ok()) return cluster.status();
-  absl::StatusOr<Workers> w =
-      Workers::Create((*cluster)->job(), workers, elems, setting);
+  // ShardStats.chunks_copied_on_write of the shards in this process.
+  auto copies = [&cluster]() -> double {
+    return cluster != nullptr
+               ? static_cast<double>(cluster->ChunksCopiedOnWrite())
+               : __builtin_nan("");
+  };
+  absl::StatusOr<Workers> w = Workers::Create(*job, workers, elems, setting);
   if (!w.ok()) return w.status();
   std::vector<double> pull_steps, push_steps;
   CpuTimes pull_cpu, push_cpu;
-  uint64_t pull_faults = 0, push_faults = 0, copies_before = 0;
+  uint64_t pull_faults = 0, push_faults = 0;
+  double copies_before = 0;
   for (int step = 0; step < StepsTimed(steps); ++step) {
     // The cold and settling steps' CPU time and faults (connections,
     // first-touch pages, a growing heap) are dropped.
     if (step == 1 + kSettleSteps) {
       pull_cpu = push_cpu = CpuTimes{};
       pull_faults = push_faults = 0;
-      copies_before = (*cluster)->ChunksCopiedOnWrite();
+      copies_before = copies();
     }
     double pull_s = 0, push_s = 0;
     absl::Status s = w->Step(step, &pull_s, &push_s, &pull_cpu, &push_cpu,
-                             &pull_faults, &push_faults);
+                             &pull_faults, &push_faults, probes);
     if (!s.ok()) return s;
     pull_steps.push_back(pull_s);
     push_steps.push_back(push_s);
@@ -296,9 +419,7 @@ absl::StatusOr<PsPathResult> MeasurePsPath(uint64_t elems, int servers,
   if (steps > 0) {
     result.push_faults_per_step = static_cast<double>(push_faults) / steps;
     result.pull_faults_per_step = static_cast<double>(pull_faults) / steps;
-    result.copies_per_step =
-        static_cast<double>((*cluster)->ChunksCopiedOnWrite() - copies_before) /
-        steps;
+    result.copies_per_step = (copies() - copies_before) / steps;
   }
   return result;
 }
@@ -507,7 +628,45 @@ std::vector<ServerVariant> ServerVariants() {
   return v;
 }
 
-int ServeShardMain(uint64_t elems, int workers, const ServerVariant& variant) {
+namespace {
+
+std::string BoolFlag(const char* name, bool value) {
+  return absl::StrCat("--", name, "=", value ? "true" : "false");
+}
+
+}  // namespace
+
+std::vector<std::string> ServeShardArgv(const std::string& self,
+                                        const ServeShardSpec& spec) {
+  const ServerVariant& v = spec.variant;
+  const PsPathSetting& p = spec.setting;
+  return {self,
+          "--serve_shard",
+          absl::StrCat("--elems=", spec.elems),
+          absl::StrCat("--workers=", spec.workers),
+          absl::StrCat("--servers=", spec.servers),
+          absl::StrCat("--shard=", spec.shard),
+          absl::StrCat("--optimizer=", static_cast<int>(spec.optimizer)),
+          BoolFlag("bdp_probe", v.bdp_probe),
+          absl::StrCat("--mmap_threshold=", v.mmap_threshold),
+          absl::StrCat("--trim_threshold=", v.trim_threshold),
+          absl::StrCat("--max_concurrent_pushes=", v.max_concurrent_pushes),
+          absl::StrCat("--malloc_arena_max=", v.malloc_arena_max),
+          BoolFlag("grpc_tcp_read_chunks", v.grpc_tcp_read_chunks),
+          absl::StrCat("--wire_dtype=", static_cast<int>(p.wire_dtype)),
+          absl::StrCat("--chunk_bytes=", p.chunk_bytes),
+          BoolFlag("early_apply", p.early_apply),
+          BoolFlag("hold_first_term", p.hold_first_term),
+          BoolFlag("apply_terms_on_arrival", p.apply_terms_on_arrival),
+          BoolFlag("apply_held_in_one_pass", p.apply_held_in_one_pass),
+          BoolFlag("apply_in_blocks", p.apply_in_blocks),
+          absl::StrCat("--server_lookahead=", p.server_lookahead),
+          absl::StrCat("--pull_message_bytes=", p.pull_message_bytes),
+          BoolFlag("parse_in_place", p.parse_in_place)};
+}
+
+int ServeShardMain(const ServeShardSpec& spec) {
+  const ServerVariant& variant = spec.variant;
   // First: before any thread and any gRPC call.
   ProcessMemoryOptions process;
   process.mmap_threshold_bytes = variant.mmap_threshold;
@@ -520,17 +679,26 @@ int ServeShardMain(uint64_t elems, int workers, const ServerVariant& variant) {
   }
   InstallStopSignalHandlers();
   absl::StatusOr<JobSpec> job =
-      OneTensorJob(elems, 1, workers, pstrain::v1::OptimizerConfig::MOMENTUM);
+      OneTensorJob(spec.elems, spec.servers, spec.workers, spec.optimizer,
+                   spec.setting.wire_dtype, spec.setting.chunk_bytes);
   PsServiceOptions options;
   if (variant.max_concurrent_pushes >= 0) {
     options.max_concurrent_pushes = variant.max_concurrent_pushes;
+  }
+  options.parse_pushes_in_place = spec.setting.parse_in_place;
+  if (spec.setting.pull_message_bytes > 0) {
+    options.pull_message_bytes = spec.setting.pull_message_bytes;
   }
   std::vector<std::pair<std::string, int>> args = PsServerChannelArgs();
   for (auto& [key, value] : args) {
     if (key == GRPC_ARG_HTTP2_BDP_PROBE) value = variant.bdp_probe ? 1 : 0;
   }
+  if (spec.setting.server_lookahead > 0) {
+    args.push_back(
+        {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, spec.setting.server_lookahead});
+  }
   absl::StatusOr<std::unique_ptr<Cluster>> cluster =
-      job.ok() ? Cluster::Start(*job, args, options)
+      job.ok() ? Cluster::Start(*job, args, options, spec.setting, spec.shard)
                : absl::StatusOr<std::unique_ptr<Cluster>>(job.status());
   if (!cluster.ok()) {
     fprintf(stderr, "ps_bench --serve_shard: %s\n",
@@ -554,17 +722,12 @@ absl::StatusOr<ServerMemory> MeasureServerMemory(const std::string& self,
                                                  uint64_t elems, int workers,
                                                  int steps,
                                                  const ServerVariant& variant) {
-  absl::StatusOr<Child> child = Child::Start(
-      {self, "--serve_shard", absl::StrCat("--elems=", elems),
-       absl::StrCat("--workers=", workers),
-       absl::StrCat("--bdp_probe=", variant.bdp_probe ? "true" : "false"),
-       absl::StrCat("--mmap_threshold=", variant.mmap_threshold),
-       absl::StrCat("--trim_threshold=", variant.trim_threshold),
-       absl::StrCat("--max_concurrent_pushes=", variant.max_concurrent_pushes),
-       absl::StrCat("--malloc_arena_max=", variant.malloc_arena_max),
-       absl::StrCat("--grpc_tcp_read_chunks=",
-                    variant.grpc_tcp_read_chunks ? "true" : "false")},
-      /*pipe_stdio=*/true);
+  ServeShardSpec spec;
+  spec.elems = elems;
+  spec.workers = workers;
+  spec.variant = variant;
+  absl::StatusOr<Child> child =
+      Child::Start(ServeShardArgv(self, spec), /*pipe_stdio=*/true);
   if (!child.ok()) return child.status();
   absl::StatusOr<std::string> port =
       child->ReadLine(absl::Now() + absl::Seconds(60));

@@ -93,9 +93,16 @@ struct PsPathSetting {
   bool parse_in_place = kParsePushesInPlace;
   // The workers' PsClientOptions.reuse_op_threads.
   bool reuse_op_threads = true;
+  // Non-empty: every shard's server runs in a process of its own, as a real
+  // job's ps_server does apart from its workers: this benchmark's binary at
+  // this path as a --serve_shard child (ServeShardMain) with ps_server's
+  // process settings (ServerVariants()[0]) and the server side of this
+  // setting. Empty: the shards run in this process.
+  std::string server_binary;
 };
 
-// Starts the shards and the workers' connections once, then runs
+// Starts the shards (in this process, or each in a child process of its own:
+// setting.server_binary) and the workers' connections once, then runs
 // StepsTimed(`steps`) sync steps on them: every worker pulls (concurrently;
 // the pull phase is timed), then every worker pushes its gradient (timed).
 // Step 0 is the cold step, reported apart, the next kSettleSteps count
@@ -176,13 +183,33 @@ struct ServerVariant {
 // one thing of it, and one is the server before process_memory.h.
 std::vector<ServerVariant> ServerVariants();
 
-// Child role for the memory benchmark: serves one shard (momentum) of a
-// `elems`-element tensor for `workers` workers on 127.0.0.1 port 0 as
-// `variant` says (PsServerChannelArgs() with the variant's BDP probe; the
-// process settings through ConfigureProcessMemory, so call it first in the
-// process), prints the port on stdout, and exits 0 when stdin closes (or on
-// SIGTERM, or after 30 minutes).
-int ServeShardMain(uint64_t elems, int workers, const ServerVariant& variant);
+// What one --serve_shard child serves: shard `shard` of OneTensorJob(elems,
+// servers, workers, optimizer, setting.wire_dtype, setting.chunk_bytes),
+// with the server side of `setting` (its ShardOptions, the stream lookahead
+// and PsServiceOptions it names) and the process settings of `variant`.
+struct ServeShardSpec {
+  uint64_t elems = 0;
+  int workers = 1;
+  int servers = 1;
+  int shard = 0;
+  pstrain::v1::OptimizerConfig::Kind optimizer =
+      pstrain::v1::OptimizerConfig::MOMENTUM;
+  PsPathSetting setting;
+  ServerVariant variant;
+};
+
+// The child's command line: `self` --serve_shard and the flags
+// tools/bench/serve_shard_flags.cc turns back into `spec`.
+std::vector<std::string> ServeShardArgv(const std::string& self,
+                                        const ServeShardSpec& spec);
+
+// Child role (the memory benchmark, and MeasurePsPath with
+// setting.server_binary): serves `spec` on 127.0.0.1 port 0
+// (PsServerChannelArgs() with the variant's BDP probe; the process settings
+// through ConfigureProcessMemory, so call it first in the process), prints the
+// port on stdout, and exits 0 when stdin closes (or on SIGTERM, or after 30
+// minutes).
+int ServeShardMain(const ServeShardSpec& spec);
 
 struct ServerMemory {
   int64_t peak_rss_bytes = 0;  // the server process's VmHWM

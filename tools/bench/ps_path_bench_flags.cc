@@ -70,6 +70,12 @@ ABSL_FLAG(bool, compare_held_one_pass, false,
           "also measure every push/pull row with a one-worker term applied "
           "in two passes (ShardOptions.apply_held_in_one_pass off; rows "
           "tagged _twopass)");
+ABSL_FLAG(bool, servers_in_process, false,
+          "every row's shards in this process (default: each in a process "
+          "of its own, this binary as a --serve_shard child)");
+ABSL_FLAG(bool, compare_in_process, false,
+          "beside each row, the same with its shards in this process "
+          "(rows _inproc)");
 ABSL_FLAG(bool, compare_op_threads, false,
           "also measure every push/pull row with each operation's shard "
           "tasks on threads started for it (PsClientOptions.reuse_op_threads "
@@ -96,6 +102,8 @@ absl::StatusOr<PsPathBenchOptions> PsPathBenchOptionsFromFlags(
   r.compare_apply_block = absl::GetFlag(FLAGS_compare_apply_block);
   r.compare_held_one_pass = absl::GetFlag(FLAGS_compare_held_one_pass);
   r.compare_op_threads = absl::GetFlag(FLAGS_compare_op_threads);
+  r.servers_in_process = absl::GetFlag(FLAGS_servers_in_process);
+  r.compare_in_process = absl::GetFlag(FLAGS_compare_in_process);
   r.compare_lookahead = absl::GetFlag(FLAGS_compare_lookahead);
   r.compare_pull_streams = absl::GetFlag(FLAGS_compare_pull_streams);
   if (r.compare_pull_streams < 0 || r.compare_pull_streams > 8) {

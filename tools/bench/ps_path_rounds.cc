@@ -33,7 +33,8 @@ bool BesideARow(const std::string& name) {
 
 }  // namespace
 
-PsPathMeasures RealPsPathMeasures(Iperf3* iperf3, GrpcStream* stream) {
+PsPathMeasures RealPsPathMeasures(Iperf3* iperf3, GrpcStream* stream,
+                                  const std::string& server_binary) {
   PsPathMeasures m;
   if (iperf3 != nullptr) m.iperf3 = [iperf3] { return iperf3->Measure(2); };
   // The bare stream's warm median, as the push and pull figures are.
@@ -48,22 +49,26 @@ PsPathMeasures RealPsPathMeasures(Iperf3* iperf3, GrpcStream* stream) {
     return warm(stream->DownloadSteady(bytes, kSteadySteps));
   };
   m.cpu_times = ReadCpuTimes;
-  m.push_pull = [](uint64_t bytes, int servers, int workers,
-                   const ShardSetting& setting) {
+  m.push_pull = [server_binary](uint64_t bytes, int servers, int workers,
+                                const ShardSetting& setting) {
+    PsPathSetting s = setting;
+    if (!setting.in_process) s.server_binary = server_binary;
     return MeasurePsPath(bytes / sizeof(float), servers, workers, kSteadySteps,
-                         setting);
+                         s);
   };
   return m;
 }
 
 std::vector<ShardSetting> ShardSettings(const PsPathRoundsOptions& options) {
-  std::vector<ShardSetting> settings = {ShardSetting{}};
+  ShardSetting shipped;
+  shipped.in_process = options.servers_in_process;
+  std::vector<ShardSetting> settings = {shipped};
   // A setting of its own, tagged `suffix`, changed from the shipped one by
   // `change`.
   auto compare = [&](bool on, const char* suffix,
                      const std::function<void(ShardSetting*)>& change) {
     if (!on) return;
-    ShardSetting s;
+    ShardSetting s = shipped;
     s.suffix = suffix;
     change(&s);
     settings.push_back(std::move(s));
@@ -103,6 +108,8 @@ std::vector<ShardSetting> ShardSettings(const PsPathRoundsOptions& options) {
           [](ShardSetting* s) { s->apply_held_in_one_pass = false; });
   compare(options.compare_op_threads, "_ownthreads",
           [](ShardSetting* s) { s->reuse_op_threads = false; });
+  compare(options.compare_in_process && !options.servers_in_process, "_inproc",
+          [](ShardSetting* s) { s->in_process = true; });
   for (ShardSetting& s : settings) {
     s.chunk_bytes = static_cast<uint64_t>(options.chunk_kib) << 10;
   }
@@ -249,6 +256,7 @@ std::string PsPathReport(const PsPathRounds& rounds) {
       {"_inplace", "parsed into a PushRequest / in place"},
       {"_twopass", "one-worker term in one pass / two passes"},
       {"_ownthreads", "shard tasks on reused threads / threads of their own"},
+      {"_inproc", "shards apart / in the bench's process"},
       {"_pullstreams", "shipped pull streams / --compare_pull_streams"}};
   for (const auto& [suffix, label] : kCompared) {
     for (const auto& [name, values] : rounds) {
@@ -289,8 +297,8 @@ int RunPsPathBench(const PsPathBenchOptions& options) {
     return 1;
   }
   const PsPathRounds rounds = RunPsPathRounds(
-      options.rounds,
-      RealPsPathMeasures(iperf.ok() ? iperf->get() : nullptr, stream->get()));
+      options.rounds, RealPsPathMeasures(iperf.ok() ? iperf->get() : nullptr,
+                                         stream->get(), options.self_path));
   std::printf("%s", PsPathReport(rounds).c_str());
   if (options.memory_params == 0) return 0;
   std::vector<ServerVariant> variants = ServerVariants();

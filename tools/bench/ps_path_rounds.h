@@ -69,6 +69,11 @@ struct PsPathRoundsOptions {
   // And with each operation's shard tasks on threads started for it (tagged
   // "_ownthreads": PsClientOptions.reuse_op_threads off).
   bool compare_op_threads = false;
+  // The shards of every row in the bench's process (else each in a process
+  // of its own, as ps_server runs apart from its workers), and a row
+  // "_inproc" beside each with them in the bench's process.
+  bool servers_in_process = false;
+  bool compare_in_process = false;
   // And with the shard map's chunks at this many KiB (tagged "_chunks";
   // 0: not compared).
   int compare_chunk_kib = 0;
@@ -81,6 +86,9 @@ struct PsPathRoundsOptions {
 // names: "" (shipped), "_atcommit", ...
 struct ShardSetting : PsPathSetting {
   std::string suffix;
+  // The shards in the bench's process (else each in a process of its own
+  // where the measures know the binary: RealPsPathMeasures).
+  bool in_process = false;
 };
 
 // The shipped setting, then each one the options compare it with.
@@ -101,9 +109,13 @@ struct PsPathMeasures {
 
 // Iperf3::Measure(2) (none when `iperf3` is null), the stream's warm
 // UploadSteady and DownloadSteady, and MeasurePsPath of bytes / 4 fp32
-// elements, each over kSteadySteps warm steps on one connection (cluster).
-// The pointers must outlive the measures.
-PsPathMeasures RealPsPathMeasures(Iperf3* iperf3, GrpcStream* stream);
+// elements, each over kSteadySteps warm steps on one connection (cluster),
+// its shards in processes of their own (`server_binary`, this benchmark's
+// binary, as PsPathSetting::server_binary) unless the setting says
+// in_process or `server_binary` is empty. The pointers must outlive the
+// measures.
+PsPathMeasures RealPsPathMeasures(Iperf3* iperf3, GrpcStream* stream,
+                                  const std::string& server_binary = "");
 
 // Row name -> GB/s per round (NaN where a round did not measure it):
 // "iperf3", "grpc_upload_16MB", "grpc_download_16MB", "push_16MB_2s_4w",

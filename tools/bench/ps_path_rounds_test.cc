@@ -225,6 +225,24 @@ TEST(ShardSettings, TheOnePassTermAndReusedThreadsAreComparedWithTheirTags) {
   EXPECT_FALSE(s[2].reuse_op_threads);
 }
 
+TEST(ShardSettings, ShardsApartByDefaultAndInProcessWhenAsked) {
+  PsPathRoundsOptions o = OneRow(1);
+  o.compare_in_process = true;
+  o.compare_parse = true;
+  std::vector<ShardSetting> s = ShardSettings(o);
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_FALSE(s[0].in_process);
+  EXPECT_FALSE(s[1].in_process);  // the other parse, apart as well
+  EXPECT_EQ(s[2].suffix, "_inproc");
+  EXPECT_TRUE(s[2].in_process);
+  // Every row in this process: no "_inproc" twin, the compared ones too.
+  o.servers_in_process = true;
+  s = ShardSettings(o);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_TRUE(s[0].in_process);
+  EXPECT_TRUE(s[1].in_process);
+}
+
 TEST(RunPsPathRounds, TheOnePassTermAndReusedThreadsPrintTheirRatios) {
   PsPathRoundsOptions o = OneRow(2);
   o.compare_held_one_pass = true;

@@ -1,19 +1,23 @@
 // The child role that ps_bench and ps_path_bench share: MeasureServerMemory
-// (tools/bench/ps_path.h) runs the benchmark's own binary with --serve_shard
-// and the variant's flags (--elems, --workers, --bdp_probe,
-// --mmap_threshold, --max_concurrent_pushes, --malloc_arena_max,
-// --grpc_tcp_read_chunks), defined once here. Only those two mains call
-// these (the flags are part of the binaries, not of any library).
+// and MeasurePsPath with setting.server_binary (tools/bench/ps_path.h) run
+// the benchmark's own binary with --serve_shard and the flags of a
+// ServeShardSpec (ServeShardArgv), defined once here. Only those two mains
+// and the test of the flags link this (the flags are part of the binaries,
+// not of any library).
 #ifndef PSTRAIN_TOOLS_BENCH_SERVE_SHARD_FLAGS_H_
 #define PSTRAIN_TOOLS_BENCH_SERVE_SHARD_FLAGS_H_
 
+#include "tools/bench/ps_path.h"
+
 namespace pstrain::bench {
 
-// --serve_shard: this process is the memory benchmark's shard server.
+// --serve_shard: this process is a benchmark's shard server.
 bool ServeShardRequested();
 
-// ServeShardMain with the elements, workers and ServerVariant the flags
-// give; its exit status.
+// The ServeShardSpec the flags give (ServeShardArgv's inverse).
+ServeShardSpec ServeShardSpecFromFlags();
+
+// ServeShardMain(ServeShardSpecFromFlags()); its exit status.
 int ServeShardFromFlags();
 
 }  // namespace pstrain::bench

@@ -97,6 +97,20 @@ CpuTimes ReadCpuTimesWith(pid_t other) {
   return CpuTimes{self.busy + Nanos(cpu), self.total};
 }
 
+CpuTimes ReadCpuTimesWith(const std::vector<pid_t>& others) {
+  CpuTimes sum = ReadCpuTimes();
+  for (pid_t other : others) {
+    clockid_t clock;
+    timespec cpu;
+    if (sum.total == 0 || clock_getcpuclockid(other, &clock) != 0 ||
+        clock_gettime(clock, &cpu) != 0) {
+      return {};
+    }
+    sum.busy += Nanos(cpu);
+  }
+  return sum;
+}
+
 CpuTimes ReadChildrenCpuTimes() {
   rusage usage;
   if (getrusage(RUSAGE_CHILDREN, &usage) != 0) return {};
@@ -107,6 +121,15 @@ uint64_t ReadMinorFaults() {
   rusage usage;
   if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
   return static_cast<uint64_t>(usage.ru_minflt);
+}
+
+uint64_t ReadMinorFaultsOf(pid_t pid) {
+  const std::string path = absl::StrCat("/proc/", pid, "/stat");
+  std::ifstream in(path);
+  std::string line;
+  if (!std::getline(in, line)) return 0;
+  absl::StatusOr<ProcStat> st = ParseProcStat(line, path);
+  return st.ok() ? st->minor_faults : 0;
 }
 
 CpuTimes AddCpuDelta(const CpuTimes& sum, const CpuTimes& a,
@@ -128,16 +151,17 @@ absl::StatusOr<ProcStat> ParseProcStat(absl::string_view text,
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": no ')' after the command name"));
   }
-  // After the name: state (field 3), ..., utime (14), stime (15).
+  // After the name: state (field 3), ..., minflt (10), ..., utime (14),
+  // stime (15).
   const std::vector<absl::string_view> f =
       absl::StrSplit(text.substr(close + 1), ' ', absl::SkipEmpty());
-  uint64_t utime = 0, stime = 0;
-  if (f.size() < 13 || f[0].size() != 1 || !absl::SimpleAtoi(f[11], &utime) ||
-      !absl::SimpleAtoi(f[12], &stime)) {
+  uint64_t utime = 0, stime = 0, minflt = 0;
+  if (f.size() < 13 || f[0].size() != 1 || !absl::SimpleAtoi(f[7], &minflt) ||
+      !absl::SimpleAtoi(f[11], &utime) || !absl::SimpleAtoi(f[12], &stime)) {
     return absl::InvalidArgumentError(absl::StrCat(
         source, ": expected the state and 12 more fields after the name"));
   }
-  return ProcStat{f[0][0], utime + stime};
+  return ProcStat{f[0][0], utime + stime, minflt};
 }
 
 int CsvDataRows(absl::string_view text) {

@@ -67,6 +67,8 @@ CpuTimes ReadCpuTimes();
 // clock_getcpuclockid: all its threads, in nanoseconds). Zero where either
 // clock cannot be read (e.g. `other` has been reaped).
 CpuTimes ReadCpuTimesWith(pid_t other);
+// The same with every process of `others` added.
+CpuTimes ReadCpuTimesWith(const std::vector<pid_t>& others);
 // The same for the children this process has waited for (getrusage
 // RUSAGE_CHILDREN, user and system, descendants they waited for included):
 // the difference over a job whose processes were started and waited for in
@@ -77,6 +79,8 @@ CpuTimes ReadChildrenCpuTimes();
 // pages: the difference over a phase shows it (docs/performance-log.md, "One
 // malloc arena in every worker").
 uint64_t ReadMinorFaults();
+// The same of process `pid` (/proc/PID/stat, field 10; 0 if unknown).
+uint64_t ReadMinorFaultsOf(pid_t pid);
 // `sum` + (b - a).
 CpuTimes AddCpuDelta(const CpuTimes& sum, const CpuTimes& a, const CpuTimes& b);
 // The share of the CPUs' time that was busy in `t` (1: every core busy all
@@ -84,13 +88,14 @@ CpuTimes AddCpuDelta(const CpuTimes& sum, const CpuTimes& a, const CpuTimes& b);
 double BusyShare(const CpuTimes& t);
 
 // The CPU time (user + system, all threads, in clock ticks) in the text of
-// /proc/PID/stat, and its state letter ('Z' for a process that exited and
-// was not reaped yet). The command name may hold spaces and parentheses:
-// the fields are counted from its last ')'. INVALID_ARGUMENT naming
-// `source` when the text is not such a line.
+// /proc/PID/stat, its minor page faults, and its state letter ('Z' for a
+// process that exited and was not reaped yet). The command name may hold spaces
+// and parentheses: the fields are counted from its last ')'. INVALID_ARGUMENT
+// naming `source` when the text is not such a line.
 struct ProcStat {
   char state = '?';
   uint64_t cpu_ticks = 0;
+  uint64_t minor_faults = 0;
 };
 absl::StatusOr<ProcStat> ParseProcStat(absl::string_view text,
                                        absl::string_view source);

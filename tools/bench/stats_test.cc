@@ -128,11 +128,16 @@ TEST(CpuTimes, ARunningChildsSpinAddsToThisProcesssTime) {
   // The child's 50 ms on top of at least what this process had used.
   EXPECT_GE(both.busy, self.busy + 50000000u);
   EXPECT_GE(both.total, self.total);
+  // The list form: the same child, and the same child twice.
+  const std::vector<pid_t> once = {child}, twice = {child, child};
+  EXPECT_GE(ReadCpuTimesWith(once).busy, self.busy + 50000000u);
+  EXPECT_GE(ReadCpuTimesWith(twice).busy, self.busy + 100000000u);
   ASSERT_EQ(kill(child, SIGKILL), 0);
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   // Reaped: its clock is gone, and the read says it could not measure.
   EXPECT_EQ(ReadCpuTimesWith(child).total, 0u);
+  EXPECT_EQ(ReadCpuTimesWith(once).total, 0u);
 }
 
 // Touching fresh anonymous pages faults once per page.
@@ -152,6 +157,15 @@ TEST(MinorFaults, FreshPagesCountOncePerPage) {
   EXPECT_LT(again, kPages / 8);
 }
 
+// The same count read for a process by pid: this one's, through /proc.
+TEST(MinorFaults, OfAProcessByPid) {
+  const uint64_t self = ReadMinorFaults();
+  const uint64_t by_pid = ReadMinorFaultsOf(getpid());
+  EXPECT_GT(self, 0u);
+  EXPECT_GE(by_pid, self);               // read later: not fewer
+  EXPECT_EQ(ReadMinorFaultsOf(-1), 0u);  // no such process
+}
+
 TEST(ParseProcStat, CountsFieldsFromTheLastParenthesis) {
   // A command name with spaces and a ')' of its own; utime 250, stime 70.
   const std::string line =
@@ -161,6 +175,7 @@ TEST(ParseProcStat, CountsFieldsFromTheLastParenthesis) {
   ASSERT_TRUE(st.ok()) << st.status();
   EXPECT_EQ(st->state, 'S');
   EXPECT_EQ(st->cpu_ticks, 320u);
+  EXPECT_EQ(st->minor_faults, 900u);
   absl::StatusOr<ProcStat> zombie =
       ParseProcStat("7 (w) Z 1 7 7 0 -1 0 0 0 0 0 3 4 0 0 20 0 1 0 9", "z");
   ASSERT_TRUE(zombie.ok()) << zombie.status();
