@@ -953,10 +953,8 @@ const std::vector<Key>& KeyTable() {
       Row("network", "push_streams", IntCodec<int32_t>(), 0,
           PS_FIELD(network, push_streams),
           "Streams (each its own connection) a worker splits each shard's "
-          "push over: 1 to 8, or 0: 2 in mode sync without backup workers "
-          "with one worker and one server for shard pushes of at least 8 "
-          "MiB, else 1; more than 1 only in mode sync without backup workers "
-          "([one push over several "
+          "push over: 1 to 8, or 0: 1 (one stream per shard); more than 1 "
+          "only in mode sync without backup workers ([one push over several "
           "streams](architecture.md#one-push-over-several-streams))."),
       Row("network", "pull_streams", IntCodec<int32_t>(), 0,
           PS_FIELD(network, pull_streams),
@@ -1784,19 +1782,9 @@ absl::Status ApplyFlagOverrides(const std::vector<FlagOverride>& overrides,
   return valid;
 }
 
-uint64_t PushSplitMinBytes(const JobConfig& config) {
-  return config.network().push_streams() > 0 ? 0 : kDefaultSplitMinPushBytes;
-}
-
 int PushStreams(const JobConfig& config) {
-  if (config.network().push_streams() > 0) {
-    return config.network().push_streams();
-  }
-  const v1::TrainingConfig& t = config.training();
-  return t.mode() == v1::MODE_SYNC && t.backup_workers() == 0 &&
-                 config.job().workers() == 1 && config.job().servers() <= 1
-             ? kDefaultPushStreams
-             : 1;
+  return config.network().push_streams() > 0 ? config.network().push_streams()
+                                             : kDefaultPushStreams;
 }
 
 int PullStreams(const JobConfig& config) {

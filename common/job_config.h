@@ -88,26 +88,20 @@ inline constexpr int64_t kCriteoCategorical = 26;
 
 // network.push_streams: at most this many; 0 picks PushStreams' default.
 inline constexpr int kMaxPushStreamsConfig = 8;
-inline constexpr int kDefaultPushStreams = 2;
-// With network.push_streams 0, a shard's push smaller than this goes as one
-// stream (PsClientOptions::split_min_bytes): measured on one worker and one
-// server, a 4 MB push was faster as one stream and a 16 MB one as two
-// (docs/performance-log.md, "One stream per shard with several servers").
-inline constexpr uint64_t kDefaultSplitMinPushBytes = uint64_t{8} << 20;
+// The default: one stream per shard in every layout. A split over two
+// streams (the default with one worker and one server until 2026-12-06)
+// used the core a single stream leaves idle while the server ran where the
+// scheduler put it; with the server on a core of its own (psctl run,
+// common/cpu_placement.h) its two streams' work shares that core, and real
+// 1 x 1 jobs pushed 1.12x (16 MB) and 1.04x (64 MB) faster as one stream
+// (docs/performance-log.md, "One stream per push with the server on a core
+// of its own").
+inline constexpr int kDefaultPushStreams = 1;
 
 // The streams a worker splits each shard's push over (PushHeader.parts):
-// network.push_streams, or for 0 kDefaultPushStreams in plain sync (mode
-// sync, no backup workers) with one worker and one server, and 1
-// otherwise. Splitting uses the cores a single push stream leaves idle;
-// with several workers each server already receives several streams at
-// once, and with several servers the worker already sends several, and a
-// split measured slower in both (docs/architecture.md, "One push over
-// several streams").
+// network.push_streams, or kDefaultPushStreams for 0 (docs/architecture.md,
+// "One push over several streams").
 int PushStreams(const JobConfig& config);
-// The smallest shard push the worker splits (PsClientOptions::
-// split_min_bytes): kDefaultSplitMinPushBytes when network.push_streams is
-// 0, else 0 (a number of streams the job asks for is always used).
-uint64_t PushSplitMinBytes(const JobConfig& config);
 
 // The streams a worker splits each shard's pull over (PullRequest.parts):
 // network.pull_streams, 1 for 0. Not split by default: on one worker and

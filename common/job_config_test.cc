@@ -1137,9 +1137,9 @@ TEST(JobConfigTest, Fp16WireIsAWarning) {
                                 HasSubstr("65504"), HasSubstr("saturated"))));
 }
 
-// network.push_streams: 0 (the default) picks 2 in plain sync with one
-// worker and one server and 1 elsewhere; more than 1 only in plain sync; at
-// most 8; errors name the key (and the file and line when parsed).
+// network.push_streams: 0 (the default) is one stream in every layout;
+// more than 1 only in plain sync; at most 8; errors name the key (and the
+// file and line when parsed).
 TEST(JobConfigTest, PushStreams) {
   JobConfig c = DefaultJobConfig();
   EXPECT_EQ(c.network().push_streams(), 0);
@@ -1149,10 +1149,11 @@ TEST(JobConfigTest, PushStreams) {
   c.mutable_job()->set_workers(1);
   c.mutable_job()->set_servers(2);
   FinalizeJobConfig(&c);
-  EXPECT_EQ(PushStreams(c), 1);  // the worker already sends two streams
+  EXPECT_EQ(PushStreams(c), 1);
   c.mutable_job()->set_servers(1);
   FinalizeJobConfig(&c);
-  EXPECT_EQ(PushStreams(c), kDefaultPushStreams);
+  EXPECT_EQ(PushStreams(c), 1);  // one worker, one server: one stream too
+  EXPECT_EQ(kDefaultPushStreams, 1);
   JobConfig async = c;
   async.mutable_training()->set_mode(v1::MODE_ASYNC);
   EXPECT_EQ(PushStreams(async), 1);
@@ -1165,9 +1166,6 @@ TEST(JobConfigTest, PushStreams) {
       ParseJobConfig("network:\n  push_streams: 4\n", "job.yaml");
   ASSERT_TRUE(four.ok()) << four.status();
   EXPECT_EQ(PushStreams(*four), 4);
-  // The default's split only for large pushes; an asked-for number always.
-  EXPECT_EQ(PushSplitMinBytes(c), kDefaultSplitMinPushBytes);
-  EXPECT_EQ(PushSplitMinBytes(*four), 0u);
   EXPECT_TRUE(ValidateJobConfig(*four).ok()) << ValidateJobConfig(*four);
   EXPECT_THAT(JobConfigToYaml(*four), HasSubstr("push_streams: 4"));
   absl::StatusOr<JobConfig> negative =

@@ -17,7 +17,6 @@ absl::StatusOr<std::unique_ptr<PsClient>> ConnectShards(
     const std::shared_ptr<grpc::ChannelCredentials>& creds,
     PsClientOptions options) {
   options.push_streams = PushStreams(config);
-  options.split_min_bytes = PushSplitMinBytes(config);
   options.pull_streams = PullStreams(config);
   return PsClient::Connect(
       job.shard_map(),

@@ -59,7 +59,6 @@ absl::StatusOr<std::vector<TensorList>> RunParameterServerJob(
   client_options.barrier_timeout =
       absl::Seconds(config.network().barrier_timeout_s());
   client_options.push_streams = PushStreams(config);  // as workers do
-  client_options.split_min_bytes = PushSplitMinBytes(config);
   client_options.pull_streams = PullStreams(config);
   std::vector<TensorList> finals(config.job().workers());
   PS_RETURN_IF_ERROR(

@@ -154,7 +154,6 @@ absl::StatusOr<JobResult> RunJob(const JobConfig& config, int64_t rows_read) {
   client_options.barrier_timeout =
       absl::Seconds(config.network().barrier_timeout_s());
   client_options.push_streams = PushStreams(config);
-  client_options.split_min_bytes = PushSplitMinBytes(config);
   const int workers = config.job().workers();
   const int64_t steps = config.training().steps();
   JobResult result;

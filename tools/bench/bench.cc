@@ -166,15 +166,10 @@ std::string PsName(const char* op, uint64_t bytes, int servers, int workers) {
 
 // A real-job series: "real_comm_4MB" for 1 server and 1 worker (the layer
 // table's rows), "real_comm_4MB_2s_4w" for other layouts.
-// Whether the 1-server, 1-worker push of a `bytes` tensor is split as
-// shipped: the job's PushStreams, from its PushSplitMinBytes on (as
-// MeasurePsPath's workers pick them).
-bool PushIsSplit(uint64_t bytes) {
-  absl::StatusOr<pstrain::v1::JobSpec> job = OneTensorJob(
-      bytes / sizeof(float), 1, 1, pstrain::v1::OptimizerConfig::SGD);
-  return job.ok() && PushStreams(job->config()) > 1 &&
-         bytes >= PushSplitMinBytes(job->config());
-}
+// The 1-server, 1-worker pushes the bench also measures split over
+// kSplitPushStreams streams (the shipped push is one stream): those of 8
+// MiB and more, where a split was the default until 2026-12-06.
+bool SplitCompared(uint64_t bytes) { return bytes >= (uint64_t{8} << 20); }
 
 std::string RealName(const char* what, uint64_t bytes, int servers,
                      int workers) {
@@ -371,30 +366,29 @@ void RunRound(const Plan& plan, int round, Iperf3* iperf,
     r->Set(PsName("pull_bf16", bytes, 1, 1), "GB/s", round,
            ps->pull_bytes_per_s / 1e9);
   }
-  // 2c. The same push as one stream per shard (network.push_streams 1),
-  // beside the shipped split (kDefaultPushStreams streams; same round).
-  // Below PushSplitMinBytes the shipped push is one stream too: nothing to
-  // compare (said once, in the first round).
+  // 2c. The same push split over kSplitPushStreams streams per shard
+  // (network.push_streams 2), beside the shipped one stream (same round), at
+  // the sizes SplitCompared names (said once, in the first round).
   for (uint64_t bytes : plan.ps_bytes) {
     if (StopRequested()) return;
-    if (!PushIsSplit(bytes)) {
+    if (!SplitCompared(bytes)) {
       if (round == 0) {
         fprintf(stderr,
-                "ps_bench: push %s as one stream not measured: the shipped "
-                "push is one stream at this size as well\n",
-                SizeName(bytes).c_str());
+                "ps_bench: push %s split over %d streams not measured: "
+                "compared from 8 MiB on\n",
+                SizeName(bytes).c_str(), kSplitPushStreams);
       }
       continue;
     }
-    PsPathSetting one_stream = apart;
-    one_stream.push_streams = 1;
+    PsPathSetting split = apart;
+    split.push_streams = kSplitPushStreams;
     absl::StatusOr<PsPathResult> ps =
-        MeasurePsPath(bytes / sizeof(float), 1, 1, plan.ps_steps, one_stream);
+        MeasurePsPath(bytes / sizeof(float), 1, 1, plan.ps_steps, split);
     if (!ps.ok()) {
-      errors->Add(PsName("pstrain one stream", bytes, 1, 1), ps.status());
+      errors->Add(PsName("pstrain split push", bytes, 1, 1), ps.status());
       continue;
     }
-    r->Set(PsName("push_1stream", bytes, 1, 1), "GB/s", round,
+    r->Set(PsName("push_split", bytes, 1, 1), "GB/s", round,
            ps->push_bytes_per_s / 1e9);
   }
   // 2d. Row-sparse tables: rows/s pulled and pushed, and a dense tensor of
@@ -872,19 +866,20 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
            RatioMedian(r, R, bytes, dense), "", 0, "no goal"});
     }
   }
-  // One push over several streams: no goal, the ratio to one stream
-  // (sizes the shipped push splits).
+  // One push over several streams: no goal, the split's ratio to the
+  // shipped one stream.
   for (uint64_t bytes : plan.ps_bytes) {
-    if (!PushIsSplit(bytes)) continue;
-    const std::string split = PsName("push", bytes, 1, 1);
-    const std::string one = PsName("push_1stream", bytes, 1, 1);
-    goals.push_back({absl::StrCat("push ", SizeName(bytes),
-                                  ", 1 server, 1 worker: ", kDefaultPushStreams,
-                                  " streams (network.push_streams) / one "
-                                  "stream (",
-                                  Fmt(r.Median(one)), " GB/s)"),
-                     Fmt(r.Median(split)) + " GB/s",
-                     RatioMedian(r, R, split, one), "", 0, "no goal"});
+    if (!SplitCompared(bytes)) continue;
+    const std::string split = PsName("push_split", bytes, 1, 1);
+    const std::string one = PsName("push", bytes, 1, 1);
+    goals.push_back(
+        {absl::StrCat("push ", SizeName(bytes),
+                      ", 1 server, 1 worker: ", kSplitPushStreams,
+                      " streams (network.push_streams: ", kSplitPushStreams,
+                      ") / one stream as shipped (", Fmt(r.Median(one)),
+                      " GB/s)"),
+         Fmt(r.Median(split)) + " GB/s", RatioMedian(r, R, split, one), "", 0,
+         "no goal"});
   }
   for (size_t v = 0; v < variants.size(); ++v) {
     double lo = 0, hi = 0;

@@ -128,11 +128,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> NewClient(
   options.session_id = rank + 1;
   options.wire_dtype = config.network().wire_dtype();
   options.push_streams = PushStreams(config);
-  options.split_min_bytes = PushSplitMinBytes(config);
-  if (setting.push_streams > 0) {
-    options.push_streams = setting.push_streams;
-    options.split_min_bytes = 0;
-  }
+  if (setting.push_streams > 0) options.push_streams = setting.push_streams;
   options.pull_streams = PullStreams(config);
   if (setting.pull_streams > 0) options.pull_streams = setting.pull_streams;
   if (setting.push_message_bytes > 0) {

@@ -30,10 +30,9 @@ ABSL_FLAG(bool, compare_apply_terms, false,
           "ShardOptions.apply_terms_on_arrival off (one worker: the term held "
           "for the applier thread)");
 ABSL_FLAG(bool, compare_push_streams, false,
-          "also measure every push/pull row with each push as one stream "
-          "(PsClientOptions.push_streams 1, where the job's default splits "
-          "it: one worker in plain sync; rows with several workers push one "
-          "stream anyway and measure the same setting twice)");
+          "also measure every push/pull row with each push split over two "
+          "streams per shard (PsClientOptions.push_streams 2; rows tagged "
+          "_split; the job's default is one stream)");
 
 ABSL_FLAG(int, compare_pull_streams, 0,
           "also measure every push/pull row with each pull over this many "

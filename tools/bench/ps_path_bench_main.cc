@@ -2,12 +2,12 @@
 // work on the data path (docs/performance.md; what a round measures and
 // prints: tools/bench/ps_path_rounds.h). --compare_early_apply,
 // --compare_hold_first_term and --compare_apply_terms add rows with that
-// ShardOptions setting off, --compare_push_streams rows with every push as
-// one stream, and the other --compare_* flags (ps_path_bench_flags.cc) rows
-// with their setting, in the same rounds. Flags
+// ShardOptions setting off, --compare_push_streams rows with every push
+// split over two streams, and the other --compare_* flags
+// (ps_path_bench_flags.cc) rows with their setting, in the same rounds. Flags
 // (ps_path_bench_flags.h) -> PsPathBenchOptions -> RunPsPathBench -> exit;
-// as the child of the memory run (--serve_shard, serve_shard_flags.h) it
-// serves one shard instead.
+// as a shard server child (--serve_shard, serve_shard_flags.h) it serves
+// one shard instead.
 #include <cstdio>
 #include <string>
 

@@ -79,8 +79,8 @@ std::vector<ShardSetting> ShardSettings(const PsPathRoundsOptions& options) {
           [](ShardSetting* s) { s->hold_first_term = false; });
   compare(options.compare_apply_terms, "_applier",
           [](ShardSetting* s) { s->apply_terms_on_arrival = false; });
-  compare(options.compare_push_streams, "_1stream",
-          [](ShardSetting* s) { s->push_streams = 1; });
+  compare(options.compare_push_streams, "_split",
+          [](ShardSetting* s) { s->push_streams = 2; });
   compare(
       options.compare_pull_streams > 0, "_pullstreams",
       [&](ShardSetting* s) { s->pull_streams = options.compare_pull_streams; });
@@ -247,7 +247,7 @@ std::string PsPathReport(const PsPathRounds& rounds) {
       {"_atcommit", "early apply / at commit"},
       {"_noheld", "held term / not held"},
       {"_applier", "term applied on arrival / by the applier"},
-      {"_1stream", "push split over streams / one stream"},
+      {"_split", "one push stream / split over two"},
       {"_wholechunk", "optimizer in blocks / whole chunks"},
       {"_pushmsg", "shipped push messages / --compare_push_message_kib"},
       {"_pullmsg", "shipped pull messages / --compare_pull_message_kib"},

@@ -37,8 +37,8 @@ struct PsPathRoundsOptions {
   // And with ShardOptions.apply_terms_on_arrival off (tagged "_applier": a
   // one-worker term held for the shard's applier thread).
   bool compare_apply_terms = false;
-  // And with every push as one stream (tagged "_1stream": PsClientOptions.
-  // push_streams 1, where the job's default splits it).
+  // And with every push split over two streams per shard (tagged "_split":
+  // PsClientOptions.push_streams 2; the job's default is one stream).
   bool compare_push_streams = false;
   // And with every pull over this many streams at any size (tagged
   // "_pullstreams"; PsClientOptions.pull_streams; 0: not compared).

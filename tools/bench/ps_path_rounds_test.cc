@@ -51,7 +51,7 @@ struct Fakes {
       r.push_bytes_per_s = (setting.early_apply ? 1e9 : 0.5e9) *
                            (setting.hold_first_term ? 1 : 0.25) *
                            (setting.apply_terms_on_arrival ? 1 : 0.8) *
-                           (setting.push_streams == 1 ? 0.5 : 1) *
+                           (setting.push_streams == 2 ? 0.5 : 1) *
                            (setting.apply_in_blocks ? 1 : 0.9) *
                            (setting.apply_held_in_one_pass ? 1 : 0.8) *
                            (setting.reuse_op_threads ? 1 : 0.5) * (round + 1);
@@ -124,9 +124,9 @@ TEST(RunPsPathRounds, EveryComparedSettingBesideTheShippedOneInTurn) {
   EXPECT_EQ(f.calls,
             (std::vector<std::string>{
                 "iperf3", "up1", "down1", "ps1/1/1", "ps1/1/1/atcommit",
-                "ps1/1/1/noheld", "ps1/1/1/applier", "ps1/1/1/1stream",
+                "ps1/1/1/noheld", "ps1/1/1/applier", "ps1/1/1/split",
                 "ps1/1/1/wholechunk", "iperf3", "up1", "down1",
-                "ps1/1/1/wholechunk", "ps1/1/1/1stream", "ps1/1/1/applier",
+                "ps1/1/1/wholechunk", "ps1/1/1/split", "ps1/1/1/applier",
                 "ps1/1/1/noheld", "ps1/1/1/atcommit", "ps1/1/1"}));
   EXPECT_EQ(rounds.at("push_1MB_1s_1w_noheld"),
             (std::vector<double>{0.25, 0.5}));
@@ -138,7 +138,7 @@ TEST(RunPsPathRounds, EveryComparedSettingBesideTheShippedOneInTurn) {
                         "rounds: 1.25 1.25\n"),
             std::string::npos)
       << report;
-  EXPECT_NE(report.find("push split over streams / one stream 2.00  "
+  EXPECT_NE(report.find("one push stream / split over two 2.00  "
                         "rounds: 2.00 2.00\n"),
             std::string::npos)
       << report;

@@ -166,11 +166,11 @@ absl::StatusOr<std::vector<WholeJobSample>> MeasureWholeJob(
     double bare_bytes_per_s) {
   absl::StatusOr<JobFigures> alone = RunOne(m, 0, false, bin_dir, work_dir);
   if (!alone.ok()) return alone.status();
-  // The same with every push split as a one-worker push is (no goal: why
-  // the split is for one worker only: docs/architecture.md, "One push over
-  // several streams").
+  // The same with every push split over two streams (no goal: why the
+  // default is one stream: docs/architecture.md, "One push over several
+  // streams").
   absl::StatusOr<JobFigures> split =
-      RunOne(m, 0, false, bin_dir, work_dir, kDefaultPushStreams);
+      RunOne(m, 0, false, bin_dir, work_dir, kSplitPushStreams);
   if (!split.ok()) return split.status();
   const int compute_ms = std::max(1, int(std::lround(alone->comm_s * 1e3)));
   absl::StatusOr<JobFigures> both =
@@ -308,7 +308,7 @@ std::vector<WholeJobGoal> WholeJobGoals(const std::vector<WholeJobModel>& ms) {
                      p + "comm", p + "comm", p + "ideal_bare", 0});
     goals.push_back({what + absl::StrCat("communication with every push split "
                                          "over ",
-                                         kDefaultPushStreams,
+                                         kSplitPushStreams,
                                          " streams / as shipped (one stream)"),
                      p + "comm_split", p + "comm_split", p + "comm", 0});
     goals.push_back({what + "step time with compute_ms = comm and "

@@ -11,9 +11,9 @@
 //     this host's loopback, so their traffic together meets one wire);
 //     goal <= 1.5; and, no goal, against the same bytes over a bare gRPC
 //     stream's rate of the round (what gRPC itself would need);
-//  1b. the same with network.push_streams kDefaultPushStreams (every push
-//     split, as a one-worker push is): its communication against job 1's
-//     (no goal; why the split is for one worker only);
+//  1b. the same with network.push_streams kSplitPushStreams (every push
+//     split over two streams): its communication against job 1's (no goal;
+//     why the default is one stream);
 //  2. worker.compute_ms set to the communication time of job 1 (so both
 //     matter equally: the case overlap helps most) and worker.overlap: the
 //     step time (median over steps of the difference of consecutive wall_s)
@@ -38,6 +38,9 @@
 #include "common/run_record.h"
 
 namespace pstrain::bench {
+
+// The streams of job 1b's split pushes (network.push_streams).
+inline constexpr int kSplitPushStreams = 2;
 
 struct WholeJobModel {
   std::string name;  // "4M": series and figures are named after it

@@ -79,8 +79,8 @@ struct PsClientOptions {
   // At most one part per chunk. 1..kMaxPushStreams.
   int push_streams = 1;
   // A shard's push of fewer bytes than this (its chunks on the wire) goes as
-  // one stream whatever push_streams says (PushSplitMinBytes: the default's
-  // split only pays for large pushes). 0: always split.
+  // one stream whatever push_streams says. 0: always split (a job's
+  // network.push_streams is always used).
   uint64_t split_min_bytes = 0;
   // Streams each shard's pull is split over, at once: part p carries the
   // shard's chunks at positions p, p + n, ... (PullRequest.part, parts),
