@@ -87,14 +87,7 @@ CpuTimes ReadCpuTimes() {
 }
 
 CpuTimes ReadCpuTimesWith(pid_t other) {
-  const CpuTimes self = ReadCpuTimes();
-  clockid_t clock;
-  timespec cpu;
-  if (self.total == 0 || clock_getcpuclockid(other, &clock) != 0 ||
-      clock_gettime(clock, &cpu) != 0) {
-    return {};
-  }
-  return CpuTimes{self.busy + Nanos(cpu), self.total};
+  return ReadCpuTimesWith(std::vector<pid_t>{other});
 }
 
 CpuTimes ReadCpuTimesWith(const std::vector<pid_t>& others) {
