@@ -136,11 +136,32 @@ inline __attribute__((always_inline)) float HeldElement(
   return HeldTermElement(x, h.n, h.to_fixed, h.scale);
 }
 
-// The one-pass loops: SgdLoop and MomentumLoop with g[i] computed in place.
+// The same element in float arithmetic (HeldTermElementInFloats), where
+// HeldTermInFloats gave `k` and `scale`.
+inline __attribute__((always_inline)) float HeldElementInFloats(const char* src,
+                                                                float k,
+                                                                float scale,
+                                                                size_t i) {
+  float x;
+  std::memcpy(&x, src + i * sizeof(float), sizeof(float));
+  return HeldTermElementInFloats(x, k, scale);
+}
+
+// The one-pass loops: SgdLoop and MomentumLoop with g[i] computed in place,
+// in float arithmetic where HeldTermInFloats allows it (the same bits in
+// about 0.6 of the time: docs/performance-log.md, "The held term in
+// floats").
 template <bool kDecay>
 inline __attribute__((always_inline)) void SgdHeldBody(
     float lr, float wd, float* __restrict w, const Optimizer::HeldGradient& h,
     size_t n) {
+  float k = 0, scale = 0;
+  if (HeldTermInFloats(h.n, h.to_fixed, h.scale, &k, &scale)) {
+    for (size_t i = 0; i < n; ++i) {
+      SgdElement<kDecay>(HeldElementInFloats(h.src, k, scale, i), lr, wd, w[i]);
+    }
+    return;
+  }
   for (size_t i = 0; i < n; ++i) {
     SgdElement<kDecay>(HeldElement(h, i), lr, wd, w[i]);
   }
@@ -150,6 +171,14 @@ template <bool kDecay, bool kNesterov>
 inline __attribute__((always_inline)) void MomentumHeldBody(
     float lr, float wd, float mu, float* __restrict w,
     const Optimizer::HeldGradient& h, float* __restrict buf, size_t n) {
+  float k = 0, scale = 0;
+  if (HeldTermInFloats(h.n, h.to_fixed, h.scale, &k, &scale)) {
+    for (size_t i = 0; i < n; ++i) {
+      MomentumElement<kDecay, kNesterov>(
+          HeldElementInFloats(h.src, k, scale, i), lr, wd, mu, w[i], buf[i]);
+    }
+    return;
+  }
   for (size_t i = 0; i < n; ++i) {
     MomentumElement<kDecay, kNesterov>(HeldElement(h, i), lr, wd, mu, w[i],
                                        buf[i]);

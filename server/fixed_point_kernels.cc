@@ -129,6 +129,17 @@ inline __attribute__((always_inline)) void HeldToFloatBody(
   int e = 0;
   const double scale = from_fixed / samples;
   if (std::frexp(samples, &e) == 0.5 && scale >= DBL_MIN) {
+    // In float arithmetic where that gives the same bits
+    // (common/held_term.h).
+    float k = 0, scale_f = 0;
+    if (HeldTermInFloats(n, to_fixed, scale, &k, &scale_f)) {
+      for (uint64_t i = 0; i < len; ++i) {
+        float x;
+        std::memcpy(&x, src + i * sizeof(float), sizeof(float));
+        g[i] = HeldTermElementInFloats(x, k, scale_f);
+      }
+      return;
+    }
     for (uint64_t i = 0; i < len; ++i) {
       float x;
       std::memcpy(&x, src + i * sizeof(float), sizeof(float));
