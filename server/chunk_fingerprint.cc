@@ -222,7 +222,6 @@ PSTRAIN_AVX512_CRC Parts Avx512ScanImpl(const char* data, size_t len,
   return ScanTail(data, len, third, 64 * blocks, c, _mm512_reduce_max_epu32(m),
                   max_abs_bits);
 }
-#undef PSTRAIN_AVX512_CRC
 #endif
 
 // Bytes of `pieces` from a position on, copied out in order.
@@ -331,6 +330,58 @@ __attribute__((target("sse4.2"))) Parts Sse42GatherScanImpl(
   return Parts{
       {~static_cast<uint32_t>(c[0]), ~static_cast<uint32_t>(c[1]), ~c2}};
 }
+
+// Avx512ScanImpl over bytes gathered from `pieces` into `dst` a stage at a
+// time: each stage's whole 64-byte blocks are folded while they are in L1,
+// in the same order and with the same constants, and the words after the
+// last whole block go through ScanTail from `dst`, so the result is
+// Avx512ScanImpl's on the gathered bytes.
+PSTRAIN_AVX512_CRC Parts
+Avx512GatherScanImpl(absl::Span<const absl::string_view> pieces, size_t len,
+                     char* dst, uint32_t* max_abs_bits) {
+  const size_t third = Third(len);
+  const size_t blocks = third / 64;
+  if (blocks < 2) return Sse42GatherScanImpl(pieces, len, dst, max_abs_bits);
+  static_assert(kStageBytes % 64 == 0, "stages hold whole blocks");
+  char* p[3] = {dst, dst + third, dst + 2 * third};
+  PieceReader readers[3] = {PieceReader(pieces, 0), PieceReader(pieces, third),
+                            PieceReader(pieces, 2 * third)};
+  const __m512i k =
+      _mm512_set_epi64(0x9e4addf8, 0x740eef02, 0x9e4addf8, 0x740eef02,
+                       0x9e4addf8, 0x740eef02, 0x9e4addf8, 0x740eef02);
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  const __m512i init = _mm512_zextsi128_si512(_mm_cvtsi32_si128(-1));
+  __m512i acc[3];
+  __m512i m = _mm512_setzero_si512();
+  size_t b = 0;  // blocks folded
+  for (size_t i = 0; i < third;) {
+    const size_t end = std::min(third, i + kStageBytes);
+    for (int l = 0; l < 3; ++l) readers[l].Copy(p[l] + i, end - i);
+    const size_t stage_blocks = std::min(blocks, end / 64);
+    if (b == 0) {
+      for (int l = 0; l < 3; ++l) {
+        const __m512i d = _mm512_loadu_si512(p[l]);
+        m = _mm512_max_epu32(m, _mm512_and_si512(d, abs_mask));
+        acc[l] = _mm512_xor_si512(d, init);
+      }
+      b = 1;
+    }
+    for (; b < stage_blocks; ++b) {
+      for (int l = 0; l < 3; ++l) {
+        const __m512i d = _mm512_loadu_si512(p[l] + 64 * b);
+        m = _mm512_max_epu32(m, _mm512_and_si512(d, abs_mask));
+        acc[l] = Fold512(acc[l], k, d);
+      }
+    }
+    i = end;
+  }
+  readers[2].Copy(dst + 3 * third, len - 3 * third);  // the rest of part 2
+  uint64_t c[3];
+  for (int l = 0; l < 3; ++l) c[l] = Reduce512(acc[l]);
+  return ScanTail(dst, len, third, 64 * blocks, c, _mm512_reduce_max_epu32(m),
+                  max_abs_bits);
+}
+#undef PSTRAIN_AVX512_CRC
 #endif
 
 }  // namespace
@@ -406,6 +457,30 @@ Parts Avx512ScanParts(const char* data, size_t len, uint32_t* max_abs_bits) {
 #endif
 }
 
+Parts PortableGatherScanParts(absl::Span<const absl::string_view> pieces,
+                              size_t len, char* dst, uint32_t* max_abs_bits) {
+  PieceReader(pieces, 0).Copy(dst, len);
+  return PortableScanParts(dst, len, max_abs_bits);
+}
+
+Parts Sse42GatherScanParts(absl::Span<const absl::string_view> pieces,
+                           size_t len, char* dst, uint32_t* max_abs_bits) {
+#if defined(__x86_64__)
+  return Sse42GatherScanImpl(pieces, len, dst, max_abs_bits);
+#else
+  return PortableGatherScanParts(pieces, len, dst, max_abs_bits);
+#endif
+}
+
+Parts Avx512GatherScanParts(absl::Span<const absl::string_view> pieces,
+                            size_t len, char* dst, uint32_t* max_abs_bits) {
+#if defined(__x86_64__)
+  return Avx512GatherScanImpl(pieces, len, dst, max_abs_bits);
+#else
+  return PortableGatherScanParts(pieces, len, dst, max_abs_bits);
+#endif
+}
+
 uint64_t FromParts(size_t len, const Parts& parts) {
   return absl::HashOf(len, parts.crc[0], parts.crc[1], parts.crc[2]);
 }
@@ -434,15 +509,13 @@ void GatherPieces(absl::Span<const absl::string_view> pieces, size_t len,
 
 uint64_t GatherScanFingerprint(absl::Span<const absl::string_view> pieces,
                                size_t len, char* dst, uint32_t* max_abs_bits) {
-#if defined(__x86_64__)
-  if (crc32c::HasSse42()) {
-    return crc32c::FromParts(
-        len, crc32c::Sse42GatherScanImpl(pieces, len, dst, max_abs_bits));
-  }
-#endif
-  GatherPieces(pieces, len, dst);
-  return crc32c::FromParts(len,
-                           crc32c::PortableScanParts(dst, len, max_abs_bits));
+  return crc32c::FromParts(
+      len,
+      crc32c::HasAvx512Crc()
+          ? crc32c::Avx512GatherScanParts(pieces, len, dst, max_abs_bits)
+      : crc32c::HasSse42()
+          ? crc32c::Sse42GatherScanParts(pieces, len, dst, max_abs_bits)
+          : crc32c::PortableGatherScanParts(pieces, len, dst, max_abs_bits));
 }
 
 }  // namespace pstrain

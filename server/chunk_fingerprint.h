@@ -95,6 +95,15 @@ Parts Sse42ScanParts(const char* data, size_t len, uint32_t* max_abs_bits);
 // the same bits.
 bool HasAvx512Crc();
 Parts Avx512ScanParts(const char* data, size_t len, uint32_t* max_abs_bits);
+// GatherScanFingerprint's parts per build, as the scans': the same bytes
+// to `dst`, parts and largest |x| (the AVX-512 one folds each stage's
+// 64-byte blocks while they are in L1).
+Parts PortableGatherScanParts(absl::Span<const absl::string_view> pieces,
+                              size_t len, char* dst, uint32_t* max_abs_bits);
+Parts Sse42GatherScanParts(absl::Span<const absl::string_view> pieces,
+                           size_t len, char* dst, uint32_t* max_abs_bits);
+Parts Avx512GatherScanParts(absl::Span<const absl::string_view> pieces,
+                            size_t len, char* dst, uint32_t* max_abs_bits);
 // The fingerprint of `len` bytes from their parts.
 uint64_t FromParts(size_t len, const Parts& parts);
 

@@ -153,6 +153,47 @@ TEST(GatherScanFingerprintTest, SameAsScanFingerprintOfTheGatheredBytes) {
   }
 }
 
+// Every gather build this CPU runs gives the table build's parts and
+// largest |x| of the gathered bytes, and those bytes.
+TEST(GatherScanFingerprintTest, BuildsAgree) {
+  using GatherFn = crc32c::Parts (*)(absl::Span<const absl::string_view>,
+                                     size_t, char*, uint32_t*);
+  std::vector<std::pair<const char*, GatherFn>> builds = {
+      {"portable", crc32c::PortableGatherScanParts}};
+  if (crc32c::HasSse42()) {
+    builds.push_back({"sse4.2", crc32c::Sse42GatherScanParts});
+  }
+  if (crc32c::HasAvx512Crc()) {
+    builds.push_back({"avx512", crc32c::Avx512GatherScanParts});
+  }
+  const std::string big = RandomFloats((1 << 18) + 16, 8, /*specials=*/true);
+  // Around the AVX-512 build's bounds: two blocks a part (384 bytes), a
+  // stage (4096 bytes a part), several stages and a part's odd tail.
+  for (size_t bytes :
+       {0, 7, 380, 383, 384, 388, 390, 3 * 4096, 3 * 4096 + 60, 3 * 4096 + 64,
+        3 * 4096 + 200, 3 * 8192 + 13, 4 * ((1 << 18) + 3)}) {
+    const std::string s = big.substr(0, bytes);
+    uint32_t want_max = 0;
+    const crc32c::Parts want =
+        crc32c::PortableScanParts(s.data(), s.size(), &want_max);
+    for (size_t max_piece : {1, 61, 4096, 1 << 22}) {
+      const std::vector<absl::string_view> pieces =
+          RandomPieces(s, max_piece, bytes + max_piece);
+      for (const auto& [name, fn] : builds) {
+        std::string dst(s.size(), '\0');
+        uint32_t got_max = 0xdeadbeef;
+        const crc32c::Parts got = fn(pieces, s.size(), dst.data(), &got_max);
+        for (int i = 0; i < 3; ++i) {
+          EXPECT_EQ(got.crc[i], want.crc[i])
+              << name << " bytes " << bytes << " pieces " << max_piece;
+        }
+        EXPECT_EQ(got_max, want_max) << name << " bytes " << bytes;
+        EXPECT_EQ(dst, s) << name << " bytes " << bytes;
+      }
+    }
+  }
+}
+
 TEST(ScanFingerprintTest, FindsOneNaNOrInfOrLargestAnywhere) {
   const std::string s = RandomFloats(301, 7, /*specials=*/false);
   for (uint32_t special : {0x7f800000u, 0xff800000u, 0x7fc00001u}) {
