@@ -191,32 +191,35 @@ PSTRAIN_AVX512_CRC inline uint64_t Reduce512(__m512i acc) {
   return _mm_crc32_u64(crc, static_cast<uint64_t>(_mm_extract_epi64(x, 1)));
 }
 
+// Folds blocks [from, to) of the three parts at `p` into `acc` (block 0
+// starts each remainder: the initial CRC, all ones, xored into the part's
+// first four bytes) and the largest |x| of their floats into *m.
+PSTRAIN_AVX512_CRC inline void FoldBlocks(const char* const p[3], size_t from,
+                                          size_t to, __m512i acc[3],
+                                          __m512i* m) {
+  const __m512i k =
+      _mm512_set_epi64(0x9e4addf8, 0x740eef02, 0x9e4addf8, 0x740eef02,
+                       0x9e4addf8, 0x740eef02, 0x9e4addf8, 0x740eef02);
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  const __m512i init = _mm512_zextsi128_si512(_mm_cvtsi32_si128(-1));
+  for (size_t b = from; b < to; ++b) {
+    for (int l = 0; l < 3; ++l) {
+      const __m512i d = _mm512_loadu_si512(p[l] + 64 * b);
+      *m = _mm512_max_epu32(*m, _mm512_and_si512(d, abs_mask));
+      acc[l] = b == 0 ? _mm512_xor_si512(d, init) : Fold512(acc[l], k, d);
+    }
+  }
+}
+
 PSTRAIN_AVX512_CRC Parts Avx512ScanImpl(const char* data, size_t len,
                                         uint32_t* max_abs_bits) {
   const size_t third = Third(len);
   const size_t blocks = third / 64;
   if (blocks < 2) return Sse42ScanImpl(data, len, max_abs_bits);
-  const char* p[3] = {data, data + third, data + 2 * third};
-  const __m512i k =
-      _mm512_set_epi64(0x9e4addf8, 0x740eef02, 0x9e4addf8, 0x740eef02,
-                       0x9e4addf8, 0x740eef02, 0x9e4addf8, 0x740eef02);
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
-  // The initial CRC (all ones) xored into each part's first four bytes.
-  const __m512i init = _mm512_zextsi128_si512(_mm_cvtsi32_si128(-1));
+  const char* const p[3] = {data, data + third, data + 2 * third};
   __m512i acc[3];
   __m512i m = _mm512_setzero_si512();
-  for (int l = 0; l < 3; ++l) {
-    const __m512i d = _mm512_loadu_si512(p[l]);
-    m = _mm512_max_epu32(m, _mm512_and_si512(d, abs_mask));
-    acc[l] = _mm512_xor_si512(d, init);
-  }
-  for (size_t b = 1; b < blocks; ++b) {
-    for (int l = 0; l < 3; ++l) {
-      const __m512i d = _mm512_loadu_si512(p[l] + 64 * b);
-      m = _mm512_max_epu32(m, _mm512_and_si512(d, abs_mask));
-      acc[l] = Fold512(acc[l], k, d);
-    }
-  }
+  FoldBlocks(p, 0, blocks, acc, &m);
   uint64_t c[3];
   for (int l = 0; l < 3; ++l) c[l] = Reduce512(acc[l]);
   return ScanTail(data, len, third, 64 * blocks, c, _mm512_reduce_max_epu32(m),
@@ -343,36 +346,18 @@ Avx512GatherScanImpl(absl::Span<const absl::string_view> pieces, size_t len,
   const size_t blocks = third / 64;
   if (blocks < 2) return Sse42GatherScanImpl(pieces, len, dst, max_abs_bits);
   static_assert(kStageBytes % 64 == 0, "stages hold whole blocks");
-  char* p[3] = {dst, dst + third, dst + 2 * third};
+  char* const p[3] = {dst, dst + third, dst + 2 * third};
   PieceReader readers[3] = {PieceReader(pieces, 0), PieceReader(pieces, third),
                             PieceReader(pieces, 2 * third)};
-  const __m512i k =
-      _mm512_set_epi64(0x9e4addf8, 0x740eef02, 0x9e4addf8, 0x740eef02,
-                       0x9e4addf8, 0x740eef02, 0x9e4addf8, 0x740eef02);
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
-  const __m512i init = _mm512_zextsi128_si512(_mm_cvtsi32_si128(-1));
   __m512i acc[3];
   __m512i m = _mm512_setzero_si512();
-  size_t b = 0;  // blocks folded
+  size_t folded = 0;  // blocks of each part
   for (size_t i = 0; i < third;) {
     const size_t end = std::min(third, i + kStageBytes);
     for (int l = 0; l < 3; ++l) readers[l].Copy(p[l] + i, end - i);
     const size_t stage_blocks = std::min(blocks, end / 64);
-    if (b == 0) {
-      for (int l = 0; l < 3; ++l) {
-        const __m512i d = _mm512_loadu_si512(p[l]);
-        m = _mm512_max_epu32(m, _mm512_and_si512(d, abs_mask));
-        acc[l] = _mm512_xor_si512(d, init);
-      }
-      b = 1;
-    }
-    for (; b < stage_blocks; ++b) {
-      for (int l = 0; l < 3; ++l) {
-        const __m512i d = _mm512_loadu_si512(p[l] + 64 * b);
-        m = _mm512_max_epu32(m, _mm512_and_si512(d, abs_mask));
-        acc[l] = Fold512(acc[l], k, d);
-      }
-    }
+    FoldBlocks(p, folded, stage_blocks, acc, &m);
+    folded = stage_blocks;
     i = end;
   }
   readers[2].Copy(dst + 3 * third, len - 3 * third);  // the rest of part 2
