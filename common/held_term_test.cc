@@ -3,27 +3,17 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
 
+#include "absl/base/casts.h"
 #include "gtest/gtest.h"
 
 namespace pstrain {
 namespace {
 
-uint32_t Bits(float x) {
-  uint32_t b;
-  std::memcpy(&b, &x, sizeof(b));
-  return b;
-}
-
-float FromBits(uint32_t b) {
-  float x;
-  std::memcpy(&x, &b, sizeof(x));
-  return x;
-}
+uint32_t Bits(float x) { return absl::bit_cast<uint32_t>(x); }
 
 struct Grid {
   double n;
@@ -44,7 +34,8 @@ std::vector<float> Inputs(const Grid& g, std::mt19937& rng) {
     }
   }
   std::uniform_int_distribution<uint32_t> bits(0, 0x7f7fffffu);
-  for (int i = 0; i < 200000; ++i) xs.push_back(FromBits(bits(rng)));
+  for (int i = 0; i < 200000; ++i)
+    xs.push_back(absl::bit_cast<float>(bits(rng)));
   std::vector<float> out;
   for (float x : xs) {
     if (!(std::fabs(static_cast<double>(x)) < bound)) continue;
