@@ -148,15 +148,15 @@ inline __attribute__((always_inline)) float HeldElementInFloats(const char* src,
 }
 
 // The one-pass loops: SgdLoop and MomentumLoop with g[i] computed in place,
-// in float arithmetic where HeldTermInFloats allows it (the same bits in
-// about 0.6 of the time: docs/performance-log.md, "The held term in
-// floats").
-template <bool kDecay>
+// in float arithmetic where kInFloats and HeldTermInFloats allow it (the
+// same bits in about 0.6 of the time: docs/performance-log.md, "The held
+// term in floats").
+template <bool kDecay, bool kInFloats>
 inline __attribute__((always_inline)) void SgdHeldBody(
     float lr, float wd, float* __restrict w, const Optimizer::HeldGradient& h,
     size_t n) {
   float k = 0, scale = 0;
-  if (HeldTermInFloats(h.n, h.to_fixed, h.scale, &k, &scale)) {
+  if (kInFloats && HeldTermInFloats(h.n, h.to_fixed, h.scale, &k, &scale)) {
     for (size_t i = 0; i < n; ++i) {
       SgdElement<kDecay>(HeldElementInFloats(h.src, k, scale, i), lr, wd, w[i]);
     }
@@ -167,12 +167,12 @@ inline __attribute__((always_inline)) void SgdHeldBody(
   }
 }
 
-template <bool kDecay, bool kNesterov>
+template <bool kDecay, bool kNesterov, bool kInFloats>
 inline __attribute__((always_inline)) void MomentumHeldBody(
     float lr, float wd, float mu, float* __restrict w,
     const Optimizer::HeldGradient& h, float* __restrict buf, size_t n) {
   float k = 0, scale = 0;
-  if (HeldTermInFloats(h.n, h.to_fixed, h.scale, &k, &scale)) {
+  if (kInFloats && HeldTermInFloats(h.n, h.to_fixed, h.scale, &k, &scale)) {
     for (size_t i = 0; i < n; ++i) {
       MomentumElement<kDecay, kNesterov>(
           HeldElementInFloats(h.src, k, scale, i), lr, wd, mu, w[i], buf[i]);
@@ -191,27 +191,29 @@ inline __attribute__((always_inline)) void MomentumHeldBody(
 // 512-bit registers do a MiB in 0.6 of AVX2's time, docs/performance-log.md,
 // "AVX-512 kernels"). The file is built without contraction, so the AVX-512
 // build, whose target allows FMA, rounds every operation as the others do.
-#define PSTRAIN_HELD_LOOPS(suffix, attr)                                  \
-  attr void SgdHeld##suffix(bool decay, float lr, float wd, float* w,     \
-                            const Optimizer::HeldGradient& h, size_t n) { \
-    decay ? SgdHeldBody<true>(lr, wd, w, h, n)                            \
-          : SgdHeldBody<false>(lr, wd, w, h, n);                          \
-  }                                                                       \
-  attr void MomentumHeld##suffix(                                         \
-      bool decay, bool nesterov, float lr, float wd, float mu, float* w,  \
-      const Optimizer::HeldGradient& h, float* buf, size_t n) {           \
-    if (nesterov) {                                                       \
-      decay ? MomentumHeldBody<true, true>(lr, wd, mu, w, h, buf, n)      \
-            : MomentumHeldBody<false, true>(lr, wd, mu, w, h, buf, n);    \
-    } else {                                                              \
-      decay ? MomentumHeldBody<true, false>(lr, wd, mu, w, h, buf, n)     \
-            : MomentumHeldBody<false, false>(lr, wd, mu, w, h, buf, n);   \
-    }                                                                     \
+// `f` (kInFloats): the held term in floats, whose rounding (nearbyint) is an
+// instruction from SSE4.1 on and a libm call per element in the baseline.
+#define PSTRAIN_HELD_LOOPS(suffix, attr, f)                                \
+  attr void SgdHeld##suffix(bool decay, float lr, float wd, float* w,      \
+                            const Optimizer::HeldGradient& h, size_t n) {  \
+    decay ? SgdHeldBody<true, f>(lr, wd, w, h, n)                          \
+          : SgdHeldBody<false, f>(lr, wd, w, h, n);                        \
+  }                                                                        \
+  attr void MomentumHeld##suffix(                                          \
+      bool decay, bool nesterov, float lr, float wd, float mu, float* w,   \
+      const Optimizer::HeldGradient& h, float* buf, size_t n) {            \
+    if (nesterov) {                                                        \
+      decay ? MomentumHeldBody<true, true, f>(lr, wd, mu, w, h, buf, n)    \
+            : MomentumHeldBody<false, true, f>(lr, wd, mu, w, h, buf, n);  \
+    } else {                                                               \
+      decay ? MomentumHeldBody<true, false, f>(lr, wd, mu, w, h, buf, n)   \
+            : MomentumHeldBody<false, false, f>(lr, wd, mu, w, h, buf, n); \
+    }                                                                      \
   }
-PSTRAIN_HELD_LOOPS(Baseline, )
-PSTRAIN_HELD_LOOPS(Avx2, __attribute__((target("avx2"))))
+PSTRAIN_HELD_LOOPS(Baseline, , false)
+PSTRAIN_HELD_LOOPS(Avx2, __attribute__((target("avx2"))), true)
 PSTRAIN_HELD_LOOPS(
-    Avx512, __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"))))
+    Avx512, __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"))), true)
 #undef PSTRAIN_HELD_LOOPS
 
 class Sgd : public Optimizer {

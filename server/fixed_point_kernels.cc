@@ -125,14 +125,14 @@ inline __attribute__((always_inline)) void FixedToFloatBody(
 // staying normal), and a multiply costs a fraction of a divide.
 inline __attribute__((always_inline)) void HeldToFloatBody(
     const char* src, uint64_t len, double n, double to_fixed, double from_fixed,
-    double samples, float* g) {
+    double samples, bool in_floats, float* g) {
   int e = 0;
   const double scale = from_fixed / samples;
   if (std::frexp(samples, &e) == 0.5 && scale >= DBL_MIN) {
     // In float arithmetic where that gives the same bits
-    // (common/held_term.h).
+    // (common/held_term.h) and the build has a rounding instruction.
     float k = 0, scale_f = 0;
-    if (HeldTermInFloats(n, to_fixed, scale, &k, &scale_f)) {
+    if (in_floats && HeldTermInFloats(n, to_fixed, scale, &k, &scale_f)) {
       for (uint64_t i = 0; i < len; ++i) {
         float x;
         std::memcpy(&x, src + i * sizeof(float), sizeof(float));
@@ -155,7 +155,10 @@ inline __attribute__((always_inline)) void HeldToFloatBody(
   }
 }
 
-#define PSTRAIN_KERNEL_BUILD(suffix, attr)                                     \
+// `in_floats`: whether the build may take the held term in floats, whose
+// rounding (nearbyint) is an instruction from SSE4.1 on and a libm call per
+// element in the baseline build.
+#define PSTRAIN_KERNEL_BUILD(suffix, attr, in_floats)                          \
   attr uint32_t MaxAbsBits##suffix(const char* src, uint64_t len, char* dst) { \
     return MaxAbsBitsBody(src, len, dst);                                      \
   }                                                                            \
@@ -174,13 +177,15 @@ inline __attribute__((always_inline)) void HeldToFloatBody(
   attr void HeldToFloat##suffix(const char* src, uint64_t len, double n,       \
                                 double to_fixed, double from_fixed,            \
                                 double samples, float* g) {                    \
-    HeldToFloatBody(src, len, n, to_fixed, from_fixed, samples, g);            \
+    HeldToFloatBody(src, len, n, to_fixed, from_fixed, samples, in_floats, g); \
   }
 
-PSTRAIN_KERNEL_BUILD(Baseline, )
-PSTRAIN_KERNEL_BUILD(Avx2, __attribute__((target("avx2"))))
-PSTRAIN_KERNEL_BUILD(Avx512, __attribute__((target("avx512f,avx512dq,avx512bw,"
-                                                   "avx512vl"))))
+PSTRAIN_KERNEL_BUILD(Baseline, , false)
+PSTRAIN_KERNEL_BUILD(Avx2, __attribute__((target("avx2"))), true)
+PSTRAIN_KERNEL_BUILD(Avx512,
+                     __attribute__((target("avx512f,avx512dq,avx512bw,"
+                                           "avx512vl"))),
+                     true)
 #undef PSTRAIN_KERNEL_BUILD
 
 constexpr Kernels kBaseline = {MaxAbsBitsBaseline, AddFixedFastBaseline,
