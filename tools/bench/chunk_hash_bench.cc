@@ -14,12 +14,38 @@
 
 #include "absl/hash/hash.h"
 #include "absl/strings/string_view.h"
+#include "common/held_term.h"
 #include "server/chunk_fingerprint.h"
 #include "server/fixed_point_kernels.h"
 #include "tools/bench/stats.h"
 
 namespace pstrain::bench {
 namespace {
+
+// The one-worker held term's element, both forms (common/held_term.h), over
+// `len` floats into `g` on AVX2 (where the float form is used): n = 1 on a
+// grid of 2^-20, where HeldTermInFloats allows it.
+constexpr double kHeldToFixed = 1048576.0;  // 2^20
+constexpr double kHeldScale = 1.0 / kHeldToFixed;
+
+__attribute__((target("avx2"))) void HeldInDoubles(const char* src, size_t len,
+                                                   float* g) {
+  for (size_t i = 0; i < len; ++i) {
+    float x;
+    std::memcpy(&x, src + i * sizeof(float), sizeof(float));
+    g[i] = HeldTermElement(x, 1.0, kHeldToFixed, kHeldScale);
+  }
+}
+
+__attribute__((target("avx2"))) void HeldInFloats(const char* src, size_t len,
+                                                  float k, float scale,
+                                                  float* g) {
+  for (size_t i = 0; i < len; ++i) {
+    float x;
+    std::memcpy(&x, src + i * sizeof(float), sizeof(float));
+    g[i] = HeldTermElementInFloats(x, k, scale);
+  }
+}
 
 struct Variant {
   const char* name;
@@ -101,6 +127,21 @@ int RunChunkHashBench(const ChunkHashBenchOptions& o) {
     variants.push_back(held_variant("held term, AVX-512",
                                     pstrain::fixed_point::Avx512Kernels()));
   }
+  float held_k = 0, held_scale = 0;
+  if (pstrain::fixed_point::HasAvx2() &&
+      HeldTermInFloats(1.0, kHeldToFixed, kHeldScale, &held_k, &held_scale)) {
+    variants.push_back({"held element in doubles, AVX2",
+                        [&held](const char* d, size_t n, size_t) {
+                          HeldInDoubles(d, n / sizeof(float), held.data());
+                          return static_cast<uint64_t>(held[n / 8] != 0);
+                        }});
+    variants.push_back(
+        {"held element in floats, AVX2",
+         [&held, held_k, held_scale](const char* d, size_t n, size_t) {
+           HeldInFloats(d, n / sizeof(float), held_k, held_scale, held.data());
+           return static_cast<uint64_t>(held[n / 8] != 0);
+         }});
+  }
   if (pstrain::crc32c::HasAvx512Crc()) {
     variants.push_back(
         {"scan, AVX-512 VPCLMULQDQ", [](const char* d, size_t n, size_t) {
@@ -175,6 +216,7 @@ int RunChunkHashBench(const ChunkHashBenchOptions& o) {
   const std::pair<const char*, const char*> pairs[] = {
       {"scan, AVX-512 VPCLMULQDQ", "scan, SSE4.2 crc32"},
       {"gather+scan from pieces, AVX-512", "gather+scan from pieces, SSE4.2"},
+      {"held element in floats, AVX2", "held element in doubles, AVX2"},
       {"held term, AVX-512", "held term, AVX2"}};
   for (const auto& [wide, narrow] : pairs) {
     const std::vector<double>& a = rate[wide];
