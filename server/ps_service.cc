@@ -241,9 +241,10 @@ std::shared_ptr<WorkerSessions> ParameterServerService::sessions() const {
 }
 
 // One push stream. On a shard that sums on arrival (plain sync) each frame
-// is parsed into one of two reused message slots (a PushRequest, or in
-// place: PsServiceOptions::parse_pushes_in_place) and its chunks go to the
-// shard's IncomingPush at once; the push commits at the clean half-close.
+// read goes to one of two message slots, the next read starts, and the
+// summer parses the frame (into a reused PushRequest, or in place:
+// PsServiceOptions::parse_pushes_in_place) and gives its chunks to the
+// shard's IncomingPush; the push commits at the clean half-close.
 // Otherwise (async, backup workers) frames are parsed and kept (bounded) until
 // the client half-closes, then the whole push goes to the shard at once.
 // Deletes itself in OnDone.
@@ -368,10 +369,11 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     StartRead(&frame_);
   }
 
-  // Summing on arrival, pipelined: a parsed message is summed while the
-  // next one is read (two message slots, so at most two messages are held),
-  // by one thread at a time (the "summer"), in arrival order. Whoever ends
-  // the call (Finish) is the summer, or the last reaction when none sums.
+  // Summing on arrival, pipelined: a message read is parsed and summed
+  // while the next one is read (two message slots, so at most two messages
+  // are held), by one thread at a time (the "summer"), in arrival order.
+  // Whoever ends the call (Finish) is the summer, or the last reaction when
+  // none sums.
   void OnArrivalReadDone(bool ok) {
     if (!ok) {
       {
@@ -408,15 +410,12 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       }
       ++count_;
     }
+    // The frame moves to its slot as it is (its slices referenced, not
+    // copied) and the next read starts before it is parsed: the parse and
+    // the scan run in the summer while gRPC receives the next frame.
     if (!failure.has_value()) {
-      const bool parsed = ParseInto(slot);
-      TimelineMark("srv.push.parsed");
-      if (!parsed) {
-        failure = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                               absl::StrCat("push message ", count_ - 1,
-                                            " is not a valid PushRequest; "
-                                            "nothing applied"));
-      }
+      raw_[slot].Swap(&frame_);
+      index_[slot] = count_ - 1;
     }
     bool read_next = false;
     bool become_summer = false;
@@ -448,8 +447,8 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     if (become_summer) SumParsed();
   }
 
-  // Sums parsed messages until none is left, then ends the call if the
-  // stream failed or half-closed meanwhile.
+  // Parses and sums the messages read until none is left, then ends the
+  // call if the stream failed or half-closed meanwhile.
   void SumParsed() {
     while (true) {
       size_t slot = 0;
@@ -465,11 +464,14 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         parsed_.pop_front();
       }
       absl::Status st;
-      TimelineMark("srv.push.sum");
-      if (in_place_) {
-        st = SumView(frames_[slot]);
+      if (!ParseInto(slot)) {
+        st = absl::InvalidArgumentError(
+            absl::StrCat("push message ", index_[slot],
+                         " is not a valid PushRequest; nothing applied"));
       } else {
-        st = SumMessage((*messages_)[slot]);
+        TimelineMark("srv.push.sum");
+        st =
+            in_place_ ? SumView(frames_[slot]) : SumMessage((*messages_)[slot]);
       }
       TimelineMark("srv.push.summed");
       bool read_next = false;
@@ -497,17 +499,24 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     }
   }
 
-  // Parses the frame just read into message slot `slot`: in place (its
-  // slices kept, the payloads left in them) or into a PushRequest.
+  // Parses the frame read into slot `slot` (raw_[slot]) in place (its
+  // slices kept while the payloads are gathered) or into a PushRequest; the
+  // slices go back to gRPC.
   bool ParseInto(size_t slot) {
+    grpc::ByteBuffer& raw = raw_[slot];
     if (!in_place_) {
-      return grpc::SerializationTraits<PushRequest>::Deserialize(
-                 &frame_, &(*messages_)[slot])
-          .ok();
+      const bool ok = grpc::SerializationTraits<PushRequest>::Deserialize(
+                          &raw, &(*messages_)[slot])
+                          .ok();
+      raw.Clear();
+      TimelineMark("srv.push.parsed");
+      return ok;
     }
     Frame& f = frames_[slot];
     f.slices.clear();
-    if (!frame_.Dump(&f.slices).ok()) return false;
+    const bool dumped = raw.Dump(&f.slices).ok();
+    raw.Clear();
+    if (!dumped) return false;
     f.pieces.clear();
     for (const grpc::Slice& slice : f.slices) {
       f.pieces.emplace_back(reinterpret_cast<const char*>(slice.begin()),
@@ -540,6 +549,7 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       c.data.assign(1, absl::string_view(dst, c.data_size));
     }
     f.slices.clear();
+    TimelineMark("srv.push.parsed");
     return true;
   }
 
@@ -753,6 +763,10 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     std::vector<Shard::IncomingPush::Scanned> scanned;
   };
   Frame frames_[2];
+  // Summing on arrival: each slot's frame as read (until the summer parses
+  // it) and its message index in the stream.
+  grpc::ByteBuffer raw_[2];
+  size_t index_[2] = {0, 0};
   // Summing on arrival: the shard's push (after the first message), its
   // header's generation, and the pipeline between reads and the summer.
   std::unique_ptr<Shard::IncomingPush> incoming_;
@@ -760,7 +774,7 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   bool first_seen_ = false;  // the summer's
   absl::Mutex pipe_mu_;
   std::vector<size_t> free_ ABSL_GUARDED_BY(pipe_mu_);   // message slots
-  std::deque<size_t> parsed_ ABSL_GUARDED_BY(pipe_mu_);  // to sum, in order
+  std::deque<size_t> parsed_ ABSL_GUARDED_BY(pipe_mu_);  // read, to sum
   bool summing_ ABSL_GUARDED_BY(pipe_mu_) = false;
   bool read_deferred_ ABSL_GUARDED_BY(pipe_mu_) = false;  // no free slot
   bool half_closed_ ABSL_GUARDED_BY(pipe_mu_) = false;
