@@ -64,7 +64,7 @@ TEST(UpdateConfigDocTest, KeepsTheIntroductionAndReplacesTheRest) {
 }
 
 TEST(UpdateConfigDocTest, NeedsTheMarkerOnALineOfItsOwn) {
-  for (const std::string doc :
+  for (const std::string& doc :
        {std::string("# Configuration\n| `job.workers` | ... |\n"),
         std::string("text ") + kConfigDocMarker + "\n"}) {
     absl::StatusOr<std::string> updated = UpdateConfigDoc(doc, "new\n");
