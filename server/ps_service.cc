@@ -414,8 +414,8 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     // copied) and the next read starts before it is parsed: the parse and
     // the scan run in the summer while gRPC receives the next frame.
     if (!failure.has_value()) {
-      raw_[slot].Swap(&frame_);
-      index_[slot] = count_ - 1;
+      read_[slot].frame.Swap(&frame_);
+      read_[slot].index = count_ - 1;
     }
     bool read_next = false;
     bool become_summer = false;
@@ -429,7 +429,7 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         if (summing_) return;  // the summer fails the push
         done_ = true;
       } else {
-        parsed_.push_back(slot);
+        queued_.push_back(slot);
         read_next = !free_.empty();
         read_deferred_ = !read_next;  // the summer reads when a slot frees
         become_summer = !summing_;
@@ -444,29 +444,29 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       frame_.Clear();
       StartRead(&frame_);
     }
-    if (become_summer) SumParsed();
+    if (become_summer) ParseAndSum();
   }
 
   // Parses and sums the messages read until none is left, then ends the
   // call if the stream failed or half-closed meanwhile.
-  void SumParsed() {
+  void ParseAndSum() {
     while (true) {
       size_t slot = 0;
       {
         absl::MutexLock lock(&pipe_mu_);
-        if (failure_.has_value() || parsed_.empty()) {
+        if (failure_.has_value() || queued_.empty()) {
           summing_ = false;
           if (!failure_.has_value() && !half_closed_) return;
           done_ = true;
           break;
         }
-        slot = parsed_.front();
-        parsed_.pop_front();
+        slot = queued_.front();
+        queued_.pop_front();
       }
       absl::Status st;
       if (!ParseInto(slot)) {
         st = absl::InvalidArgumentError(
-            absl::StrCat("push message ", index_[slot],
+            absl::StrCat("push message ", read_[slot].index,
                          " is not a valid PushRequest; nothing applied"));
       } else {
         TimelineMark("srv.push.sum");
@@ -499,11 +499,11 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     }
   }
 
-  // Parses the frame read into slot `slot` (raw_[slot]) in place (its
+  // Parses the frame read into slot `slot` (read_[slot]) in place (its
   // slices kept while the payloads are gathered) or into a PushRequest; the
   // slices go back to gRPC.
   bool ParseInto(size_t slot) {
-    grpc::ByteBuffer& raw = raw_[slot];
+    grpc::ByteBuffer& raw = read_[slot].frame;
     if (!in_place_) {
       const bool ok = grpc::SerializationTraits<PushRequest>::Deserialize(
                           &raw, &(*messages_)[slot])
@@ -763,10 +763,13 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     std::vector<Shard::IncomingPush::Scanned> scanned;
   };
   Frame frames_[2];
-  // Summing on arrival: each slot's frame as read (until the summer parses
-  // it) and its message index in the stream.
-  grpc::ByteBuffer raw_[2];
-  size_t index_[2] = {0, 0};
+  // Summing on arrival: each slot's frame as read, until the summer parses
+  // it, and its message's index in the stream.
+  struct ReadFrame {
+    grpc::ByteBuffer frame;
+    size_t index = 0;
+  };
+  ReadFrame read_[2];
   // Summing on arrival: the shard's push (after the first message), its
   // header's generation, and the pipeline between reads and the summer.
   std::unique_ptr<Shard::IncomingPush> incoming_;
@@ -774,7 +777,7 @@ class PushReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   bool first_seen_ = false;  // the summer's
   absl::Mutex pipe_mu_;
   std::vector<size_t> free_ ABSL_GUARDED_BY(pipe_mu_);   // message slots
-  std::deque<size_t> parsed_ ABSL_GUARDED_BY(pipe_mu_);  // read, to sum
+  std::deque<size_t> queued_ ABSL_GUARDED_BY(pipe_mu_);  // read, to sum
   bool summing_ ABSL_GUARDED_BY(pipe_mu_) = false;
   bool read_deferred_ ABSL_GUARDED_BY(pipe_mu_) = false;  // no free slot
   bool half_closed_ ABSL_GUARDED_BY(pipe_mu_) = false;
