@@ -17,6 +17,7 @@
 #include "common/cpu_placement.h"
 #include "common/job_config.h"
 #include "common/signals.h"
+#include "common/tcp_congestion.h"
 #include "tools/bench/compute.h"
 #include "tools/bench/grpc_args.h"
 #include "tools/bench/job_processes.h"
@@ -1078,6 +1079,10 @@ int RunBench(const BenchOptions& o) {
   Results r(rounds);
   Errors errors;
   std::vector<std::string> loadavg;
+  // Every connection of the run, iperf3's included, gets the namespace's
+  // congestion control; the table says which (a round that sees another
+  // one is noted).
+  const std::string tcp_cc = TcpCongestionControlName();
   const std::vector<WholeJobModel> whole_jobs = WholeJobModels(quick);
 
   absl::StatusOr<std::unique_ptr<Iperf3>> iperf = Iperf3::Start(o.iperf3);
@@ -1115,6 +1120,10 @@ int RunBench(const BenchOptions& o) {
     loadavg.push_back(LoadAverage());
     fprintf(stderr, "ps_bench: round %d/%d (load average %s)\n", k + 1, rounds,
             loadavg.back().c_str());
+    if (const std::string cc = TcpCongestionControlName(); cc != tcp_cc) {
+      errors.Note(absl::StrCat("round ", k + 1, " ran with TCP congestion ",
+                               "control ", cc, ", not ", tcp_cc));
+    }
     RunRound(plan, k, iperf.ok() ? iperf->get() : nullptr,
              {stream.ok() ? stream->get() : nullptr,
               apart.ok() ? apart->get() : nullptr,
@@ -1170,9 +1179,9 @@ int RunBench(const BenchOptions& o) {
       Goals(plan, r, variants, memory, worker_rss, whole_jobs);
   printf(
       "\nps_bench (%s, %s, %d interleaved rounds; ratios within a round, "
-      "medians over rounds; %u cores)\n\n",
+      "medians over rounds; %u cores; TCP congestion control %s)\n\n",
       quick ? "--quick" : "full", kBuild, rounds,
-      std::thread::hardware_concurrency());
+      std::thread::hardware_concurrency(), tcp_cc.c_str());
   printf("| goal | measured | ratio | goal | met |\n|---|--:|--:|--:|---|\n");
   int met = 0, not_met = 0, unmeasured = 0;
   for (const Goal& g : goals) {
@@ -1215,6 +1224,7 @@ int RunBench(const BenchOptions& o) {
   j["rounds"] = rounds;
   j["cores"] = std::thread::hardware_concurrency();
   j["loadavg"] = loadavg;
+  j["tcp_congestion_control"] = tcp_cc;
   for (const auto& s : r.series()) {
     nlohmann::json v = nlohmann::json::array();
     for (double x : s.values)

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/tcp_congestion.h"
 #include "tools/bench/stats.h"
 
 namespace pstrain::bench {
@@ -156,7 +157,8 @@ PsPathRounds RunPsPathRounds(const PsPathRoundsOptions& options,
     }
   };
   for (int round = 0; round < options.rounds; ++round) {
-    std::printf("round %d: loadavg %s\n", round, LoadAverage().c_str());
+    std::printf("round %d: loadavg %s, TCP congestion control %s\n", round,
+                LoadAverage().c_str(), TcpCongestionControlName().c_str());
     std::fflush(stdout);
     if (measures.iperf3) set("iperf3", round, measures.iperf3());
     for (int mb : options.mb) {

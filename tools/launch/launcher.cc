@@ -31,6 +31,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/cpu_placement.h"
+#include "common/tcp_congestion.h"
 #include "tools/launch/supervisor.h"
 
 namespace pstrain::launch {
@@ -596,6 +597,14 @@ int Job::Run() {
         plan.workers, " workers (matrix products on ", o_.compute_threads,
         " of the ", o_.cores, " cores each; ",
         PlacementText(plan.servers, plan.workers), "); output in ", o_.out));
+    if (const std::string cc = TcpCongestionControl();
+        PacesEveryConnection(cc)) {
+      Log(absl::StrCat(
+          "note: this host's TCP congestion control is ", cc,
+          ", which paces loopback connections too (same-host jobs measured "
+          "pulls 1.13-1.51x slower than with cubic; docs/performance.md, "
+          "\"TCP congestion control\")"));
+    }
     for (int i = 0; i < plan.servers; ++i) {
       std::ofstream(LogPath({Role::kServer, i}), std::ios::trunc).flush();
       Start({Role::kServer, i});
