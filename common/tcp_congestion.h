@@ -12,6 +12,8 @@ namespace pstrain {
 
 inline constexpr char kTcpCongestionControlPath[] =
     "/proc/sys/net/ipv4/tcp_congestion_control";
+inline constexpr char kTcpAvailableCongestionControlPath[] =
+    "/proc/sys/net/ipv4/tcp_available_congestion_control";
 
 // The congestion control new TCP connections of this network namespace get
 // (the sysctl net.ipv4.tcp_congestion_control, e.g. "cubic"); "" when `path`
@@ -22,6 +24,12 @@ std::string TcpCongestionControl(
 
 // TcpCongestionControl(), or "unknown" when it cannot be read: for tables.
 std::string TcpCongestionControlName();
+
+// Whether the kernel offers `name` to a connection that asks for it (the
+// space-separated list at `path`).
+bool TcpCongestionControlAvailable(
+    absl::string_view name,
+    const std::string& path = kTcpAvailableCongestionControlPath);
 
 // Whether `name` paces every connection, loopback included. BBR does (the
 // kernel's own pacing when the qdisc is not fq): on a 2-core test machine it

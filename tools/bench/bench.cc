@@ -43,6 +43,10 @@ constexpr char kBuild[] = "NOT an optimised build (-c opt): a test build";
 struct Plan {
   int rounds;
   int iperf_seconds;
+  // When the host's TCP congestion control paces every connection (BBR),
+  // iperf3 also runs with this one, which does not ("cubic"; series
+  // "iperf3_unpaced", no goal); empty: not measured.
+  std::string unpaced_cc;
   std::vector<uint64_t> ps_bytes;  // pstrain tensor sizes (decimal MB)
   std::vector<int> ps_servers = {1, 2};
   std::vector<int> ps_workers = {1, 4};
@@ -230,6 +234,14 @@ void RunRound(const Plan& plan, int round, Iperf3* iperf,
       r->Set("iperf3", "GB/s", round, *bps / 1e9);
     } else {
       errors->Add("iperf3", bps.status());
+    }
+    if (!plan.unpaced_cc.empty()) {
+      bps = iperf->Measure(plan.iperf_seconds, plan.unpaced_cc);
+      if (bps.ok()) {
+        r->Set("iperf3_unpaced", "GB/s", round, *bps / 1e9);
+      } else {
+        errors->Add(absl::StrCat("iperf3 -C ", plan.unpaced_cc), bps.status());
+      }
     }
   }
   // The layers below gRPC, the same bytes and SGD apply: a raw-TCP PS (the
@@ -642,6 +654,27 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
       }
     }
   }
+  // What pacing costs the anchor: iperf3 without it over iperf3 with the
+  // host's congestion control (measured only when that one paces).
+  if (!plan.unpaced_cc.empty()) {
+    goals.push_back(NoGoalRatio(
+        r, R,
+        absl::StrCat("iperf3 -l 1M -C ", plan.unpaced_cc,
+                     " (not paced) / iperf3 under the host's congestion "
+                     "control (the anchor above)"),
+        "iperf3_unpaced", "iperf3"));
+    for (const char* op : {"push", "pull"}) {
+      for (uint64_t bytes : plan.ps_bytes) {
+        const std::string name = PsName(op, bytes, 1, 1);
+        goals.push_back(
+            NoGoalRatio(r, R,
+                        absl::StrCat(op, " ", SizeName(bytes),
+                                     ", 1 server(s), 1 worker(s) / iperf3 -C ",
+                                     plan.unpaced_cc, " (not paced)"),
+                        name, "iperf3_unpaced"));
+      }
+    }
+  }
   // Against the warm bare stream placed as the push's shard is: its server
   // in a process of its own on the CPU psctl run gives ps_server (with the
   // shards in this process, the in-process stream).
@@ -1015,6 +1048,11 @@ void PrintLayers(const Plan& plan, const Results& r) {
   };
   row("iperf3 -l 1M (one TCP stream)",
       [](uint64_t) { return std::string("iperf3"); });
+  if (!plan.unpaced_cc.empty()) {
+    row(absl::StrCat("iperf3 -l 1M -C ", plan.unpaced_cc,
+                     " (not paced; no goal)"),
+        [](uint64_t) { return std::string("iperf3_unpaced"); });
+  }
   row("raw TCP PS push (POSIX sockets + SGD apply)", sized("raw_push_"));
   row("raw TCP PS pull", sized("raw_pull_"));
   row("ZMQ PS push (ZeroMQ in ps-lite's layout + SGD apply)",
@@ -1083,6 +1121,18 @@ int RunBench(const BenchOptions& o) {
   // congestion control; the table says which (a round that sees another
   // one is noted).
   const std::string tcp_cc = TcpCongestionControlName();
+  if (!PacesEveryConnection(tcp_cc)) {
+    errors.Note(
+        absl::StrCat("iperf3 without pacing not measured apart: the "
+                     "host's congestion control, ",
+                     tcp_cc, ", does not pace"));
+  } else if (!TcpCongestionControlAvailable("cubic")) {
+    errors.Note(absl::StrCat("iperf3 without pacing not measured: the host's ",
+                             "congestion control is ", tcp_cc,
+                             " and cubic is not available"));
+  } else {
+    plan.unpaced_cc = "cubic";
+  }
   const std::vector<WholeJobModel> whole_jobs = WholeJobModels(quick);
 
   absl::StatusOr<std::unique_ptr<Iperf3>> iperf = Iperf3::Start(o.iperf3);

@@ -43,9 +43,14 @@ absl::StatusOr<std::unique_ptr<Iperf3>> Iperf3::Start(
                    last.message()));
 }
 
-absl::StatusOr<double> Iperf3::Measure(int seconds) {
+absl::StatusOr<double> Iperf3::Measure(int seconds,
+                                       const std::string& congestion_control) {
   seconds = std::max(seconds, 1);
-  return Run({"-t", absl::StrCat(seconds)}, absl::Seconds(seconds + 20));
+  std::vector<std::string> args = {"-t", absl::StrCat(seconds)};
+  if (!congestion_control.empty()) {
+    args.insert(args.end(), {"-C", congestion_control});
+  }
+  return Run(args, absl::Seconds(seconds + 20));
 }
 
 absl::StatusOr<double> Iperf3::Run(const std::vector<std::string>& args,

@@ -27,8 +27,10 @@ class Iperf3 {
       const std::string& binary);
   // One client run of `seconds` (whole seconds, at least 1: iperf3 reads -t
   // as an integer and -t 0 never ends) with 1 MiB writes; received bytes per
-  // second (the receiver's figure).
-  absl::StatusOr<double> Measure(int seconds);
+  // second (the receiver's figure). `congestion_control` (iperf3 -C), when
+  // set, replaces the host's for the run's connection.
+  absl::StatusOr<double> Measure(int seconds,
+                                 const std::string& congestion_control = "");
 
  private:
   // One client run of `args` (-t or -n); the receiver's bytes per second.
