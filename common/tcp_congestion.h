@@ -14,6 +14,9 @@ inline constexpr char kTcpCongestionControlPath[] =
     "/proc/sys/net/ipv4/tcp_congestion_control";
 inline constexpr char kTcpAvailableCongestionControlPath[] =
     "/proc/sys/net/ipv4/tcp_available_congestion_control";
+// What a process without CAP_NET_ADMIN may ask for.
+inline constexpr char kTcpAllowedCongestionControlPath[] =
+    "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
 
 // The congestion control new TCP connections of this network namespace get
 // (the sysctl net.ipv4.tcp_congestion_control, e.g. "cubic"); "" when `path`
@@ -26,7 +29,8 @@ std::string TcpCongestionControl(
 std::string TcpCongestionControlName();
 
 // Whether the kernel offers `name` to a connection that asks for it (the
-// space-separated list at `path`).
+// space-separated list at `path`: the available ones for a process with
+// CAP_NET_ADMIN, kTcpAllowedCongestionControlPath's for the others).
 bool TcpCongestionControlAvailable(
     absl::string_view name,
     const std::string& path = kTcpAvailableCongestionControlPath);
