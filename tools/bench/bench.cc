@@ -1127,13 +1127,13 @@ int RunBench(const BenchOptions& o) {
   const std::string tcp_cc = TcpCongestionControlName();
   if (!PacesEveryConnection(tcp_cc)) {
     errors.Note(
-        absl::StrCat("iperf3 without pacing not measured apart: the "
-                     "host's congestion control, ",
-                     tcp_cc, ", does not pace"));
+        absl::StrCat("iperf3 -C cubic not measured: the host's congestion "
+                     "control, ",
+                     tcp_cc, ", does not pace, so iperf3 is not paced either"));
   } else if (!TcpCongestionControlAvailable(
                  "cubic", geteuid() == 0 ? kTcpAvailableCongestionControlPath
                                          : kTcpAllowedCongestionControlPath)) {
-    errors.Note(absl::StrCat("iperf3 without pacing not measured: the host's ",
+    errors.Note(absl::StrCat("iperf3 -C cubic not measured: the host's ",
                              "congestion control is ", tcp_cc,
                              " and cubic is not offered to this user"));
   } else {

@@ -601,9 +601,9 @@ int Job::Run() {
         PacesEveryConnection(cc)) {
       Log(absl::StrCat(
           "note: this host's TCP congestion control is ", cc,
-          ", which paces loopback connections too (same-host jobs measured "
-          "pulls 1.13-1.51x slower than with cubic; docs/performance.md, "
-          "\"TCP congestion control\")"));
+          ", which paces loopback connections too: same-host pulls measured "
+          "slower than with cubic (docs/performance.md, \"TCP congestion "
+          "control\")"));
     }
     for (int i = 0; i < plan.servers; ++i) {
       std::ofstream(LogPath({Role::kServer, i}), std::ios::trunc).flush();
