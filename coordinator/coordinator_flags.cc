@@ -137,6 +137,9 @@ absl::Status WritePlanIfRequested(const JobConfig& config,
                ? 1
                : 0)
        << "\n";
+  // What the servers set on their connections (psctl run's note).
+  plan << "tcp_congestion_control=" << config.network().tcp_congestion_control()
+       << "\n";
   if (resume != nullptr) {
     plan << "resume_step=" << resume->step << "\nresume_from=" << resume->dir
          << "\n";

@@ -16,6 +16,7 @@
 #include "common/logging.h"
 #include "common/process.h"
 #include "common/status_macros.h"
+#include "common/tcp_congestion.h"
 #include "coordinator/failure_policy.h"
 #include "proto/pstrain.grpc.pb.h"
 #include "server/ps_service.h"
@@ -101,6 +102,18 @@ absl::StatusOr<std::unique_ptr<ServerNode>> ServerNode::Create(
       StartedServer started,
       StartGrpcServer(options.bind, options.port, node->server_credentials_,
                       {node->service_.get()}, PsServerChannelArgs()));
+  // network.tcp_congestion_control: every connection the listener accepts
+  // from here on (workers dial after registration) takes it.
+  if (const std::string& cc =
+          options.node.file_config.network().tcp_congestion_control();
+      !cc.empty()) {
+    PS_RETURN_IF_ERROR(
+        SetListenersCongestionControl(started.port, cc).status());
+    PS_LOG_INFO(
+        "TCP congestion control %s on the connections this server "
+        "accepts (network.tcp_congestion_control)",
+        cc);
+  }
   node->server_ = std::move(started.server);
   node->port_ = started.port;
   // NOT_SERVING until the shard holds its weights.

@@ -42,7 +42,9 @@ class ServerNode {
  public:
   // Checks the options, TLS files and advertised host (INVALID_ARGUMENT /
   // NOT_FOUND naming the problem) and starts listening (a busy port is an
-  // error here: SO_REUSEPORT is off), NOT_SERVING until Run has a shard.
+  // error here: SO_REUSEPORT is off), with the file's
+  // network.tcp_congestion_control on the listener (INVALID_ARGUMENT when
+  // the kernel refuses it), NOT_SERVING until Run has a shard.
   static absl::StatusOr<std::unique_ptr<ServerNode>> Create(
       ServerNodeOptions options);
 

@@ -8,6 +8,8 @@
 // time, from two bases; the table checks that each cross-field rule is
 // refused naming its key, by ValidateJobConfig and by the process too.
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <string>
@@ -286,6 +288,40 @@ TEST(ConfigRulesTest, StepsFlagBelowWarmupIsRefusedNamingTheFlag) {
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StartsWith(st.message(), "--steps: training.steps:")) << st;
   EXPECT_TRUE(absl::StrContains(st.message(), "warmup_steps (20)")) << st;
+}
+
+// network.tcp_congestion_control is a host's matter: ValidateJobConfig
+// checks the name's shape, ps_worker --check_config (psctl run's check
+// before anything starts) asks this host's kernel, naming the key and the
+// file's line.
+TEST(ConfigRulesTest, CongestionControlIsCheckedOnTheHost) {
+  JobConfig c = DefaultJobConfig();
+  c.mutable_network()->set_tcp_congestion_control("cubic bbr");
+  const absl::Status shape = ValidateJobConfig(c);
+  EXPECT_TRUE(absl::StartsWith(shape.message(),
+                               "network.tcp_congestion_control: 'cubic bbr' "
+                               "is not a congestion control's name"))
+      << shape;
+
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path =
+      absl::StrCat(dir != nullptr ? dir : "/tmp", "/cc_job.yaml");
+  std::ofstream(path, std::ios::trunc)
+      << "network:\n  tcp_congestion_control: no_such_cc\n";
+  const absl::Status refused = CheckJobFile(path);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(),
+                                "network.tcp_congestion_control: this host's "
+                                "kernel has no congestion control "
+                                "'no_such_cc'"))
+      << refused;
+  std::ofstream(path, std::ios::trunc) << "network:\n  tcp_congestion_control: "
+                                       << "reno\n";  // the kernel's own
+  EXPECT_TRUE(CheckJobFile(path).ok()) << CheckJobFile(path);
+  std::ofstream(path, std::ios::trunc)
+      << "network:\n  tcp_congestion_control: [cubic]\n";
+  const absl::Status typed = CheckJobFile(path);
+  EXPECT_TRUE(absl::StrContains(typed.message(), "cc_job.yaml:2")) << typed;
 }
 
 }  // namespace

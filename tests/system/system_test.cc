@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/job_config.h"
+#include "common/tcp_congestion.h"
 #include "gtest/gtest.h"
 #include "tests/harness/in_process_job.h"
 #include "tests/harness/training_harness.h"
@@ -145,6 +146,52 @@ TEST(SystemWireTest, SyncInBf16HalvesTheBytesAndTracksFp32) {
       "bf16 vs fp32: bytes pushed %.3fx, pulled %.3fx; final loss %.6f vs "
       "%.6f; max |weight diff| %.3g\n",
       push_ratio, pull_ratio, b.final_loss, a.final_loss, weight_diff);
+}
+
+// network.tcp_congestion_control changes how the servers' connections are
+// paced and nothing else: the same weights bit for bit. A name the kernel
+// refuses stops the job before it starts, naming the key.
+TEST(SystemNetworkTest, CongestionControlChangesNoWeight) {
+  const std::string host = TcpCongestionControl();
+  std::string other;
+  for (const char* name : {"reno", "cubic"}) {
+    if (name != host && CheckCongestionControl("k", name).ok()) {
+      other = name;
+      break;
+    }
+  }
+  if (other.empty()) {
+    GTEST_SKIP() << "this host lets this process set neither reno nor cubic "
+                    "beside its default '"
+                 << host << "'";
+  }
+  const JobConfig plain = SystemConfig("sync");
+  JobConfig set = plain;
+  set.mutable_network()->set_tcp_congestion_control(other);
+  ASSERT_TRUE(ValidateJobConfig(set).ok());
+  absl::StatusOr<InProcessJob> a = RunInProcessJob(plain);
+  ASSERT_TRUE(a.ok()) << a.status();
+  absl::StatusOr<InProcessJob> b = RunInProcessJob(set);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_FALSE(b->summary.failed) << b->summary.message;
+  EXPECT_EQ(b->summary.steps, kSteps);
+  for (int r = 0; r < kWorkers; ++r) {
+    EXPECT_EQ(ParamsFingerprint(b->finals[r]), ParamsFingerprint(a->finals[r]))
+        << "rank " << r << " with " << other;
+  }
+
+  JobConfig refused = plain;
+  refused.mutable_network()->set_tcp_congestion_control("no_such_cc");
+  ASSERT_TRUE(ValidateJobConfig(refused).ok());  // a name; the host decides
+  absl::StatusOr<InProcessJob> c = RunInProcessJob(refused);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument)
+      << c.status();
+  EXPECT_NE(c.status().message().find("network.tcp_congestion_control: this "
+                                      "host's kernel has no congestion "
+                                      "control 'no_such_cc'"),
+            std::string::npos)
+      << c.status();
 }
 
 }  // namespace

@@ -597,13 +597,18 @@ int Job::Run() {
         plan.workers, " workers (matrix products on ", o_.compute_threads,
         " of the ", o_.cores, " cores each; ",
         PlacementText(plan.servers, plan.workers), "); output in ", o_.out));
-    if (const std::string cc = TcpCongestionControl();
-        PacesEveryConnection(cc)) {
+    if (!plan.tcp_congestion_control.empty()) {
+      Log(absl::StrCat("servers' connections on TCP congestion control ",
+                       plan.tcp_congestion_control,
+                       " (network.tcp_congestion_control)"));
+    } else if (const std::string cc = TcpCongestionControl();
+               PacesEveryConnection(cc)) {
       Log(absl::StrCat(
           "note: this host's TCP congestion control is ", cc,
-          ", which paces loopback connections too: same-host pulls measured "
-          "slower than with cubic (docs/performance.md, \"TCP congestion "
-          "control\")"));
+          ", which paces loopback connections too; same-host jobs pulled "
+          "1.2-1.4x faster with network.tcp_congestion_control: cubic "
+          "(docs/performance-log.md, \"The servers' TCP congestion control, "
+          "a job key\")"));
     }
     for (int i = 0; i < plan.servers; ++i) {
       std::ofstream(LogPath({Role::kServer, i}), std::ios::trunc).flush();

@@ -71,6 +71,9 @@ absl::StatusOr<LaunchPlan> ParseLaunchPlan(absl::string_view text,
                        "' is not sync, async or allreduce"));
     }
   }
+  if (auto cc = values.find("tcp_congestion_control"); cc != values.end()) {
+    plan.tcp_congestion_control = cc->second;
+  }
   auto it = values.find("on_failure");
   if (it != values.end()) {
     if (it->second == "fail") {

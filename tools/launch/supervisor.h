@@ -72,6 +72,9 @@ struct LaunchPlan {
   // max_restarts, mode and min_workers, as far as plan.env has them (unset:
   // fail, 0, unspecified, 0).
   pstrain::v1::TrainingConfig training;
+  // network.tcp_congestion_control ("" when the host's): for the launch
+  // line's note on the host's congestion control.
+  std::string tcp_congestion_control;
 };
 
 // Parses plan.env's text (`key=value` lines; unknown keys are ignored).

@@ -251,7 +251,7 @@ TEST(SupervisorTest, CountsCompleteLines) {
 TEST(SupervisorTest, ParsesThePlan) {
   auto plan = ParseLaunchPlan(
       "workers=3\nservers=2\nlease_s=6\non_failure=elastic\nmax_restarts=4\n"
-      "resume_step=10\n",
+      "tcp_congestion_control=cubic\nresume_step=10\n",
       "out/plan.env");
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->workers, 3);
@@ -259,6 +259,11 @@ TEST(SupervisorTest, ParsesThePlan) {
   EXPECT_EQ(plan->lease_s, 6);
   EXPECT_STREQ(Supervisor(*plan, false).policy().name(), "elastic");
   EXPECT_EQ(plan->training.max_restarts(), 4);
+  EXPECT_EQ(plan->tcp_congestion_control, "cubic");
+  auto host = ParseLaunchPlan("workers=1\nservers=1\ntcp_congestion_control=\n",
+                              "out/plan.env");
+  ASSERT_TRUE(host.ok()) << host.status();
+  EXPECT_EQ(host->tcp_congestion_control, "");
 }
 
 // The policy is the job's: the plan's mode and min_workers reach it (the

@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/tcp_congestion.h"
 #include "worker/data/tabular_loaders.h"
 
 namespace pstrain {
@@ -32,6 +33,10 @@ absl::StatusOr<std::unique_ptr<DataSource>> LoadJobData(
 absl::Status CheckJobFile(const std::string& path) {
   PS_ASSIGN_OR_RETURN(JobConfig config, LoadJobConfig(path));
   PS_RETURN_IF_ERROR(ValidateJobConfig(config));
+  // What the servers will set on their listeners, tried on this host.
+  PS_RETURN_IF_ERROR(
+      CheckCongestionControl("network.tcp_congestion_control",
+                             config.network().tcp_congestion_control()));
   return LoadJobData(config).status();
 }
 

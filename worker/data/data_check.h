@@ -23,7 +23,8 @@ absl::StatusOr<std::unique_ptr<DataSource>> LoadJobData(
     const JobConfig& config);
 
 // `ps_worker --check_config`: loads and validates the job file at `path`
-// (errors name its line and key), then LoadJobData.
+// (errors name its line and key), tries network.tcp_congestion_control on
+// this host (CheckCongestionControl), then LoadJobData.
 absl::Status CheckJobFile(const std::string& path);
 
 // `ps_worker --check_config PATH`'s whole run: CheckJobFile, one line
