@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/optimizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -1135,6 +1136,40 @@ TEST(JobConfigTest, Fp16WireIsAWarning) {
   EXPECT_THAT(ConfigWarnings(c),
               ElementsAre(AllOf(HasSubstr("network.wire_dtype: fp16"),
                                 HasSubstr("65504"), HasSubstr("saturated"))));
+}
+
+// network.tcp_congestion_control: a kernel name or "" (the host's), at most
+// 15 characters; in mode allreduce, which has no servers, a warning. Errors
+// name the key, and the file and line when parsed.
+TEST(JobConfigTest, TcpCongestionControl) {
+  JobConfig c = DefaultJobConfig();
+  EXPECT_EQ(c.network().tcp_congestion_control(), "");
+  for (const char* name : {"cubic", "bbr", "dctcp", "reno"}) {
+    c.mutable_network()->set_tcp_congestion_control(name);
+    EXPECT_TRUE(ValidateJobConfig(c).ok()) << name << ValidateJobConfig(c);
+    EXPECT_THAT(ConfigWarnings(c), ElementsAre()) << name;
+  }
+  for (const char* name : {"cubic bbr", "bbr;", "sixteen_letters_"}) {
+    c.mutable_network()->set_tcp_congestion_control(name);
+    const absl::Status st = ValidateJobConfig(c);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_THAT(st.message(),
+                HasSubstr(absl::StrCat("network.tcp_congestion_control: '",
+                                       name, "'")));
+  }
+  c.mutable_network()->set_tcp_congestion_control("cubic");
+  c.mutable_training()->set_mode(v1::MODE_ALLREDUCE);
+  EXPECT_THAT(ConfigWarnings(c),
+              ElementsAre(AllOf(HasSubstr("network.tcp_congestion_control"),
+                                HasSubstr("no servers"))));
+  absl::StatusOr<JobConfig> parsed =
+      ParseJobConfig("network:\n  tcp_congestion_control: 3.5\n", "j.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();  // a string, as YAML reads it
+  EXPECT_EQ(parsed->network().tcp_congestion_control(), "3.5");
+  parsed =
+      ParseJobConfig("network:\n  tcp_congestion_control: [a]\n", "j.yaml");
+  EXPECT_THAT(parsed.status().message(),
+              HasSubstr("j.yaml:2: network.tcp_congestion_control"));
 }
 
 // network.push_streams: 0 (the default) is one stream in every layout;
