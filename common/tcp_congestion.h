@@ -61,13 +61,13 @@ absl::Status CheckCongestionControl(absl::string_view key,
 // inherits it (the kernel's tcp_ca_openreq_child), connections already
 // accepted keep theirs. For a server's pulls on a host whose default paces
 // every connection (docs/performance-log.md, "The servers' TCP congestion
-// control, a job key"). gRPC
-// 1.51 reaches its sockets only through a socket mutator whose type is in
-// its internal headers, so the listeners are found among the process's own
-// descriptors (/proc/self/fd): sockets listening (SO_ACCEPTCONN), TCP
-// (SO_PROTOCOL) and bound to `port` (getsockname). Returns how many were
-// set; NOT_FOUND when none listens on `port`; INVALID_ARGUMENT as
-// CheckCongestionControl when the kernel refuses `name` ("" sets nothing).
+// control, a job key"). gRPC 1.51 reaches its sockets only through a socket
+// mutator whose type is in its internal headers, so the listeners are found
+// among the process's own descriptors (/proc/self/fd): sockets listening
+// (SO_ACCEPTCONN), TCP (SO_PROTOCOL) and bound to `port` (getsockname).
+// Returns how many were set; NOT_FOUND when none listens on `port`;
+// INVALID_ARGUMENT as CheckCongestionControl when the kernel refuses `name`
+// ("" sets nothing).
 absl::StatusOr<int> SetListenersCongestionControl(int port,
                                                   absl::string_view name);
 

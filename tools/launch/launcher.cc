@@ -597,12 +597,13 @@ int Job::Run() {
         plan.workers, " workers (matrix products on ", o_.compute_threads,
         " of the ", o_.cores, " cores each; ",
         PlacementText(plan.servers, plan.workers), "); output in ", o_.out));
-    if (!plan.tcp_congestion_control.empty()) {
+    // (Mode allreduce has no servers: nothing for the key to reach.)
+    if (plan.servers > 0 && !plan.tcp_congestion_control.empty()) {
       Log(absl::StrCat("servers' connections on TCP congestion control ",
                        plan.tcp_congestion_control,
                        " (network.tcp_congestion_control)"));
     } else if (const std::string cc = TcpCongestionControl();
-               PacesEveryConnection(cc)) {
+               plan.servers > 0 && PacesEveryConnection(cc)) {
       Log(absl::StrCat(
           "note: this host's TCP congestion control is ", cc,
           ", which paces loopback connections too; same-host jobs pulled "
