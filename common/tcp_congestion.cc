@@ -36,7 +36,10 @@ int SetCongestion(int fd, absl::string_view name) {
 absl::Status Refused(absl::string_view key, absl::string_view name, int err) {
   if (err == EPERM) {
     return absl::InvalidArgumentError(absl::StrCat(
-        key, ": this host lets a non-privileged process choose only ",
+        key,
+        ": this host lets a non-privileged process choose only its "
+        "default (",
+        TcpCongestionControlName(), ") or ",
         WordsOf(kTcpAllowedCongestionControlPath), ", not '", name,
         "' (net.ipv4.tcp_allowed_congestion_control)"));
   }
