@@ -90,16 +90,6 @@ std::string TcpCongestionControlName() {
   return name.empty() ? "unknown" : name;
 }
 
-bool TcpCongestionControlAvailable(absl::string_view name,
-                                   const std::string& path) {
-  std::ifstream in(path);
-  std::string word;
-  while (in >> word) {
-    if (word == name) return true;
-  }
-  return false;
-}
-
 bool PacesEveryConnection(absl::string_view name) {
   return name == "bbr" || name == "bbr2" || name == "bbr3";
 }

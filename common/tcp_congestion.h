@@ -30,13 +30,6 @@ std::string TcpCongestionControl(
 // TcpCongestionControl(), or "unknown" when it cannot be read: for tables.
 std::string TcpCongestionControlName();
 
-// Whether the kernel offers `name` to a connection that asks for it (the
-// space-separated list at `path`: the available ones for a process with
-// CAP_NET_ADMIN, kTcpAllowedCongestionControlPath's for the others).
-bool TcpCongestionControlAvailable(
-    absl::string_view name,
-    const std::string& path = kTcpAvailableCongestionControlPath);
-
 // Whether `name` paces every connection, loopback included. BBR does (the
 // kernel's own pacing when the qdisc is not fq): on a 2-core test machine it
 // held iperf3 -l 1M on loopback at 4.4-4.8 GB/s against 14-15.5 with cubic,

@@ -38,16 +38,6 @@ TEST(TcpCongestion, EmptyWhenUnreadable) {
   EXPECT_EQ(TcpCongestionControl(empty), "");
 }
 
-TEST(TcpCongestion, AvailableIsAWordOfTheList) {
-  const std::string path = TempPath("tcp_available_congestion_control");
-  std::ofstream(path) << "reno bbr cubic\n";
-  EXPECT_TRUE(TcpCongestionControlAvailable("cubic", path));
-  EXPECT_TRUE(TcpCongestionControlAvailable("reno", path));
-  EXPECT_FALSE(TcpCongestionControlAvailable("cub", path));
-  EXPECT_FALSE(TcpCongestionControlAvailable("dctcp", path));
-  EXPECT_FALSE(TcpCongestionControlAvailable("cubic", TempPath("none")));
-}
-
 TEST(TcpCongestion, OnlyBbrPacesEveryConnection) {
   EXPECT_TRUE(PacesEveryConnection("bbr"));
   EXPECT_TRUE(PacesEveryConnection("bbr3"));

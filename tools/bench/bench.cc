@@ -1,7 +1,5 @@
 #include "tools/bench/bench.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -1130,12 +1128,10 @@ int RunBench(const BenchOptions& o) {
         absl::StrCat("iperf3 -C cubic not measured: the host's congestion "
                      "control, ",
                      tcp_cc, ", does not pace, so iperf3 is not paced either"));
-  } else if (!TcpCongestionControlAvailable(
-                 "cubic", geteuid() == 0 ? kTcpAvailableCongestionControlPath
-                                         : kTcpAllowedCongestionControlPath)) {
-    errors.Note(absl::StrCat("iperf3 -C cubic not measured: the host's ",
-                             "congestion control is ", tcp_cc,
-                             " and cubic is not offered to this user"));
+  } else if (absl::Status cubic = CheckCongestionControl("iperf3 -C", "cubic");
+             !cubic.ok()) {
+    errors.Note(
+        absl::StrCat("iperf3 -C cubic not measured: ", cubic.message()));
   } else {
     plan.unpaced_cc = "cubic";
   }
