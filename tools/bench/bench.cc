@@ -45,7 +45,9 @@ struct Plan {
   int iperf_seconds;
   // When the host's TCP congestion control paces every connection (BBR),
   // iperf3 also runs with this one, which does not ("cubic"; series
-  // "iperf3_unpaced", no goal); empty: not measured.
+  // "iperf3_unpaced", no goal), and every real job runs again with its
+  // servers' connections on it (network.tcp_congestion_control; series
+  // "real_comm_cc_*", no goal); empty: neither is measured.
   std::string unpaced_cc;
   std::vector<uint64_t> ps_bytes;  // pstrain tensor sizes (decimal MB)
   std::vector<int> ps_servers = {1, 2};
@@ -540,10 +542,33 @@ void RunWholeJobRound(const std::vector<WholeJobModel>& jobs, const Plan& plan,
       r->Set(RealName("real_comm_blasspin", bytes, s, w), "ms", round,
              (spin->pull_s + spin->push_s) * 1e3);
     };
-    if (spin_too && round % 2 == 1) spinning();
+    // Where the host paces every connection, the same job again with its
+    // servers' connections on the congestion control that does not
+    // (network.tcp_congestion_control), first in odd rounds.
+    auto unpaced = [&] {
+      if (plan.unpaced_cc.empty()) return;
+      absl::StatusOr<RealJobComm> cc =
+          MeasureRealJobComm(bytes, plan.real_job_steps, w, s, o.bin_dir,
+                             o.work_dir, {}, plan.unpaced_cc);
+      if (!cc.ok()) {
+        const std::string what =
+            absl::StrCat("real job, servers' TCP on ", plan.unpaced_cc);
+        errors->Add(RealName(what.c_str(), bytes, s, w), cc.status());
+        return;
+      }
+      r->Set(RealName("real_comm_cc", bytes, s, w), "ms", round,
+             (cc->pull_s + cc->push_s) * 1e3);
+    };
+    if (round % 2 == 1) {
+      if (spin_too) spinning();
+      unpaced();
+    }
     absl::StatusOr<RealJobComm> c = MeasureRealJobComm(
         bytes, plan.real_job_steps, w, s, o.bin_dir, o.work_dir);
-    if (spin_too && round % 2 == 0) spinning();
+    if (round % 2 == 0) {
+      if (spin_too) spinning();
+      unpaced();
+    }
     if (!c.ok()) {
       errors->Add(RealName("real job", bytes, s, w), c.status());
       continue;
@@ -855,6 +880,21 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
                    job.bytes, s, w),
           "iperf3"));
     }
+    if (!plan.unpaced_cc.empty()) {
+      const std::string cc = RealName("real_comm_cc", job.bytes, s, w);
+      goals.push_back(
+          {absl::StrCat("real job ", SizeName(job.bytes), " MLP, ", w,
+                        w == 1 ? " worker, " : " workers, ", s,
+                        s == 1 ? " server" : " servers",
+                        ": communication per step with "
+                        "network.tcp_congestion_control: ",
+                        plan.unpaced_cc,
+                        " (the servers' connections, not paced) / as shipped "
+                        "(the host's, ",
+                        Fmt(r.Median(real)), " ms)"),
+           Fmt(r.Median(cc)) + " ms", RatioMedian(r, R, cc, real), "", 0,
+           "no goal"});
+    }
     if (w != 1 || s != 1) continue;
     const std::string spin = RealName("real_comm_blasspin", job.bytes, s, w);
     goals.push_back(
@@ -1080,6 +1120,11 @@ void PrintLayers(const Plan& plan, const Results& r) {
   row("real job pull", sized("real_pull_"));
   row("real job pull_s + push_s (ms)", sized("real_comm_"));
   row("steady push + pull of the same bytes (ms)", sized("steady_comm_"));
+  if (!plan.unpaced_cc.empty()) {
+    row(absl::StrCat("real job pull_s + push_s, the servers' connections on ",
+                     plan.unpaced_cc, " (ms)"),
+        sized("real_comm_cc_"));
+  }
   std::vector<std::pair<int, int>> layouts;  // other than 1 server, 1 worker
   for (const Plan::RealJob& job : plan.real_jobs) {
     const std::pair<int, int> l = {job.servers, job.workers};
@@ -1096,6 +1141,12 @@ void PrintLayers(const Plan& plan, const Results& r) {
     row("real job, " + label + ": pull_s + push_s (ms)", named("real_comm"));
     row("steady push + pull of the same bytes, " + label + " (ms)",
         named("steady_comm"));
+    if (!plan.unpaced_cc.empty()) {
+      row(absl::StrCat("real job, ", label,
+                       ": pull_s + push_s, the servers' connections on ",
+                       plan.unpaced_cc, " (ms)"),
+          named("real_comm_cc"));
+    }
   }
 }
 

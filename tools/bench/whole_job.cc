@@ -22,7 +22,16 @@ constexpr int kServers = 2;
 // `push_streams` > 0: network.push_streams (else the default).
 std::string JobYaml(const WholeJobModel& m, int compute_ms, bool overlap,
                     int push_streams, int workers = kWorkers,
-                    int servers = kServers) {
+                    int servers = kServers,
+                    const std::string& tcp_congestion_control = "") {
+  std::string network;
+  if (push_streams > 0) {
+    absl::StrAppend(&network, "  push_streams: ", push_streams, "\n");
+  }
+  if (!tcp_congestion_control.empty()) {
+    absl::StrAppend(&network,
+                    "  tcp_congestion_control: ", tcp_congestion_control, "\n");
+  }
   return absl::StrCat(
       "# ps_bench whole job ", m.name,
       ": written by tools/bench/whole_job.cc\n", "job:\n  name: bench_", m.name,
@@ -37,9 +46,7 @@ std::string JobYaml(const WholeJobModel& m, int compute_ms, bool overlap,
       "\n  num_classes: ", m.num_classes, "\n  test_examples: 64\n",
       "worker:\n  device: cpu\n  compute_ms: ", compute_ms,
       "\n  overlap: ", overlap ? "true" : "false", "\n",
-      push_streams > 0
-          ? absl::StrCat("network:\n  push_streams: ", push_streams, "\n")
-          : "");
+      network.empty() ? "" : "network:\n", network);
 }
 
 // A fresh folder work_dir/ps_bench_job_<name>_XXXXXX holding job.yaml.
@@ -259,7 +266,8 @@ absl::StatusOr<RealJobComm> RealJobCommFromRows(
 absl::StatusOr<RealJobComm> MeasureRealJobComm(
     uint64_t bytes, int steps, int workers, int servers,
     const std::string& bin_dir, const std::string& work_dir,
-    const std::vector<std::string>& worker_flags) {
+    const std::vector<std::string>& worker_flags,
+    const std::string& tcp_congestion_control) {
   if (steps <= kRealJobFirstStep) {
     return absl::InvalidArgumentError(absl::StrCat(
         "real job: steps ", steps, " must be > ", kRealJobFirstStep));
@@ -269,8 +277,9 @@ absl::StatusOr<RealJobComm> MeasureRealJobComm(
         "real job: ", workers, " workers, ", servers, " servers: need >= 1"));
   }
   const WholeJobModel m = RealJobModel(bytes, steps, workers, servers);
-  absl::StatusOr<std::string> dir =
-      NewJobDir(work_dir, m.name, JobYaml(m, 0, false, 0, workers, servers));
+  absl::StatusOr<std::string> dir = NewJobDir(
+      work_dir, m.name,
+      JobYaml(m, 0, false, 0, workers, servers, tcp_congestion_control));
   if (!dir.ok()) return dir.status();
   JobRunOptions o;
   o.bin_dir = bin_dir;

@@ -110,12 +110,15 @@ absl::StatusOr<RealJobComm> RealJobCommFromRows(
     const std::vector<MetricsRow>& rows, int first, int steps,
     const std::string& source);
 // Runs the job under work_dir with the binaries of bin_dir, every ps_worker
-// also given `worker_flags`; errors name the job's folder and logs. steps >=
+// also given `worker_flags` and, when not empty, the job file
+// `network.tcp_congestion_control: <tcp_congestion_control>` (the servers'
+// connections); errors name the job's folder and logs. steps >=
 // kRealJobFirstStep + 1; workers, servers >= 1.
 absl::StatusOr<RealJobComm> MeasureRealJobComm(
     uint64_t bytes, int steps, int workers, int servers,
     const std::string& bin_dir, const std::string& work_dir,
-    const std::vector<std::string>& worker_flags = {});
+    const std::vector<std::string>& worker_flags = {},
+    const std::string& tcp_congestion_control = "");
 
 // The ps_worker flag of the real job measured beside the shipped one (no
 // goal): OpenBLAS's own idle time, 2^28 cycles, where the worker's default
