@@ -1175,14 +1175,18 @@ int RunBench(const BenchOptions& o) {
   // one is noted).
   const std::string tcp_cc = TcpCongestionControlName();
   if (!PacesEveryConnection(tcp_cc)) {
-    errors.Note(
-        absl::StrCat("iperf3 -C cubic not measured: the host's congestion "
-                     "control, ",
-                     tcp_cc, ", does not pace, so iperf3 is not paced either"));
+    errors.Note(absl::StrCat(
+        "iperf3 -C cubic and the real jobs with "
+        "network.tcp_congestion_control: cubic not measured: the host's "
+        "congestion control, ",
+        tcp_cc,
+        ", does not pace, so iperf3 and the jobs are not paced either"));
   } else if (absl::Status cubic = CheckCongestionControl("iperf3 -C", "cubic");
              !cubic.ok()) {
     errors.Note(
-        absl::StrCat("iperf3 -C cubic not measured: ", cubic.message()));
+        absl::StrCat("iperf3 -C cubic and the real jobs with "
+                     "network.tcp_congestion_control: cubic not measured: ",
+                     cubic.message()));
   } else {
     plan.unpaced_cc = "cubic";
   }
