@@ -854,10 +854,13 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
     const int s = job.servers, w = job.workers;
     const std::string real = RealName("real_comm", job.bytes, s, w);
     const std::string steady = RealName("steady_comm", job.bytes, s, w);
+    // "real job 4MB MLP, 1 worker, 1 server"
+    const std::string job_name =
+        absl::StrCat("real job ", SizeName(job.bytes), " MLP, ", w,
+                     w == 1 ? " worker, " : " workers, ", s,
+                     s == 1 ? " server" : " servers");
     goals.push_back(
-        {absl::StrCat("real job ", SizeName(job.bytes), " MLP, ", w,
-                      w == 1 ? " worker, " : " workers, ", s,
-                      s == 1 ? " server" : " servers",
+        {absl::StrCat(job_name,
                       ": communication per step (metrics.csv pull_s + push_s, "
                       "median of steps ",
                       kRealJobFirstStep, "..", plan.real_job_steps - 1,
@@ -883,9 +886,7 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
     if (!plan.unpaced_cc.empty()) {
       const std::string cc = RealName("real_comm_cc", job.bytes, s, w);
       goals.push_back(
-          {absl::StrCat("real job ", SizeName(job.bytes), " MLP, ", w,
-                        w == 1 ? " worker, " : " workers, ", s,
-                        s == 1 ? " server" : " servers",
+          {absl::StrCat(job_name,
                         ": communication per step with "
                         "network.tcp_congestion_control: ",
                         plan.unpaced_cc,
@@ -898,12 +899,11 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
     if (w != 1 || s != 1) continue;
     const std::string spin = RealName("real_comm_blasspin", job.bytes, s, w);
     goals.push_back(
-        {absl::StrCat(
-             "real job ", SizeName(job.bytes),
-             " MLP, 1 worker, 1 server: communication per step with "
-             "OpenBLAS's idle threads spinning 2^28 cycles (ps_worker ",
-             kOpenBlasSpinFlag, ", OpenBLAS's default) / as shipped (",
-             Fmt(r.Median(real)), " ms)"),
+        {absl::StrCat(job_name,
+                      ": communication per step with OpenBLAS's idle threads "
+                      "spinning 2^28 cycles (ps_worker ",
+                      kOpenBlasSpinFlag, ", OpenBLAS's default) / as shipped (",
+                      Fmt(r.Median(real)), " ms)"),
          Fmt(r.Median(spin)) + " ms", RatioMedian(r, R, spin, real), "", 0,
          "no goal"});
   }
