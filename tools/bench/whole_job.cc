@@ -19,7 +19,8 @@ namespace {
 constexpr int kWorkers = 4;
 constexpr int kServers = 2;
 
-// `push_streams` > 0: network.push_streams (else the default).
+// `push_streams` > 0: network.push_streams (else the default); a
+// `tcp_congestion_control` not empty: network.tcp_congestion_control.
 std::string JobYaml(const WholeJobModel& m, int compute_ms, bool overlap,
                     int push_streams, int workers = kWorkers,
                     int servers = kServers,
@@ -242,6 +243,12 @@ WholeJobModel RealJobModel(uint64_t bytes, int steps, int workers,
           steps};
 }
 
+std::string RealJobYaml(uint64_t bytes, int steps, int workers, int servers,
+                        const std::string& tcp_congestion_control) {
+  return JobYaml(RealJobModel(bytes, steps, workers, servers), 0, false, 0,
+                 workers, servers, tcp_congestion_control);
+}
+
 absl::StatusOr<RealJobComm> RealJobCommFromRows(
     const std::vector<MetricsRow>& rows, int first, int steps,
     const std::string& source) {
@@ -279,7 +286,7 @@ absl::StatusOr<RealJobComm> MeasureRealJobComm(
   const WholeJobModel m = RealJobModel(bytes, steps, workers, servers);
   absl::StatusOr<std::string> dir = NewJobDir(
       work_dir, m.name,
-      JobYaml(m, 0, false, 0, workers, servers, tcp_congestion_control));
+      RealJobYaml(bytes, steps, workers, servers, tcp_congestion_control));
   if (!dir.ok()) return dir.status();
   JobRunOptions o;
   o.bin_dir = bin_dir;

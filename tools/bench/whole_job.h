@@ -103,6 +103,10 @@ struct RealJobComm {
 // The model's name says its size and layout: "4MB_1w1s", "16MB_4w2s".
 WholeJobModel RealJobModel(uint64_t bytes, int steps, int workers = 1,
                            int servers = 1);
+// The job file of that job (sync SGD, no emulated compute, no overlap);
+// `tcp_congestion_control` not empty: network.tcp_congestion_control.
+std::string RealJobYaml(uint64_t bytes, int steps, int workers, int servers,
+                        const std::string& tcp_congestion_control = "");
 // The medians of the rows of steps first..steps-1 (the final evaluation
 // row, step >= steps, left out). FAILED_PRECONDITION naming `source` when
 // no row is in that range.

@@ -1,8 +1,10 @@
 #include "tools/bench/whole_job.h"
 
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "common/job_config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -64,6 +66,22 @@ TEST(MeasureRealJobComm, RejectsALayoutWithoutProcesses) {
         MeasureRealJobComm(4000000, 10, workers, servers, "no_bin", "no_dir");
     EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument)
         << workers << " workers, " << servers << " servers";
+  }
+}
+
+// The job file a real job runs: a valid job of that layout, with the
+// servers' congestion control only when one is asked for.
+TEST(RealJobYaml, IsAValidJobWithTheCongestionControlAskedFor) {
+  for (const std::string cc : {"", "cubic"}) {
+    const std::string yaml = RealJobYaml(16000000, 25, 4, 2, cc);
+    absl::StatusOr<JobConfig> config = ParseJobConfig(yaml, "real_job.yaml");
+    ASSERT_TRUE(config.ok()) << config.status() << "\n" << yaml;
+    EXPECT_TRUE(ValidateJobConfig(*config).ok()) << yaml;
+    EXPECT_EQ(config->job().workers(), 4);
+    EXPECT_EQ(config->job().servers(), 2);
+    EXPECT_EQ(config->training().steps(), 25);
+    EXPECT_EQ(config->network().tcp_congestion_control(), cc);
+    EXPECT_EQ(yaml.find("network:") != std::string::npos, !cc.empty()) << yaml;
   }
 }
 
