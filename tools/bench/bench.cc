@@ -527,48 +527,48 @@ void RunWholeJobRound(const std::vector<WholeJobModel>& jobs, const Plan& plan,
     const int s = job.servers, w = job.workers;
     fprintf(stderr, "ps_bench: real job %s, %d worker(s), %d server(s)\n",
             SizeName(bytes).c_str(), w, s);
-    // With one worker and one server, the same job again with OpenBLAS's
-    // own idle time (kOpenBlasSpinFlag), first in odd rounds.
-    const bool spin_too = w == 1 && s == 1;
-    auto spinning = [&] {
-      absl::StatusOr<RealJobComm> spin =
-          MeasureRealJobComm(bytes, plan.real_job_steps, w, s, o.bin_dir,
-                             o.work_dir, {kOpenBlasSpinFlag});
-      if (!spin.ok()) {
-        errors->Add(RealName("real job, OpenBLAS spinning", bytes, s, w),
-                    spin.status());
-        return;
+    // The same job again, each variant without a goal, before the shipped
+    // one in odd rounds and after it in even ones: with one worker and one
+    // server, with OpenBLAS's own idle time (kOpenBlasSpinFlag); where the
+    // host paces every connection, with the servers' connections on the
+    // congestion control that does not (network.tcp_congestion_control).
+    auto variants = [&] {
+      struct Variant {
+        bool runs;
+        const char* series;
+        std::string what;
+        std::vector<std::string> worker_flags;
+        std::string cc;
+      };
+      const Variant all[] = {
+          {w == 1 && s == 1,
+           "real_comm_blasspin",
+           "real job, OpenBLAS spinning",
+           {kOpenBlasSpinFlag},
+           ""},
+          {!plan.unpaced_cc.empty(),
+           "real_comm_cc",
+           "real job, servers' TCP on " + plan.unpaced_cc,
+           {},
+           plan.unpaced_cc},
+      };
+      for (const Variant& v : all) {
+        if (!v.runs) continue;
+        absl::StatusOr<RealJobComm> m =
+            MeasureRealJobComm(bytes, plan.real_job_steps, w, s, o.bin_dir,
+                               o.work_dir, v.worker_flags, v.cc);
+        if (!m.ok()) {
+          errors->Add(RealName(v.what.c_str(), bytes, s, w), m.status());
+          continue;
+        }
+        r->Set(RealName(v.series, bytes, s, w), "ms", round,
+               (m->pull_s + m->push_s) * 1e3);
       }
-      r->Set(RealName("real_comm_blasspin", bytes, s, w), "ms", round,
-             (spin->pull_s + spin->push_s) * 1e3);
     };
-    // Where the host paces every connection, the same job again with its
-    // servers' connections on the congestion control that does not
-    // (network.tcp_congestion_control), first in odd rounds.
-    auto unpaced = [&] {
-      if (plan.unpaced_cc.empty()) return;
-      absl::StatusOr<RealJobComm> cc =
-          MeasureRealJobComm(bytes, plan.real_job_steps, w, s, o.bin_dir,
-                             o.work_dir, {}, plan.unpaced_cc);
-      if (!cc.ok()) {
-        const std::string what =
-            absl::StrCat("real job, servers' TCP on ", plan.unpaced_cc);
-        errors->Add(RealName(what.c_str(), bytes, s, w), cc.status());
-        return;
-      }
-      r->Set(RealName("real_comm_cc", bytes, s, w), "ms", round,
-             (cc->pull_s + cc->push_s) * 1e3);
-    };
-    if (round % 2 == 1) {
-      if (spin_too) spinning();
-      unpaced();
-    }
+    if (round % 2 == 1) variants();
     absl::StatusOr<RealJobComm> c = MeasureRealJobComm(
         bytes, plan.real_job_steps, w, s, o.bin_dir, o.work_dir);
-    if (round % 2 == 0) {
-      if (spin_too) spinning();
-      unpaced();
-    }
+    if (round % 2 == 0) variants();
     if (!c.ok()) {
       errors->Add(RealName("real job", bytes, s, w), c.status());
       continue;
