@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/flags/parse.h"
+#include "common/huge_pages.h"
 #include "common/logging.h"
 #include "common/mutex_mode.h"
 #include "common/process.h"
@@ -53,6 +54,7 @@ int Main() {
       PS_LOG_WARN("%s (freed buffers go back to the kernel)", st.ToString());
     }
   }
+  PS_LOG_INFO("heap: %s", HeapPagesText());  // common/huge_pages.h
   options->metrics = &metrics;
   absl::StatusOr<std::unique_ptr<WorkerNode>> worker =
       WorkerNode::Create(*std::move(options));

@@ -117,6 +117,22 @@ for name in pstrain_coordinator_steps pstrain_coordinator_live_workers pstrain_c
 done
 p1=$(metric "$s1" pstrain_server_pushes_total); p2=$(metric "$s2" pstrain_server_pushes_total)
 t1=$(metric "$w1" pstrain_worker_steps_total); t2=$(metric "$w2" pstrain_worker_steps_total)
+# 5b. The running worker's environment asks glibc's malloc for huge pages
+#     (common/huge_pages.h: ps_launch sets GLIBC_TUNABLES for ps_worker).
+descendants() { local p; for p in $(pgrep -P "$1"); do echo "$p"; descendants "$p"; done; }
+wpid=""
+for p in $(descendants "$psctl_pid"); do
+  cmd="$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)" || continue
+  [[ "$cmd" == *"/worker/ps_worker "*"--rank=0 "* ]] && wpid=$p
+done
+tunables="$([[ -n "$wpid" ]] && tr '\0' '\n' <"/proc/$wpid/environ" | sed -n 's/^GLIBC_TUNABLES=//p')"
+# user-facing message check: the worker's log says which pages its heap is on.
+if [[ ":$tunables:" == *":glibc.malloc.hugetlb=1:"* ]] &&
+    grep -q "heap: .*glibc.malloc.hugetlb=1 from GLIBC_TUNABLES" "$out/logs/worker-0.log"; then
+  ok "worker 0 (pid $wpid) runs with GLIBC_TUNABLES=$tunables and logs it"
+else
+  fail "worker 0 (pid ${wpid:-not found}): GLIBC_TUNABLES='$tunables', log: $(grep 'heap:' "$out/logs/worker-0.log")"
+fi
 kill -TERM "$psctl_pid" 2>/dev/null
 exited_within "$psctl_pid" 30 || fail "psctl run still runs 30 s after SIGTERM"
 if [[ -z "$missing" && -n "$p1" && -n "$t1" ]] && ge "$p2" "$((${p1%.*} + 1))" && ge "$t2" "$((${t1%.*} + 1))"; then

@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -20,6 +21,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -31,6 +33,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/cpu_placement.h"
+#include "common/huge_pages.h"
 #include "common/tcp_congestion.h"
 #include "tools/launch/supervisor.h"
 
@@ -83,13 +86,20 @@ bool Newer(const struct timespec& a, const struct timespec& b) {
 // and stderr to `stderr_fd`. The child gets the default signal mask and
 // SIGKILL when we die. Returns the pid, or -1 (errno set).
 // `cpus`: the child's CPUs (sched_setaffinity before exec); null or empty:
-// this process's.
+// this process's. `env`: the child's environment ("NAME=VALUE"); null: ours.
 pid_t Spawn(const std::vector<std::string>& argv, int stdout_fd, int stderr_fd,
-            const cpu_set_t* cpus = nullptr) {
+            const cpu_set_t* cpus = nullptr,
+            const std::vector<std::string>* env = nullptr) {
   std::vector<char*> args;
   for (const std::string& a : argv)
     args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  std::vector<char*> envp;
+  if (env != nullptr) {
+    for (const std::string& e : *env)
+      envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+  }
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid != 0) return pid;
@@ -110,7 +120,11 @@ pid_t Spawn(const std::vector<std::string>& argv, int stdout_fd, int stderr_fd,
         "unpinned\n";
     (void)!write(STDERR_FILENO, kUnpinned, sizeof(kUnpinned) - 1);
   }
-  execvp(args[0], args.data());
+  if (env != nullptr) {
+    execvpe(args[0], args.data(), envp.data());
+  } else {
+    execvp(args[0], args.data());
+  }
   static const char kFailed[] = "psctl: cannot execute ";
   (void)!write(STDERR_FILENO, kFailed, sizeof(kFailed) - 1);
   (void)!write(STDERR_FILENO, args[0], strlen(args[0]));
@@ -178,6 +192,20 @@ void Tee(int from, int log_fd, std::shared_ptr<absl::Notification> done) {
   done->Notify();
 }
 
+// Our environment with GLIBC_TUNABLES asking glibc's malloc for transparent
+// huge pages (common/huge_pages.h: a worker's first steps, no longer spent
+// faulting in 4 KiB pages), unless it names glibc.malloc.hugetlb itself.
+std::vector<std::string> PsWorkerEnvironment() {
+  std::vector<std::string> env;
+  const std::string prefix = absl::StrCat(kGlibcTunablesVariable, "=");
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (!absl::StartsWith(*e, prefix)) env.push_back(*e);
+  }
+  env.push_back(prefix +
+                WorkerGlibcTunables(std::getenv(kGlibcTunablesVariable)));
+  return env;
+}
+
 class Job {
  public:
   Job(const LaunchOptions& options, LaunchPlan plan)
@@ -185,7 +213,8 @@ class Job {
         logs_(options.out + "/logs"),
         supervision_(options.out + "/supervision.txt"),
         supervisor_(plan, !options.worker_argv.empty()),
-        allowed_cpus_(options.pin_cores ? AllowedCpus() : std::vector<int>{}) {}
+        allowed_cpus_(options.pin_cores ? AllowedCpus() : std::vector<int>{}),
+        worker_env_(PsWorkerEnvironment()) {}
 
   int Run();
 
@@ -275,7 +304,8 @@ class Job {
   int stop_signal_ = 0;
   std::string first_exit_, coord_fate_;
   double coord_wall_s_ = 0;
-  const std::vector<int> allowed_cpus_;  // empty: nothing is pinned
+  const std::vector<int> allowed_cpus_;        // empty: nothing is pinned
+  const std::vector<std::string> worker_env_;  // a ps_worker's environment
 };
 
 std::vector<std::string> Job::Argv(Slot slot) const {
@@ -325,8 +355,10 @@ pid_t Job::Start(Slot slot) {
     return -1;
   }
   const bool cmd = slot.role == Role::kWorker && !o_.worker_argv.empty();
+  const bool ps_worker = slot.role == Role::kWorker && !cmd;
   const cpu_set_t cpus = CpuSetOf(CpusOf(slot));
-  const pid_t pid = Spawn(Argv(slot), cmd ? fd : -1, fd, &cpus);
+  const pid_t pid = Spawn(Argv(slot), cmd ? fd : -1, fd, &cpus,
+                          ps_worker ? &worker_env_ : nullptr);
   const int spawn_errno = errno;
   close(fd);
   if (pid < 0) {

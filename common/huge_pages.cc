@@ -1,0 +1,90 @@
+#include "common/huge_pages.h"
+
+#include <stdlib.h>
+
+#include <fstream>
+#include <string>
+#include <utility>
+
+#include "absl/base/config.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace pstrain {
+
+std::string MallocHugetlbValue(absl::string_view tunables) {
+  std::string value;
+  for (absl::string_view item : absl::StrSplit(tunables, ':')) {
+    std::pair<absl::string_view, absl::string_view> kv =
+        absl::StrSplit(item, absl::MaxSplits('=', 1));
+    if (kv.first == kMallocHugetlbTunable) value = std::string(kv.second);
+  }
+  return value;
+}
+
+std::string WorkerGlibcTunables(const char* current) {
+  const std::string given = current == nullptr ? "" : current;
+  // Named at all (even with an empty value): the environment's choice.
+  for (absl::string_view item : absl::StrSplit(given, ':')) {
+    if (absl::StartsWith(item, absl::StrCat(kMallocHugetlbTunable, "="))) {
+      return given;
+    }
+  }
+  const std::string ours = absl::StrCat(kMallocHugetlbTunable, "=1");
+  return given.empty() ? ours : absl::StrCat(given, ":", ours);
+}
+
+std::string KernelThpMode(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) return "";
+  const size_t open = line.find('[');
+  const size_t close = line.find(']', open);
+  if (open == std::string::npos || close == std::string::npos) return "";
+  return line.substr(open + 1, close - open - 1);
+}
+
+std::string HeapPagesText(const char* tunables, absl::string_view kernel_mode,
+                          bool glibc_malloc) {
+  if (!glibc_malloc) {
+    return "the sanitizer's allocator (GLIBC_TUNABLES does not apply)";
+  }
+  const std::string value =
+      MallocHugetlbValue(tunables == nullptr ? "" : tunables);
+  const std::string kernel =
+      kernel_mode.empty()
+          ? std::string("kernel's transparent huge pages: ?")
+          : absl::StrCat("kernel's transparent huge pages: ", kernel_mode);
+  if (value.empty()) {
+    return absl::StrCat(
+        "4 KiB pages (GLIBC_TUNABLES does not name glibc.malloc.hugetlb; "
+        "psctl run and deploy/k8s set it to 1 for workers; ",
+        kernel, ")");
+  }
+  if (value != "1") {
+    return absl::StrCat("glibc.malloc.hugetlb=", value,
+                        " from GLIBC_TUNABLES (", kernel, ")");
+  }
+  if (kernel_mode == "never") {
+    return absl::StrCat(
+        "4 KiB pages: glibc.malloc.hugetlb=1 from GLIBC_TUNABLES, but the ",
+        kernel);
+  }
+  return absl::StrCat(
+      "transparent huge pages (glibc.malloc.hugetlb=1 from GLIBC_TUNABLES; ",
+      kernel, ")");
+}
+
+std::string HeapPagesText() {
+#if defined(ABSL_HAVE_ADDRESS_SANITIZER) || \
+    defined(ABSL_HAVE_THREAD_SANITIZER) || defined(ABSL_HAVE_MEMORY_SANITIZER)
+  constexpr bool kGlibcMalloc = false;
+#else
+  constexpr bool kGlibcMalloc = true;
+#endif
+  return HeapPagesText(getenv(kGlibcTunablesVariable), KernelThpMode(),
+                       kGlibcMalloc);
+}
+
+}  // namespace pstrain
