@@ -9,7 +9,10 @@ prints for each config:
 
 - the median over rounds of each build's pull_s, push_s and compute_s (each
   a median over steps FIRST..LAST of the job's metrics.csv) and of its step
-  time (wall_s between consecutive reports);
+  time (wall_s between consecutive reports); of "before", the communication
+  (pull_s + push_s) of the steps before FIRST added up (a job's start, where
+  its first touches of memory and connections fall); and of "job", the
+  job's wall_s from summary.json (all of its steps);
 - for every build after the first, the median over rounds of the first
   build's figure over its figure within the round (above 1: faster than the
   first), with the rounds it was faster in;
@@ -36,7 +39,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
-FIGURES = ("pull_s", "push_s", "compute_s", "step")
+FIGURES = ("pull_s", "push_s", "compute_s", "step", "before", "job")
 
 
 def order(round_index, builds):
@@ -57,11 +60,14 @@ def job_figures(run_dir, first, last):
     if not kept or any(s - 1 not in wall for s in range(first, last + 1)):
         raise ValueError(f"{run_dir}/metrics.csv has no steps {first}..{last}")
     out = {f: statistics.median(float(r[f]) for r in kept)
-           for f in FIGURES if f != "step"}
+           for f in ("pull_s", "push_s", "compute_s")}
     out["step"] = statistics.median(
         wall[s] - wall[s - 1] for s in range(first, last + 1))
+    out["before"] = sum(float(r["pull_s"]) + float(r["push_s"])
+                        for r in rows if int(r["step"]) < first)
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
+    out["job"] = float(summary.get("wall_s", 0))
     out["result"] = (summary.get("final_loss"), summary.get("final_accuracy"))
     return out
 

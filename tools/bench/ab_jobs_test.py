@@ -34,7 +34,8 @@ def write_job(d, walls, pulls, loss=1.5, accuracy=0.25):
         for step, (wall, pull) in enumerate(zip(walls, pulls)):
             f.write(f"{step},{wall},0.001,{pull},0.002\n")
     with open(os.path.join(d, "summary.json"), "w") as f:
-        json.dump({"final_loss": loss, "final_accuracy": accuracy}, f)
+        json.dump({"final_loss": loss, "final_accuracy": accuracy,
+                   "wall_s": walls[-1]}, f)
 
 
 class JobFiguresTest(unittest.TestCase):
@@ -47,6 +48,9 @@ class JobFiguresTest(unittest.TestCase):
             self.assertEqual(got["pull_s"], 2)     # steps 2..4: 1, 2, 3
             self.assertEqual(got["step"], 4)       # 2, 4, 8
             self.assertEqual(got["push_s"], 0.002)
+            # Steps 0 and 1 before step 2: pulls 9 + 9, pushes 2 x 0.002.
+            self.assertAlmostEqual(got["before"], 18.004)
+            self.assertEqual(got["job"], 31)
             self.assertEqual(got["result"], (1.5, 0.25))
 
     def test_a_job_without_those_steps_is_an_error(self):
