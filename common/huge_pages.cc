@@ -6,10 +6,10 @@
 #include <string>
 #include <utility>
 
-#include "absl/base/config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/glibc_malloc.h"
 
 namespace pstrain {
 
@@ -77,12 +77,6 @@ std::string HeapPagesText(const char* tunables, absl::string_view kernel_mode,
 }
 
 std::string HeapPagesText() {
-#if defined(ABSL_HAVE_ADDRESS_SANITIZER) || \
-    defined(ABSL_HAVE_THREAD_SANITIZER) || defined(ABSL_HAVE_MEMORY_SANITIZER)
-  constexpr bool kGlibcMalloc = false;
-#else
-  constexpr bool kGlibcMalloc = true;
-#endif
   return HeapPagesText(getenv(kGlibcTunablesVariable), KernelThpMode(),
                        kGlibcMalloc);
 }

@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "absl/base/config.h"
 #include "absl/strings/str_cat.h"
+#include "common/glibc_malloc.h"
 
 namespace pstrain {
 namespace {
@@ -14,13 +14,6 @@ namespace {
 constexpr int64_t kMaxMmapThreshold = int64_t{32} << 20;
 // The largest trim threshold taken (mallopt takes an int).
 constexpr int64_t kMaxTrimThreshold = int64_t{1} << 30;
-// Sanitizers bring their own allocator (their mallopt does nothing).
-#if defined(ABSL_HAVE_ADDRESS_SANITIZER) || \
-    defined(ABSL_HAVE_THREAD_SANITIZER) || defined(ABSL_HAVE_MEMORY_SANITIZER)
-constexpr bool kGlibcMalloc = false;
-#else
-constexpr bool kGlibcMalloc = true;
-#endif
 }  // namespace
 
 absl::Status ConfigureProcessMemory(const ProcessMemoryOptions& options) {

@@ -2,15 +2,12 @@
 
 #include <malloc.h>
 
-#include "absl/base/config.h"
+#include "common/glibc_malloc.h"
 
 namespace pstrain {
 
 absl::Status KeepFreedHeapForReuse() {
-#if defined(ABSL_HAVE_ADDRESS_SANITIZER) || \
-    defined(ABSL_HAVE_THREAD_SANITIZER) || defined(ABSL_HAVE_MEMORY_SANITIZER)
-  return absl::OkStatus();  // the sanitizer's allocator, not glibc's
-#else
+  if (!kGlibcMalloc) return absl::OkStatus();  // the sanitizer's allocator
   // Setting M_MMAP_THRESHOLD also turns off glibc's dynamic adjustment of
   // both thresholds, so the values stay as set.
   if (mallopt(M_MMAP_THRESHOLD, static_cast<int>(kRingMmapThresholdBytes)) !=
@@ -22,7 +19,6 @@ absl::Status KeepFreedHeapForReuse() {
         "mallopt refused M_MMAP_THRESHOLD, M_TRIM_THRESHOLD or M_ARENA_MAX");
   }
   return absl::OkStatus();
-#endif
 }
 
 }  // namespace pstrain
