@@ -3,34 +3,41 @@
 #include <stdlib.h>
 
 #include <fstream>
+#include <optional>
 #include <string>
-#include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/glibc_malloc.h"
 
 namespace pstrain {
 
-std::string MallocHugetlbValue(absl::string_view tunables) {
-  std::string value;
+namespace {
+
+// glibc.malloc.hugetlb's value in `tunables` (the last one named); nullopt
+// when no NAME=VALUE item names it (glibc ignores items without '=').
+std::optional<std::string> HugetlbItem(absl::string_view tunables) {
+  std::optional<std::string> value;
   for (absl::string_view item : absl::StrSplit(tunables, ':')) {
-    std::pair<absl::string_view, absl::string_view> kv =
-        absl::StrSplit(item, absl::MaxSplits('=', 1));
-    if (kv.first == kMallocHugetlbTunable) value = std::string(kv.second);
+    const size_t eq = item.find('=');
+    if (eq != absl::string_view::npos &&
+        item.substr(0, eq) == kMallocHugetlbTunable) {
+      value = std::string(item.substr(eq + 1));
+    }
   }
   return value;
+}
+
+}  // namespace
+
+std::string MallocHugetlbValue(absl::string_view tunables) {
+  return HugetlbItem(tunables).value_or("");
 }
 
 std::string WorkerGlibcTunables(const char* current) {
   const std::string given = current == nullptr ? "" : current;
   // Named at all (even with an empty value): the environment's choice.
-  for (absl::string_view item : absl::StrSplit(given, ':')) {
-    if (absl::StartsWith(item, absl::StrCat(kMallocHugetlbTunable, "="))) {
-      return given;
-    }
-  }
+  if (HugetlbItem(given).has_value()) return given;
   const std::string ours = absl::StrCat(kMallocHugetlbTunable, "=1");
   return given.empty() ? ours : absl::StrCat(given, ":", ours);
 }
