@@ -9,8 +9,11 @@
 // were several times slower than the rest. On huge pages the first 25 steps'
 // communication was 1.25-1.58x faster and jobs of 200-300 steps ended
 // 1.04-1.10x sooner, the steady steps unchanged (docs/performance-log.md, "A
-// worker's heap on huge pages"). The servers keep 4 KiB pages: their peak
-// memory is a goal of its own (server/process_memory.h).
+// worker's heap on huge pages"). The servers keep 4 KiB pages: on huge pages
+// only the smallest job's start gained, and khugepaged may fill a server's
+// sparse 2 MiB ranges over time while its peak memory is a goal of its own
+// (server/process_memory.h; "Tried, not kept: the servers' heap on huge
+// pages").
 #ifndef PSTRAIN_COMMON_HUGE_PAGES_H_
 #define PSTRAIN_COMMON_HUGE_PAGES_H_
 
