@@ -5,7 +5,9 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/glibc_malloc.h"
@@ -40,6 +42,22 @@ std::string WorkerGlibcTunables(const char* current) {
   if (HugetlbItem(given).has_value()) return given;
   const std::string ours = absl::StrCat(kMallocHugetlbTunable, "=1");
   return given.empty() ? ours : absl::StrCat(given, ":", ours);
+}
+
+std::vector<std::string> WorkerEnvironment(const char* const* environ) {
+  std::vector<std::string> env;
+  const std::string prefix = absl::StrCat(kGlibcTunablesVariable, "=");
+  const char* tunables = nullptr;
+  for (const char* const* e = environ; e != nullptr && *e != nullptr; ++e) {
+    if (absl::StartsWith(*e, prefix)) {
+      // The first one, as getenv reads it; every one is replaced.
+      if (tunables == nullptr) tunables = *e + prefix.size();
+    } else {
+      env.push_back(*e);
+    }
+  }
+  env.push_back(prefix + WorkerGlibcTunables(tunables));
+  return env;
 }
 
 std::string KernelThpMode(const std::string& path) {

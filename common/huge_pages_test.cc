@@ -11,6 +11,7 @@ namespace pstrain {
 namespace {
 
 using ::testing::AllOf;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -39,6 +40,32 @@ TEST(HugePages, AWorkerAsksForThemUnlessTheEnvironmentChose) {
       "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=2");
   EXPECT_EQ(WorkerGlibcTunables("glibc.malloc.hugetlbx=1"),
             "glibc.malloc.hugetlbx=1:glibc.malloc.hugetlb=1");
+}
+
+TEST(HugePages, AWorkersEnvironmentIsOursWithItsTunables) {
+  const char* const plain[] = {"PATH=/bin", "HOME=/root", nullptr};
+  EXPECT_THAT(WorkerEnvironment(plain),
+              ElementsAre("PATH=/bin", "HOME=/root",
+                          "GLIBC_TUNABLES=glibc.malloc.hugetlb=1"));
+  // Ours extended in place of the original (one GLIBC_TUNABLES, last).
+  const char* const tuned[] = {"GLIBC_TUNABLES=glibc.malloc.arena_max=2",
+                               "PATH=/bin", nullptr};
+  EXPECT_THAT(WorkerEnvironment(tuned),
+              ElementsAre("PATH=/bin",
+                          "GLIBC_TUNABLES=glibc.malloc.arena_max=2:"
+                          "glibc.malloc.hugetlb=1"));
+  // An explicit choice stays, and so does an unrelated look-alike.
+  const char* const chosen[] = {
+      "GLIBC_TUNABLESX=1", "GLIBC_TUNABLES=glibc.malloc.hugetlb=0",
+      "GLIBC_TUNABLES=glibc.malloc.hugetlb=1", nullptr};
+  EXPECT_THAT(WorkerEnvironment(chosen),
+              ElementsAre("GLIBC_TUNABLESX=1",
+                          "GLIBC_TUNABLES=glibc.malloc.hugetlb=0"));
+  const char* const empty[] = {nullptr};
+  EXPECT_THAT(WorkerEnvironment(empty),
+              ElementsAre("GLIBC_TUNABLES=glibc.malloc.hugetlb=1"));
+  EXPECT_THAT(WorkerEnvironment(nullptr),
+              ElementsAre("GLIBC_TUNABLES=glibc.malloc.hugetlb=1"));
 }
 
 TEST(HugePages, KernelModeIsTheBracketedWord) {

@@ -16,6 +16,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/cpu_placement.h"
+#include "common/huge_pages.h"
 #include "common/job_token.h"
 #include "common/signals.h"
 #include "tools/bench/stats.h"
@@ -155,6 +156,9 @@ absl::StatusOr<JobRunResult> RunJobProcesses(const JobRunOptions& o) {
     if (!s.ok()) return s.status();
     servers.push_back(std::move(*s));
   }
+  // The workers' environment as psctl run gives it (ps_launch): their heaps
+  // on transparent huge pages unless ours chose (common/huge_pages.h).
+  const std::vector<std::string> worker_env = WorkerEnvironment(environ);
   int threads = WorkerComputeThreads(o.workers);
   for (const std::string& flag : o.worker_flags) {  // the last one counts
     absl::string_view value = flag;
@@ -173,7 +177,7 @@ absl::StatusOr<JobRunResult> RunJobProcesses(const JobRunOptions& o) {
     argv.insert(argv.end(), o.worker_flags.begin(), o.worker_flags.end());
     absl::StatusOr<Child> w =
         Child::Start(argv, false, "", absl::StrCat(dir, "/worker-", r, ".log"),
-                     WorkerCpus(allowed, r, threads));
+                     WorkerCpus(allowed, r, threads), &worker_env);
     if (!w.ok()) return w.status();
     workers.push_back(std::move(*w));
   }

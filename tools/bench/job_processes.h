@@ -24,7 +24,8 @@ struct JobRunOptions {
   std::vector<std::string> worker_flags;  // extra ps_worker flags
   // Servers and workers on CPUs as psctl run places them
   // (common/cpu_placement.h), a worker's share from its effective
-  // --compute_threads.
+  // --compute_threads. Workers always get the environment psctl run gives
+  // them (WorkerEnvironment, common/huge_pages.h).
   bool pin_cores = true;
   absl::Duration timeout = absl::Seconds(120);  // the whole job
 };

@@ -47,7 +47,8 @@ absl::StatusOr<Child> Child::Start(const std::vector<std::string>& argv,
                                    bool pipe_stdio,
                                    const std::string& stdout_file,
                                    const std::string& stderr_file,
-                                   const std::vector<int>& cpus) {
+                                   const std::vector<int>& cpus,
+                                   const std::vector<std::string>* env) {
   if (argv.empty()) return absl::InvalidArgumentError("empty command");
   int in_pipe[2] = {-1, -1}, out_pipe[2] = {-1, -1};
   if (pipe_stdio &&
@@ -67,6 +68,12 @@ absl::StatusOr<Child> Child::Start(const std::vector<std::string>& argv,
   for (const std::string& a : argv)
     args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  std::vector<char*> envp;
+  if (env != nullptr) {
+    for (const std::string& e : *env)
+      envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+  }
   // Closed by a successful exec (O_CLOEXEC): Start returns only once the
   // child runs its own program, so no memory sample ever reads the forked
   // copy of this process.
@@ -81,7 +88,11 @@ absl::StatusOr<Child> Child::Start(const std::vector<std::string>& argv,
     dup2(out_fd, 1);
     dup2(err_fd, 2);
     if (!cpus.empty()) sched_setaffinity(0, sizeof(cpu_set), &cpu_set);
-    execvp(args[0], args.data());
+    if (env != nullptr) {
+      execvpe(args[0], args.data(), envp.data());
+    } else {
+      execvp(args[0], args.data());
+    }
     _exit(127);
   }
   close(exec_pipe[1]);

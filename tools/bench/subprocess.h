@@ -33,12 +33,13 @@ class Child {
   // otherwise stdin is /dev/null and stdout goes to `stdout_file` ("" =
   // /dev/null). stderr goes to `stderr_file` ("" = /dev/null). Non-empty
   // `cpus`: the child runs on those CPUs only (sched_setaffinity before its
-  // exec; it runs unpinned if that fails).
-  static absl::StatusOr<Child> Start(const std::vector<std::string>& argv,
-                                     bool pipe_stdio,
-                                     const std::string& stdout_file = "",
-                                     const std::string& stderr_file = "",
-                                     const std::vector<int>& cpus = {});
+  // exec; it runs unpinned if that fails). Non-null `env`: the child's whole
+  // environment ("NAME=VALUE" items); null: ours.
+  static absl::StatusOr<Child> Start(
+      const std::vector<std::string>& argv, bool pipe_stdio,
+      const std::string& stdout_file = "", const std::string& stderr_file = "",
+      const std::vector<int>& cpus = {},
+      const std::vector<std::string>* env = nullptr);
   Child(Child&& other) noexcept;
   Child& operator=(Child&& other) = delete;
   ~Child();

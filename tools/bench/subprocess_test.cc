@@ -2,6 +2,8 @@
 // child that overruns its deadline being killed with DEADLINE_EXCEEDED.
 #include "tools/bench/subprocess.h"
 
+#include <stdlib.h>
+
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -29,6 +31,25 @@ TEST(Child, ReadsLinesAndExitCode) {
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->exit_code, 3);
   EXPECT_GT(f->max_rss_bytes, 0);
+}
+
+TEST(Child, GetsTheEnvironmentItIsGiven) {
+  const std::vector<std::string> env = {"PSTRAIN_SUBPROCESS_TEST=given"};
+  const std::vector<std::string> argv = {
+      "/bin/sh", "-c", "echo \"$PSTRAIN_SUBPROCESS_TEST\" \"${HOME-unset}\""};
+  absl::StatusOr<Child> child = Child::Start(argv, true, "", "", {}, &env);
+  ASSERT_TRUE(child.ok()) << child.status();
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  EXPECT_EQ(*child->ReadLine(deadline), "given unset");  // nothing of ours
+  ASSERT_TRUE(child->Wait(deadline).ok());
+  // Without one, ours.
+  ASSERT_EQ(setenv("PSTRAIN_SUBPROCESS_TEST", "ours", 1), 0);
+  absl::StatusOr<Child> inherits = Child::Start(
+      {"/bin/sh", "-c", "echo \"$PSTRAIN_SUBPROCESS_TEST\""}, true);
+  ASSERT_TRUE(inherits.ok()) << inherits.status();
+  EXPECT_EQ(*inherits->ReadLine(deadline), "ours");
+  ASSERT_TRUE(inherits->Wait(deadline).ok());
+  unsetenv("PSTRAIN_SUBPROCESS_TEST");
 }
 
 TEST(Child, MemoryIsTheChildsNotTheParents) {

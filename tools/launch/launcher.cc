@@ -192,20 +192,6 @@ void Tee(int from, int log_fd, std::shared_ptr<absl::Notification> done) {
   done->Notify();
 }
 
-// Our environment with GLIBC_TUNABLES asking glibc's malloc for transparent
-// huge pages (common/huge_pages.h: a worker's first steps, no longer spent
-// faulting in 4 KiB pages), unless it names glibc.malloc.hugetlb itself.
-std::vector<std::string> PsWorkerEnvironment() {
-  std::vector<std::string> env;
-  const std::string prefix = absl::StrCat(kGlibcTunablesVariable, "=");
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (!absl::StartsWith(*e, prefix)) env.push_back(*e);
-  }
-  env.push_back(prefix +
-                WorkerGlibcTunables(std::getenv(kGlibcTunablesVariable)));
-  return env;
-}
-
 class Job {
  public:
   Job(const LaunchOptions& options, LaunchPlan plan)
@@ -214,7 +200,7 @@ class Job {
         supervision_(options.out + "/supervision.txt"),
         supervisor_(plan, !options.worker_argv.empty()),
         allowed_cpus_(options.pin_cores ? AllowedCpus() : std::vector<int>{}),
-        worker_env_(PsWorkerEnvironment()) {}
+        worker_env_(WorkerEnvironment(environ)) {}
 
   int Run();
 
@@ -304,8 +290,10 @@ class Job {
   int stop_signal_ = 0;
   std::string first_exit_, coord_fate_;
   double coord_wall_s_ = 0;
-  const std::vector<int> allowed_cpus_;        // empty: nothing is pinned
-  const std::vector<std::string> worker_env_;  // a ps_worker's environment
+  const std::vector<int> allowed_cpus_;  // empty: nothing is pinned
+  // A ps_worker's environment: ours, its heap on huge pages unless ours
+  // chose (WorkerEnvironment, common/huge_pages.h).
+  const std::vector<std::string> worker_env_;
 };
 
 std::vector<std::string> Job::Argv(Slot slot) const {
