@@ -65,7 +65,7 @@ TEST(RunJobProcesses, WorkersGetPsctlRunsEnvironment) {
                           "glibc.malloc.hugetlb=1\n"))
         << "worker " << r;
   }
-  for (const std::string log : {"/server-0.log", "/coordinator.log"}) {
+  for (const char* log : {"/server-0.log", "/coordinator.log"}) {
     const std::string text = ReadFile(root + log);
     EXPECT_THAT(text, HasSubstr("GLIBC_TUNABLES=glibc.malloc.arena_max=4\n"))
         << log;
