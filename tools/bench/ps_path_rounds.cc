@@ -221,8 +221,9 @@ std::string PsPathReport(const PsPathRounds& rounds) {
       }
       to_bare.push_back(values[r] / bare[r]);
     }
-    absl::StrAppendFormat(&out, "%-24s / iperf3 %.2f   / bare gRPC stream %.2f",
-                          name, Median(to_iperf), Median(to_bare));
+    absl::StrAppendFormat(
+        &out, "%-24s / iperf3 %.2f   / bare gRPC stream in one process %.2f",
+        name, Median(to_iperf), Median(to_bare));
     const auto cpu = rounds.find("cpu_" + name);
     if (cpu != rounds.end()) {
       absl::StrAppendFormat(&out, "   CPUs busy %.2f", Median(cpu->second));

@@ -347,9 +347,11 @@ TEST(PsPathReport, CpuBusySharesEndTheRatioLinesOnly) {
             "grpc_upload_16MB         median  2.000 GB/s  rounds: 2.000 2.000\n"
             "push_16MB_1s_1w          median  1.000 GB/s  rounds: 1.000 1.000\n"
             "push_16MB_1s_1w_noheld   median  0.500 GB/s  rounds: 0.500 0.500\n"
-            "push_16MB_1s_1w          / iperf3 nan   / bare gRPC stream 0.50"
+            "push_16MB_1s_1w          / iperf3 nan   / bare gRPC stream in one "
+            "process 0.50"
             "   CPUs busy 0.98 (bare stream 0.95)   faults/step 20\n"
-            "push_16MB_1s_1w_noheld   / iperf3 nan   / bare gRPC stream 0.25"
+            "push_16MB_1s_1w_noheld   / iperf3 nan   / bare gRPC stream in one "
+            "process 0.25"
             "   CPUs busy 0.50 (bare stream 0.95)   faults/step 0\n"
             "push_16MB_1s_1w          held term / not held 2.00  rounds: 2.00 "
             "2.00\n");
@@ -373,9 +375,11 @@ TEST(PsPathReport, MediansThenRatiosWithinEachRoundThenEarlyApply) {
             "1.000\n"
             // push / iperf3: 0.1, 0.05, 0.025; push / upload: 0.5, 0.25, NaN;
             // at commit / upload: 0.25, 0.0625, NaN.
-            "push_16MB_1s_1w          / iperf3 0.05   / bare gRPC stream "
+            "push_16MB_1s_1w          / iperf3 0.05   / bare gRPC stream in "
+            "one process "
             "0.38\n"
-            "push_16MB_1s_1w_atcommit / iperf3 0.03   / bare gRPC stream "
+            "push_16MB_1s_1w_atcommit / iperf3 0.03   / bare gRPC stream in "
+            "one process "
             "0.16\n"
             "push_16MB_1s_1w          early apply / at commit 2.00  rounds: "
             "2.00 4.00 1.00\n");
@@ -386,7 +390,8 @@ TEST(PsPathReport, APushWithoutItsBareStreamRowHasNoRatioToIt) {
   EXPECT_EQ(PsPathReport(rounds),
             "pull_64MB_2s_4w          median  4.000 GB/s  rounds: 3.000 "
             "5.000\n"
-            "pull_64MB_2s_4w          / iperf3 nan   / bare gRPC stream nan\n");
+            "pull_64MB_2s_4w          / iperf3 nan   / bare gRPC stream in one "
+            "process nan\n");
 }
 
 TEST(ServerMemoryLine, PeakAgainstBoundAndThroughput) {
