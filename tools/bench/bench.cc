@@ -273,6 +273,32 @@ void RunRound(const Plan& plan, int round, Iperf3* iperf,
              round, SettledRateOf(b, s->pull_s).warm_bytes_per_s / 1e9);
     }
   }
+  // The raw-TCP PS again with its server in a process of its own, on the
+  // CPU psctl run gives ps_server (the goal rows' placement), and its
+  // upload of the same bytes without the apply: what the step's apply costs
+  // a push with no gRPC at all.
+  if (!plan.server_binary.empty()) {
+    for (uint64_t bytes : plan.ps_bytes) {
+      if (StopRequested()) return;
+      absl::StatusOr<RawApartSeconds> s = MeasureRawTcpPsApart(
+          plan.server_binary, bytes / sizeof(float), plan.ps_steps,
+          ServerCpus(AllowedCpus(), 0));
+      if (!s.ok()) {
+        errors->Add(absl::StrCat("raw TCP PS, server apart, ", SizeName(bytes)),
+                    s.status());
+        continue;
+      }
+      const double b = static_cast<double>(bytes / sizeof(float) * 4);
+      for (const auto& [op, seconds] :
+           {std::pair<const char*, const std::vector<double>*>{"push",
+                                                               &s->push_s},
+            {"upload", &s->upload_s},
+            {"pull", &s->pull_s}}) {
+        r->Set(absl::StrCat("raw_apart_", op, "_", SizeName(bytes)), "GB/s",
+               round, SettledRateOf(b, *seconds).warm_bytes_per_s / 1e9);
+      }
+    }
+  }
   // The bare gRPC streams, warm: medians of plan.ps_steps transfers on each
   // one's long-lived connection after a cold one and the settling ones
   // (StepsTimed, stats.h); for each size the stream in this process first
@@ -732,6 +758,30 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
            Fmt(r.Median(cpu)), RatioMedian(r, R, cpu, bare_cpu), "", 0,
            "no goal"});
       if (!shards_apart) continue;
+      if (push) {
+        // The same ratio at the transport floor (no goal): the raw-TCP PS,
+        // its server placed as the shard is, pushing with the SGD apply
+        // over its upload of the same bytes without it; then pstrain's push
+        // over that floor's push.
+        const std::string raw_push = absl::StrCat("raw_apart_push_",
+                                                  SizeName(bytes)),
+                          raw_up = absl::StrCat("raw_apart_upload_",
+                                                SizeName(bytes));
+        goals.push_back(NoGoalRatio(
+            r, R,
+            absl::StrCat("raw TCP PS push ", SizeName(bytes),
+                         ", server in a process of its own: with the SGD "
+                         "apply / its upload without it (",
+                         Fmt(r.Median(raw_up)), " GB/s)"),
+            raw_push, raw_up));
+        goals.push_back(NoGoalRatio(
+            r, R,
+            absl::StrCat("push ", SizeName(bytes),
+                         ", 1 server, 1 worker / raw TCP PS push, server in a "
+                         "process of its own (",
+                         Fmt(r.Median(raw_push)), " GB/s)"),
+            name, raw_push));
+      }
       // The same with the shard and the bare stream's server in this
       // process (no goal): what the goals measured before 2026-12-06.
       const std::string inproc =
@@ -1097,6 +1147,14 @@ void PrintLayers(const Plan& plan, const Results& r) {
   }
   row("raw TCP PS push (POSIX sockets + SGD apply)", sized("raw_push_"));
   row("raw TCP PS pull", sized("raw_pull_"));
+  if (!plan.server_binary.empty()) {
+    row("raw TCP PS push, server in a process of its own (placed as "
+        "ps_server)",
+        sized("raw_apart_push_"));
+    row("raw TCP upload of the same bytes without the apply, server apart",
+        sized("raw_apart_upload_"));
+    row("raw TCP PS pull, server apart", sized("raw_apart_pull_"));
+  }
   row("ZMQ PS push (ZeroMQ in ps-lite's layout + SGD apply)",
       sized("zmq_push_"));
   row("ZMQ PS pull", sized("zmq_pull_"));

@@ -9,6 +9,7 @@
 #include "tools/bench/bench_heap.h"
 #include "tools/bench/grpc_args.h"
 #include "tools/bench/ps_path.h"
+#include "tools/bench/raw_tcp.h"
 #include "tools/bench/serve_shard_flags.h"
 
 ABSL_FLAG(bool, quick, false, "small sizes (CI): a minute or two");
@@ -31,6 +32,10 @@ ABSL_FLAG(std::string, serve, "",
           "internal: serve one bare gRPC stream as this spec says (the "
           "anchor across processes), print its port, serve until stdin "
           "closes");
+ABSL_FLAG(std::string, serve_raw_tcp, "",
+          "internal: serve the raw-TCP PS of this many values (the transport "
+          "floor in a process of its own), print its port, serve one client "
+          "until it closes");
 // Child role (--serve_shard ...): tools/bench/serve_shard_flags.h.
 
 int main(int argc, char** argv) {
@@ -38,6 +43,9 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   if (pstrain::bench::ServeShardRequested()) {
     return pstrain::bench::ServeShardFromFlags();
+  }
+  if (!absl::GetFlag(FLAGS_serve_raw_tcp).empty()) {
+    return pstrain::bench::ServeRawTcpPs(absl::GetFlag(FLAGS_serve_raw_tcp));
   }
   if (!absl::GetFlag(FLAGS_serve).empty()) {
     return pstrain::bench::ServeBareStream(absl::GetFlag(FLAGS_serve));
