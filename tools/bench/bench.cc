@@ -280,9 +280,9 @@ void RunRound(const Plan& plan, int round, Iperf3* iperf,
   if (!plan.server_binary.empty()) {
     for (uint64_t bytes : plan.ps_bytes) {
       if (StopRequested()) return;
-      absl::StatusOr<RawApartSeconds> s = MeasureRawTcpPsApart(
-          plan.server_binary, bytes / sizeof(float), plan.ps_steps,
-          ServerCpus(AllowedCpus(), 0));
+      absl::StatusOr<RawApartSeconds> s =
+          MeasureRawTcpPsApart(plan.server_binary, bytes / sizeof(float),
+                               plan.ps_steps, ServerCpus(AllowedCpus(), 0));
       if (!s.ok()) {
         errors->Add(absl::StrCat("raw TCP PS, server apart, ", SizeName(bytes)),
                     s.status());
@@ -763,8 +763,8 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
         // its server placed as the shard is, pushing with the SGD apply
         // over its upload of the same bytes without it; then pstrain's push
         // over that floor's push.
-        const std::string raw_push = absl::StrCat("raw_apart_push_",
-                                                  SizeName(bytes)),
+        const std::string raw_push =
+                              absl::StrCat("raw_apart_push_", SizeName(bytes)),
                           raw_up = absl::StrCat("raw_apart_upload_",
                                                 SizeName(bytes));
         goals.push_back(NoGoalRatio(

@@ -196,8 +196,8 @@ absl::StatusOr<std::unique_ptr<RawTcpPs>> RawTcpPs::Start(
   }
   absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = FloorSgd();
   if (!optimizer.ok()) return optimizer.status();
-  auto server = std::make_unique<RawTcpServer>(elems, chunk_elems,
-                                               std::move(*optimizer));
+  auto server =
+      std::make_unique<RawTcpServer>(elems, chunk_elems, std::move(*optimizer));
   int listen_fd = -1, port = 0;
   if (absl::Status s = ListenOnLoopback(&listen_fd, &port); !s.ok()) return s;
   // The kernel completes the handshake into the backlog, so the client
@@ -229,9 +229,9 @@ absl::StatusOr<std::unique_ptr<RawTcpPs>> RawTcpPs::Start(
 absl::StatusOr<std::unique_ptr<RawTcpPs>> RawTcpPs::Connect(
     int port, uint64_t elems, absl::Duration io_timeout) {
   if (elems == 0 || port < 1 || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("raw TCP PS: elems (", elems, ") must be >= 1 and port (",
-                     port, ") in 1..65535"));
+    return absl::InvalidArgumentError(absl::StrCat("raw TCP PS: elems (", elems,
+                                                   ") must be >= 1 and port (",
+                                                   port, ") in 1..65535"));
   }
   absl::StatusOr<int> fd = ConnectToLoopback(port, io_timeout);
   if (!fd.ok()) return fd.status();
@@ -349,10 +349,11 @@ absl::StatusOr<RawApartSeconds> MeasureRawTcpPsApart(
   if (!line.ok() || !absl::ConsumePrefix(&rest, "port ") ||
       !absl::SimpleAtoi(rest, &port)) {
     return absl::UnavailableError(absl::StrCat(
-        binary, " --serve_raw_tcp=", elems, " printed no port: ",
-        line.ok() ? *line : line.status().ToString()));
+        binary, " --serve_raw_tcp=", elems,
+        " printed no port: ", line.ok() ? *line : line.status().ToString()));
   }
-  absl::StatusOr<RawApartSeconds> out = [&]() -> absl::StatusOr<RawApartSeconds> {
+  absl::StatusOr<RawApartSeconds> out =
+      [&]() -> absl::StatusOr<RawApartSeconds> {
     absl::StatusOr<std::unique_ptr<RawTcpPs>> ps =
         RawTcpPs::Connect(port, elems);
     if (!ps.ok()) return ps.status();
@@ -366,8 +367,8 @@ absl::StatusOr<RawApartSeconds> MeasureRawTcpPsApart(
         absl::Time start = absl::Now();
         absl::Status s = (*ps)->Pull(&weights);
         if (!s.ok()) {
-          return absl::Status(s.code(), absl::StrCat("step ", step, " pull: ",
-                                                     s.message()));
+          return absl::Status(
+              s.code(), absl::StrCat("step ", step, " pull: ", s.message()));
         }
         if (i == 0) {
           seconds.pull_s.push_back(absl::ToDoubleSeconds(absl::Now() - start));
@@ -376,8 +377,9 @@ absl::StatusOr<RawApartSeconds> MeasureRawTcpPsApart(
         s = push ? (*ps)->Push(grad) : (*ps)->Upload(grad);
         if (!s.ok()) {
           return absl::Status(
-              s.code(), absl::StrCat("step ", step, push ? " push: " : " upload: ",
-                                     s.message()));
+              s.code(),
+              absl::StrCat("step ", step,
+                           push ? " push: " : " upload: ", s.message()));
         }
         (push ? seconds.push_s : seconds.upload_s)
             .push_back(absl::ToDoubleSeconds(absl::Now() - start));

@@ -90,8 +90,8 @@ TEST(RawTcpPsApartTest, AChildServesTheSameRule) {
 
 TEST(RawTcpPsApartTest, TheChildRefusesABadCountAndGivesUpWithoutAParent) {
   for (const char* bad : {"0", "-3", "many", ""}) {
-    absl::StatusOr<Child> child = Child::Start(
-        {SelfPath(), absl::StrCat("--serve_raw_tcp=", bad)}, true);
+    absl::StatusOr<Child> child =
+        Child::Start({SelfPath(), absl::StrCat("--serve_raw_tcp=", bad)}, true);
     ASSERT_TRUE(child.ok()) << child.status();
     absl::StatusOr<Finished> done =
         child->Wait(absl::Now() + absl::Seconds(60));
