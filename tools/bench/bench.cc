@@ -764,9 +764,9 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
         // over its upload of the same bytes without it; then pstrain's push
         // over that floor's push.
         const std::string raw_push =
-                              absl::StrCat("raw_apart_push_", SizeName(bytes)),
-                          raw_up = absl::StrCat("raw_apart_upload_",
-                                                SizeName(bytes));
+            absl::StrCat("raw_apart_push_", SizeName(bytes));
+        const std::string raw_up =
+            absl::StrCat("raw_apart_upload_", SizeName(bytes));
         goals.push_back(NoGoalRatio(
             r, R,
             absl::StrCat("raw TCP PS push ", SizeName(bytes),

@@ -15,7 +15,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "server/process_memory.h"
 #include "server/ps_service.h"
@@ -247,17 +246,13 @@ absl::Status ServeInChild(const std::string& binary, GrpcStreamOptions* options,
                    /*pipe_stdio=*/true, /*stdout_file=*/"",
                    /*stderr_file=*/"", cpus);
   if (!child.ok()) return child.status();
-  absl::StatusOr<std::string> line =
-      child->ReadLine(absl::Now() + absl::Seconds(30));
-  int port = 0;
-  absl::string_view rest = line.ok() ? absl::string_view(*line) : "";
-  if (!line.ok() || !absl::ConsumePrefix(&rest, "port ") ||
-      !absl::SimpleAtoi(rest, &port) || port <= 0) {
-    return absl::UnavailableError(absl::StrCat(
-        binary, " --serve ", ServerSpec(*options),
-        " printed no port: ", line.ok() ? *line : line.status().ToString()));
+  absl::StatusOr<int> port = child->ReadPort(absl::Now() + absl::Seconds(30));
+  if (!port.ok()) {
+    return absl::UnavailableError(absl::StrCat(binary, " --serve ",
+                                               ServerSpec(*options), " ",
+                                               port.status().message()));
   }
-  options->server_address = absl::StrCat("127.0.0.1:", port);
+  options->server_address = absl::StrCat("127.0.0.1:", *port);
   children->push_back(std::move(*child));
   return absl::OkStatus();
 }

@@ -16,7 +16,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "common/optimizer.h"
 #include "common/sharding.h"
 #include "tools/bench/stats.h"
@@ -342,20 +341,15 @@ absl::StatusOr<RawApartSeconds> MeasureRawTcpPsApart(
                    /*pipe_stdio=*/true, /*stdout_file=*/"",
                    /*stderr_file=*/"", cpus);
   if (!child.ok()) return child.status();
-  absl::StatusOr<std::string> line =
-      child->ReadLine(absl::Now() + absl::Seconds(30));
-  int port = 0;
-  absl::string_view rest = line.ok() ? absl::string_view(*line) : "";
-  if (!line.ok() || !absl::ConsumePrefix(&rest, "port ") ||
-      !absl::SimpleAtoi(rest, &port)) {
+  absl::StatusOr<int> port = child->ReadPort(absl::Now() + absl::Seconds(30));
+  if (!port.ok()) {
     return absl::UnavailableError(absl::StrCat(
-        binary, " --serve_raw_tcp=", elems,
-        " printed no port: ", line.ok() ? *line : line.status().ToString()));
+        binary, " --serve_raw_tcp=", elems, " ", port.status().message()));
   }
   absl::StatusOr<RawApartSeconds> out =
       [&]() -> absl::StatusOr<RawApartSeconds> {
     absl::StatusOr<std::unique_ptr<RawTcpPs>> ps =
-        RawTcpPs::Connect(port, elems);
+        RawTcpPs::Connect(*port, elems);
     if (!ps.ok()) return ps.status();
     const std::vector<float> grad(elems, 1e-3f);  // as MeasureRawTcpPs's
     std::vector<float> weights;

@@ -16,8 +16,10 @@
 #include <fstream>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/cpu_placement.h"
 
@@ -152,6 +154,18 @@ absl::StatusOr<std::string> Child::ReadLine(absl::Time deadline) {
     if (n <= 0) return absl::UnavailableError("the child closed its stdout");
     buffer_.append(buf, n);
   }
+}
+
+absl::StatusOr<int> Child::ReadPort(absl::Time deadline) {
+  absl::StatusOr<std::string> line = ReadLine(deadline);
+  int port = 0;
+  absl::string_view rest = line.ok() ? absl::string_view(*line) : "";
+  if (!line.ok() || !absl::ConsumePrefix(&rest, "port ") ||
+      !absl::SimpleAtoi(rest, &port) || port < 1 || port > 65535) {
+    return absl::UnavailableError(absl::StrCat(
+        "printed no port: ", line.ok() ? *line : line.status().ToString()));
+  }
+  return port;
 }
 
 absl::StatusOr<std::string> Child::ReadAll(absl::Time deadline) {

@@ -48,6 +48,9 @@ class Child {
   // One line of stdout (without '\n'); DEADLINE_EXCEEDED at `deadline`,
   // UNAVAILABLE at end of file.
   absl::StatusOr<std::string> ReadLine(absl::Time deadline);
+  // The port N of a "port N" line (ReadLine), N in 1..65535; UNAVAILABLE
+  // saying what came instead ("printed no port: ...").
+  absl::StatusOr<int> ReadPort(absl::Time deadline);
   // The rest of stdout until end of file or `deadline`.
   absl::StatusOr<std::string> ReadAll(absl::Time deadline);
   void CloseStdin();

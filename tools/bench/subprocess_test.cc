@@ -33,6 +33,28 @@ TEST(Child, ReadsLinesAndExitCode) {
   EXPECT_GT(f->max_rss_bytes, 0);
 }
 
+// A "port N" line gives N; any other line, a port out of range or the end
+// of stdout is UNAVAILABLE saying what came.
+TEST(Child, ReadsAPortLine) {
+  absl::StatusOr<Child> child =
+      Child::Start({"/bin/sh", "-c",
+                    "echo port 4321; echo port 0; echo port 70000; echo ready"},
+                   true);
+  ASSERT_TRUE(child.ok()) << child.status();
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  absl::StatusOr<int> port = child->ReadPort(deadline);
+  ASSERT_TRUE(port.ok()) << port.status();
+  EXPECT_EQ(*port, 4321);
+  for (const char* line : {"port 0", "port 70000", "ready"}) {
+    port = child->ReadPort(deadline);
+    EXPECT_EQ(port.status().code(), absl::StatusCode::kUnavailable) << line;
+    EXPECT_EQ(port.status().message(), absl::StrCat("printed no port: ", line));
+  }
+  port = child->ReadPort(deadline);  // end of stdout
+  EXPECT_EQ(port.status().code(), absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(child->Wait(deadline).ok());
+}
+
 TEST(Child, GetsTheEnvironmentItIsGiven) {
   const std::vector<std::string> env = {"PSTRAIN_SUBPROCESS_TEST=given"};
   const std::vector<std::string> argv = {
