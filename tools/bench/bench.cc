@@ -644,13 +644,13 @@ void RunWholeJobRound(const std::vector<WholeJobModel>& jobs, const Plan& plan,
 struct Goal {
   std::string figure;
   std::string measured;  // value with unit, or why it is missing
-  double ratio = Results::kMissing;
-  std::string op;  // ">=" or "<="
+  RoundRatios ratio;     // its median decides; the rounds show how firmly
+  std::string op;        // ">=" or "<="
   double goal = 0;
   std::string note;
   bool met() const {
-    return Have(ratio) && !op.empty() &&
-           (op == ">=" ? ratio >= goal : ratio <= goal);
+    return Have(ratio.median) && !op.empty() &&
+           (op == ">=" ? ratio.median >= goal : ratio.median <= goal);
   }
 };
 
@@ -658,18 +658,20 @@ std::string Fmt(double x, const char* fmt = "%.3g") {
   return Have(x) ? absl::StrFormat(fmt, x) : std::string("n/a");
 }
 
-// Median over rounds of a / b taken within each round.
-double RatioMedian(const Results& r, int rounds, const std::string& a,
-                   const std::string& b, bool invert = false) {
-  Results tmp(rounds);
+// a / b taken within each round (b / a with `invert`), and its median.
+RoundRatios RatioWithinRounds(const Results& r, int rounds,
+                              const std::string& a, const std::string& b,
+                              bool invert = false) {
+  std::vector<double> x(rounds), y(rounds);
   for (int k = 0; k < rounds; ++k) {
-    const double x = r.At(a, k), y = r.At(b, k);
-    if (Have(x) && Have(y) && y > 0 && x > 0) {
-      tmp.Set("ratio", "", k, invert ? y / x : x / y);
-    }
+    x[k] = r.At(a, k);
+    y[k] = r.At(b, k);
   }
-  return tmp.Median("ratio");
+  return RatiosWithinRounds(x, y, invert);
 }
+
+// A figure measured once, not in each round (memory peaks).
+RoundRatios Once(double ratio) { return RoundRatios{ratio, {}}; }
 
 // A row without a goal: `figure`, series `name`'s median in GB/s, and its
 // ratio to series `anchor` taken within each round.
@@ -677,7 +679,7 @@ Goal NoGoalRatio(const Results& r, int rounds, std::string figure,
                  const std::string& name, const std::string& anchor) {
   return {std::move(figure),
           Fmt(r.Median(name)) + " GB/s",
-          RatioMedian(r, rounds, name, anchor),
+          RatioWithinRounds(r, rounds, name, anchor),
           "",
           0,
           "no goal"};
@@ -701,8 +703,8 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
           goals.push_back(
               {absl::StrCat(op, " ", SizeName(bytes), ", ", s, " server(s), ",
                             w, " worker(s) / iperf3"),
-               Fmt(r.Median(name)) + " GB/s", RatioMedian(r, R, name, "iperf3"),
-               ">=", goal});
+               Fmt(r.Median(name)) + " GB/s",
+               RatioWithinRounds(r, R, name, "iperf3"), ">=", goal});
         }
       }
     }
@@ -746,7 +748,7 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
                                     shards_apart ? " across processes" : "",
                                     " (", Fmt(r.Median(anchor)), " GB/s)"),
                        Fmt(r.Median(name)) + " GB/s",
-                       RatioMedian(r, R, name, anchor), ">=", 0.9});
+                       RatioWithinRounds(r, R, name, anchor), ">=", 0.9});
       // How much of the machine's CPU time each used (both processes of
       // each): near 1, the cores bound the rate, not the wire.
       const std::string cpu = "cpu_" + name, bare_cpu = "cpu_" + anchor;
@@ -755,7 +757,7 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
                         ", 1 server, 1 worker: share of the CPUs busy / the "
                         "same during the bare stream (",
                         Fmt(r.Median(bare_cpu)), ")"),
-           Fmt(r.Median(cpu)), RatioMedian(r, R, cpu, bare_cpu), "", 0,
+           Fmt(r.Median(cpu)), RatioWithinRounds(r, R, cpu, bare_cpu), "", 0,
            "no goal"});
       if (!shards_apart) continue;
       if (push) {
@@ -872,7 +874,7 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
            absl::StrCat(Fmt(r.Median(apart)), " GB/s, CPUs busy ",
                         Fmt(r.Median("cpu_" + apart), "%.2f"),
                         " (both processes)"),
-           RatioMedian(r, R, apart, "iperf3"), "", 0, "no goal"});
+           RatioWithinRounds(r, R, apart, "iperf3"), "", 0, "no goal"});
       if (!shards_apart) {
         const std::string warm = PsName(op, bytes, 1, 1);
         goals.push_back(NoGoalRatio(
@@ -916,7 +918,7 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
                       kRealJobFirstStep, "..", plan.real_job_steps - 1,
                       ") / steady push + pull of the same bytes (",
                       Fmt(r.Median(steady)), " ms)"),
-         Fmt(r.Median(real)) + " ms", RatioMedian(r, R, real, steady),
+         Fmt(r.Median(real)) + " ms", RatioWithinRounds(r, R, real, steady),
          "<=", 1.3});
     // The real job's push and pull against iperf3, no goal: the goals above
     // take the in-process figures (one process holds the server and the
@@ -943,7 +945,7 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
                         " (the servers' connections, not paced) / as shipped "
                         "(the host's, ",
                         Fmt(r.Median(real)), " ms)"),
-           Fmt(r.Median(cc)) + " ms", RatioMedian(r, R, cc, real), "", 0,
+           Fmt(r.Median(cc)) + " ms", RatioWithinRounds(r, R, cc, real), "", 0,
            "no goal"});
     }
     if (w != 1 || s != 1) continue;
@@ -954,8 +956,8 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
                       "spinning 2^28 cycles (ps_worker ",
                       kOpenBlasSpinFlag, ", OpenBLAS's default) / as shipped (",
                       Fmt(r.Median(real)), " ms)"),
-         Fmt(r.Median(spin)) + " ms", RatioMedian(r, R, spin, real), "", 0,
-         "no goal"});
+         Fmt(r.Median(spin)) + " ms", RatioWithinRounds(r, R, spin, real), "",
+         0, "no goal"});
   }
   // The low-precision wire: no goal (it pays where the link is the limit;
   // on loopback the conversion competes with a fast wire), the ratio only.
@@ -968,7 +970,7 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
                                     ", 1 server, 1 worker: bf16 wire / fp32 "
                                     "wire, model bytes per second"),
                        Fmt(r.Median(bf16)) + " GB/s",
-                       RatioMedian(r, R, bf16, fp32), "", 0, "no goal"});
+                       RatioWithinRounds(r, R, bf16, fp32), "", 0, "no goal"});
     }
   }
   // Row-sparse tables: no goal; rows/s, and the rows' value bytes per
@@ -989,7 +991,7 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
                         Fmt(r.Median(dense)), " GB/s)"),
            absl::StrCat(Fmt(r.Median(rows)), " Mrows/s (", Fmt(r.Median(bytes)),
                         " GB/s)"),
-           RatioMedian(r, R, bytes, dense), "", 0, "no goal"});
+           RatioWithinRounds(r, R, bytes, dense), "", 0, "no goal"});
     }
   }
   // One push over several streams: no goal, the split's ratio to the
@@ -1004,8 +1006,8 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
                       " streams (network.push_streams: ", kSplitPushStreams,
                       ") / one stream as shipped (", Fmt(r.Median(one)),
                       " GB/s)"),
-         Fmt(r.Median(split)) + " GB/s", RatioMedian(r, R, split, one), "", 0,
-         "no goal"});
+         Fmt(r.Median(split)) + " GB/s", RatioWithinRounds(r, R, split, one),
+         "", 0, "no goal"});
   }
   for (size_t v = 0; v < variants.size(); ++v) {
     double lo = 0, hi = 0;
@@ -1018,7 +1020,7 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
                         Fmt(m.bound_bytes / double(kMiB), "%.0f"), " MiB)",
                         variant),
            Fmt(m.peak_rss_bytes / double(kMiB), "%.0f") + " MiB",
-           double(m.peak_rss_bytes) / m.bound_bytes, "<=", 1.0});
+           Once(double(m.peak_rss_bytes) / m.bound_bytes), "<=", 1.0});
       lo = lo == 0 ? m.peak_rss_bytes : std::min<double>(lo, m.peak_rss_bytes);
       hi = std::max<double>(hi, m.peak_rss_bytes);
     }
@@ -1026,7 +1028,7 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
       goals.push_back({"server peak RSS, largest / smallest over N" + variant,
                        Fmt(hi / double(kMiB), "%.0f") + " / " +
                            Fmt(lo / double(kMiB), "%.0f") + " MiB",
-                       hi / lo, "<=", 1.10});
+                       Once(hi / lo), "<=", 1.10});
     }
     if (v == 0) continue;
     // What the variant costs in throughput, against the shipped server in
@@ -1042,8 +1044,8 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
             {absl::StrCat(push ? "push" : "pull", ", server child, ", n,
                           " worker(s): ", variants[v].name, " / as shipped (",
                           Fmt(y / 1e9), " GB/s)"),
-             Fmt(x / 1e9) + " GB/s", y > 0 ? x / y : Results::kMissing, "", 0,
-             "no goal"});
+             Fmt(x / 1e9) + " GB/s", Once(y > 0 ? x / y : Results::kMissing),
+             "", 0, "no goal"});
       }
     }
   }
@@ -1053,7 +1055,7 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
                                   ", 1 thread / STREAM triad (",
                                   Fmt(r.Median("triad")), " GB/s)"),
                      Fmt(r.Median(s.name)) + " GB/s",
-                     RatioMedian(r, R, s.name, "triad"), ">=", 0.8});
+                     RatioWithinRounds(r, R, s.name, "triad"), ">=", 0.8});
   }
   for (int ranks : plan.ring_ranks) {
     for (uint64_t b : plan.ring_bytes) {
@@ -1063,22 +1065,22 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
                                     ranks, " ranks / MPI_Allreduce TCP (",
                                     Fmt(r.Median(mpi)), " ms)"),
                        Fmt(r.Median(ring)) + " ms",
-                       RatioMedian(r, R, ring, mpi, /*invert=*/true),
+                       RatioWithinRounds(r, R, ring, mpi, /*invert=*/true),
                        ">=", 1.0});
     }
   }
   goals.push_back(
       {"worker peak RSS, small model (configs/default.yaml) / 64 MiB",
        Fmt(worker_rss / kMiB, "%.0f") + " MiB",
-       Have(worker_rss) ? worker_rss / (64.0 * kMiB) : Results::kMissing,
+       Once(Have(worker_rss) ? worker_rss / (64.0 * kMiB) : Results::kMissing),
        "<=", 1.0});
   for (auto kind : {pstrain::v1::OptimizerConfig::SGD,
                     pstrain::v1::OptimizerConfig::ADAM}) {
     const int t = plan.apply_threads;
     if (t < 2) {
       goals.push_back({"optimizer apply scales with threads across chunks",
-                       "one core: nothing to scale", Results::kMissing, "", 0,
-                       "not measured"});
+                       "one core: nothing to scale", Once(Results::kMissing),
+                       "", 0, "not measured"});
       break;
     }
     const std::string one = absl::StrCat("apply_", OptimizerName(kind), "_1t");
@@ -1091,22 +1093,22 @@ std::vector<Goal> Goals(const Plan& plan, const Results& r,
                       " threads / 1 thread (speedup; 1 thread: ",
                       Fmt(r.Median(one)), " ms)"),
          Fmt(r.Median(many)) + " ms",
-         RatioMedian(r, R, many, one, /*invert=*/true), ">=", 0.7 * t});
+         RatioWithinRounds(r, R, many, one, /*invert=*/true), ">=", 0.7 * t});
     const std::string whole =
         absl::StrCat("apply_", OptimizerName(kind), "_1t_whole");
     goals.push_back(
         {absl::StrCat("shard apply ", OptimizerName(kind),
                       ", 1 thread: the rule over whole chunks / in blocks "
                       "(ShardOptions.apply_block)"),
-         Fmt(r.Median(whole)) + " ms", RatioMedian(r, R, whole, one), "", 0,
-         "no goal"});
+         Fmt(r.Median(whole)) + " ms", RatioWithinRounds(r, R, whole, one), "",
+         0, "no goal"});
   }
   for (const WholeJobGoal& g : WholeJobGoals(jobs)) {
     goals.push_back(
         {g.figure,
          Fmt(r.Median(g.measured)) + (g.unit.empty() ? "" : " " + g.unit),
-         RatioMedian(r, R, g.numerator, g.denominator), g.goal > 0 ? "<=" : "",
-         g.goal, g.goal > 0 ? "" : "no goal"});
+         RatioWithinRounds(r, R, g.numerator, g.denominator),
+         g.goal > 0 ? "<=" : "", g.goal, g.goal > 0 ? "" : "no goal"});
   }
   return goals;
 }
@@ -1347,28 +1349,43 @@ int RunBench(const BenchOptions& o) {
       "medians over rounds; %u cores; TCP congestion control %s)\n\n",
       quick ? "--quick" : "full", kBuild, rounds,
       std::thread::hardware_concurrency(), tcp_cc.c_str());
+  printf(
+      "A goal is met when the median of its ratio over the rounds meets it; "
+      "\"(k/n rounds)\": the rounds whose own ratio meets it, of those that "
+      "measured it.\n\n");
   printf("| goal | measured | ratio | goal | met |\n|---|--:|--:|--:|---|\n");
   int met = 0, not_met = 0, unmeasured = 0;
+  int met_every_round = 0, not_met_any_round = 0;
   for (const Goal& g : goals) {
     std::string status;
-    if (!Have(g.ratio)) {
+    const RoundsMet rounds = CountRoundsMet(g.ratio, g.op, g.goal);
+    const std::string in_rounds =
+        rounds.measured > 1
+            ? absl::StrFormat(" (%d/%d rounds)", rounds.met, rounds.measured)
+            : "";
+    if (!Have(g.ratio.median)) {
       status = "not measured";
       ++unmeasured;
     } else if (g.op.empty()) {
       status = g.note;  // a figure without a goal
     } else if (g.met()) {
-      status = "met";
+      status = "met" + in_rounds;
       ++met;
+      met_every_round += rounds.met == rounds.measured;
     } else {
-      status = "**NOT MET**";
+      status = "**NOT MET**" + in_rounds;
       ++not_met;
+      not_met_any_round += rounds.met == 0;
     }
     printf("| %s | %s | %s | %s | %s |\n", g.figure.c_str(), g.measured.c_str(),
-           Fmt(g.ratio, "%.2f").c_str(),
+           Fmt(g.ratio.median, "%.2f").c_str(),
            g.op.empty() ? "" : (g.op + " " + Fmt(g.goal, "%.2f")).c_str(),
            status.c_str());
   }
-  printf("\n%d met, %d not met, %d not measured\n", met, not_met, unmeasured);
+  printf(
+      "\n%d met (%d of them in every round), %d not met (%d of them in no "
+      "round), %d not measured\n",
+      met, met_every_round, not_met, not_met_any_round, unmeasured);
   PrintLayers(plan, r);
   printf("\nPer round (load average at the start of each round: %s)\n\n",
          absl::StrJoin(loadavg, " | ").c_str());
@@ -1410,18 +1427,30 @@ int RunBench(const BenchOptions& o) {
   }
   j["worker_peak_rss_bytes"] =
       Have(worker_rss) ? nlohmann::json(worker_rss) : nullptr;
+  const auto number = [](double x) {
+    return Have(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
+  };
   for (const Goal& g : goals) {
+    nlohmann::json per_round = nlohmann::json::array();
+    for (double x : g.ratio.rounds) per_round.push_back(number(x));
+    const bool judged = Have(g.ratio.median) && !g.op.empty();
+    const RoundsMet rounds = CountRoundsMet(g.ratio, g.op, g.goal);
     j["goals"].push_back(
         {{"figure", g.figure},
          {"measured", g.measured},
-         {"ratio", Have(g.ratio) ? nlohmann::json(g.ratio) : nullptr},
+         {"ratio", number(g.ratio.median)},
+         {"ratio_per_round", per_round},
          {"op", g.op},
          {"goal", g.goal},
-         {"met",
-          Have(g.ratio) && !g.op.empty() ? nlohmann::json(g.met()) : nullptr}});
+         {"met", judged ? nlohmann::json(g.met()) : nullptr},
+         {"rounds_met", judged ? nlohmann::json(rounds.met) : nullptr},
+         {"rounds_measured", rounds.measured}});
   }
-  j["summary"] = {
-      {"met", met}, {"not_met", not_met}, {"not_measured", unmeasured}};
+  j["summary"] = {{"met", met},
+                  {"met_in_every_round", met_every_round},
+                  {"not_met", not_met},
+                  {"not_met_in_any_round", not_met_any_round},
+                  {"not_measured", unmeasured}};
   j["notes"] = errors.list();
   const std::string out = o.out;
   std::ofstream f(out);

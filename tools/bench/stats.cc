@@ -23,6 +23,30 @@ double Median(std::vector<double> values) {
   return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
+RoundRatios RatiosWithinRounds(const std::vector<double>& a,
+                               const std::vector<double>& b, bool invert) {
+  RoundRatios r;
+  const size_t n = std::min(a.size(), b.size());
+  r.rounds.assign(n, __builtin_nan(""));
+  for (size_t k = 0; k < n; ++k) {
+    // NaN compares false, so a round missing either figure stays NaN.
+    if (a[k] > 0 && b[k] > 0) r.rounds[k] = invert ? b[k] / a[k] : a[k] / b[k];
+  }
+  r.median = Median(r.rounds);
+  return r;
+}
+
+RoundsMet CountRoundsMet(const RoundRatios& ratios, absl::string_view op,
+                         double goal) {
+  RoundsMet m;
+  for (double x : ratios.rounds) {
+    if (x != x) continue;
+    ++m.measured;
+    if ((op == ">=" && x >= goal) || (op == "<=" && x <= goal)) ++m.met;
+  }
+  return m;
+}
+
 SteadyRate SteadyRateOf(double bytes, const std::vector<double>& seconds,
                         int cold, int settle) {
   std::vector<double> c, w;

@@ -17,6 +17,30 @@ namespace pstrain::bench {
 // nothing); NaN when none is left.
 double Median(std::vector<double> values);
 
+// A ratio taken within each round of a benchmark (interleaved rounds, so
+// that both figures of a round saw the same machine): the median over the
+// rounds, and each round's own (NaN where the round lacks either figure).
+// A figure measured once has a median and no rounds.
+struct RoundRatios {
+  double median = __builtin_nan("");
+  std::vector<double> rounds;
+};
+// a[k] / b[k] for each round k (b[k] / a[k] with `invert`) where both are
+// positive numbers; NaN for the others. a and b: one value per round, the
+// same number.
+RoundRatios RatiosWithinRounds(const std::vector<double>& a,
+                               const std::vector<double>& b,
+                               bool invert = false);
+// Of `ratios`' rounds that have a ratio, how many meet the goal `op` `goal`
+// (op ">=" or "<="; any other op meets none): a goal whose median is met
+// may still fail in some rounds, and a reader of one run sees how firm it is.
+struct RoundsMet {
+  int met = 0;
+  int measured = 0;
+};
+RoundsMet CountRoundsMet(const RoundRatios& ratios, absl::string_view op,
+                         double goal);
+
 // Steady state of a transfer timed step by step: the first `cold` steps'
 // seconds (connections, first-touch pages) apart, the next `settle` steps
 // in neither figure, the rest warm. warm_bytes_per_s is the median over the

@@ -30,6 +30,41 @@ TEST(Median, SkipsNaNAndAveragesTheMiddleTwo) {
   EXPECT_TRUE(std::isnan(Median({})));
 }
 
+TEST(RoundRatios, EachRoundsOwnRatioAndTheirMedian) {
+  // Round 2 lacks the numerator, round 3 has a zero denominator.
+  const RoundRatios r =
+      RatiosWithinRounds({2, 3, kNaN, 4, 10}, {4, 2, 1, 0, 5});
+  ASSERT_EQ(r.rounds.size(), 5u);
+  EXPECT_EQ(r.rounds[0], 0.5);
+  EXPECT_EQ(r.rounds[1], 1.5);
+  EXPECT_TRUE(std::isnan(r.rounds[2]));
+  EXPECT_TRUE(std::isnan(r.rounds[3]));
+  EXPECT_EQ(r.rounds[4], 2);
+  EXPECT_EQ(r.median, 1.5);  // of 0.5, 1.5, 2
+  // Inverted: b / a, a time whose ratio is read as a speed-up.
+  const RoundRatios inv = RatiosWithinRounds({2, 4}, {4, 2}, true);
+  EXPECT_EQ(inv.rounds, (std::vector<double>{2, 0.5}));
+  EXPECT_EQ(inv.median, 1.25);
+  EXPECT_TRUE(std::isnan(RatiosWithinRounds({kNaN}, {1}).median));
+}
+
+TEST(RoundRatios, RoundsMeetingAGoal) {
+  const RoundRatios r = RatiosWithinRounds({0.4, 0.5, kNaN, 0.6}, {1, 1, 1, 1});
+  // The median (0.5) meets >= 0.5; one of the three measured rounds does not.
+  EXPECT_EQ(r.median, 0.5);
+  RoundsMet m = CountRoundsMet(r, ">=", 0.5);
+  EXPECT_EQ(m.met, 2);
+  EXPECT_EQ(m.measured, 3);
+  m = CountRoundsMet(r, "<=", 0.45);
+  EXPECT_EQ(m.met, 1);
+  EXPECT_EQ(m.measured, 3);
+  // No goal: no round meets one; measured once: no rounds at all.
+  EXPECT_EQ(CountRoundsMet(r, "", 0).met, 0);
+  m = CountRoundsMet(RoundRatios{1.2}, "<=", 1.3);
+  EXPECT_EQ(m.met, 0);
+  EXPECT_EQ(m.measured, 0);
+}
+
 TEST(SteadyRate, ColdStepsApartMedianOfTheWarmOnes) {
   // 10 bytes: a cold step of 1 s, then warm steps of 0.5, 0.1, 0.2 s.
   const SteadyRate r = SteadyRateOf(10, {1.0, 0.5, 0.1, 0.2}, 1, 0);
