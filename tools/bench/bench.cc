@@ -648,10 +648,14 @@ struct Goal {
   std::string op;        // ">=" or "<="
   double goal = 0;
   std::string note;
+  // A goal that was measured: met or not met (else not measured, or a
+  // figure without a goal).
+  bool judged() const { return Have(ratio.median) && !op.empty(); }
   bool met() const {
-    return Have(ratio.median) && !op.empty() &&
+    return judged() &&
            (op == ">=" ? ratio.median >= goal : ratio.median <= goal);
   }
+  RoundsMet rounds_met() const { return CountRoundsMet(ratio, op, goal); }
 };
 
 std::string Fmt(double x, const char* fmt = "%.3g") {
@@ -1359,7 +1363,7 @@ int RunBench(const BenchOptions& o) {
   int met_every_round = 0, not_met_any_round = 0;
   for (const Goal& g : goals) {
     std::string status;
-    const RoundsMet rounds = CountRoundsMet(g.ratio, g.op, g.goal);
+    const RoundsMet rounds = g.rounds_met();
     const std::string in_rounds =
         rounds.measured > 1
             ? absl::StrFormat(" (%d/%d rounds)", rounds.met, rounds.measured)
@@ -1434,8 +1438,8 @@ int RunBench(const BenchOptions& o) {
   for (const Goal& g : goals) {
     nlohmann::json per_round = nlohmann::json::array();
     for (double x : g.ratio.rounds) per_round.push_back(number(x));
-    const bool judged = Have(g.ratio.median) && !g.op.empty();
-    const RoundsMet rounds = CountRoundsMet(g.ratio, g.op, g.goal);
+    const bool judged = g.judged();
+    const RoundsMet rounds = g.rounds_met();
     j["goals"].push_back(
         {{"figure", g.figure},
          {"measured", g.measured},
